@@ -1,0 +1,78 @@
+// Recorder storage: a mutex per rank keeps appends from the rank's compute and
+// comm threads and snapshot reads from a viewer consistent.
+#include "core/recorder.h"
+
+namespace shardlab {
+
+const char* to_string(SpanKind kind) {
+  switch (kind) {
+    case SpanKind::forward: return "forward";
+    case SpanKind::backward: return "backward";
+    case SpanKind::loss: return "loss";
+    case SpanKind::optimizer: return "optimizer";
+    case SpanKind::all_reduce: return "all_reduce";
+    case SpanKind::reduce_scatter: return "reduce_scatter";
+    case SpanKind::all_gather: return "all_gather";
+    case SpanKind::broadcast: return "broadcast";
+    case SpanKind::reduce: return "reduce";
+    case SpanKind::send: return "send";
+    case SpanKind::recv: return "recv";
+    case SpanKind::barrier: return "barrier";
+    case SpanKind::copy_h2d: return "copy_h2d";
+    case SpanKind::copy_d2h: return "copy_d2h";
+    case SpanKind::other: return "other";
+  }
+  return "?";
+}
+
+const char* to_string(Lane lane) { return lane == Lane::compute ? "compute" : "comm"; }
+
+const char* to_string(MemCategory c) {
+  switch (c) {
+    case MemCategory::params: return "params";
+    case MemCategory::grads: return "grads";
+    case MemCategory::optimizer_state: return "optimizer_state";
+    case MemCategory::activations: return "activations";
+    case MemCategory::comm_buffers: return "comm_buffers";
+    case MemCategory::temporary: return "temporary";
+  }
+  return "?";
+}
+
+const char* to_string(Pool p) { return p == Pool::device ? "device" : "host"; }
+
+void Recorder::add_span(Span span) {
+  if (!enabled_) return;
+  span.rank = rank_;
+  if (span.step < 0) span.step = step();
+  std::lock_guard<std::mutex> lock(mu_);
+  spans_.push_back(span);
+}
+
+void Recorder::add_alloc(AllocEvent event) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_.push_back(std::move(event));
+}
+
+Recorder::Snapshot Recorder::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Snapshot{spans_, allocs_};
+}
+
+size_t Recorder::span_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spans_.size();
+}
+
+void Recorder::spans_since(size_t from, std::vector<Span>& out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = from; i < spans_.size(); ++i) out.push_back(spans_[i]);
+}
+
+void Recorder::allocs_since(size_t from, std::vector<AllocEvent>& out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = from; i < allocs_.size(); ++i) out.push_back(allocs_[i]);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,130 @@
+// Per-rank record of a run: timed spans (compute and communication) and
+// allocation events. Appended by the rank's own threads; the UI and exporters
+// read snapshots while the run goes on.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace shardlab {
+
+enum class Lane : uint8_t { compute, comm };
+
+enum class SpanKind : uint8_t {
+  forward,
+  backward,
+  loss,
+  optimizer,
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  reduce,
+  send,
+  recv,
+  barrier,
+  copy_h2d,
+  copy_d2h,
+  other,
+};
+inline constexpr int kNumSpanKinds = static_cast<int>(SpanKind::other) + 1;
+const char* to_string(SpanKind kind);
+const char* to_string(Lane lane);
+
+struct Span {
+  int64_t t_begin_ns = 0;
+  int64_t t_end_ns = 0;
+  int rank = 0;
+  Lane lane = Lane::compute;
+  SpanKind kind = SpanKind::other;
+  int layer = -1;        // model layer, -1 when not about one layer
+  int micro_batch = -1;  // -1 when the strategy has no micro-batches
+  int step = -1;         // training step; filled from the recorder's current step
+  int64_t bytes = 0;     // payload of a communication or copy
+  int peer = -1;         // the other rank of a send/recv
+  uint64_t flow_id = 0;  // links a send to its recv (same id on both), 0 = none
+};
+
+enum class MemCategory : uint8_t { params, grads, optimizer_state, activations, comm_buffers, temporary };
+inline constexpr int kNumMemCategories = 6;
+const char* to_string(MemCategory c);
+
+// Host memory is a separate pool so CPU offload shows as a split even on a CPU device.
+enum class Pool : uint8_t { device, host };
+const char* to_string(Pool p);
+
+struct AllocEvent {
+  int64_t t_ns = 0;
+  int64_t delta_bytes = 0;  // > 0 allocation, < 0 free
+  uint64_t buffer_id = 0;   // pairs an allocation with its free
+  MemCategory category = MemCategory::temporary;
+  Pool pool = Pool::device;
+  std::string name;  // e.g. "layers.3.weight", "layers.3.weight[shard 1/4]"
+};
+
+class Recorder {
+ public:
+  explicit Recorder(int rank, bool enabled = true) : rank_(rank), enabled_(enabled) {}
+
+  int rank() const { return rank_; }
+  bool enabled() const { return enabled_; }
+
+  // Spans get this step unless they carry their own.
+  void set_step(int step) { step_.store(step, std::memory_order_relaxed); }
+  int step() const { return step_.load(std::memory_order_relaxed); }
+
+  void add_span(Span span);
+  void add_alloc(AllocEvent event);
+
+  struct Snapshot {
+    std::vector<Span> spans;
+    std::vector<AllocEvent> allocs;
+  };
+  Snapshot snapshot() const;
+  // Incremental reads for a viewer that already holds the first `from` items.
+  size_t span_count() const;
+  void spans_since(size_t from, std::vector<Span>& out) const;
+  void allocs_since(size_t from, std::vector<AllocEvent>& out) const;
+
+ private:
+  const int rank_;
+  const bool enabled_;
+  std::atomic<int> step_{-1};
+  mutable std::mutex mu_;
+  std::vector<Span> spans_;
+  std::vector<AllocEvent> allocs_;
+};
+
+// Records a span from construction to destruction (or to end()).
+class ScopedSpan {
+ public:
+  ScopedSpan(Recorder* rec, Lane lane, SpanKind kind, int layer = -1, int micro_batch = -1,
+             int64_t bytes = 0)
+      : rec_(rec) {
+    span_.t_begin_ns = now_ns();
+    span_.lane = lane;
+    span_.kind = kind;
+    span_.layer = layer;
+    span_.micro_batch = micro_batch;
+    span_.bytes = bytes;
+  }
+  ~ScopedSpan() { end(); }
+  ScopedSpan(const ScopedSpan&) = delete;
+  ScopedSpan& operator=(const ScopedSpan&) = delete;
+  void end() {
+    if (!rec_) return;
+    span_.t_end_ns = now_ns();
+    rec_->add_span(span_);
+    rec_ = nullptr;
+  }
+
+ private:
+  Recorder* rec_;
+  Span span_;
+};
+
+}  // namespace shardlab
