@@ -1,16 +1,48 @@
-// `shardlab` command line: dispatches to the subcommands.
+// `shardlab` command line: dispatches to the subcommands and turns errors into
+// one line and an exit code (2 for bad input, 1 for a failed run).
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "app/commands.h"
+#include "core/config.h"
+#include "core/strategy.h"
+
+namespace {
+const char* kHelp = R"(usage: shardlab <command> [options]
+
+Shardlab trains small real models under parallel training strategies, with
+ranks as threads talking through Gloo, and shows what each strategy costs.
+
+commands:
+  demo     run every strategy on the default model, print a comparison, write traces
+  run      train one configuration and print a summary (see 'shardlab run --help')
+  bench    benchmarks: 'shardlab bench comm' times collectives
+
+strategies: %s
+)";
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return shardlab::app::cmd_demo(argc - 1, argv + 1);
-  const std::string sub = argv[1];
-  if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
-  std::fprintf(stderr, "error: unknown command '%s' (valid: run, demo, bench)\n", sub.c_str());
-  return 2;
+  try {
+    if (argc < 2) return shardlab::app::cmd_demo(1, argv);
+    const std::string sub = argv[1];
+    if (sub == "--help" || sub == "-h" || sub == "help") {
+      std::printf(kHelp, shardlab::strategy_names().c_str());
+      return 0;
+    }
+    if (sub == "run") return shardlab::app::cmd_run(argc - 1, argv + 1);
+    if (sub == "demo") return shardlab::app::cmd_demo(argc - 1, argv + 1);
+    if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
+    std::fprintf(stderr, "error: unknown command '%s' (valid: demo, run, bench; see 'shardlab --help')\n",
+                 sub.c_str());
+    return 2;
+  } catch (const shardlab::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }
-int shardlab::app::cmd_demo(int, char**) { return 0; }
-int shardlab::app::cmd_run(int, char**) { return 0; }

@@ -28,4 +28,8 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 // bad header, unsupported dtype, offsets out of range).
 std::vector<NamedTensor> load_safetensors(const std::string& path);
 
+// Same, and also returns the file's "__metadata__" strings (empty when it has none).
+std::vector<NamedTensor> load_safetensors(const std::string& path,
+                                          std::map<std::string, std::string>& metadata);
+
 }  // namespace shardlab

@@ -1,0 +1,191 @@
+// `shardlab run` (one configuration, a summary, optional trace/checkpoints)
+// and `shardlab demo` (every strategy on the default model, side by side).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "app/args.h"
+#include "app/commands.h"
+#include "app/summary.h"
+#include "core/checkpoint.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+#include "core/trace.h"
+
+namespace shardlab::app {
+
+namespace {
+
+const char* kRunHelp = R"(usage: shardlab run [options]
+
+Train a model under one parallel strategy, with ranks as threads talking
+through Gloo over TCP on 127.0.0.1, and print a summary.
+
+  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256)
+  --strategy NAME     %s (default ddp)
+  --world N           number of ranks (default 2)
+  --batch N           global batch, split across ranks in rank order (default 64)
+  --steps N           training steps (default 100)
+  --optimizer NAME    adamw | sgd (default adamw; torch defaults: betas 0.9/0.999, eps 1e-8, wd 0.01)
+  --lr X              learning rate (default 1e-3)
+  --seed N            seed for init and data (default 1)
+  --bucket-mb X       ddp: gradient bucket size in MiB (default 25)
+  --no-overlap        ddp: all-reduce after backward instead of during it
+  --timeout-ms N      every collective fails after this long (default 30000)
+  --no-record         do not record spans/allocation events (memory totals are still measured)
+  --trace PATH        write a Chrome trace (Perfetto, chrome://tracing)
+  --save-init PATH    write the initial weights (safetensors, PyTorch names)
+  --save-final PATH   write the final weights
+  --init-from PATH    start from these weights instead of the seeded init
+  --save-data PATH    write the batches used: x, y as [steps, batch, D]
+  --json              print the summary as one JSON object
+)";
+
+const std::set<std::string> kRunOptions = {"model", "strategy", "world", "batch", "steps",
+                                           "optimizer", "lr", "seed", "bucket-mb", "timeout-ms",
+                                           "trace", "save-init", "save-final", "init-from",
+                                           "save-data"};
+const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json"};
+
+RunConfig config_from(const Args& a) {
+  RunConfig c;
+  c.model = a.str("model", c.model);
+  c.strategy = a.str("strategy", c.strategy);
+  c.world = a.integer("world", c.world);
+  c.batch = a.integer("batch", c.batch);
+  c.steps = a.integer("steps", c.steps);
+  const std::string opt = a.str("optimizer", "adamw");
+  if (opt == "adamw")
+    c.optimizer.kind = OptimizerKind::adamw;
+  else if (opt == "sgd")
+    c.optimizer.kind = OptimizerKind::sgd;
+  else
+    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  c.optimizer.lr = static_cast<float>(a.number("lr", c.optimizer.lr));
+  c.seed = a.u64("seed", c.seed);
+  c.bucket_mb = a.number("bucket-mb", c.bucket_mb);
+  c.overlap = !a.has("no-overlap");
+  c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
+  c.record = !a.has("no-record");
+  return c;
+}
+
+nlohmann::json trace_metadata(const RunConfig& c) {
+  return {{"model", c.model}, {"strategy", c.strategy}, {"world", c.world},
+          {"batch", c.batch}, {"steps", c.steps},       {"seed", c.seed}};
+}
+
+std::vector<Recorder::Snapshot> snapshots(const RunResult& r) {
+  std::vector<Recorder::Snapshot> s;
+  for (const auto& rec : r.recorders) s.push_back(rec->snapshot());
+  return s;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  const Args a(argc, argv, "run", kRunOptions, kRunFlags);
+  if (a.help()) {
+    std::printf(kRunHelp, strategy_names().c_str());
+    return 0;
+  }
+  if (!a.positional().empty())
+    throw ConfigError("unexpected argument '" + a.positional()[0] + "' (see 'shardlab run --help')");
+  const RunConfig cfg = config_from(a);
+  validate(cfg);
+  const ModelLayout layout(ModelSpec::parse(cfg.model));
+
+  // Check every output path before spending time on the run.
+  for (const char* key : {"trace", "save-init", "save-final", "save-data"})
+    if (auto p = a.get(key)) check_writable(*p, std::string("--") + key);
+  if (cfg.record == false && a.has("trace"))
+    throw ConfigError("--trace needs recording (remove --no-record)");
+
+  std::vector<float> init;
+  if (auto p = a.get("init-from"))
+    init = load_params(*p, layout);
+  else
+    init = init_params(layout, cfg.seed);
+  if (auto p = a.get("save-init")) save_params(*p, layout, init);
+  if (auto p = a.get("save-data")) save_data(*p, SyntheticData(layout.dim(), cfg.seed), cfg.steps, cfg.batch);
+
+  const bool json = a.has("json");
+  if (!json)
+    std::printf("shardlab run: %s (%zu params), %s, world %d, batch %d, %d steps, %s lr %g, seed %llu\n",
+                cfg.model.c_str(), layout.total(), cfg.strategy.c_str(), cfg.world, cfg.batch,
+                cfg.steps, to_string(cfg.optimizer.kind), cfg.optimizer.lr,
+                static_cast<unsigned long long>(cfg.seed));
+
+  // Progress on stderr, at most once a second, so long runs show they are alive.
+  RunCallbacks cb;
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  cb.on_step = [&](int step, double loss) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::seconds(1) && step + 1 != cfg.steps) return;
+    if (now - start < std::chrono::seconds(1)) return;
+    last = now;
+    std::fprintf(stderr, "  step %d/%d  loss %.6g\n", step + 1, cfg.steps, loss);
+  };
+  const RunResult r = run_training(cfg, &init, cb);
+
+  if (auto p = a.get("save-final")) save_params(*p, layout, r.final_params);
+  if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(cfg));
+
+  if (json) {
+    nlohmann::json j = summary_json(r);
+    if (auto p = a.get("trace")) j["trace"] = *p;
+    std::cout << j.dump() << "\n";
+  } else {
+    print_summary(r);
+    if (auto p = a.get("trace")) std::printf("  trace written to %s\n", p->c_str());
+  }
+  return 0;
+}
+
+int cmd_demo(int argc, char** argv) {
+  const Args a(argc, argv, "demo", {"out", "steps", "model"}, {});
+  if (a.help()) {
+    std::printf(
+        "usage: shardlab demo [--out DIR] [--steps N] [--model SPEC]\n\n"
+        "Runs every strategy on the same model and data, prints a comparison,\n"
+        "and writes one Chrome trace per strategy into DIR (default shardlab-demo).\n");
+    return 0;
+  }
+  const std::string out = a.str("out", "shardlab-demo");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw ConfigError("cannot create --out '" + out + "': " + ec.message());
+
+  RunConfig base;
+  base.model = a.str("model", "mlp:8x256");
+  base.steps = a.integer("steps", 30);
+  base.batch = 64;
+  std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW, ranks as threads over Gloo (TCP loopback)\n\n",
+              base.model.c_str(), base.batch, base.steps);
+  std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
+              "median step", "peak mem/rank", "sent/rank/step", "trace");
+  for (const StrategyInfo& s : all_strategies()) {
+    RunConfig cfg = base;
+    cfg.strategy = s.name;
+    cfg.world = s.name == "single" ? 1 : 2;
+    const RunResult r = run_training(cfg);
+    const std::string path = out + "/" + s.name + ".trace.json";
+    write_trace(path, snapshots(r), r.t0_ns, trace_metadata(cfg));
+    int64_t peak = 0;
+    double sent = 0;
+    for (const RankReport& rr : r.ranks) {
+      peak = std::max(peak, rr.memory.device.peak_total);
+      sent = std::max(sent, rr.bytes_sent_per_step);
+    }
+    std::printf("%-10s %5d %12.6f %11.3f ms %16s %16s  %s\n", s.name.c_str(), cfg.world,
+                r.losses.back(), r.median_step_ms, human_bytes(peak).c_str(),
+                human_bytes(sent).c_str(), path.c_str());
+  }
+  std::printf("\nTraces written to %s/ — open them in https://ui.perfetto.dev or chrome://tracing.\n",
+              std::filesystem::absolute(out).c_str());
+  return 0;
+}
+
+}  // namespace shardlab::app

@@ -1,0 +1,76 @@
+// Run summaries: final loss, median step time, peak memory per rank by
+// category, bytes sent per rank per step.
+#include "app/summary.h"
+
+#include <cstdio>
+
+#include "core/model.h"
+
+namespace shardlab::app {
+
+std::string human_bytes(double b) {
+  char buf[32];
+  const char* unit[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) {
+    b /= 1024;
+    ++u;
+  }
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
+  return buf;
+}
+
+nlohmann::json summary_json(const RunResult& r) {
+  const RunConfig& c = r.cfg;
+  nlohmann::json j;
+  j["model"] = c.model;
+  j["params"] = ModelLayout(ModelSpec::parse(c.model)).total();
+  j["strategy"] = c.strategy;
+  j["world"] = c.world;
+  j["batch"] = c.batch;
+  j["steps"] = c.steps;
+  j["optimizer"] = to_string(c.optimizer.kind);
+  j["lr"] = c.optimizer.lr;
+  j["seed"] = c.seed;
+  j["device"] = c.device;
+  j["backend"] = c.backend;
+  j["final_loss"] = r.losses.empty() ? 0.0 : r.losses.back();
+  j["losses"] = r.losses;
+  j["median_step_ms"] = r.median_step_ms;
+  j["step_ms"] = r.step_ms;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankReport& rr = r.ranks[i];
+    nlohmann::json peak;
+    for (int k = 0; k < kNumMemCategories; ++k)
+      peak[to_string(static_cast<MemCategory>(k))] = rr.memory.device.peak[k];
+    ranks.push_back({{"rank", i},
+                     {"peak_bytes_by_category", peak},
+                     {"peak_bytes_total", rr.memory.device.peak_total},
+                     {"host_peak_bytes_total", rr.memory.host.peak_total},
+                     {"bytes_sent_per_step", rr.bytes_sent_per_step},
+                     {"median_step_ms", median(rr.step_ms)}});
+  }
+  j["ranks"] = ranks;
+  return j;
+}
+
+void print_summary(const RunResult& r) {
+  const RunConfig& c = r.cfg;
+  std::printf("\nSummary — %s, %s, world %d, batch %d, %d steps\n", c.model.c_str(),
+              c.strategy.c_str(), c.world, c.batch, c.steps);
+  std::printf("  final loss        %.6g\n", r.losses.empty() ? 0.0 : r.losses.back());
+  std::printf("  median step time %8.3f ms\n", r.median_step_ms);
+  std::printf("  peak memory per rank (measured by the allocator), and bytes sent per step:\n");
+  std::printf("    %-5s %11s %11s %11s %11s %11s %11s %11s %13s\n", "rank", "params", "grads",
+              "optimizer", "activations", "comm bufs", "temporary", "peak total", "sent/step");
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    const PoolStats& m = r.ranks[i].memory.device;
+    std::printf("    %-5zu", i);
+    for (int k = 0; k < kNumMemCategories; ++k) std::printf(" %11s", human_bytes(m.peak[k]).c_str());
+    std::printf(" %11s %13s\n", human_bytes(m.peak_total).c_str(),
+                human_bytes(r.ranks[i].bytes_sent_per_step).c_str());
+  }
+}
+
+}  // namespace shardlab::app

@@ -1,0 +1,83 @@
+// Checkpoint and data files on top of the safetensors reader/writer.
+#include "core/checkpoint.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/config.h"
+#include "core/safetensors.h"
+
+namespace shardlab {
+
+namespace {
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+}  // namespace
+
+void save_params(const std::string& path, const ModelLayout& layout, const std::vector<float>& flat) {
+  std::vector<NamedTensor> tensors;
+  for (const ParamInfo& p : layout.params())
+    tensors.push_back({p.name, p.shape,
+                       std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
+  save_safetensors(path, tensors, {{"model", layout.spec().str()}, {"format", "pt"}});
+}
+
+std::vector<float> load_params(const std::string& path, const ModelLayout& layout) {
+  std::vector<NamedTensor> tensors;
+  try {
+    tensors = load_safetensors(path);
+  } catch (const SafetensorsError& e) {
+    throw ConfigError(std::string("--init-from: ") + e.what());
+  }
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t;
+  std::vector<float> flat(layout.total());
+  for (const ParamInfo& p : layout.params()) {
+    auto it = by_name.find(p.name);
+    if (it == by_name.end())
+      throw ConfigError("--init-from '" + path + "' has no tensor '" + p.name + "' (model " +
+                        layout.spec().str() + " needs " + p.name + " " + shape_str(p.shape) + ")");
+    if (it->second->shape != p.shape)
+      throw ConfigError("--init-from '" + path + "': tensor '" + p.name + "' has shape " +
+                        shape_str(it->second->shape) + ", model " + layout.spec().str() +
+                        " needs " + shape_str(p.shape));
+    std::copy(it->second->data.begin(), it->second->data.end(), flat.begin() + p.offset);
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    throw ConfigError("--init-from '" + path + "' has tensor '" + by_name.begin()->first +
+                      "' that model " + layout.spec().str() + " does not have");
+  return flat;
+}
+
+void save_data(const std::string& path, const SyntheticData& data, int steps, int batch) {
+  const int64_t d = data.dim();
+  NamedTensor x{"x", {steps, batch, d}, {}}, y{"y", {steps, batch, d}, {}};
+  x.data.resize(static_cast<size_t>(steps) * batch * d);
+  y.data.resize(x.data.size());
+  for (int s = 0; s < steps; ++s) {
+    const size_t off = static_cast<size_t>(s) * batch * d;
+    data.rows(s, 0, batch, x.data.data() + off, y.data.data() + off);
+  }
+  save_safetensors(path, {x, y}, {{"generator", "shardlab synthetic: x~N(0,1), y=tanh(x T)"}});
+}
+
+void check_writable(const std::string& path, const std::string& what) {
+  const bool existed = std::filesystem::exists(path);
+  if (existed && std::filesystem::is_directory(path))
+    throw ConfigError("cannot write " + what + " '" + path + "': it is a directory (valid: a file path)");
+  std::ofstream f(path, std::ios::app);
+  if (!f)
+    throw ConfigError("cannot write " + what + " '" + path + "': " + std::strerror(errno) +
+                      " (valid: a file path in a writable directory)");
+  f.close();
+  if (!existed) std::filesystem::remove(path);
+}
+
+}  // namespace shardlab

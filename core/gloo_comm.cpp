@@ -1,0 +1,768 @@
+// The Gloo backend of Comm: ranks are threads sharing one rendezvous store and
+// one TCP device on 127.0.0.1. The only file that includes Gloo headers.
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "core/clock.h"
+#include "core/comm.h"
+
+namespace shardlab {
+
+// ---------------------------------------------------------------------------
+// FailureBoard, Work, even_counts
+
+void FailureBoard::report(int rank, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failures_.emplace_back(rank, what);
+}
+
+std::string FailureBoard::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (const auto& [rank, what] : failures_) {
+    if (!out.empty()) out += "; ";
+    out += "rank " + std::to_string(rank) + " failed: " + what;
+  }
+  return out;
+}
+
+bool FailureBoard::any() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !failures_.empty();
+}
+
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  std::exception_ptr error;  // always a CommError
+  // Point-to-point ops complete in wait() (waitSend/waitRecv on the caller's
+  // thread); collectives leave this empty and are finished by the worker.
+  std::function<void()> complete;
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      error = std::move(e);
+      finished = true;
+    }
+    cv.notify_all();
+  }
+};
+
+void Work::wait() {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (state_->complete) {
+    // Completed under the lock so that a second waiter blocks until it is done.
+    auto complete = std::move(state_->complete);
+    state_->complete = nullptr;
+    try {
+      complete();
+    } catch (...) {
+      state_->error = std::current_exception();
+    }
+    state_->finished = true;
+    state_->cv.notify_all();
+  }
+  state_->cv.wait(lock, [&] { return state_->finished; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::done() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->finished;
+}
+
+std::vector<size_t> even_counts(size_t total, int world) {
+  if (world <= 0) throw std::invalid_argument("even_counts: world must be positive");
+  std::vector<size_t> counts(world, total / world);
+  for (size_t i = 0; i < total % world; ++i) ++counts[i];
+  return counts;
+}
+
+namespace {
+
+// Gloo builds its slots as (prefix << 56) | (tag << 24) with prefixes 0x01-0x08;
+// our own algorithms use prefixes far from those so they can never match.
+constexpr uint64_t kReduceScatterSlot = 0xF1ull << 56;
+constexpr uint64_t kP2PSlot = 0xF2ull << 56;
+
+void sum_f32(void* out, const void* a, const void* b, size_t n) {
+  // No __restrict: Gloo passes out == a.
+  float* o = static_cast<float*>(out);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+// Sends made by `rank` in Gloo's options-style broadcast. gloo/broadcast.cc is a
+// binomial tree (not one-to-all): the root sends ceil(log2 W) times, inner ranks
+// forward, leaves send nothing, W-1 sends in all. This mirrors its loop.
+int64_t broadcast_sends(int rank, int root, int world) {
+  const size_t vsize = world;
+  const size_t vrank = (rank - root + world) % world;
+  size_t dim = 0;
+  while ((size_t{1} << dim) < vsize) ++dim;
+  size_t mask = (size_t{1} << dim) - 1;
+  int64_t sends = 0;
+  for (size_t i = 0; i < dim; ++i) {
+    mask ^= size_t{1} << i;
+    if ((vrank & mask) != 0) continue;
+    const size_t vpeer = vrank ^ (size_t{1} << i);
+    if (vpeer >= vsize) continue;
+    if ((vrank & (size_t{1} << i)) == 0) ++sends;
+  }
+  return sends;
+}
+
+// Gloo messages carry "[/path/file.cc:123] " prefixes and sometimes newlines;
+// a CommError is one readable line.
+std::string clean_gloo_message(std::string msg) {
+  for (size_t open = msg.find('['); open != std::string::npos; open = msg.find('[', open)) {
+    const size_t close = msg.find("] ", open);
+    if (close == std::string::npos) break;
+    const std::string inside = msg.substr(open, close - open);
+    if (inside.find(':') != std::string::npos && inside.find('/') != std::string::npos) {
+      msg.erase(open, close + 2 - open);
+    } else {
+      open = close;
+    }
+  }
+  std::replace(msg.begin(), msg.end(), '\n', ' ');
+  while (!msg.empty() && msg.back() == ' ') msg.pop_back();
+  return msg;
+}
+
+bool mentions_timeout(const std::string& msg) {
+  std::string lower = msg;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+// A reusable scratch buffer: accounted in the allocator when there is one.
+class Scratch {
+ public:
+  void* ensure(Allocator* alloc, const char* name, size_t bytes) {
+    if (bytes <= capacity_) return ptr_;
+    if (alloc) {
+      tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32);
+      ptr_ = tensor_.raw();
+      capacity_ = tensor_.bytes();
+    } else {
+      vec_.assign(bytes, 0);
+      ptr_ = vec_.data();
+      capacity_ = bytes;
+    }
+    return ptr_;
+  }
+
+ private:
+  Tensor tensor_;
+  std::vector<uint8_t> vec_;
+  void* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+struct OpInfo {
+  SpanKind kind = SpanKind::other;
+  int64_t bytes = 0;  // this rank's payload, as recorded on the span
+  CommMeta meta;
+  int peer = -1;  // send/recv only
+  int tag = -1;
+  uint64_t flow_id = 0;
+};
+
+class GlooComm final : public Comm {
+ public:
+  GlooComm(int rank, int world, std::shared_ptr<gloo::Context> ctx,
+           std::chrono::milliseconds timeout, const FailureBoard& board, Recorder* recorder,
+           Allocator* alloc)
+      : rank_(rank),
+        world_(world),
+        ctx_(std::move(ctx)),
+        timeout_(timeout),
+        board_(board),
+        recorder_(recorder),
+        alloc_(alloc),
+        sent_to_(world, 0),
+        received_from_(world, 0) {
+    worker_ = std::thread([this] { worker_loop(); });
+  }
+
+  ~GlooComm() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+    cancel_unwaited_p2p();
+  }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string backend_name() const override { return "gloo"; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  CommStats stats() const override {
+    return CommStats{bytes_sent_.load(std::memory_order_relaxed),
+                     ops_.load(std::memory_order_relaxed)};
+  }
+
+  Work all_reduce_async(void* buf, size_t count, DType dt, CommMeta meta) override {
+    const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
+    OpInfo op{SpanKind::all_reduce, bytes, meta};
+    require_f32(op, dt);
+    return enqueue(op, [this, buf, count, bytes](uint64_t seq) {
+      if (world_ == 1 || count == 0) return;
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setOutput(static_cast<float*>(buf), count);
+      opts.setReduceFunction(&sum_f32);
+      opts.setTag(static_cast<uint32_t>(seq));
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+      // Ring: a reduce-scatter then an all-gather, each sending (W-1)/W of the buffer.
+      add_sent(2 * (world_ - 1) * bytes / world_);
+    });
+  }
+
+  Work reduce_scatter_async(void* in_full, void* out_chunk, std::vector<size_t> counts, DType dt,
+                            CommMeta meta) override {
+    check_counts("reduce_scatter", counts);
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    OpInfo op{SpanKind::reduce_scatter, static_cast<int64_t>(total * dtype_size(dt)), meta};
+    require_f32(op, dt);
+    return enqueue(op, [this, in_full, out_chunk, counts = std::move(counts)](uint64_t seq) {
+      ring_reduce_scatter(static_cast<float*>(in_full), static_cast<float*>(out_chunk), counts,
+                          seq);
+    });
+  }
+
+  Work all_gather_async(const void* in_chunk, void* out_full, std::vector<size_t> counts, DType dt,
+                        CommMeta meta) override {
+    check_counts("all_gather", counts);
+    const size_t es = dtype_size(dt);
+    std::vector<size_t> byte_counts(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) byte_counts[i] = counts[i] * es;
+    const size_t total = std::accumulate(byte_counts.begin(), byte_counts.end(), size_t{0});
+    OpInfo op{SpanKind::all_gather, static_cast<int64_t>(total), meta};
+    return enqueue(
+        op, [this, in_chunk, out_full, byte_counts = std::move(byte_counts), total](uint64_t seq) {
+          auto* out = static_cast<uint8_t*>(out_full);
+          const auto* in = static_cast<const uint8_t*>(in_chunk);
+          const size_t offset =
+              std::accumulate(byte_counts.begin(), byte_counts.begin() + rank_, size_t{0});
+          const bool in_place = in == out + offset;
+          if (world_ == 1) {
+            if (!in_place && byte_counts[0] > 0) std::memmove(out, in, byte_counts[0]);
+            return;
+          }
+          if (total == 0) return;
+          // Gloo's allgatherv takes bytes as elements; the dtype does not matter to a copy.
+          gloo::AllgathervOptions opts(ctx_);
+          if (!in_place && byte_counts[rank_] > 0) {
+            opts.setInput(const_cast<uint8_t*>(in), byte_counts[rank_]);
+          }
+          opts.setOutput(out, byte_counts);
+          opts.setTag(static_cast<uint32_t>(seq));
+          opts.setTimeout(timeout_);
+          gloo::allgatherv(opts);
+          // Ring: every chunk but the next rank's own passes through this rank once.
+          add_sent(static_cast<int64_t>(total - byte_counts[(rank_ + 1) % world_]));
+        });
+  }
+
+  Work broadcast_async(void* buf, size_t count, DType dt, int root, CommMeta meta) override {
+    const size_t bytes = count * dtype_size(dt);
+    OpInfo op{SpanKind::broadcast, static_cast<int64_t>(bytes), meta};
+    check_rank(op, root, "root");
+    return enqueue(op, [this, buf, bytes, root](uint64_t seq) {
+      if (world_ == 1 || bytes == 0) return;
+      gloo::BroadcastOptions opts(ctx_);
+      opts.setOutput(static_cast<uint8_t*>(buf), bytes);
+      opts.setRoot(root);
+      opts.setTag(static_cast<uint32_t>(seq));
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+      add_sent(broadcast_sends(rank_, root, world_) * static_cast<int64_t>(bytes));
+    });
+  }
+
+  Work reduce_async(void* buf, size_t count, DType dt, int root, CommMeta meta) override {
+    const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
+    OpInfo op{SpanKind::reduce, bytes, meta};
+    require_f32(op, dt);
+    check_rank(op, root, "root");
+    return enqueue(op, [this, buf, count, bytes, root](uint64_t seq) {
+      if (world_ == 1 || count == 0) return;
+      gloo::ReduceOptions opts(ctx_);
+      float* data = static_cast<float*>(buf);
+      if (rank_ == root) {
+        opts.setOutput(data, count);  // in place
+      } else {
+        // Gloo's reduce writes partial sums into the output on every rank; the
+        // contract is that non-root buffers stay as they were, hence a scratch output.
+        auto* scratch = static_cast<float*>(
+            reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * sizeof(float)));
+        opts.setInput(data, count);
+        opts.setOutput(scratch, count);
+      }
+      opts.setRoot(root);
+      opts.setReduceFunction(&sum_f32);
+      opts.setTag(static_cast<uint32_t>(seq));
+      opts.setTimeout(timeout_);
+      gloo::reduce(opts);
+      // Gloo's reduce is a ring reduce-scatter ((W-1)/W of the buffer) followed by
+      // every non-root sending its reduced chunk (1/W) to the root.
+      add_sent((world_ - 1) * bytes / world_ + (rank_ == root ? 0 : bytes / world_));
+    });
+  }
+
+  Work barrier_async() override {
+    OpInfo op{SpanKind::barrier, 0, {}};
+    return enqueue(op, [this](uint64_t seq) {
+      if (world_ == 1) return;
+      gloo::BarrierOptions opts(ctx_);
+      opts.setTag(static_cast<uint32_t>(seq));
+      opts.setTimeout(timeout_);
+      gloo::barrier(opts);
+    });
+  }
+
+  Work send_async(const void* buf, size_t bytes, int dst, int tag, CommMeta meta) override {
+    return post_p2p(SpanKind::send, const_cast<void*>(buf), bytes, dst, tag, meta);
+  }
+
+  Work recv_async(void* buf, size_t bytes, int src, int tag, CommMeta meta) override {
+    return post_p2p(SpanKind::recv, buf, bytes, src, tag, meta);
+  }
+
+ private:
+  struct Task {
+    std::shared_ptr<Work::State> state;
+    OpInfo op;
+    uint64_t seq = 0;
+    std::function<void(uint64_t)> body;
+  };
+
+  void add_sent(int64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+
+  std::string op_prefix(const OpInfo& op) const {
+    std::ostringstream os;
+    os << "rank " << rank_ << ": " << to_string(op.kind) << " of " << op.bytes << " bytes";
+    if (op.kind == SpanKind::send || op.kind == SpanKind::recv) os << " (tag " << op.tag << ")";
+    return os.str();
+  }
+
+  void require_f32(const OpInfo& op, DType dt) const {
+    if (dt != DType::f32) {
+      throw CommError(op_prefix(op) + ": dtype " + to_string(dt) + " not supported yet (f32 only)");
+    }
+  }
+
+  void check_rank(const OpInfo& op, int r, const char* what) const {
+    if (r < 0 || r >= world_) {
+      throw CommError(op_prefix(op) + ": " + what + " " + std::to_string(r) +
+                      " is not a rank of a group of " + std::to_string(world_));
+    }
+  }
+
+  void check_counts(const char* name, const std::vector<size_t>& counts) const {
+    if (counts.size() != static_cast<size_t>(world_)) {
+      throw CommError("rank " + std::to_string(rank_) + ": " + name + " needs " +
+                      std::to_string(world_) + " counts, got " + std::to_string(counts.size()));
+    }
+  }
+
+  // Composes the one-line error for a failed op; waits briefly for a peer's
+  // failure report, since the peer that died usually reports just after we time out.
+  std::string describe_failure(const OpInfo& op, const std::string& detail) const {
+    std::ostringstream os;
+    os << op_prefix(op);
+    if (mentions_timeout(detail)) {
+      os << " timed out after " << timeout_.count() << " ms";
+      if (op.peer >= 0) os << " waiting for rank " << op.peer;
+    } else {
+      if (op.peer >= 0) os << (op.kind == SpanKind::send ? " to" : " from") << " rank " << op.peer;
+      os << " failed: " << detail;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!board_.any() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const std::string others = board_.describe();
+    os << " (" << (others.empty() ? "no rank reported a failure" : others) << ")";
+    return os.str();
+  }
+
+  // Call inside a catch block: turns whatever Gloo threw into a CommError.
+  std::exception_ptr translate_current(const OpInfo& op) const {
+    std::string detail;
+    try {
+      throw;
+    } catch (const CommError&) {
+      return std::current_exception();
+    } catch (const gloo::IoException& e) {
+      detail = e.what();
+    } catch (const gloo::Exception& e) {
+      detail = e.what();
+    } catch (const gloo::EnforceNotMet& e) {
+      detail = e.what();
+    } catch (const std::exception& e) {
+      detail = e.what();
+    } catch (...) {
+      detail = "unknown error";
+    }
+    return std::make_exception_ptr(CommError(describe_failure(op, clean_gloo_message(detail))));
+  }
+
+  // After a failure the peers' sequence numbers no longer line up with ours, so
+  // a later op could match stale messages: refuse every op that follows.
+  void mark_broken(const std::exception_ptr& e) {
+    std::string what;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.empty()) broken_ = what;
+  }
+
+  std::string broken_reason() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_;
+  }
+
+  void record(const OpInfo& op, int64_t t_begin, int64_t t_end) {
+    if (!recorder_) return;
+    Span span;
+    span.t_begin_ns = t_begin;
+    span.t_end_ns = t_end;
+    span.rank = rank_;
+    span.lane = Lane::comm;
+    span.kind = op.kind;
+    span.layer = op.meta.layer;
+    span.micro_batch = op.meta.micro_batch;
+    span.bytes = op.bytes;
+    span.peer = op.peer;
+    span.flow_id = op.flow_id;
+    recorder_->add_span(span);
+  }
+
+  // ---- collectives: FIFO on one worker thread, like a stream -------------
+
+  Work enqueue(const OpInfo& op, std::function<void(uint64_t)> body) {
+    auto state = std::make_shared<Work::State>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) throw CommError(op_prefix(op) + ": comm is being destroyed");
+      // Every rank issues collectives in the same order, so equal sequence
+      // numbers (used as Gloo tags) name the same collective on every rank.
+      queue_.push_back(Task{state, op, next_seq_++, std::move(body)});
+    }
+    cv_.notify_one();
+    return Work(state);
+  }
+
+  void worker_loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (stopping_) {
+          // Destroyed with work still queued: it never ran, and says so.
+          for (auto& t : queue_) {
+            t.state->finish(std::make_exception_ptr(
+                CommError(op_prefix(t.op) + ": not run, the comm was destroyed first")));
+          }
+          queue_.clear();
+          return;
+        }
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      run(task);
+    }
+  }
+
+  void run(Task& task) {
+    if (const std::string broken = broken_reason(); !broken.empty()) {
+      task.state->finish(std::make_exception_ptr(
+          CommError(op_prefix(task.op) + ": not run, an earlier op failed: " + broken)));
+      return;
+    }
+    std::exception_ptr error;
+    const int64_t t_begin = now_ns();
+    try {
+      task.body(task.seq);
+      ops_.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
+      error = translate_current(task.op);
+    }
+    record(task.op, t_begin, now_ns());
+    if (error) mark_broken(error);
+    task.body = nullptr;  // drop captured buffers before anyone is woken
+    task.state->finish(error);
+  }
+
+  // Ring reduce-scatter on unbound buffers. Gloo has no options-style
+  // reduce-scatter, and its old ReduceScatterHalvingDoubling class slows every
+  // later call on the same context 20-100x. At step s rank r receives chunk
+  // (r-s-2) from prev, sends its partial sum of chunk (r-s-1) to next, and adds
+  // what it received; after W-1 steps chunk r holds the sum over all ranks.
+  void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts, uint64_t seq) {
+    const int w = world_;
+    std::vector<size_t> offsets(w, 0);
+    for (int i = 1; i < w; ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+    const size_t total = offsets[w - 1] + counts[w - 1];
+    if (w > 1 && total > 0) {
+      const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
+      auto* scratch = static_cast<float*>(
+          rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * sizeof(float)));
+      auto in_buf = ctx_->createUnboundBuffer(in, total * sizeof(float));
+      auto tmp_buf = ctx_->createUnboundBuffer(scratch, max_chunk * sizeof(float));
+      const int next = (rank_ + 1) % w;
+      const int prev = (rank_ + w - 1) % w;
+      for (int s = 0; s < w - 1; ++s) {
+        const int recv_idx = ((rank_ - s - 2) % w + w) % w;
+        const int send_idx = ((rank_ - s - 1) % w + w) % w;
+        const uint64_t slot =
+            kReduceScatterSlot | ((seq & 0xFFFFFFFFFFFFull) << 8) | static_cast<uint64_t>(s);
+        const size_t recv_bytes = counts[recv_idx] * sizeof(float);
+        const size_t send_bytes = counts[send_idx] * sizeof(float);
+        // Empty chunks are skipped on both sides: both know every count.
+        if (recv_bytes > 0) tmp_buf->recv(prev, slot, 0, recv_bytes);
+        if (send_bytes > 0) {
+          in_buf->send(next, slot, offsets[send_idx] * sizeof(float), send_bytes);
+        }
+        if (recv_bytes > 0) {
+          if (!tmp_buf->waitRecv(timeout_)) throw CommError(op_name_abort("recv"));
+          float* acc = in + offsets[recv_idx];
+          sum_f32(acc, acc, scratch, counts[recv_idx]);
+        }
+        if (send_bytes > 0) {
+          if (!in_buf->waitSend(timeout_)) throw CommError(op_name_abort("send"));
+          add_sent(static_cast<int64_t>(send_bytes));
+        }
+      }
+    }
+    const float* mine = in + std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0});
+    if (counts[rank_] > 0 && mine != out) std::memmove(out, mine, counts[rank_] * sizeof(float));
+  }
+
+  std::string op_name_abort(const char* what) const {
+    return "rank " + std::to_string(rank_) + ": reduce_scatter " + what + " was aborted";
+  }
+
+  // ---- point-to-point: posted on the caller's thread ------------------------
+  // Posting never blocks, so two ranks that both send and then receive do not
+  // deadlock; the wait (and its timeout) happens in Work::wait().
+
+  Work post_p2p(SpanKind kind, void* buf, size_t bytes, int peer, int tag, CommMeta meta) {
+    const bool is_send = kind == SpanKind::send;
+    OpInfo op{kind, static_cast<int64_t>(bytes), meta, peer, tag};
+    check_rank(op, peer, "peer");
+    if (peer == rank_) throw CommError(op_prefix(op) + ": peer is this rank");
+    if (tag < 0) throw CommError(op_prefix(op) + ": tag must be >= 0");
+    auto state = std::make_shared<Work::State>();
+    if (const std::string broken = broken_reason(); !broken.empty()) {
+      state->finish(std::make_exception_ptr(
+          CommError(op_prefix(op) + ": not posted, an earlier op failed: " + broken)));
+      return Work(state);
+    }
+    std::shared_ptr<gloo::transport::UnboundBuffer> ubuf = ctx_->createUnboundBuffer(buf, bytes);
+    const uint64_t slot = kP2PSlot | static_cast<uint32_t>(tag);
+    const int64_t t_begin = now_ns();
+    std::exception_ptr post_error;
+    {
+      // The message number is taken under the same lock as the post, so that
+      // numbering and Gloo's in-order matching agree even with several posters.
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      const int src = is_send ? rank_ : peer;
+      const int dst = is_send ? peer : rank_;
+      const uint64_t n = is_send ? ++sent_to_[peer] : ++received_from_[peer];
+      op.flow_id = (static_cast<uint64_t>(src + 1) << 48) | (static_cast<uint64_t>(dst + 1) << 32) |
+                   (n & 0xFFFFFFFFull);
+      try {
+        if (is_send) {
+          ubuf->send(peer, slot);
+        } else {
+          ubuf->recv(peer, slot);
+        }
+      } catch (...) {
+        post_error = std::current_exception();
+      }
+    }
+    if (post_error) {
+      std::exception_ptr error;
+      try {
+        std::rethrow_exception(post_error);
+      } catch (...) {
+        error = translate_current(op);  // outside p2p_mu_: it may wait for a failure report
+      }
+      mark_broken(error);
+      state->finish(error);
+      return Work(state);
+    }
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->complete = [this, ubuf, op, t_begin, is_send] {
+        std::exception_ptr error;
+        try {
+          const bool ok = is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_);
+          if (!ok) throw CommError(op_prefix(op) + ": aborted");
+          if (is_send) add_sent(op.bytes);
+          ops_.fetch_add(1, std::memory_order_relaxed);
+        } catch (...) {
+          error = translate_current(op);
+        }
+        record(op, t_begin, now_ns());
+        if (error) {
+          mark_broken(error);
+          std::rethrow_exception(error);
+        }
+      };
+    }
+    {
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      std::erase_if(unwaited_p2p_, [](const std::weak_ptr<Work::State>& w) { return w.expired(); });
+      unwaited_p2p_.push_back(state);
+    }
+    return Work(state);
+  }
+
+  // Sends/recvs that were posted but never waited on hold a Gloo buffer and a
+  // pointer to this comm: fail them now so a late wait() cannot touch either.
+  void cancel_unwaited_p2p() {
+    std::vector<std::shared_ptr<Work::State>> pending;
+    {
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      for (auto& w : unwaited_p2p_) {
+        if (auto s = w.lock()) pending.push_back(std::move(s));
+      }
+      unwaited_p2p_.clear();
+    }
+    for (auto& s : pending) {
+      std::function<void()> dropped;
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        if (s->finished) continue;
+        dropped = std::move(s->complete);
+        s->complete = nullptr;
+        s->error = std::make_exception_ptr(
+            CommError("rank " + std::to_string(rank_) +
+                      ": send/recv never waited on before the comm was destroyed"));
+        s->finished = true;
+      }
+      s->cv.notify_all();
+    }
+  }
+
+  const int rank_;
+  const int world_;
+  std::shared_ptr<gloo::Context> ctx_;
+  const std::chrono::milliseconds timeout_;
+  const FailureBoard& board_;
+  Recorder* const recorder_;
+  Allocator* const alloc_;
+
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> ops_{0};
+
+  // Worker queue; mu_ also guards broken_.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  uint64_t next_seq_ = 1;
+  std::string broken_;
+
+  std::mutex p2p_mu_;
+  std::vector<uint64_t> sent_to_;        // messages posted to each rank
+  std::vector<uint64_t> received_from_;  // receives posted from each rank
+  std::vector<std::weak_ptr<Work::State>> unwaited_p2p_;
+
+  // Touched only by the worker thread.
+  Scratch rs_scratch_;
+  Scratch reduce_scratch_;
+
+  std::thread worker_;  // last: starts after everything above exists
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// GlooGroup
+
+struct GlooGroup::Impl {
+  gloo::rendezvous::HashStore hash_store;
+  std::unique_ptr<gloo::rendezvous::PrefixStore> store;
+  // One device means one event loop thread for every rank of the process.
+  std::shared_ptr<gloo::transport::Device> device;
+};
+
+GlooGroup::GlooGroup(int world, GlooGroupOptions options)
+    : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
+  if (world <= 0)
+    throw CommError("GlooGroup: world must be positive, got " + std::to_string(world));
+  // A unique prefix per group keeps keys apart if a store is ever shared.
+  static std::atomic<uint64_t> next_group{0};
+  impl_->store = std::make_unique<gloo::rendezvous::PrefixStore>(
+      "shardlab.group." + std::to_string(next_group.fetch_add(1)), impl_->hash_store);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  try {
+    impl_->device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw CommError(std::string("GlooGroup: cannot create a TCP device on 127.0.0.1: ") +
+                    clean_gloo_message(e.what()));
+  }
+}
+
+GlooGroup::~GlooGroup() = default;
+
+std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator* alloc) {
+  if (rank < 0 || rank >= world_) {
+    throw CommError("GlooGroup::connect: rank " + std::to_string(rank) +
+                    " is not a rank of a group of " + std::to_string(world_));
+  }
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world_);
+  ctx->setTimeout(options_.timeout);
+  try {
+    ctx->connectFullMesh(*impl_->store, impl_->device);
+  } catch (const std::exception& e) {
+    const std::string others = failures_.describe();
+    throw CommError("rank " + std::to_string(rank) + ": connecting to a group of " +
+                    std::to_string(world_) + " failed: " + clean_gloo_message(e.what()) +
+                    (others.empty() ? "" : " (" + others + ")"));
+  }
+  return std::make_unique<GlooComm>(rank, world_, std::move(ctx), options_.timeout, failures_,
+                                    recorder, alloc);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,66 @@
+// A run of consecutive layers [first, last) held in full on this rank: their
+// parameters and gradients (one accounted tensor per PyTorch parameter), and
+// the activations each micro-batch keeps between its forward and backward.
+// `single` and `ddp` hold the whole model; a pipeline stage holds a slice.
+#pragma once
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/recorder.h"
+
+namespace shardlab {
+
+class LayerStack {
+ public:
+  LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc, Recorder* rec,
+             const std::vector<float>& init_flat);
+
+  int first() const { return first_; }
+  int last() const { return last_; }
+
+  // Runs the layers on in[rows, D]. `in` must stay valid until backward(mb).
+  // Returns the output [rows, D], kept until backward(mb) frees it.
+  const float* forward(const float* in, int rows, int mb = -1);
+
+  // dout[rows, D] is the gradient of the output of forward(mb). Parameter
+  // gradients accumulate (+=). Each layer's activations are freed as soon as
+  // its backward is done, then on_layer_done(layer) runs: that is where DDP
+  // starts the all-reduce of a full bucket. Returns the gradient of the
+  // input when want_dinput (a pipeline stage sends it back), else an empty tensor.
+  Tensor backward(const float* dout, int mb, bool want_dinput,
+                  const std::function<void(int layer)>& on_layer_done = {});
+
+  void zero_grads();
+  float* weight(int layer) { return params_[2 * (layer - first_)].data<float>(); }
+  float* bias(int layer) { return params_[2 * (layer - first_) + 1].data<float>(); }
+  float* weight_grad(int layer) { return grads_[2 * (layer - first_)].data<float>(); }
+  float* bias_grad(int layer) { return grads_[2 * (layer - first_) + 1].data<float>(); }
+
+  // Every parameter of the stack, in model order, for the optimizer.
+  std::vector<Optimizer::Range> ranges() const;
+  std::vector<float*> param_ptrs();
+  std::vector<const float*> grad_ptrs() const;
+  std::vector<float*> grad_ptrs_mut();
+  // Writes this stack's parameters at their offsets of a full flat vector.
+  void copy_params_to(std::vector<float>& flat) const;
+
+ private:
+  struct Saved {  // what one micro-batch keeps for backward
+    const float* input = nullptr;
+    int rows = 0;
+    std::vector<Tensor> pre;  // pre-GELU values per layer (empty tensor for the last model layer)
+    std::vector<Tensor> out;  // output per layer
+  };
+  const ModelLayout& layout_;
+  int first_, last_;
+  Allocator& alloc_;
+  Recorder* rec_;
+  std::vector<Tensor> params_, grads_;
+  std::map<int, Saved> saved_;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,119 @@
+// The embedded launcher: ranks are threads of this process, connected through
+// one Gloo group. Each rank owns its device backend, allocator, recorder and
+// communicator; nothing is shared between ranks but the Gloo group and the
+// result slots each rank writes alone.
+#include "core/runner.h"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include "core/layer_stack.h"
+#include "core/strategy.h"
+#include "kernels/cpu.h"
+
+namespace shardlab {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks) {
+  validate(cfg);
+  const StrategyInfo& info = *find_strategy(cfg.strategy);
+  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const SyntheticData data(layout.dim(), cfg.seed);
+  const std::vector<float> seeded = initial ? std::vector<float>{} : init_params(layout, cfg.seed);
+  const std::vector<float>& init = initial ? *initial : seeded;
+  if (init.size() != layout.total())
+    throw ConfigError("initial parameters have " + std::to_string(init.size()) +
+                      " values, model " + cfg.model + " needs " + std::to_string(layout.total()));
+
+  const int world = cfg.world;
+  RunResult result;
+  result.cfg = cfg;
+  result.ranks.resize(world);
+  for (int r = 0; r < world; ++r) result.recorders.push_back(std::make_shared<Recorder>(r, cfg.record));
+
+  GlooGroup group(world, GlooGroupOptions{std::chrono::milliseconds(cfg.timeout_ms)});
+  std::vector<LossShare> shares(static_cast<size_t>(cfg.steps) * world);
+  std::vector<std::atomic<int>> reported(cfg.steps);
+  std::vector<std::string> errors(world);
+  result.t0_ns = now_ns();
+
+  auto rank_main = [&](int rank) {
+    kernels::set_single_threaded_blas();
+    Recorder* rec = result.recorders[rank].get();
+    std::unique_ptr<DeviceBackend> device = make_cpu_backend();
+    Allocator alloc(*device, rec);
+    std::unique_ptr<Comm> comm;
+    std::unique_ptr<Strategy> strategy;
+    try {
+      if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
+      comm = group.connect(rank, rec, &alloc);
+      RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get()};
+      strategy = info.make();
+      strategy->setup(env, init);
+      const int64_t sent_before = comm->stats().bytes_sent;
+      RankReport& report = result.ranks[rank];
+      for (int s = 0; s < cfg.steps; ++s) {
+        rec->set_step(s);
+        const int64_t t0 = now_ns();
+        shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
+        report.step_ms.push_back((now_ns() - t0) / 1e6);
+        // The last rank to finish a step reports its global loss.
+        if (reported[s].fetch_add(1) + 1 == world && callbacks.on_step) {
+          double sum = 0;
+          int64_t count = 0;
+          for (int r = 0; r < world; ++r) {
+            sum += shares[static_cast<size_t>(s) * world + r].sum;
+            count += shares[static_cast<size_t>(s) * world + r].count;
+          }
+          callbacks.on_step(s, count ? sum / count : 0.0);
+        }
+      }
+      report.bytes_sent_per_step =
+          static_cast<double>(comm->stats().bytes_sent - sent_before) / cfg.steps;
+      report.memory = alloc.stats();
+      rec->set_step(-1);
+      std::vector<float> params = strategy->export_params();
+      if (rank == 0) result.final_params = std::move(params);
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+      group.failures().report(rank, e.what());
+    }
+    // The strategy's tensors go back to this rank's allocator before it dies;
+    // the communicator closes, so peers blocked on this rank fail fast.
+    strategy.reset();
+    comm.reset();
+  };
+
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
+  for (std::thread& t : threads) t.join();
+
+  if (group.failures().any()) throw RunError(group.failures().describe());
+
+  result.losses.resize(cfg.steps);
+  result.step_ms.resize(cfg.steps);
+  for (int s = 0; s < cfg.steps; ++s) {
+    double sum = 0;
+    int64_t count = 0;
+    double slowest = 0;
+    for (int r = 0; r < world; ++r) {
+      sum += shares[static_cast<size_t>(s) * world + r].sum;
+      count += shares[static_cast<size_t>(s) * world + r].count;
+      slowest = std::max(slowest, result.ranks[r].step_ms[s]);
+    }
+    result.losses[s] = count ? sum / count : 0.0;
+    result.step_ms[s] = slowest;
+  }
+  result.median_step_ms = median(result.step_ms);
+  return result;
+}
+
+}  // namespace shardlab

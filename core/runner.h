@@ -1,0 +1,54 @@
+// Runs a configuration: one thread per rank, real Gloo between them, every
+// rank with its own allocator and recorder. Returns losses, timings, memory,
+// traffic and the final weights.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/memory.h"
+#include "core/recorder.h"
+
+namespace shardlab {
+
+// A run that failed at run time (a rank threw, a collective timed out).
+class RunError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RankReport {
+  MemStats memory;                 // peaks over the whole run
+  std::vector<double> step_ms;     // this rank's wall time per step
+  double bytes_sent_per_step = 0;  // wire bytes, training steps only (setup excluded)
+};
+
+struct RunResult {
+  RunConfig cfg;
+  std::vector<double> losses;   // global loss per step
+  std::vector<double> step_ms;  // per step, the slowest rank's time
+  double median_step_ms = 0;
+  std::vector<float> final_params;  // flat, model order
+  std::vector<RankReport> ranks;
+  std::vector<std::shared_ptr<Recorder>> recorders;
+  int64_t t0_ns = 0;  // run start, the zero of the trace
+};
+
+struct RunCallbacks {
+  std::function<void(int step, double loss)> on_step;  // from a rank thread, after each step
+  // Rank threads call this at their start: a test can make a rank fail.
+  std::function<void(int rank)> on_rank_start;
+};
+
+double median(std::vector<double> v);
+
+// Validates, then runs. init_params (flat, model order) replaces the seeded
+// init when given. Throws ConfigError for bad settings, RunError on failure.
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial = nullptr,
+                       const RunCallbacks& callbacks = {});
+
+}  // namespace shardlab

@@ -1,0 +1,66 @@
+// The Strategy interface and the registry of strategies by name. The same
+// strategy object runs on every rank (SPMD), knowing only its RankEnv.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/data.h"
+#include "core/memory.h"
+#include "core/model.h"
+#include "core/recorder.h"
+
+namespace shardlab {
+
+// What one rank sees: its place in the group and its own device, allocator,
+// recorder and communicator. A value per rank, never a global.
+struct RankEnv {
+  int rank = 0;
+  int world = 1;
+  const RunConfig& cfg;
+  const ModelLayout& layout;
+  const SyntheticData& data;
+  DeviceBackend& device;
+  Allocator& alloc;
+  Recorder* rec;  // may be null (recording off)
+  Comm* comm;     // null for strategies that do not communicate
+};
+
+// A rank's share of the step's loss: the global loss is Σsum / Σcount over ranks
+// (count = samples this rank computed the loss for; 0 on ranks without a loss).
+struct LossShare {
+  double sum = 0;
+  int64_t count = 0;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // Allocate and fill this rank's state from the full initial parameters.
+  virtual void setup(RankEnv& env, const std::vector<float>& init_params) = 0;
+  virtual LossShare step(int step) = 0;
+  // Collective: the full flat parameters on rank 0 (other ranks may return {}).
+  virtual std::vector<float> export_params() = 0;
+};
+
+struct StrategyInfo {
+  std::string name;
+  std::string summary;  // one line for --help and the UI
+  std::function<std::unique_ptr<Strategy>()> make;
+  // Checks settings this strategy cannot run with; throws ConfigError.
+  std::function<void(const RunConfig&)> validate;
+};
+
+// Registration happens from each strategy file's static initialiser.
+bool register_strategy(StrategyInfo info);
+const std::vector<StrategyInfo>& all_strategies();
+const StrategyInfo* find_strategy(const std::string& name);
+std::string strategy_names();  // "single, ddp, ..."
+
+// validate_common + the strategy's own checks; throws ConfigError.
+void validate(const RunConfig& cfg);
+
+}  // namespace shardlab

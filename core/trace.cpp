@@ -1,0 +1,199 @@
+// Chrome Trace Event export: ranks become processes, lanes become threads, allocations
+// become per-category memory counters, and matched send/recv spans become flow arrows.
+#include "core/trace.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+namespace shardlab {
+namespace {
+
+using nlohmann::json;
+
+// Perfetto treats pid 0 as the kernel's swapper and has merged tid 0 into tid 1, so ids
+// start at 1; tids are unique across processes because Linux tids are, and the importers
+// assume it. Names and sort indices carry the rank, so nobody needs to decode these.
+int pid_of(int rank) {
+  return rank + 1;
+}
+int tid_of(int rank, Lane lane) {
+  return pid_of(rank) * 10 + (lane == Lane::compute ? 0 : 1);
+}
+
+double to_us(int64_t ns) {
+  return static_cast<double>(ns) / 1000.0;
+}
+
+// Flow events bind to the slice enclosing their ts on their thread. A point strictly
+// inside the slice survives the µs -> ns rounding of importers; 1 µs in from the edge
+// keeps the arrow visually at the start of the send and the end of the recv.
+double inside_offset_us(double dur_us) {
+  return std::min(dur_us / 2, 1.0);
+}
+
+std::string span_name(const Span& s) {
+  std::string name = to_string(s.kind);
+  if (s.layer >= 0) name += " L" + std::to_string(s.layer);
+  if (s.micro_batch >= 0) name += " mb" + std::to_string(s.micro_batch);
+  return name;
+}
+
+json metadata_event(const char* name, int pid, const json& args, int tid = -1) {
+  json e = {{"ph", "M"}, {"name", name}, {"pid", pid}, {"args", args}};
+  if (tid >= 0) e["tid"] = tid;
+  return e;
+}
+
+json span_event(const Span& s, int rank, int64_t t0_ns) {
+  json args = {{"kind", to_string(s.kind)}};
+  if (s.layer >= 0) args["layer"] = s.layer;
+  if (s.micro_batch >= 0) args["micro_batch"] = s.micro_batch;
+  if (s.step >= 0) args["step"] = s.step;
+  if (s.bytes > 0) args["bytes"] = s.bytes;
+  if (s.peer >= 0) args["peer"] = s.peer;
+  if (s.flow_id != 0) args["flow_id"] = s.flow_id;
+  return {{"ph", "X"},
+          {"name", span_name(s)},
+          {"cat", to_string(s.kind)},
+          {"pid", pid_of(rank)},
+          {"tid", tid_of(rank, s.lane)},
+          {"ts", to_us(s.t_begin_ns - t0_ns)},
+          {"dur", to_us(std::max<int64_t>(0, s.t_end_ns - s.t_begin_ns))},
+          {"args", std::move(args)}};
+}
+
+// One counter sample per distinct timestamp, holding all six categories, so Perfetto
+// draws one track per category and the tracks stack into the pool's total.
+void add_memory_counters(json& events, const std::vector<AllocEvent>& allocs, int rank,
+                         int64_t t0_ns) {
+  std::vector<const AllocEvent*> sorted;
+  for (const auto& a : allocs) sorted.push_back(&a);
+  // Allocations arrive from several threads; stable keeps same-time events in record order.
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const AllocEvent* a, const AllocEvent* b) { return a->t_ns < b->t_ns; });
+
+  for (Pool pool : {Pool::device, Pool::host}) {
+    std::vector<const AllocEvent*> mine;
+    for (const AllocEvent* a : sorted)
+      if (a->pool == pool) mine.push_back(a);
+    if (mine.empty()) continue;
+
+    const std::string name = std::string("memory (") + to_string(pool) + ")";
+    std::array<int64_t, kNumMemCategories> bytes{};
+    auto sample = [&](double ts) {
+      json args = json::object();
+      for (int c = 0; c < kNumMemCategories; ++c)
+        args[to_string(static_cast<MemCategory>(c))] = bytes[c];
+      events.push_back(
+          {{"ph", "C"}, {"name", name}, {"pid", pid_of(rank)}, {"ts", ts}, {"args", args}});
+    };
+    // Start the counter at zero so the first allocation shows as a step up.
+    if (mine.front()->t_ns > t0_ns) sample(0.0);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      bytes[static_cast<int>(mine[i]->category)] += mine[i]->delta_bytes;
+      if (i + 1 < mine.size() && mine[i + 1]->t_ns == mine[i]->t_ns) continue;
+      sample(to_us(mine[i]->t_ns - t0_ns));
+    }
+  }
+}
+
+// Perfetto keys v1 flows by (id, cat, name), so both ends share all three.
+constexpr const char* kFlowCat = "p2p";
+constexpr const char* kFlowName = "send\u2192recv";
+
+void add_flows(json& events, const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns) {
+  struct End {
+    int rank;
+    const Span* span;
+  };
+  // First span per id wins, so every arrow has exactly one tail and one head.
+  std::map<uint64_t, End> sends, recvs;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (const Span& s : ranks[r].spans) {
+      if (s.flow_id == 0) continue;
+      if (s.kind == SpanKind::send) sends.emplace(s.flow_id, End{static_cast<int>(r), &s});
+      if (s.kind == SpanKind::recv) recvs.emplace(s.flow_id, End{static_cast<int>(r), &s});
+    }
+  for (const auto& [id, send] : sends) {
+    auto recv = recvs.find(id);
+    if (recv == recvs.end()) continue;
+    const Span& s = *send.span;
+    const Span& r = *recv->second.span;
+    const double s_begin = to_us(s.t_begin_ns - t0_ns);
+    const double s_dur = to_us(std::max<int64_t>(0, s.t_end_ns - s.t_begin_ns));
+    const double r_end = to_us(r.t_end_ns - t0_ns);
+    const double r_dur = to_us(std::max<int64_t>(0, r.t_end_ns - r.t_begin_ns));
+    events.push_back({{"ph", "s"},
+                      {"id", id},
+                      {"cat", kFlowCat},
+                      {"name", kFlowName},
+                      {"pid", pid_of(send.rank)},
+                      {"tid", tid_of(send.rank, s.lane)},
+                      {"ts", s_begin + inside_offset_us(s_dur)}});
+    // "bp":"e" binds the end to the enclosing recv slice; without it the arrow would
+    // attach to whatever slice starts next on that thread.
+    events.push_back({{"ph", "f"},
+                      {"bp", "e"},
+                      {"id", id},
+                      {"cat", kFlowCat},
+                      {"name", kFlowName},
+                      {"pid", pid_of(recv->second.rank)},
+                      {"tid", tid_of(recv->second.rank, r.lane)},
+                      {"ts", r_end - inside_offset_us(r_dur)}});
+  }
+}
+
+}  // namespace
+
+json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns,
+                   const json& metadata) {
+  json events = json::array();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int rank = static_cast<int>(i);
+    const int pid = pid_of(rank);
+    events.push_back(
+        metadata_event("process_name", pid, {{"name", "rank " + std::to_string(rank)}}));
+    events.push_back(metadata_event("process_sort_index", pid, {{"sort_index", rank}}));
+    for (Lane lane : {Lane::compute, Lane::comm}) {
+      const int tid = tid_of(rank, lane);
+      const char* thread = lane == Lane::compute ? "compute" : "communication";
+      events.push_back(metadata_event("thread_name", pid, {{"name", thread}}, tid));
+      events.push_back(
+          metadata_event("thread_sort_index", pid, {{"sort_index", static_cast<int>(lane)}}, tid));
+    }
+    for (const Span& s : ranks[i].spans) events.push_back(span_event(s, rank, t0_ns));
+    add_memory_counters(events, ranks[i].allocs, rank, t0_ns);
+  }
+  add_flows(events, ranks, t0_ns);
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"metadata", metadata}};
+}
+
+void write_trace(const std::string& path, const std::vector<Recorder::Snapshot>& ranks,
+                 int64_t t0_ns, const json& metadata) {
+  // Replace rather than throw on bad UTF-8: a stray byte in a buffer name should not
+  // cost the user the whole trace.
+  const std::string text =
+      trace_to_json(ranks, t0_ns, metadata).dump(-1, ' ', false, json::error_handler_t::replace);
+  auto fail = [&](int err) {
+    throw std::runtime_error("cannot write trace to '" + path + "': " + std::strerror(err));
+  };
+  struct Closer {
+    void operator()(std::FILE* f) const {
+      if (f) std::fclose(f);
+    }
+  };
+  std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "wb"));
+  if (!f) fail(errno);
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size() || std::fflush(f.get()) != 0)
+    fail(errno ? errno : EIO);
+  if (std::fclose(f.release()) != 0) fail(errno ? errno : EIO);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,117 @@
+// CPU kernels: the math of every layer and optimizer, on raw row-major
+// pointers. Templated on the scalar type so tests can check gradients in double;
+// GEMM goes to OpenBLAS. Shapes are in the comments, outputs come first.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace shardlab::kernels {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major.
+// op(A) is [M,K] (A stored [K,M] when trans_a), op(B) is [K,N] (B stored [N,K] when trans_b).
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+          const float* B, float beta, float* C);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A,
+          const double* B, double beta, double* C);
+
+// Call once per rank thread: BLAS must not spawn its own threads under ours.
+void set_single_threaded_blas();
+
+// out[rows,out_dim] = in[rows,in_dim] · weight[out_dim,in_dim]ᵀ + bias[out_dim]  (nn.Linear)
+template <typename T>
+void linear_forward(T* out, const T* in, const T* weight, const T* bias, int rows, int in_dim,
+                    int out_dim) {
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out_dim; ++o) out[static_cast<size_t>(r) * out_dim + o] = bias[o];
+  gemm(false, true, rows, out_dim, in_dim, T(1), in, weight, T(1), out);
+}
+
+// dweight[out,in] += doutᵀ · in ; dbias[out] += Σ_rows dout ; din[rows,in] = dout · weight
+// (parameter gradients accumulate; din is overwritten and may be null for the first layer).
+template <typename T>
+void linear_backward(T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight,
+                     int rows, int in_dim, int out_dim) {
+  gemm(true, false, out_dim, in_dim, rows, T(1), dout, in, T(1), dweight);
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out_dim; ++o) dbias[o] += dout[static_cast<size_t>(r) * out_dim + o];
+  if (din) gemm(false, false, rows, in_dim, out_dim, T(1), dout, weight, T(0), din);
+}
+
+// Exact-erf GELU, as torch.nn.GELU() (approximate='none').
+template <typename T>
+inline T gelu_scalar(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+}
+template <typename T>
+inline T gelu_grad_scalar(T x) {
+  const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+  return cdf + x * pdf;
+}
+
+// out[n] = gelu(in[n])
+template <typename T>
+void gelu_forward(T* out, const T* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = gelu_scalar(in[i]);
+}
+
+// din[n] = dout[n] * gelu'(in[n]); din may alias dout.
+template <typename T>
+void gelu_backward(T* din, const T* dout, const T* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) din[i] = dout[i] * gelu_grad_scalar(in[i]);
+}
+
+// MSELoss(reduction='mean') over a global batch of `divisor` elements, of which
+// these n are one slice: returns Σ(pred−target)² / divisor and writes
+// dpred = 2(pred−target)/divisor, so slices' losses and gradients add up to the whole.
+template <typename T>
+double mse_forward_backward(T* dpred, const T* pred, const T* target, size_t n, size_t divisor) {
+  double sum = 0;
+  const T scale = T(2) / static_cast<T>(divisor);
+  for (size_t i = 0; i < n; ++i) {
+    const T d = pred[i] - target[i];
+    sum += static_cast<double>(d) * static_cast<double>(d);
+    if (dpred) dpred[i] = scale * d;
+  }
+  return sum / static_cast<double>(divisor);
+}
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+// torch.optim.AdamW (amsgrad=False, maximize=False), written the way torch's
+// single-tensor path computes it, step t counted from 1.
+inline void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
+                       const AdamWParams& h, int64_t t) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(t));
+  const float step_size = static_cast<float>(h.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1.0f - h.lr * h.weight_decay;
+  for (size_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    param[i] *= decay;
+    exp_avg[i] += (g - exp_avg[i]) * (1.0f - h.beta1);  // torch's lerp_
+    exp_avg_sq[i] = exp_avg_sq[i] * h.beta2 + (1.0f - h.beta2) * g * g;
+    const float denom = std::sqrt(exp_avg_sq[i]) / bc2_sqrt + h.eps;
+    param[i] -= step_size * exp_avg[i] / denom;
+  }
+}
+
+// Plain SGD (no momentum, no weight decay).
+inline void sgd_step(float* param, const float* grad, size_t n, float lr) {
+  for (size_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
+}
+
+// x[n] *= s
+inline void scale(float* x, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace shardlab::kernels

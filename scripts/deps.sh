@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs, with apt, whatever Shardlab needs to build and test that is missing
+# (on a bare Debian 12 that includes the compiler, cmake and pkg-config).
+set -euo pipefail
+PACKAGES=(build-essential cmake pkg-config git libgloo-dev libopenblas-dev catch2 nlohmann-json3-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "error: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

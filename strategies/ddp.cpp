@@ -1,0 +1,162 @@
+// `ddp`: DistributedDataParallel. Every rank holds the whole model and 1/W of
+// the global batch; gradients are averaged with all-reduce so every rank takes
+// the same optimizer step and the replicas never drift apart.
+//
+// What to notice in the timeline: gradients are grouped into buckets, and a
+// bucket's all-reduce starts on the comm lane the moment its last gradient is
+// written, while backward is still running on the compute lane. With
+// --no-overlap the same all-reduces run only after backward, and the step
+// grows by their length. In the memory panel: every rank carries the full
+// params + grads + optimizer state (the redundancy ZeRO removes), plus the buckets.
+#include <algorithm>
+#include <cstring>
+
+#include "core/layer_stack.h"
+#include "core/strategy.h"
+#include "kernels/cpu.h"
+
+namespace shardlab {
+namespace {
+
+struct Bucket {
+  std::vector<int> params;  // indices into the model's parameter list
+  size_t numel = 0;
+  int lowest_layer = 0;  // the bucket is full once backward has passed this layer
+  int pending = 0;       // parameters whose gradient is not written yet
+  Tensor buffer;         // flat copy of the gradients, reduced in place
+  Work work;
+};
+
+class Ddp final : public Strategy {
+ public:
+  void setup(RankEnv& env, const std::vector<float>& init) override {
+    env_ = &env;
+    const ModelLayout& layout = env.layout;
+    model_ = std::make_unique<LayerStack>(layout, 0, layout.num_layers(), env.alloc, env.rec, init);
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges());
+
+    // Phase 0 — replicate: like torch DDP's constructor, broadcast rank 0's
+    // parameters so every replica starts from exactly the same weights.
+    std::vector<float*> params = model_->param_ptrs();
+    for (size_t i = 0; i < params.size(); ++i)
+      env.comm->broadcast(params[i], layout.params()[i].numel, DType::f32, 0,
+                          CommMeta{layout.params()[i].layer, -1});
+
+    // Buckets fill in the order backward produces gradients: last layer first.
+    const size_t cap = static_cast<size_t>(env.cfg.bucket_mb * 1024 * 1024 / sizeof(float));
+    for (int i = static_cast<int>(layout.params().size()) - 1; i >= 0; --i) {
+      const ParamInfo& p = layout.params()[i];
+      if (buckets_.empty() || (buckets_.back().numel > 0 && buckets_.back().numel + p.numel > cap))
+        buckets_.emplace_back();
+      Bucket& b = buckets_.back();
+      b.params.push_back(i);
+      b.numel += p.numel;
+      b.lowest_layer = p.layer;
+    }
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      buckets_[k].buffer = env.alloc.alloc("ddp.bucket." + std::to_string(k),
+                                           MemCategory::comm_buffers, buckets_[k].numel);
+  }
+
+  LossShare step(int step) override {
+    const RunConfig& cfg = env_->cfg;
+    const int W = env_->world, D = env_->layout.dim();
+    const int b = cfg.batch / W;  // this rank's slice of the global batch, in rank order
+
+    Tensor x = env_->alloc.alloc("batch.x", MemCategory::activations, {b, D});
+    Tensor y = env_->alloc.alloc("batch.y", MemCategory::activations, {b, D});
+    env_->data.rows(step, env_->rank * b, b, x.data<float>(), y.data<float>());
+
+    // Phase 1 — forward and loss on the local slice. The loss is the mean over
+    // the local slice; averaging the gradients over ranks then gives exactly
+    // the gradient of the mean over the global batch.
+    model_->zero_grads();
+    for (Bucket& bk : buckets_) bk.pending = static_cast<int>(bk.params.size());
+    const float* pred = model_->forward(x.data<float>(), b);
+    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
+    double loss;
+    {
+      ScopedSpan span(env_->rec, Lane::compute, SpanKind::loss);
+      const size_t n = static_cast<size_t>(b) * D;
+      loss = kernels::mse_forward_backward(dpred.data<float>(), pred, y.data<float>(), n, n);
+    }
+
+    // Phase 2 — backward. With overlap, each layer's completion may fill a
+    // bucket, whose all-reduce then starts at once on the comm thread.
+    auto on_layer_done = [&](int layer) {
+      if (!cfg.overlap) return;
+      for (Bucket& bk : buckets_) {
+        for (int i : bk.params)
+          if (env_->layout.params()[i].layer == layer) --bk.pending;
+        if (bk.pending == 0 && !bk.work.valid()) launch(bk);
+      }
+    };
+    model_->backward(dpred.data<float>(), -1, false, on_layer_done);
+    if (!cfg.overlap)
+      for (Bucket& bk : buckets_) launch(bk);
+
+    // Phase 3 — wait for every bucket, average, and write the gradients back.
+    for (Bucket& bk : buckets_) {
+      bk.work.wait();
+      bk.work = Work();
+      unpack(bk, 1.0f / static_cast<float>(W));
+    }
+
+    // Phase 4 — every rank applies the same update to its own replica.
+    {
+      ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
+      optimizer_->step(model_->param_ptrs(), model_->grad_ptrs());
+    }
+    return {loss * b, b};
+  }
+
+  std::vector<float> export_params() override {
+    if (env_->rank != 0) return {};
+    std::vector<float> flat(env_->layout.total());
+    model_->copy_params_to(flat);
+    return flat;
+  }
+
+ private:
+  void launch(Bucket& bk) {
+    float* dst = bk.buffer.data<float>();
+    std::vector<float*> grads = model_->grad_ptrs_mut();
+    for (int i : bk.params) {
+      const size_t n = env_->layout.params()[i].numel;
+      std::memcpy(dst, grads[i], n * sizeof(float));
+      dst += n;
+    }
+    bk.work = env_->comm->all_reduce_async(bk.buffer.raw(), bk.numel, DType::f32,
+                                           CommMeta{bk.lowest_layer, -1});
+  }
+
+  void unpack(Bucket& bk, float scale) {
+    const float* src = bk.buffer.data<float>();
+    std::vector<float*> grads = model_->grad_ptrs_mut();
+    for (int i : bk.params) {
+      const size_t n = env_->layout.params()[i].numel;
+      for (size_t j = 0; j < n; ++j) grads[i][j] = src[j] * scale;
+      src += n;
+    }
+  }
+
+  RankEnv* env_ = nullptr;
+  std::unique_ptr<LayerStack> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Bucket> buckets_;
+};
+
+const bool registered = register_strategy({
+    "ddp",
+    "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped with backward",
+    [] { return std::make_unique<Ddp>(); },
+    [](const RunConfig& cfg) {
+      if (cfg.batch % cfg.world != 0)
+        throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
+                          std::to_string(cfg.world) + " (valid: a multiple of " +
+                          std::to_string(cfg.world) + ", e.g. " + std::to_string(cfg.world * 16) + ")");
+    },
+});
+
+}  // namespace
+}  // namespace shardlab
