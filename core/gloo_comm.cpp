@@ -60,6 +60,18 @@ struct Work::State {
   // thread); collectives leave this empty and are finished by the worker.
   std::function<void()> complete;
 
+  // A send/recv whose Work is dropped unwaited is waited for here: Gloo drops a
+  // posted send whose buffer is destroyed, and a destroyed recv buffer wedges the
+  // connection for every later op. (std::async's future blocks for the same reason.)
+  ~State() {
+    if (!complete) return;
+    try {
+      complete();
+    } catch (...) {
+      // Already recorded and the comm marked broken; a destructor cannot report it.
+    }
+  }
+
   void finish(std::exception_ptr e) {
     {
       std::lock_guard<std::mutex> lock(mu);
