@@ -213,7 +213,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
             std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
   for (size_t i = 0; ok && i < tensors.size(); ++i) {
     const auto& d = tensors[i].data;
-    ok = std::fwrite(d.data(), sizeof(float), d.size(), f.get()) == d.size();
+    ok = d.empty() || std::fwrite(d.data(), sizeof(float), d.size(), f.get()) == d.size();
   }
   ok = ok && std::fflush(f.get()) == 0;
   if (!ok) fail(errno ? errno : EIO);
@@ -288,7 +288,8 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
     const size_t n = (e.end - e.begin) / dtype_size(e.dtype);
     t.data.resize(n);
     if (e.dtype == "F32") {
-      std::memcpy(t.data.data(), src, n * sizeof(float));
+      // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
+      if (n) std::memcpy(t.data.data(), src, n * sizeof(float));
     } else {
       const bool bf16 = e.dtype == "BF16";
       for (size_t i = 0; i < n; ++i) {
