@@ -8,6 +8,7 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "core/runner.h"
+#include "core/strategy.h"
 
 namespace shardlab::app {
 

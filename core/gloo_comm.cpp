@@ -55,24 +55,23 @@ struct Work::State {
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
-  std::exception_ptr error;  // always a CommError
+  // The CommError message, "" on success. A string rather than an exception_ptr:
+  // each waiter throws its own copy, so no exception object is shared by threads.
+  std::string error;
   // Point-to-point ops complete in wait() (waitSend/waitRecv on the caller's
-  // thread); collectives leave this empty and are finished by the worker.
-  std::function<void()> complete;
+  // thread) and return their error; collectives leave this empty.
+  std::function<std::string()> complete;
 
   // A send/recv whose Work is dropped unwaited is waited for here: Gloo drops a
   // posted send whose buffer is destroyed, and a destroyed recv buffer wedges the
   // connection for every later op. (std::async's future blocks for the same reason.)
   ~State() {
-    if (!complete) return;
-    try {
-      complete();
-    } catch (...) {
-      // Already recorded and the comm marked broken; a destructor cannot report it.
-    }
+    // Its error is already recorded and the comm marked broken; a destructor
+    // has no one to report to.
+    if (complete) complete();
   }
 
-  void finish(std::exception_ptr e) {
+  void finish(std::string e) {
     {
       std::lock_guard<std::mutex> lock(mu);
       error = std::move(e);
@@ -89,16 +88,12 @@ void Work::wait() {
     // Completed under the lock so that a second waiter blocks until it is done.
     auto complete = std::move(state_->complete);
     state_->complete = nullptr;
-    try {
-      complete();
-    } catch (...) {
-      state_->error = std::current_exception();
-    }
+    state_->error = complete();
     state_->finished = true;
     state_->cv.notify_all();
   }
   state_->cv.wait(lock, [&] { return state_->finished; });
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (!state_->error.empty()) throw CommError(state_->error);
 }
 
 bool Work::done() const {
@@ -431,12 +426,12 @@ class GlooComm final : public Comm {
   }
 
   // Call inside a catch block: turns whatever Gloo threw into a CommError.
-  std::exception_ptr translate_current(const OpInfo& op) const {
+  std::string translate_current(const OpInfo& op) const {
     std::string detail;
     try {
       throw;
-    } catch (const CommError&) {
-      return std::current_exception();
+    } catch (const CommError& e) {
+      return e.what();
     } catch (const gloo::IoException& e) {
       detail = e.what();
     } catch (const gloo::Exception& e) {
@@ -448,20 +443,14 @@ class GlooComm final : public Comm {
     } catch (...) {
       detail = "unknown error";
     }
-    return std::make_exception_ptr(CommError(describe_failure(op, clean_gloo_message(detail))));
+    return describe_failure(op, clean_gloo_message(detail));
   }
 
   // After a failure the peers' sequence numbers no longer line up with ours, so
   // a later op could match stale messages: refuse every op that follows.
-  void mark_broken(const std::exception_ptr& e) {
-    std::string what;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      what = ex.what();
-    }
+  void mark_broken(const std::string& error) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (broken_.empty()) broken_ = what;
+    if (broken_.empty()) broken_ = error;
   }
 
   std::string broken_reason() {
@@ -509,8 +498,7 @@ class GlooComm final : public Comm {
         if (stopping_) {
           // Destroyed with work still queued: it never ran, and says so.
           for (auto& t : queue_) {
-            t.state->finish(std::make_exception_ptr(
-                CommError(op_prefix(t.op) + ": not run, the comm was destroyed first")));
+            t.state->finish(op_prefix(t.op) + ": not run, the comm was destroyed first");
           }
           queue_.clear();
           return;
@@ -524,11 +512,10 @@ class GlooComm final : public Comm {
 
   void run(Task& task) {
     if (const std::string broken = broken_reason(); !broken.empty()) {
-      task.state->finish(std::make_exception_ptr(
-          CommError(op_prefix(task.op) + ": not run, an earlier op failed: " + broken)));
+      task.state->finish(op_prefix(task.op) + ": not run, an earlier op failed: " + broken);
       return;
     }
-    std::exception_ptr error;
+    std::string error;
     const int64_t t_begin = now_ns();
     try {
       task.body(task.seq);
@@ -537,7 +524,7 @@ class GlooComm final : public Comm {
       error = translate_current(task.op);
     }
     record(task.op, t_begin, now_ns());
-    if (error) mark_broken(error);
+    if (!error.empty()) mark_broken(error);
     task.body = nullptr;  // drop captured buffers before anyone is woken
     task.state->finish(error);
   }
@@ -603,8 +590,7 @@ class GlooComm final : public Comm {
     if (tag < 0) throw CommError(op_prefix(op) + ": tag must be >= 0");
     auto state = std::make_shared<Work::State>();
     if (const std::string broken = broken_reason(); !broken.empty()) {
-      state->finish(std::make_exception_ptr(
-          CommError(op_prefix(op) + ": not posted, an earlier op failed: " + broken)));
+      state->finish(op_prefix(op) + ": not posted, an earlier op failed: " + broken);
       return Work(state);
     }
     std::shared_ptr<gloo::transport::UnboundBuffer> ubuf = ctx_->createUnboundBuffer(buf, bytes);
@@ -631,7 +617,7 @@ class GlooComm final : public Comm {
       }
     }
     if (post_error) {
-      std::exception_ptr error;
+      std::string error;
       try {
         std::rethrow_exception(post_error);
       } catch (...) {
@@ -644,7 +630,7 @@ class GlooComm final : public Comm {
     {
       std::lock_guard<std::mutex> lock(state->mu);
       state->complete = [this, ubuf, op, t_begin, is_send] {
-        std::exception_ptr error;
+        std::string error;
         try {
           const bool ok = is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_);
           if (!ok) throw CommError(op_prefix(op) + ": aborted");
@@ -654,10 +640,8 @@ class GlooComm final : public Comm {
           error = translate_current(op);
         }
         record(op, t_begin, now_ns());
-        if (error) {
-          mark_broken(error);
-          std::rethrow_exception(error);
-        }
+        if (!error.empty()) mark_broken(error);
+        return error;
       };
     }
     {
@@ -680,15 +664,14 @@ class GlooComm final : public Comm {
       unwaited_p2p_.clear();
     }
     for (auto& s : pending) {
-      std::function<void()> dropped;
+      std::function<std::string()> dropped;
       {
         std::lock_guard<std::mutex> lock(s->mu);
         if (s->finished) continue;
         dropped = std::move(s->complete);
         s->complete = nullptr;
-        s->error = std::make_exception_ptr(
-            CommError("rank " + std::to_string(rank_) +
-                      ": send/recv never waited on before the comm was destroyed"));
+        s->error = "rank " + std::to_string(rank_) +
+                   ": send/recv never waited on before the comm was destroyed";
         s->finished = true;
       }
       s->cv.notify_all();

@@ -122,7 +122,7 @@ TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "
   REQUIRE(j["losses"].size() == 4);
 }
 
-TEST_CASE("--help works everywhere", "[cli]") {
+TEST_CASE("help works everywhere (--help)", "[cli]") {
   for (const char* args : {"--help", "run --help", "demo --help", "bench --help", "bench comm --help"}) {
     const Result r = run_cli(args);
     INFO(args << "\n" << r.out);

@@ -140,7 +140,7 @@ TEST_CASE("all_reduce sums every rank's buffer", "[comm]") {
       }
     }
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("reduce_scatter leaves each rank its chunk of the sum", "[comm]") {
@@ -164,7 +164,7 @@ TEST_CASE("reduce_scatter leaves each rank its chunk of the sum", "[comm]") {
       f.check(ok, r, "wrong chunk for total " + std::to_string(total));
     }
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("all_gather concatenates chunks in rank order", "[comm]") {
@@ -200,7 +200,7 @@ TEST_CASE("all_gather concatenates chunks in rank order", "[comm]") {
       f.check(inplace == out, r, "in-place gather differs for total " + std::to_string(total));
     }
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("broadcast copies the root's buffer to every rank", "[comm]") {
@@ -221,7 +221,7 @@ TEST_CASE("broadcast copies the root's buffer to every rank", "[comm]") {
       }
     }
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("reduce sums onto the root and leaves the others alone", "[comm]") {
@@ -246,7 +246,7 @@ TEST_CASE("reduce sums onto the root and leaves the others alone", "[comm]") {
       }
     }
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("barrier waits for the slowest rank", "[comm]") {
@@ -262,7 +262,7 @@ TEST_CASE("barrier waits for the slowest rank", "[comm]") {
       f.check(waited >= 40ms, comm.rank(), "barrier returned before the slow rank arrived");
     }
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("send and recv: ping-pong, simultaneous exchange, ring shift", "[comm]") {
@@ -283,7 +283,7 @@ TEST_CASE("send and recv: ping-pong, simultaneous exchange, ring shift", "[comm]
         }
       }
     });
-    REQUIRE(failures.empty());
+    REQUIRE(failures == "");
   }
   SECTION("both ranks send, then receive") {
     const auto failures = run_ranks(2, [&](Comm& comm, Failures& f) {
@@ -296,7 +296,7 @@ TEST_CASE("send and recv: ping-pong, simultaneous exchange, ring shift", "[comm]
       s.wait();
       f.check(in == rank_data(peer, n), comm.rank(), "exchanged payload");
     });
-    REQUIRE(failures.empty());
+    REQUIRE(failures == "");
   }
   SECTION("ring shift on 3 and 4 ranks, zero-byte messages too") {
     for (int world : {3, 4}) {
@@ -312,7 +312,7 @@ TEST_CASE("send and recv: ping-pong, simultaneous exchange, ring shift", "[comm]
           f.check(in == rank_data(prev, n), comm.rank(), "shift n=" + std::to_string(n));
         }
       });
-      REQUIRE(failures.empty());
+      REQUIRE(failures == "");
     }
   }
 }
@@ -367,7 +367,7 @@ TEST_CASE("outstanding async ops can be waited in reverse order", "[comm]") {
     f.check(ok, r, "reduce_scatter");
     for (int t = 0; t < 3; ++t) f.check(p2p_in[t] == rank_data(prev * 10 + t, 64), r, "p2p tag");
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("spans carry kind, bytes, meta, and matching flow ids", "[comm]") {
@@ -386,7 +386,7 @@ TEST_CASE("spans carry kind, bytes, meta, and matching flow ids", "[comm]") {
                                     }
                                   },
                                   5000ms, {&rec0, &rec1});
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 
   const auto s0 = rec0.snapshot().spans;
   const auto s1 = rec1.snapshot().spans;
@@ -438,7 +438,7 @@ TEST_CASE("stats count wire bytes by each algorithm's definition", "[comm]") {
     comm.barrier();
     if (r == 0) stats[r].bytes_sent += comm.stats().bytes_sent - after_rs.bytes_sent;
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
   // Rank r never sends chunk r (it is the last to receive it).
   const std::vector<int64_t> own = {40, 0, 120, 160};
   for (int r = 0; r < world; ++r) {
@@ -455,7 +455,7 @@ TEST_CASE("all_reduce counts ring bytes", "[comm]") {
     comm.all_reduce(buf.data(), 4096, DType::f32);
     sent[comm.rank()] = comm.stats().bytes_sent;
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
   for (int64_t s : sent) CHECK(s == 24576);
 }
 
@@ -469,7 +469,7 @@ TEST_CASE("reduce_scatter scratch is an accounted comm buffer", "[comm]") {
                   comm.reduce_scatter(in.data(), out.data(), {500, 500}, DType::f32);
                 },
                 5000ms, {}, {&a0, &a1});
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
   for (Allocator* a : {&a0, &a1}) {
     const auto& pool = a->stats().device;
     CHECK(pool.peak[static_cast<int>(MemCategory::comm_buffers)] == 2000);
@@ -498,7 +498,7 @@ TEST_CASE("unsupported dtypes and bad arguments throw CommError", "[comm]") {
     comm.all_reduce(x.data(), 3, DType::f32);
     f.check(x[0] == 2.0f, comm.rank(), "all_reduce after rejected calls");
   });
-  REQUIRE(failures.empty());
+  REQUIRE(failures == "");
 }
 
 TEST_CASE("a rank that never arrives makes the collective time out, naming it", "[comm]") {

@@ -107,7 +107,7 @@ TEST_CASE("ddp memory and traffic are measured", "[ddp]") {
   REQUIRE(r.ranks[0].bytes_sent_per_step == Approx(static_cast<double>(P)).epsilon(0.02));
 }
 
-TEST_CASE("--init-from a saved init reproduces the same run", "[ddp][io]") {
+TEST_CASE("a saved init (--init-from) reproduces the same run", "[ddp][io]") {
   RunConfig c = small_config("ddp", 2, OptimizerKind::adamw);
   c.steps = 5;
   const ModelLayout layout(ModelSpec::parse(c.model));
