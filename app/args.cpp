@@ -34,13 +34,14 @@ Args::Args(int argc, char** argv, const std::string& command, const std::set<std
     } else if (options.count(key)) {
       if (!inline_value) {
         if (i + 1 >= argc)
-          throw ConfigError("option --" + key + " needs a value (see 'shardlab " + command + " --help')");
+          throw ConfigError("option --" + key + " needs a value (see 'shardlab " + command +
+                            " --help')");
         value = argv[++i];
       }
       values_[key] = value;
     } else {
-      throw ConfigError("unknown option '" + a + "' for 'shardlab " + command + "' (see 'shardlab " +
-                        command + " --help')");
+      throw ConfigError("unknown option '" + a + "' for 'shardlab " + command +
+                        "' (see 'shardlab " + command + " --help')");
     }
   }
 }
@@ -62,7 +63,8 @@ int Args::integer(const std::string& name, int fallback) const {
   char* end = nullptr;
   const long x = std::strtol(v->c_str(), &end, 10);
   if (v->empty() || *end != '\0' || errno == ERANGE || x < -2147483647L || x > 2147483647L)
-    throw ConfigError("--" + name + " '" + *v + "' is not an integer (valid: e.g. --" + name + " 4)");
+    throw ConfigError("--" + name + " '" + *v + "' is not an integer (valid: e.g. --" + name +
+                      " 4)");
   return static_cast<int>(x);
 }
 
@@ -72,7 +74,8 @@ double Args::number(const std::string& name, double fallback) const {
   char* end = nullptr;
   const double x = std::strtod(v->c_str(), &end);
   if (v->empty() || *end != '\0' || !std::isfinite(x))
-    throw ConfigError("--" + name + " '" + *v + "' is not a number (valid: e.g. --" + name + " 1e-3)");
+    throw ConfigError("--" + name + " '" + *v + "' is not a number (valid: e.g. --" + name +
+                      " 1e-3)");
   return x;
 }
 

@@ -16,7 +16,8 @@ int bench_step(int argc, char** argv) {
   const Args a(argc, argv, "bench step", {"models", "steps", "rounds", "world"}, {});
   if (a.help()) {
     std::printf(
-        "usage: shardlab bench step [--models mlp:8x256,mlp:8x1024] [--world 2] [--steps 10] [--rounds 3]\n\n"
+        "usage: shardlab bench step [--models mlp:8x256,mlp:8x1024] [--world 2] [--steps 10] "
+        "[--rounds 3]\n\n"
         "Median step time of single vs ddp (overlap on/off, recording on/off) per model.\n"
         "Rows run in interleaved rounds; ratios are against single on the same model.\n");
     return 0;
@@ -32,8 +33,10 @@ int bench_step(int argc, char** argv) {
       pos = comma + 1;
     }
   }
-  const int steps = a.integer("steps", 10), rounds = a.integer("rounds", 3), world = a.integer("world", 2);
-  if (rounds < 1) throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 or more)");
+  const int steps = a.integer("steps", 10), rounds = a.integer("rounds", 3),
+            world = a.integer("world", 2);
+  if (rounds < 1)
+    throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 or more)");
 
   struct Row {
     std::string label;
@@ -62,7 +65,8 @@ int bench_step(int argc, char** argv) {
     for (Row& r : rows) {
       const RunResult res = run_training(r.cfg);
       // The first step pays for first-touch page faults and warm-up: leave it out.
-      r.step_ms.insert(r.step_ms.end(), res.step_ms.begin() + (res.step_ms.size() > 1), res.step_ms.end());
+      r.step_ms.insert(r.step_ms.end(), res.step_ms.begin() + (res.step_ms.size() > 1),
+                       res.step_ms.end());
     }
 
   std::printf("%-12s %-18s %5s %14s %10s\n", "model", "run", "world", "median step", "vs single");
@@ -70,11 +74,11 @@ int bench_step(int argc, char** argv) {
   for (const Row& r : rows) {
     const double ms = median(r.step_ms);
     if (r.cfg.strategy == "single") single_ms = ms;
-    std::printf("%-12s %-18s %5d %11.3f ms %9.2fx\n", r.cfg.model.c_str(), r.label.c_str(), r.cfg.world,
-                ms, ms / single_ms);
+    std::printf("%-12s %-18s %5d %11.3f ms %9.2fx\n", r.cfg.model.c_str(), r.label.c_str(),
+                r.cfg.world, ms, ms / single_ms);
   }
-  std::printf("(%d rounds x %d steps per row, batch 64, AdamW; ranks are threads on %u cores)\n", rounds,
-              steps, std::thread::hardware_concurrency());
+  std::printf("(%d rounds x %d steps per row, batch 64, AdamW; ranks are threads on %u cores)\n",
+              rounds, steps, std::thread::hardware_concurrency());
   return 0;
 }
 

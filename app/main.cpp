@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     if (sub == "run") return shardlab::app::cmd_run(argc - 1, argv + 1);
     if (sub == "demo") return shardlab::app::cmd_demo(argc - 1, argv + 1);
     if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
-    std::fprintf(stderr, "error: unknown command '%s' (valid: demo, run, bench; see 'shardlab --help')\n",
+    std::fprintf(stderr,
+                 "error: unknown command '%s' (valid: demo, run, bench; see 'shardlab --help')\n",
                  sub.c_str());
     return 2;
   } catch (const shardlab::ConfigError& e) {

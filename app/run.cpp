@@ -42,10 +42,9 @@ through Gloo over TCP on 127.0.0.1, and print a summary.
   --json              print the summary as one JSON object
 )";
 
-const std::set<std::string> kRunOptions = {"model", "strategy", "world", "batch", "steps",
-                                           "optimizer", "lr", "seed", "bucket-mb", "timeout-ms",
-                                           "trace", "save-init", "save-final", "init-from",
-                                           "save-data"};
+const std::set<std::string> kRunOptions = {
+    "model",     "strategy",   "world", "batch",     "steps",      "optimizer", "lr",       "seed",
+    "bucket-mb", "timeout-ms", "trace", "save-init", "save-final", "init-from", "save-data"};
 const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json"};
 
 RunConfig config_from(const Args& a) {
@@ -91,7 +90,8 @@ int cmd_run(int argc, char** argv) {
     return 0;
   }
   if (!a.positional().empty())
-    throw ConfigError("unexpected argument '" + a.positional()[0] + "' (see 'shardlab run --help')");
+    throw ConfigError("unexpected argument '" + a.positional()[0] +
+                      "' (see 'shardlab run --help')");
   const RunConfig cfg = config_from(a);
   validate(cfg);
   const ModelLayout layout(ModelSpec::parse(cfg.model));
@@ -108,14 +108,15 @@ int cmd_run(int argc, char** argv) {
   else
     init = init_params(layout, cfg.seed);
   if (auto p = a.get("save-init")) save_params(*p, layout, init);
-  if (auto p = a.get("save-data")) save_data(*p, SyntheticData(layout.dim(), cfg.seed), cfg.steps, cfg.batch);
+  if (auto p = a.get("save-data"))
+    save_data(*p, SyntheticData(layout.dim(), cfg.seed), cfg.steps, cfg.batch);
 
   const bool json = a.has("json");
   if (!json)
-    std::printf("shardlab run: %s (%zu params), %s, world %d, batch %d, %d steps, %s lr %g, seed %llu\n",
-                cfg.model.c_str(), layout.total(), cfg.strategy.c_str(), cfg.world, cfg.batch,
-                cfg.steps, to_string(cfg.optimizer.kind), cfg.optimizer.lr,
-                static_cast<unsigned long long>(cfg.seed));
+    std::printf(
+        "shardlab run: %s (%zu params), %s, world %d, batch %d, %d steps, %s lr %g, seed %llu\n",
+        cfg.model.c_str(), layout.total(), cfg.strategy.c_str(), cfg.world, cfg.batch, cfg.steps,
+        to_string(cfg.optimizer.kind), cfg.optimizer.lr, static_cast<unsigned long long>(cfg.seed));
 
   // Progress on stderr, at most once a second, so long runs show they are alive.
   RunCallbacks cb;
@@ -162,11 +163,18 @@ int cmd_demo(int argc, char** argv) {
   base.model = a.str("model", "mlp:8x256");
   base.steps = a.integer("steps", 30);
   base.batch = 64;
-  std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW, ranks as threads over Gloo (TCP loopback)\n\n",
-              base.model.c_str(), base.batch, base.steps);
+  std::printf(
+      "Shardlab demo: %s, global batch %d, %d steps, AdamW, ranks as threads over Gloo (TCP "
+      "loopback)\n\n",
+      base.model.c_str(), base.batch, base.steps);
   std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
               "median step", "peak mem/rank", "sent/rank/step", "trace");
-  for (const StrategyInfo& s : all_strategies()) {
+  // The reference first, then every other registered strategy.
+  std::vector<const StrategyInfo*> order = {find_strategy("single")};
+  for (const StrategyInfo& s : all_strategies())
+    if (s.name != "single") order.push_back(&s);
+  for (const StrategyInfo* info : order) {
+    const StrategyInfo& s = *info;
     RunConfig cfg = base;
     cfg.strategy = s.name;
     cfg.world = s.name == "single" ? 1 : 2;
@@ -183,8 +191,9 @@ int cmd_demo(int argc, char** argv) {
                 r.losses.back(), r.median_step_ms, human_bytes(peak).c_str(),
                 human_bytes(sent).c_str(), path.c_str());
   }
-  std::printf("\nTraces written to %s/ — open them in https://ui.perfetto.dev or chrome://tracing.\n",
-              std::filesystem::absolute(out).c_str());
+  std::printf(
+      "\nTraces written to %s/ — open them in https://ui.perfetto.dev or chrome://tracing.\n",
+      std::filesystem::absolute(out).c_str());
   return 0;
 }
 

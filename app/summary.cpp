@@ -67,7 +67,8 @@ void print_summary(const RunResult& r) {
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     const PoolStats& m = r.ranks[i].memory.device;
     std::printf("    %-5zu", i);
-    for (int k = 0; k < kNumMemCategories; ++k) std::printf(" %11s", human_bytes(m.peak[k]).c_str());
+    for (int k = 0; k < kNumMemCategories; ++k)
+      std::printf(" %11s", human_bytes(m.peak[k]).c_str());
     std::printf(" %11s %13s\n", human_bytes(m.peak_total).c_str(),
                 human_bytes(r.ranks[i].bytes_sent_per_step).c_str());
   }

@@ -20,11 +20,13 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
-void save_params(const std::string& path, const ModelLayout& layout, const std::vector<float>& flat) {
+void save_params(const std::string& path, const ModelLayout& layout,
+                 const std::vector<float>& flat) {
   std::vector<NamedTensor> tensors;
   for (const ParamInfo& p : layout.params())
-    tensors.push_back({p.name, p.shape,
-                       std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
+    tensors.push_back(
+        {p.name, p.shape,
+         std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
   save_safetensors(path, tensors, {{"model", layout.spec().str()}, {"format", "pt"}});
 }
 
@@ -71,7 +73,8 @@ void save_data(const std::string& path, const SyntheticData& data, int steps, in
 void check_writable(const std::string& path, const std::string& what) {
   const bool existed = std::filesystem::exists(path);
   if (existed && std::filesystem::is_directory(path))
-    throw ConfigError("cannot write " + what + " '" + path + "': it is a directory (valid: a file path)");
+    throw ConfigError("cannot write " + what + " '" + path +
+                      "': it is a directory (valid: a file path)");
   std::ofstream f(path, std::ios::app);
   if (!f)
     throw ConfigError("cannot write " + what + " '" + path + "': " + std::strerror(errno) +

@@ -9,7 +9,8 @@
 
 namespace shardlab {
 
-void save_params(const std::string& path, const ModelLayout& layout, const std::vector<float>& flat);
+void save_params(const std::string& path, const ModelLayout& layout,
+                 const std::vector<float>& flat);
 
 // Throws ConfigError naming the file and the first missing, unexpected or
 // mis-shaped tensor.

@@ -8,22 +8,24 @@
 
 namespace shardlab {
 
-const char* to_string(OptimizerKind k) { return k == OptimizerKind::sgd ? "sgd" : "adamw"; }
+const char* to_string(OptimizerKind k) {
+  return k == OptimizerKind::sgd ? "sgd" : "adamw";
+}
 
 void validate_common(const RunConfig& cfg) {
   ModelSpec::parse(cfg.model);
   if (cfg.world < 1 || cfg.world > 64)
     throw ConfigError("--world " + std::to_string(cfg.world) + " is invalid (valid: 1 to 64)");
   if (cfg.batch < 1)
-    throw ConfigError("--batch " + std::to_string(cfg.batch) + " is invalid (valid: a positive integer)");
+    throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                      " is invalid (valid: a positive integer)");
   if (cfg.steps <= 0)
     throw ConfigError("--steps " + std::to_string(cfg.steps) + " is invalid (valid: 1 or more)");
   if (!(cfg.optimizer.lr > 0) || !std::isfinite(cfg.optimizer.lr))
     throw ConfigError("--lr " + std::to_string(cfg.optimizer.lr) +
                       " is invalid (valid: a positive number, e.g. 1e-3)");
   if (cfg.device != "cpu")
-    throw ConfigError("--device '" + cfg.device +
-                      "' is not available in this build (valid: cpu)");
+    throw ConfigError("--device '" + cfg.device + "' is not available in this build (valid: cpu)");
   if (cfg.backend != "gloo")
     throw ConfigError("--backend '" + cfg.backend + "' is not available (valid: gloo)");
   if (cfg.timeout_ms < 1)

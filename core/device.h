@@ -12,7 +12,9 @@ enum class DeviceKind { cpu, cuda };
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
   int index = 0;
-  std::string str() const { return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index); }
+  std::string str() const {
+    return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index);
+  }
   bool operator==(const Device&) const = default;
 };
 

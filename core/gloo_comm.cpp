@@ -96,6 +96,8 @@ void Work::wait() {
   if (!state_->error.empty()) throw CommError(state_->error);
 }
 
+// A send/recv reports done only once waited on: Gloo's unbound buffers have no
+// non-blocking completion test.
 bool Work::done() const {
   if (!state_) return true;
   std::lock_guard<std::mutex> lock(state_->mu);
@@ -714,9 +716,52 @@ class GlooComm final : public Comm {
 // ---------------------------------------------------------------------------
 // GlooGroup
 
+namespace {
+
+// Rendezvous waits in short slices and gives up as soon as any rank of the
+// group has reported a failure: a rank that dies before connecting then fails
+// its peers at once instead of after the whole timeout.
+class FailFastStore final : public gloo::rendezvous::Store {
+ public:
+  FailFastStore(gloo::rendezvous::Store& inner, const FailureBoard& failures)
+      : inner_(inner), failures_(failures) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    inner_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, kDefaultTimeout);
+    return inner_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      try {
+        inner_.wait(keys,
+                    std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(50)));
+        return;
+      } catch (const std::exception&) {
+        if (failures_.any())
+          throw CommError("a peer failed while connecting: " + failures_.describe());
+        if (std::chrono::steady_clock::now() >= deadline) throw;
+      }
+    }
+  }
+
+ private:
+  gloo::rendezvous::Store& inner_;
+  const FailureBoard& failures_;
+};
+
+}  // namespace
+
 struct GlooGroup::Impl {
   gloo::rendezvous::HashStore hash_store;
-  std::unique_ptr<gloo::rendezvous::PrefixStore> store;
+  std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed;
+  std::unique_ptr<FailFastStore> store;
   // One device means one event loop thread for every rank of the process.
   std::shared_ptr<gloo::transport::Device> device;
 };
@@ -727,8 +772,9 @@ GlooGroup::GlooGroup(int world, GlooGroupOptions options)
     throw CommError("GlooGroup: world must be positive, got " + std::to_string(world));
   // A unique prefix per group keeps keys apart if a store is ever shared.
   static std::atomic<uint64_t> next_group{0};
-  impl_->store = std::make_unique<gloo::rendezvous::PrefixStore>(
+  impl_->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(
       "shardlab.group." + std::to_string(next_group.fetch_add(1)), impl_->hash_store);
+  impl_->store = std::make_unique<FailFastStore>(*impl_->prefixed, failures_);
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
   try {
@@ -741,6 +787,8 @@ GlooGroup::GlooGroup(int world, GlooGroupOptions options)
 
 GlooGroup::~GlooGroup() = default;
 
+// The comm keeps a reference to this group's failure board, so the group must
+// outlive its comms (the device and contexts are shared_ptrs and need nothing).
 std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator* alloc) {
   if (rank < 0 || rank >= world_) {
     throw CommError("GlooGroup::connect: rank " + std::to_string(rank) +

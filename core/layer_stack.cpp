@@ -67,19 +67,22 @@ Tensor LayerStack::backward(const float* dout, int mb, bool want_dinput,
   const int rows = s.rows;
   const size_t n = static_cast<size_t>(rows) * d;
 
-  // g holds the gradient flowing backward: first of this stack's output, then of each layer's input.
-  Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary, {rows, d});
+  // g holds the gradient flowing backward: first of this stack's output, then of each layer's
+  // input.
+  Tensor g =
+      alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary, {rows, d});
   std::memcpy(g.data<float>(), dout, n * sizeof(float));
   for (int l = last_ - 1; l >= first_; --l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::backward, l, mb);
     const int i = l - first_;
-    if (layout_.has_gelu(l)) kernels::gelu_backward(g.data<float>(), g.data<float>(), s.pre[i].data<float>(), n);
+    if (layout_.has_gelu(l))
+      kernels::gelu_backward(g.data<float>(), g.data<float>(), s.pre[i].data<float>(), n);
     const float* input = i == 0 ? s.input : s.out[i - 1].data<float>();
     Tensor din;
     if (l > first_ || want_dinput)
       din = alloc_.alloc(act_name(l, "grad_input", mb), MemCategory::temporary, {rows, d});
-    kernels::linear_backward(din.empty() ? nullptr : din.data<float>(), weight_grad(l), bias_grad(l),
-                             g.data<float>(), input, weight(l), rows, d, d);
+    kernels::linear_backward(din.empty() ? nullptr : din.data<float>(), weight_grad(l),
+                             bias_grad(l), g.data<float>(), input, weight(l), rows, d, d);
     // This layer's saved activations are no longer needed: the memory panel
     // shows them draining as backward walks toward the input.
     s.pre[i].reset();
@@ -99,7 +102,8 @@ void LayerStack::zero_grads() {
 std::vector<Optimizer::Range> LayerStack::ranges() const {
   std::vector<Optimizer::Range> r;
   for (int l = first_; l < last_; ++l)
-    for (const ParamInfo* p : {&layout_.weight(l), &layout_.bias(l)}) r.push_back({p->name, p->numel});
+    for (const ParamInfo* p : {&layout_.weight(l), &layout_.bias(l)})
+      r.push_back({p->name, p->numel});
   return r;
 }
 

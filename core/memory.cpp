@@ -7,12 +7,17 @@
 
 namespace shardlab {
 
-size_t dtype_size(DType dt) { return dt == DType::f32 ? 4 : 2; }
+size_t dtype_size(DType dt) {
+  return dt == DType::f32 ? 4 : 2;
+}
 const char* to_string(DType dt) {
   switch (dt) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
   }
   return "?";
 }
@@ -65,7 +70,9 @@ class CpuBackend final : public DeviceBackend {
 
 }  // namespace
 
-std::unique_ptr<DeviceBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<DeviceBackend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
   if (this != &other) {
@@ -97,7 +104,9 @@ void Tensor::reset() {
 Allocator::Allocator(DeviceBackend& backend, Recorder* recorder)
     : backend_(backend), recorder_(recorder) {}
 
-Allocator::~Allocator() { release_cache(); }
+Allocator::~Allocator() {
+  release_cache();
+}
 
 Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int64_t> shape,
                         DType dtype, Pool pool) {
@@ -144,7 +153,8 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
     s.peak_total = std::max(s.peak_total, s.current_total);
   }
   if (recorder_)
-    recorder_->add_alloc(AllocEvent{now, static_cast<int64_t>(bytes), id, category, pool, std::move(name)});
+    recorder_->add_alloc(
+        AllocEvent{now, static_cast<int64_t>(bytes), id, category, pool, std::move(name)});
   return t;
 }
 
@@ -159,7 +169,8 @@ void Allocator::free(Tensor& t) {
     s.cached += static_cast<int64_t>(t.capacity_);
     cache_[p][t.capacity_].push_back(t.ptr_);
   }
-  if (recorder_) recorder_->add_alloc(AllocEvent{now_ns(), -bytes, t.id_, t.category_, t.pool_, t.name_});
+  if (recorder_)
+    recorder_->add_alloc(AllocEvent{now_ns(), -bytes, t.id_, t.category_, t.pool_, t.name_});
 }
 
 MemStats Allocator::stats() const {

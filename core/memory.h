@@ -50,9 +50,13 @@ class Tensor {
   bool empty() const { return ptr_ == nullptr; }
 
   template <typename T>
-  T* data() { return static_cast<T*>(ptr_); }
+  T* data() {
+    return static_cast<T*>(ptr_);
+  }
   template <typename T>
-  const T* data() const { return static_cast<const T*>(ptr_); }
+  const T* data() const {
+    return static_cast<const T*>(ptr_);
+  }
   void* raw() { return ptr_; }
   const void* raw() const { return ptr_; }
   std::span<float> f32() { return {data<float>(), numel_}; }
@@ -96,8 +100,8 @@ class Allocator {
                DType dtype = DType::f32, Pool pool = Pool::device);
   Tensor alloc(std::string name, MemCategory category, size_t numel, DType dtype = DType::f32,
                Pool pool = Pool::device) {
-    return alloc(std::move(name), category, std::vector<int64_t>{static_cast<int64_t>(numel)}, dtype,
-                 pool);
+    return alloc(std::move(name), category, std::vector<int64_t>{static_cast<int64_t>(numel)},
+                 dtype, pool);
   }
 
   MemStats stats() const;

@@ -34,7 +34,9 @@ class ModelLayout {
   size_t total() const { return total_; }  // parameters in the whole model
   // Flat range of one layer (weight then bias).
   size_t layer_begin(int layer) const { return params_[2 * layer].offset; }
-  size_t layer_numel(int layer) const { return params_[2 * layer].numel + params_[2 * layer + 1].numel; }
+  size_t layer_numel(int layer) const {
+    return params_[2 * layer].numel + params_[2 * layer + 1].numel;
+  }
   const ParamInfo& weight(int layer) const { return params_[2 * layer]; }
   const ParamInfo& bias(int layer) const { return params_[2 * layer + 1]; }
   bool has_gelu(int layer) const { return layer + 1 < spec_.layers; }

@@ -12,7 +12,8 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::ve
   if (cfg.kind != OptimizerKind::adamw) return;  // SGD keeps no state
   for (const Range& r : ranges) {
     exp_avg_.push_back(alloc.alloc(r.name + ".exp_avg", MemCategory::optimizer_state, r.numel));
-    exp_avg_sq_.push_back(alloc.alloc(r.name + ".exp_avg_sq", MemCategory::optimizer_state, r.numel));
+    exp_avg_sq_.push_back(
+        alloc.alloc(r.name + ".exp_avg_sq", MemCategory::optimizer_state, r.numel));
   }
 }
 

@@ -6,40 +6,65 @@ namespace shardlab {
 
 const char* to_string(SpanKind kind) {
   switch (kind) {
-    case SpanKind::forward: return "forward";
-    case SpanKind::backward: return "backward";
-    case SpanKind::loss: return "loss";
-    case SpanKind::optimizer: return "optimizer";
-    case SpanKind::all_reduce: return "all_reduce";
-    case SpanKind::reduce_scatter: return "reduce_scatter";
-    case SpanKind::all_gather: return "all_gather";
-    case SpanKind::broadcast: return "broadcast";
-    case SpanKind::reduce: return "reduce";
-    case SpanKind::send: return "send";
-    case SpanKind::recv: return "recv";
-    case SpanKind::barrier: return "barrier";
-    case SpanKind::copy_h2d: return "copy_h2d";
-    case SpanKind::copy_d2h: return "copy_d2h";
-    case SpanKind::other: return "other";
+    case SpanKind::forward:
+      return "forward";
+    case SpanKind::backward:
+      return "backward";
+    case SpanKind::loss:
+      return "loss";
+    case SpanKind::optimizer:
+      return "optimizer";
+    case SpanKind::all_reduce:
+      return "all_reduce";
+    case SpanKind::reduce_scatter:
+      return "reduce_scatter";
+    case SpanKind::all_gather:
+      return "all_gather";
+    case SpanKind::broadcast:
+      return "broadcast";
+    case SpanKind::reduce:
+      return "reduce";
+    case SpanKind::send:
+      return "send";
+    case SpanKind::recv:
+      return "recv";
+    case SpanKind::barrier:
+      return "barrier";
+    case SpanKind::copy_h2d:
+      return "copy_h2d";
+    case SpanKind::copy_d2h:
+      return "copy_d2h";
+    case SpanKind::other:
+      return "other";
   }
   return "?";
 }
 
-const char* to_string(Lane lane) { return lane == Lane::compute ? "compute" : "comm"; }
+const char* to_string(Lane lane) {
+  return lane == Lane::compute ? "compute" : "comm";
+}
 
 const char* to_string(MemCategory c) {
   switch (c) {
-    case MemCategory::params: return "params";
-    case MemCategory::grads: return "grads";
-    case MemCategory::optimizer_state: return "optimizer_state";
-    case MemCategory::activations: return "activations";
-    case MemCategory::comm_buffers: return "comm_buffers";
-    case MemCategory::temporary: return "temporary";
+    case MemCategory::params:
+      return "params";
+    case MemCategory::grads:
+      return "grads";
+    case MemCategory::optimizer_state:
+      return "optimizer_state";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::comm_buffers:
+      return "comm_buffers";
+    case MemCategory::temporary:
+      return "temporary";
   }
   return "?";
 }
 
-const char* to_string(Pool p) { return p == Pool::device ? "device" : "host"; }
+const char* to_string(Pool p) {
+  return p == Pool::device ? "device" : "host";
+}
 
 void Recorder::add_span(Span span) {
   if (!enabled_) return;

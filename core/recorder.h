@@ -49,7 +49,14 @@ struct Span {
   uint64_t flow_id = 0;  // links a send to its recv (same id on both), 0 = none
 };
 
-enum class MemCategory : uint8_t { params, grads, optimizer_state, activations, comm_buffers, temporary };
+enum class MemCategory : uint8_t {
+  params,
+  grads,
+  optimizer_state,
+  activations,
+  comm_buffers,
+  temporary
+};
 inline constexpr int kNumMemCategories = 6;
 const char* to_string(MemCategory c);
 

@@ -30,14 +30,15 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   const std::vector<float> seeded = initial ? std::vector<float>{} : init_params(layout, cfg.seed);
   const std::vector<float>& init = initial ? *initial : seeded;
   if (init.size() != layout.total())
-    throw ConfigError("initial parameters have " + std::to_string(init.size()) +
-                      " values, model " + cfg.model + " needs " + std::to_string(layout.total()));
+    throw ConfigError("initial parameters have " + std::to_string(init.size()) + " values, model " +
+                      cfg.model + " needs " + std::to_string(layout.total()));
 
   const int world = cfg.world;
   RunResult result;
   result.cfg = cfg;
   result.ranks.resize(world);
-  for (int r = 0; r < world; ++r) result.recorders.push_back(std::make_shared<Recorder>(r, cfg.record));
+  for (int r = 0; r < world; ++r)
+    result.recorders.push_back(std::make_shared<Recorder>(r, cfg.record));
 
   GlooGroup group(world, GlooGroupOptions{std::chrono::milliseconds(cfg.timeout_ms)});
   std::vector<LossShare> shares(static_cast<size_t>(cfg.steps) * world);

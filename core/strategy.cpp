@@ -15,7 +15,9 @@ bool register_strategy(StrategyInfo info) {
   return true;
 }
 
-const std::vector<StrategyInfo>& all_strategies() { return registry(); }
+const std::vector<StrategyInfo>& all_strategies() {
+  return registry();
+}
 
 const StrategyInfo* find_strategy(const std::string& name) {
   for (const StrategyInfo& s : registry())

@@ -43,10 +43,15 @@ class Ddp final : public Strategy {
                           CommMeta{layout.params()[i].layer, -1});
 
     // Buckets fill in the order backward produces gradients: last layer first.
+    // As in torch DDP, the first bucket is capped at 1 MiB so that the first
+    // all-reduce starts early in backward instead of after most of it.
     const size_t cap = static_cast<size_t>(env.cfg.bucket_mb * 1024 * 1024 / sizeof(float));
+    const size_t first_cap = std::min(cap, size_t{1024 * 1024 / sizeof(float)});
     for (int i = static_cast<int>(layout.params().size()) - 1; i >= 0; --i) {
       const ParamInfo& p = layout.params()[i];
-      if (buckets_.empty() || (buckets_.back().numel > 0 && buckets_.back().numel + p.numel > cap))
+      const size_t limit = buckets_.size() <= 1 ? first_cap : cap;
+      if (buckets_.empty() ||
+          (buckets_.back().numel > 0 && buckets_.back().numel + p.numel > limit))
         buckets_.emplace_back();
       Bucket& b = buckets_.back();
       b.params.push_back(i);
@@ -154,7 +159,8 @@ const bool registered = register_strategy({
       if (cfg.batch % cfg.world != 0)
         throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
                           std::to_string(cfg.world) + " (valid: a multiple of " +
-                          std::to_string(cfg.world) + ", e.g. " + std::to_string(cfg.world * 16) + ")");
+                          std::to_string(cfg.world) + ", e.g. " + std::to_string(cfg.world * 16) +
+                          ")");
     },
 });
 

@@ -61,8 +61,9 @@ const bool registered = register_strategy({
     [] { return std::make_unique<Single>(); },
     [](const RunConfig& cfg) {
       if (cfg.world != 1)
-        throw ConfigError("--world " + std::to_string(cfg.world) +
-                          " is invalid for strategy single (valid: 1; it is the one-device reference)");
+        throw ConfigError(
+            "--world " + std::to_string(cfg.world) +
+            " is invalid for strategy single (valid: 1; it is the one-device reference)");
     },
 });
 

@@ -60,7 +60,8 @@ TEST_CASE("bad input: one line naming the value, exit code 2", "[cli]") {
   expect_bad(base + "--world 0", "--world 0 is invalid");
   expect_bad(base + "--world -3", "--world -3 is invalid");
   expect_bad(base + "--world two", "--world 'two' is not an integer");
-  expect_bad("run --model mlp:2x16 --steps 2 --batch 10 --world 4", "--batch 10 is not divisible by --world 4");
+  expect_bad("run --model mlp:2x16 --steps 2 --batch 10 --world 4",
+             "--batch 10 is not divisible by --world 4");
   expect_bad(base + "--steps 0", "--steps 0 is invalid");
   expect_bad(base + "--steps -5", "--steps -5 is invalid");
   expect_bad(base + "--lr 0", "--lr 0");
@@ -68,7 +69,8 @@ TEST_CASE("bad input: one line naming the value, exit code 2", "[cli]") {
   expect_bad(base + "--optimizer adam", "unknown optimizer 'adam' (valid: adamw, sgd)");
   expect_bad(base + "--frobnicate 3", "unknown option '--frobnicate'");
   expect_bad(base + "--init-from /nonexistent/w.safetensors", "/nonexistent/w.safetensors");
-  expect_bad(base + "--trace /nonexistent-dir/t.json", "cannot write --trace '/nonexistent-dir/t.json'");
+  expect_bad(base + "--trace /nonexistent-dir/t.json",
+             "cannot write --trace '/nonexistent-dir/t.json'");
   expect_bad(base + "--save-final /nonexistent-dir/f.safetensors", "cannot write --save-final");
   expect_bad("frobnicate", "unknown command 'frobnicate'");
   expect_bad("bench disk", "disk");
@@ -78,26 +80,36 @@ TEST_CASE("bad input: mismatched --init-from says which tensor", "[cli]") {
   const auto dir = tmpdir();
   const std::string other = (dir / "other.safetensors").string();
   // Saved from a different model: shapes differ.
-  REQUIRE(run_cli("run --strategy single --world 1 --model mlp:2x8 --steps 1 --batch 4 --save-init " + other).code == 0);
-  expect_bad("run --strategy single --world 1 --model mlp:2x16 --steps 1 --batch 4 --init-from " + other,
-             "tensor 'layers.0.weight' has shape [8,8], model mlp:2x16 needs [16,16]");
+  REQUIRE(
+      run_cli("run --strategy single --world 1 --model mlp:2x8 --steps 1 --batch 4 --save-init " +
+              other)
+          .code == 0);
+  expect_bad(
+      "run --strategy single --world 1 --model mlp:2x16 --steps 1 --batch 4 --init-from " + other,
+      "tensor 'layers.0.weight' has shape [8,8], model mlp:2x16 needs [16,16]");
   // Missing layers.
-  expect_bad("run --strategy single --world 1 --model mlp:3x8 --steps 1 --batch 4 --init-from " + other,
-             "has no tensor 'layers.2.weight'");
+  expect_bad(
+      "run --strategy single --world 1 --model mlp:3x8 --steps 1 --batch 4 --init-from " + other,
+      "has no tensor 'layers.2.weight'");
   // Not a safetensors file.
   const std::string junk = (dir / "junk.safetensors").string();
   std::ofstream(junk) << "this is not a checkpoint";
-  expect_bad("run --strategy single --world 1 --model mlp:2x8 --steps 1 --batch 4 --init-from " + junk, junk);
+  expect_bad(
+      "run --strategy single --world 1 --model mlp:2x8 --steps 1 --batch 4 --init-from " + junk,
+      junk);
 }
 
 TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "[cli]") {
   const auto dir = tmpdir();
-  const std::string init = (dir / "init.safetensors").string(), fin = (dir / "final.safetensors").string(),
-                    fin2 = (dir / "final2.safetensors").string(), data = (dir / "data.safetensors").string(),
+  const std::string init = (dir / "init.safetensors").string(),
+                    fin = (dir / "final.safetensors").string(),
+                    fin2 = (dir / "final2.safetensors").string(),
+                    data = (dir / "data.safetensors").string(),
                     trace = (dir / "trace.json").string();
-  const std::string common = "run --strategy ddp --world 2 --model mlp:3x16 --steps 4 --batch 8 --seed 5 ";
-  const Result r = run_cli(common + "--save-init " + init + " --save-final " + fin + " --save-data " + data +
-                            " --trace " + trace);
+  const std::string common =
+      "run --strategy ddp --world 2 --model mlp:3x16 --steps 4 --batch 8 --seed 5 ";
+  const Result r = run_cli(common + "--save-init " + init + " --save-final " + fin +
+                           " --save-data " + data + " --trace " + trace);
   INFO(r.out);
   REQUIRE(r.code == 0);
   REQUIRE(r.out.find("final loss") != std::string::npos);
@@ -108,7 +120,8 @@ TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "
   REQUIRE(x.size() == 2);
   REQUIRE(x[0].shape == std::vector<int64_t>{4, 8, 16});
 
-  const Result again = run_cli(common + "--init-from " + init + " --save-final " + fin2 + " --json");
+  const Result again =
+      run_cli(common + "--init-from " + init + " --save-final " + fin2 + " --json");
   REQUIRE(again.code == 0);
   const auto a = shardlab::load_safetensors(fin), b = shardlab::load_safetensors(fin2);
   REQUIRE(a.size() == 6);
@@ -123,7 +136,8 @@ TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "
 }
 
 TEST_CASE("help works everywhere (--help)", "[cli]") {
-  for (const char* args : {"--help", "run --help", "demo --help", "bench --help", "bench comm --help"}) {
+  for (const char* args :
+       {"--help", "run --help", "demo --help", "bench --help", "bench comm --help"}) {
     const Result r = run_cli(args);
     INFO(args << "\n" << r.out);
     REQUIRE(r.code == 0);

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/memory.h"
 #include "core/recorder.h"
@@ -252,15 +253,20 @@ TEST_CASE("reduce sums onto the root and leaves the others alone", "[comm]") {
 TEST_CASE("barrier waits for the slowest rank", "[comm]") {
   const int world = GENERATE(1, 2, 3, 4);
   CAPTURE(world);
+  // One process, one steady clock: no rank may leave the barrier before the
+  // slow rank has entered it.
+  std::atomic<int64_t> slow_entered_ns{0};
   const auto failures = run_ranks(world, [&](Comm& comm, Failures& f) {
-    comm.barrier();  // line up after connecting
-    if (comm.rank() == world - 1) std::this_thread::sleep_for(60ms);
-    const auto t0 = std::chrono::steady_clock::now();
-    comm.barrier_async().wait();
-    const auto waited = std::chrono::steady_clock::now() - t0;
-    if (world > 1 && comm.rank() != world - 1) {
-      f.check(waited >= 40ms, comm.rank(), "barrier returned before the slow rank arrived");
+    const bool slow = comm.rank() == world - 1;
+    if (slow) {
+      std::this_thread::sleep_for(30ms);
+      slow_entered_ns = now_ns();
     }
+    comm.barrier_async().wait();
+    const int64_t left = now_ns();
+    const int64_t entered = slow_entered_ns.load();
+    f.check(entered != 0 && left >= entered, comm.rank(),
+            "left the barrier before the slow rank entered it");
   });
   REQUIRE(failures == "");
 }

@@ -84,7 +84,8 @@ TEST_CASE("ddp starts bucket all-reduces during backward", "[ddp]") {
   for (const Span& s : snap.spans) {
     if (s.step != 2) continue;
     if (s.kind == SpanKind::backward) last_backward_end = std::max(last_backward_end, s.t_end_ns);
-    if (s.kind == SpanKind::all_reduce) first_allreduce_begin = std::min(first_allreduce_begin, s.t_begin_ns);
+    if (s.kind == SpanKind::all_reduce)
+      first_allreduce_begin = std::min(first_allreduce_begin, s.t_begin_ns);
   }
   REQUIRE(first_allreduce_begin < last_backward_end);
 }
@@ -111,7 +112,8 @@ TEST_CASE("a saved init (--init-from) reproduces the same run", "[ddp][io]") {
   RunConfig c = small_config("ddp", 2, OptimizerKind::adamw);
   c.steps = 5;
   const ModelLayout layout(ModelSpec::parse(c.model));
-  const std::string path = (std::filesystem::temp_directory_path() / "shardlab_init_test.safetensors").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "shardlab_init_test.safetensors").string();
   save_params(path, layout, init_params(layout, c.seed));
   const RunResult seeded = run_training(c);
   const std::vector<float> loaded = load_params(path, layout);
@@ -134,7 +136,8 @@ TEST_CASE("a rank that throws makes the others fail with an error naming it", "[
   } catch (const RunError& e) {
     message = e.what();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   REQUIRE(message.find("rank 1") != std::string::npos);
   REQUIRE(message.find("simulated crash") != std::string::npos);
   REQUIRE(seconds < 15);

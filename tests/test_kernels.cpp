@@ -59,7 +59,8 @@ TEST_CASE("linear backward matches finite differences (double)", "[kernels]") {
     return s;
   };
   std::vector<double> dx(rows * in), dw(out * in, 0.5), db(out, 0.25);
-  kernels::linear_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), rows, in, out);
+  kernels::linear_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), rows, in,
+                           out);
   // Parameter gradients accumulate onto what was there.
   for (double& v : dw) v -= 0.5;
   for (double& v : db) v -= 0.25;
@@ -87,7 +88,9 @@ TEST_CASE("GELU backward matches finite differences and exact-erf values", "[ker
 
 TEST_CASE("MSE loss is the mean and its gradient matches finite differences", "[kernels]") {
   auto p = randn(12, 7), t = randn(12, 8);
-  auto loss = [&] { return kernels::mse_forward_backward<double>(nullptr, p.data(), t.data(), 12, 12); };
+  auto loss = [&] {
+    return kernels::mse_forward_backward<double>(nullptr, p.data(), t.data(), 12, 12);
+  };
   double expect = 0;
   for (int i = 0; i < 12; ++i) expect += (p[i] - t[i]) * (p[i] - t[i]) / 12;
   std::vector<double> dp(12);
@@ -114,7 +117,8 @@ TEST_CASE("a full MLP layer (linear + GELU) backward matches finite differences"
   kernels::gelu_forward(y.data(), pre.data(), y.size());
   kernels::mse_forward_backward(g.data(), y.data(), t.data(), y.size(), y.size());
   kernels::gelu_backward(g.data(), g.data(), pre.data(), g.size());
-  kernels::linear_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), rows, d, d);
+  kernels::linear_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), rows, d,
+                           d);
   require_close(dx, numeric_grad(x, loss), 1e-7);
   require_close(dw, numeric_grad(w, loss), 1e-7);
   require_close(db, numeric_grad(b, loss), 1e-7);
@@ -142,7 +146,8 @@ TEST_CASE("LayerStack (float) gradients match the same network in double", "[ker
     for (int l = 0; l < 3; ++l) {
       const auto& wi = layout.weight(l);
       const auto& bi = layout.bias(l);
-      kernels::linear_forward(pre.data(), a.data(), p.data() + wi.offset, p.data() + bi.offset, rows, d, d);
+      kernels::linear_forward(pre.data(), a.data(), p.data() + wi.offset, p.data() + bi.offset,
+                              rows, d, d);
       if (layout.has_gelu(l))
         kernels::gelu_forward(out.data(), pre.data(), out.size());
       else
@@ -164,7 +169,7 @@ TEST_CASE("LayerStack (float) gradients match the same network in double", "[ker
   REQUIRE(alloc.stats().device.current[static_cast<int>(MemCategory::activations)] == 0);
 }
 
-TEST_CASE("AdamW follows torch.optim.AdamW; SGD is p -= lr g", "[kernels]") {
+TEST_CASE("AdamW follows torch.optim.AdamW and SGD is p -= lr g", "[kernels]") {
   kernels::AdamWParams h;  // lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 0.01
   float p = 0.5f, m = 0, v = 0;
   const float g = 0.2f;

@@ -37,7 +37,8 @@ TEST_CASE("trace of a real ddp run has ranks, tracks and memory counters", "[tra
   std::map<std::string, int> x_by_track, counters;
   for (const json& e : t["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
-    if (e["ph"] == "M" && e["name"] == "thread_name") track[{e["pid"], e["tid"]}] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      track[{e["pid"], e["tid"]}] = e["args"]["name"];
   }
   for (const json& e : t["traceEvents"]) {
     if (e["ph"] == "X") {
@@ -51,15 +52,17 @@ TEST_CASE("trace of a real ddp run has ranks, tracks and memory counters", "[tra
   for (int rank = 0; rank < 3; ++rank) {
     const std::string p = "rank " + std::to_string(rank);
     INFO(p);
-    REQUIRE(x_by_track[p + "/compute"] >= 2 * (3 + 3 + 1 + 1));  // fwd, bwd, loss, optimizer per step
-    REQUIRE(x_by_track[p + "/communication"] >= 2);              // at least one all-reduce per step
+    REQUIRE(x_by_track[p + "/compute"] >=
+            2 * (3 + 3 + 1 + 1));                    // fwd, bwd, loss, optimizer per step
+    REQUIRE(x_by_track[p + "/communication"] >= 2);  // at least one all-reduce per step
     REQUIRE(counters[p] > 0);
   }
 }
 
 TEST_CASE("trace of real send/recv pairs every message with one flow", "[trace]") {
   GlooGroup group(2, GlooGroupOptions{std::chrono::milliseconds(10000)});
-  std::vector<std::shared_ptr<Recorder>> recs = {std::make_shared<Recorder>(0), std::make_shared<Recorder>(1)};
+  std::vector<std::shared_ptr<Recorder>> recs = {std::make_shared<Recorder>(0),
+                                                 std::make_shared<Recorder>(1)};
   const int64_t t0 = now_ns();
   std::vector<std::string> errors(2);
   auto body = [&](int rank) {
