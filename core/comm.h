@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,13 +29,22 @@ class CommError : public std::runtime_error {
 class FailureBoard {
  public:
   void report(int rank, const std::string& what);
-  // "rank 1 failed: <what>" for each reported rank, or "" when none did.
+  // "rank 1 failed: <what>" for the first reported failure (the root cause), or "".
   std::string describe() const;
+  // One line for the whole run: the root cause, then which ranks stopped after it.
+  std::string summary() const;
   bool any() const;
+
+  // Each rank notes the sequence number of every collective it issues, so a
+  // rank that times out can name the peers that never got that far (stalled).
+  void note_issued(int rank, uint64_t seq);
+  // "rank 2 (it issued 41 collectives, this is #42)" for every rank behind `seq`, or "".
+  std::string behind(uint64_t seq) const;
 
  private:
   mutable std::mutex mu_;
   std::vector<std::pair<int, std::string>> failures_;
+  std::map<int, uint64_t> issued_;
 };
 
 // Completion of an asynchronous operation. wait() rethrows its error.

@@ -38,11 +38,38 @@ void FailureBoard::report(int rank, const std::string& what) {
 
 std::string FailureBoard::describe() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string out;
-  for (const auto& [rank, what] : failures_) {
-    if (!out.empty()) out += "; ";
-    out += "rank " + std::to_string(rank) + " failed: " + what;
+  if (failures_.empty()) return "";
+  // The first report is the root cause; later ones are usually its echoes.
+  return "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;
+}
+
+std::string FailureBoard::summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failures_.empty()) return "";
+  std::string out =
+      "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;
+  if (failures_.size() > 1) {
+    out += " (then ";
+    for (size_t i = 1; i < failures_.size(); ++i)
+      out += (i > 1 ? ", " : "") + std::string("rank ") + std::to_string(failures_[i].first);
+    out += " stopped too)";
   }
+  return out;
+}
+
+void FailureBoard::note_issued(int rank, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  issued_[rank] = seq;
+}
+
+std::string FailureBoard::behind(uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (const auto& [rank, last] : issued_)
+    if (last < seq)
+      out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank) +
+             " (it issued " + std::to_string(last) + " collectives, this is #" +
+             std::to_string(seq) + ")";
   return out;
 }
 
@@ -207,7 +234,7 @@ struct OpInfo {
 class GlooComm final : public Comm {
  public:
   GlooComm(int rank, int world, std::shared_ptr<gloo::Context> ctx,
-           std::chrono::milliseconds timeout, const FailureBoard& board, Recorder* recorder,
+           std::chrono::milliseconds timeout, FailureBoard& board, Recorder* recorder,
            Allocator* alloc)
       : rank_(rank),
         world_(world),
@@ -423,7 +450,13 @@ class GlooComm final : public Comm {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     const std::string others = board_.describe();
-    os << " (" << (others.empty() ? "no rank reported a failure" : others) << ")";
+    const std::string stalled = op.peer < 0 && running_seq_ ? board_.behind(running_seq_) : "";
+    if (!others.empty())
+      os << " (" << others << ")";
+    else if (!stalled.empty())
+      os << " waiting for " << stalled;
+    else
+      os << " (no rank reported a failure)";
     return os.str();
   }
 
@@ -485,6 +518,7 @@ class GlooComm final : public Comm {
       if (stopping_) throw CommError(op_prefix(op) + ": comm is being destroyed");
       // Every rank issues collectives in the same order, so equal sequence
       // numbers (used as Gloo tags) name the same collective on every rank.
+      board_.note_issued(rank_, next_seq_);
       queue_.push_back(Task{state, op, next_seq_++, std::move(body)});
     }
     cv_.notify_one();
@@ -519,6 +553,7 @@ class GlooComm final : public Comm {
     }
     std::string error;
     const int64_t t_begin = now_ns();
+    running_seq_.store(task.seq);
     try {
       task.body(task.seq);
       ops_.fetch_add(1, std::memory_order_relaxed);
@@ -684,7 +719,9 @@ class GlooComm final : public Comm {
   const int world_;
   std::shared_ptr<gloo::Context> ctx_;
   const std::chrono::milliseconds timeout_;
-  const FailureBoard& board_;
+  FailureBoard& board_;
+  std::atomic<uint64_t> running_seq_{
+      0};  // the collective the worker is running, for error messages
   Recorder* const recorder_;
   Allocator* const alloc_;
 

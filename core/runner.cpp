@@ -63,6 +63,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       RankReport& report = result.ranks[rank];
       for (int s = 0; s < cfg.steps; ++s) {
         rec->set_step(s);
+        if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
         shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
         report.step_ms.push_back((now_ns() - t0) / 1e6);
@@ -97,7 +98,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   for (std::thread& t : threads) t.join();
 
-  if (group.failures().any()) throw RunError(group.failures().describe());
+  if (group.failures().any()) throw RunError(group.failures().summary());
 
   result.losses.resize(cfg.steps);
   result.step_ms.resize(cfg.steps);

@@ -42,6 +42,8 @@ struct RunCallbacks {
   std::function<void(int step, double loss)> on_step;  // from a rank thread, after each step
   // Rank threads call this at their start: a test can make a rank fail.
   std::function<void(int rank)> on_rank_start;
+  // Rank threads call this before each step (tests: a rank that fails or stalls mid-run).
+  std::function<void(int rank, int step)> before_step;
 };
 
 double median(std::vector<double> v);

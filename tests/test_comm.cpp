@@ -109,14 +109,18 @@ TEST_CASE("even_counts gives the first total % world ranks one more", "[comm]") 
   REQUIRE(even_counts(0, 1) == std::vector<size_t>{0});
 }
 
-TEST_CASE("FailureBoard describes every reported rank", "[comm]") {
+TEST_CASE("FailureBoard names the root cause first and who stalled", "[comm]") {
   FailureBoard board;
   REQUIRE_FALSE(board.any());
   REQUIRE(board.describe().empty());
   board.report(1, "boom");
   board.report(3, "out of memory");
   REQUIRE(board.any());
-  REQUIRE(board.describe() == "rank 1 failed: boom; rank 3 failed: out of memory");
+  REQUIRE(board.describe() == "rank 1 failed: boom");
+  REQUIRE(board.summary() == "rank 1 failed: boom (then rank 3 stopped too)");
+  board.note_issued(0, 5);
+  board.note_issued(2, 4);
+  REQUIRE(board.behind(5) == "rank 2 (it issued 4 collectives, this is #5)");
 }
 
 TEST_CASE("all_reduce sums every rank's buffer", "[comm]") {

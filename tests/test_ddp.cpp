@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "core/checkpoint.h"
 #include "core/runner.h"
@@ -141,6 +142,32 @@ TEST_CASE("a rank that throws makes the others fail with an error naming it", "[
   REQUIRE(message.find("rank 1") != std::string::npos);
   REQUIRE(message.find("simulated crash") != std::string::npos);
   REQUIRE(seconds < 15);
+}
+
+TEST_CASE("a rank that fails mid-run, or stalls, does not hang the others", "[ddp]") {
+  RunConfig c = small_config("ddp", 3, OptimizerKind::adamw);
+  c.timeout_ms = 1000;
+  for (bool stall : {false, true}) {
+    RunCallbacks cb;
+    cb.before_step = [stall](int rank, int step) {
+      if (rank != 2 || step != 3) return;
+      if (stall) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      throw std::runtime_error("gave up at step 3");
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      run_training(c, nullptr, cb);
+    } catch (const RunError& e) {
+      message = e.what();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("stall " << stall << ": " << message);
+    REQUIRE(message.find("rank 2") != std::string::npos);
+    if (stall) REQUIRE(message.find("timed out") != std::string::npos);
+    REQUIRE(seconds < 10);
+  }
 }
 
 TEST_CASE("validation rejects bad settings with one clear line", "[config]") {
