@@ -18,7 +18,7 @@ ranks as threads talking through Gloo, and shows what each strategy costs.
 commands:
   demo     run every strategy on the default model, print a comparison, write traces
   run      train one configuration and print a summary (see 'shardlab run --help')
-  bench    benchmarks: 'shardlab bench comm' times collectives
+  bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times
 
 strategies: %s
 )";
@@ -35,9 +35,11 @@ int main(int argc, char** argv) {
     if (sub == "run") return shardlab::app::cmd_run(argc - 1, argv + 1);
     if (sub == "demo") return shardlab::app::cmd_demo(argc - 1, argv + 1);
     if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
-    std::fprintf(stderr,
-                 "error: unknown command '%s' (valid: demo, run, bench; see 'shardlab --help')\n",
-                 sub.c_str());
+    if (sub == "estimate") return shardlab::app::cmd_estimate(argc - 1, argv + 1);
+    std::fprintf(
+        stderr,
+        "error: unknown command '%s' (valid: demo, run, estimate, bench; see 'shardlab --help')\n",
+        sub.c_str());
     return 2;
   } catch (const shardlab::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -32,6 +32,15 @@ through Gloo over TCP on 127.0.0.1, and print a summary.
   --seed N            seed for init and data (default 1)
   --bucket-mb X       ddp: gradient bucket size in MiB (default 25)
   --no-overlap        ddp: all-reduce after backward instead of during it
+  --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32)
+  --no-prefetch       zero3/fsdp: do not start the next all-gather early
+  --fsdp-unit K       fsdp: layers per unit (default 1)
+  --no-reshard        fsdp: keep gathered parameters from forward until backward
+  --offload           fsdp: params, grads and optimizer state live in host memory
+  --stages P          naive-mp/gpipe/1f1b: pipeline stages (default: one per rank)
+  --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)
+  --partition A,B,..  layers per stage (default: balanced by parameter count)
+  --recompute         gpipe/1f1b: keep stage inputs only, recompute forward in backward
   --timeout-ms N      every collective fails after this long (default 30000)
   --no-record         do not record spans/allocation events (memory totals are still measured)
   --trace PATH        write a Chrome trace (Perfetto, chrome://tracing)
@@ -43,9 +52,32 @@ through Gloo over TCP on 127.0.0.1, and print a summary.
 )";
 
 const std::set<std::string> kRunOptions = {
-    "model",     "strategy",   "world", "batch",     "steps",      "optimizer", "lr",       "seed",
-    "bucket-mb", "timeout-ms", "trace", "save-init", "save-final", "init-from", "save-data"};
-const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json"};
+    "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
+    "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
+    "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition"};
+const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json",     "no-prefetch",
+                                         "no-reshard", "offload",   "recompute"};
+
+}  // namespace
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < -1000000 || v > 1000000)
+      throw ConfigError(what + " '" + text +
+                        "' is not a comma-separated list of integers (valid: e.g. 3,2,2,1)");
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
 
 RunConfig config_from(const Args& a) {
   RunConfig c;
@@ -67,8 +99,19 @@ RunConfig config_from(const Args& a) {
   c.overlap = !a.has("no-overlap");
   c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
   c.record = !a.has("no-record");
+  c.precision = a.str("precision", c.precision);
+  c.prefetch = !a.has("no-prefetch");
+  c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit);
+  c.reshard_after_forward = !a.has("no-reshard");
+  c.offload = a.has("offload");
+  c.stages = a.integer("stages", c.stages);
+  c.micro_batches = a.integer("micro-batches", c.micro_batches);
+  c.recompute = a.has("recompute");
+  if (auto p = a.get("partition")) c.partition = parse_int_list(*p, "--partition");
   return c;
 }
+
+namespace {
 
 nlohmann::json trace_metadata(const RunConfig& c) {
   return {{"model", c.model}, {"strategy", c.strategy}, {"world", c.world},

@@ -52,6 +52,8 @@ nlohmann::json summary_json(const RunResult& r) {
                      {"median_step_ms", median(rr.step_ms)}});
   }
   j["ranks"] = ranks;
+  pipeline_report_json(r, j);
+  model_state_report_json(r, j);
   return j;
 }
 
@@ -72,6 +74,8 @@ void print_summary(const RunResult& r) {
     std::printf(" %11s %13s\n", human_bytes(m.peak_total).c_str(),
                 human_bytes(r.ranks[i].bytes_sent_per_step).c_str());
   }
+  print_pipeline_report(r);
+  print_model_state_report(r);
 }
 
 }  // namespace shardlab::app

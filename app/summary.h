@@ -12,4 +12,14 @@ std::string human_bytes(double bytes);  // "1.25 MiB"
 nlohmann::json summary_json(const RunResult& r);
 void print_summary(const RunResult& r);
 
+// Family reports, printed after the common summary and merged into its JSON;
+// each does nothing for strategies outside its family.
+// Pipeline family (app/report_pipeline.cpp): bubble share, activations in flight.
+void print_pipeline_report(const RunResult& r);
+void pipeline_report_json(const RunResult& r, nlohmann::json& j);
+// Data-parallel family (app/report_model_state.cpp): measured vs predicted model states and
+// traffic.
+void print_model_state_report(const RunResult& r);
+void model_state_report_json(const RunResult& r, nlohmann::json& j);
+
 }  // namespace shardlab::app

@@ -28,6 +28,8 @@ void validate_common(const RunConfig& cfg) {
     throw ConfigError("--device '" + cfg.device + "' is not available in this build (valid: cpu)");
   if (cfg.backend != "gloo")
     throw ConfigError("--backend '" + cfg.backend + "' is not available (valid: gloo)");
+  if (cfg.precision != "fp32" && cfg.precision != "bf16" && cfg.precision != "fp16")
+    throw ConfigError("--precision '" + cfg.precision + "' is invalid (valid: fp32, bf16, fp16)");
   if (cfg.timeout_ms < 1)
     throw ConfigError("--timeout-ms " + std::to_string(cfg.timeout_ms) +
                       " is invalid (valid: 1 or more)");

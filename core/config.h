@@ -2,9 +2,9 @@
 // every bad setting ends in one clear line naming the value and what is valid.
 #pragma once
 #include <cstdint>
-#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace shardlab {
 
@@ -43,8 +43,21 @@ struct RunConfig {
   double bucket_mb = 25.0;  // PyTorch DDP's default bucket_cap_mb
   bool overlap = true;      // all-reduce buckets during backward
 
-  // Strategy options not known to core, as name=value (later strategies).
-  std::map<std::string, std::string> options;
+  // Numeric precision of compute: fp32 | bf16 | fp16 (mixed precision keeps fp32 masters).
+  std::string precision = "fp32";
+
+  // zero3, fsdp
+  bool prefetch = true;  // start the next unit's all-gather while this one computes
+  // fsdp
+  int fsdp_unit = 1;                  // layers per FSDP unit
+  bool reshard_after_forward = true;  // free gathered params after forward
+  bool offload = false;               // params, grads, optimizer state in host memory
+
+  // naive-mp, gpipe, 1f1b
+  int stages = 0;              // pipeline stages; 0 = one per rank (= world)
+  int micro_batches = 1;       // micro-batches per global batch
+  std::vector<int> partition;  // layers per stage; empty = balanced by parameter count
+  bool recompute = false;      // gpipe: keep stage inputs only, recompute forward in backward
 };
 
 // Throws ConfigError for settings that are invalid for any strategy; the

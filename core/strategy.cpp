@@ -31,6 +31,12 @@ std::string strategy_names() {
   return s;
 }
 
+void require_fp32(const RunConfig& cfg) {
+  if (cfg.precision != "fp32")
+    throw ConfigError("--precision " + cfg.precision + " is not supported by strategy " +
+                      cfg.strategy + " yet (valid: fp32)");
+}
+
 void validate(const RunConfig& cfg) {
   const StrategyInfo* info = find_strategy(cfg.strategy);
   if (!info)

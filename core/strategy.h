@@ -60,6 +60,9 @@ const std::vector<StrategyInfo>& all_strategies();
 const StrategyInfo* find_strategy(const std::string& name);
 std::string strategy_names();  // "single, ddp, ..."
 
+// For strategies without mixed precision yet: throws ConfigError unless --precision fp32.
+void require_fp32(const RunConfig& cfg);
+
 // validate_common + the strategy's own checks; throws ConfigError.
 void validate(const RunConfig& cfg);
 

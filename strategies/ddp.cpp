@@ -156,6 +156,7 @@ const bool registered = register_strategy({
     "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped with backward",
     [] { return std::make_unique<Ddp>(); },
     [](const RunConfig& cfg) {
+      require_fp32(cfg);
       if (cfg.batch % cfg.world != 0)
         throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
                           std::to_string(cfg.world) + " (valid: a multiple of " +

@@ -60,6 +60,7 @@ const bool registered = register_strategy({
     "the reference: whole model and batch on one device",
     [] { return std::make_unique<Single>(); },
     [](const RunConfig& cfg) {
+      require_fp32(cfg);
       if (cfg.world != 1)
         throw ConfigError(
             "--world " + std::to_string(cfg.world) +
