@@ -21,6 +21,49 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void RunControl::pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = true;
+  allowed_until_ = highest_seen_;
+}
+
+void RunControl::resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
+void RunControl::step_once() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    allowed_until_ = std::max(allowed_until_, highest_seen_) + 1;
+  }
+  cv_.notify_all();
+}
+
+void RunControl::cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool RunControl::paused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return paused_;
+}
+
+void RunControl::gate(int step) {
+  std::unique_lock<std::mutex> lock(mu_);
+  highest_seen_ = std::max(highest_seen_, step);
+  cv_.wait(lock, [&] { return cancelled_ || !paused_ || step < allowed_until_; });
+  if (cancelled_) throw RunCancelled();
+}
+
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks) {
   validate(cfg);
@@ -44,6 +87,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   std::vector<LossShare> shares(static_cast<size_t>(cfg.steps) * world);
   std::vector<std::atomic<int>> reported(cfg.steps);
   std::vector<std::string> errors(world);
+  RunShared shared;
   result.t0_ns = now_ns();
 
   auto rank_main = [&](int rank) {
@@ -56,13 +100,14 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
     try {
       if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
       comm = group.connect(rank, rec, &alloc);
-      RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get()};
+      RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
       strategy = info.make();
       strategy->setup(env, init);
       const int64_t sent_before = comm->stats().bytes_sent;
       RankReport& report = result.ranks[rank];
       for (int s = 0; s < cfg.steps; ++s) {
         rec->set_step(s);
+        if (callbacks.control) callbacks.control->gate(s);
         if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
         shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
@@ -98,6 +143,11 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   for (std::thread& t : threads) t.join();
 
+  if (callbacks.control && group.failures().any()) {
+    bool all_cancelled = true;
+    for (const std::string& e : errors) all_cancelled &= e.empty() || e == RunCancelled().what();
+    if (all_cancelled) throw RunCancelled();
+  }
   if (group.failures().any()) throw RunError(group.failures().summary());
 
   result.losses.resize(cfg.steps);

@@ -3,8 +3,10 @@
 // traffic and the final weights.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -38,7 +40,35 @@ struct RunResult {
   int64_t t0_ns = 0;  // run start, the zero of the trace
 };
 
+// Pause / single-step / cancel for a running job (the GUI's Run, Pause, Step,
+// Reset). Every rank waits at the same step boundary, so ranks never stop in
+// the middle of a collective and no timeout fires while paused.
+class RunControl {
+ public:
+  void pause();
+  void resume();
+  void step_once();  // while paused: let exactly one more step run
+  void cancel();     // ranks stop at the next boundary; run_training throws RunCancelled
+  bool paused() const;
+  // Called by every rank before step `step`; blocks while paused.
+  void gate(int step);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool paused_ = false;
+  bool cancelled_ = false;
+  int allowed_until_ = 0;  // while paused, steps below this may run
+  int highest_seen_ = 0;
+};
+
+class RunCancelled : public std::runtime_error {
+ public:
+  RunCancelled() : std::runtime_error("run cancelled") {}
+};
+
 struct RunCallbacks {
+  RunControl* control = nullptr;
   std::function<void(int step, double loss)> on_step;  // from a rank thread, after each step
   // Rank threads call this at their start: a test can make a rank fail.
   std::function<void(int rank)> on_rank_start;

@@ -2,7 +2,9 @@
 // strategy object runs on every rank (SPMD), knowing only its RankEnv.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,24 @@
 #include "core/recorder.h"
 
 namespace shardlab {
+
+// Objects shared by the ranks of one in-process run, created on first use.
+// Only a strategy that is not SPMD needs it: `dp`, whose controller thread
+// hands work to the device threads through memory instead of a communicator.
+class RunShared {
+ public:
+  template <typename T, typename... Args>
+  std::shared_ptr<T> get_or_create(const std::string& key, Args&&... args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = slots_[key];
+    if (!slot) slot = std::make_shared<T>(std::forward<Args>(args)...);
+    return std::static_pointer_cast<T>(slot);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<void>> slots_;
+};
 
 // What one rank sees: its place in the group and its own device, allocator,
 // recorder and communicator. A value per rank, never a global.
@@ -27,6 +47,7 @@ struct RankEnv {
   Allocator& alloc;
   Recorder* rec;  // may be null (recording off)
   Comm* comm;     // null for strategies that do not communicate
+  RunShared& shared;
 };
 
 // A rank's share of the step's loss: the global loss is Σsum / Σcount over ranks

@@ -195,3 +195,33 @@ TEST_CASE("validation rejects bad settings with one clear line", "[config]") {
   x = c, x.optimizer.lr = -1;
   bad(x, "--lr");
 }
+
+TEST_CASE("RunControl pauses every rank at a step boundary, single-steps and cancels", "[runner]") {
+  RunConfig c = small_config("ddp", 2, OptimizerKind::adamw);
+  c.steps = 50;
+  RunControl control;
+  control.pause();
+  std::atomic<int> done{0};
+  RunCallbacks cb;
+  cb.control = &control;
+  cb.on_step = [&](int, double) { ++done; };
+  bool cancelled = false;
+  std::thread runner([&] {
+    try {
+      run_training(c, nullptr, cb);
+    } catch (const RunCancelled&) {
+      cancelled = true;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int while_paused = done.load();
+  control.step_once();
+  control.step_once();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const int after_two = done.load();
+  control.cancel();
+  runner.join();
+  REQUIRE(while_paused == 0);
+  REQUIRE(after_two == 2);
+  REQUIRE(cancelled);
+}
