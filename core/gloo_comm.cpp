@@ -14,6 +14,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -807,6 +808,11 @@ GlooGroup::GlooGroup(int world, GlooGroupOptions options)
     : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
   if (world <= 0)
     throw CommError("GlooGroup: world must be positive, got " + std::to_string(world));
+  // Gloo writes to sockets without MSG_NOSIGNAL in places: when a failed rank
+  // closes its connections, a peer's write would raise SIGPIPE and kill the
+  // whole process instead of failing that rank's collective with an error.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
   // A unique prefix per group keeps keys apart if a store is ever shared.
   static std::atomic<uint64_t> next_group{0};
   impl_->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(
