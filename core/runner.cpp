@@ -89,6 +89,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   std::vector<std::string> errors(world);
   RunShared shared;
   result.t0_ns = now_ns();
+  if (callbacks.on_recorders) callbacks.on_recorders(result.recorders, result.t0_ns);
 
   auto rank_main = [&](int rank) {
     kernels::set_single_threaded_blas();

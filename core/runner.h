@@ -74,6 +74,10 @@ struct RunCallbacks {
   std::function<void(int rank)> on_rank_start;
   // Rank threads call this before each step (tests: a rank that fails or stalls mid-run).
   std::function<void(int rank, int step)> before_step;
+  // Called once, before the rank threads start, with the run's recorders and its
+  // clock zero: a viewer (the GUI) reads spans and allocations while the run goes on.
+  std::function<void(const std::vector<std::shared_ptr<Recorder>>& recorders, int64_t t0_ns)>
+      on_recorders;
 };
 
 double median(std::vector<double> v);

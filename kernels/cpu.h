@@ -87,31 +87,24 @@ struct AdamWParams {
 
 // torch.optim.AdamW (amsgrad=False, maximize=False), written the way torch's
 // single-tensor path computes it, step t counted from 1.
-inline void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
-                       const AdamWParams& h, int64_t t) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(t));
-  const float step_size = static_cast<float>(h.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - h.lr * h.weight_decay;
-  for (size_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    param[i] *= decay;
-    exp_avg[i] += (g - exp_avg[i]) * (1.0f - h.beta1);  // torch's lerp_
-    exp_avg_sq[i] = exp_avg_sq[i] * h.beta2 + (1.0f - h.beta2) * g * g;
-    const float denom = std::sqrt(exp_avg_sq[i]) / bc2_sqrt + h.eps;
-    param[i] -= step_size * exp_avg[i] / denom;
-  }
-}
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
+                const AdamWParams& h, int64_t t);
 
 // Plain SGD (no momentum, no weight decay).
-inline void sgd_step(float* param, const float* grad, size_t n, float lr) {
-  for (size_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
-}
+void sgd_step(float* param, const float* grad, size_t n, float lr);
 
 // x[n] *= s
-inline void scale(float* x, size_t n, float s) {
-  for (size_t i = 0; i < n; ++i) x[i] *= s;
-}
+void scale(float* x, size_t n, float s);
+
+// The float instances are compiled once in cpu.cpp, with the kernels' own
+// optimisation flags; the double ones (tests) are instantiated where used.
+extern template void linear_forward<float>(float*, const float*, const float*, const float*, int,
+                                           int, int);
+extern template void linear_backward<float>(float*, float*, float*, const float*, const float*,
+                                            const float*, int, int, int);
+extern template void gelu_forward<float>(float*, const float*, size_t);
+extern template void gelu_backward<float>(float*, const float*, const float*, size_t);
+extern template double mse_forward_backward<float>(float*, const float*, const float*, size_t,
+                                                   size_t);
 
 }  // namespace shardlab::kernels

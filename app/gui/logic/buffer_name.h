@@ -1,0 +1,31 @@
+// Reading what a named buffer is from its allocation name alone:
+// "layers.3.weight", "layers.3.weight[shard 1/4]", "layers.3.weight[gathered]",
+// "layers.2.output[mb 1]". Strategies choose the names; the GUI never asks them.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace shardlab::gui {
+
+enum class HoldKind { full, shard, gathered };
+
+struct BufferName {
+  int layer = -1;       // from "layers.N" anywhere in the name; -1 when none
+  int layer_last = -1;  // "layers.2-3" names a unit of layers 2..3; else == layer
+  HoldKind kind = HoldKind::full;
+  int shard_index = 0;  // 0-based; -1 when the name's index made no sense
+  int shard_count = 1;
+  int micro_batch = -1;  // "[mb 2]"
+  std::string base;      // the name without its [...] groups
+
+  // The part of the layer this buffer covers, as a fraction of it.
+  double fraction_begin() const;
+  double fraction_end() const;
+};
+
+// Never throws: anything unrecognised leaves the defaults (a full buffer of no layer).
+// Shard indices are read as 0-based ("shard 0/4" .. "shard 3/4"); "shard 4/4" can
+// only be 1-based and is read as the last shard.
+BufferName parse_buffer_name(std::string_view name);
+
+}  // namespace shardlab::gui

@@ -1,0 +1,18 @@
+// Text for numbers on screen: bytes, durations and axis ticks, shared by every
+// panel so units read the same everywhere.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardlab::gui {
+
+std::string format_bytes(double bytes);   // "1.25 MiB", "512 B"
+std::string format_time_ns(double ns);    // "3.20 ms", "850 µs", "12 ns"
+std::string format_speed(double speed);   // "1/1000×", "1/3×", "1×"
+
+// Tick positions for an axis over [lo, hi] with about `target` ticks, on
+// 1-2-5 steps (values are in the caller's unit).
+std::vector<double> nice_ticks(double lo, double hi, int target);
+
+}  // namespace shardlab::gui

@@ -1,0 +1,145 @@
+// Incremental ingest of recorder contents into the UI's RunData (see run_data.h).
+#include "app/gui/logic/run_data.h"
+
+#include <algorithm>
+
+#include "core/model.h"
+
+namespace shardlab::gui {
+
+void LaneData::insert(std::vector<Span> fresh) {
+  if (fresh.empty()) return;
+  auto by_begin = [](const Span& a, const Span& b) { return a.t_begin_ns < b.t_begin_ns; };
+  std::stable_sort(fresh.begin(), fresh.end(), by_begin);
+  const size_t old = spans.size();
+  spans.insert(spans.end(), fresh.begin(), fresh.end());
+  // Spans are recorded when they end, so a long span can arrive after shorter
+  // ones that began later: merge instead of assuming append order.
+  size_t from = old;
+  if (old > 0 && spans[old].t_begin_ns < spans[old - 1].t_begin_ns) {
+    const auto first_late =
+        std::upper_bound(spans.begin(), spans.begin() + old, spans[old], by_begin);
+    from = static_cast<size_t>(first_late - spans.begin());
+    std::inplace_merge(first_late, spans.begin() + old, spans.end(), by_begin);
+  }
+  max_end.resize(spans.size());
+  for (size_t i = from; i < spans.size(); ++i)
+    max_end[i] = std::max(i ? max_end[i - 1] : INT64_MIN, spans[i].t_end_ns);
+}
+
+size_t RunData::span_count() const {
+  size_t n = 0;
+  for (const RankData& r : ranks) n += r.lanes[0].spans.size() + r.lanes[1].spans.size();
+  return n;
+}
+
+int RunData::step_at(int64_t t) const {
+  int best = -1;
+  for (size_t s = 0; s < step_begin.size(); ++s)
+    if (step_begin[s] >= 0 && step_begin[s] <= t) best = static_cast<int>(s);
+  return best;
+}
+
+void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) {
+  const uint64_t version = d.version + 1;
+  d = RunData{};
+  d.cfg = cfg;
+  d.world = world;
+  d.t0_ns = t0_ns;
+  d.ranks.resize(world);
+  d.version = version;
+  try {
+    d.num_layers = ModelSpec::parse(cfg.model).layers;
+  } catch (const std::exception&) {
+    d.num_layers = 0;  // names still tell the layers; cards grow to fit them
+  }
+}
+
+void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEvent> allocs) {
+  if (rank < 0 || rank >= d.world || (spans.empty() && allocs.empty())) return;
+  RankData& r = d.ranks[rank];
+  std::vector<int64_t> times;
+  times.reserve(spans.size() * 2 + allocs.size());
+  std::array<std::vector<Span>, 2> by_lane;
+  for (Span& s : spans) {
+    s.rank = rank;
+    d.t_end = std::max(d.t_end, s.t_end_ns);
+    d.kinds_seen[static_cast<int>(s.kind)] = true;
+    times.push_back(s.t_begin_ns);
+    times.push_back(s.t_end_ns);
+    if (s.step >= 0) {
+      if (static_cast<size_t>(s.step) >= d.step_begin.size()) d.step_begin.resize(s.step + 1, -1);
+      int64_t& b = d.step_begin[s.step];
+      if (b < 0 || s.t_begin_ns < b) b = s.t_begin_ns;
+    }
+    if (s.flow_id != 0 && (s.kind == SpanKind::send || s.kind == SpanKind::recv)) {
+      Flow& f = d.pending_flows[s.flow_id];
+      f.id = s.flow_id;
+      if (s.kind == SpanKind::send) {
+        f.from_rank = rank;
+        f.t_send = s.t_begin_ns;
+        f.bytes = s.bytes;
+      } else {
+        f.to_rank = rank;
+        f.t_recv = s.t_end_ns;
+      }
+      if (f.from_rank >= 0 && f.to_rank >= 0) {
+        d.flows.push_back(f);
+        d.pending_flows.erase(s.flow_id);
+      }
+    }
+    by_lane[static_cast<int>(s.lane) & 1].push_back(s);
+  }
+  for (int l = 0; l < 2; ++l) r.lanes[l].insert(std::move(by_lane[l]));
+
+  if (!allocs.empty()) {
+    for (const AllocEvent& e : allocs) {
+      d.t_end = std::max(d.t_end, e.t_ns);
+      times.push_back(e.t_ns);
+      d.has_host_memory |= e.pool == Pool::host;
+    }
+    r.allocs.insert(r.allocs.end(), std::make_move_iterator(allocs.begin()),
+                    std::make_move_iterator(allocs.end()));
+    // Recomputed whole: a few thousand events per run, and it keeps pairing simple.
+    r.residency = residency(r.allocs);
+    r.device_series = category_series(r.allocs, Pool::device);
+    r.host_series = category_series(r.allocs, Pool::host);
+  }
+
+  std::sort(times.begin(), times.end());
+  const size_t old = d.event_times.size();
+  d.event_times.insert(d.event_times.end(), times.begin(), times.end());
+  std::inplace_merge(d.event_times.begin(), d.event_times.begin() + old, d.event_times.end());
+  d.event_times.erase(std::unique(d.event_times.begin(), d.event_times.end()),
+                      d.event_times.end());
+  ++d.version;
+}
+
+bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders) {
+  bool changed = false;
+  const int n = std::min<int>(d.world, static_cast<int>(recorders.size()));
+  std::vector<Span> spans;
+  std::vector<AllocEvent> allocs;
+  for (int rank = 0; rank < n; ++rank) {
+    RankData& r = d.ranks[rank];
+    spans.clear();
+    allocs.clear();
+    recorders[rank]->spans_since(r.spans_read, spans);
+    recorders[rank]->allocs_since(r.allocs_read, allocs);
+    if (spans.empty() && allocs.empty()) continue;
+    r.spans_read += spans.size();
+    r.allocs_read += allocs.size();
+    for (Span& s : spans) {
+      s.t_begin_ns -= d.t0_ns;
+      s.t_end_ns -= d.t0_ns;
+    }
+    for (AllocEvent& e : allocs) e.t_ns -= d.t0_ns;
+    append(d, rank, std::move(spans), std::move(allocs));
+    spans = {};
+    allocs = {};
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace shardlab::gui

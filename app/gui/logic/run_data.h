@@ -1,0 +1,74 @@
+// The UI's own copy of one run: per rank, spans sorted per lane and allocation
+// events, plus what every view derives from them (residency, memory series,
+// flows, step starts, event times). Filled incrementally from the recorders once
+// per frame; drawing code only reads it. Times are ns since the run's start.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.h"
+#include "core/memory_timeline.h"
+#include "core/recorder.h"
+
+namespace shardlab::gui {
+
+// One lane's spans, sorted by t_begin. max_end[i] is the latest end among
+// spans[0..i]: monotonic, so the first span that can still be visible at time t
+// is found by binary search even when spans overlap.
+struct LaneData {
+  std::vector<Span> spans;
+  std::vector<int64_t> max_end;
+  void insert(std::vector<Span> fresh);  // keeps both invariants
+};
+
+struct RankData {
+  std::array<LaneData, 2> lanes;   // indexed by Lane
+  std::vector<AllocEvent> allocs;  // in record order
+  std::vector<Residency> residency;
+  std::vector<CategorySample> device_series, host_series;
+  size_t spans_read = 0, allocs_read = 0;  // how much of the recorder we hold
+  const LaneData& lane(Lane l) const { return lanes[static_cast<int>(l)]; }
+};
+
+// A send and its matching recv (same flow_id).
+struct Flow {
+  uint64_t id = 0;
+  int from_rank = -1, to_rank = -1;
+  int64_t t_send = 0, t_recv = 0;  // send's begin, recv's end
+  int64_t bytes = 0;
+};
+
+struct RunData {
+  RunConfig cfg;
+  int world = 0;
+  int num_layers = 0;
+  int64_t t0_ns = 0;  // the run's clock zero (absolute), subtracted on ingest
+  int64_t t_end = 0;  // the latest time seen
+  std::vector<RankData> ranks;
+  std::vector<Flow> flows;
+  std::vector<int64_t> step_begin;   // per step: earliest span begin over ranks, -1 = none yet
+  std::vector<int64_t> event_times;  // sorted, unique: span begins/ends and allocations
+  std::array<bool, kNumSpanKinds> kinds_seen{};
+  bool has_host_memory = false;
+  uint64_t version = 0;  // bumps on every change, for caches keyed on it
+
+  size_t span_count() const;
+  int step_at(int64_t t) const;  // the step whose start is the latest <= t, -1 before step 0
+
+  // Internal: halves of flows whose partner has not arrived yet.
+  std::unordered_map<uint64_t, Flow> pending_flows;
+};
+
+void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns);
+
+// Adds spans and allocation events of one rank (times already relative to t0)
+// and updates everything derived. The bulk path for tests and the benchmark.
+void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEvent> allocs);
+
+// Pulls what the recorders gained since the last call. Returns true on change.
+bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders);
+
+}  // namespace shardlab::gui

@@ -1,0 +1,94 @@
+// Shard plans, flat groups of layers, and the buffer-name scheme (see sharding.h).
+#include "core/sharding.h"
+
+#include <algorithm>
+#include <regex>
+#include <stdexcept>
+
+namespace shardlab {
+
+std::string layers_name(int first, int last) {
+  if (last - first == 1) return "layers." + std::to_string(first);
+  return "layers." + std::to_string(first) + "-" + std::to_string(last - 1);
+}
+
+std::string shard_tag(int rank, int world) {
+  return "[shard " + std::to_string(rank) + "/" + std::to_string(world) + "]";
+}
+
+std::optional<BufferName> parse_buffer_name(const std::string& name) {
+  static const std::regex re(
+      R"(layers\.(\d+)(?:-(\d+))?\.(weight|bias|flat)(?:\[(shard (\d+)/(\d+)|gathered|unreduced|replica)\])?(?:\.(grad|exp_avg|exp_avg_sq))?)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return std::nullopt;
+  BufferName b;
+  b.first_layer = std::stoi(m[1]);
+  b.last_layer = m[2].matched ? std::stoi(m[2]) : b.first_layer;
+  b.tensor = m[3];
+  const std::string form = m[4];
+  if (form.empty()) {
+    b.form = BufferName::Form::full;
+  } else if (form == "gathered") {
+    b.form = BufferName::Form::gathered;
+  } else if (form == "unreduced") {
+    b.form = BufferName::Form::unreduced;
+  } else if (form == "replica") {
+    b.form = BufferName::Form::replica;
+  } else {
+    b.form = BufferName::Form::shard;
+    b.shard = std::stoi(m[5]);
+    b.shards = std::stoi(m[6]);
+  }
+  b.role = m[7];
+  return b;
+}
+
+ShardPlan::ShardPlan(size_t n, int w) : numel(n), world(w) {
+  if (w < 1) throw std::invalid_argument("ShardPlan: world must be positive");
+  shard = (n + static_cast<size_t>(w) - 1) / static_cast<size_t>(w);
+}
+
+size_t ShardPlan::real(int rank) const {
+  const size_t b = begin(rank);
+  if (b >= numel) return 0;
+  return std::min(shard, numel - b);
+}
+
+size_t FlatGroup::weight_offset(const ModelLayout& layout, int layer) const {
+  return layout.layer_begin(layer) - offset;
+}
+
+size_t FlatGroup::bias_offset(const ModelLayout& layout, int layer) const {
+  return layout.bias(layer).offset - offset;
+}
+
+std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_per_group,
+                                        int world) {
+  if (layers_per_group < 1) throw std::invalid_argument("make_flat_groups: group of no layers");
+  std::vector<FlatGroup> groups;
+  for (int first = 0; first < layout.num_layers(); first += layers_per_group) {
+    FlatGroup g;
+    g.index = static_cast<int>(groups.size());
+    g.first = first;
+    g.last = std::min(layout.num_layers(), first + layers_per_group);
+    // The model's flat vector already stores each layer as weight then bias,
+    // so a group of consecutive layers is one contiguous range of it.
+    g.offset = layout.layer_begin(g.first);
+    size_t n = 0;
+    for (int l = g.first; l < g.last; ++l) n += layout.layer_numel(l);
+    g.plan = ShardPlan(n, world);
+    g.name = layers_name(g.first, g.last) + ".flat";
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+double padding_per_rank(const std::vector<FlatGroup>& groups) {
+  double extra = 0;
+  for (const FlatGroup& g : groups)
+    extra += static_cast<double>(g.plan.shard) -
+             static_cast<double>(g.plan.numel) / static_cast<double>(g.plan.world);
+  return extra;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,111 @@
+// Flat parameters cut into equal, padded shards (ZeRO, FSDP), and the naming
+// scheme every sharded buffer follows so the UI can tell who holds what.
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+
+namespace shardlab {
+
+// ---------------------------------------------------------------------------
+// Buffer names
+//
+//   <tensor>[<form>]<.role>
+//
+//   tensor  layers.L.weight | layers.L.bias   one PyTorch parameter of layer L
+//           layers.L.flat                     layer L's weight then bias, one flat buffer
+//           layers.A-B.flat                   layers A..B (inclusive), each weight then bias,
+//                                             in model order: one FSDP unit's flat parameter
+//   form    (none)          full size, persistent, the same on every rank (ddp, zero1/2 params)
+//           [shard r/N]     the 1/N slice owned by rank r of N (r counts from 0, like ranks);
+//                           every shard has the same length, the last ones end in zero padding
+//           [gathered]      the full parameters assembled by an all-gather, freed after use
+//           [unreduced]     this rank's full-size gradient, alive only until reduce-scattered
+//           [replica]       dp: a device's copy of device 0's tensor, made anew every step
+//   role    (none) the parameters, .grad, .exp_avg, .exp_avg_sq (AdamW state)
+//
+// Examples: layers.3.flat[shard 1/4], layers.3.flat[shard 1/4].grad,
+// layers.3.flat[shard 1/4].exp_avg, layers.3.flat[gathered], layers.2-3.flat[unreduced].grad,
+// layers.0.weight[replica].
+//
+// Categories: params, grads and optimizer_state hold only the model states a
+// rank owns for the whole run (what the ZeRO paper's formulas count). Full-size
+// copies that exist for one layer's compute ([gathered], [unreduced]) and the
+// device-side staging of offloaded shards are comm_buffers: they are the inputs
+// and outputs of collectives and copies. With CPU offload a shard lives in the
+// host pool and its staged device copy has the same name in the device pool
+// (AllocEvent::pool tells them apart).
+// ---------------------------------------------------------------------------
+
+// "layers.3" or "layers.2-5" for layers [first, last).
+std::string layers_name(int first, int last);
+std::string shard_tag(int rank, int world);  // "[shard 1/4]"
+inline constexpr const char* kGathered = "[gathered]";
+inline constexpr const char* kUnreduced = "[unreduced]";
+inline constexpr const char* kReplica = "[replica]";
+
+// A buffer name taken apart; parse_buffer_name returns nullopt for names outside the scheme
+// (activations, comm scratch, ...).
+struct BufferName {
+  int first_layer = 0;  // inclusive
+  int last_layer = 0;   // inclusive
+  std::string tensor;   // "weight", "bias" or "flat"
+  enum class Form { full, shard, gathered, unreduced, replica } form = Form::full;
+  int shard = -1;  // form == shard: the owning rank
+  int shards = 0;  // form == shard: N
+  std::string role;  // "", "grad", "exp_avg", "exp_avg_sq"
+};
+std::optional<BufferName> parse_buffer_name(const std::string& name);
+
+// ---------------------------------------------------------------------------
+// Shards
+// ---------------------------------------------------------------------------
+
+// `numel` values cut into `world` shards of ceil(numel / world) each. Every
+// shard has the same length, so collectives need no per-rank counts; the
+// values past numel are padding, zero in parameters, gradients and state.
+struct ShardPlan {
+  size_t numel = 0;
+  int world = 1;
+  size_t shard = 0;  // values per shard, padding included
+
+  ShardPlan() = default;
+  ShardPlan(size_t numel, int world);
+  size_t padded() const { return shard * static_cast<size_t>(world); }
+  size_t padding() const { return padded() - numel; }
+  size_t begin(int rank) const { return shard * static_cast<size_t>(rank); }
+  // Real (non-padding) values in rank's shard.
+  size_t real(int rank) const;
+  std::vector<size_t> counts() const { return std::vector<size_t>(world, shard); }
+};
+
+// Consecutive layers [first, last) flattened into one buffer: each layer's
+// weight [D,D] then bias [D], in model order, then padding to a multiple of N.
+// Layer-wise ZeRO uses one group per layer; FSDP one group per unit.
+struct FlatGroup {
+  int index = 0;  // position among the groups
+  int first = 0, last = 0;
+  size_t offset = 0;  // of the first value in the model's flat parameter vector
+  ShardPlan plan;
+  std::string name;  // "layers.3.flat" / "layers.2-3.flat"
+
+  size_t numel() const { return plan.numel; }
+  // Where layer l's weight and bias start inside the group's flat buffer.
+  size_t weight_offset(const ModelLayout& layout, int layer) const;
+  size_t bias_offset(const ModelLayout& layout, int layer) const;
+  std::string shard_name(int rank) const { return name + shard_tag(rank, plan.world); }
+};
+
+// Groups of `layers_per_group` consecutive layers (the last group may be
+// shorter), each with its shard plan for `world` ranks.
+std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_per_group,
+                                        int world);
+
+// Values each rank holds beyond its exact 1/N share of the groups (Σ shard − Σ numel / N):
+// what padding adds to every sharded model state.
+double padding_per_rank(const std::vector<FlatGroup>& groups);
+
+}  // namespace shardlab
