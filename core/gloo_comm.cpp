@@ -14,9 +14,9 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
-#include <csignal>
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -26,6 +26,7 @@
 
 #include "core/clock.h"
 #include "core/comm.h"
+#include "kernels/precision.h"
 
 namespace shardlab {
 
@@ -154,6 +155,28 @@ void sum_f32(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
+// bf16/fp16 travel as 2 bytes and are summed in fp32, rounded once per add.
+void sum_bf16(void* out, const void* a, const void* b, size_t n) {
+  kernels::sum_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+                    static_cast<const uint16_t*>(b), n);
+}
+void sum_fp16(void* out, const void* a, const void* b, size_t n) {
+  kernels::sum_fp16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+                    static_cast<const uint16_t*>(b), n);
+}
+using SumFn = void (*)(void*, const void*, const void*, size_t);
+SumFn sum_for(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return &sum_f32;
+    case DType::bf16:
+      return &sum_bf16;
+    case DType::f16:
+      return &sum_fp16;
+  }
+  return &sum_f32;
+}
+
 // Sends made by `rank` in Gloo's options-style broadcast. gloo/broadcast.cc is a
 // binomial tree (not one-to-all): the root sends ceil(log2 W) times, inner ranks
 // forward, leaves send nothing, W-1 sends in all. This mirrors its loop.
@@ -271,13 +294,15 @@ class GlooComm final : public Comm {
   Work all_reduce_async(void* buf, size_t count, DType dt, CommMeta meta) override {
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
     OpInfo op{SpanKind::all_reduce, bytes, meta};
-    require_f32(op, dt);
-    return enqueue(op, [this, buf, count, bytes](uint64_t seq) {
+    return enqueue(op, [this, buf, count, bytes, dt](uint64_t seq) {
       if (world_ == 1 || count == 0) return;
       gloo::AllreduceOptions opts(ctx_);
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setOutput(static_cast<float*>(buf), count);
-      opts.setReduceFunction(&sum_f32);
+      if (dt == DType::f32)
+        opts.setOutput(static_cast<float*>(buf), count);
+      else
+        opts.setOutput(static_cast<uint16_t*>(buf), count);
+      opts.setReduceFunction(sum_for(dt));
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);
@@ -291,9 +316,8 @@ class GlooComm final : public Comm {
     check_counts("reduce_scatter", counts);
     const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
     OpInfo op{SpanKind::reduce_scatter, static_cast<int64_t>(total * dtype_size(dt)), meta};
-    require_f32(op, dt);
-    return enqueue(op, [this, in_full, out_chunk, counts = std::move(counts)](uint64_t seq) {
-      ring_reduce_scatter(static_cast<float*>(in_full), static_cast<float*>(out_chunk), counts,
+    return enqueue(op, [this, in_full, out_chunk, dt, counts = std::move(counts)](uint64_t seq) {
+      ring_reduce_scatter(static_cast<char*>(in_full), static_cast<char*>(out_chunk), counts, dt,
                           seq);
     });
   }
@@ -351,24 +375,30 @@ class GlooComm final : public Comm {
   Work reduce_async(void* buf, size_t count, DType dt, int root, CommMeta meta) override {
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
     OpInfo op{SpanKind::reduce, bytes, meta};
-    require_f32(op, dt);
     check_rank(op, root, "root");
-    return enqueue(op, [this, buf, count, bytes, root](uint64_t seq) {
+    return enqueue(op, [this, buf, count, bytes, root, dt](uint64_t seq) {
       if (world_ == 1 || count == 0) return;
       gloo::ReduceOptions opts(ctx_);
-      float* data = static_cast<float*>(buf);
-      if (rank_ == root) {
-        opts.setOutput(data, count);  // in place
-      } else {
-        // Gloo's reduce writes partial sums into the output on every rank; the
-        // contract is that non-root buffers stay as they were, hence a scratch output.
-        auto* scratch = static_cast<float*>(
-            reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * sizeof(float)));
-        opts.setInput(data, count);
-        opts.setOutput(scratch, count);
-      }
+      // Gloo's typed setters only record the element size: 2-byte types go as uint16_t.
+      auto set = [&](auto* data, auto* scratch) {
+        if (rank_ == root) {
+          opts.setOutput(data, count);  // in place
+        } else {
+          // Gloo's reduce writes partial sums into the output on every rank; the
+          // contract is that non-root buffers stay as they were, hence a scratch output.
+          opts.setInput(data, count);
+          opts.setOutput(scratch, count);
+        }
+      };
+      void* scratch = rank_ == root ? nullptr
+                                    : reduce_scratch_.ensure(alloc_, "comm.reduce.scratch",
+                                                             count * dtype_size(dt));
+      if (dt == DType::f32)
+        set(static_cast<float*>(buf), static_cast<float*>(scratch));
+      else
+        set(static_cast<uint16_t*>(buf), static_cast<uint16_t*>(scratch));
       opts.setRoot(root);
-      opts.setReduceFunction(&sum_f32);
+      opts.setReduceFunction(sum_for(dt));
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::reduce(opts);
@@ -412,12 +442,6 @@ class GlooComm final : public Comm {
     os << "rank " << rank_ << ": " << to_string(op.kind) << " of " << op.bytes << " bytes";
     if (op.kind == SpanKind::send || op.kind == SpanKind::recv) os << " (tag " << op.tag << ")";
     return os.str();
-  }
-
-  void require_f32(const OpInfo& op, DType dt) const {
-    if (dt != DType::f32) {
-      throw CommError(op_prefix(op) + ": dtype " + to_string(dt) + " not supported yet (f32 only)");
-    }
   }
 
   void check_rank(const OpInfo& op, int r, const char* what) const {
@@ -572,17 +596,20 @@ class GlooComm final : public Comm {
   // later call on the same context 20-100x. At step s rank r receives chunk
   // (r-s-2) from prev, sends its partial sum of chunk (r-s-1) to next, and adds
   // what it received; after W-1 steps chunk r holds the sum over all ranks.
-  void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts, uint64_t seq) {
+  void ring_reduce_scatter(char* in, char* out, const std::vector<size_t>& counts, DType dt,
+                           uint64_t seq) {
     const int w = world_;
+    const size_t es = dtype_size(dt);
+    const SumFn sum = sum_for(dt);
     std::vector<size_t> offsets(w, 0);
     for (int i = 1; i < w; ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
     const size_t total = offsets[w - 1] + counts[w - 1];
     if (w > 1 && total > 0) {
       const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
-      auto* scratch = static_cast<float*>(
-          rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * sizeof(float)));
-      auto in_buf = ctx_->createUnboundBuffer(in, total * sizeof(float));
-      auto tmp_buf = ctx_->createUnboundBuffer(scratch, max_chunk * sizeof(float));
+      auto* scratch = static_cast<char*>(
+          rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es));
+      auto in_buf = ctx_->createUnboundBuffer(in, total * es);
+      auto tmp_buf = ctx_->createUnboundBuffer(scratch, max_chunk * es);
       const int next = (rank_ + 1) % w;
       const int prev = (rank_ + w - 1) % w;
       for (int s = 0; s < w - 1; ++s) {
@@ -590,17 +617,15 @@ class GlooComm final : public Comm {
         const int send_idx = ((rank_ - s - 1) % w + w) % w;
         const uint64_t slot =
             kReduceScatterSlot | ((seq & 0xFFFFFFFFFFFFull) << 8) | static_cast<uint64_t>(s);
-        const size_t recv_bytes = counts[recv_idx] * sizeof(float);
-        const size_t send_bytes = counts[send_idx] * sizeof(float);
+        const size_t recv_bytes = counts[recv_idx] * es;
+        const size_t send_bytes = counts[send_idx] * es;
         // Empty chunks are skipped on both sides: both know every count.
         if (recv_bytes > 0) tmp_buf->recv(prev, slot, 0, recv_bytes);
-        if (send_bytes > 0) {
-          in_buf->send(next, slot, offsets[send_idx] * sizeof(float), send_bytes);
-        }
+        if (send_bytes > 0) in_buf->send(next, slot, offsets[send_idx] * es, send_bytes);
         if (recv_bytes > 0) {
           if (!tmp_buf->waitRecv(timeout_)) throw CommError(op_name_abort("recv"));
-          float* acc = in + offsets[recv_idx];
-          sum_f32(acc, acc, scratch, counts[recv_idx]);
+          char* acc = in + offsets[recv_idx] * es;
+          sum(acc, acc, scratch, counts[recv_idx]);
         }
         if (send_bytes > 0) {
           if (!in_buf->waitSend(timeout_)) throw CommError(op_name_abort("send"));
@@ -608,8 +633,8 @@ class GlooComm final : public Comm {
         }
       }
     }
-    const float* mine = in + std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0});
-    if (counts[rank_] > 0 && mine != out) std::memmove(out, mine, counts[rank_] * sizeof(float));
+    const char* mine = in + offsets[rank_] * es;
+    if (counts[rank_] > 0 && mine != out) std::memmove(out, mine, counts[rank_] * es);
   }
 
   std::string op_name_abort(const char* what) const {
