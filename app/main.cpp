@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/gui/gui.h"
 #include "core/config.h"
 #include "core/strategy.h"
 
@@ -18,6 +19,8 @@ ranks as threads talking through Gloo, and shows what each strategy costs.
 commands:
   demo     run every strategy on the default model, print a comparison, write traces
   run      train one configuration and print a summary (see 'shardlab run --help')
+  gui      the desktop app: timelines, memory, cluster view, replay, compare (see 'shardlab gui --help')
+  estimate predicted memory and traffic per rank from the ZeRO paper's formulas
   bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times
 
 strategies: %s
@@ -34,12 +37,13 @@ int main(int argc, char** argv) {
     }
     if (sub == "run") return shardlab::app::cmd_run(argc - 1, argv + 1);
     if (sub == "demo") return shardlab::app::cmd_demo(argc - 1, argv + 1);
+    if (sub == "gui") return shardlab::app::cmd_gui(argc - 1, argv + 1);
     if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
     if (sub == "estimate") return shardlab::app::cmd_estimate(argc - 1, argv + 1);
-    std::fprintf(
-        stderr,
-        "error: unknown command '%s' (valid: demo, run, estimate, bench; see 'shardlab --help')\n",
-        sub.c_str());
+    std::fprintf(stderr,
+                 "error: unknown command '%s' (valid: demo, run, gui, estimate, bench; see "
+                 "'shardlab --help')\n",
+                 sub.c_str());
     return 2;
   } catch (const shardlab::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -38,8 +38,12 @@ void read_group(std::string_view g, BufferName& out) {
   size_t pos = 0;
   skip_spaces(s, pos);
   auto starts = [&](std::string_view word) { return s.compare(pos, word.size(), word) == 0; };
-  if (starts("gathered") || starts("gather") || starts("unsharded")) {
-    out.kind = HoldKind::gathered;
+  const HoldKind temp = starts("gather") || starts("unsharded") ? HoldKind::gathered
+                        : starts("unreduced")                   ? HoldKind::unreduced
+                        : starts("replica")                     ? HoldKind::replica
+                                                                : HoldKind::full;
+  if (temp != HoldKind::full) {
+    out.kind = temp;
     out.shard_index = 0;
     out.shard_count = 1;
     return;
@@ -78,6 +82,22 @@ void read_group(std::string_view g, BufferName& out) {
 
 }  // namespace
 
+const char* to_string(HoldKind k) {
+  switch (k) {
+    case HoldKind::full:
+      return "full";
+    case HoldKind::shard:
+      return "shard";
+    case HoldKind::gathered:
+      return "gathered";
+    case HoldKind::unreduced:
+      return "unreduced";
+    case HoldKind::replica:
+      return "replica";
+  }
+  return "?";
+}
+
 double BufferName::fraction_begin() const {
   if (kind != HoldKind::shard || shard_index < 0) return 0.0;
   return static_cast<double>(shard_index) / shard_count;
@@ -105,6 +125,14 @@ BufferName parse_buffer_name(std::string_view name) {
     }
   }
   out.base = base;
+  const auto ends = [&](std::string_view suffix) {
+    return base.size() >= suffix.size() &&
+           base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".grad") || base.find(".grad.") != std::string::npos)
+    out.role = Role::grad;
+  else if (base.find("exp_avg") != std::string::npos || base.find("momentum") != std::string::npos)
+    out.role = Role::optimizer;
 
   // "layers.N" (or "layers.N-M") at a word boundary.
   const std::string_view b = out.base;

@@ -1,13 +1,24 @@
 // Reading what a named buffer is from its allocation name alone:
-// "layers.3.weight", "layers.3.weight[shard 1/4]", "layers.3.weight[gathered]",
-// "layers.2.output[mb 1]". Strategies choose the names; the GUI never asks them.
+// "layers.3.weight", "layers.3.flat[shard 1/4].grad", "layers.2-3.flat[gathered]",
+// "layers.2.output[mb 1]" (the scheme is described in core/sharding.h).
+// Strategies choose the names; the GUI never asks them.
 #pragma once
 #include <string>
 #include <string_view>
 
 namespace shardlab::gui {
 
-enum class HoldKind { full, shard, gathered };
+// full: persistent, whole; shard: a rank's 1/N slice; the rest are full-size
+// copies that live only around one layer's compute: gathered parameters,
+// unreduced gradients (before reduce-scatter), dp's per-step replicas.
+enum class HoldKind { full, shard, gathered, unreduced, replica };
+inline bool is_temporary(HoldKind k) {
+  return k == HoldKind::gathered || k == HoldKind::unreduced || k == HoldKind::replica;
+}
+const char* to_string(HoldKind k);
+
+// Which model state a buffer is, from its suffix: ".grad", ".exp_avg"/".exp_avg_sq".
+enum class Role { param, grad, optimizer };
 
 struct BufferName {
   int layer = -1;       // from "layers.N" anywhere in the name; -1 when none
@@ -16,7 +27,8 @@ struct BufferName {
   int shard_index = 0;  // 0-based; -1 when the name's index made no sense
   int shard_count = 1;
   int micro_batch = -1;  // "[mb 2]"
-  std::string base;      // the name without its [...] groups
+  Role role = Role::param;
+  std::string base;  // the name without its [...] groups
 
   // The part of the layer this buffer covers, as a fraction of it.
   double fraction_begin() const;

@@ -16,7 +16,9 @@
 
 namespace shardlab::gui {
 
-bool bubble_share_available() { return SHARDLAB_GUI_HAS_BUBBLE_SHARE != 0; }
+bool bubble_share_available() {
+  return SHARDLAB_GUI_HAS_BUBBLE_SHARE != 0;
+}
 
 std::string config_label(const RunConfig& c) {
   return c.strategy + " \xC3\x97" + std::to_string(c.world);  // "ddp ×2"

@@ -14,9 +14,9 @@ struct CompareRow {
   std::string strategy;
   int world = 0;
   double median_step_ms = 0;
-  std::vector<int64_t> peak_bytes;    // per rank, device pool, peak of the total
-  double sent_bytes_per_step = 0;     // the busiest rank's
-  std::vector<double> bubble_share;   // per rank in 0..1; empty = not known
+  std::vector<int64_t> peak_bytes;   // per rank, device pool, peak of the total
+  double sent_bytes_per_step = 0;    // the busiest rank's
+  std::vector<double> bubble_share;  // per rank in 0..1; empty = not known
   bool bubble_share_known = false;
   double final_loss = 0;
 };

@@ -61,4 +61,21 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   return out;
 }
 
+std::vector<ByteTick> byte_ticks(double max_bytes, int target) {
+  std::vector<ByteTick> out;
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double unit = 1;
+  while (max_bytes / unit >= 1024 && u < 4) {
+    unit *= 1024;
+    ++u;
+  }
+  for (double v : nice_ticks(0, max_bytes / unit, target)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g %s", v, units[u]);
+    out.push_back({v * unit, v == 0 ? "0" : buf});
+  }
+  return out;
+}
+
 }  // namespace shardlab::gui

@@ -7,7 +7,9 @@
 namespace shardlab::gui {
 
 namespace {
-int channel(Color c, int shift) { return static_cast<int>((c >> shift) & 0xFF); }
+int channel(Color c, int shift) {
+  return static_cast<int>((c >> shift) & 0xFF);
+}
 
 Color from_hsv(float h, float s, float v) {
   h = h - std::floor(h);
@@ -15,12 +17,23 @@ Color from_hsv(float h, float s, float v) {
   const float p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   float r = v, g = t, b = p;
   switch (static_cast<int>(i) % 6) {
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    case 5: r = v, g = p, b = q; break;
-    default: break;
+    case 1:
+      r = q, g = v, b = p;
+      break;
+    case 2:
+      r = p, g = v, b = t;
+      break;
+    case 3:
+      r = p, g = q, b = v;
+      break;
+    case 4:
+      r = t, g = p, b = v;
+      break;
+    case 5:
+      r = v, g = p, b = q;
+      break;
+    default:
+      break;
   }
   return rgba(static_cast<int>(r * 255), static_cast<int>(g * 255), static_cast<int>(b * 255));
 }
@@ -38,92 +51,170 @@ Color scale_rgb(Color c, float f) {
 
 Color kind_color(SpanKind kind, bool hc) {
   switch (kind) {
-    case SpanKind::forward: return hc ? rgba(60, 140, 255) : rgba(79, 140, 230);
-    case SpanKind::backward: return hc ? rgba(0, 200, 120) : rgba(46, 165, 115);
-    case SpanKind::loss: return hc ? rgba(255, 220, 0) : rgba(225, 190, 60);
-    case SpanKind::optimizer: return hc ? rgba(255, 140, 0) : rgba(235, 135, 50);
-    case SpanKind::all_reduce: return hc ? rgba(255, 60, 60) : rgba(215, 75, 75);
-    case SpanKind::reduce_scatter: return hc ? rgba(255, 70, 220) : rgba(200, 85, 180);
-    case SpanKind::all_gather: return hc ? rgba(170, 110, 255) : rgba(150, 105, 230);
-    case SpanKind::broadcast: return hc ? rgba(210, 150, 90) : rgba(170, 125, 85);
-    case SpanKind::reduce: return hc ? rgba(230, 50, 120) : rgba(175, 55, 95);
-    case SpanKind::send: return hc ? rgba(0, 220, 255) : rgba(40, 175, 200);
-    case SpanKind::recv: return hc ? rgba(140, 240, 255) : rgba(105, 205, 225);
-    case SpanKind::barrier: return hc ? rgba(200, 200, 200) : rgba(140, 140, 140);
-    case SpanKind::copy_h2d: return hc ? rgba(190, 220, 0) : rgba(150, 170, 45);
-    case SpanKind::copy_d2h: return hc ? rgba(230, 255, 100) : rgba(195, 205, 95);
-    case SpanKind::other: return hc ? rgba(180, 180, 180) : rgba(120, 120, 120);
+    case SpanKind::forward:
+      return hc ? rgba(60, 140, 255) : rgba(79, 140, 230);
+    case SpanKind::backward:
+      return hc ? rgba(0, 200, 120) : rgba(46, 165, 115);
+    case SpanKind::loss:
+      return hc ? rgba(255, 220, 0) : rgba(225, 190, 60);
+    case SpanKind::optimizer:
+      return hc ? rgba(255, 140, 0) : rgba(235, 135, 50);
+    case SpanKind::all_reduce:
+      return hc ? rgba(255, 60, 60) : rgba(215, 75, 75);
+    case SpanKind::reduce_scatter:
+      return hc ? rgba(255, 70, 220) : rgba(200, 85, 180);
+    case SpanKind::all_gather:
+      return hc ? rgba(170, 110, 255) : rgba(150, 105, 230);
+    case SpanKind::broadcast:
+      return hc ? rgba(210, 150, 90) : rgba(170, 125, 85);
+    case SpanKind::reduce:
+      return hc ? rgba(230, 50, 120) : rgba(175, 55, 95);
+    case SpanKind::send:
+      return hc ? rgba(0, 220, 255) : rgba(40, 175, 200);
+    case SpanKind::recv:
+      return hc ? rgba(140, 240, 255) : rgba(105, 205, 225);
+    case SpanKind::barrier:
+      return hc ? rgba(200, 200, 200) : rgba(140, 140, 140);
+    case SpanKind::copy_h2d:
+      return hc ? rgba(190, 220, 0) : rgba(150, 170, 45);
+    case SpanKind::copy_d2h:
+      return hc ? rgba(230, 255, 100) : rgba(195, 205, 95);
+    case SpanKind::scatter:
+      return hc ? rgba(255, 170, 200) : rgba(215, 140, 165);
+    case SpanKind::gather:
+      return hc ? rgba(255, 120, 160) : rgba(190, 105, 135);
+    case SpanKind::other:
+      return hc ? rgba(180, 180, 180) : rgba(120, 120, 120);
+    default:
+      break;  // a kind added after this table: grey until it gets a colour
   }
   return rgba(128, 128, 128);
 }
 
 Color category_color(MemCategory c, bool hc) {
   switch (c) {
-    case MemCategory::params: return hc ? rgba(60, 140, 255) : rgba(79, 140, 230);
-    case MemCategory::grads: return hc ? rgba(0, 200, 120) : rgba(46, 165, 115);
-    case MemCategory::optimizer_state: return hc ? rgba(255, 140, 0) : rgba(235, 135, 50);
-    case MemCategory::activations: return hc ? rgba(255, 70, 220) : rgba(195, 90, 180);
-    case MemCategory::comm_buffers: return hc ? rgba(255, 60, 60) : rgba(215, 75, 75);
-    case MemCategory::temporary: return hc ? rgba(200, 200, 200) : rgba(150, 150, 150);
+    case MemCategory::params:
+      return hc ? rgba(60, 140, 255) : rgba(79, 140, 230);
+    case MemCategory::grads:
+      return hc ? rgba(0, 200, 120) : rgba(46, 165, 115);
+    case MemCategory::optimizer_state:
+      return hc ? rgba(255, 140, 0) : rgba(235, 135, 50);
+    case MemCategory::activations:
+      return hc ? rgba(255, 70, 220) : rgba(195, 90, 180);
+    case MemCategory::comm_buffers:
+      return hc ? rgba(255, 60, 60) : rgba(215, 75, 75);
+    case MemCategory::temporary:
+      return hc ? rgba(200, 200, 200) : rgba(150, 150, 150);
   }
   return rgba(128, 128, 128);
 }
 
 Color layer_color(int layer, bool hc) {
   if (layer < 0) return rgba(150, 150, 150);
-  return from_hsv(0.58f + 0.618034f * static_cast<float>(layer), hc ? 0.8f : 0.55f, hc ? 1.0f : 0.9f);
+  return from_hsv(0.58f + 0.618034f * static_cast<float>(layer), hc ? 0.8f : 0.55f,
+                  hc ? 1.0f : 0.9f);
 }
 
 const char* kind_short(SpanKind kind) {
   switch (kind) {
-    case SpanKind::forward: return "F";
-    case SpanKind::backward: return "B";
-    case SpanKind::loss: return "loss";
-    case SpanKind::optimizer: return "opt";
-    case SpanKind::all_reduce: return "AR";
-    case SpanKind::reduce_scatter: return "RS";
-    case SpanKind::all_gather: return "AG";
-    case SpanKind::broadcast: return "BC";
-    case SpanKind::reduce: return "RD";
-    case SpanKind::send: return "send";
-    case SpanKind::recv: return "recv";
-    case SpanKind::barrier: return "bar";
-    case SpanKind::copy_h2d: return "H2D";
-    case SpanKind::copy_d2h: return "D2H";
-    case SpanKind::other: return "?";
+    case SpanKind::forward:
+      return "F";
+    case SpanKind::backward:
+      return "B";
+    case SpanKind::loss:
+      return "loss";
+    case SpanKind::optimizer:
+      return "opt";
+    case SpanKind::all_reduce:
+      return "AR";
+    case SpanKind::reduce_scatter:
+      return "RS";
+    case SpanKind::all_gather:
+      return "AG";
+    case SpanKind::broadcast:
+      return "BC";
+    case SpanKind::reduce:
+      return "RD";
+    case SpanKind::send:
+      return "send";
+    case SpanKind::recv:
+      return "recv";
+    case SpanKind::barrier:
+      return "bar";
+    case SpanKind::copy_h2d:
+      return "H2D";
+    case SpanKind::copy_d2h:
+      return "D2H";
+    case SpanKind::scatter:
+      return "SC";
+    case SpanKind::gather:
+      return "GA";
+    case SpanKind::other:
+      return "?";
+    default:
+      break;
   }
-  return "?";
+  return to_string(kind);
 }
 
 const char* kind_label(SpanKind kind) {
   switch (kind) {
-    case SpanKind::forward: return "forward";
-    case SpanKind::backward: return "backward";
-    case SpanKind::loss: return "loss";
-    case SpanKind::optimizer: return "optimizer";
-    case SpanKind::all_reduce: return "all-reduce";
-    case SpanKind::reduce_scatter: return "reduce-scatter";
-    case SpanKind::all_gather: return "all-gather";
-    case SpanKind::broadcast: return "broadcast";
-    case SpanKind::reduce: return "reduce";
-    case SpanKind::send: return "send";
-    case SpanKind::recv: return "recv";
-    case SpanKind::barrier: return "barrier";
-    case SpanKind::copy_h2d: return "copy host\xE2\x86\x92" "device";
-    case SpanKind::copy_d2h: return "copy device\xE2\x86\x92" "host";
-    case SpanKind::other: return "other";
+    case SpanKind::forward:
+      return "forward";
+    case SpanKind::backward:
+      return "backward";
+    case SpanKind::loss:
+      return "loss";
+    case SpanKind::optimizer:
+      return "optimizer";
+    case SpanKind::all_reduce:
+      return "all-reduce";
+    case SpanKind::reduce_scatter:
+      return "reduce-scatter";
+    case SpanKind::all_gather:
+      return "all-gather";
+    case SpanKind::broadcast:
+      return "broadcast";
+    case SpanKind::reduce:
+      return "reduce";
+    case SpanKind::send:
+      return "send";
+    case SpanKind::recv:
+      return "recv";
+    case SpanKind::barrier:
+      return "barrier";
+    case SpanKind::copy_h2d:
+      return "copy host\xE2\x86\x92"
+             "device";
+    case SpanKind::copy_d2h:
+      return "copy device\xE2\x86\x92"
+             "host";
+    case SpanKind::scatter:
+      return "scatter";
+    case SpanKind::gather:
+      return "gather";
+    case SpanKind::other:
+      return "other";
+    default:
+      break;
   }
-  return "?";
+  return to_string(kind);
 }
 
 const char* category_label(MemCategory c) {
   switch (c) {
-    case MemCategory::params: return "params";
-    case MemCategory::grads: return "grads";
-    case MemCategory::optimizer_state: return "optimizer state";
-    case MemCategory::activations: return "activations";
-    case MemCategory::comm_buffers: return "comm buffers";
-    case MemCategory::temporary: return "temporary";
+    case MemCategory::params:
+      return "params";
+    case MemCategory::grads:
+      return "grads";
+    case MemCategory::optimizer_state:
+      return "optimizer state";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::comm_buffers:
+      return "comm buffers";
+    case MemCategory::temporary:
+      return "temporary";
   }
   return "?";
 }

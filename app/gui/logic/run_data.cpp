@@ -33,6 +33,13 @@ size_t RunData::span_count() const {
   return n;
 }
 
+int64_t RunData::t_live() const {
+  int64_t t = -1;
+  for (const RankData& r : ranks)
+    if (r.t_last_span_end > 0) t = t < 0 ? r.t_last_span_end : std::min(t, r.t_last_span_end);
+  return t < 0 ? t_end : t;
+}
+
 int RunData::step_at(int64_t t) const {
   int best = -1;
   for (size_t s = 0; s < step_begin.size(); ++s)
@@ -64,6 +71,8 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
   for (Span& s : spans) {
     s.rank = rank;
     d.t_end = std::max(d.t_end, s.t_end_ns);
+    r.t_last_span_end = std::max(r.t_last_span_end, s.t_end_ns);
+    if (d.t_first_span < 0 || s.t_begin_ns < d.t_first_span) d.t_first_span = s.t_begin_ns;
     d.kinds_seen[static_cast<int>(s.kind)] = true;
     times.push_back(s.t_begin_ns);
     times.push_back(s.t_end_ns);
@@ -110,8 +119,7 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
   const size_t old = d.event_times.size();
   d.event_times.insert(d.event_times.end(), times.begin(), times.end());
   std::inplace_merge(d.event_times.begin(), d.event_times.begin() + old, d.event_times.end());
-  d.event_times.erase(std::unique(d.event_times.begin(), d.event_times.end()),
-                      d.event_times.end());
+  d.event_times.erase(std::unique(d.event_times.begin(), d.event_times.end()), d.event_times.end());
   ++d.version;
 }
 

@@ -30,6 +30,7 @@ struct RankData {
   std::vector<Residency> residency;
   std::vector<CategorySample> device_series, host_series;
   size_t spans_read = 0, allocs_read = 0;  // how much of the recorder we hold
+  int64_t t_last_span_end = 0;             // this rank's latest span end
   const LaneData& lane(Lane l) const { return lanes[static_cast<int>(l)]; }
 };
 
@@ -45,8 +46,9 @@ struct RunData {
   RunConfig cfg;
   int world = 0;
   int num_layers = 0;
-  int64_t t0_ns = 0;  // the run's clock zero (absolute), subtracted on ingest
-  int64_t t_end = 0;  // the latest time seen
+  int64_t t0_ns = 0;          // the run's clock zero (absolute), subtracted on ingest
+  int64_t t_end = 0;          // the latest time seen (including the frees at teardown)
+  int64_t t_first_span = -1;  // the earliest span begin (after the ranks connected), -1 = none
   std::vector<RankData> ranks;
   std::vector<Flow> flows;
   std::vector<int64_t> step_begin;   // per step: earliest span begin over ranks, -1 = none yet
@@ -56,6 +58,18 @@ struct RunData {
   uint64_t version = 0;  // bumps on every change, for caches keyed on it
 
   size_t span_count() const;
+  // Where a live playhead rests: the earliest of the ranks' last span ends, so
+  // that no rank has freed its buffers at teardown yet.
+  int64_t t_live() const;
+  // The interesting part of the run: from the first span (connecting the ranks
+  // takes ~10 ms and records nothing) to the end.
+  double view_begin() const { return t_first_span < 0 ? 0.0 : static_cast<double>(t_first_span); }
+  // Where the training steps begin (after setup: connecting, the first broadcast,
+  // which can take longer than the steps themselves); view_begin() before step 0.
+  double steps_begin() const {
+    return !step_begin.empty() && step_begin[0] >= 0 ? static_cast<double>(step_begin[0])
+                                                     : view_begin();
+  }
   int step_at(int64_t t) const;  // the step whose start is the latest <= t, -1 before step 0
 
   // Internal: halves of flows whose partner has not arrived yet.

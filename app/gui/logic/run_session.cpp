@@ -9,18 +9,27 @@ namespace shardlab::gui {
 
 const char* to_string(RunState s) {
   switch (s) {
-    case RunState::idle: return "idle";
-    case RunState::starting: return "starting";
-    case RunState::running: return "running";
-    case RunState::paused: return "paused";
-    case RunState::finished: return "finished";
-    case RunState::failed: return "failed";
-    case RunState::cancelled: return "cancelled";
+    case RunState::idle:
+      return "idle";
+    case RunState::starting:
+      return "starting";
+    case RunState::running:
+      return "running";
+    case RunState::paused:
+      return "paused";
+    case RunState::finished:
+      return "finished";
+    case RunState::failed:
+      return "failed";
+    case RunState::cancelled:
+      return "cancelled";
   }
   return "?";
 }
 
-RunSession::~RunSession() { stop_worker(); }
+RunSession::~RunSession() {
+  stop_worker();
+}
 
 void RunSession::stop_worker() {
   if (control_) control_->cancel();
@@ -131,7 +140,9 @@ bool RunSession::poll(RunData& data, std::vector<double>& losses) {
   return changed;
 }
 
-CompareSession::~CompareSession() { cancel(); }
+CompareSession::~CompareSession() {
+  cancel();
+}
 
 void CompareSession::cancel() {
   if (control_) control_->cancel();
@@ -184,10 +195,8 @@ void CompareSession::start(std::vector<RunConfig> cfgs) {
         error = e.what();
       }
       std::lock_guard<std::mutex> lock(mu_);
-      errors_[i] = error.empty() ? "" : error;
-      if (error.empty() && !result) errors_[i] = "no result";
+      errors_[i] = error;
       results_[i] = std::move(result);
-      if (errors_[i].empty() && !results_[i]) errors_[i] = "no result";
     }
     std::lock_guard<std::mutex> lock(mu_);
     running_ = -1;

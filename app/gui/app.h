@@ -1,0 +1,55 @@
+// The app: its state, its runs and the data it draws, and one frame of UI.
+// Panels are free functions over App (panels.h); the window and main loop are
+// in window.cpp / gui_main.cpp.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "app/gui/app_state.h"
+#include "app/gui/logic/run_data.h"
+#include "app/gui/logic/run_session.h"
+
+namespace shardlab::gui {
+
+class App {
+ public:
+  explicit App(const RunConfig& cfg);
+
+  // One frame: take this frame's snapshot of the runs, then draw every panel.
+  void frame(double wall_dt);
+
+  // Run-bar actions (also keyboard shortcuts and the headless mode).
+  void run();    // start the form's run, or resume a paused one
+  void pause();  // pause the running run at the next step boundary
+  void step();   // run exactly one more step (starting a paused run if none)
+  void reset();  // stop the run and clear everything it showed
+  void run_compare(std::vector<RunConfig> cfgs);
+  void compare_from_form();  // the compare panel's slots
+
+  // Replay actions.
+  void toggle_replay();
+  void next_event();
+  void prev_event();
+  void next_collective();
+  void set_playhead(double t);
+
+  bool run_active() const;  // starting, running or paused
+  bool settled() const;     // nothing running: the headless mode may take its picture
+
+  AppState state;
+  RunSession session;
+  RunData data;
+  std::vector<double> losses;
+  CompareSession compare_session;
+  std::vector<CompareEntry> compare;
+  // Parses the run bar's --partition text with the CLI's own parser (set by
+  // `shardlab gui`; the benchmark leaves it empty and never edits the field).
+  std::function<std::vector<int>(const std::string&)> parse_list;
+
+ private:
+  void poll();
+  void validate_form();
+};
+
+}  // namespace shardlab::gui

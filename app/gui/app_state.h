@@ -1,0 +1,73 @@
+// All of the GUI's state in one struct: what is open, which view, the shared
+// viewport, the playhead, the run form, presenter settings. No panel keeps
+// state of its own (no function-local statics), so everything can be reset,
+// set from the command line and inspected.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+
+#include "app/gui/logic/replay_logic.h"
+#include "app/gui/logic/timeline_logic.h"
+#include "core/config.h"
+
+namespace shardlab::gui {
+
+enum class View { timeline, memory, cluster, camping, compare, loss };
+inline constexpr int kNumViews = 6;
+const char* view_name(View v);   // "timeline" (command line and tabs)
+const char* view_title(View v);  // "Timeline"
+std::optional<View> view_from_name(const std::string& s);
+
+struct TimelineState {
+  Viewport vp;             // shared by the timeline and memory charts
+  bool follow = true;      // keep the whole run in view while it grows
+  bool show_flows = true;  // send -> recv lines
+  bool dragging = false;   // a pan is in progress (so a release is not a click)
+};
+
+struct CompareState {
+  int count = 2;  // 2..4 configurations
+  std::array<std::string, 4> strategies{"ddp", "single", "ddp", "ddp"};
+  std::array<int, 4> worlds{2, 1, 4, 2};
+  Viewport vp;  // one time scale for every compared run
+  bool fitted = false;
+};
+
+struct ExportState {
+  std::string trace_path = "shardlab-trace.json";
+  std::string png_path = "shardlab.png";
+  std::string csv_path = "shardlab-compare.csv";
+  std::string message;  // the result of the last export, shown under the buttons
+  bool message_is_error = false;
+};
+
+struct PresenterState {
+  bool presenter = false;      // full screen + high contrast + bigger font
+  bool high_contrast = false;  // also available outside presenter mode
+  float font_scale = 1.0f;     // Ctrl +/- (applied by the window between frames)
+  // What presenter mode replaced, restored when it ends.
+  float saved_font_scale = 1.0f;
+  bool saved_high_contrast = false;
+};
+
+struct AppState {
+  View view = View::timeline;
+  RunConfig form;              // the run bar's settings
+  std::string partition_text;  // --partition as typed ("3,2,2,1"), parsed into form
+  std::string form_error;      // validate(form)'s message; empty when the form is valid
+  TimelineState timeline;
+  Playhead playhead;
+  CompareState compare;
+  ExportState exports;
+  PresenterState presenter;
+  bool show_export = false;
+  bool show_help = false;
+  bool show_options = false;  // the run bar's strategy options row
+  bool quit = false;
+  // Requests to the window layer, taken and cleared by it after the frame.
+  bool request_fullscreen_toggle = false;
+  std::string request_png;  // write the window to this path after rendering
+};
+
+}  // namespace shardlab::gui

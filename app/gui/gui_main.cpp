@@ -1,0 +1,237 @@
+// `shardlab gui`: parses the run settings (the same options as `shardlab run`)
+// and the GUI's own, opens the window and runs the plain ImGui main loop. With
+// --screenshot it runs the configuration, waits for it, renders N frames and
+// writes the window to a PNG (how tests and docs see the app).
+#include "app/gui/gui.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "app/args.h"
+#include "app/commands.h"
+#include "app/gui/app.h"
+#include "app/gui/window.h"
+#include "core/checkpoint.h"
+#include "core/strategy.h"
+
+namespace shardlab::app {
+
+namespace {
+
+const char* kGuiHelp = R"(usage: shardlab gui [run options] [gui options]
+
+The desktop app: run a configuration and watch it (timeline, memory, cluster
+cards, the camping trip), replay it in slow motion, compare strategies, export
+traces. Needs a display; without one use a virtual one:
+  xvfb-run -a -s "-screen 0 1600x1000x24" shardlab gui --screenshot out.png
+
+run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
+  --steps, --micro-batches, --stages, --precision, --optimizer, --lr, --seed,
+  --bucket-mb, --no-overlap, --no-prefetch, --fsdp-unit, --no-reshard, --offload,
+  --partition, --recompute, --timeout-ms); the app starts by running them.
+
+gui options:
+  --view V            timeline | memory | cluster | camping | compare | loss (default timeline)
+  --compare LIST      strategies for the compare view, e.g. ddp,single:1 (':W' sets the world
+                      size; default: every strategy that accepts the run settings)
+  --presenter         start in presenter mode (full screen, high contrast, big font)
+  --font-scale X      font scale, 0.6 to 3 (default 1; Ctrl +/- in the app)
+  --size WxH          window size (default 1600x1000)
+  --screenshot PATH   headless: run, render, write the window to PATH (PNG), exit
+  --frames N          with --screenshot: frames rendered after the run ends (default 3)
+  --replay-at F       put the playhead at fraction F of the training steps (0: step 0
+                      begins, 1: the last step ends; default 1)
+  --at-collective     then move the playhead to the middle of the next collective (pieces in
+                      flight in the cluster and camping views)
+  --check-display     exit 0 if a window can be opened, 1 if not (for scripts)
+
+Keyboard: R run, P pause, S step, Space replay, Left/Right events, 1-6 views,
+F11 presenter mode, Ctrl +/- font, F1 all shortcuts.
+)";
+
+const std::set<std::string> kOptions = {
+    "model",  "strategy",      "world",     "batch",      "steps",     "optimizer",
+    "lr",     "seed",          "bucket-mb", "timeout-ms", "precision", "fsdp-unit",
+    "stages", "micro-batches", "partition", "view",       "compare",   "screenshot",
+    "frames", "replay-at",     "size",      "font-scale"};
+const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",
+                                      "offload",       "recompute",   "presenter",
+                                      "check-display", "no-record",   "at-collective"};
+
+}  // namespace
+
+int cmd_gui(int argc, char** argv) {
+  using namespace shardlab::gui;
+  const Args a(argc, argv, "gui", kOptions, kFlags);
+  if (a.help()) {
+    std::fputs(kGuiHelp, stdout);
+    return 0;
+  }
+  if (!a.positional().empty())
+    throw ConfigError("unexpected argument '" + a.positional()[0] +
+                      "' (see 'shardlab gui --help')");
+  if (a.has("check-display")) {
+    std::string why;
+    if (display_available(&why)) return 0;
+    std::fprintf(stderr, "shardlab gui: no display (%s)\n", why.c_str());
+    return 1;
+  }
+
+  const RunConfig cfg = config_from(a);
+  if (a.has("no-record"))
+    throw ConfigError("--no-record: the GUI draws the recorded spans (remove --no-record)");
+  const std::string view_text = a.str("view", "timeline");
+  const auto view = view_from_name(view_text);
+  if (!view)
+    throw ConfigError("--view '" + view_text +
+                      "' is invalid (valid: timeline, memory, cluster, camping, compare, loss)");
+  const std::string shot = a.str("screenshot", "");
+  const int frames = a.integer("frames", 3);
+  if (frames < 1 || frames > 100000)
+    throw ConfigError("--frames " + std::to_string(frames) + " is invalid (valid: 1 to 100000)");
+  const double replay_at = a.number("replay-at", -1.0);  // -1: where a live run ends
+  if (a.has("replay-at") && !(replay_at >= 0 && replay_at <= 1))
+    throw ConfigError("--replay-at " + a.str("replay-at", "") +
+                      " is invalid (valid: 0 to 1, e.g. 0.5)");
+  const double font_scale = a.number("font-scale", 1.0);
+  if (!(font_scale >= 0.6 && font_scale <= 3))
+    throw ConfigError("--font-scale " + a.str("font-scale", "") + " is invalid (valid: 0.6 to 3)");
+  WindowOptions wopt;
+  if (auto size = a.get("size")) {
+    if (std::sscanf(size->c_str(), "%dx%d", &wopt.width, &wopt.height) != 2 || wopt.width < 320 ||
+        wopt.height < 240 || wopt.width > 8192 || wopt.height > 8192)
+      throw ConfigError("--size '" + *size +
+                        "' is invalid (valid: WxH from 320x240, e.g. 1600x1000)");
+  }
+  std::vector<RunConfig> compare_cfgs;
+  if (view == View::compare || a.has("compare"))
+    compare_cfgs = a.has("compare") ? parse_compare_list(*a.get("compare"), cfg)
+                                    : default_compare_configs(cfg);
+  // Headless runs must not hang on bad settings: the picture shows the run bar
+  // with the message inline, and the exit is 2 with the CLI's message.
+  std::string invalid;
+  if (!shot.empty()) {
+    check_writable(shot, "--screenshot");
+    try {
+      if (*view != View::compare || compare_cfgs.empty()) validate(cfg);
+    } catch (const ConfigError& e) {
+      invalid = e.what();
+    }
+  }
+
+  wopt.vsync = shot.empty();
+  wopt.ignore_mouse = !shot.empty();
+  std::string error;
+  std::unique_ptr<Window> win = Window::open(wopt, &error);
+  if (!win) {
+    std::fprintf(stderr,
+                 "shardlab gui: %s; without a display run it under a virtual one: xvfb-run -a "
+                 "shardlab gui --screenshot out.png (see 'shardlab gui --help')\n",
+                 error.c_str());
+    return 1;
+  }
+
+  App app(cfg);
+  app.parse_list = [](const std::string& s) { return parse_int_list(s, "--partition"); };
+  app.state.view = *view;
+  app.state.presenter.font_scale = static_cast<float>(font_scale);
+  if (a.has("presenter")) {
+    app.state.request_fullscreen_toggle = true;
+  }
+  if (!compare_cfgs.empty()) {
+    for (size_t i = 0; i < compare_cfgs.size() && i < 4; ++i) {
+      app.state.compare.strategies[i] = compare_cfgs[i].strategy;
+      app.state.compare.worlds[i] = compare_cfgs[i].world;
+    }
+    app.state.compare.count = std::clamp(static_cast<int>(compare_cfgs.size()), 2, 4);
+  }
+  // The app opens on a run of the given settings, so there is something to see.
+  if (*view != View::compare || shot.empty()) app.run();
+  if (*view == View::compare && !compare_cfgs.empty()) app.run_compare(compare_cfgs);
+
+  using clock = std::chrono::steady_clock;
+  auto last = clock::now();
+  const auto started = last;
+  int frames_after = 0;
+  bool placed = false;
+  int rc = 0;
+  while (!win->should_close() && !app.state.quit) {
+    const auto now = clock::now();
+    const double dt = std::chrono::duration<double>(now - last).count();
+    last = now;
+    win->begin_frame(app.state.presenter);
+    app.frame(dt);
+    std::string png = std::move(app.state.request_png);
+    app.state.request_png.clear();
+    bool done = false;
+    if (!shot.empty()) {
+      if (app.settled()) {
+        if (!placed) {
+          placed = true;
+          if (replay_at >= 0) {
+            // A fraction of the training steps: set-up time (connecting, the first
+            // broadcast) varies from run to run, the steps are what people look at.
+            const RunData& d = app.data;
+            const double b = d.step_begin.empty() || d.step_begin[0] < 0
+                                 ? d.view_begin()
+                                 : static_cast<double>(d.step_begin[0]);
+            app.set_playhead(b + replay_at * (static_cast<double>(d.t_live()) - b));
+          }
+          if (a.has("at-collective")) app.next_collective();
+          fit(app.state.timeline.vp, app.data.steps_begin(), static_cast<double>(app.data.t_end));
+          app.state.timeline.follow = true;
+        }
+        if (++frames_after > frames) {
+          png = shot;
+          done = true;
+        }
+      } else if (now - started > std::chrono::seconds(300)) {
+        std::fprintf(stderr,
+                     "shardlab gui: the run did not finish within 300 s; writing what there is\n");
+        png = shot;
+        done = true;
+        rc = 1;
+      }
+    }
+    if (!win->end_frame(png, &error)) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      if (done) return 1;
+    }
+    if (app.state.request_fullscreen_toggle) {
+      app.state.request_fullscreen_toggle = false;
+      PresenterState& p = app.state.presenter;
+      p.presenter = !p.presenter;
+      if (p.presenter) {
+        p.saved_font_scale = p.font_scale;
+        p.saved_high_contrast = p.high_contrast;
+        p.font_scale = std::max(p.font_scale, 1.6f);
+        p.high_contrast = true;
+      } else {
+        p.font_scale = p.saved_font_scale;
+        p.high_contrast = p.saved_high_contrast;
+      }
+      win->set_fullscreen(p.presenter);
+    }
+    if (done) {
+      const RunState s = app.session.state();
+      if (!invalid.empty()) {
+        std::fprintf(stderr, "error: %s\n", invalid.c_str());
+        rc = 2;
+      }
+      if (s == RunState::failed) {
+        std::fprintf(stderr, "error: %s\n", app.session.error().c_str());
+        rc = 1;
+      }
+      std::printf("screenshot written to %s (%dx%d, view %s)\n", shot.c_str(),
+                  win->framebuffer_width(), win->framebuffer_height(), view_name(*view));
+      break;
+    }
+  }
+  app.session.reset();
+  app.compare_session.cancel();
+  return rc;
+}
+
+}  // namespace shardlab::app

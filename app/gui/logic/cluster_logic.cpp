@@ -1,0 +1,239 @@
+// Card contents and travelling pieces (see cluster_logic.h).
+#include "app/gui/logic/cluster_logic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+namespace shardlab::gui {
+
+float fade_alpha(int64_t t_free, int64_t t, int64_t fade_ns) {
+  if (t < t_free) return 1.0f;
+  if (fade_ns <= 0 || t - t_free >= fade_ns) return 0.0f;
+  return 1.0f - static_cast<float>(t - t_free) / static_cast<float>(fade_ns);
+}
+
+std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, int64_t fade_ns) {
+  std::vector<Holding> out;
+  for (const Residency& r : res) {
+    if (r.t_alloc_ns > t) continue;
+    if (!r.alive_at(t) && t - r.t_free_ns >= fade_ns) continue;  // long gone: skip the parse
+    float alpha = 1.0f;
+    BufferName name = parse_buffer_name(r.name);
+    if (!r.alive_at(t)) {
+      // Only temporary full copies linger: they are the ones people should see go.
+      if (!is_temporary(name.kind)) continue;
+      alpha = fade_alpha(r.t_free_ns, t, fade_ns);
+      if (alpha <= 0) continue;
+    }
+    out.push_back(Holding{&r, std::move(name), alpha});
+  }
+  return out;
+}
+
+int card_column(MemCategory c, const BufferName& n) {
+  switch (c) {
+    case MemCategory::params:
+      return 0;
+    case MemCategory::grads:
+      return 1;
+    case MemCategory::optimizer_state:
+      return 2;
+    default:
+      break;
+  }
+  if (n.layer < 0 || !is_temporary(n.kind)) return -1;
+  return n.role == Role::grad ? 1 : n.role == Role::optimizer ? 2 : 0;
+}
+
+CardContents card_contents(const std::vector<Holding>& holdings, int num_layers) {
+  CardContents c;
+  c.num_layers = std::max(0, num_layers);
+  for (const Holding& h : holdings) c.num_layers = std::max(c.num_layers, h.name.layer_last + 1);
+  for (auto& col : c.slots) col.assign(c.num_layers + 1, {});
+  // How much of each layer a rank holds for good (full or shard, not gathered):
+  // per buffer base name ("layers.3.weight", "layers.3.weight.exp_avg", ...) the
+  // covered fraction, averaged over the layer's base names. Generic on purpose:
+  // no knowledge of how many tensors a layer or an optimizer has.
+  std::array<std::vector<std::map<std::string, double>>, kCardColumns> cover;
+  for (auto& v : cover) v.assign(c.num_layers, {});
+  for (const Holding& h : holdings) {
+    if (h.alpha >= 1.0f) c.bytes[static_cast<int>(h.res->category)] += h.res->bytes;
+    const BufferName& n = h.name;
+    const int col = card_column(h.res->category, n);
+    if (col < 0) continue;
+    const bool on_host = h.res->pool == Pool::host;
+    c.any_on_host |= on_host;
+    SlotPiece p{n.fraction_begin(), n.fraction_end(), n.kind, h.alpha, h.res->bytes, on_host};
+    if (n.layer < 0) {
+      c.slots[col][c.num_layers].push_back(p);
+      c.has_unlayered = true;
+      continue;
+    }
+    for (int l = n.layer; l <= n.layer_last; ++l) {
+      c.slots[col][l].push_back(p);
+      double& covered = cover[col][l][n.base];
+      if (!is_temporary(n.kind) && h.alpha >= 1.0f)
+        covered = std::min(1.0, covered + (p.end - p.begin));
+    }
+  }
+  for (int col = 0; col < kCardColumns; ++col) {
+    double sum = 0;
+    for (const auto& bases : cover[col]) {
+      if (bases.empty()) continue;
+      double layer = 0;
+      for (const auto& [base, f] : bases) layer += f;
+      sum += layer / static_cast<double>(bases.size());
+    }
+    c.held_fraction[col] = c.num_layers ? sum / c.num_layers : 0.0;
+  }
+  return c;
+}
+
+std::vector<const Span*> active_spans(const LaneData& lane, int64_t t) {
+  std::vector<const Span*> out;
+  const auto it = std::upper_bound(lane.max_end.begin(), lane.max_end.end(), t);
+  for (size_t i = static_cast<size_t>(it - lane.max_end.begin()); i < lane.spans.size(); ++i) {
+    const Span& s = lane.spans[i];
+    if (s.t_begin_ns > t) break;
+    if (s.t_end_ns > t) out.push_back(&s);
+  }
+  return out;
+}
+
+std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
+  std::vector<Piece> out;
+  const int W = d.world;
+  for (int r = 0; r < W; ++r) {
+    for (const Span* s : active_spans(d.ranks[r].lane(Lane::comm), t)) {
+      const double dur = static_cast<double>(std::max<int64_t>(1, s->t_end_ns - s->t_begin_ns));
+      const float p = static_cast<float>((t - s->t_begin_ns) / dur);
+      Piece base;
+      base.from = r;
+      base.layer = s->layer;
+      base.kind = s->kind;
+      base.progress = p;
+      base.bytes = s->bytes;
+      const double w = 1.0 / W;
+      auto to_all = [&](int column, auto frac_for) {
+        for (int j = 0; j < W; ++j) {
+          if (j == r) continue;
+          Piece q = base;
+          q.to = j;
+          q.column = column;
+          std::tie(q.frac_begin, q.frac_end) = frac_for(j);
+          out.push_back(q);
+        }
+      };
+      switch (s->kind) {
+        case SpanKind::all_gather:
+          to_all(0, [&](int) { return std::pair{r * w, (r + 1) * w}; });
+          break;
+        case SpanKind::reduce_scatter:
+          to_all(1, [&](int j) { return std::pair{j * w, (j + 1) * w}; });
+          break;
+        case SpanKind::all_reduce:
+          // First half: shard j of the gradient goes to rank j to be summed;
+          // second half: the summed shard r comes back to everyone.
+          base.progress = p < 0.5f ? 2 * p : 2 * p - 1;
+          if (p < 0.5f)
+            to_all(1, [&](int j) { return std::pair{j * w, (j + 1) * w}; });
+          else
+            to_all(1, [&](int) { return std::pair{r * w, (r + 1) * w}; });
+          break;
+        case SpanKind::broadcast:
+          if (r == (s->peer >= 0 ? s->peer : 0))
+            to_all(0, [&](int) { return std::pair{0.0, 1.0}; });
+          break;
+        case SpanKind::reduce: {
+          const int root = s->peer >= 0 ? s->peer : 0;
+          if (r != root) {
+            Piece q = base;
+            q.to = root;
+            q.column = 1;
+            out.push_back(q);
+          }
+          break;
+        }
+        case SpanKind::scatter:  // root hands every other rank its slice (dp)
+          if (r == (s->peer >= 0 ? s->peer : 0))
+            to_all(-1, [&](int) { return std::pair{0.0, 1.0}; });
+          break;
+        case SpanKind::gather: {  // every rank's outputs go to the root (dp)
+          const int root = s->peer >= 0 ? s->peer : 0;
+          if (r != root) {
+            Piece q = base;
+            q.to = root;
+            q.column = -1;
+            out.push_back(q);
+          }
+          break;
+        }
+        case SpanKind::send:
+          if (s->peer >= 0 && s->peer < W && s->peer != r) {
+            Piece q = base;
+            q.to = s->peer;
+            q.column = -1;  // activations or their gradients: not a model state
+            out.push_back(q);
+          }
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return out;
+}
+
+float ease_in_out(float p) {
+  p = std::clamp(p, 0.0f, 1.0f);
+  return p * p * (3 - 2 * p);
+}
+
+Vec2 travel_position(Vec2 a, Vec2 b, float progress, float arc) {
+  const float s = ease_in_out(progress);
+  const float dx = b.x - a.x, dy = b.y - a.y;
+  const float len = std::sqrt(dx * dx + dy * dy);
+  Vec2 p{a.x + dx * s, a.y + dy * s};
+  if (len > 0) {
+    const float lift = arc * std::sin(3.14159265f * s);
+    p.x += -dy / len * lift;
+    p.y += dx / len * lift;
+  }
+  return p;
+}
+
+std::vector<Vec2> ring_positions(int n, Vec2 center, float rx, float ry, float start) {
+  std::vector<Vec2> out;
+  for (int i = 0; i < n; ++i) {
+    const float a = start + 6.2831853f * static_cast<float>(i) / static_cast<float>(n);
+    out.push_back({center.x + rx * std::cos(a), center.y + ry * std::sin(a)});
+  }
+  return out;
+}
+
+Gear gear_of_layer(int layer) {
+  switch (((layer % 3) + 3) % 3) {
+    case 0:
+      return Gear::tent;
+    case 1:
+      return Gear::food;
+    default:
+      return Gear::water;
+  }
+}
+
+const char* gear_name(Gear g) {
+  switch (g) {
+    case Gear::tent:
+      return "tent";
+    case Gear::food:
+      return "food";
+    case Gear::water:
+      return "water";
+  }
+  return "?";
+}
+
+}  // namespace shardlab::gui

@@ -1,0 +1,93 @@
+// Memory stacks and samples (see memory_logic.h).
+#include "app/gui/logic/memory_logic.h"
+
+#include <algorithm>
+
+#include "core/model.h"
+#if __has_include("core/model_state.h")
+#include "core/model_state.h"
+#endif
+
+namespace shardlab::gui {
+
+int64_t total(const CategoryBytes& b) {
+  int64_t t = 0;
+  for (int64_t v : b) t += v;
+  return t;
+}
+
+namespace {
+// Index of the last sample at or before t, or -1.
+long last_at_or_before(const std::vector<CategorySample>& s, double t) {
+  const auto it = std::upper_bound(s.begin(), s.end(), t,
+                                   [](double v, const CategorySample& c) { return v < c.t_ns; });
+  return static_cast<long>(it - s.begin()) - 1;
+}
+}  // namespace
+
+void memory_columns(const std::vector<CategorySample>& series, const Viewport& vp, float col_px,
+                    std::vector<StackColumn>& out) {
+  if (series.empty() || col_px <= 0) return;
+  const int n = std::max(1, static_cast<int>(vp.width / col_px));
+  long k = last_at_or_before(series, vp.t_begin);
+  for (int c = 0; c < n; ++c) {
+    const float x0 = vp.x0 + c * col_px, x1 = std::min(vp.x0 + vp.width, x0 + col_px);
+    const double tb = vp.t_of(x1);
+    StackColumn col{x0, x1, {}};
+    int64_t best = -1;
+    if (k >= 0) {
+      col.bytes = series[k].bytes;  // carried in from the left
+      best = total(col.bytes);
+    }
+    // Every sample that lands in this column competes for the peak.
+    while (k + 1 < static_cast<long>(series.size()) && series[k + 1].t_ns < tb) {
+      ++k;
+      const int64_t t = total(series[k].bytes);
+      if (t > best) {
+        best = t;
+        col.bytes = series[k].bytes;
+      }
+    }
+    if (series.front().t_ns >= tb) continue;  // nothing allocated yet
+    out.push_back(col);
+  }
+}
+
+CategoryBytes bytes_at(const std::vector<CategorySample>& series, int64_t t) {
+  const long k = last_at_or_before(series, static_cast<double>(t));
+  return k >= 0 ? series[k].bytes : CategoryBytes{};
+}
+
+Peak peak_of(const std::vector<CategorySample>& series) {
+  Peak p;
+  int64_t best = -1;
+  for (const CategorySample& s : series)
+    if (total(s.bytes) > best) {
+      best = total(s.bytes);
+      p.t = s.t_ns;
+      p.bytes = s.bytes;
+    }
+  return p;
+}
+
+// The formulas live with the strategies' accounting (core/model_state.h); the
+// GUI carries no copy of them, so the marker can never disagree with
+// `shardlab estimate`. Without that header the marker is simply not drawn.
+std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
+#if __has_include("core/model_state.h")
+  try {
+    if (!has_model_state_prediction(cfg.strategy)) return std::nullopt;
+    const double params = static_cast<double>(ModelLayout(ModelSpec::parse(cfg.model)).total());
+    const ModelStateBytes b = predict_model_state(model_state_input(cfg, params), rank);
+    return Predicted{static_cast<int64_t>(b.total() + 0.5), b.formula, b.on_host};
+  } catch (const std::exception&) {
+    return std::nullopt;  // settings the formula does not cover
+  }
+#else
+  (void)cfg;
+  (void)rank;
+  return std::nullopt;
+#endif
+}
+
+}  // namespace shardlab::gui

@@ -1,0 +1,48 @@
+// What the memory panel draws: bytes by category over time as stacked columns
+// (peak-preserving when zoomed out), the state at the playhead, the peak, and
+// the hook for predicted model-state bytes.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/gui/logic/timeline_logic.h"
+#include "core/memory_timeline.h"
+
+namespace shardlab::gui {
+
+using CategoryBytes = std::array<int64_t, kNumMemCategories>;
+int64_t total(const CategoryBytes& b);
+
+struct StackColumn {
+  float x0 = 0, x1 = 0;
+  CategoryBytes bytes{};  // the highest-total state inside the column
+};
+
+// One column per `col_px` pixels of the viewport. A column shows the state
+// with the largest total inside it (or the state carried into it), so a short
+// peak never disappears when zoomed out.
+void memory_columns(const std::vector<CategorySample>& series, const Viewport& vp, float col_px,
+                    std::vector<StackColumn>& out);
+
+// The state in force at time t (after every event at or before t).
+CategoryBytes bytes_at(const std::vector<CategorySample>& series, int64_t t);
+
+struct Peak {
+  int64_t t = 0;
+  CategoryBytes bytes{};  // the breakdown at the moment of the peak total
+};
+Peak peak_of(const std::vector<CategorySample>& series);
+
+// Predicted model-state bytes (params + grads + optimizer state) of `rank`,
+// where core/model_state.h has a formula for the strategy; nullopt otherwise.
+struct Predicted {
+  int64_t model_state_bytes = 0;
+  std::string formula;   // "16Ψ", "4Ψ + 12Ψ/N", ...
+  bool on_host = false;  // offload: the states live in the host pool
+};
+std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
+
+}  // namespace shardlab::gui

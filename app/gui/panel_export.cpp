@@ -1,0 +1,142 @@
+// Export (trace JSON through core/trace.h, the same exporter as the CLI; a PNG
+// of the window; the compare table as CSV) and the menu bar that leads there.
+#include <fstream>
+#include <string>
+
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include "app/gui/draw_util.h"
+#include "app/gui/logic/compare_logic.h"
+#include "app/gui/panels.h"
+#include "core/trace.h"
+
+namespace shardlab::gui {
+
+namespace {
+
+void set_message(App& app, std::string text, bool error) {
+  app.state.exports.message = std::move(text);
+  app.state.exports.message_is_error = error;
+}
+
+void export_trace(App& app) {
+  const RunResult* r = app.session.result();
+  if (!r) {
+    set_message(app, "no finished run to export yet (Run, then wait for it to finish)", true);
+    return;
+  }
+  std::vector<Recorder::Snapshot> snaps;
+  for (const auto& rec : r->recorders) snaps.push_back(rec->snapshot());
+  const RunConfig& c = r->cfg;
+  // The same metadata as `shardlab run --trace`.
+  const nlohmann::json meta = {{"model", c.model}, {"strategy", c.strategy}, {"world", c.world},
+                               {"batch", c.batch}, {"steps", c.steps},       {"seed", c.seed}};
+  try {
+    write_trace(app.state.exports.trace_path, snaps, r->t0_ns, meta);
+    set_message(
+        app, "trace written to " + app.state.exports.trace_path + " (open it in ui.perfetto.dev)",
+        false);
+  } catch (const std::exception& e) {
+    set_message(app, e.what(), true);
+  }
+}
+
+void export_csv(App& app) {
+  std::vector<CompareRow> rows;
+  for (const CompareEntry& e : app.compare)
+    if (e.done && e.error.empty()) rows.push_back(e.row);
+  if (rows.empty()) {
+    set_message(app, "no comparison to export yet (Compare view, Run comparison)", true);
+    return;
+  }
+  std::ofstream f(app.state.exports.csv_path);
+  f << compare_csv(rows);
+  f.close();
+  if (!f)
+    set_message(app, "cannot write " + app.state.exports.csv_path, true);
+  else
+    set_message(app, "compare table written to " + app.state.exports.csv_path, false);
+}
+
+void export_png(App& app) {
+  app.state.request_png = app.state.exports.png_path;
+  set_message(app, "window saved to " + app.state.exports.png_path, false);
+}
+
+}  // namespace
+
+void draw_menu_bar(App& app) {
+  AppState& s = app.state;
+  if (!ImGui::BeginMenuBar()) return;
+  if (ImGui::BeginMenu("File")) {
+    if (ImGui::MenuItem("Export trace JSON", nullptr, false, app.session.result() != nullptr))
+      export_trace(app);
+    if (ImGui::MenuItem("Save PNG of the window")) export_png(app);
+    if (ImGui::MenuItem("Export compare table CSV", nullptr, false, !app.compare.empty()))
+      export_csv(app);
+    if (ImGui::MenuItem("Export paths...", "E")) s.show_export = true;
+    ImGui::Separator();
+    if (ImGui::MenuItem("Quit", "Ctrl+Q")) s.quit = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    for (int i = 0; i < kNumViews; ++i) {
+      char key[4];
+      std::snprintf(key, sizeof key, "%d", i + 1);
+      if (ImGui::MenuItem(view_title(static_cast<View>(i)), key, s.view == static_cast<View>(i)))
+        s.view = static_cast<View>(i);
+    }
+    ImGui::Separator();
+    if (ImGui::MenuItem("Presenter mode", "F11", s.presenter.presenter))
+      s.request_fullscreen_toggle = true;
+    ImGui::MenuItem("High contrast", "H", &s.presenter.high_contrast);
+    if (ImGui::MenuItem("Larger font", "Ctrl +"))
+      s.presenter.font_scale = std::min(3.0f, s.presenter.font_scale * 1.15f);
+    if (ImGui::MenuItem("Smaller font", "Ctrl -"))
+      s.presenter.font_scale = std::max(0.6f, s.presenter.font_scale / 1.15f);
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Help")) {
+    if (ImGui::MenuItem("Keyboard shortcuts", "F1")) s.show_help = true;
+    ImGui::EndMenu();
+  }
+  if (!s.exports.message.empty()) {
+    const UiColors& ui = ui_colors(s.presenter.high_contrast);
+    ImGui::PushStyleColor(ImGuiCol_Text, s.exports.message_is_error ? ui.error : ui.ok);
+    ImGui::TextUnformatted(s.exports.message.c_str());
+    ImGui::PopStyleColor();
+  }
+  ImGui::EndMenuBar();
+}
+
+void draw_export_window(App& app) {
+  ExportState& e = app.state.exports;
+  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 36, 0), ImGuiCond_Appearing);
+  if (!ImGui::Begin("Export", &app.state.show_export, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  const float w = ImGui::GetFontSize() * 20;
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("##trace", &e.trace_path);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(app.session.result() == nullptr);
+  if (ImGui::Button("Write trace JSON")) export_trace(app);
+  ImGui::EndDisabled();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("##png", &e.png_path);
+  ImGui::SameLine();
+  if (ImGui::Button("Save window PNG")) export_png(app);
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("##csv", &e.csv_path);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(app.compare.empty());
+  if (ImGui::Button("Write compare CSV")) export_csv(app);
+  ImGui::EndDisabled();
+  ImGui::TextDisabled(
+      "The trace is Chrome Trace Event JSON: open it in ui.perfetto.dev or chrome://tracing.");
+  ImGui::End();
+}
+
+}  // namespace shardlab::gui

@@ -1,0 +1,210 @@
+// Memory: per rank, bytes in use by category over time (stacked, measured by
+// the accounting allocator), sharing the timeline's zoom; beside it, each
+// rank's state at the playhead as a bar, with the predicted model-state bytes
+// as a marker where the strategy has a formula.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <imgui.h>
+
+#include "app/gui/draw_util.h"
+#include "app/gui/logic/format.h"
+#include "app/gui/logic/memory_logic.h"
+#include "app/gui/panels.h"
+
+namespace shardlab::gui {
+
+namespace {
+
+// Stacked from the bottom in this order: model states first (what ZeRO shards).
+constexpr MemCategory kStackOrder[] = {MemCategory::params,          MemCategory::grads,
+                                       MemCategory::optimizer_state, MemCategory::activations,
+                                       MemCategory::comm_buffers,    MemCategory::temporary};
+
+void y_axis(ImDrawList* dl, float x_right, float y_bottom, float h, double max_bytes,
+            const UiColors& ui, float x_grid_end) {
+  for (const ByteTick& tick : byte_ticks(max_bytes, std::max(2, static_cast<int>(h / 40)))) {
+    const float y = y_bottom - static_cast<float>(tick.bytes / max_bytes) * h;
+    dl->AddLine(ImVec2(x_right, y), ImVec2(x_grid_end, y), ui.grid);
+    const std::string& s = tick.label;
+    const ImVec2 sz = ImGui::CalcTextSize(s.c_str());
+    if (y - sz.y * 0.5f < y_bottom - h - 2) continue;
+    dl->AddText(ImVec2(x_right - sz.x - 4, y - sz.y * 0.5f), ui.text_dim, s.c_str());
+  }
+}
+
+void stack_tooltip(const char* title, const CategoryBytes& b) {
+  ImGui::BeginTooltip();
+  ImGui::TextUnformatted(title);
+  for (MemCategory c : kStackOrder)
+    if (b[static_cast<int>(c)] > 0)
+      ImGui::Text("  %-16s %s", category_label(c),
+                  format_bytes(static_cast<double>(b[static_cast<int>(c)])).c_str());
+  ImGui::Text("  %-16s %s", "total", format_bytes(static_cast<double>(total(b))).c_str());
+  ImGui::EndTooltip();
+}
+
+void draw_stack(ImDrawList* dl, float x0, float x1, float y_bottom, float h, double max_bytes,
+                const CategoryBytes& b, bool hc) {
+  float y = y_bottom;
+  for (MemCategory c : kStackOrder) {
+    const int64_t v = b[static_cast<int>(c)];
+    if (v <= 0) continue;
+    const float dy = static_cast<float>(v / max_bytes) * h;
+    dl->AddRectFilled(ImVec2(x0, y - dy), ImVec2(x1, y), category_color(c, hc));
+    y -= dy;
+  }
+}
+
+}  // namespace
+
+void draw_memory(App& app) {
+  AppState& s = app.state;
+  const RunData& d = app.data;
+  const bool hc = s.presenter.high_contrast;
+  const UiColors& ui = ui_colors(hc);
+  if (d.world == 0) {
+    ImGui::TextWrapped(
+        "No run yet. Press Run (R): memory is measured from every allocation the ranks make.");
+    return;
+  }
+  for (MemCategory c : kStackOrder) legend_item(category_color(c, hc), category_label(c));
+  ImGui::SameLine(0, 10);
+  ImGui::TextDisabled("| measured by each rank's accounting allocator (device pool)");
+  ImGui::SameLine();
+  help_marker(
+      "Left: bytes in use over time, stacked by category, on the timeline's time axis (wheel: "
+      "zoom, drag: pan, click: move the playhead). Right: each rank at the playhead. The "
+      "white marker is the predicted model-state memory (params + grads + optimizer state) "
+      "from the ZeRO paper's formula, where the strategy has one: compare it with the bottom "
+      "three colours of the bar.");
+
+  std::vector<const std::vector<CategorySample>*> series;
+  std::vector<std::string> names;
+  for (int r = 0; r < d.world; ++r) {
+    series.push_back(&d.ranks[r].device_series);
+    names.push_back("rank " + std::to_string(r));
+    if (d.has_host_memory) {
+      series.push_back(&d.ranks[r].host_series);
+      names.push_back("rank " + std::to_string(r) + " host");
+    }
+  }
+  std::vector<std::optional<Predicted>> predicted;
+  double max_bytes = 1024;
+  for (size_t i = 0; i < series.size(); ++i)
+    max_bytes = std::max(max_bytes, static_cast<double>(total(peak_of(*series[i]).bytes)));
+  for (int r = 0; r < d.world; ++r) {
+    predicted.push_back(predicted_model_state(d.cfg, r));
+    if (predicted.back())
+      max_bytes = std::max(max_bytes, static_cast<double>(predicted.back()->model_state_bytes));
+  }
+  max_bytes *= 1.08;  // headroom for the peak label
+
+  const float font = ImGui::GetFontSize();
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float bars_w = std::min(avail.x * 0.3f, font * 22);
+  const float gutter = font * 6.5f;
+  const float axis_h = font + 8;
+  const float chart_w = avail.x - bars_w - 12;
+  const int rows = static_cast<int>(series.size());
+  const float row_gap = font * 0.6f;
+  const float row_h = std::max(font * 3, (avail.y - axis_h - 4) / rows - row_gap);
+
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  Viewport& vp = s.timeline.vp;
+  ImGui::InvisibleButton("memory_charts", ImVec2(chart_w, axis_h + rows * (row_h + row_gap)));
+  vp.x0 = origin.x + gutter;
+  vp.width = std::max(1.0f, chart_w - gutter - 6);
+  if (zoom_pan(vp, s.timeline)) s.timeline.follow = false;
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const bool hovered = ImGui::IsItemHovered();
+  if (ImGui::IsItemDeactivated() && !s.timeline.dragging && mouse.x >= vp.x0)
+    app.set_playhead(vp.t_of(mouse.x));
+  if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
+    fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
+    s.timeline.follow = true;
+  }
+
+  const float x_end = vp.x0 + vp.width;
+  dl->PushClipRect(origin, ImVec2(origin.x + chart_w, origin.y + avail.y), true);
+  draw_time_axis(dl, vp, origin.y, axis_h, ui);
+  std::vector<StackColumn> cols;
+  const int64_t playhead = static_cast<int64_t>(s.playhead.t);
+  for (int i = 0; i < rows; ++i) {
+    const float top = origin.y + axis_h + i * (row_h + row_gap);
+    const float bottom = top + row_h;
+    dl->AddRectFilled(ImVec2(vp.x0, top), ImVec2(x_end, bottom), ui.lane_bg);
+    y_axis(dl, vp.x0, bottom, row_h, max_bytes, ui, x_end);
+    dl->AddText(ImVec2(origin.x + 2, top), ui.text, names[i].c_str());
+    cols.clear();
+    memory_columns(*series[i], vp, 2.0f, cols);
+    dl->PushClipRect(ImVec2(vp.x0, top), ImVec2(x_end, bottom), true);
+    for (const StackColumn& c : cols)
+      draw_stack(dl, c.x0, c.x1, bottom, row_h, max_bytes, c.bytes, hc);
+    // The peak, where it happened.
+    const Peak pk = peak_of(*series[i]);
+    const float px = vp.x_of(static_cast<double>(pk.t));
+    const float py = bottom - static_cast<float>(total(pk.bytes) / max_bytes) * row_h;
+    if (px >= vp.x0 && px <= x_end) {
+      const std::string label = "peak " + format_bytes(static_cast<double>(total(pk.bytes)));
+      dl->AddCircleFilled(ImVec2(px, py), 3, ui.text);
+      const float w = ImGui::CalcTextSize(label.c_str()).x;
+      dl->AddText(ImVec2(std::min(px + 5, x_end - w - 2), std::max(top, py - font - 1)), ui.text,
+                  label.c_str());
+    }
+    dl->PopClipRect();
+    if (hovered && mouse.y >= top && mouse.y < bottom && mouse.x >= vp.x0) {
+      const int64_t t = static_cast<int64_t>(vp.t_of(mouse.x));
+      const std::string title = names[i] + " at " + format_time_ns(static_cast<double>(t));
+      stack_tooltip(title.c_str(), bytes_at(*series[i], t));
+    }
+  }
+  const float xp = vp.x_of(s.playhead.t);
+  if (xp >= vp.x0 && xp <= x_end)
+    dl->AddLine(ImVec2(xp, origin.y), ImVec2(xp, origin.y + axis_h + rows * (row_h + row_gap)),
+                ui.playhead, 2.0f);
+  dl->PopClipRect();
+
+  // Right: the state at the playhead, one bar per row, same scale as the charts.
+  const float bx = origin.x + chart_w + 12;
+  const std::string head = "at the playhead, t = " + format_time_ns(s.playhead.t);
+  dl->AddText(ImVec2(bx, origin.y), ui.text, head.c_str());
+  const float bar_w = font * 2.2f;
+  for (int i = 0; i < rows; ++i) {
+    const float top = origin.y + axis_h + i * (row_h + row_gap);
+    const float bottom = top + row_h;
+    const CategoryBytes now = bytes_at(*series[i], playhead);
+    const float x0 = bx + font * 0.5f;
+    dl->AddRect(ImVec2(x0 - 1, top), ImVec2(x0 + bar_w + 1, bottom + 1), ui.grid);
+    draw_stack(dl, x0, x0 + bar_w, bottom, row_h, max_bytes, now, hc);
+    const int64_t model_state = now[0] + now[1] + now[2];
+    float ty = top;
+    const float tx = x0 + bar_w + font * 1.6f;
+    auto line = [&](ImU32 col, const std::string& text) {
+      if (ty + font > bottom + 2) return;
+      dl->AddText(ImVec2(tx, ty), col, text.c_str());
+      ty += font + 1;
+    };
+    line(ui.text, names[i] + ": " + format_bytes(static_cast<double>(total(now))));
+    line(ui.text_dim, "model states " + format_bytes(static_cast<double>(model_state)));
+    const bool host_row = d.has_host_memory && i % 2 == 1;
+    const int rank = d.has_host_memory ? i / 2 : i;
+    const auto& pred = predicted[rank];
+    if (pred && pred->on_host == host_row) {
+      const float y = bottom - static_cast<float>(pred->model_state_bytes / max_bytes) * row_h;
+      // A white tick with a triangle pointing at the bar: "the formula says here".
+      dl->AddLine(ImVec2(x0 - 3, y), ImVec2(x0 + bar_w + 3, y), ui.text, 2.0f);
+      dl->AddTriangleFilled(ImVec2(x0 + bar_w + 4, y), ImVec2(x0 + bar_w + 12, y - 5),
+                            ImVec2(x0 + bar_w + 12, y + 5), ui.text);
+      line(ui.text, "predicted " + format_bytes(static_cast<double>(pred->model_state_bytes)) +
+                        " (" + pred->formula + ")");
+    } else if (!pred && !host_row) {
+      line(ui.text_dim, "no formula for " + d.cfg.strategy);
+    }
+    if (model_state == 0 && total(now) == 0) line(ui.text_dim, "(nothing allocated)");
+  }
+}
+
+}  // namespace shardlab::gui

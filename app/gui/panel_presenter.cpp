@@ -1,0 +1,124 @@
+// Presenter mode and keyboard: the themes (normal and high contrast, sized by
+// the font scale), the shortcuts for Run/Step/Replay/views, and their help.
+#include <algorithm>
+
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+
+#include "app/gui/draw_util.h"
+#include "app/gui/panels.h"
+
+namespace shardlab::gui {
+
+namespace {
+
+struct Shortcut {
+  const char* keys;
+  const char* what;
+};
+constexpr Shortcut kShortcuts[] = {
+    {"R", "Run (or resume a paused run)"},
+    {"P", "Pause the training run at the next step boundary"},
+    {"S", "Step: run exactly one more training step"},
+    {"Space", "Play / pause the replay"},
+    {"Left / Right", "Previous / next event (span start or end, allocation)"},
+    {"C", "The middle of the next collective (pieces in flight)"},
+    {"Home", "Playhead to the start"},
+    {"[ / ]", "Replay slower / faster"},
+    {"1 ... 6", "Timeline, Memory, Cluster, Camping trip, Compare, Loss"},
+    {"F", "Fit all training steps in the timeline"},
+    {"F11", "Presenter mode: full screen, high contrast, big font"},
+    {"H", "High-contrast theme"},
+    {"Ctrl + / Ctrl -", "Larger / smaller font"},
+    {"E", "Export window"},
+    {"F1", "This help"},
+    {"Ctrl Q", "Quit"},
+};
+
+bool pressed(int key) {
+  return ImGui::IsKeyPressed(key, false);
+}
+
+}  // namespace
+
+void apply_theme(const PresenterState& p) {
+  ImGuiStyle st;
+  ImGui::StyleColorsDark(&st);
+  st.WindowRounding = 0;
+  st.FrameRounding = 3;
+  st.ItemSpacing = ImVec2(8, 5);
+  st.CellPadding = ImVec2(6, 3);
+  if (p.high_contrast) {
+    ImVec4* c = st.Colors;
+    c[ImGuiCol_WindowBg] = c[ImGuiCol_ChildBg] = ImVec4(0, 0, 0, 1);
+    c[ImGuiCol_PopupBg] = ImVec4(0.05f, 0.05f, 0.05f, 1);
+    c[ImGuiCol_Text] = ImVec4(1, 1, 1, 1);
+    c[ImGuiCol_TextDisabled] = ImVec4(0.85f, 0.85f, 0.85f, 1);
+    c[ImGuiCol_Border] = ImVec4(1, 1, 1, 0.8f);
+    c[ImGuiCol_FrameBg] = ImVec4(0.12f, 0.12f, 0.12f, 1);
+    c[ImGuiCol_Button] = ImVec4(0.0f, 0.25f, 0.6f, 1);
+    c[ImGuiCol_ButtonHovered] = ImVec4(0.0f, 0.4f, 0.85f, 1);
+    c[ImGuiCol_ButtonActive] = ImVec4(0.95f, 0.75f, 0.0f, 1);
+    c[ImGuiCol_MenuBarBg] = ImVec4(0.1f, 0.1f, 0.1f, 1);
+    st.FrameBorderSize = 1;
+    st.ChildBorderSize = 1;
+  }
+  st.ScaleAllSizes(p.font_scale);
+  ImGui::GetStyle() = st;
+}
+
+void handle_shortcuts(App& app) {
+  AppState& s = app.state;
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.KeyCtrl) {
+    if (pressed(GLFW_KEY_EQUAL) || pressed(GLFW_KEY_KP_ADD))
+      s.presenter.font_scale = std::min(3.0f, s.presenter.font_scale * 1.15f);
+    if (pressed(GLFW_KEY_MINUS) || pressed(GLFW_KEY_KP_SUBTRACT))
+      s.presenter.font_scale = std::max(0.6f, s.presenter.font_scale / 1.15f);
+    if (pressed(GLFW_KEY_0)) s.presenter.font_scale = 1.0f;
+    if (pressed(GLFW_KEY_Q)) s.quit = true;
+    return;
+  }
+  if (pressed(GLFW_KEY_F11)) s.request_fullscreen_toggle = true;
+  if (pressed(GLFW_KEY_F1)) s.show_help = !s.show_help;
+  if (io.WantTextInput) return;  // typing in a field: letters are text
+  if (pressed(GLFW_KEY_R)) app.run();
+  if (pressed(GLFW_KEY_P)) app.pause();
+  if (pressed(GLFW_KEY_S)) app.step();
+  if (pressed(GLFW_KEY_SPACE)) app.toggle_replay();
+  if (pressed(GLFW_KEY_RIGHT)) app.next_event();
+  if (pressed(GLFW_KEY_LEFT)) app.prev_event();
+  if (pressed(GLFW_KEY_C)) app.next_collective();
+  if (pressed(GLFW_KEY_HOME)) app.set_playhead(app.data.view_begin());
+  if (pressed(GLFW_KEY_LEFT_BRACKET)) s.playhead.speed = std::max(kMinSpeed, s.playhead.speed / 2);
+  if (pressed(GLFW_KEY_RIGHT_BRACKET)) s.playhead.speed = std::min(kMaxSpeed, s.playhead.speed * 2);
+  if (pressed(GLFW_KEY_H)) s.presenter.high_contrast = !s.presenter.high_contrast;
+  if (pressed(GLFW_KEY_E)) s.show_export = !s.show_export;
+  if (pressed(GLFW_KEY_F)) {
+    fit(s.timeline.vp, app.data.steps_begin(), static_cast<double>(app.data.t_end));
+    s.timeline.follow = true;
+  }
+  for (int i = 0; i < kNumViews; ++i)
+    if (pressed(GLFW_KEY_1 + i)) s.view = static_cast<View>(i);
+}
+
+void draw_help_window(App& app) {
+  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 30, 0), ImGuiCond_Appearing);
+  if (!ImGui::Begin("Keyboard shortcuts", &app.state.show_help, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg)) {
+    for (const Shortcut& k : kShortcuts) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(k.keys);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(k.what);
+    }
+    ImGui::EndTable();
+  }
+  ImGui::End();
+}
+
+}  // namespace shardlab::gui

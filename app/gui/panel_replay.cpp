@@ -1,0 +1,97 @@
+// The replay bar: a recorded run replayed at 1/1000x to 1x, paused, scrubbed,
+// or stepped event by event; every view shows the state at this playhead.
+#include <algorithm>
+#include <string>
+
+#include <imgui.h>
+
+#include "app/gui/draw_util.h"
+#include "app/gui/logic/format.h"
+#include "app/gui/panels.h"
+
+namespace shardlab::gui {
+
+void draw_replay_bar(App& app) {
+  AppState& s = app.state;
+  Playhead& p = s.playhead;
+  const RunData& d = app.data;
+  const UiColors& ui = ui_colors(s.presenter.high_contrast);
+  const bool has_data = d.t_end > 0;
+
+  ImGui::BeginDisabled(!has_data);
+  if (ImGui::Button("|<")) app.set_playhead(d.view_begin());
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("to the start (Home)");
+  ImGui::SameLine();
+  if (ImGui::Button("< event")) app.prev_event();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("previous event: a span starting or ending, an allocation (Left)");
+  ImGui::SameLine();
+  if (ImGui::Button(p.playing ? "Pause replay" : "Play replay",
+                    ImVec2(ImGui::GetFontSize() * 7, 0)))
+    app.toggle_replay();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("replay the recorded run (Space)");
+  ImGui::SameLine();
+  if (ImGui::Button("event >")) app.next_event();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("next event (Right)");
+  ImGui::SameLine();
+  if (ImGui::Button("collective >")) app.next_collective();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "the middle of the next collective or send: pieces in flight in the cluster view (C)");
+  ImGui::SameLine();
+  ImGui::EndDisabled();
+  if (app.run_active()) {
+    ImGui::Checkbox("follow live", &p.live);
+    ImGui::SameLine();
+  }
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("speed");
+  ImGui::SameLine();
+  float slider = static_cast<float>(slider_from_speed(p.speed));
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
+  const std::string speed = format_speed(p.speed);
+  if (ImGui::SliderFloat("##speed", &slider, 0, 1, speed.c_str()))
+    p.speed = speed_from_slider(slider);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "run time per wall time: at 1/1000%s one millisecond of the run lasts one second",
+        "\xC3\x97");
+  ImGui::SameLine(0, 16);
+  const auto ev =
+      std::upper_bound(d.event_times.begin(), d.event_times.end(), static_cast<int64_t>(p.t));
+  ImGui::AlignTextToFramePadding();
+  if (!has_data)
+    ImGui::TextDisabled("replay: nothing recorded yet (Run first)");
+  else
+    ImGui::Text("t = %s of %s \xC2\xB7 step %d \xC2\xB7 event %zu of %zu",
+                format_time_ns(p.t).c_str(), format_time_ns(static_cast<double>(d.t_end)).c_str(),
+                d.step_at(static_cast<int64_t>(p.t)),
+                static_cast<size_t>(ev - d.event_times.begin()), d.event_times.size());
+
+  // Scrubber: the whole run, with step ticks; click or drag to move the playhead.
+  const ImVec2 o = ImGui::GetCursorScreenPos();
+  const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetFrameHeight();
+  ImGui::InvisibleButton("scrubber", ImVec2(w, h));
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(o, ImVec2(o.x + w, o.y + h), ui.lane_bg, 3);
+  if (!has_data) return;
+  // From the first span: connecting the ranks records nothing worth scrubbing through.
+  const double t0 = d.view_begin();
+  const double scale = (w - 2) / std::max(1.0, static_cast<double>(d.t_end) - t0);
+  float last_x = -1e9f;
+  for (size_t st = 0; st < d.step_begin.size(); ++st) {
+    if (d.step_begin[st] < 0) continue;
+    const float x = o.x + 1 + static_cast<float>((d.step_begin[st] - t0) * scale);
+    if (x - last_x < 4) continue;  // thousands of steps: one tick per few pixels
+    last_x = x;
+    dl->AddLine(ImVec2(x, o.y + h * 0.5f), ImVec2(x, o.y + h), ui.text_dim);
+  }
+  const float xp = o.x + 1 + static_cast<float>(std::max(0.0, p.t - t0) * scale);
+  dl->AddRectFilled(o, ImVec2(xp, o.y + h), with_alpha(ui.playhead, 0.18f), 3);
+  dl->AddLine(ImVec2(xp, o.y), ImVec2(xp, o.y + h), ui.playhead, 3);
+  if (ImGui::IsItemActive()) app.set_playhead(t0 + (ImGui::GetIO().MousePos.x - o.x - 1) / scale);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("the whole run; ticks mark the steps; click or drag to move the playhead");
+}
+
+}  // namespace shardlab::gui

@@ -1,0 +1,162 @@
+// The run bar: the run's settings, checked with the CLI's validate() every
+// frame (its message shown inline, Run disabled while invalid), and the
+// Run / Pause / Step / Reset buttons.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include "app/gui/draw_util.h"
+#include "app/gui/panels.h"
+#include "core/strategy.h"
+
+namespace shardlab::gui {
+
+namespace {
+
+constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};
+constexpr const char* kDevices[] = {"cpu"};
+
+// "Label [widget]", moved to a new line when the rest of this one is too
+// short for both (big presenter fonts).
+void label(const char* text, float widget_em = 4) {
+  const float need = ImGui::CalcTextSize(text).x + ImGui::GetFontSize() * widget_em + 8;
+  if (ImGui::GetContentRegionAvail().x < need) ImGui::NewLine();
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted(text);
+  ImGui::SameLine(0, 4);
+}
+
+bool int_field(const char* text, const char* id, int* v, float width, const char* tip) {
+  label(text, width);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * width);
+  const bool changed = ImGui::InputInt(id, v, 0, 0);
+  if (tip && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tip);
+  ImGui::SameLine(0, 12);
+  return changed;
+}
+
+void combo_strings(const char* text, const char* id, std::string* value,
+                   const std::vector<std::string>& items, float width,
+                   const std::vector<std::string>* tips = nullptr) {
+  label(text, width);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * width);
+  if (ImGui::BeginCombo(id, value->c_str())) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (ImGui::Selectable(items[i].c_str(), *value == items[i])) *value = items[i];
+      if (tips && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", (*tips)[i].c_str());
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine(0, 12);
+}
+
+void draw_options(RunConfig& f, std::string& partition) {
+  ImGui::Indent();
+  label("Optimizer");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
+  int opt = f.optimizer.kind == OptimizerKind::adamw ? 0 : 1;
+  if (ImGui::Combo("##opt", &opt, "adamw\0sgd\0"))
+    f.optimizer.kind = opt == 0 ? OptimizerKind::adamw : OptimizerKind::sgd;
+  ImGui::SameLine(0, 12);
+  label("lr");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
+  ImGui::InputFloat("##lr", &f.optimizer.lr, 0, 0, "%g");
+  ImGui::SameLine(0, 12);
+  int seed = static_cast<int>(f.seed);
+  if (int_field("Seed", "##seed", &seed, 4, nullptr))
+    f.seed = static_cast<uint64_t>(std::max(0, seed));
+  label("Bucket MiB");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4);
+  ImGui::InputDouble("##bucket", &f.bucket_mb, 0, 0, "%g");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("ddp: gradient bucket size (--bucket-mb)");
+  ImGui::SameLine(0, 12);
+  ImGui::Checkbox("overlap", &f.overlap);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("ddp: all-reduce buckets during backward (off: --no-overlap)");
+  ImGui::SameLine(0, 12);
+  ImGui::Checkbox("prefetch", &f.prefetch);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("zero3/fsdp: start the next all-gather early (off: --no-prefetch)");
+  ImGui::SameLine(0, 12);
+  int_field("FSDP unit", "##unit", &f.fsdp_unit, 3, "fsdp: layers per unit (--fsdp-unit)");
+  ImGui::Checkbox("reshard", &f.reshard_after_forward);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("fsdp: free gathered params after forward (off: --no-reshard)");
+  ImGui::SameLine(0, 12);
+  ImGui::Checkbox("offload", &f.offload);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("fsdp: model states in host memory (--offload)");
+  ImGui::SameLine(0, 12);
+  ImGui::Checkbox("recompute", &f.recompute);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("gpipe/1f1b: recompute forward in backward (--recompute)");
+  ImGui::SameLine(0, 12);
+  label("Partition", 6);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  ImGui::InputTextWithHint("##partition", "balanced", &partition);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("layers per stage, e.g. 3,2,2,1 (--partition)");
+  ImGui::Unindent();
+}
+
+}  // namespace
+
+void draw_run_bar(App& app) {
+  AppState& s = app.state;
+  RunConfig& f = s.form;
+  const UiColors& ui = ui_colors(s.presenter.high_contrast);
+
+  label("Model", 6);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  ImGui::InputText("##model", &f.model);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("mlp:LxD = L Linear(D,D) layers with GELU between");
+  ImGui::SameLine(0, 12);
+
+  std::vector<std::string> names, tips;
+  for (const StrategyInfo& info : all_strategies()) {
+    names.push_back(info.name);
+    tips.push_back(info.summary);
+  }
+  combo_strings("Strategy", "##strategy", &f.strategy, names, 6, &tips);
+  int_field("World", "##world", &f.world, 2.5f, "ranks (threads talking through Gloo)");
+  int_field("Batch", "##batch", &f.batch, 3, "global batch, split across data-parallel ranks");
+  int_field("Micro-batches", "##mb", &f.micro_batches, 2.5f, "gpipe/1f1b: micro-batches per batch");
+  int_field("Stages", "##stages", &f.stages, 2.5f, "pipeline stages (0 = one per rank)");
+  int_field("Steps", "##steps", &f.steps, 3.5f, "training steps");
+  combo_strings("Precision", "##precision", &f.precision,
+                {std::begin(kPrecisions), std::end(kPrecisions)}, 3.5f);
+  combo_strings("Device", "##device", &f.device, {std::begin(kDevices), std::end(kDevices)}, 4);
+  if (ImGui::GetContentRegionAvail().x < ImGui::GetFontSize() * 5) ImGui::NewLine();
+  ImGui::Checkbox("Options", &s.show_options);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("optimizer, seed and strategy options");
+
+  // Buttons on the same line, right after the settings, if they fit.
+  ImGui::SameLine(0, 20);
+  if (ImGui::GetContentRegionAvail().x <
+      ImGui::CalcTextSize("Resume (R)Pause (P)Step (S)Reset").x + 60)
+    ImGui::NewLine();
+  const RunState rs = app.session.state();
+  const bool valid = s.form_error.empty();
+  const bool paused = rs == RunState::paused;
+  ImGui::BeginDisabled(!(valid || paused) || rs == RunState::running || rs == RunState::starting);
+  if (ImGui::Button(paused ? "Resume (R)" : "Run (R)")) app.run();
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  ImGui::BeginDisabled(rs != RunState::running);
+  if (ImGui::Button("Pause (P)")) app.pause();
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!valid && !app.run_active());
+  if (ImGui::Button("Step (S)")) app.step();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("run exactly one more training step, then pause");
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  if (ImGui::Button("Reset")) app.reset();
+
+  if (s.show_options) draw_options(f, s.partition_text);
+  if (!valid) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    ImGui::TextWrapped("Cannot run these settings: %s", s.form_error.c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
+}  // namespace shardlab::gui

@@ -1,0 +1,182 @@
+// GLFW + OpenGL3 + Dear ImGui setup, the frame's render and PNG capture (see window.h).
+#include "app/gui/window.h"
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+#include <stb/stb_image_write.h>
+
+#include "app/gui/panels.h"
+
+namespace shardlab::gui {
+
+namespace {
+
+constexpr float kBaseFontPx = 16.0f;
+constexpr const char* kFontPaths[] = {"assets/fonts/DejaVuSans.ttf",
+                                      "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"};
+// Latin, Greek (Ψ in the ZeRO formulas), punctuation (·, –), arrows (→), shapes.
+constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2000, 0x206F,
+                                    0x2190, 0x21FF, 0x25A0, 0x25FF, 0};
+
+std::string g_glfw_error;  // written by GLFW's error callback, read right after the failing call
+
+void on_glfw_error(int code, const char* text) {
+  g_glfw_error = std::to_string(code) + ": " + (text ? text : "");
+}
+
+}  // namespace
+
+bool display_available(std::string* why) {
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    if (why) *why = g_glfw_error;
+    return false;
+  }
+  glfwTerminate();
+  return true;
+}
+
+std::unique_ptr<Window> Window::open(const WindowOptions& opt, std::string* error) {
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    *error = "cannot open a display (GLFW error " + g_glfw_error + ")";
+    return nullptr;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GL_TRUE);
+  int w = opt.width, h = opt.height;
+  if (const GLFWvidmode* mode = glfwGetVideoMode(glfwGetPrimaryMonitor())) {
+    w = std::min(w, mode->width);
+    h = std::min(h, mode->height);
+  }
+  GLFWwindow* win = glfwCreateWindow(w, h, "Shardlab", nullptr, nullptr);
+  if (!win) {
+    *error = "cannot create an OpenGL 3.3 window (GLFW error " + g_glfw_error + ")";
+    glfwTerminate();
+    return nullptr;
+  }
+  glfwMakeContextCurrent(win);
+  glfwSwapInterval(opt.vsync ? 1 : 0);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // no imgui.ini next to the user's files
+  ImGui_ImplGlfw_InitForOpenGL(win, true);
+  ImGui_ImplOpenGL3_Init("#version 330 core");
+
+  std::unique_ptr<Window> out(new Window());
+  out->win_ = win;
+  out->ignore_mouse_ = opt.ignore_mouse;
+  return out;
+}
+
+Window::~Window() {
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(win_);
+  glfwTerminate();
+}
+
+bool Window::should_close() const {
+  return glfwWindowShouldClose(win_);
+}
+int Window::framebuffer_width() const {
+  int w, h;
+  glfwGetFramebufferSize(win_, &w, &h);
+  return w;
+}
+int Window::framebuffer_height() const {
+  int w, h;
+  glfwGetFramebufferSize(win_, &w, &h);
+  return h;
+}
+
+void Window::load_fonts(float px) {
+  ImGuiIO& io = ImGui::GetIO();
+  io.Fonts->Clear();
+  ImFont* font = nullptr;
+  for (const char* path : kFontPaths) {
+    if (!std::filesystem::exists(path)) continue;
+    ImFontConfig cfg;
+    cfg.OversampleH = 2;
+    font = io.Fonts->AddFontFromFileTTF(path, px, &cfg, kGlyphRanges);
+    if (font) break;
+  }
+  if (!font) {
+    // No TTF: ImGui's built-in bitmap font, scaled (blurry when big, but readable).
+    ImFontConfig cfg;
+    cfg.SizePixels = std::round(px);
+    io.Fonts->AddFontDefault(&cfg);
+  }
+  io.Fonts->Build();
+  if (fonts_built_) {
+    // The backend made the first texture itself; later sizes replace it here.
+    ImGui_ImplOpenGL3_DestroyFontsTexture();
+    ImGui_ImplOpenGL3_CreateFontsTexture();
+  }
+  fonts_built_ = true;
+  font_px_ = px;
+}
+
+void Window::begin_frame(const PresenterState& p) {
+  glfwPollEvents();
+  const float px = std::round(kBaseFontPx * p.font_scale);
+  if (px != font_px_) load_fonts(px);
+  apply_theme(p);
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplGlfw_NewFrame();
+  if (ignore_mouse_) ImGui::GetIO().MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+  ImGui::NewFrame();
+}
+
+bool Window::end_frame(const std::string& png_path, std::string* error) {
+  ImGui::Render();
+  int w, h;
+  glfwGetFramebufferSize(win_, &w, &h);
+  glViewport(0, 0, w, h);
+  const ImVec4 bg = ImGui::GetStyle().Colors[ImGuiCol_WindowBg];
+  glClearColor(bg.x, bg.y, bg.z, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  bool ok = true;
+  if (!png_path.empty()) {
+    // Read the back buffer before the swap: after it, its content is undefined.
+    std::vector<unsigned char> pixels(static_cast<size_t>(w) * h * 3);
+    glReadBuffer(GL_BACK);
+    glPixelStorei(GL_PACK_ALIGNMENT, 1);
+    glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, pixels.data());
+    stbi_flip_vertically_on_write(1);
+    if (!stbi_write_png(png_path.c_str(), w, h, 3, pixels.data(), w * 3)) {
+      if (error) *error = "cannot write PNG '" + png_path + "'";
+      ok = false;
+    }
+  }
+  glfwSwapBuffers(win_);
+  return ok;
+}
+
+void Window::set_fullscreen(bool on) {
+  GLFWmonitor* monitor = glfwGetPrimaryMonitor();
+  const GLFWvidmode* mode = monitor ? glfwGetVideoMode(monitor) : nullptr;
+  if (on && mode) {
+    glfwGetWindowPos(win_, &saved_x_, &saved_y_);
+    glfwGetWindowSize(win_, &saved_w_, &saved_h_);
+    glfwSetWindowMonitor(win_, monitor, 0, 0, mode->width, mode->height, mode->refreshRate);
+  } else if (!on && saved_w_ > 0) {
+    glfwSetWindowMonitor(win_, nullptr, saved_x_, saved_y_, saved_w_, saved_h_, 0);
+  }
+}
+
+}  // namespace shardlab::gui
