@@ -34,6 +34,10 @@ const char* to_string(SpanKind kind) {
       return "copy_h2d";
     case SpanKind::copy_d2h:
       return "copy_d2h";
+    case SpanKind::scatter:
+      return "scatter";
+    case SpanKind::gather:
+      return "gather";
     case SpanKind::other:
       return "other";
   }

@@ -29,6 +29,8 @@ enum class SpanKind : uint8_t {
   barrier,
   copy_h2d,
   copy_d2h,
+  scatter,  // dp: device 0 hands each device its slice (batch rows, output gradients)
+  gather,   // dp: each device's outputs collected onto device 0
   other,
 };
 inline constexpr int kNumSpanKinds = static_cast<int>(SpanKind::other) + 1;
