@@ -1,14 +1,191 @@
-// `shardlab estimate`: model-state memory and traffic per rank from the ZeRO paper (filled in with
-// ZeRO).
+// `shardlab estimate`: predicted model-state memory and communication per rank
+// for the data-parallel family, from the ZeRO paper's accounting (core/model_state.h).
+#include <cmath>
 #include <cstdio>
+#include <iostream>
 
+#include <nlohmann/json.hpp>
+
+#include "app/args.h"
 #include "app/commands.h"
+#include "core/model.h"
+#include "core/model_state.h"
 
 namespace shardlab::app {
 
-int cmd_estimate(int, char**) {
-  std::fprintf(stderr, "error: 'shardlab estimate' is not implemented yet\n");
-  return 1;
+namespace {
+
+const char* kEstimateHelp = R"(usage: shardlab estimate --params N --world W --strategy S [options]
+
+Model-state memory per rank (parameters, gradients, optimizer state) and
+communication per step, from the ZeRO paper's accounting (Rajbhandari et al.
+2020: K = 12 for mixed-precision Adam). Activations, buffers and padding are
+not model states; 'shardlab run' prints these predictions beside what it measures.
+
+  --params N          number of parameters Ψ, e.g. 7.5e9 (or --model)
+  --model SPEC        take Ψ from a model, e.g. mlp:8x1024
+  --world N           data-parallel ranks N
+  --strategy S        single, ddp, dp, zero1, zero2, zero3, fsdp
+  --precision P       fp32 | bf16 | fp16 (default fp32; bf16/fp16 = mixed precision)
+  --optimizer NAME    adamw | sgd (default adamw)
+  --no-reshard        fsdp: keep gathered params from forward to backward (2Ψ traffic)
+  --json              print one JSON object
+
+bytes per parameter (P params + G grads + K optimizer):
+  fp32  AdamW 4 + 4 + 8 = 16   SGD 4 + 4 + 0 = 8
+  mixed AdamW 2 + 2 + 12 = 16  SGD 2 + 2 + 4 (fp32 master) = 8
+per rank:  single, ddp (P+G+K)Ψ     zero1 (P+G)Ψ + KΨ/N     zero2 PΨ + (G+K)Ψ/N
+           zero3, fsdp (P+G+K)Ψ/N   dp: device 0 (P+G+K)Ψ, the others (P+G)Ψ
+traffic:   ddp, zero1, zero2 2Ψ     zero3, fsdp 3Ψ (fsdp --no-reshard 2Ψ)
+           dp: device 0 sends (N−1)Ψ, the others Ψ; on a ring a rank sends (N−1)/N of the volume
+)";
+
+double parse_params(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 1 || v > 1e15 || v != std::floor(v))
+    throw ConfigError("--params '" + text +
+                      "' is invalid (valid: a whole number of parameters from 1 to 1e15, e.g. "
+                      "7.5e9)");
+  return v;
+}
+
+std::string gb(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f GB", bytes / 1e9);
+  return buf;
+}
+
+std::string num(double v) {
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e18)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+nlohmann::json state_json(const ModelStateBytes& m) {
+  return {{"params", m.params},
+          {"grads", m.grads},
+          {"optimizer_state", m.optimizer},
+          {"total", m.total()},
+          {"total_gb", m.total() / 1e9},
+          {"formula", m.formula},
+          {"pool", m.on_host ? "host" : "device"}};
+}
+
+nlohmann::json comm_json(const CommPrediction& c) {
+  return {{"formula", c.formula},
+          {"volume_elements", c.volume_elements},
+          {"bytes_per_element", c.bytes_per_element},
+          {"volume_bytes", c.volume_bytes},
+          {"volume_gb", c.volume_bytes / 1e9},
+          {"sent_bytes", c.sent_bytes},
+          {"sent_gb", c.sent_bytes / 1e9}};
+}
+
+void print_state(const char* who, const ModelStateBytes& m) {
+  std::printf("  %s: %s = %s bytes (%s)%s\n", who, m.formula.c_str(), num(m.total()).c_str(),
+              gb(m.total()).c_str(), m.on_host ? " in host memory" : "");
+  std::printf("    params %s (%s), grads %s (%s), optimizer state %s (%s)\n", num(m.params).c_str(),
+              gb(m.params).c_str(), num(m.grads).c_str(), gb(m.grads).c_str(),
+              num(m.optimizer).c_str(), gb(m.optimizer).c_str());
+}
+
+void print_comm(const char* who, const CommPrediction& c, bool ring) {
+  std::printf("  %s: %s × %d bytes = %s bytes (%s)", who, c.formula.c_str(), c.bytes_per_element,
+              num(c.volume_bytes).c_str(), gb(c.volume_bytes).c_str());
+  if (ring)
+    std::printf("; on a ring each rank sends (N−1)/N of it: %s bytes (%s)",
+                num(c.sent_bytes).c_str(), gb(c.sent_bytes).c_str());
+  std::printf("\n");
+}
+
+}  // namespace
+
+int cmd_estimate(int argc, char** argv) {
+  const Args a(argc, argv, "estimate",
+               {"params", "model", "world", "strategy", "precision", "optimizer"},
+               {"json", "no-reshard", "offload"});
+  if (a.help()) {
+    std::printf("%s", kEstimateHelp);
+    return 0;
+  }
+  if (!a.positional().empty())
+    throw ConfigError("unexpected argument '" + a.positional()[0] +
+                      "' (see 'shardlab estimate --help')");
+  ModelStateInput in;
+  if (a.has("params") && a.has("model"))
+    throw ConfigError("give either --params or --model, not both");
+  if (auto p = a.get("params"))
+    in.params = parse_params(*p);
+  else if (auto m = a.get("model"))
+    in.params = static_cast<double>(ModelLayout(ModelSpec::parse(*m)).total());
+  else
+    throw ConfigError("--params is required (e.g. --params 7.5e9, or --model mlp:8x1024)");
+  if (!a.has("world")) throw ConfigError("--world is required (e.g. --world 64)");
+  if (!a.has("strategy"))
+    throw ConfigError("--strategy is required (valid: single, ddp, dp, zero1, zero2, zero3, fsdp)");
+  in.world = a.integer("world", 1);
+  if (in.world < 1 || in.world > 1000000)
+    throw ConfigError("--world " + std::to_string(in.world) + " is invalid (valid: 1 to 1000000)");
+  in.strategy = a.str("strategy", "ddp");
+  in.precision = a.str("precision", "fp32");
+  const std::string opt = a.str("optimizer", "adamw");
+  if (opt == "adamw")
+    in.optimizer = OptimizerKind::adamw;
+  else if (opt == "sgd")
+    in.optimizer = OptimizerKind::sgd;
+  else
+    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  in.reshard_after_forward = !a.has("no-reshard");
+  in.offload = a.has("offload");
+  if ((a.has("no-reshard") || in.offload) && in.strategy != "fsdp")
+    throw ConfigError(std::string(in.offload ? "--offload" : "--no-reshard") +
+                      " applies to strategy fsdp only");
+  check_model_state_input(in);
+
+  const ModelStateBytes state = predict_model_state(in, 0);
+  const CommPrediction comm = predict_comm(in, 0);
+  const bool dp = in.strategy == "dp" && in.world > 1;
+  const BytesPerParam bpp = bytes_per_param(in.precision, in.optimizer);
+
+  if (a.has("json")) {
+    nlohmann::json j;
+    j["params"] = in.params;
+    j["world"] = in.world;
+    j["strategy"] = in.strategy;
+    j["precision"] = in.precision;
+    j["optimizer"] = to_string(in.optimizer);
+    j["bytes_per_param"] = {
+        {"params", bpp.params}, {"grads", bpp.grads}, {"optimizer_state", bpp.optimizer}};
+    j["model_states_per_rank"] = state_json(state);
+    j["comm_per_step"] = comm_json(comm);
+    if (dp) {
+      j["replica_model_states"] = state_json(predict_model_state(in, 1));
+      j["replica_comm_per_step"] = comm_json(predict_comm(in, 1));
+    }
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+
+  std::printf("shardlab estimate: Ψ = %s parameters, N = %d ranks, %s, %s, %s\n",
+              num(in.params).c_str(), in.world, in.strategy.c_str(),
+              in.precision == "fp32" ? "fp32" : (in.precision + " mixed precision").c_str(),
+              to_string(in.optimizer));
+  std::printf("bytes per parameter: %d params + %d grads + %d optimizer state (K)\n", bpp.params,
+              bpp.grads, bpp.optimizer);
+  std::printf("model states per rank (ZeRO paper accounting; GB = 10^9 bytes):\n");
+  print_state(dp ? "device 0" : "every rank", state);
+  if (dp) print_state("devices 1..N-1", predict_model_state(in, 1));
+  std::printf("communication per step:\n");
+  print_comm(dp ? "device 0 sends" : "every rank", comm, !dp);
+  if (dp) print_comm("devices 1..N-1 send", predict_comm(in, 1), false);
+  std::printf(
+      "not included: activations, communication buckets and gathered copies, temporaries, "
+      "padding of shards\n");
+  return 0;
 }
 
 }  // namespace shardlab::app

@@ -2,6 +2,7 @@
 #include "core/sharding.h"
 
 #include <algorithm>
+#include <cstring>
 #include <regex>
 #include <stdexcept>
 
@@ -89,6 +90,44 @@ double padding_per_rank(const std::vector<FlatGroup>& groups) {
     extra += static_cast<double>(g.plan.shard) -
              static_cast<double>(g.plan.numel) / static_cast<double>(g.plan.world);
   return extra;
+}
+
+void require_batch_divisible(const RunConfig& cfg) {
+  if (cfg.world >= 1 && cfg.batch % cfg.world != 0)
+    throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
+                      std::to_string(cfg.world) + " (valid: a multiple of " +
+                      std::to_string(cfg.world) + ", e.g. " + std::to_string(cfg.world * 16) + ")");
+}
+
+void read_group_values(float* dst, const FlatGroup& g, const std::vector<float>& model_flat,
+                       size_t begin, size_t count) {
+  const size_t real = begin >= g.numel() ? 0 : std::min(count, g.numel() - begin);
+  if (real) std::memcpy(dst, model_flat.data() + g.offset + begin, real * sizeof(float));
+  if (count > real) std::memset(dst + real, 0, (count - real) * sizeof(float));
+}
+
+std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t total,
+                                       const std::vector<FlatGroup>& groups,
+                                       const std::vector<const float*>& shards,
+                                       bool shards_on_host) {
+  const int rank = comm.rank();
+  std::vector<float> flat(rank == 0 ? total : 0);
+  for (const FlatGroup& g : groups) {
+    const float* shard = shards[g.index];
+    Tensor staged;
+    if (shards_on_host) {
+      staged = alloc.alloc(g.shard_name(rank), MemCategory::comm_buffers, g.plan.shard);
+      ScopedSpan span(alloc.recorder(), Lane::comm, SpanKind::copy_h2d, g.first, -1,
+                      static_cast<int64_t>(staged.bytes()));
+      alloc.backend().copy(staged.raw(), shard, staged.bytes(), CopyKind::host_to_device);
+      shard = staged.data<float>();
+    }
+    Tensor full = alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded());
+    comm.all_gather(shard, full.raw(), g.plan.counts(), DType::f32, CommMeta{g.first, -1});
+    if (rank == 0)
+      std::memcpy(flat.data() + g.offset, full.data<float>(), g.numel() * sizeof(float));
+  }
+  return flat;
 }
 
 }  // namespace shardlab

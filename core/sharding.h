@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/memory.h"
 #include "core/model.h"
 
 namespace shardlab {
@@ -54,8 +57,8 @@ struct BufferName {
   int last_layer = 0;   // inclusive
   std::string tensor;   // "weight", "bias" or "flat"
   enum class Form { full, shard, gathered, unreduced, replica } form = Form::full;
-  int shard = -1;  // form == shard: the owning rank
-  int shards = 0;  // form == shard: N
+  int shard = -1;    // form == shard: the owning rank
+  int shards = 0;    // form == shard: N
   std::string role;  // "", "grad", "exp_avg", "exp_avg_sq"
 };
 std::optional<BufferName> parse_buffer_name(const std::string& name);
@@ -101,11 +104,26 @@ struct FlatGroup {
 
 // Groups of `layers_per_group` consecutive layers (the last group may be
 // shorter), each with its shard plan for `world` ranks.
-std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_per_group,
-                                        int world);
+std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_per_group, int world);
 
 // Values each rank holds beyond its exact 1/N share of the groups (Σ shard − Σ numel / N):
 // what padding adds to every sharded model state.
 double padding_per_rank(const std::vector<FlatGroup>& groups);
+
+// Writes values [begin, begin + count) of the group's padded flat buffer, read
+// from the model's flat parameter vector; padding reads as zero.
+void read_group_values(float* dst, const FlatGroup& g, const std::vector<float>& model_flat,
+                       size_t begin, size_t count);
+
+// Every data-parallel rank takes batch / world rows: throws ConfigError unless that divides.
+void require_batch_divisible(const RunConfig& cfg);
+
+// Collective: all-gathers every group from this rank's shards (shards[g], in the
+// host pool when shards_on_host, staged to the device for the all-gather) and
+// returns the model's flat parameters on rank 0, {} on the other ranks.
+std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t total,
+                                       const std::vector<FlatGroup>& groups,
+                                       const std::vector<const float*>& shards,
+                                       bool shards_on_host);
 
 }  // namespace shardlab

@@ -1,0 +1,338 @@
+// `dp`: single-process DataParallel, the classic way (torch.nn.DataParallel).
+// One controller drives W devices through memory, with no communicator at all.
+//
+// Every step, from device 0: broadcast the weights to fresh replicas on the
+// other devices, scatter the batch, run forward in parallel, gather the
+// outputs back, compute the loss on device 0, scatter the output gradients,
+// run backward in parallel, reduce the gradients onto device 0, and update
+// there only.
+//
+// What to notice: device 0 is the bottleneck. In the memory panel it carries
+// the model states and optimizer, the whole batch, the gathered outputs and the
+// gradients arriving from every replica, while the others hold a replica that
+// lives for one step (`layers.3.weight[replica]`). In the timeline every copy
+// goes to or from device 0 (comm lane: broadcast, scatter, gather, reduce), the
+// other devices wait while device 0 computes the loss, and every step starts by
+// copying the whole model again. That is why DDP — every rank a full peer that
+// keeps its own replica and all-reduces gradients — replaced it.
+//
+// Here the controller is the thread of rank 0 (which is also device 0); each
+// other rank's thread is that device's worker. They meet at a PhaseBarrier
+// after each phase; what device 0 publishes between two barriers is in DpShared.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "core/layer_ops.h"
+#include "core/optimizer.h"
+#include "core/sharding.h"
+#include "core/strategy.h"
+#include "kernels/cpu.h"
+
+namespace shardlab {
+namespace {
+
+// Where the controller and the device workers meet. A device that fails wakes
+// the others with an error (leave), and a device that stalls makes the others
+// time out naming it, instead of leaving them waiting forever.
+class PhaseBarrier {
+ public:
+  PhaseBarrier(int parties, std::chrono::milliseconds timeout)
+      : parties_(parties), timeout_(timeout), arrived_(parties, false), busy_(parties, false) {}
+
+  // `then_busy`: after this barrier the devices work on device 0's memory
+  // again (false for the step's last barrier).
+  void arrive_and_wait(int rank, const char* phase, bool then_busy = true) {
+    std::unique_lock<std::mutex> lock(mu_);
+    busy_[rank] = false;
+    const std::string where = "rank " + std::to_string(rank) + ": dp " + phase;
+    if (!broken_.empty()) {
+      cv_.notify_all();  // a drain may be waiting for this device to stop
+      throw CommError(where + ": " + broken_);
+    }
+    const uint64_t generation = generation_;
+    arrived_[rank] = true;
+    if (++count_ == parties_) {  // the last to arrive opens the barrier for everyone
+      count_ = 0;
+      ++generation_;
+      std::fill(arrived_.begin(), arrived_.end(), false);
+      std::fill(busy_.begin(), busy_.end(), then_busy);
+      cv_.notify_all();
+      return;
+    }
+    const bool woken =
+        cv_.wait_for(lock, timeout_, [&] { return generation_ != generation || !broken_.empty(); });
+    if (generation_ != generation) return;
+    if (woken) throw CommError(where + ": " + broken_);
+    std::string missing;
+    for (int r = 0; r < parties_; ++r)
+      if (!arrived_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    broken_ = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for device(s) " +
+              missing;
+    cv_.notify_all();
+    throw CommError(where + ": " + broken_);
+  }
+
+  // This device will not arrive again: every later or pending wait fails at once.
+  void leave(int rank) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_[rank] = false;
+      if (broken_.empty()) broken_ = "device " + std::to_string(rank) + " left the run";
+    }
+    cv_.notify_all();
+  }
+
+  // Waits (at most the timeout) until no other device is between two
+  // barriers, where it may still be copying from or into device 0's memory.
+  void drain(int rank) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout_, [&] {
+      for (int r = 0; r < parties_; ++r)
+        if (r != rank && busy_[r]) return false;
+      return true;
+    });
+  }
+
+ private:
+  const int parties_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<bool> arrived_;
+  std::vector<bool> busy_;  // past a barrier and not yet at the next one
+  std::string broken_;
+};
+
+// What device 0 publishes for the other devices; each pointer is written
+// before a barrier and read by the others only after it.
+struct DpShared {
+  DpShared(int world, std::chrono::milliseconds timeout)
+      : barrier(world, timeout), grad_inbox(world, nullptr) {}
+  PhaseBarrier barrier;
+  std::vector<const float*> params;  // device 0's parameters, in model order
+  const float* x = nullptr;          // the global batch [B, D]
+  float* outputs = nullptr;          // [B, D]: every device's output, gathered
+  const float* dout = nullptr;       // [B, D]: gradient of the loss w.r.t. the outputs
+  std::vector<float*> grad_inbox;    // [k]: device k's gradients, flat in model order
+};
+
+class Dp final : public Strategy {
+ public:
+  // Also runs when this device's thread failed: the others must not wait for it.
+  ~Dp() override {
+    if (!shared_) return;
+    shared_->barrier.leave(rank_);  // env_ may be gone by now
+    // Device 0's tensors are about to be freed: not while another device copies them.
+    if (rank_ == 0) shared_->barrier.drain(rank_);
+  }
+
+  void setup(RankEnv& env, const std::vector<float>& init) override {
+    env_ = &env;
+    rank_ = env.rank;
+    shared_ = env.shared.get_or_create<DpShared>("dp", env.world,
+                                                 std::chrono::milliseconds(env.cfg.timeout_ms));
+    if (env.rank != 0) return;  // the other devices hold nothing between steps
+    // Device 0 holds the module: the only persistent parameters, gradients and optimizer.
+    for (const ParamInfo& p : env.layout.params()) {
+      Tensor t = env.alloc.alloc(p.name, MemCategory::params, p.shape);
+      std::memcpy(t.data<float>(), init.data() + p.offset, p.numel * sizeof(float));
+      params_.push_back(std::move(t));
+      grads_.push_back(env.alloc.alloc(p.name + ".grad", MemCategory::grads, p.shape));
+    }
+    std::vector<Optimizer::Range> ranges;
+    for (const ParamInfo& p : env.layout.params()) ranges.push_back({p.name, p.numel});
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges);
+  }
+
+  LossShare step(int step) override {
+    RankEnv& env = *env_;
+    DpShared& sh = *shared_;
+    const ModelLayout& layout = env.layout;
+    const int W = env.world, D = layout.dim(), L = layout.num_layers(), B = env.cfg.batch;
+    const int b = B / W, k = env.rank;
+    const bool device0 = k == 0;
+    const size_t slice = static_cast<size_t>(b) * D;  // values in one device's rows
+
+    // Phase 0 — device 0 holds the whole batch, as a DataParallel user's loop
+    // does, and prepares what the others will copy from or into.
+    Tensor x, y, outputs;
+    if (device0) {
+      x = env.alloc.alloc("batch.x", MemCategory::activations, {B, D});
+      y = env.alloc.alloc("batch.y", MemCategory::activations, {B, D});
+      env.data.rows(step, 0, B, x.data<float>(), y.data<float>());
+      outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D});
+      for (Tensor& g : grads_) std::memset(g.raw(), 0, g.bytes());
+      sh.params.clear();
+      for (Tensor& p : params_) sh.params.push_back(p.data<float>());
+      sh.x = x.data<float>();
+      sh.outputs = outputs.data<float>();
+    }
+    sh.barrier.arrive_and_wait(k, "broadcast");
+
+    // Phase 1 — replicate: every other device copies the current weights from
+    // device 0 into a fresh replica (and makes room for its gradients).
+    std::vector<Tensor> replica, replica_grads;
+    std::vector<float*> w, dw;  // this device's parameters and gradients, in model order
+    if (device0) {
+      for (Tensor& p : params_) w.push_back(p.data<float>());
+      for (Tensor& g : grads_) dw.push_back(g.data<float>());
+    } else {
+      for (const ParamInfo& p : layout.params()) {
+        replica.push_back(env.alloc.alloc(p.name + kReplica, MemCategory::params, p.shape));
+        replica_grads.push_back(
+            env.alloc.alloc(p.name + kReplica + ".grad", MemCategory::grads, p.shape));
+        w.push_back(replica.back().data<float>());
+        dw.push_back(replica_grads.back().data<float>());
+      }
+      for (int l = 0; l < L; ++l)
+        for (int i : {2 * l, 2 * l + 1})
+          copy(w[i], sh.params[i], layout.params()[i].numel * sizeof(float), SpanKind::broadcast,
+               l);
+    }
+
+    // Phase 2 — scatter: device k takes rows [k·b, (k+1)·b) of the batch.
+    // Device 0's own slice needs no copy.
+    Tensor my_x;
+    const float* in = sh.x;
+    if (!device0) {
+      my_x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
+      copy(my_x.data<float>(), sh.x + k * slice, slice * sizeof(float), SpanKind::scatter, -1);
+      in = my_x.data<float>();
+    }
+
+    // Phase 3 — forward on every device at once, each on its own rows.
+    LayerTape tape(layout, env.alloc, env.rec);
+    tape.begin(in, b);
+    for (int l = 0; l < L; ++l) tape.forward(l, w[2 * l], w[2 * l + 1]);
+
+    // Phase 4 — gather the outputs onto device 0, in rank order.
+    if (device0)
+      std::memcpy(sh.outputs, tape.output(), slice * sizeof(float));
+    else
+      copy(sh.outputs + k * slice, tape.output(), slice * sizeof(float), SpanKind::gather, L - 1);
+    sh.barrier.arrive_and_wait(k, "gather");
+
+    // Phase 5 — the loss, on device 0 only, over the whole batch; the other
+    // devices wait. Device 0 also makes room for the gradients coming back.
+    double loss = 0;
+    Tensor dout;
+    std::vector<Tensor> inbox;
+    if (device0) {
+      dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {B, D});
+      {
+        ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
+        const size_t n = static_cast<size_t>(B) * D;
+        loss = kernels::mse_forward_backward(dout.data<float>(), sh.outputs, y.data<float>(), n, n);
+      }
+      sh.dout = dout.data<float>();
+      for (int j = 1; j < W; ++j) {
+        inbox.push_back(env.alloc.alloc("grads[from device " + std::to_string(j) + "]",
+                                        MemCategory::comm_buffers, layout.total()));
+        sh.grad_inbox[j] = inbox.back().data<float>();
+      }
+    }
+    sh.barrier.arrive_and_wait(k, "scatter");
+
+    // Phase 6 — scatter the output gradients, then backward on every device at
+    // once. The loss was the mean over the whole batch, so the replicas'
+    // gradients only need summing, not averaging.
+    Tensor my_dout;
+    const float* g = sh.dout;
+    if (!device0) {
+      my_dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
+      copy(my_dout.data<float>(), sh.dout + k * slice, slice * sizeof(float), SpanKind::scatter,
+           L - 1);
+      g = my_dout.data<float>();
+    }
+    tape.begin_backward(g);
+    for (int l = L - 1; l >= 0; --l) {
+      tape.backward(l, w[2 * l], dw[2 * l], dw[2 * l + 1]);
+      // Phase 7 — reduce onto device 0: each replica sends its layer's
+      // gradients to device 0's inbox as soon as backward has produced them.
+      if (!device0)
+        for (int i : {2 * l + 1, 2 * l}) {
+          const ParamInfo& p = layout.params()[i];
+          copy(sh.grad_inbox[k] + p.offset, dw[i], p.numel * sizeof(float), SpanKind::reduce, l);
+        }
+    }
+    replica.clear();  // the replica dies with the step
+    replica_grads.clear();
+    sh.barrier.arrive_and_wait(k, "reduce", /*then_busy=*/false);
+    if (!device0) return {0, 0};
+
+    // Phase 8 — device 0 adds up what arrived and updates the only real copy
+    // of the model. Next step starts by broadcasting it again.
+    {
+      ScopedSpan span(env.rec, Lane::compute, SpanKind::reduce);
+      for (const Tensor& from : inbox)
+        for (size_t i = 0; i < grads_.size(); ++i) {
+          const ParamInfo& p = layout.params()[i];
+          float* acc = grads_[i].data<float>();
+          const float* src = from.data<float>() + p.offset;
+          for (size_t j = 0; j < p.numel; ++j) acc[j] += src[j];
+        }
+    }
+    inbox.clear();
+    {
+      ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
+      std::vector<float*> params;
+      std::vector<const float*> grads;
+      for (Tensor& p : params_) params.push_back(p.data<float>());
+      for (Tensor& gr : grads_) grads.push_back(gr.data<float>());
+      optimizer_->step(params, grads);
+    }
+    return {loss * B, B};
+  }
+
+  std::vector<float> export_params() override {
+    if (env_->rank != 0) return {};
+    std::vector<float> flat(env_->layout.total());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamInfo& p = env_->layout.params()[i];
+      std::memcpy(flat.data() + p.offset, params_[i].data<float>(), p.numel * sizeof(float));
+    }
+    return flat;
+  }
+
+ private:
+  // A copy between this device and device 0, on this device's comm lane: a
+  // real memcpy here, a peer-to-peer copy between GPUs.
+  void copy(void* dst, const void* src, size_t bytes, SpanKind kind, int layer) {
+    Span s;
+    s.t_begin_ns = now_ns();
+    env_->device.copy(dst, src, bytes, CopyKind::device_to_device);
+    s.t_end_ns = now_ns();
+    s.lane = Lane::comm;
+    s.kind = kind;
+    s.layer = layer;
+    s.bytes = static_cast<int64_t>(bytes);
+    s.peer = 0;
+    if (env_->rec) env_->rec->add_span(s);
+  }
+
+  RankEnv* env_ = nullptr;
+  int rank_ = 0;
+  std::shared_ptr<DpShared> shared_;
+  std::vector<Tensor> params_, grads_;  // device 0 only
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+const bool registered = register_strategy({
+    "dp",
+    "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
+    "outputs, reduces gradients and updates",
+    [] { return std::make_unique<Dp>(); },
+    [](const RunConfig& cfg) {
+      require_fp32(cfg);
+      require_batch_divisible(cfg);
+      if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
+    },
+});
+
+}  // namespace
+}  // namespace shardlab

@@ -1,0 +1,172 @@
+// `shardlab estimate` returns exactly the ZeRO paper's formulas and rejects bad
+// input with one clear line; `shardlab run` prints predicted beside measured.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/model_state.h"
+
+using namespace shardlab;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result run_cli(const std::string& args) {
+  const std::string cmd = std::string(SHARDLAB_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+nlohmann::json estimate(const std::string& args) {
+  const Result r = run_cli("estimate " + args + " --json");
+  INFO("shardlab estimate " << args << "\n" << r.out);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+double total(const nlohmann::json& j) {
+  return j["model_states_per_rank"]["total"].get<double>();
+}
+
+void expect_bad(const std::string& args, const std::string& message) {
+  const Result r = run_cli("estimate " + args);
+  INFO("shardlab estimate " << args << "\n" << r.out);
+  REQUIRE(r.code == 2);
+  REQUIRE(r.out.rfind("error: ", 0) == 0);
+  REQUIRE(r.out.find(message) != std::string::npos);
+  REQUIRE(r.out.find('\n') == r.out.size() - 1);  // one line
+}
+
+}  // namespace
+
+TEST_CASE("estimate reproduces the ZeRO paper's example (7.5B params, 64 GPUs)", "[estimate]") {
+  // Figure 1 of the paper: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per GPU.
+  const std::string base = "--params 7.5e9 --world 64 --precision bf16 --strategy ";
+  const double psi = 7.5e9;
+  REQUIRE(total(estimate(base + "ddp")) == 16 * psi);
+  REQUIRE(total(estimate(base + "zero1")) == 4 * psi + 12 * psi / 64);
+  REQUIRE(total(estimate(base + "zero2")) == 2 * psi + 14 * psi / 64);
+  REQUIRE(total(estimate(base + "zero3")) == 16 * psi / 64);
+  const auto j = estimate(base + "zero1");
+  REQUIRE(j["model_states_per_rank"]["total_gb"].get<double>() == Approx(31.40625));
+  REQUIRE(j["model_states_per_rank"]["formula"] == "4Ψ + 12Ψ/N");
+  REQUIRE(j["model_states_per_rank"]["optimizer_state"].get<double>() == 12 * psi / 64);
+  // Traffic: 2Ψ for DDP and stages 1-2, 3Ψ for stage 3, 2 bytes per element in mixed precision.
+  REQUIRE(estimate(base + "ddp")["comm_per_step"]["volume_bytes"].get<double>() == 2 * psi * 2);
+  REQUIRE(j["comm_per_step"]["volume_bytes"].get<double>() == 2 * psi * 2);
+  const auto z3 = estimate(base + "zero3")["comm_per_step"];
+  REQUIRE(z3["volume_bytes"].get<double>() == 3 * psi * 2);
+  REQUIRE(z3["formula"] == "3Ψ");
+  REQUIRE(z3["sent_bytes"].get<double>() == 3 * psi * 2 * 63 / 64);
+}
+
+TEST_CASE("estimate: fp32, SGD, dp and fsdp variants", "[estimate]") {
+  const double psi = 1000000;
+  const std::string base = "--params 1000000 --world 4 --strategy ";
+  // fp32 AdamW: 4 + 4 + 8 bytes per parameter.
+  REQUIRE(total(estimate(base + "ddp")) == 16 * psi);
+  REQUIRE(total(estimate(base + "zero1")) == 8 * psi + 8 * psi / 4);
+  REQUIRE(total(estimate(base + "zero2")) == 4 * psi + 12 * psi / 4);
+  REQUIRE(total(estimate(base + "zero3")) == 16 * psi / 4);
+  REQUIRE(total(estimate(base + "fsdp")) == 16 * psi / 4);
+  REQUIRE(estimate(base + "zero2")["comm_per_step"]["volume_bytes"].get<double>() == 2 * psi * 4);
+  // SGD keeps no state in fp32; in mixed precision its fp32 master copy (K = 4).
+  REQUIRE(total(estimate(base + "zero1 --optimizer sgd")) == 8 * psi);
+  REQUIRE(total(estimate(base + "ddp --optimizer sgd --precision fp16")) == 8 * psi);
+  // dp: device 0 holds everything, the replicas params and grads; device 0 sends (N−1)Ψ.
+  const auto dp = estimate(base + "dp");
+  REQUIRE(total(dp) == 16 * psi);
+  REQUIRE(dp["replica_model_states"]["total"].get<double>() == 8 * psi);
+  REQUIRE(dp["comm_per_step"]["sent_bytes"].get<double>() == 3 * psi * 4);
+  REQUIRE(dp["replica_comm_per_step"]["sent_bytes"].get<double>() == psi * 4);
+  // fsdp: --no-reshard drops traffic to 2Ψ; --offload moves the states to the host.
+  REQUIRE(estimate(base + "fsdp --no-reshard")["comm_per_step"]["volume_bytes"].get<double>() ==
+          2 * psi * 4);
+  REQUIRE(estimate(base + "fsdp --offload")["model_states_per_rank"]["pool"] == "host");
+  // --model takes Ψ from a model: mlp:8x256 has 8·(256² + 256) parameters.
+  REQUIRE(estimate("--model mlp:8x256 --world 4 --strategy ddp")["params"].get<double>() ==
+          8 * (256 * 256 + 256));
+  // The library agrees with the binary.
+  ModelStateInput in{psi, 4, "zero2", "fp32", OptimizerKind::adamw};
+  REQUIRE(predict_model_state(in, 0).total() == 7 * psi);
+}
+
+TEST_CASE("estimate prints bytes and GB", "[estimate]") {
+  const Result r = run_cli("estimate --params 7.5e9 --world 64 --strategy zero3 --precision bf16");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  REQUIRE(r.out.find("16Ψ/N = 1875000000 bytes (1.875 GB)") != std::string::npos);
+  REQUIRE(r.out.find("3Ψ × 2 bytes = 45000000000 bytes (45.000 GB)") != std::string::npos);
+  const Result help = run_cli("--help");
+  REQUIRE(help.out.find("estimate") != std::string::npos);
+  REQUIRE(run_cli("estimate --help").out.find("usage: shardlab estimate") != std::string::npos);
+}
+
+TEST_CASE("estimate: bad arguments give one clear line and exit code 2", "[estimate]") {
+  const std::string ok = "--world 4 --strategy zero2";
+  expect_bad(ok, "--params is required");
+  expect_bad("--params 1e6 --strategy zero2", "--world is required");
+  expect_bad("--params 1e6 --world 4", "--strategy is required");
+  expect_bad("--params -5 " + ok, "--params '-5' is invalid");
+  expect_bad("--params lots " + ok, "--params 'lots' is invalid");
+  expect_bad("--params 1.5 " + ok, "--params '1.5' is invalid");
+  expect_bad("--params 1e6 --world 0 --strategy zero2", "--world 0 is invalid");
+  expect_bad("--params 1e6 --world four --strategy zero2", "--world 'four' is not an integer");
+  expect_bad("--params 1e6 --world 4 --strategy gpipe", "--strategy 'gpipe' has no model-state");
+  expect_bad("--params 1e6 " + ok + " --precision fp8", "--precision 'fp8' is invalid");
+  expect_bad("--params 1e6 " + ok + " --optimizer adam", "unknown optimizer 'adam'");
+  expect_bad("--params 1e6 " + ok + " --frobnicate", "unknown option '--frobnicate'");
+  expect_bad("--params 1e6 " + ok + " --no-reshard", "--no-reshard applies to strategy fsdp");
+  expect_bad("--params 1e6 --model mlp:2x8 " + ok, "either --params or --model");
+  expect_bad("--model mlp:eight " + ok, "unknown model 'mlp:eight'");
+  expect_bad("--params 1e6 --world 2 --strategy single",
+             "--world 2 is invalid for strategy single");
+}
+
+TEST_CASE("run summary shows measured model states and traffic beside the prediction",
+          "[estimate]") {
+  const std::string common = "run --model mlp:4x32 --world 2 --batch 8 --steps 2 ";
+  const Result text = run_cli(common + "--strategy zero2");
+  INFO(text.out);
+  REQUIRE(text.code == 0);
+  REQUIRE(text.out.find("model states per rank: measured peak vs predicted") != std::string::npos);
+  REQUIRE(text.out.find("4Ψ + 12Ψ/N") != std::string::npos);
+  REQUIRE(text.out.find("bytes sent per step: measured vs predicted") != std::string::npos);
+  REQUIRE(text.out.find("why they differ:") != std::string::npos);
+
+  const double psi = 4 * (32 * 32 + 32);
+  for (const char* s : {"ddp", "dp", "zero1", "zero3", "fsdp"}) {
+    const Result r = run_cli(common + "--json --strategy " + s);
+    INFO(s << "\n" << r.out);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out)["model_state"];
+    REQUIRE(j["ranks"].size() == 2);
+    const auto& r1 = j["ranks"][1];
+    const double measured = r1["measured"]["total"].get<double>();
+    const double predicted = r1["predicted"]["total"].get<double>();
+    // 32·33 = 1056 values per layer: world 2 divides it, no padding.
+    REQUIRE(measured == Approx(predicted).epsilon(1e-9));
+    if (std::string(s) == "dp") REQUIRE(predicted == 8 * psi);  // a replica: params + grads
+    if (std::string(s) == "zero3") REQUIRE(predicted == 16 * psi / 2);
+    REQUIRE(r1["bytes_sent_per_step"]["measured"].get<double>() > 0);
+    REQUIRE(r1["bytes_sent_per_step"]["predicted"].get<double>() > 0);
+    REQUIRE(!j["why_they_differ"].get<std::string>().empty());
+  }
+}
