@@ -81,6 +81,16 @@ std::pair<double, double> dp_sent(const RunResult& r, int rank) {
   return {states / r.cfg.steps, acts / r.cfg.steps};
 }
 
+}  // namespace
+
+double bytes_sent_per_step(const RunResult& r, int rank) {
+  if (r.cfg.strategy != "dp") return r.ranks[rank].bytes_sent_per_step;
+  const auto [states, acts] = dp_sent(r, rank);
+  return states < 0 ? -1 : states + acts;
+}
+
+namespace {
+
 struct Row {
   RankModelState m;
   ModelStateBytes predicted;

@@ -226,9 +226,9 @@ int cmd_demo(int argc, char** argv) {
     write_trace(path, snapshots(r), r.t0_ns, trace_metadata(cfg));
     int64_t peak = 0;
     double sent = 0;
-    for (const RankReport& rr : r.ranks) {
-      peak = std::max(peak, rr.memory.device.peak_total);
-      sent = std::max(sent, rr.bytes_sent_per_step);
+    for (size_t k = 0; k < r.ranks.size(); ++k) {
+      peak = std::max(peak, r.ranks[k].memory.device.peak_total);
+      sent = std::max(sent, bytes_sent_per_step(r, static_cast<int>(k)));
     }
     std::printf("%-10s %5d %12.6f %11.3f ms %16s %16s  %s\n", s.name.c_str(), cfg.world,
                 r.losses.back(), r.median_step_ms, human_bytes(peak).c_str(),
