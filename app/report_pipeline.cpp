@@ -1,10 +1,87 @@
-// Pipeline-family report (bubble share, activations in flight): filled in with the pipeline
-// strategies.
+// Pipeline-family report, after the common run summary: per stage, the measured
+// bubble beside (P−1)/(M+P−1), and the measured peak activation memory beside
+// what the micro-batches expected in flight should hold.
+#include <cstdio>
+#include <string>
+
 #include "app/summary.h"
+#include "core/model.h"
+#include "core/pipeline.h"
+#include "core/pipeline_analysis.h"
 
 namespace shardlab::app {
 
-void print_pipeline_report(const RunResult&) {}
-void pipeline_report_json(const RunResult&, nlohmann::json&) {}
+namespace {
+
+std::string partition_text(const RunConfig& c) {
+  std::string s;
+  for (int n : pipeline_partition(c, ModelLayout(ModelSpec::parse(c.model))))
+    s += (s.empty() ? "" : ",") + std::to_string(n);
+  return s;
+}
+
+int micro_batches(const RunConfig& c) {
+  return c.strategy == "naive-mp" ? 1 : c.micro_batches;
+}
+
+}  // namespace
+
+void print_pipeline_report(const RunResult& r) {
+  const std::vector<StageReport> stages = pipeline_stage_reports(r);
+  if (stages.empty()) return;
+  const RunConfig& c = r.cfg;
+  const int M = micro_batches(c);
+  std::printf("  pipeline: %zu stages (layers %s), %d micro-batch%s of %d rows%s\n", stages.size(),
+              partition_text(c).c_str(), M, M == 1 ? "" : "es", c.batch / M,
+              c.recompute ? ", --recompute (stage inputs kept, forward re-run in backward)" : "");
+  std::printf(
+      "    bubble = idle share of the compute lane in the step (steps 1..), vs (P-1)/(M+P-1)\n");
+  std::printf(
+      "    activations = peak measured by the allocator, vs predicted from the micro-batches in "
+      "flight\n");
+  std::printf("    %-5s %-8s %9s %9s %13s %13s %12s %10s\n", "stage", "layers", "bubble", "formula",
+              "activations", "predicted", "kept per mb", "in flight");
+  // With --recompute a micro-batch in flight keeps only its stage input.
+  auto per_mb = [&](const StageReport& s) {
+    return c.recompute ? stage_input_bytes(c, s.rank) : s.micro_batch_activation_bytes;
+  };
+  for (const StageReport& s : stages) {
+    std::string layers = std::to_string(s.first_layer);
+    if (s.last_layer - 1 > s.first_layer) layers += "-" + std::to_string(s.last_layer - 1);
+    std::printf("    %-5d %-8s %8.1f%% %8.1f%% %13s %13s %12s %10d%s\n", s.rank, layers.c_str(),
+                100 * s.bubble_measured, 100 * s.bubble_formula,
+                human_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),
+                human_bytes(static_cast<double>(s.predicted_peak_activation_bytes)).c_str(),
+                human_bytes(static_cast<double>(per_mb(s))).c_str(), s.in_flight_expected,
+                c.recompute ? " inputs" : "");
+  }
+  if (!c.record) std::printf("    (--no-record: no spans, so no measured bubble)\n");
+}
+
+void pipeline_report_json(const RunResult& r, nlohmann::json& j) {
+  const std::vector<StageReport> stages = pipeline_stage_reports(r);
+  if (stages.empty()) return;
+  const RunConfig& c = r.cfg;
+  const int M = micro_batches(c);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const StageReport& s : stages)
+    rows.push_back({{"stage", s.rank},
+                    {"first_layer", s.first_layer},
+                    {"last_layer", s.last_layer},  // exclusive
+                    {"bubble_measured", s.bubble_measured},
+                    {"bubble_formula", s.bubble_formula},
+                    {"peak_activation_bytes", s.peak_activation_bytes},
+                    {"predicted_peak_activation_bytes", s.predicted_peak_activation_bytes},
+                    {"micro_batch_activation_bytes", s.micro_batch_activation_bytes},
+                    {"stage_input_bytes", stage_input_bytes(c, s.rank)},
+                    {"in_flight_expected", s.in_flight_expected}});
+  j["pipeline"] = {{"stages", stages.size()},
+                   {"micro_batches", M},
+                   {"rows_per_micro_batch", c.batch / M},
+                   {"partition", pipeline_partition(c, ModelLayout(ModelSpec::parse(c.model)))},
+                   {"recompute", c.recompute},
+                   {"bubble_formula", bubble_formula(static_cast<int>(stages.size()), M)},
+                   {"per_stage", rows}};
+}
 
 }  // namespace shardlab::app

@@ -31,13 +31,18 @@ LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator
 }
 
 const float* LayerStack::forward(const float* in, int rows, int mb) {
-  const int d = layout_.dim();
-  const size_t n = static_cast<size_t>(rows) * d;
   Saved& s = saved_[mb];
   if (!s.out.empty()) throw std::logic_error("LayerStack::forward: micro-batch already in flight");
   s.input = in;
   s.rows = rows;
-  const float* x = in;
+  return forward_saving(s, mb);
+}
+
+const float* LayerStack::forward_saving(Saved& s, int mb) {
+  const int d = layout_.dim();
+  const int rows = s.rows;
+  const size_t n = static_cast<size_t>(rows) * d;
+  const float* x = s.input;
   for (int l = first_; l < last_; ++l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::forward, l, mb);
     // out = gelu(x · Wᵀ + b); the last model layer has no GELU and keeps no pre-activation.
@@ -55,6 +60,39 @@ const float* LayerStack::forward(const float* in, int rows, int mb) {
     s.out.push_back(std::move(out));
   }
   return x;
+}
+
+Tensor LayerStack::forward_keep_input(const float* in, int rows, int mb) {
+  Saved& s = saved_[mb];
+  if (s.input || !s.out.empty())
+    throw std::logic_error("LayerStack::forward_keep_input: micro-batch already in flight");
+  s.input = in;
+  s.rows = rows;
+  const int d = layout_.dim();
+  const size_t n = static_cast<size_t>(rows) * d;
+  Tensor prev;  // the previous layer's output: freed once this layer has read it
+  const float* x = in;
+  for (int l = first_; l < last_; ++l) {
+    ScopedSpan span(rec_, Lane::compute, SpanKind::forward, l, mb);
+    Tensor out = alloc_.alloc(act_name(l, "output", mb), MemCategory::activations, {rows, d});
+    if (layout_.has_gelu(l)) {
+      Tensor pre = alloc_.alloc(act_name(l, "pre_gelu", mb), MemCategory::activations, {rows, d});
+      kernels::linear_forward(pre.data<float>(), x, weight(l), bias(l), rows, d, d);
+      kernels::gelu_forward(out.data<float>(), pre.data<float>(), n);
+    } else {
+      kernels::linear_forward(out.data<float>(), x, weight(l), bias(l), rows, d, d);
+    }
+    prev = std::move(out);
+    x = prev.data<float>();
+  }
+  return prev;
+}
+
+void LayerStack::recompute(int mb) {
+  auto it = saved_.find(mb);
+  if (it == saved_.end() || !it->second.input || !it->second.out.empty())
+    throw std::logic_error("LayerStack::recompute: no forward_keep_input for this micro-batch");
+  forward_saving(it->second, mb);
 }
 
 Tensor LayerStack::backward(const float* dout, int mb, bool want_dinput,

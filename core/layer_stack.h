@@ -34,6 +34,15 @@ class LayerStack {
   Tensor backward(const float* dout, int mb, bool want_dinput,
                   const std::function<void(int layer)>& on_layer_done = {});
 
+  // Activation recomputation (a pipeline stage with --recompute). Runs the
+  // layers keeping only `in` (valid until backward(mb)): each layer's
+  // activations are freed as soon as the next layer has read them. Returns the
+  // output, owned by the caller.
+  Tensor forward_keep_input(const float* in, int rows, int mb);
+  // Runs forward(mb) again from its kept input, so that backward(mb) finds
+  // every activation; the spans are forward spans of mb, a second time.
+  void recompute(int mb);
+
   void zero_grads();
   float* weight(int layer) { return params_[2 * (layer - first_)].data<float>(); }
   float* bias(int layer) { return params_[2 * (layer - first_) + 1].data<float>(); }
@@ -55,6 +64,9 @@ class LayerStack {
     std::vector<Tensor> pre;  // pre-GELU values per layer (empty tensor for the last model layer)
     std::vector<Tensor> out;  // output per layer
   };
+  // The layers' forward on s.input, keeping every activation in s.
+  const float* forward_saving(Saved& s, int mb);
+
   const ModelLayout& layout_;
   int first_, last_;
   Allocator& alloc_;

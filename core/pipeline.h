@@ -55,8 +55,10 @@ inline constexpr int kGatherParamsTag = 1 << 30;  // export_params' slices, neve
 
 // One stage of the pipeline on this rank: its layers (a LayerStack holding
 // per-micro-batch activations), their optimizer, and the messages to and from
-// its neighbours. Every send is asynchronous, so a stage never blocks on a
-// neighbour that is itself sending; a receive blocks only when its data is needed.
+// its neighbours. Sends are posted without waiting, so a stage never blocks on
+// a neighbour that is itself sending, and waited for when the stage starts its
+// next forward or backward, by when the neighbour has normally taken them
+// (its receive was posted early); a receive blocks only when its data is needed.
 //
 //   forward(mb):  input  = stage 0 ? rows of x : recv activation(mb) from prev
 //                 output = layers(input)           (activations kept for backward)
@@ -100,25 +102,28 @@ class PipelineStage {
     Work work;
   };
   PendingRecv post_recv(int mb, PipeDirection direction, MemCategory category);
-  Tensor wait_recv(std::map<int, PendingRecv>& posted, int mb, PipeDirection direction,
-                   MemCategory category);
+  Tensor wait_recv(std::map<int, PendingRecv>& posted, int mb);
+  // Posts `owned` (kept alive until settled) when given, else `borrowed`.
+  void send(const float* borrowed, Tensor owned, int mb, PipeDirection direction);
+  void settle_sends();
   void compute_loss(const float* pred, int mb);
 
   RankEnv& env_;
   StageTopology topo_;
   int micro_batches_ = 1;
-  int rows_ = 0;       // rows per micro-batch
+  int rows_ = 0;           // rows per micro-batch
   int boundary_in_ = -1;   // layer whose output this stage receives (first_layer − 1)
   int boundary_out_ = -1;  // layer whose output this stage sends (last_layer − 1)
   int step_ = 0;
+  int next_input_recv_ = 0;  // receives are posted in micro-batch order (see post_recv_input)
+  int next_grad_recv_ = 0;
   double loss_ = 0;  // Σ over micro-batches of each one's share of the mean loss
   std::unique_ptr<LayerStack> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::map<int, Tensor> inputs_;      // stage input per micro-batch in flight
   std::map<int, Tensor> loss_grads_;  // last stage: dloss/dpred per micro-batch
   std::map<int, PendingRecv> input_recvs_, grad_recvs_;
-  std::map<int, PendingSend> activation_sends_;
-  std::vector<PendingSend> grad_sends_;
+  std::vector<PendingSend> sends_;  // posted, not yet waited for (see settle_sends)
 };
 
 }  // namespace shardlab

@@ -1,0 +1,334 @@
+// The parts every pipeline schedule shares (see pipeline.h): the partition, the
+// stage topology, the checks on the settings, and a stage's forward/backward of
+// one micro-batch with its receives posted in order and its sends asynchronous.
+#include "core/pipeline.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+
+#include "kernels/cpu.h"
+
+namespace shardlab {
+
+namespace {
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+std::string mb_name(const char* what, int mb) {
+  return std::string(what) + "[mb " + std::to_string(mb) + "]";
+}
+
+}  // namespace
+
+int pipeline_stages(const RunConfig& cfg) {
+  return cfg.stages > 0 ? cfg.stages : cfg.world;
+}
+
+std::vector<int> balanced_partition(const ModelLayout& layout, int stages) {
+  const int L = layout.num_layers();
+  if (stages < 1 || stages > L)
+    throw std::invalid_argument("balanced_partition: need 1 to " + std::to_string(L) + " stages");
+  std::vector<size_t> prefix(L + 1, 0);
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + layout.layer_numel(l);
+  auto weight = [&](int begin, int end) { return prefix[end] - prefix[begin]; };
+
+  // best[k][j]: the smallest possible largest stage when layers [0, j) form k stages.
+  constexpr size_t kNone = SIZE_MAX;
+  std::vector<std::vector<size_t>> best(stages + 1, std::vector<size_t>(L + 1, kNone));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int j = k; j <= L; ++j)
+      for (int i = k - 1; i < j; ++i)
+        if (best[k - 1][i] != kNone)
+          best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], weight(i, j)));
+  const size_t cap = best[stages][L];
+
+  // With that cap, each stage takes as many layers as fit while leaving one for
+  // each later stage: the earlier stages get the extra layers. (Greedy filling
+  // is never behind an optimal split, so the last stage fits under the cap too.)
+  std::vector<int> counts;
+  int begin = 0;
+  for (int k = 0; k < stages; ++k) {
+    const int limit = L - (stages - k - 1);
+    int end = begin + 1;
+    if (k + 1 == stages) end = L;
+    while (end < limit && weight(begin, end + 1) <= cap) ++end;
+    counts.push_back(end - begin);
+    begin = end;
+  }
+  return counts;
+}
+
+std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout) {
+  return cfg.partition.empty() ? balanced_partition(layout, pipeline_stages(cfg)) : cfg.partition;
+}
+
+StageTopology stage_topology(int rank, const std::vector<int>& partition) {
+  const int P = static_cast<int>(partition.size());
+  if (rank < 0 || rank >= P) throw std::invalid_argument("stage_topology: rank out of range");
+  StageTopology t;
+  t.rank = rank;
+  t.stages = P;
+  t.first_layer = std::accumulate(partition.begin(), partition.begin() + rank, 0);
+  t.last_layer = t.first_layer + partition[rank];
+  t.prev = rank > 0 ? rank - 1 : -1;
+  t.next = rank + 1 < P ? rank + 1 : -1;
+  t.is_first = rank == 0;
+  t.is_last = rank + 1 == P;
+  return t;
+}
+
+void validate_pipeline(const RunConfig& cfg) {
+  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const int L = layout.num_layers();
+  const std::string W = std::to_string(cfg.world);
+  if (cfg.stages < 0)
+    throw ConfigError("--stages " + std::to_string(cfg.stages) +
+                      " is invalid (valid: one stage per rank, --stages " + W +
+                      ", or leave it out)");
+  if (cfg.stages != 0 && cfg.stages != cfg.world)
+    throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match --world " + W +
+                      " (valid: --stages " + W + ", or leave it out: one stage per rank)");
+  const int P = pipeline_stages(cfg);
+  if (P > L)
+    throw ConfigError(
+        (cfg.stages ? "--stages " + std::to_string(P) : "--world " + W + " (one stage per rank)") +
+        " is more stages than the " + std::to_string(L) + " layers of " + cfg.model +
+        " (valid: 1 to " + std::to_string(L) + " stages, each holding at least one layer)");
+  if (!cfg.partition.empty()) {
+    const std::string given = "--partition " + join(cfg.partition);
+    const std::string valid = " (valid: " + std::to_string(P) +
+                              " layer counts of 1 or more summing to " + std::to_string(L) +
+                              ", e.g. " + join(balanced_partition(layout, P)) + ")";
+    if (static_cast<int>(cfg.partition.size()) != P)
+      throw ConfigError(given + " has " + std::to_string(cfg.partition.size()) + " entries for " +
+                        std::to_string(P) + " stages" + valid);
+    for (int c : cfg.partition)
+      if (c < 1)
+        throw ConfigError(given + " gives a stage " + std::to_string(c) + " layers" + valid);
+    const int sum = std::accumulate(cfg.partition.begin(), cfg.partition.end(), 0);
+    if (sum != L)
+      throw ConfigError(given + " sums to " + std::to_string(sum) + " but " + cfg.model + " has " +
+                        std::to_string(L) + " layers" + valid);
+  }
+  const int M = cfg.micro_batches;
+  if (M < 1)
+    throw ConfigError("--micro-batches " + std::to_string(M) + " is invalid (valid: 1 or more)");
+  if (cfg.batch % M != 0)
+    throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                      " is not divisible by --micro-batches " + std::to_string(M) +
+                      " (valid: a multiple of " + std::to_string(M) + ", e.g. " +
+                      std::to_string(M * std::max(1, cfg.batch / M)) + ")");
+}
+
+int pipe_tag(int micro_batch, PipeDirection direction) {
+  if (micro_batch < 0) throw std::invalid_argument("pipe_tag: micro-batch must be >= 0");
+  return 2 * micro_batch + static_cast<int>(direction);
+}
+
+// ---- one stage ----------------------------------------------------------------
+
+PipelineStage::PipelineStage(RankEnv& env, const std::vector<float>& init) : env_(env) {
+  topo_ = stage_topology(env.rank, pipeline_partition(env.cfg, env.layout));
+  micro_batches_ = env.cfg.micro_batches;
+  rows_ = env.cfg.batch / micro_batches_;
+  boundary_in_ = topo_.first_layer - 1;
+  boundary_out_ = topo_.last_layer - 1;
+  layers_ = std::make_unique<LayerStack>(env.layout, topo_.first_layer, topo_.last_layer, env.alloc,
+                                         env.rec, init);
+  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, layers_->ranges());
+}
+
+void PipelineStage::begin_step(int step) {
+  step_ = step;
+  loss_ = 0;
+  next_input_recv_ = 0;
+  next_grad_recv_ = 0;
+  layers_->zero_grads();
+}
+
+PipelineStage::PendingRecv PipelineStage::post_recv(int mb, PipeDirection direction,
+                                                    MemCategory category) {
+  const bool activation = direction == PipeDirection::activation;
+  PendingRecv p;
+  p.buffer = env_.alloc.alloc(mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb),
+                              category, {rows_, env_.layout.dim()});
+  p.work = env_.comm->recv_async(p.buffer.raw(), p.buffer.bytes(),
+                                 activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
+                                 CommMeta{activation ? boundary_in_ : boundary_out_, mb});
+  return p;
+}
+
+// Receives are posted in micro-batch order, the order the neighbour sends in,
+// so that message n from a neighbour is receive n here: that is what pairs the
+// flow ids of the send and recv spans in the trace. Posting mb early therefore
+// posts every earlier micro-batch not yet posted too.
+void PipelineStage::post_recv_input(int mb) {
+  if (topo_.is_first) return;
+  for (; next_input_recv_ <= mb && next_input_recv_ < micro_batches_; ++next_input_recv_)
+    input_recvs_.emplace(next_input_recv_, post_recv(next_input_recv_, PipeDirection::activation,
+                                                     MemCategory::activations));
+}
+
+void PipelineStage::post_recv_grad(int mb) {
+  if (topo_.is_last) return;
+  for (; next_grad_recv_ <= mb && next_grad_recv_ < micro_batches_; ++next_grad_recv_)
+    grad_recvs_.emplace(next_grad_recv_, post_recv(next_grad_recv_, PipeDirection::gradient,
+                                                   MemCategory::temporary));
+}
+
+Tensor PipelineStage::wait_recv(std::map<int, PendingRecv>& posted, int mb) {
+  auto it = posted.find(mb);
+  if (it == posted.end()) throw std::logic_error("pipeline: receive for micro-batch not posted");
+  it->second.work.wait();
+  Tensor t = std::move(it->second.buffer);
+  posted.erase(it);
+  return t;
+}
+
+void PipelineStage::send(const float* borrowed, Tensor owned, int mb, PipeDirection direction) {
+  const bool activation = direction == PipeDirection::activation;
+  PendingSend s;
+  s.buffer = std::move(owned);
+  const float* data = s.buffer.empty() ? borrowed : s.buffer.data<float>();
+  s.work =
+      env_.comm->send_async(data, static_cast<size_t>(rows_) * env_.layout.dim() * sizeof(float),
+                            activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
+                            CommMeta{activation ? boundary_out_ : boundary_in_, mb});
+  sends_.push_back(std::move(s));
+}
+
+// Called before every forward and backward: the sends of the previous one are
+// waited for here, not at the flush, so that their spans end where the
+// neighbour took the data and their buffers go back to the allocator. The
+// neighbour posts its receives early, so this rarely waits.
+void PipelineStage::settle_sends() {
+  for (PendingSend& s : sends_) s.work.wait();
+  sends_.clear();
+}
+
+void PipelineStage::forward(int mb) {
+  settle_sends();
+  const int D = env_.layout.dim();
+  Tensor input;
+  if (topo_.is_first) {
+    // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
+    input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations, {rows_, D});
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
+    Tensor unused_y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary, {rows_, D});
+    env_.data.rows(step_, mb * rows_, rows_, input.data<float>(), unused_y.data<float>());
+  } else {
+    post_recv_input(mb);
+    input = wait_recv(input_recvs_, mb);
+  }
+  const float* in = input.data<float>();
+  inputs_[mb] = std::move(input);  // the first layer's backward reads it
+
+  if (!env_.cfg.recompute) {
+    const float* out = layers_->forward(in, rows_, mb);
+    // Sent straight from the layer's output, which lives until backward(mb).
+    if (topo_.is_last)
+      compute_loss(out, mb);
+    else
+      send(out, Tensor(), mb, PipeDirection::activation);
+  } else {
+    // --recompute: the layers keep only the stage input; the output is dropped
+    // once the loss has read it, or once its send has been waited for.
+    Tensor out = layers_->forward_keep_input(in, rows_, mb);
+    if (topo_.is_last)
+      compute_loss(out.data<float>(), mb);
+    else
+      send(nullptr, std::move(out), mb, PipeDirection::activation);
+  }
+}
+
+void PipelineStage::compute_loss(const float* pred, int mb) {
+  const int D = env_.layout.dim();
+  const size_t n = static_cast<size_t>(rows_) * D;
+  Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary, {rows_, D});
+  {
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
+    Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary, {rows_, D});
+    env_.data.rows(step_, mb * rows_, rows_, unused_x.data<float>(), y.data<float>());
+  }
+  // Divided by the global batch's element count, not the micro-batch's: the
+  // micro-batches' gradients then add up to exactly the full-batch gradient.
+  Tensor dpred = env_.alloc.alloc(mb_name("loss.grad", mb), MemCategory::temporary, {rows_, D});
+  ScopedSpan span(env_.rec, Lane::compute, SpanKind::loss, -1, mb);
+  loss_ += kernels::mse_forward_backward(dpred.data<float>(), pred, y.data<float>(), n,
+                                         static_cast<size_t>(env_.cfg.batch) * D);
+  loss_grads_[mb] = std::move(dpred);
+}
+
+void PipelineStage::backward(int mb) {
+  settle_sends();
+  Tensor dout;
+  if (topo_.is_last) {
+    auto it = loss_grads_.find(mb);
+    if (it == loss_grads_.end()) throw std::logic_error("pipeline: backward before forward");
+    dout = std::move(it->second);
+    loss_grads_.erase(it);
+  } else {
+    post_recv_grad(mb);
+    dout = wait_recv(grad_recvs_, mb);
+  }
+  if (env_.cfg.recompute) layers_->recompute(mb);
+  Tensor din = layers_->backward(dout.data<float>(), mb, !topo_.is_first);
+  dout.reset();
+  inputs_.erase(mb);
+  if (!topo_.is_first) send(nullptr, std::move(din), mb, PipeDirection::gradient);
+}
+
+LossShare PipelineStage::finish_step() {
+  if (!inputs_.empty() || !loss_grads_.empty() || !input_recvs_.empty() || !grad_recvs_.empty())
+    throw std::logic_error("pipeline: the schedule left micro-batches in flight at the flush");
+  settle_sends();
+  {
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
+    optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
+  }
+  if (!topo_.is_last) return {};
+  return {loss_ * env_.cfg.batch, env_.cfg.batch};
+}
+
+std::vector<float> PipelineStage::export_params() {
+  const ModelLayout& layout = env_.layout;
+  auto slice = [&](const StageTopology& t) {
+    const size_t begin = layout.layer_begin(t.first_layer);
+    const size_t end =
+        t.last_layer < layout.num_layers() ? layout.layer_begin(t.last_layer) : layout.total();
+    return std::pair{begin, end - begin};
+  };
+  if (env_.rank != 0) {
+    // This stage's layers are one contiguous run of the flat vector: weight, bias, weight, ...
+    std::vector<float> mine;
+    mine.reserve(slice(topo_).second);
+    for (int l = topo_.first_layer; l < topo_.last_layer; ++l) {
+      const float* w = layers_->weight(l);
+      const float* b = layers_->bias(l);
+      mine.insert(mine.end(), w, w + layout.weight(l).numel);
+      mine.insert(mine.end(), b, b + layout.bias(l).numel);
+    }
+    env_.comm->send(mine.data(), mine.size() * sizeof(float), 0, kGatherParamsTag);
+    return {};
+  }
+  std::vector<float> flat(layout.total());
+  layers_->copy_params_to(flat);
+  const std::vector<int> partition = pipeline_partition(env_.cfg, layout);
+  std::vector<Work> works;
+  for (int r = 1; r < topo_.stages; ++r) {
+    const auto [begin, count] = slice(stage_topology(r, partition));
+    works.push_back(
+        env_.comm->recv_async(flat.data() + begin, count * sizeof(float), r, kGatherParamsTag));
+  }
+  for (Work& w : works) w.wait();
+  return flat;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,66 @@
+// `gpipe`: GPipe (Huang et al., 2019). The batch is cut into M micro-batches
+// that flow through the stages one after another: all forwards, then all
+// backwards, the gradients accumulating over the micro-batches, then one
+// optimizer step for the whole batch (the flush). Same weights as `single`.
+//
+// What to notice in the timeline: F0 F1 … F(M−1) run down the stages like a
+// staircase, then B0 B1 … B(M−1) climb back. While stage k works on micro-batch
+// i, stage k+1 works on i−1: all stages are busy at once except while the pipe
+// fills and drains, a bubble of (P−1)/(M+P−1) of the step — more micro-batches,
+// smaller bubble. In the memory panel: every stage holds the activations of all
+// M micro-batches at the end of the forwards (the cost 1f1b removes), unless
+// --recompute keeps only each stage's input and runs the forward again, per
+// micro-batch, just before its backward (extra F spans, less memory).
+#include "core/pipeline.h"
+
+namespace shardlab {
+namespace {
+
+class GPipe final : public Strategy {
+ public:
+  void setup(RankEnv& env, const std::vector<float>& init) override {
+    stage_ = std::make_unique<PipelineStage>(env, init);
+  }
+
+  LossShare step(int step) override {
+    const int M = stage_->micro_batches();
+    stage_->begin_step(step);
+
+    // Phase 1 — fill: every micro-batch forward, in order. The receive of the
+    // next micro-batch's input is posted before computing this one, so the
+    // transfer overlaps the compute.
+    for (int mb = 0; mb < M; ++mb) {
+      if (mb + 1 < M) stage_->post_recv_input(mb + 1);
+      stage_->forward(mb);
+    }
+
+    // Phase 2 — drain: every micro-batch backward, in the same order; each
+    // adds its share to the gradients.
+    for (int mb = 0; mb < M; ++mb) {
+      if (mb + 1 < M) stage_->post_recv_grad(mb + 1);
+      stage_->backward(mb);
+    }
+
+    // Phase 3 — flush: one optimizer step with the gradient of the whole batch.
+    return stage_->finish_step();
+  }
+
+  std::vector<float> export_params() override { return stage_->export_params(); }
+
+ private:
+  std::unique_ptr<PipelineStage> stage_;
+};
+
+const bool registered = register_strategy({
+    "gpipe",
+    "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
+    "activations)",
+    [] { return std::make_unique<GPipe>(); },
+    [](const RunConfig& cfg) {
+      require_fp32(cfg);
+      validate_pipeline(cfg);
+    },
+});
+
+}  // namespace
+}  // namespace shardlab

@@ -1,0 +1,62 @@
+// `naive-mp`: naive model parallelism, the baseline of the pipeline lessons.
+// The layers are cut into consecutive stages, one per rank; the whole batch
+// goes forward through stage 0, 1, …, P−1, and its gradient comes back the same way.
+//
+// What to notice in the timeline: at any moment exactly one rank computes.
+// Stage k waits for stage k−1's activations, runs its layers, sends them on and
+// waits again, this time for the gradient from stage k+1: with P stages every
+// rank idles (P−1)/P of the step, the bubble that micro-batches (gpipe) shrink.
+// In the memory panel each rank holds only its own layers' parameters,
+// gradients and optimizer state — the point of model parallelism — but the
+// activations of the whole batch for those layers.
+//
+// One batch, no micro-batches: --micro-batches must be 1 (gpipe with M = 1 is
+// the same schedule; with more, use gpipe or 1f1b).
+#include "core/pipeline.h"
+
+namespace shardlab {
+namespace {
+
+class NaiveMp final : public Strategy {
+ public:
+  void setup(RankEnv& env, const std::vector<float>& init) override {
+    stage_ = std::make_unique<PipelineStage>(env, init);
+  }
+
+  LossShare step(int step) override {
+    stage_->begin_step(step);
+    // Phase 1 — forward: wait for the previous stage, run my layers, pass the
+    // activations on (the last stage computes the loss instead).
+    stage_->forward(0);
+    // Phase 2 — backward: wait for the gradient from the next stage, run my
+    // layers backward, pass the gradient of my input back.
+    stage_->backward(0);
+    // Phase 3 — update: each stage steps the optimizer on its own layers.
+    return stage_->finish_step();
+  }
+
+  std::vector<float> export_params() override { return stage_->export_params(); }
+
+ private:
+  std::unique_ptr<PipelineStage> stage_;
+};
+
+const bool registered = register_strategy({
+    "naive-mp",
+    "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a time",
+    [] { return std::make_unique<NaiveMp>(); },
+    [](const RunConfig& cfg) {
+      require_fp32(cfg);
+      validate_pipeline(cfg);
+      if (cfg.micro_batches != 1)
+        throw ConfigError("--micro-batches " + std::to_string(cfg.micro_batches) +
+                          " is invalid for strategy naive-mp (valid: 1; it runs the whole batch at "
+                          "once, use gpipe or 1f1b for micro-batches)");
+      if (cfg.recompute)
+        throw ConfigError(
+            "--recompute is not supported by strategy naive-mp (valid: gpipe or 1f1b)");
+    },
+});
+
+}  // namespace
+}  // namespace shardlab

@@ -1,0 +1,77 @@
+// `1f1b`: one-forward-one-backward (PipeDream-Flush, Narayanan et al., 2021;
+// the schedule of Megatron-LM). The same micro-batches, the same flush and the
+// same gradients as gpipe, in a different order: as soon as a micro-batch's
+// gradient can come back, the stage runs its backward and frees its activations.
+//
+// What to notice in the timeline: after a warm-up of P − rank − 1 forwards each
+// stage alternates F and B (the steady state), then drains the remaining
+// backwards (the cool-down). The bubble is the same as gpipe's, (P−1)/(M+P−1).
+// In the memory panel: stage k never holds more than P − k micro-batches of
+// activations (gpipe: all M), so the first stage holds the most and the last
+// stage holds one at a time.
+#include <algorithm>
+
+#include "core/pipeline.h"
+
+namespace shardlab {
+namespace {
+
+class OneFOneB final : public Strategy {
+ public:
+  void setup(RankEnv& env, const std::vector<float>& init) override {
+    stage_ = std::make_unique<PipelineStage>(env, init);
+  }
+
+  LossShare step(int step) override {
+    const StageTopology& t = stage_->topology();
+    const int M = stage_->micro_batches();
+    // Stage k starts P − k − 1 micro-batches ahead of its first backward: just
+    // enough to keep every later stage busy until the first gradient returns.
+    const int warmup = std::min(t.stages - t.rank - 1, M);
+    stage_->begin_step(step);
+
+    // Phase 1 — warm-up: forwards only, filling the pipe.
+    for (int mb = 0; mb < warmup; ++mb) {
+      stage_->post_recv_input(mb + 1);
+      stage_->forward(mb);
+    }
+
+    // Phase 2 — steady 1F1B: forward micro-batch warmup + i, then backward
+    // micro-batch i, whose gradient the forward's time gave room to arrive
+    // (its receive is posted first). Each backward frees the activations one
+    // forward added, so P − k micro-batches at most are alive here.
+    for (int i = 0; i + warmup < M; ++i) {
+      stage_->post_recv_grad(i);
+      stage_->forward(warmup + i);
+      stage_->backward(i);
+    }
+
+    // Phase 3 — cool-down: the backwards of the last warm-up micro-batches.
+    for (int mb = M - warmup; mb < M; ++mb) {
+      if (mb + 1 < M) stage_->post_recv_grad(mb + 1);
+      stage_->backward(mb);
+    }
+
+    // Phase 4 — flush: one optimizer step with the gradient of the whole batch.
+    return stage_->finish_step();
+  }
+
+  std::vector<float> export_params() override { return stage_->export_params(); }
+
+ private:
+  std::unique_ptr<PipelineStage> stage_;
+};
+
+const bool registered = register_strategy({
+    "1f1b",
+    "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
+    "activations of at most P - rank micro-batches",
+    [] { return std::make_unique<OneFOneB>(); },
+    [](const RunConfig& cfg) {
+      require_fp32(cfg);
+      validate_pipeline(cfg);
+    },
+});
+
+}  // namespace
+}  // namespace shardlab

@@ -1,0 +1,487 @@
+// The pipeline family (naive-mp, gpipe, 1f1b) against its specification: the
+// same weights as `single`, the schedule order each stage really ran, the
+// activations it really held, send/recv flows that pair up in the trace, and
+// one clear error for every bad setting.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/pipeline.h"
+#include "core/pipeline_analysis.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+#include "core/trace.h"
+
+using namespace shardlab;
+using nlohmann::json;
+
+namespace {
+
+RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt) {
+  RunConfig c;
+  c.model = "mlp:5x32";  // 5 layers: uneven stages at P = 2 (3,2), 3 (2,2,1), 4 (2,1,1,1)
+  c.strategy = strategy;
+  c.world = world;
+  c.batch = 32;  // divisible by M = 1, 4, 8
+  c.steps = 20;
+  c.optimizer.kind = opt;
+  c.optimizer.lr = opt == OptimizerKind::sgd ? 0.5f : 1e-2f;
+  c.seed = 11;
+  c.timeout_ms = 20000;
+  return c;
+}
+
+// Largest |a−b| relative to the largest |a| (as in test_ddp.cpp).
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(a[i])));
+  }
+  return diff / scale;
+}
+
+std::vector<std::string> words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+int64_t peak_activations(const RunResult& r, int rank) {
+  return r.ranks[rank].memory.device.peak[static_cast<int>(MemCategory::activations)];
+}
+
+struct CliResult {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+CliResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(SHARDLAB_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+}  // namespace
+
+TEST_CASE("naive-mp, gpipe (with and without recompute) and 1f1b match single", "[pipeline]") {
+  for (OptimizerKind opt : {OptimizerKind::adamw, OptimizerKind::sgd}) {
+    const RunResult ref = run_training(small_config("single", 1, opt));
+    const auto& l = ref.losses;
+    if (opt == OptimizerKind::adamw)  // it really trains
+      REQUIRE(l[17] + l[18] + l[19] < 0.9 * (l[0] + l[1] + l[2]));
+    for (int P = 2; P <= 4; ++P) {
+      struct Variant {
+        std::string strategy;
+        int M;
+        bool recompute;
+      };
+      std::vector<Variant> variants = {{"naive-mp", 1, false}};
+      for (int M : {1, 4, 8})
+        for (const char* s : {"gpipe", "1f1b"})
+          for (bool recompute : {false, true}) variants.push_back({s, M, recompute});
+      std::map<int, std::vector<float>> first_by_m;  // the first result per M
+      for (const Variant& v : variants) {
+        RunConfig c = small_config(v.strategy, P, opt);
+        c.micro_batches = v.M;
+        c.recompute = v.recompute;
+        const RunResult r = run_training(c);
+        INFO(to_string(opt) << " P=" << P << " " << v.strategy << " M=" << v.M
+                            << (v.recompute ? " --recompute" : ""));
+        REQUIRE(max_rel_diff(r.final_params, ref.final_params) < 2e-5);
+        for (int s = 0; s < c.steps; ++s)
+          REQUIRE(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-4));
+        // Same micro-batches, gradients accumulated in the same order: the
+        // schedules and recomputation change when, not what, so they agree bit for bit.
+        auto [it, fresh] = first_by_m.emplace(v.M, r.final_params);
+        if (!fresh) REQUIRE(r.final_params == it->second);
+      }
+    }
+  }
+}
+
+TEST_CASE("an explicit --partition trains to the same weights", "[pipeline]") {
+  const RunResult ref = run_training(small_config("single", 1, OptimizerKind::adamw));
+  for (const char* strategy : {"gpipe", "1f1b"}) {
+    RunConfig c = small_config(strategy, 3, OptimizerKind::adamw);
+    c.partition = {1, 3, 1};
+    c.micro_batches = 4;
+    const RunResult r = run_training(c);
+    INFO(strategy);
+    REQUIRE(max_rel_diff(r.final_params, ref.final_params) < 2e-5);
+  }
+}
+
+TEST_CASE("partition balanced by parameter count, topology as a value", "[pipeline]") {
+  const ModelLayout l5(ModelSpec::parse("mlp:5x32")), l8(ModelSpec::parse("mlp:8x16"));
+  REQUIRE(balanced_partition(l5, 1) == std::vector<int>{5});
+  REQUIRE(balanced_partition(l5, 2) == std::vector<int>{3, 2});
+  REQUIRE(balanced_partition(l5, 3) == std::vector<int>{2, 2, 1});
+  REQUIRE(balanced_partition(l5, 4) == std::vector<int>{2, 1, 1, 1});
+  REQUIRE(balanced_partition(l5, 5) == std::vector<int>{1, 1, 1, 1, 1});
+  REQUIRE(balanced_partition(l8, 3) == std::vector<int>{3, 3, 2});
+  REQUIRE(balanced_partition(l8, 4) == std::vector<int>{2, 2, 2, 2});
+
+  RunConfig c = small_config("gpipe", 3, OptimizerKind::adamw);
+  REQUIRE(pipeline_partition(c, l5) == std::vector<int>{2, 2, 1});
+  c.partition = {1, 3, 1};
+  REQUIRE(pipeline_partition(c, l5) == std::vector<int>{1, 3, 1});
+
+  const StageTopology t0 = stage_topology(0, {1, 3, 1});
+  const StageTopology t1 = stage_topology(1, {1, 3, 1});
+  const StageTopology t2 = stage_topology(2, {1, 3, 1});
+  REQUIRE((t0.first_layer == 0 && t0.last_layer == 1 && t0.prev == -1 && t0.next == 1));
+  REQUIRE((t0.is_first && !t0.is_last && t0.stages == 3));
+  REQUIRE((t1.first_layer == 1 && t1.last_layer == 4 && t1.prev == 0 && t1.next == 2));
+  REQUIRE((!t1.is_first && !t1.is_last));
+  REQUIRE((t2.first_layer == 4 && t2.last_layer == 5 && t2.prev == 1 && t2.next == -1));
+  REQUIRE((!t2.is_first && t2.is_last));
+
+  // Tags name the micro-batch and the direction, never the same for two messages of a step.
+  REQUIRE(pipe_tag(0, PipeDirection::activation) != pipe_tag(0, PipeDirection::gradient));
+  REQUIRE(pipe_tag(3, PipeDirection::gradient) != pipe_tag(4, PipeDirection::activation));
+  REQUIRE(bubble_formula(4, 8) == Approx(3.0 / 11));
+  REQUIRE(bubble_formula(1, 8) == 0);
+}
+
+TEST_CASE("1f1b holds fewer activations than gpipe, and each stage runs the expected order",
+          "[pipeline]") {
+  // Hand-written, not generated: warm-up P − rank − 1 forwards, then F/B, then the last Bs.
+  const std::vector<std::string> one_f_one_b[4] = {
+      words("F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"),
+      words("F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7"),
+      words("F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7"),
+      words("F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7"),
+  };
+  const std::vector<std::string> gpipe = words("F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7");
+  auto with_recompute = [](const std::vector<std::string>& order) {
+    std::vector<std::string> out;
+    for (const std::string& o : order) {
+      if (o[0] == 'B') out.push_back("R" + o.substr(1));
+      out.push_back(o);
+    }
+    return out;
+  };
+
+  std::map<std::string, RunResult> runs;
+  for (const char* strategy : {"gpipe", "1f1b"})
+    for (bool recompute : {false, true}) {
+      RunConfig c;
+      c.model = "mlp:8x256";
+      c.strategy = strategy;
+      c.world = 4;
+      c.micro_batches = 8;
+      c.batch = 64;
+      c.steps = 3;
+      c.recompute = recompute;
+      c.timeout_ms = 20000;
+      runs.emplace(std::string(strategy) + (recompute ? "+recompute" : ""), run_training(c));
+    }
+
+  // Stage 0 of 1f1b holds P = 4 micro-batches of activations, gpipe all M = 8.
+  const double ratio = static_cast<double>(peak_activations(runs.at("gpipe"), 0)) /
+                       static_cast<double>(peak_activations(runs.at("1f1b"), 0));
+  INFO("gpipe / 1f1b peak activations on stage 0: " << ratio);
+  REQUIRE(ratio >= 1.5);
+
+  for (const auto& [name, r] : runs) {
+    const bool is_1f1b = name.rfind("1f1b", 0) == 0;
+    for (int rank = 0; rank < 4; ++rank) {
+      INFO(name << " stage " << rank);
+      // Measured by the allocator, equal to what the micro-batches in flight hold.
+      REQUIRE(peak_activations(r, rank) == predicted_peak_activation_bytes(r.cfg, rank));
+      const StageTopology t = stage_topology(rank, {2, 2, 2, 2});
+      const auto snap = r.recorders[rank]->snapshot();
+      std::vector<std::string> expected = is_1f1b ? one_f_one_b[rank] : gpipe;
+      if (r.cfg.recompute) expected = with_recompute(expected);
+      for (int step = 0; step < r.cfg.steps; ++step)
+        REQUIRE(schedule_order(snap, step, t.first_layer, t.last_layer) == expected);
+      // Every forward and backward span carries its micro-batch.
+      for (const Span& s : snap.spans)
+        if (s.kind == SpanKind::forward || s.kind == SpanKind::backward)
+          REQUIRE(s.micro_batch >= 0);
+    }
+  }
+  // With --recompute only stage inputs stay: far less than without.
+  REQUIRE(peak_activations(runs.at("gpipe+recompute"), 0) * 2 <
+          peak_activations(runs.at("gpipe"), 0));
+  // gpipe holds M micro-batches on every stage; 1f1b P − rank.
+  // (Stage 3 keeps one tensor less per micro-batch: the model's last layer has no GELU.)
+  const RunConfig& cfg = runs.at("gpipe").cfg;
+  REQUIRE(peak_activations(runs.at("gpipe"), 0) == 8 * micro_batch_activation_bytes(cfg, 0));
+  REQUIRE(peak_activations(runs.at("gpipe"), 3) == 8 * micro_batch_activation_bytes(cfg, 3));
+  REQUIRE(peak_activations(runs.at("1f1b"), 0) == 4 * micro_batch_activation_bytes(cfg, 0));
+  REQUIRE(peak_activations(runs.at("1f1b"), 3) == 1 * micro_batch_activation_bytes(cfg, 3));
+  REQUIRE(micro_batch_activation_bytes(cfg, 0) == 8 * 256 * 4 * 5);  // input, 2 outputs, 2 pre-GELU
+}
+
+TEST_CASE("naive-mp holds one whole batch and keeps one stage busy at a time", "[pipeline]") {
+  RunConfig c;
+  c.model = "mlp:8x256";
+  c.strategy = "naive-mp";
+  c.world = 4;
+  c.batch = 64;
+  c.steps = 4;
+  const RunResult r = run_training(c);
+  // Causality, not timing: stage k can only start once stage k−1 has handed
+  // over, so the forward, loss, data and backward spans of different ranks never
+  // overlap (the optimizer steps run side by side at the end and are left out).
+  std::vector<std::pair<int64_t, int64_t>> work;
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("stage " << rank);
+    REQUIRE(peak_activations(r, rank) == predicted_peak_activation_bytes(c, rank));
+    REQUIRE(expected_in_flight(c, rank) == 1);
+    const auto snap = r.recorders[rank]->snapshot();
+    REQUIRE(schedule_order(snap, 2, 2 * rank, 2 * rank + 2) == words("F0 B0"));
+    for (const Span& s : snap.spans)
+      if (s.step == 2 && s.lane == Lane::compute && s.kind != SpanKind::optimizer)
+        work.push_back({s.t_begin_ns, s.t_end_ns});
+  }
+  std::sort(work.begin(), work.end());
+  for (size_t i = 1; i < work.size(); ++i) REQUIRE(work[i].first >= work[i - 1].second);
+  const std::vector<double> bubble = bubble_share_per_rank(r);
+  REQUIRE(bubble.size() == 4);
+  for (double b : bubble) REQUIRE((b > 0 && b < 1));
+  REQUIRE(bubble_formula(4, 1) == Approx(0.75));
+
+  // The measure works for any strategy (the compare view calls it for all).
+  RunConfig d = c;
+  d.strategy = "ddp";
+  d.world = 2;
+  const RunResult ddp = run_training(d);
+  const std::vector<double> ddp_bubble = bubble_share_per_rank(ddp);
+  REQUIRE(ddp_bubble.size() == 2);
+  for (double b : ddp_bubble) REQUIRE((b >= 0 && b < 1));
+  REQUIRE(pipeline_stage_reports(ddp).empty());
+}
+
+TEST_CASE("bubble share: idle compute lane inside the group's step window", "[pipeline]") {
+  // Hand-made spans, so the numbers are exact: the measure, not a run, is under test.
+  RunResult r;
+  for (int rank = 0; rank < 3; ++rank) r.recorders.push_back(std::make_shared<Recorder>(rank));
+  auto span = [&](int rank, int step, int64_t begin, int64_t end, Lane lane = Lane::compute) {
+    Span s;
+    s.t_begin_ns = begin;
+    s.t_end_ns = end;
+    s.lane = lane;
+    s.kind = lane == Lane::compute ? SpanKind::forward : SpanKind::send;
+    s.step = step;
+    r.recorders[rank]->add_span(s);
+  };
+  span(0, 0, -100, -50);  // step 0 is left out: it would give rank 1 a bubble of 1
+  // Step 1, window [0, 40): rank 0 busy 20, rank 1 busy 20 (a nested span counts
+  // once, the comm lane not at all).
+  span(0, 1, 0, 10);
+  span(0, 1, 30, 40);
+  span(1, 1, 10, 30);
+  span(1, 1, 12, 20);
+  span(1, 1, 0, 40, Lane::comm);
+  // Step 2, window [100, 200): rank 0 busy throughout, rank 1 half.
+  span(0, 2, 100, 200);
+  span(1, 2, 150, 200);
+  const std::vector<double> b = bubble_share_per_rank(r);
+  REQUIRE(b.size() == 3);
+  REQUIRE(b[0] == Approx((0.5 + 0.0) / 2));
+  REQUIRE(b[1] == Approx((0.5 + 0.5) / 2));
+  REQUIRE(b[2] == 0);  // nothing recorded
+  // Only one step: step 0 is all there is, and it counts.
+  RunResult one;
+  one.recorders.push_back(std::make_shared<Recorder>(0));
+  Span s;
+  s.t_begin_ns = 0, s.t_end_ns = 10, s.step = 0, s.kind = SpanKind::forward;
+  one.recorders[0]->add_span(s);
+  s.t_begin_ns = 30, s.t_end_ns = 40;
+  one.recorders[0]->add_span(s);
+  REQUIRE(bubble_share_per_rank(one) == std::vector<double>{0.5});
+  REQUIRE(bubble_share_per_rank(RunResult{}).empty());
+}
+
+TEST_CASE("send/recv flows in the exported trace pair up one to one", "[pipeline]") {
+  for (const char* strategy : {"gpipe", "1f1b"}) {
+    RunConfig c = small_config(strategy, 3, OptimizerKind::adamw);
+    c.micro_batches = 4;
+    c.steps = 2;
+    const RunResult r = run_training(c);
+    std::vector<Recorder::Snapshot> snaps;
+    for (const auto& rec : r.recorders) snaps.push_back(rec->snapshot());
+    const json t = json::parse(trace_to_json(snaps, r.t0_ns).dump());
+
+    struct Ends {
+      int starts = 0, finishes = 0;
+      int send_pid = -1, recv_pid = -1;
+    };
+    std::map<uint64_t, Ends> flows;
+    std::map<uint64_t, json> send_span, recv_span;  // by flow id
+    int sends = 0, recvs = 0;
+    for (const json& e : t["traceEvents"]) {
+      if (e["ph"] == "s") ++flows[e["id"].get<uint64_t>()].starts;
+      if (e["ph"] == "f") ++flows[e["id"].get<uint64_t>()].finishes;
+      if (e["ph"] != "X") continue;
+      const std::string kind = e["args"]["kind"];
+      if (kind != "send" && kind != "recv") continue;
+      REQUIRE(e["args"].contains("flow_id"));
+      const uint64_t id = e["args"]["flow_id"].get<uint64_t>();
+      auto& spans = kind == "send" ? send_span : recv_span;
+      REQUIRE(spans.emplace(id, e).second);  // one span per end
+      (kind == "send" ? sends : recvs)++;
+    }
+    INFO(strategy);
+    // P = 3, M = 4, 2 steps: (P−1)·M activations and as many gradients per step,
+    // and 2 parameter slices to rank 0 at the end.
+    REQUIRE(sends == 2 * (2 * 2 * 4) + 2);
+    REQUIRE(recvs == sends);
+    REQUIRE(flows.size() == static_cast<size_t>(sends));
+    for (const auto& [id, f] : flows) {
+      REQUIRE(f.starts == 1);
+      REQUIRE(f.finishes == 1);
+      const json& s = send_span.at(id);
+      const json& rv = recv_span.at(id);
+      // The arrow joins the send and the receive of the same message: same
+      // micro-batch, same boundary layer, from one neighbour to the other.
+      REQUIRE(s["args"].value("micro_batch", -1) == rv["args"].value("micro_batch", -1));
+      REQUIRE(s["args"].value("layer", -1) == rv["args"].value("layer", -1));
+      REQUIRE(s["args"]["bytes"] == rv["args"]["bytes"]);
+      REQUIRE(s["args"]["peer"].get<int>() + 1 == rv["pid"].get<int>());
+      REQUIRE(rv["args"]["peer"].get<int>() + 1 == s["pid"].get<int>());
+    }
+  }
+}
+
+TEST_CASE("bad pipeline settings: one clear ConfigError each", "[pipeline][config]") {
+  auto bad = [](RunConfig c, const std::string& expect) {
+    try {
+      validate(c);
+      FAIL("accepted: " << expect);
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      REQUIRE(std::string(e.what()).find(expect) != std::string::npos);
+      REQUIRE(std::string(e.what()).find("valid") != std::string::npos);
+      REQUIRE(std::string(e.what()).find('\n') == std::string::npos);
+    }
+  };
+  for (const char* strategy : {"naive-mp", "gpipe", "1f1b"}) {
+    INFO(strategy);
+    RunConfig c = small_config(strategy, 3, OptimizerKind::adamw);
+    RunConfig x = c;
+    x.world = 6;
+    bad(x, "--world 6 (one stage per rank) is more stages than the 5 layers of mlp:5x32");
+    x = c, x.world = 6, x.stages = 6;
+    bad(x, "--stages 6 is more stages than the 5 layers");
+    x = c, x.stages = 2;
+    bad(x, "--stages 2 does not match --world 3 (valid: --stages 3");
+    x = c, x.partition = {2, 2, 2};
+    bad(x, "--partition 2,2,2 sums to 6 but mlp:5x32 has 5 layers");
+    x = c, x.partition = {3, 0, 2};
+    bad(x, "--partition 3,0,2 gives a stage 0 layers");
+    x = c, x.partition = {4, -1, 2};
+    bad(x, "--partition 4,-1,2 gives a stage -1 layers");
+    x = c, x.partition = {3, 2};
+    bad(x, "--partition 3,2 has 2 entries for 3 stages");
+    x = c, x.micro_batches = 0;
+    bad(x, "--micro-batches 0 is invalid");
+    x = c, x.micro_batches = 3;
+    bad(x, "--batch 32 is not divisible by --micro-batches 3");
+    x = c, x.precision = "bf16";
+    bad(x, "--precision bf16 is not supported");
+  }
+  RunConfig c = small_config("naive-mp", 2, OptimizerKind::adamw);
+  c.micro_batches = 4;
+  bad(c, "--micro-batches 4 is invalid for strategy naive-mp (valid: 1");
+}
+
+TEST_CASE("bad pipeline settings on the command line: exit code 2, one line", "[pipeline][cli]") {
+  const std::string base = "run --model mlp:4x16 --steps 2 --batch 8 --world 2 --strategy ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"gpipe --world 5", "is more stages than the 4 layers"},
+      {"1f1b --stages 3", "--stages 3 does not match --world 2"},
+      {"gpipe --partition 2,1", "--partition 2,1 sums to 3 but mlp:4x16 has 4 layers"},
+      {"1f1b --partition 4,0", "--partition 4,0 gives a stage 0 layers"},
+      {"gpipe --partition 1,1,2", "--partition 1,1,2 has 3 entries for 2 stages"},
+      {"gpipe --micro-batches 0", "--micro-batches 0 is invalid"},
+      {"1f1b --micro-batches 3", "--batch 8 is not divisible by --micro-batches 3"},
+      {"naive-mp --micro-batches 2", "invalid for strategy naive-mp"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_cli(base + args);
+    INFO("shardlab " << base << args << "\n" << r.out);
+    REQUIRE(r.code == 2);
+    REQUIRE(r.out.find(message) != std::string::npos);
+    REQUIRE(r.out.rfind("error: ", 0) == 0);
+    REQUIRE(r.out.find('\n') == r.out.size() - 1);
+  }
+}
+
+TEST_CASE("run prints the bubble and activations per stage, in text and --json",
+          "[pipeline][cli]") {
+  const std::string args =
+      "run --model mlp:4x32 --steps 3 --batch 16 --world 2 --strategy 1f1b --micro-batches 4";
+  const CliResult text = run_cli(args);
+  INFO(text.out);
+  REQUIRE(text.code == 0);
+  REQUIRE(text.out.find("pipeline: 2 stages (layers 2,2), 4 micro-batches of 4 rows") !=
+          std::string::npos);
+  REQUIRE(text.out.find("bubble") != std::string::npos);
+
+  const CliResult js = run_cli(args + " --json");
+  REQUIRE(js.code == 0);
+  const json j = json::parse(js.out);
+  const json& p = j.at("pipeline");
+  REQUIRE(p["stages"] == 2);
+  REQUIRE(p["micro_batches"] == 4);
+  REQUIRE(p["bubble_formula"].get<double>() == Approx(1.0 / 5));
+  REQUIRE(p["per_stage"].size() == 2);
+  for (int s = 0; s < 2; ++s) {
+    const json& st = p["per_stage"][s];
+    REQUIRE(st["in_flight_expected"] == 2 - s);
+    REQUIRE(st["peak_activation_bytes"] == st["predicted_peak_activation_bytes"]);
+    REQUIRE(st["peak_activation_bytes"] == j["ranks"][s]["peak_bytes_by_category"]["activations"]);
+    REQUIRE(st["bubble_measured"].get<double>() >= 0);
+    REQUIRE(st["bubble_measured"].get<double>() <= 1);
+  }
+  // Other families print no pipeline section.
+  const CliResult ddp = run_cli("run --model mlp:4x32 --steps 2 --batch 16 --world 2 --json");
+  REQUIRE(ddp.code == 0);
+  REQUIRE_FALSE(json::parse(ddp.out).contains("pipeline"));
+}
+
+TEST_CASE("a stage that fails mid-run does not hang the pipeline", "[pipeline]") {
+  for (const char* strategy : {"gpipe", "1f1b"}) {
+    RunConfig c = small_config(strategy, 3, OptimizerKind::adamw);
+    c.micro_batches = 4;
+    c.timeout_ms = 1000;
+    RunCallbacks cb;
+    cb.before_step = [](int rank, int step) {
+      if (rank == 1 && step == 3) throw std::runtime_error("stage 1 gave up at step 3");
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      run_training(c, nullptr, cb);
+    } catch (const RunError& e) {
+      message = e.what();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(strategy << ": " << message);
+    REQUIRE(message.find("stage 1 gave up at step 3") != std::string::npos);
+    REQUIRE(seconds < 10);
+  }
+}
