@@ -9,6 +9,7 @@
 #include "app/commands.h"
 #include "app/summary.h"
 #include "core/checkpoint.h"
+#include "core/pipeline_analysis.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 #include "core/trace.h"
@@ -221,6 +222,13 @@ int cmd_demo(int argc, char** argv) {
     RunConfig cfg = base;
     cfg.strategy = s.name;
     cfg.world = s.name == "single" ? 1 : 2;
+    // A pipeline schedule only differs from naive model parallelism with
+    // micro-batches (naive-mp itself takes exactly one).
+    std::string label = s.name;
+    if (is_pipeline_strategy(s.name) && s.name != "naive-mp") {
+      cfg.micro_batches = 4;
+      label += " M=4";
+    }
     const RunResult r = run_training(cfg);
     const std::string path = out + "/" + s.name + ".trace.json";
     write_trace(path, snapshots(r), r.t0_ns, trace_metadata(cfg));
@@ -230,7 +238,7 @@ int cmd_demo(int argc, char** argv) {
       peak = std::max(peak, r.ranks[k].memory.device.peak_total);
       sent = std::max(sent, bytes_sent_per_step(r, static_cast<int>(k)));
     }
-    std::printf("%-10s %5d %12.6f %11.3f ms %16s %16s  %s\n", s.name.c_str(), cfg.world,
+    std::printf("%-10s %5d %12.6f %11.3f ms %16s %16s  %s\n", label.c_str(), cfg.world,
                 r.losses.back(), r.median_step_ms, human_bytes(peak).c_str(),
                 human_bytes(sent).c_str(), path.c_str());
   }
