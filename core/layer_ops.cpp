@@ -1,10 +1,12 @@
-// LayerTape: the MLP layer math of LayerStack, on caller-supplied weights.
+// LayerTape and the one-layer math of LayerStack, on caller-supplied weights.
 #include "core/layer_ops.h"
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "core/precision.h"
 #include "kernels/cpu.h"
 
 namespace shardlab {
@@ -15,64 +17,126 @@ std::string act_name(int layer, const char* what) {
 }
 }  // namespace
 
-LayerTape::LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec)
-    : layout_(layout), alloc_(alloc), rec_(rec) {}
+void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
+                   const void* b, int rows, int d) {
+  const size_t n = static_cast<size_t>(rows) * d;
+  if (dt == DType::f32) {
+    auto* o = static_cast<float*>(out);
+    auto* p = static_cast<float*>(pre);
+    const auto* xf = static_cast<const float*>(x);
+    const auto* wf = static_cast<const float*>(w);
+    const auto* bf = static_cast<const float*>(b);
+    if (p) {
+      kernels::linear_forward(p, xf, wf, bf, rows, d, d);
+      kernels::gelu_forward(o, p, n);
+    } else {
+      kernels::linear_forward(o, xf, wf, bf, rows, d, d);
+    }
+    return;
+  }
+  AsF32 x32(alloc, "upcast.input", x, dt, n);
+  AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
+  AsF32 b32(alloc, "upcast.bias", b, dt, d);
+  AsF32 y = AsF32::scratch(alloc, "upcast.output", out, dt, n);
+  kernels::linear_forward(y.get(), x32.get(), w32.get(), b32.get(), rows, d, d);
+  if (pre) {
+    // The linear's output is rounded to storage before GELU reads it, as
+    // autocast's bf16 matmul output would be; backward sees the same values.
+    store_from_f32(pre, dt, y.get(), n);
+    load_to_f32(y.get(), pre, dt, n);
+    kernels::gelu_forward(y.get(), y.get(), n);
+  }
+  y.store(out);
+}
+
+void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
+                    void* db, const void* x, const void* w, int rows, int d) {
+  const size_t n = static_cast<size_t>(rows) * d;
+  if (dt == DType::f32) {
+    auto* gf = static_cast<float*>(g);
+    if (pre) kernels::gelu_backward(gf, gf, static_cast<const float*>(pre), n);
+    kernels::linear_backward(static_cast<float*>(din), static_cast<float*>(dw),
+                             static_cast<float*>(db), gf, static_cast<const float*>(x),
+                             static_cast<const float*>(w), rows, d, d);
+    return;
+  }
+  AsF32 g32(alloc, "upcast.grad_output", g, dt, n);
+  if (pre) {
+    AsF32 pre32(alloc, "upcast.pre_gelu", pre, dt, n);
+    kernels::gelu_backward(g32.get(), g32.get(), pre32.get(), n);
+  }
+  AsF32 x32(alloc, "upcast.input", x, dt, n);
+  AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
+  // The parameter gradients accumulate in fp32 and are rounded once per layer.
+  AsF32 dw32(alloc, "upcast.weight_grad", dw, dt, static_cast<size_t>(d) * d);
+  AsF32 db32(alloc, "upcast.bias_grad", db, dt, d);
+  std::optional<AsF32> dx;
+  if (din) dx.emplace(AsF32::scratch(alloc, "upcast.grad_input", din, dt, n));
+  kernels::linear_backward(dx ? dx->get() : nullptr, dw32.get(), db32.get(), g32.get(), x32.get(),
+                           w32.get(), rows, d, d);
+  dw32.store(dw);
+  db32.store(db);
+  if (dx) dx->store(din);
+}
+
+LayerTape::LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt)
+    : layout_(layout), alloc_(alloc), rec_(rec), dt_(dt) {}
 
 void LayerTape::begin(const float* input, int rows) {
   if (!layers_.empty()) throw std::logic_error("LayerTape::begin: previous pass not finished");
-  input_ = input;
   rows_ = rows;
   grad_.reset();
+  input_ = input;
+  if (dt_ != DType::f32) {
+    cast_input_ = alloc_.alloc(std::string("batch.x[") + to_string(dt_) + "]",
+                               MemCategory::activations, {rows, layout_.dim()}, dt_);
+    store_from_f32(cast_input_.raw(), dt_, input, cast_input_.numel());
+    input_ = cast_input_.raw();
+  }
 }
 
-const float* LayerTape::forward(int layer, const float* weight, const float* bias) {
+const void* LayerTape::forward(int layer, const void* weight, const void* bias) {
   if (!layers_.empty() && layers_.back().layer + 1 != layer)
     throw std::logic_error("LayerTape::forward: layers must run in order");
   ScopedSpan span(rec_, Lane::compute, SpanKind::forward, layer);
   const int d = layout_.dim();
-  const size_t n = static_cast<size_t>(rows_) * d;
-  const float* x = layers_.empty() ? input_ : layers_.back().out.data<float>();
+  const void* x = layers_.empty() ? input_ : layers_.back().out.raw();
   Saved s{layer, Tensor(),
-          alloc_.alloc(act_name(layer, "output"), MemCategory::activations, {rows_, d})};
-  if (layout_.has_gelu(layer)) {
-    s.pre = alloc_.alloc(act_name(layer, "pre_gelu"), MemCategory::activations, {rows_, d});
-    kernels::linear_forward(s.pre.data<float>(), x, weight, bias, rows_, d, d);
-    kernels::gelu_forward(s.out.data<float>(), s.pre.data<float>(), n);
-  } else {
-    kernels::linear_forward(s.out.data<float>(), x, weight, bias, rows_, d, d);
-  }
+          alloc_.alloc(act_name(layer, "output"), MemCategory::activations, {rows_, d}, dt_)};
+  if (layout_.has_gelu(layer))
+    s.pre = alloc_.alloc(act_name(layer, "pre_gelu"), MemCategory::activations, {rows_, d}, dt_);
+  layer_forward(alloc_, dt_, s.out.raw(), s.pre.empty() ? nullptr : s.pre.raw(), x, weight, bias,
+                rows_, d);
   layers_.push_back(std::move(s));
-  return layers_.back().out.data<float>();
+  return layers_.back().out.raw();
 }
 
-const float* LayerTape::output() const {
+const void* LayerTape::output() const {
   if (layers_.empty()) throw std::logic_error("LayerTape::output: no forward");
-  return layers_.back().out.data<float>();
+  return layers_.back().out.raw();
 }
 
-void LayerTape::begin_backward(const float* dout) {
+void LayerTape::begin_backward(const void* dout) {
   if (layers_.empty()) throw std::logic_error("LayerTape::begin_backward: no forward");
   const int d = layout_.dim();
   grad_ = alloc_.alloc(act_name(layers_.back().layer, "grad_output"), MemCategory::temporary,
-                       {rows_, d});
-  std::memcpy(grad_.data<float>(), dout, grad_.bytes());
+                       {rows_, d}, dt_);
+  std::memcpy(grad_.raw(), dout, grad_.bytes());
 }
 
-void LayerTape::backward(int layer, const float* weight, float* dweight, float* dbias) {
+void LayerTape::backward(int layer, const void* weight, void* dweight, void* dbias) {
   if (layers_.empty() || layers_.back().layer != layer || grad_.empty())
     throw std::logic_error("LayerTape::backward: layers must run in reverse order of forward");
   ScopedSpan span(rec_, Lane::compute, SpanKind::backward, layer);
   const int d = layout_.dim();
-  const size_t n = static_cast<size_t>(rows_) * d;
   Saved& s = layers_.back();
-  float* g = grad_.data<float>();
-  if (!s.pre.empty()) kernels::gelu_backward(g, g, s.pre.data<float>(), n);
   const bool first = layers_.size() == 1;
-  const float* input = first ? input_ : layers_[layers_.size() - 2].out.data<float>();
+  const void* input = first ? input_ : layers_[layers_.size() - 2].out.raw();
   Tensor din;
-  if (!first) din = alloc_.alloc(act_name(layer, "grad_input"), MemCategory::temporary, {rows_, d});
-  kernels::linear_backward(first ? nullptr : din.data<float>(), dweight, dbias, g, input, weight,
-                           rows_, d, d);
+  if (!first)
+    din = alloc_.alloc(act_name(layer, "grad_input"), MemCategory::temporary, {rows_, d}, dt_);
+  layer_backward(alloc_, dt_, grad_.raw(), s.pre.empty() ? nullptr : s.pre.raw(),
+                 first ? nullptr : din.raw(), dweight, dbias, input, weight, rows_, d);
   layers_.pop_back();  // this layer's activations drain as backward walks to the input
   grad_ = std::move(din);
 }

@@ -10,26 +10,44 @@
 
 namespace shardlab {
 
+// One layer's math with every buffer stored in `dt`, shared by LayerTape and
+// LayerStack. fp32 runs the float kernels on the buffers themselves; bf16/fp16
+// upcast the inputs into fp32 temporaries, run the same kernels and round the
+// results back to 2 bytes (compute in fp32, storage and traffic in 2 bytes).
+//
+// pre = x · Wᵀ + b; out = gelu(pre). Without GELU (pre == nullptr): out = x · Wᵀ + b.
+// x, pre, out are [rows, d]; w [d, d]; b [d].
+void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
+                   const void* b, int rows, int d);
+// g [rows, d]: the gradient of the layer's output, overwritten (through GELU when
+// pre is given). dw, db accumulate (+=); din [rows, d] is overwritten (may be null).
+void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
+                    void* db, const void* x, const void* w, int rows, int d);
+
 class LayerTape {
  public:
-  LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec);
+  // `dt`: how weights, activations and gradients are stored (f32, or bf16/f16
+  // under mixed precision; then every pointer below points at 2-byte values).
+  LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt = DType::f32);
 
-  // Starts a pass over `rows` rows; `input` [rows, D] must stay valid until the
-  // last backward. The first layer run forward gets no input gradient.
+  // Starts a pass over `rows` rows; `input` [rows, D] (fp32, the batch) must stay
+  // valid until the last backward. In mixed precision it is first cast to the
+  // tape's dtype (an activation). The first layer gets no input gradient.
   void begin(const float* input, int rows);
 
   // Layer `layer`, in order: out = gelu(x · Wᵀ + b) (no GELU on the model's
   // last layer). x is the previous layer's output, or the input. Keeps what
   // backward needs; returns the output [rows, D].
-  const float* forward(int layer, const float* weight, const float* bias);
-  const float* output() const;  // the last forward's output
+  const void* forward(int layer, const void* weight, const void* bias);
+  const void* output() const;  // the last forward's output
 
   // dout [rows, D] is the gradient of the last forward's output.
-  void begin_backward(const float* dout);
+  void begin_backward(const void* dout);
   // Layer `layer`, in reverse order: dweight and dbias accumulate (+=); the
   // layer's activations are freed as soon as it is done.
-  void backward(int layer, const float* weight, float* dweight, float* dbias);
+  void backward(int layer, const void* weight, void* dweight, void* dbias);
   bool done() const { return layers_.empty(); }
+  DType dtype() const { return dt_; }
 
  private:
   struct Saved {
@@ -40,7 +58,9 @@ class LayerTape {
   const ModelLayout& layout_;
   Allocator& alloc_;
   Recorder* rec_;
-  const float* input_ = nullptr;
+  DType dt_;
+  const void* input_ = nullptr;
+  Tensor cast_input_;  // mixed precision: the input in dt_
   int rows_ = 0;
   std::vector<Saved> layers_;  // in forward order
   Tensor grad_;                // gradient flowing backward: of the next layer's output

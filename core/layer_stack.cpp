@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/layer_ops.h"
+#include "core/precision.h"
 #include "kernels/cpu.h"
 
 namespace shardlab {
@@ -18,14 +20,14 @@ std::string act_name(int layer, const char* what, int mb) {
 }  // namespace
 
 LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc,
-                       Recorder* rec, const std::vector<float>& init_flat)
-    : layout_(layout), first_(first), last_(last), alloc_(alloc), rec_(rec) {
+                       Recorder* rec, const std::vector<float>& init_flat, DType dtype)
+    : layout_(layout), first_(first), last_(last), alloc_(alloc), rec_(rec), dtype_(dtype) {
   for (int l = first; l < last; ++l) {
     for (const ParamInfo* p : {&layout.weight(l), &layout.bias(l)}) {
-      Tensor t = alloc.alloc(p->name, MemCategory::params, p->shape);
-      std::memcpy(t.data<float>(), init_flat.data() + p->offset, p->numel * sizeof(float));
+      Tensor t = alloc.alloc(p->name, MemCategory::params, p->shape, dtype);
+      store_from_f32(t.raw(), dtype, init_flat.data() + p->offset, p->numel);
       params_.push_back(std::move(t));
-      grads_.push_back(alloc.alloc(p->name + ".grad", MemCategory::grads, p->shape));
+      grads_.push_back(alloc.alloc(p->name + ".grad", MemCategory::grads, p->shape, dtype));
     }
   }
 }
@@ -35,28 +37,43 @@ const float* LayerStack::forward(const float* in, int rows, int mb) {
   if (!s.out.empty()) throw std::logic_error("LayerStack::forward: micro-batch already in flight");
   s.input = in;
   s.rows = rows;
-  return forward_saving(s, mb);
+  return static_cast<const float*>(forward_saving(s, mb));
 }
 
-const float* LayerStack::forward_saving(Saved& s, int mb) {
+const void* LayerStack::output(int mb) const {
+  auto it = saved_.find(mb);
+  if (it == saved_.end() || it->second.out.empty() || it->second.out.back().empty())
+    throw std::logic_error("LayerStack::output: no forward for this micro-batch");
+  return it->second.out.back().raw();
+}
+
+const void* LayerStack::stack_input(Saved& s, int mb) {
+  if (dtype_ == DType::f32) return s.input;
+  // Mixed precision: the first layer reads a 2-byte copy of the input (an activation).
+  if (s.cast_input.empty()) {
+    s.cast_input = alloc_.alloc(act_name(first_, "input", mb), MemCategory::activations,
+                                {s.rows, layout_.dim()}, dtype_);
+    store_from_f32(s.cast_input.raw(), dtype_, s.input, s.cast_input.numel());
+  }
+  return s.cast_input.raw();
+}
+
+const void* LayerStack::forward_saving(Saved& s, int mb) {
   const int d = layout_.dim();
   const int rows = s.rows;
-  const size_t n = static_cast<size_t>(rows) * d;
-  const float* x = s.input;
+  const void* x = stack_input(s, mb);
   for (int l = first_; l < last_; ++l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::forward, l, mb);
     // out = gelu(x · Wᵀ + b); the last model layer has no GELU and keeps no pre-activation.
-    Tensor out = alloc_.alloc(act_name(l, "output", mb), MemCategory::activations, {rows, d});
-    if (layout_.has_gelu(l)) {
-      Tensor pre = alloc_.alloc(act_name(l, "pre_gelu", mb), MemCategory::activations, {rows, d});
-      kernels::linear_forward(pre.data<float>(), x, weight(l), bias(l), rows, d, d);
-      kernels::gelu_forward(out.data<float>(), pre.data<float>(), n);
-      s.pre.push_back(std::move(pre));
-    } else {
-      kernels::linear_forward(out.data<float>(), x, weight(l), bias(l), rows, d, d);
-      s.pre.emplace_back();
-    }
-    x = out.data<float>();
+    Tensor out =
+        alloc_.alloc(act_name(l, "output", mb), MemCategory::activations, {rows, d}, dtype_);
+    Tensor pre;
+    if (layout_.has_gelu(l))
+      pre = alloc_.alloc(act_name(l, "pre_gelu", mb), MemCategory::activations, {rows, d}, dtype_);
+    layer_forward(alloc_, dtype_, out.raw(), pre.empty() ? nullptr : pre.raw(), x,
+                  params_[2 * (l - first_)].raw(), params_[2 * (l - first_) + 1].raw(), rows, d);
+    s.pre.push_back(std::move(pre));
+    x = out.raw();
     s.out.push_back(std::move(out));
   }
   return x;
@@ -69,21 +86,19 @@ Tensor LayerStack::forward_keep_input(const float* in, int rows, int mb) {
   s.input = in;
   s.rows = rows;
   const int d = layout_.dim();
-  const size_t n = static_cast<size_t>(rows) * d;
   Tensor prev;  // the previous layer's output: freed once this layer has read it
-  const float* x = in;
+  const void* x = stack_input(s, mb);
   for (int l = first_; l < last_; ++l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::forward, l, mb);
-    Tensor out = alloc_.alloc(act_name(l, "output", mb), MemCategory::activations, {rows, d});
-    if (layout_.has_gelu(l)) {
-      Tensor pre = alloc_.alloc(act_name(l, "pre_gelu", mb), MemCategory::activations, {rows, d});
-      kernels::linear_forward(pre.data<float>(), x, weight(l), bias(l), rows, d, d);
-      kernels::gelu_forward(out.data<float>(), pre.data<float>(), n);
-    } else {
-      kernels::linear_forward(out.data<float>(), x, weight(l), bias(l), rows, d, d);
-    }
+    Tensor out =
+        alloc_.alloc(act_name(l, "output", mb), MemCategory::activations, {rows, d}, dtype_);
+    Tensor pre;
+    if (layout_.has_gelu(l))
+      pre = alloc_.alloc(act_name(l, "pre_gelu", mb), MemCategory::activations, {rows, d}, dtype_);
+    layer_forward(alloc_, dtype_, out.raw(), pre.empty() ? nullptr : pre.raw(), x,
+                  params_[2 * (l - first_)].raw(), params_[2 * (l - first_) + 1].raw(), rows, d);
     prev = std::move(out);
-    x = prev.data<float>();
+    x = prev.raw();
   }
   return prev;
 }
@@ -95,7 +110,7 @@ void LayerStack::recompute(int mb) {
   forward_saving(it->second, mb);
 }
 
-Tensor LayerStack::backward(const float* dout, int mb, bool want_dinput,
+Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
                             const std::function<void(int)>& on_layer_done) {
   auto it = saved_.find(mb);
   if (it == saved_.end() || it->second.out.empty())
@@ -103,24 +118,22 @@ Tensor LayerStack::backward(const float* dout, int mb, bool want_dinput,
   Saved& s = it->second;
   const int d = layout_.dim();
   const int rows = s.rows;
-  const size_t n = static_cast<size_t>(rows) * d;
 
   // g holds the gradient flowing backward: first of this stack's output, then of each layer's
   // input.
-  Tensor g =
-      alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary, {rows, d});
-  std::memcpy(g.data<float>(), dout, n * sizeof(float));
+  Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary, {rows, d},
+                          dtype_);
+  std::memcpy(g.raw(), dout, g.bytes());
   for (int l = last_ - 1; l >= first_; --l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::backward, l, mb);
     const int i = l - first_;
-    if (layout_.has_gelu(l))
-      kernels::gelu_backward(g.data<float>(), g.data<float>(), s.pre[i].data<float>(), n);
-    const float* input = i == 0 ? s.input : s.out[i - 1].data<float>();
+    const void* input = i == 0 ? stack_input(s, mb) : s.out[i - 1].raw();
     Tensor din;
     if (l > first_ || want_dinput)
-      din = alloc_.alloc(act_name(l, "grad_input", mb), MemCategory::temporary, {rows, d});
-    kernels::linear_backward(din.empty() ? nullptr : din.data<float>(), weight_grad(l),
-                             bias_grad(l), g.data<float>(), input, weight(l), rows, d, d);
+      din = alloc_.alloc(act_name(l, "grad_input", mb), MemCategory::temporary, {rows, d}, dtype_);
+    layer_backward(alloc_, dtype_, g.raw(), s.pre[i].empty() ? nullptr : s.pre[i].raw(),
+                   din.empty() ? nullptr : din.raw(), grads_[2 * i].raw(), grads_[2 * i + 1].raw(),
+                   input, params_[2 * i].raw(), rows, d);
     // This layer's saved activations are no longer needed: the memory panel
     // shows them draining as backward walks toward the input.
     s.pre[i].reset();
@@ -157,6 +170,18 @@ std::vector<const float*> LayerStack::grad_ptrs() const {
   return v;
 }
 
+std::vector<void*> LayerStack::param_raw() {
+  std::vector<void*> v;
+  for (Tensor& t : params_) v.push_back(t.raw());
+  return v;
+}
+
+std::vector<void*> LayerStack::grad_raw() {
+  std::vector<void*> v;
+  for (Tensor& t : grads_) v.push_back(t.raw());
+  return v;
+}
+
 std::vector<float*> LayerStack::grad_ptrs_mut() {
   std::vector<float*> v;
   for (Tensor& t : grads_) v.push_back(t.data<float>());
@@ -167,7 +192,7 @@ void LayerStack::copy_params_to(std::vector<float>& flat) const {
   size_t k = 0;
   for (int l = first_; l < last_; ++l)
     for (const ParamInfo* p : {&layout_.weight(l), &layout_.bias(l)}) {
-      std::memcpy(flat.data() + p->offset, params_[k].data<float>(), p->numel * sizeof(float));
+      load_to_f32(flat.data() + p->offset, params_[k].raw(), dtype_, p->numel);
       ++k;
     }
 }

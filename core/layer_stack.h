@@ -2,6 +2,8 @@
 // parameters and gradients (one accounted tensor per PyTorch parameter), and
 // the activations each micro-batch keeps between its forward and backward.
 // `single` and `ddp` hold the whole model; a pipeline stage holds a slice.
+// Under mixed precision (dtype bf16/f16) parameters, gradients and activations
+// are stored in 2 bytes; the float accessors below are for fp32 only.
 #pragma once
 #include <functional>
 #include <map>
@@ -17,21 +19,23 @@ namespace shardlab {
 class LayerStack {
  public:
   LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc, Recorder* rec,
-             const std::vector<float>& init_flat);
+             const std::vector<float>& init_flat, DType dtype = DType::f32);
 
   int first() const { return first_; }
   int last() const { return last_; }
 
   // Runs the layers on in[rows, D]. `in` must stay valid until backward(mb).
-  // Returns the output [rows, D], kept until backward(mb) frees it.
+  // Returns the output [rows, D], kept until backward(mb) frees it (fp32 only;
+  // in any dtype, output(mb) is the same buffer).
   const float* forward(const float* in, int rows, int mb = -1);
+  const void* output(int mb = -1) const;
 
   // dout[rows, D] is the gradient of the output of forward(mb). Parameter
   // gradients accumulate (+=). Each layer's activations are freed as soon as
   // its backward is done, then on_layer_done(layer) runs: that is where DDP
   // starts the all-reduce of a full bucket. Returns the gradient of the
   // input when want_dinput (a pipeline stage sends it back), else an empty tensor.
-  Tensor backward(const float* dout, int mb, bool want_dinput,
+  Tensor backward(const void* dout, int mb, bool want_dinput,
                   const std::function<void(int layer)>& on_layer_done = {});
 
   // Activation recomputation (a pipeline stage with --recompute). Runs the
@@ -54,23 +58,31 @@ class LayerStack {
   std::vector<float*> param_ptrs();
   std::vector<const float*> grad_ptrs() const;
   std::vector<float*> grad_ptrs_mut();
+  // The same, in the stack's dtype (2-byte values under mixed precision).
+  std::vector<void*> param_raw();
+  std::vector<void*> grad_raw();
+  DType dtype() const { return dtype_; }
   // Writes this stack's parameters at their offsets of a full flat vector.
   void copy_params_to(std::vector<float>& flat) const;
 
  private:
-  struct Saved {  // what one micro-batch keeps for backward
-    const float* input = nullptr;
+  struct Saved {                   // what one micro-batch keeps for backward
+    const float* input = nullptr;  // fp32 (the batch, or the previous stage's output)
+    Tensor cast_input;             // mixed precision: the input in the stack's dtype
     int rows = 0;
     std::vector<Tensor> pre;  // pre-GELU values per layer (empty tensor for the last model layer)
     std::vector<Tensor> out;  // output per layer
   };
   // The layers' forward on s.input, keeping every activation in s.
-  const float* forward_saving(Saved& s, int mb);
+  const void* forward_saving(Saved& s, int mb);
+  // What the first layer reads: s.input, or its 2-byte copy under mixed precision.
+  const void* stack_input(Saved& s, int mb);
 
   const ModelLayout& layout_;
   int first_, last_;
   Allocator& alloc_;
   Recorder* rec_;
+  DType dtype_;
   std::vector<Tensor> params_, grads_;
   std::map<int, Saved> saved_;
 };

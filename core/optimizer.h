@@ -1,6 +1,7 @@
 // SGD and AdamW over a list of parameter ranges. The state is allocated per
 // range through the accounting allocator, so a ZeRO rank that owns one shard
-// holds optimizer state for that shard only.
+// holds optimizer state for that shard only. In mixed precision the state
+// also holds an fp32 master copy of every range (the ZeRO paper's K = 12).
 #pragma once
 #include <string>
 #include <vector>
@@ -13,19 +14,40 @@ namespace shardlab {
 class Optimizer {
  public:
   struct Range {
-    std::string name;  // state is named "<name>.exp_avg", "<name>.exp_avg_sq"
+    std::string name;  // state is named "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.master"
     size_t numel;
   };
-  Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::vector<Range>& ranges);
+  // `param_dtype` is how the model stores the parameters it computes with:
+  // f32, or bf16/f16 for mixed precision (then fp32 masters are kept here).
+  // `pool`: where the state lives (the host for ZeRO-Offload).
+  Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::vector<Range>& ranges,
+            DType param_dtype = DType::f32, Pool pool = Pool::device);
 
-  // One update: params[i] and grads[i] point at range i.
+  // One fp32 update: params[i] and grads[i] point at range i.
   void step(const std::vector<float*>& params, const std::vector<const float*>& grads);
+
+  // One mixed-precision update: grads[i] (param_dtype) times grad_scale are
+  // upcast into an fp32 temporary, master i takes the fp32 step, and params[i]
+  // (param_dtype) receives the master rounded to 2 bytes.
+  void step_mixed(const std::vector<void*>& params, const std::vector<const void*>& grads,
+                  float grad_scale);
+
+  bool mixed() const { return param_dtype_ != DType::f32; }
+  // Mixed precision: range i's fp32 master weights (filled by the owner at setup).
+  float* master(size_t i) { return master_[i].data<float>(); }
+  const float* master(size_t i) const { return master_[i].data<float>(); }
+  const std::vector<Range>& ranges() const { return ranges_; }
   int64_t steps_taken() const { return t_; }
 
  private:
+  void update(size_t i, float* param, const float* grad);
+
   OptimizerConfig cfg_;
+  Allocator& alloc_;
   std::vector<Range> ranges_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  DType param_dtype_;
+  Pool pool_;
+  std::vector<Tensor> master_, exp_avg_, exp_avg_sq_;
   int64_t t_ = 0;
 };
 

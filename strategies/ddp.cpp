@@ -8,10 +8,18 @@
 // --no-overlap the same all-reduces run only after backward, and the step
 // grows by their length. In the memory panel: every rank carries the full
 // params + grads + optimizer state (the redundancy ZeRO removes), plus the buckets.
+//
+// Mixed precision (--precision bf16|fp16): the replica computes with 2-byte
+// params, and its 2-byte gradients travel in 2-byte buckets, so the
+// all-reduce moves half the bytes; the optimizer keeps fp32 masters and
+// moments (2 + 2 + 12 = 16 bytes a parameter, as fp32 AdamW). After the
+// all-reduce every rank holds the same gradients, so fp16's overflow check
+// needs no vote: every rank reaches the same skip decision on its own.
 #include <algorithm>
 #include <cstring>
 
 #include "core/layer_stack.h"
+#include "core/precision.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
 
@@ -32,21 +40,29 @@ class Ddp final : public Strategy {
   void setup(RankEnv& env, const std::vector<float>& init) override {
     env_ = &env;
     const ModelLayout& layout = env.layout;
-    model_ = std::make_unique<LayerStack>(layout, 0, layout.num_layers(), env.alloc, env.rec, init);
-    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges());
+    mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
+    const DType dt = mp_->dtype();
+    model_ =
+        std::make_unique<LayerStack>(layout, 0, layout.num_layers(), env.alloc, env.rec, init, dt);
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
+    if (optimizer_->mixed())
+      for (size_t i = 0; i < layout.params().size(); ++i)
+        std::memcpy(optimizer_->master(i), init.data() + layout.params()[i].offset,
+                    layout.params()[i].numel * sizeof(float));
 
     // Phase 0 — replicate: like torch DDP's constructor, broadcast rank 0's
     // parameters so every replica starts from exactly the same weights.
-    std::vector<float*> params = model_->param_ptrs();
+    std::vector<void*> params = model_->param_raw();
     for (size_t i = 0; i < params.size(); ++i)
-      env.comm->broadcast(params[i], layout.params()[i].numel, DType::f32, 0,
+      env.comm->broadcast(params[i], layout.params()[i].numel, dt, 0,
                           CommMeta{layout.params()[i].layer, -1});
 
     // Buckets fill in the order backward produces gradients: last layer first.
     // As in torch DDP, the first bucket is capped at 1 MiB so that the first
     // all-reduce starts early in backward instead of after most of it.
-    const size_t cap = static_cast<size_t>(env.cfg.bucket_mb * 1024 * 1024 / sizeof(float));
-    const size_t first_cap = std::min(cap, size_t{1024 * 1024 / sizeof(float)});
+    // The caps are in bytes, as torch's bucket_cap_mb: a 2-byte bucket holds twice the values.
+    const size_t cap = static_cast<size_t>(env.cfg.bucket_mb * 1024 * 1024 / mp_->bytes());
+    const size_t first_cap = std::min(cap, size_t{1024 * 1024} / mp_->bytes());
     for (int i = static_cast<int>(layout.params().size()) - 1; i >= 0; --i) {
       const ParamInfo& p = layout.params()[i];
       const size_t limit = buckets_.size() <= 1 ? first_cap : cap;
@@ -60,7 +76,7 @@ class Ddp final : public Strategy {
     }
     for (size_t k = 0; k < buckets_.size(); ++k)
       buckets_[k].buffer = env.alloc.alloc("ddp.bucket." + std::to_string(k),
-                                           MemCategory::comm_buffers, buckets_[k].numel);
+                                           MemCategory::comm_buffers, buckets_[k].numel, dt);
   }
 
   LossShare step(int step) override {
@@ -77,13 +93,13 @@ class Ddp final : public Strategy {
     // the gradient of the mean over the global batch.
     model_->zero_grads();
     for (Bucket& bk : buckets_) bk.pending = static_cast<int>(bk.params.size());
-    const float* pred = model_->forward(x.data<float>(), b);
-    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
+    model_->forward(x.data<float>(), b);
+    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, mp_->dtype());
     double loss;
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::loss);
       const size_t n = static_cast<size_t>(b) * D;
-      loss = kernels::mse_forward_backward(dpred.data<float>(), pred, y.data<float>(), n, n);
+      loss = mp_->mse_loss(env_->alloc, dpred.raw(), model_->output(), y.data<float>(), n, n);
     }
 
     // Phase 2 — backward. With overlap, each layer's completion may fill a
@@ -96,21 +112,25 @@ class Ddp final : public Strategy {
         if (bk.pending == 0 && !bk.work.valid()) launch(bk);
       }
     };
-    model_->backward(dpred.data<float>(), -1, false, on_layer_done);
+    model_->backward(dpred.raw(), -1, false, on_layer_done);
     if (!cfg.overlap)
       for (Bucket& bk : buckets_) launch(bk);
 
     // Phase 3 — wait for every bucket, average, and write the gradients back.
+    // (2-byte gradients are averaged inside the fp32 update instead, so they
+    // are rounded only once, by the all-reduce.)
+    const float average = 1.0f / static_cast<float>(W);
     for (Bucket& bk : buckets_) {
       bk.work.wait();
       bk.work = Work();
-      unpack(bk, 1.0f / static_cast<float>(W));
+      unpack(bk, average);
     }
 
     // Phase 4 — every rank applies the same update to its own replica.
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
-      optimizer_->step(model_->param_ptrs(), model_->grad_ptrs());
+      mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), mp_->mixed() ? average : 1.0f,
+                nullptr);
     }
     return {loss * b, b};
   }
@@ -119,35 +139,47 @@ class Ddp final : public Strategy {
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());
     model_->copy_params_to(flat);
+    if (optimizer_->mixed())  // the model's weights are the fp32 masters
+      for (size_t i = 0; i < env_->layout.params().size(); ++i)
+        std::memcpy(flat.data() + env_->layout.params()[i].offset, optimizer_->master(i),
+                    env_->layout.params()[i].numel * sizeof(float));
     return flat;
   }
 
  private:
   void launch(Bucket& bk) {
-    float* dst = bk.buffer.data<float>();
-    std::vector<float*> grads = model_->grad_ptrs_mut();
+    size_t at_value = 0;
+    std::vector<void*> grads = model_->grad_raw();
     for (int i : bk.params) {
       const size_t n = env_->layout.params()[i].numel;
-      std::memcpy(dst, grads[i], n * sizeof(float));
-      dst += n;
+      std::memcpy(at(bk.buffer, at_value), grads[i], n * mp_->bytes());
+      at_value += n;
     }
-    bk.work = env_->comm->all_reduce_async(bk.buffer.raw(), bk.numel, DType::f32,
+    bk.work = env_->comm->all_reduce_async(bk.buffer.raw(), bk.numel, mp_->dtype(),
                                            CommMeta{bk.lowest_layer, -1});
   }
 
+  // Writes the reduced bucket back into the gradients, times `scale` (fp32 only).
   void unpack(Bucket& bk, float scale) {
-    const float* src = bk.buffer.data<float>();
-    std::vector<float*> grads = model_->grad_ptrs_mut();
+    size_t at_value = 0;
+    std::vector<void*> grads = model_->grad_raw();
     for (int i : bk.params) {
       const size_t n = env_->layout.params()[i].numel;
-      for (size_t j = 0; j < n; ++j) grads[i][j] = src[j] * scale;
-      src += n;
+      if (mp_->mixed()) {
+        std::memcpy(grads[i], at(bk.buffer, at_value), n * mp_->bytes());
+      } else {
+        const float* src = bk.buffer.data<float>() + at_value;
+        float* dst = static_cast<float*>(grads[i]);
+        for (size_t j = 0; j < n; ++j) dst[j] = src[j] * scale;
+      }
+      at_value += n;
     }
   }
 
   RankEnv* env_ = nullptr;
   std::unique_ptr<LayerStack> model_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MixedPrecision> mp_;
+  std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
   std::vector<Bucket> buckets_;
 };
 
@@ -156,7 +188,6 @@ const bool registered = register_strategy({
     "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped with backward",
     [] { return std::make_unique<Ddp>(); },
     [](const RunConfig& cfg) {
-      require_fp32(cfg);
       if (cfg.batch % cfg.world != 0)
         throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
                           std::to_string(cfg.world) + " (valid: a multiple of " +

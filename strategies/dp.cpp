@@ -16,6 +16,12 @@
 // copying the whole model again. That is why DDP — every rank a full peer that
 // keeps its own replica and all-reduces gradients — replaced it.
 //
+// Mixed precision (--precision bf16|fp16): device 0's module is 2-byte params
+// and grads with fp32 masters in its optimizer state; the replicas, the
+// gathered outputs, the output gradients and the gradients sent back are all 2
+// bytes a value, so every copy but the (fp32) batch rows halves. Device 0 alone
+// checks fp16 gradients for overflow, so no vote is needed.
+//
 // Here the controller is the thread of rank 0 (which is also device 0); each
 // other rank's thread is that device's worker. They meet at a PhaseBarrier
 // after each phase; what device 0 publishes between two barriers is in DpShared.
@@ -27,9 +33,11 @@
 
 #include "core/layer_ops.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
+#include "kernels/precision.h"
 
 namespace shardlab {
 namespace {
@@ -114,11 +122,12 @@ struct DpShared {
   DpShared(int world, std::chrono::milliseconds timeout)
       : barrier(world, timeout), grad_inbox(world, nullptr) {}
   PhaseBarrier barrier;
-  std::vector<const float*> params;  // device 0's parameters, in model order
-  const float* x = nullptr;          // the global batch [B, D]
-  float* outputs = nullptr;          // [B, D]: every device's output, gathered
-  const float* dout = nullptr;       // [B, D]: gradient of the loss w.r.t. the outputs
-  std::vector<float*> grad_inbox;    // [k]: device k's gradients, flat in model order
+  // Below, every buffer but the batch is in the run's storage dtype (fp32, or 2 bytes).
+  std::vector<const void*> params;  // device 0's parameters, in model order
+  const float* x = nullptr;         // the global batch [B, D], fp32
+  void* outputs = nullptr;          // [B, D]: every device's output, gathered
+  const void* dout = nullptr;       // [B, D]: gradient of the loss w.r.t. the outputs
+  std::vector<void*> grad_inbox;    // [k]: device k's gradients, flat in model order
 };
 
 class Dp final : public Strategy {
@@ -136,17 +145,24 @@ class Dp final : public Strategy {
     rank_ = env.rank;
     shared_ = env.shared.get_or_create<DpShared>("dp", env.world,
                                                  std::chrono::milliseconds(env.cfg.timeout_ms));
+    mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
     if (env.rank != 0) return;  // the other devices hold nothing between steps
     // Device 0 holds the module: the only persistent parameters, gradients and optimizer.
+    const DType dt = mp_->dtype();
     for (const ParamInfo& p : env.layout.params()) {
-      Tensor t = env.alloc.alloc(p.name, MemCategory::params, p.shape);
-      std::memcpy(t.data<float>(), init.data() + p.offset, p.numel * sizeof(float));
+      Tensor t = env.alloc.alloc(p.name, MemCategory::params, p.shape, dt);
+      store_from_f32(t.raw(), dt, init.data() + p.offset, p.numel);
       params_.push_back(std::move(t));
-      grads_.push_back(env.alloc.alloc(p.name + ".grad", MemCategory::grads, p.shape));
+      grads_.push_back(env.alloc.alloc(p.name + ".grad", MemCategory::grads, p.shape, dt));
     }
     std::vector<Optimizer::Range> ranges;
     for (const ParamInfo& p : env.layout.params()) ranges.push_back({p.name, p.numel});
-    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges);
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges, dt);
+    if (optimizer_->mixed())
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        const ParamInfo& p = env.layout.params()[i];
+        std::memcpy(optimizer_->master(i), init.data() + p.offset, p.numel * sizeof(float));
+      }
   }
 
   LossShare step(int step) override {
@@ -157,6 +173,8 @@ class Dp final : public Strategy {
     const int b = B / W, k = env.rank;
     const bool device0 = k == 0;
     const size_t slice = static_cast<size_t>(b) * D;  // values in one device's rows
+    const DType dt = mp_->dtype();
+    const size_t es = mp_->bytes();  // bytes per stored value
 
     // Phase 0 — device 0 holds the whole batch, as a DataParallel user's loop
     // does, and prepares what the others will copy from or into.
@@ -165,34 +183,33 @@ class Dp final : public Strategy {
       x = env.alloc.alloc("batch.x", MemCategory::activations, {B, D});
       y = env.alloc.alloc("batch.y", MemCategory::activations, {B, D});
       env.data.rows(step, 0, B, x.data<float>(), y.data<float>());
-      outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D});
+      outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D}, dt);
       for (Tensor& g : grads_) std::memset(g.raw(), 0, g.bytes());
       sh.params.clear();
-      for (Tensor& p : params_) sh.params.push_back(p.data<float>());
+      for (Tensor& p : params_) sh.params.push_back(p.raw());
       sh.x = x.data<float>();
-      sh.outputs = outputs.data<float>();
+      sh.outputs = outputs.raw();
     }
     sh.barrier.arrive_and_wait(k, "broadcast");
 
     // Phase 1 — replicate: every other device copies the current weights from
     // device 0 into a fresh replica (and makes room for its gradients).
     std::vector<Tensor> replica, replica_grads;
-    std::vector<float*> w, dw;  // this device's parameters and gradients, in model order
+    std::vector<void*> w, dw;  // this device's parameters and gradients, in model order
     if (device0) {
-      for (Tensor& p : params_) w.push_back(p.data<float>());
-      for (Tensor& g : grads_) dw.push_back(g.data<float>());
+      for (Tensor& p : params_) w.push_back(p.raw());
+      for (Tensor& g : grads_) dw.push_back(g.raw());
     } else {
       for (const ParamInfo& p : layout.params()) {
-        replica.push_back(env.alloc.alloc(p.name + kReplica, MemCategory::params, p.shape));
+        replica.push_back(env.alloc.alloc(p.name + kReplica, MemCategory::params, p.shape, dt));
         replica_grads.push_back(
-            env.alloc.alloc(p.name + kReplica + ".grad", MemCategory::grads, p.shape));
-        w.push_back(replica.back().data<float>());
-        dw.push_back(replica_grads.back().data<float>());
+            env.alloc.alloc(p.name + kReplica + ".grad", MemCategory::grads, p.shape, dt));
+        w.push_back(replica.back().raw());
+        dw.push_back(replica_grads.back().raw());
       }
       for (int l = 0; l < L; ++l)
         for (int i : {2 * l, 2 * l + 1})
-          copy(w[i], sh.params[i], layout.params()[i].numel * sizeof(float), SpanKind::broadcast,
-               l);
+          copy(w[i], sh.params[i], layout.params()[i].numel * es, SpanKind::broadcast, l);
     }
 
     // Phase 2 — scatter: device k takes rows [k·b, (k+1)·b) of the batch.
@@ -206,15 +223,16 @@ class Dp final : public Strategy {
     }
 
     // Phase 3 — forward on every device at once, each on its own rows.
-    LayerTape tape(layout, env.alloc, env.rec);
+    LayerTape tape(layout, env.alloc, env.rec, dt);
     tape.begin(in, b);
     for (int l = 0; l < L; ++l) tape.forward(l, w[2 * l], w[2 * l + 1]);
 
     // Phase 4 — gather the outputs onto device 0, in rank order.
+    char* outputs_at = static_cast<char*>(sh.outputs) + k * slice * es;
     if (device0)
-      std::memcpy(sh.outputs, tape.output(), slice * sizeof(float));
+      std::memcpy(outputs_at, tape.output(), slice * es);
     else
-      copy(sh.outputs + k * slice, tape.output(), slice * sizeof(float), SpanKind::gather, L - 1);
+      copy(outputs_at, tape.output(), slice * es, SpanKind::gather, L - 1);
     sh.barrier.arrive_and_wait(k, "gather");
 
     // Phase 5 — the loss, on device 0 only, over the whole batch; the other
@@ -223,17 +241,17 @@ class Dp final : public Strategy {
     Tensor dout;
     std::vector<Tensor> inbox;
     if (device0) {
-      dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {B, D});
+      dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {B, D}, dt);
       {
         ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
         const size_t n = static_cast<size_t>(B) * D;
-        loss = kernels::mse_forward_backward(dout.data<float>(), sh.outputs, y.data<float>(), n, n);
+        loss = mp_->mse_loss(env.alloc, dout.raw(), sh.outputs, y.data<float>(), n, n);
       }
-      sh.dout = dout.data<float>();
+      sh.dout = dout.raw();
       for (int j = 1; j < W; ++j) {
         inbox.push_back(env.alloc.alloc("grads[from device " + std::to_string(j) + "]",
-                                        MemCategory::comm_buffers, layout.total()));
-        sh.grad_inbox[j] = inbox.back().data<float>();
+                                        MemCategory::comm_buffers, layout.total(), dt));
+        sh.grad_inbox[j] = inbox.back().raw();
       }
     }
     sh.barrier.arrive_and_wait(k, "scatter");
@@ -242,12 +260,12 @@ class Dp final : public Strategy {
     // once. The loss was the mean over the whole batch, so the replicas'
     // gradients only need summing, not averaging.
     Tensor my_dout;
-    const float* g = sh.dout;
+    const void* g = sh.dout;
     if (!device0) {
-      my_dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
-      copy(my_dout.data<float>(), sh.dout + k * slice, slice * sizeof(float), SpanKind::scatter,
-           L - 1);
-      g = my_dout.data<float>();
+      my_dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, dt);
+      copy(my_dout.raw(), static_cast<const char*>(sh.dout) + k * slice * es, slice * es,
+           SpanKind::scatter, L - 1);
+      g = my_dout.raw();
     }
     tape.begin_backward(g);
     for (int l = L - 1; l >= 0; --l) {
@@ -257,7 +275,8 @@ class Dp final : public Strategy {
       if (!device0)
         for (int i : {2 * l + 1, 2 * l}) {
           const ParamInfo& p = layout.params()[i];
-          copy(sh.grad_inbox[k] + p.offset, dw[i], p.numel * sizeof(float), SpanKind::reduce, l);
+          copy(static_cast<char*>(sh.grad_inbox[k]) + p.offset * es, dw[i], p.numel * es,
+               SpanKind::reduce, l);
         }
     }
     replica.clear();  // the replica dies with the step
@@ -272,19 +291,27 @@ class Dp final : public Strategy {
       for (const Tensor& from : inbox)
         for (size_t i = 0; i < grads_.size(); ++i) {
           const ParamInfo& p = layout.params()[i];
-          float* acc = grads_[i].data<float>();
-          const float* src = from.data<float>() + p.offset;
-          for (size_t j = 0; j < p.numel; ++j) acc[j] += src[j];
+          if (dt == DType::f32) {
+            float* acc = grads_[i].data<float>();
+            const float* src = from.data<float>() + p.offset;
+            for (size_t j = 0; j < p.numel; ++j) acc[j] += src[j];
+          } else {  // summed in fp32, rounded once per addition, as a bf16/fp16 reduce does
+            auto* acc = grads_[i].data<uint16_t>();
+            const uint16_t* src = from.data<uint16_t>() + p.offset;
+            if (dt == DType::bf16)
+              kernels::sum_bf16(acc, acc, src, p.numel);
+            else
+              kernels::sum_fp16(acc, acc, src, p.numel);
+          }
         }
     }
     inbox.clear();
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      std::vector<float*> params;
-      std::vector<const float*> grads;
-      for (Tensor& p : params_) params.push_back(p.data<float>());
-      for (Tensor& gr : grads_) grads.push_back(gr.data<float>());
-      optimizer_->step(params, grads);
+      std::vector<void*> params, grads;
+      for (Tensor& p : params_) params.push_back(p.raw());
+      for (Tensor& gr : grads_) grads.push_back(gr.raw());
+      mp_->step(*optimizer_, params, grads, 1.0f, nullptr);  // only device 0 updates: no vote
     }
     return {loss * B, B};
   }
@@ -294,7 +321,9 @@ class Dp final : public Strategy {
     std::vector<float> flat(env_->layout.total());
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamInfo& p = env_->layout.params()[i];
-      std::memcpy(flat.data() + p.offset, params_[i].data<float>(), p.numel * sizeof(float));
+      // The model's weights: the fp32 masters in mixed precision.
+      const float* src = optimizer_->mixed() ? optimizer_->master(i) : params_[i].data<float>();
+      std::memcpy(flat.data() + p.offset, src, p.numel * sizeof(float));
     }
     return flat;
   }
@@ -319,7 +348,8 @@ class Dp final : public Strategy {
   int rank_ = 0;
   std::shared_ptr<DpShared> shared_;
   std::vector<Tensor> params_, grads_;  // device 0 only
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MixedPrecision> mp_;
+  std::unique_ptr<Optimizer> optimizer_;  // device 0 only; fp32 masters in mixed precision
 };
 
 const bool registered = register_strategy({
@@ -328,7 +358,6 @@ const bool registered = register_strategy({
     "outputs, reduces gradients and updates",
     [] { return std::make_unique<Dp>(); },
     [](const RunConfig& cfg) {
-      require_fp32(cfg);
       require_batch_divisible(cfg);
       if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
     },

@@ -18,11 +18,16 @@
 //   before its all-gather (copy_h2d), each reduced gradient shard is copied back
 //   (copy_d2h), and the optimizer steps on the host. The device pool then holds
 //   no model state at all, only what is in flight; the lesson is the traffic.
+// - Mixed precision (--precision bf16|fp16): the flat parameter shards, their
+//   gradients, every gather, reduce-scatter and host copy are 2 bytes a value;
+//   the fp32 master shard is optimizer state (K = 12) and, with --offload, is
+//   updated on the host, whose rounded result is what goes back up.
 #include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
@@ -46,40 +51,6 @@ struct PendingReduce {
   Work work;
 };
 
-// ZeRO-Offload's CPU optimizer: the math of core's Optimizer (torch's AdamW,
-// plain SGD), with its state allocated in the host pool next to the shards it updates.
-class HostOptimizer {
- public:
-  HostOptimizer(const OptimizerConfig& cfg, Allocator& alloc,
-                const std::vector<Optimizer::Range>& ranges)
-      : cfg_(cfg), ranges_(ranges) {
-    if (cfg.kind != OptimizerKind::adamw) return;  // SGD keeps no state
-    for (const Optimizer::Range& r : ranges) {
-      exp_avg_.push_back(alloc.alloc(r.name + ".exp_avg", MemCategory::optimizer_state, r.numel,
-                                     DType::f32, Pool::host));
-      exp_avg_sq_.push_back(alloc.alloc(r.name + ".exp_avg_sq", MemCategory::optimizer_state,
-                                        r.numel, DType::f32, Pool::host));
-    }
-  }
-  void step(const std::vector<float*>& params, const std::vector<const float*>& grads) {
-    ++t_;
-    const kernels::AdamWParams h{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay};
-    for (size_t i = 0; i < ranges_.size(); ++i) {
-      if (cfg_.kind == OptimizerKind::sgd)
-        kernels::sgd_step(params[i], grads[i], ranges_[i].numel, cfg_.lr);
-      else
-        kernels::adamw_step(params[i], grads[i], exp_avg_[i].data<float>(),
-                            exp_avg_sq_[i].data<float>(), ranges_[i].numel, h, t_);
-    }
-  }
-
- private:
-  OptimizerConfig cfg_;
-  std::vector<Optimizer::Range> ranges_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
-  int64_t t_ = 0;
-};
-
 class Fsdp final : public Strategy {
  public:
   void setup(RankEnv& env, const std::vector<float>& init) override {
@@ -87,21 +58,29 @@ class Fsdp final : public Strategy {
     offload_ = env.cfg.offload;
     const Pool pool = offload_ ? Pool::host : Pool::device;
     units_ = make_flat_groups(env.layout, env.cfg.fsdp_unit, env.world);
+    mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
+    const DType dt = mp_->dtype();
     std::vector<Optimizer::Range> shards;
+    std::vector<std::vector<float>> init_shards;
     for (const FlatGroup& u : units_) {
       // Every rank was handed the same initial weights; it keeps only its slice.
-      Tensor p = env.alloc.alloc(u.shard_name(env.rank), MemCategory::params, u.plan.shard,
-                                 DType::f32, pool);
-      read_group_values(p.data<float>(), u, init, u.plan.begin(env.rank), u.plan.shard);
+      std::vector<float>& values = init_shards.emplace_back(u.plan.shard);
+      read_group_values(values.data(), u, init, u.plan.begin(env.rank), u.plan.shard);
+      Tensor p =
+          env.alloc.alloc(u.shard_name(env.rank), MemCategory::params, u.plan.shard, dt, pool);
+      store_from_f32(p.raw(), dt, values.data(), values.size());
       param_shards_.push_back(std::move(p));
       grad_shards_.push_back(env.alloc.alloc(u.shard_name(env.rank) + ".grad", MemCategory::grads,
-                                             u.plan.shard, DType::f32, pool));
+                                             u.plan.shard, dt, pool));
       shards.push_back({u.shard_name(env.rank), u.plan.shard});
     }
-    if (offload_)
-      host_optimizer_ = std::make_unique<HostOptimizer>(env.cfg.optimizer, env.alloc, shards);
-    else
-      optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards);
+    // With --offload this is ZeRO-Offload's CPU optimizer: its state (and the
+    // fp32 masters) in the host pool, next to the shards it updates.
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, pool);
+    if (optimizer_->mixed())
+      for (const FlatGroup& u : units_)
+        std::memcpy(optimizer_->master(u.index), init_shards[u.index].data(),
+                    u.plan.shard * sizeof(float));
   }
 
   LossShare step(int step) override {
@@ -116,7 +95,8 @@ class Fsdp final : public Strategy {
 
     // Phase 1 — forward, unit by unit: gather the unit's flat parameter, run
     // its layers, then reshard (free it) or, with --no-reshard, keep it.
-    LayerTape tape(env.layout, env.alloc, env.rec);
+    const DType dt = mp_->dtype();
+    LayerTape tape(env.layout, env.alloc, env.rec, dt);
     tape.begin(x.data<float>(), b);
     std::vector<Gathered> kept(U);
     for (int u = 0; u < U; ++u) {
@@ -126,13 +106,12 @@ class Fsdp final : public Strategy {
         tape.forward(l, weight(cur, l), bias(cur, l));
       if (!reshard) kept[u] = std::move(cur);
     }  // a resharded unit's gathered buffer is freed here, at the end of its iteration
-    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
+    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, dt);
     double loss;
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
       const size_t n = static_cast<size_t>(b) * D;
-      loss =
-          kernels::mse_forward_backward(dpred.data<float>(), tape.output(), y.data<float>(), n, n);
+      loss = mp_->mse_loss(env.alloc, dpred.raw(), tape.output(), y.data<float>(), n, n);
     }
 
     // Phase 2 — backward, last unit first. The unit must be whole again
@@ -140,7 +119,7 @@ class Fsdp final : public Strategy {
     // started before this unit's gradient is computed. The unit's gradient is
     // reduce-scattered into this rank's shard, and the full gradient freed as
     // soon as that is done.
-    tape.begin_backward(dpred.data<float>());
+    tape.begin_backward(dpred.raw());
     auto whole = [&](int u) { return kept[u].valid() ? std::move(kept[u]) : gather(u); };
     std::deque<PendingReduce> pending;
     Gathered next = whole(U - 1);
@@ -150,10 +129,10 @@ class Fsdp final : public Strategy {
       wait(cur);
       const FlatGroup& g = units_[u];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
-                                    g.plan.padded());
+                                    g.plan.padded(), dt);
       for (int l = g.last - 1; l >= g.first; --l)
-        tape.backward(l, weight(cur, l), full.data<float>() + g.weight_offset(env.layout, l),
-                      full.data<float>() + g.bias_offset(env.layout, l));
+        tape.backward(l, weight(cur, l), at(full, g.weight_offset(env.layout, l)),
+                      at(full, g.bias_offset(env.layout, l)));
       cur.params.reset();
       reduce(u, std::move(full), pending);
       free_reduced(pending, /*keep_at_most=*/2);
@@ -162,26 +141,24 @@ class Fsdp final : public Strategy {
     free_reduced(pending, 0);
 
     // Phase 3 — each rank updates its own shard of every unit (on the host
-    // with --offload) with the average gradient, sum / N.
-    std::vector<float*> params;
-    std::vector<const float*> grads;
+    // with --offload) with the average gradient, sum / N. (fp16: a step whose
+    // gradients overflowed on any rank is skipped on all, by a vote.)
+    std::vector<void*> params, grads;
     for (const FlatGroup& g : units_) {
-      float* grad = grad_shards_[g.index].data<float>();
-      kernels::scale(grad, g.plan.shard, 1.0f / static_cast<float>(W));
-      params.push_back(param_shards_[g.index].data<float>());
-      grads.push_back(grad);
+      params.push_back(param_shards_[g.index].raw());
+      grads.push_back(grad_shards_[g.index].raw());
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      if (offload_)
-        host_optimizer_->step(params, grads);
-      else
-        optimizer_->step(params, grads);
+      mp_->step(*optimizer_, params, grads, 1.0f / static_cast<float>(W), env.comm);
     }
     return {loss * b, b};
   }
 
   std::vector<float> export_params() override {
+    if (optimizer_->mixed())
+      return gather_master_params(*env_->comm, env_->alloc, env_->layout.total(), units_,
+                                  *optimizer_, offload_);
     std::vector<const float*> shards;
     for (const Tensor& t : param_shards_) shards.push_back(t.data<float>());
     return gather_model_params(*env_->comm, env_->alloc, env_->layout.total(), units_, shards,
@@ -197,13 +174,14 @@ class Fsdp final : public Strategy {
     out.unit = u;
     const void* shard = param_shards_[u].raw();
     if (offload_) {
-      out.staged =
-          env_->alloc.alloc(g.shard_name(env_->rank), MemCategory::comm_buffers, g.plan.shard);
+      out.staged = env_->alloc.alloc(g.shard_name(env_->rank), MemCategory::comm_buffers,
+                                     g.plan.shard, mp_->dtype());
       copy(out.staged.raw(), shard, out.staged.bytes(), CopyKind::host_to_device, g.first);
       shard = out.staged.raw();
     }
-    out.params = env_->alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded());
-    out.work = env_->comm->all_gather_async(shard, out.params.raw(), g.plan.counts(), DType::f32,
+    out.params = env_->alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded(),
+                                   mp_->dtype());
+    out.work = env_->comm->all_gather_async(shard, out.params.raw(), g.plan.counts(), mp_->dtype(),
                                             CommMeta{g.first, -1});
     return out;
   }
@@ -222,10 +200,10 @@ class Fsdp final : public Strategy {
     void* out = grad_shards_[u].raw();
     if (offload_) {
       p.staged = env_->alloc.alloc(g.shard_name(env_->rank) + ".grad", MemCategory::comm_buffers,
-                                   g.plan.shard);
+                                   g.plan.shard, mp_->dtype());
       out = p.staged.raw();
     }
-    p.work = env_->comm->reduce_scatter_async(full.raw(), out, g.plan.counts(), DType::f32,
+    p.work = env_->comm->reduce_scatter_async(full.raw(), out, g.plan.counts(), mp_->dtype(),
                                               CommMeta{g.first, -1});
     p.unreduced = std::move(full);
     pending.push_back(std::move(p));
@@ -253,11 +231,11 @@ class Fsdp final : public Strategy {
     env_->device.copy(dst, src, bytes, kind);
   }
 
-  const float* weight(Gathered& g, int l) {
-    return g.params.data<float>() + units_[g.unit].weight_offset(env_->layout, l);
+  const void* weight(Gathered& g, int l) {
+    return at(g.params, units_[g.unit].weight_offset(env_->layout, l));
   }
-  const float* bias(Gathered& g, int l) {
-    return g.params.data<float>() + units_[g.unit].bias_offset(env_->layout, l);
+  const void* bias(Gathered& g, int l) {
+    return at(g.params, units_[g.unit].bias_offset(env_->layout, l));
   }
 
   RankEnv* env_ = nullptr;
@@ -265,8 +243,8 @@ class Fsdp final : public Strategy {
   std::vector<FlatGroup> units_;
   std::vector<Tensor> param_shards_;  // layers.A-B.flat[shard r/N] (host pool with --offload)
   std::vector<Tensor> grad_shards_;   // layers.A-B.flat[shard r/N].grad
-  std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<HostOptimizer> host_optimizer_;
+  std::unique_ptr<MixedPrecision> mp_;
+  std::unique_ptr<Optimizer> optimizer_;  // on the host with --offload; fp32 masters when mixed
 };
 
 const bool registered = register_strategy({
@@ -275,7 +253,6 @@ const bool registered = register_strategy({
     "reshard after forward, backward prefetch, optional CPU offload",
     [] { return std::make_unique<Fsdp>(); },
     [](const RunConfig& cfg) {
-      require_fp32(cfg);
       require_batch_divisible(cfg);
       const int layers = ModelSpec::parse(cfg.model).layers;
       if (cfg.fsdp_unit < 1 || cfg.fsdp_unit > layers)

@@ -1,8 +1,11 @@
 // `single`: the whole model and the whole batch on one device. Every other
 // strategy is checked against this one: same seed, same data, same weights.
+// With --precision bf16|fp16 it is the mixed-precision reference: 2-byte
+// params, activations and grads, fp32 masters and moments in the optimizer.
 #include <cstring>
 
 #include "core/layer_stack.h"
+#include "core/precision.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
 
@@ -14,8 +17,14 @@ class Single final : public Strategy {
   void setup(RankEnv& env, const std::vector<float>& init) override {
     env_ = &env;
     const int L = env.layout.num_layers();
-    model_ = std::make_unique<LayerStack>(env.layout, 0, L, env.alloc, env.rec, init);
-    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges());
+    mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
+    const DType dt = mp_->dtype();
+    model_ = std::make_unique<LayerStack>(env.layout, 0, L, env.alloc, env.rec, init, dt);
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
+    if (optimizer_->mixed())
+      for (size_t i = 0; i < env.layout.params().size(); ++i)
+        std::memcpy(optimizer_->master(i), init.data() + env.layout.params()[i].offset,
+                    env.layout.params()[i].numel * sizeof(float));
   }
 
   LossShare step(int step) override {
@@ -27,18 +36,18 @@ class Single final : public Strategy {
 
     // Forward, loss, backward, update: the loop every strategy distributes.
     model_->zero_grads();
-    const float* pred = model_->forward(x.data<float>(), B);
-    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {B, D});
+    model_->forward(x.data<float>(), B);
+    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {B, D}, mp_->dtype());
     double loss;
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::loss);
-      loss = kernels::mse_forward_backward(dpred.data<float>(), pred, y.data<float>(),
-                                           static_cast<size_t>(B) * D, static_cast<size_t>(B) * D);
+      const size_t n = static_cast<size_t>(B) * D;
+      loss = mp_->mse_loss(env_->alloc, dpred.raw(), model_->output(), y.data<float>(), n, n);
     }
-    model_->backward(dpred.data<float>(), -1, false);
+    model_->backward(dpred.raw(), -1, false);
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
-      optimizer_->step(model_->param_ptrs(), model_->grad_ptrs());
+      mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), 1.0f, nullptr);
     }
     return {loss * B, B};
   }
@@ -46,12 +55,17 @@ class Single final : public Strategy {
   std::vector<float> export_params() override {
     std::vector<float> flat(env_->layout.total());
     model_->copy_params_to(flat);
+    if (optimizer_->mixed())  // the model's weights are the fp32 masters
+      for (size_t i = 0; i < env_->layout.params().size(); ++i)
+        std::memcpy(flat.data() + env_->layout.params()[i].offset, optimizer_->master(i),
+                    env_->layout.params()[i].numel * sizeof(float));
     return flat;
   }
 
  private:
   RankEnv* env_ = nullptr;
   std::unique_ptr<LayerStack> model_;
+  std::unique_ptr<MixedPrecision> mp_;
   std::unique_ptr<Optimizer> optimizer_;
 };
 
@@ -60,7 +74,6 @@ const bool registered = register_strategy({
     "the reference: whole model and batch on one device",
     [] { return std::make_unique<Single>(); },
     [](const RunConfig& cfg) {
-      require_fp32(cfg);
       if (cfg.world != 1)
         throw ConfigError(
             "--world " + std::to_string(cfg.world) +

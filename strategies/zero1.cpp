@@ -11,11 +11,17 @@
 // In the timeline, ddp's all-reduce has become a reduce-scatter per layer
 // (during backward) and an all-gather per layer (after the update): the same
 // two halves an all-reduce is made of, so bytes sent per step equal ddp's.
+//
+// Mixed precision (--precision bf16|fp16): the replicated params and grads are
+// 2 bytes each, so both halves of the traffic halve; the sharded optimizer
+// state now also holds the fp32 master of this rank's shard (K = 12), which
+// is updated and rounded to 2 bytes before the all-gather: 4Ψ + 12Ψ/N.
 #include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
@@ -31,16 +37,25 @@ class Zero1 final : public Strategy {
     // so each layer's gradient can be reduce-scattered as soon as backward has
     // produced it, and every rank owns 1/N of every layer.
     groups_ = make_flat_groups(env.layout, 1, env.world);
+    mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
+    const DType dt = mp_->dtype();
     std::vector<Optimizer::Range> shards;
     for (const FlatGroup& g : groups_) {
-      Tensor p = env.alloc.alloc(g.name, MemCategory::params, g.plan.padded());
-      read_group_values(p.data<float>(), g, init, 0, g.plan.padded());
+      Tensor p = env.alloc.alloc(g.name, MemCategory::params, g.plan.padded(), dt);
+      std::vector<float> values(g.plan.padded());
+      read_group_values(values.data(), g, init, 0, values.size());
+      store_from_f32(p.raw(), dt, values.data(), values.size());
       params_.push_back(std::move(p));
-      grads_.push_back(env.alloc.alloc(g.name + ".grad", MemCategory::grads, g.plan.padded()));
+      grads_.push_back(env.alloc.alloc(g.name + ".grad", MemCategory::grads, g.plan.padded(), dt));
       shards.push_back({g.shard_name(env.rank), g.plan.shard});
     }
-    // The stage-1 saving: state for this rank's shard of each layer only.
-    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards);
+    // The stage-1 saving: state (and in mixed precision the fp32 master) for
+    // this rank's shard of each layer only.
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt);
+    if (optimizer_->mixed())
+      for (const FlatGroup& g : groups_)
+        read_group_values(optimizer_->master(g.index), g, init, g.plan.begin(env.rank),
+                          g.plan.shard);
   }
 
   LossShare step(int step) override {
@@ -53,16 +68,16 @@ class Zero1 final : public Strategy {
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
     for (Tensor& g : grads_) std::memset(g.raw(), 0, g.bytes());
-    LayerTape tape(env.layout, env.alloc, env.rec);
+    const DType dt = mp_->dtype();
+    LayerTape tape(env.layout, env.alloc, env.rec, dt);
     tape.begin(x.data<float>(), b);
     for (int l = 0; l < L; ++l) tape.forward(l, weight(l), bias(l));
-    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
+    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, dt);
     double loss;
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
       const size_t n = static_cast<size_t>(b) * D;
-      loss =
-          kernels::mse_forward_backward(dpred.data<float>(), tape.output(), y.data<float>(), n, n);
+      loss = mp_->mse_loss(env.alloc, dpred.raw(), tape.output(), y.data<float>(), n, n);
     }
 
     // Phase 2 — backward; each layer's gradient is reduce-scattered the moment
@@ -70,46 +85,47 @@ class Zero1 final : public Strategy {
     // updates, so a reduce-scatter (half an all-reduce) is enough. It runs in
     // place: this rank's chunk of the full gradient buffer receives the sum;
     // the other chunks are left as workspace (stage 1 keeps them allocated).
-    tape.begin_backward(dpred.data<float>());
+    tape.begin_backward(dpred.raw());
     std::deque<Work> reduces;
     for (int l = L - 1; l >= 0; --l) {
       tape.backward(l, weight(l), weight_grad(l), bias_grad(l));
       const FlatGroup& g = groups_[l];
-      float* full = grads_[l].data<float>();
-      reduces.push_back(env.comm->reduce_scatter_async(
-          full, full + g.plan.begin(env.rank), g.plan.counts(), DType::f32, CommMeta{l, -1}));
+      reduces.push_back(env.comm->reduce_scatter_async(grads_[l].raw(),
+                                                       at(grads_[l], g.plan.begin(env.rank)),
+                                                       g.plan.counts(), dt, CommMeta{l, -1}));
     }
     for (Work& w : reduces) w.wait();
 
     // Phase 3 — each rank updates only its own shard of every layer: the
     // average gradient (sum / N: each rank's loss was the mean over its slice)
-    // with the optimizer state it alone holds.
-    std::vector<float*> param_shards;
-    std::vector<const float*> grad_shards;
+    // with the optimizer state it alone holds. (fp16: a step whose gradients
+    // overflowed is skipped on every rank, by a vote.)
+    std::vector<void*> param_shards, grad_shards;
     for (const FlatGroup& g : groups_) {
-      float* grad = grads_[g.index].data<float>() + g.plan.begin(env.rank);
-      kernels::scale(grad, g.plan.shard, 1.0f / static_cast<float>(W));
-      param_shards.push_back(params_[g.index].data<float>() + g.plan.begin(env.rank));
-      grad_shards.push_back(grad);
+      param_shards.push_back(at(params_[g.index], g.plan.begin(env.rank)));
+      grad_shards.push_back(at(grads_[g.index], g.plan.begin(env.rank)));
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      optimizer_->step(param_shards, grad_shards);
+      mp_->step(*optimizer_, param_shards, grad_shards, 1.0f / static_cast<float>(W), env.comm);
     }
 
     // Phase 4 — share the updated shards round the campfire: an in-place
     // all-gather per layer gives every rank the full new parameters.
     std::vector<Work> gathers;
     for (const FlatGroup& g : groups_) {
-      float* full = params_[g.index].data<float>();
-      gathers.push_back(env.comm->all_gather_async(
-          full + g.plan.begin(env.rank), full, g.plan.counts(), DType::f32, CommMeta{g.first, -1}));
+      Tensor& full = params_[g.index];
+      gathers.push_back(env.comm->all_gather_async(at(full, g.plan.begin(env.rank)), full.raw(),
+                                                   g.plan.counts(), dt, CommMeta{g.first, -1}));
     }
     for (Work& w : gathers) w.wait();
     return {loss * b, b};
   }
 
   std::vector<float> export_params() override {
+    if (optimizer_->mixed())
+      return gather_master_params(*env_->comm, env_->alloc, env_->layout.total(), groups_,
+                                  *optimizer_, false);
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());
     for (const FlatGroup& g : groups_)
@@ -119,18 +135,17 @@ class Zero1 final : public Strategy {
   }
 
  private:
-  float* weight(int l) { return params_[l].data<float>(); }
-  float* bias(int l) { return params_[l].data<float>() + groups_[l].bias_offset(env_->layout, l); }
-  float* weight_grad(int l) { return grads_[l].data<float>(); }
-  float* bias_grad(int l) {
-    return grads_[l].data<float>() + groups_[l].bias_offset(env_->layout, l);
-  }
+  void* weight(int l) { return params_[l].raw(); }
+  void* bias(int l) { return at(params_[l], groups_[l].bias_offset(env_->layout, l)); }
+  void* weight_grad(int l) { return grads_[l].raw(); }
+  void* bias_grad(int l) { return at(grads_[l], groups_[l].bias_offset(env_->layout, l)); }
 
   RankEnv* env_ = nullptr;
   std::vector<FlatGroup> groups_;  // one per layer
   std::vector<Tensor> params_;     // layers.L.flat, full and padded, on every rank
   std::vector<Tensor> grads_;      // layers.L.flat.grad, full and padded, on every rank
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MixedPrecision> mp_;
+  std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
 };
 
 const bool registered = register_strategy({
@@ -139,7 +154,6 @@ const bool registered = register_strategy({
     "all-gather params",
     [] { return std::make_unique<Zero1>(); },
     [](const RunConfig& cfg) {
-      require_fp32(cfg);
       require_batch_divisible(cfg);
       if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
     },

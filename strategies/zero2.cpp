@@ -12,11 +12,16 @@
 // and freed as soon as that reduce-scatter is done, layer by layer: at no time
 // does a rank hold the whole model's gradient. Bytes sent per step equal
 // stage 1's and ddp's; only memory went down.
+//
+// Mixed precision (--precision bf16|fp16): the replicated params, the gradient
+// shards and all traffic are 2 bytes a value; the fp32 master of this rank's
+// shard joins its optimizer state (K = 12): 2Ψ + 14Ψ/N.
 #include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
@@ -36,17 +41,25 @@ class Zero2 final : public Strategy {
   void setup(RankEnv& env, const std::vector<float>& init) override {
     env_ = &env;
     groups_ = make_flat_groups(env.layout, 1, env.world);  // one per layer, padded to N
+    mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
+    const DType dt = mp_->dtype();
     std::vector<Optimizer::Range> shards;
     for (const FlatGroup& g : groups_) {
-      Tensor p = env.alloc.alloc(g.name, MemCategory::params, g.plan.padded());
-      read_group_values(p.data<float>(), g, init, 0, g.plan.padded());
+      Tensor p = env.alloc.alloc(g.name, MemCategory::params, g.plan.padded(), dt);
+      std::vector<float> values(g.plan.padded());
+      read_group_values(values.data(), g, init, 0, values.size());
+      store_from_f32(p.raw(), dt, values.data(), values.size());
       params_.push_back(std::move(p));
       // The stage-2 saving: the gradient a rank keeps is its shard only.
       grad_shards_.push_back(
-          env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads, g.plan.shard));
+          env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads, g.plan.shard, dt));
       shards.push_back({g.shard_name(env.rank), g.plan.shard});
     }
-    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards);
+    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt);
+    if (optimizer_->mixed())
+      for (const FlatGroup& g : groups_)
+        read_group_values(optimizer_->master(g.index), g, init, g.plan.begin(env.rank),
+                          g.plan.shard);
   }
 
   LossShare step(int step) override {
@@ -58,64 +71,64 @@ class Zero2 final : public Strategy {
     env.data.rows(step, env.rank * b, b, x.data<float>(), y.data<float>());
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
-    LayerTape tape(env.layout, env.alloc, env.rec);
+    const DType dt = mp_->dtype();
+    LayerTape tape(env.layout, env.alloc, env.rec, dt);
     tape.begin(x.data<float>(), b);
     for (int l = 0; l < L; ++l) tape.forward(l, weight(l), bias(l));
-    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D});
+    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, dt);
     double loss;
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
       const size_t n = static_cast<size_t>(b) * D;
-      loss =
-          kernels::mse_forward_backward(dpred.data<float>(), tape.output(), y.data<float>(), n, n);
+      loss = mp_->mse_loss(env.alloc, dpred.raw(), tape.output(), y.data<float>(), n, n);
     }
 
     // Phase 2 — backward, one layer at a time: compute the layer's full local
     // gradient into a fresh buffer, start its reduce-scatter into this rank's
     // shard, and free every earlier buffer whose reduce-scatter has finished.
-    tape.begin_backward(dpred.data<float>());
+    tape.begin_backward(dpred.raw());
     std::deque<PendingReduce> pending;
     for (int l = L - 1; l >= 0; --l) {
       const FlatGroup& g = groups_[l];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
-                                    g.plan.padded());
-      float* dw = full.data<float>();
-      tape.backward(l, weight(l), dw, dw + g.bias_offset(env.layout, l));
+                                    g.plan.padded(), dt);
+      tape.backward(l, weight(l), full.raw(), at(full, g.bias_offset(env.layout, l)));
       Work w = env.comm->reduce_scatter_async(full.raw(), grad_shards_[l].raw(), g.plan.counts(),
-                                              DType::f32, CommMeta{l, -1});
+                                              dt, CommMeta{l, -1});
       pending.push_back({std::move(full), std::move(w)});
       free_reduced(pending, /*keep_at_most=*/2);
     }
     free_reduced(pending, 0);
 
     // Phase 3 — update this rank's shard of every layer with the average
-    // gradient (sum / N) and the optimizer state it alone holds.
-    std::vector<float*> param_shards;
-    std::vector<const float*> grads;
+    // gradient (sum / N) and the optimizer state it alone holds (fp16: every
+    // rank skips a step whose gradients overflowed anywhere, by a vote).
+    std::vector<void*> param_shards, grads;
     for (const FlatGroup& g : groups_) {
-      float* grad = grad_shards_[g.index].data<float>();
-      kernels::scale(grad, g.plan.shard, 1.0f / static_cast<float>(W));
-      param_shards.push_back(params_[g.index].data<float>() + g.plan.begin(env.rank));
-      grads.push_back(grad);
+      param_shards.push_back(at(params_[g.index], g.plan.begin(env.rank)));
+      grads.push_back(grad_shards_[g.index].raw());
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      optimizer_->step(param_shards, grads);
+      mp_->step(*optimizer_, param_shards, grads, 1.0f / static_cast<float>(W), env.comm);
     }
 
     // Phase 4 — all-gather the updated shards (in place) so every rank has the
     // full new parameters for the next forward.
     std::vector<Work> gathers;
     for (const FlatGroup& g : groups_) {
-      float* full = params_[g.index].data<float>();
-      gathers.push_back(env.comm->all_gather_async(
-          full + g.plan.begin(env.rank), full, g.plan.counts(), DType::f32, CommMeta{g.first, -1}));
+      Tensor& full = params_[g.index];
+      gathers.push_back(env.comm->all_gather_async(at(full, g.plan.begin(env.rank)), full.raw(),
+                                                   g.plan.counts(), dt, CommMeta{g.first, -1}));
     }
     for (Work& w : gathers) w.wait();
     return {loss * b, b};
   }
 
   std::vector<float> export_params() override {
+    if (optimizer_->mixed())
+      return gather_master_params(*env_->comm, env_->alloc, env_->layout.total(), groups_,
+                                  *optimizer_, false);
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());
     for (const FlatGroup& g : groups_)
@@ -135,14 +148,15 @@ class Zero2 final : public Strategy {
     }
   }
 
-  float* weight(int l) { return params_[l].data<float>(); }
-  float* bias(int l) { return params_[l].data<float>() + groups_[l].bias_offset(env_->layout, l); }
+  void* weight(int l) { return params_[l].raw(); }
+  void* bias(int l) { return at(params_[l], groups_[l].bias_offset(env_->layout, l)); }
 
   RankEnv* env_ = nullptr;
   std::vector<FlatGroup> groups_;    // one per layer
   std::vector<Tensor> params_;       // layers.L.flat, full and padded, on every rank
   std::vector<Tensor> grad_shards_;  // layers.L.flat[shard r/N].grad
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MixedPrecision> mp_;
+  std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
 };
 
 const bool registered = register_strategy({
@@ -151,7 +165,6 @@ const bool registered = register_strategy({
     "each full gradient",
     [] { return std::make_unique<Zero2>(); },
     [](const RunConfig& cfg) {
-      require_fp32(cfg);
       require_batch_divisible(cfg);
       if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
     },

@@ -1,0 +1,164 @@
+// Storage conversions, the loss scaler and the mixed-precision update (see precision.h).
+#include "core/precision.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/sharding.h"
+#include "kernels/cpu.h"
+#include "kernels/precision.h"
+
+namespace shardlab {
+
+DType precision_dtype(const std::string& precision) {
+  if (precision == "fp32") return DType::f32;
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") return DType::f16;
+  throw ConfigError("--precision '" + precision + "' is invalid (valid: fp32, bf16, fp16)");
+}
+
+void store_from_f32(void* dst, DType dt, const float* src, size_t n) {
+  if (dt == DType::f32) {
+    if (dst != src) std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  auto* out = static_cast<uint16_t*>(dst);
+  if (dt == DType::bf16)
+    for (size_t i = 0; i < n; ++i) out[i] = kernels::float_to_bf16(src[i]);
+  else
+    for (size_t i = 0; i < n; ++i) out[i] = kernels::float_to_fp16(src[i]);
+}
+
+void load_to_f32(float* dst, const void* src, DType dt, size_t n) {
+  if (dt == DType::f32) {
+    if (dst != src) std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  const auto* in = static_cast<const uint16_t*>(src);
+  if (dt == DType::bf16)
+    for (size_t i = 0; i < n; ++i) dst[i] = kernels::bf16_to_float(in[i]);
+  else
+    for (size_t i = 0; i < n; ++i) dst[i] = kernels::fp16_to_float(in[i]);
+}
+
+bool all_finite(const void* src, DType dt, size_t n) {
+  if (dt == DType::f32) {
+    const auto* f = static_cast<const float*>(src);
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(f[i])) return false;
+    return true;
+  }
+  // bf16 and fp16 both mark inf/NaN with an all-ones exponent.
+  const uint16_t mask = dt == DType::bf16 ? 0x7f80u : 0x7c00u;
+  const auto* h = static_cast<const uint16_t*>(src);
+  for (size_t i = 0; i < n; ++i)
+    if ((h[i] & mask) == mask) return false;
+  return true;
+}
+
+AsF32::AsF32(Allocator& alloc, const char* name, const void* src, DType dt, size_t n, Pool pool)
+    : dt_(dt), n_(n) {
+  if (dt == DType::f32) {
+    ptr_ = const_cast<float*>(static_cast<const float*>(src));
+    return;
+  }
+  tmp_ = alloc.alloc(name, MemCategory::temporary, n, DType::f32, pool);
+  ptr_ = tmp_.data<float>();
+  if (src) load_to_f32(ptr_, src, dt, n);
+}
+
+AsF32 AsF32::scratch(Allocator& alloc, const char* name, void* dst, DType dt, size_t n, Pool pool) {
+  AsF32 a;
+  a.dt_ = dt;
+  a.n_ = n;
+  if (dt == DType::f32) {
+    a.ptr_ = static_cast<float*>(dst);
+  } else {
+    a.tmp_ = alloc.alloc(name, MemCategory::temporary, n, DType::f32, pool);
+    a.ptr_ = a.tmp_.data<float>();
+  }
+  return a;
+}
+
+void AsF32::store(void* dst) const {
+  if (dt_ != DType::f32) store_from_f32(dst, dt_, ptr_, n_);
+}
+
+LossScaler::LossScaler(bool dynamic, Options options)
+    : dynamic_(dynamic), options_(options), scale_(dynamic ? options.init_scale : 1.0f) {}
+
+bool LossScaler::update(bool found_overflow) {
+  if (!dynamic_) return !found_overflow;
+  if (found_overflow) {
+    scale_ *= options_.backoff_factor;
+    good_steps_ = 0;
+    ++skipped_;
+    return false;
+  }
+  if (++good_steps_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    good_steps_ = 0;
+  }
+  return true;
+}
+
+MixedPrecision::MixedPrecision(const std::string& precision, LossScaler::Options scaler)
+    : dtype_(precision_dtype(precision)), scaler_(dtype_ == DType::f16, scaler) {}
+
+double MixedPrecision::mse_loss(Allocator& alloc, void* dpred, const void* pred,
+                                const float* target, size_t n, size_t divisor) const {
+  if (!mixed())
+    return kernels::mse_forward_backward(static_cast<float*>(dpred),
+                                         static_cast<const float*>(pred), target, n, divisor);
+  // The loss and its gradient in fp32, on the upcast prediction; the
+  // gradient is scaled (fp16) before it is rounded to 2 bytes, so that small
+  // values do not flush to zero on the way back through the layers.
+  AsF32 p(alloc, "loss.pred[fp32]", pred, dtype_, n);
+  AsF32 d = AsF32::scratch(alloc, "loss.grad[fp32]", dpred, dtype_, n);
+  const double loss = kernels::mse_forward_backward(d.get(), p.get(), target, n, divisor);
+  if (scaler_.scale() != 1.0f) kernels::scale(d.get(), n, scaler_.scale());
+  d.store(dpred);
+  return loss;
+}
+
+bool MixedPrecision::step(Optimizer& opt, const std::vector<void*>& params,
+                          const std::vector<void*>& grads, float grad_scale, Comm* vote) {
+  const auto& ranges = opt.ranges();
+  if (!mixed()) {
+    std::vector<float*> p;
+    std::vector<const float*> g;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (grad_scale != 1.0f)
+        kernels::scale(static_cast<float*>(grads[i]), ranges[i].numel, grad_scale);
+      p.push_back(static_cast<float*>(params[i]));
+      g.push_back(static_cast<const float*>(grads[i]));
+    }
+    opt.step(p, g);
+    return true;
+  }
+  if (scaler_.dynamic()) {
+    // An overflow anywhere must skip the step everywhere: a rank that sees
+    // only its shard of the gradients votes, and the vote is summed.
+    float overflow = 0;
+    for (size_t i = 0; i < ranges.size() && overflow == 0; ++i)
+      if (!all_finite(grads[i], dtype_, ranges[i].numel)) overflow = 1;
+    if (vote) vote->all_reduce(&overflow, 1, DType::f32);
+    const float unscale = grad_scale / scaler_.scale();  // before update() changes the scale
+    if (!scaler_.update(overflow > 0)) return false;
+    grad_scale = unscale;
+  }
+  std::vector<const void*> g(grads.begin(), grads.end());
+  opt.step_mixed(params, g, grad_scale);
+  return true;
+}
+
+std::vector<float> gather_master_params(Comm& comm, Allocator& alloc, size_t total,
+                                        const std::vector<FlatGroup>& groups, const Optimizer& opt,
+                                        bool on_host) {
+  std::vector<const float*> shards;
+  for (const FlatGroup& g : groups) shards.push_back(opt.master(g.index));
+  return gather_model_params(comm, alloc, total, groups, shards, on_host);
+}
+
+}  // namespace shardlab

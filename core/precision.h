@@ -1,0 +1,132 @@
+// Mixed precision in one place: the storage dtype of --precision, conversions
+// between fp32 and 2-byte storage, fp16's dynamic loss scaling, and the update
+// (overflow check, unscale, fp32 master step) every data-parallel strategy calls.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/memory.h"
+#include "core/optimizer.h"
+
+namespace shardlab {
+
+// "fp32" -> f32, "bf16" -> bf16, "fp16" -> f16; throws ConfigError otherwise.
+DType precision_dtype(const std::string& precision);
+
+// dst[n] (dt) = round(src[n]) with round-to-nearest-even; a plain copy for f32.
+void store_from_f32(void* dst, DType dt, const float* src, size_t n);
+// dst[n] (fp32) = src[n] (dt), exact.
+void load_to_f32(float* dst, const void* src, DType dt, size_t n);
+// False when any value is inf or NaN.
+bool all_finite(const void* src, DType dt, size_t n);
+
+// An fp32 view of a buffer stored in `dt`: the buffer itself when dt is f32,
+// otherwise an upcast copy in an accounted temporary (the "kernels upcast"
+// of mixed precision). Written values go back to the buffer with store().
+class AsF32 {
+ public:
+  AsF32(Allocator& alloc, const char* name, const void* src, DType dt, size_t n,
+        Pool pool = Pool::device);
+  // Uninitialised scratch of n fp32 values when dt is low precision (dst is then written by
+  // store()).
+  static AsF32 scratch(Allocator& alloc, const char* name, void* dst, DType dt, size_t n,
+                       Pool pool = Pool::device);
+  float* get() { return ptr_; }
+  void store(void* dst) const;  // rounds back into dst (no-op for f32: it is dst)
+
+ private:
+  AsF32() = default;
+  Tensor tmp_;
+  float* ptr_ = nullptr;
+  DType dt_ = DType::f32;
+  size_t n_ = 0;
+};
+
+// fp16's dynamic loss scaling, as torch.cuda.amp.GradScaler with its
+// defaults: the loss gradient is multiplied by scale() before backward so
+// small gradients survive fp16's narrow range; the update divides it out.
+// A step whose gradients hold inf/NaN is skipped and the scale halved;
+// after growth_interval good steps in a row the scale doubles. bf16 has
+// fp32's exponent range and fp32 needs none: static scale 1, never skips.
+class LossScaler {
+ public:
+  struct Options {
+    float init_scale = 65536.0f;  // 2^16
+    float growth_factor = 2.0f;
+    float backoff_factor = 0.5f;
+    int growth_interval = 2000;
+  };
+  LossScaler() = default;
+  LossScaler(bool dynamic, Options options);
+  bool dynamic() const { return dynamic_; }
+  float scale() const { return scale_; }
+  int64_t skipped_steps() const { return skipped_; }
+  // After a step's gradients are known: true to apply the update, false to skip it.
+  bool update(bool found_overflow);
+
+ private:
+  bool dynamic_ = false;
+  Options options_;
+  float scale_ = 1.0f;
+  int good_steps_ = 0;
+  int64_t skipped_ = 0;
+};
+
+// The --precision policy of one rank. fp32: every call below is exactly the
+// fp32 code path (no conversion, no scaling). bf16/fp16: parameters used in
+// compute, activations and gradients are stored in 2 bytes; the optimizer
+// keeps fp32 master weights and moments (K = 12 for AdamW).
+class MixedPrecision {
+ public:
+  explicit MixedPrecision(const std::string& precision,
+                          LossScaler::Options scaler = LossScaler::Options{});
+  DType dtype() const { return dtype_; }
+  bool mixed() const { return dtype_ != DType::f32; }
+  size_t bytes() const { return dtype_size(dtype_); }
+  const LossScaler& scaler() const { return scaler_; }
+
+  // MSELoss (mean over `divisor` values) of pred[n] (stored in dtype()) against
+  // target; writes dpred[n] (dtype()), the gradient times the loss scale.
+  double mse_loss(Allocator& alloc, void* dpred, const void* pred, const float* target, size_t n,
+                  size_t divisor) const;
+
+  // The optimizer step on its ranges: params[i], grads[i] point at range i,
+  // in dtype(). Gradients are multiplied by grad_scale (1/N when they are a
+  // sum over N ranks). fp32: scale in place, Optimizer::step. Mixed: the
+  // overflow check (a global vote over `vote` when each rank sees only its
+  // shard of the gradients, so every rank skips or steps together), then
+  // Optimizer::step_mixed with the loss scale divided out. Returns false for a
+  // skipped step.
+  bool step(Optimizer& opt, const std::vector<void*>& params, const std::vector<void*>& grads,
+            float grad_scale, Comm* vote);
+
+ private:
+  DType dtype_;
+  LossScaler scaler_;
+};
+
+}  // namespace shardlab
+
+namespace shardlab {
+
+struct FlatGroup;
+
+// Mixed precision: the model's weights are the fp32 masters. For a strategy
+// whose optimizer ranges are this rank's shard of each group (zero1/2/3,
+// fsdp), all-gathers them. Collective: the flat parameters on rank 0, {} elsewhere.
+std::vector<float> gather_master_params(Comm& comm, Allocator& alloc, size_t total,
+                                        const std::vector<FlatGroup>& groups, const Optimizer& opt,
+                                        bool on_host);
+
+// The address of value i of a tensor, whatever its dtype.
+inline void* at(Tensor& t, size_t i) {
+  return static_cast<char*>(t.raw()) + i * dtype_size(t.dtype());
+}
+inline const void* at(const Tensor& t, size_t i) {
+  return static_cast<const char*>(t.raw()) + i * dtype_size(t.dtype());
+}
+
+}  // namespace shardlab
