@@ -81,16 +81,6 @@ std::pair<double, double> dp_sent(const RunResult& r, int rank) {
   return {states / r.cfg.steps, acts / r.cfg.steps};
 }
 
-}  // namespace
-
-double bytes_sent_per_step(const RunResult& r, int rank) {
-  if (r.cfg.strategy != "dp") return r.ranks[rank].bytes_sent_per_step;
-  const auto [states, acts] = dp_sent(r, rank);
-  return states < 0 ? -1 : states + acts;
-}
-
-namespace {
-
 struct Row {
   RankModelState m;
   ModelStateBytes predicted;
@@ -114,12 +104,11 @@ std::vector<Row> rows(const RunResult& r) {
     row.padding = pad;
     row.comm = predict_comm(in, k);
     if (c.strategy == "dp") {
-      const auto [states, acts] = dp_sent(r, k);
-      row.sent = states < 0 ? -1 : states + acts;
-      row.sent_activations = acts;
-    } else {
-      row.sent = r.ranks[k].bytes_sent_per_step;
+      // dp's device copies are counted like communication; the timeline
+      // tells which of them were activations rather than model states.
+      row.sent_activations = dp_sent(r, k).second;
     }
+    row.sent = r.ranks[k].bytes_sent_per_step;
     if (c.strategy == "fsdp" && c.offload) {
       row.h2d = row.d2h = c.record ? 0 : -1;
       if (c.record)
@@ -198,7 +187,7 @@ void print_model_state_report(const RunResult& r) {
   std::printf(
       "  bytes sent per step: measured vs predicted (%d bytes per element%s):\n",
       rs.front().comm.bytes_per_element,
-      c.strategy == "dp" ? "; dp has no communicator: its copies, read from the timeline" : "");
+      c.strategy == "dp" ? "; dp has no communicator: these are its device copies" : "");
   std::printf("    %-5s %13s %13s %8s  %s\n", "rank", "measured", "predicted", "diff", "volume");
   for (size_t k = 0; k < rs.size(); ++k) {
     const Row& w = rs[k];

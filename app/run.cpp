@@ -236,7 +236,7 @@ int cmd_demo(int argc, char** argv) {
     double sent = 0;
     for (size_t k = 0; k < r.ranks.size(); ++k) {
       peak = std::max(peak, r.ranks[k].memory.device.peak_total);
-      sent = std::max(sent, bytes_sent_per_step(r, static_cast<int>(k)));
+      sent = std::max(sent, r.ranks[k].bytes_sent_per_step);
     }
     std::printf("%-10s %5d %12.6f %11.3f ms %16s %16s  %s\n", label.c_str(), cfg.world,
                 r.losses.back(), r.median_step_ms, human_bytes(peak).c_str(),

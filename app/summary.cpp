@@ -48,17 +48,13 @@ nlohmann::json summary_json(const RunResult& r) {
                      {"peak_bytes_by_category", peak},
                      {"peak_bytes_total", rr.memory.device.peak_total},
                      {"host_peak_bytes_total", rr.memory.host.peak_total},
-                     {"bytes_sent_per_step", bytes_sent_per_step(r, static_cast<int>(i))},
+                     {"bytes_sent_per_step", rr.bytes_sent_per_step},
                      {"median_step_ms", median(rr.step_ms)}});
   }
   j["ranks"] = ranks;
   pipeline_report_json(r, j);
   model_state_report_json(r, j);
   return j;
-}
-
-std::string sent_str(double bytes) {
-  return bytes < 0 ? "n/a (no-record)" : human_bytes(bytes);
 }
 
 void print_summary(const RunResult& r) {
@@ -76,7 +72,7 @@ void print_summary(const RunResult& r) {
     for (int k = 0; k < kNumMemCategories; ++k)
       std::printf(" %11s", human_bytes(m.peak[k]).c_str());
     std::printf(" %11s %13s\n", human_bytes(m.peak_total).c_str(),
-                sent_str(bytes_sent_per_step(r, static_cast<int>(i))).c_str());
+                human_bytes(r.ranks[i].bytes_sent_per_step).c_str());
   }
   print_pipeline_report(r);
   print_model_state_report(r);

@@ -21,8 +21,5 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j);
 // traffic.
 void print_model_state_report(const RunResult& r);
 void model_state_report_json(const RunResult& r, nlohmann::json& j);
-// Bytes `rank` sent per training step: the communicator's count, or for dp (no
-// communicator) its device copies read from the timeline; -1 when not measurable.
-double bytes_sent_per_step(const RunResult& r, int rank);
 
 }  // namespace shardlab::app

@@ -104,7 +104,10 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
       strategy = info.make();
       strategy->setup(env, init);
-      const int64_t sent_before = comm->stats().bytes_sent;
+      auto sent_so_far = [&] {
+        return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
+      };
+      const int64_t sent_before = sent_so_far();
       RankReport& report = result.ranks[rank];
       for (int s = 0; s < cfg.steps; ++s) {
         rec->set_step(s);
@@ -124,8 +127,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
           callbacks.on_step(s, count ? sum / count : 0.0);
         }
       }
-      report.bytes_sent_per_step =
-          static_cast<double>(comm->stats().bytes_sent - sent_before) / cfg.steps;
+      report.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / cfg.steps;
       report.memory = alloc.stats();
       rec->set_step(-1);
       std::vector<float> params = strategy->export_params();

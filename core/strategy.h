@@ -65,6 +65,9 @@ class Strategy {
   virtual LossShare step(int step) = 0;
   // Collective: the full flat parameters on rank 0 (other ranks may return {}).
   virtual std::vector<float> export_params() = 0;
+  // Bytes this rank has sent so far outside its communicator (dp's device
+  // copies); the runner adds them to the communicator's count.
+  virtual int64_t bytes_sent_outside_comm() const { return 0; }
 };
 
 struct StrategyInfo {

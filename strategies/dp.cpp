@@ -26,6 +26,7 @@
 // other rank's thread is that device's worker. They meet at a PhaseBarrier
 // after each phase; what device 0 publishes between two barriers is in DpShared.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -120,8 +121,12 @@ class PhaseBarrier {
 // before a barrier and read by the others only after it.
 struct DpShared {
   DpShared(int world, std::chrono::milliseconds timeout)
-      : barrier(world, timeout), grad_inbox(world, nullptr) {}
+      : barrier_world(world), barrier(world, timeout), grad_inbox(world, nullptr) {}
+  int barrier_world;
   PhaseBarrier barrier;
+  // Bytes each device has sent: device 0 sends weights, batch rows and output
+  // gradients; the others send outputs and gradients back.
+  std::vector<std::atomic<int64_t>> sent = std::vector<std::atomic<int64_t>>(barrier_world);
   // Below, every buffer but the batch is in the run's storage dtype (fp32, or 2 bytes).
   std::vector<const void*> params;  // device 0's parameters, in model order
   const float* x = nullptr;         // the global batch [B, D], fp32
@@ -342,8 +347,16 @@ class Dp final : public Strategy {
     s.bytes = static_cast<int64_t>(bytes);
     s.peer = 0;
     if (env_->rec) env_->rec->add_span(s);
+    const bool from_device0 = kind == SpanKind::broadcast || kind == SpanKind::scatter;
+    shared_->sent[from_device0 ? 0 : rank_] += static_cast<int64_t>(bytes);
   }
 
+ public:
+  int64_t bytes_sent_outside_comm() const override {
+    return shared_ ? shared_->sent[rank_].load() : 0;
+  }
+
+ private:
   RankEnv* env_ = nullptr;
   int rank_ = 0;
   std::shared_ptr<DpShared> shared_;
