@@ -2,6 +2,7 @@
 #include "core/config.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/model.h"
@@ -11,6 +12,15 @@ namespace shardlab {
 const char* to_string(OptimizerKind k) {
   return k == OptimizerKind::sgd ? "sgd" : "adamw";
 }
+
+namespace {
+// Numbers in messages as the user would type them: 0.001, not 0.001000.
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
 
 void validate_common(const RunConfig& cfg) {
   ModelSpec::parse(cfg.model);
@@ -22,7 +32,7 @@ void validate_common(const RunConfig& cfg) {
   if (cfg.steps <= 0)
     throw ConfigError("--steps " + std::to_string(cfg.steps) + " is invalid (valid: 1 or more)");
   if (!(cfg.optimizer.lr > 0) || !std::isfinite(cfg.optimizer.lr))
-    throw ConfigError("--lr " + std::to_string(cfg.optimizer.lr) +
+    throw ConfigError("--lr " + number(cfg.optimizer.lr) +
                       " is invalid (valid: a positive number, e.g. 1e-3)");
   if (cfg.device != "cpu")
     throw ConfigError("--device '" + cfg.device + "' is not available in this build (valid: cpu)");
@@ -34,7 +44,7 @@ void validate_common(const RunConfig& cfg) {
     throw ConfigError("--timeout-ms " + std::to_string(cfg.timeout_ms) +
                       " is invalid (valid: 1 or more)");
   if (!(cfg.bucket_mb > 0) || !std::isfinite(cfg.bucket_mb))
-    throw ConfigError("--bucket-mb " + std::to_string(cfg.bucket_mb) +
+    throw ConfigError("--bucket-mb " + number(cfg.bucket_mb) +
                       " is invalid (valid: a positive number of MiB, e.g. 25)");
 }
 
