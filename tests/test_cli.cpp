@@ -2,6 +2,8 @@
 // exit code 2; a good run prints its summary, writes its files and JSON.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -15,24 +17,11 @@
 #include "core/checkpoint.h"
 #include "core/safetensors.h"
 
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
+
 namespace {
-
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(SHARDLAB_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
 
 std::filesystem::path tmpdir() {
   auto d = std::filesystem::temp_directory_path() / "shardlab_cli_test";
@@ -41,7 +30,7 @@ std::filesystem::path tmpdir() {
 }
 
 void expect_bad(const std::string& args, const std::string& message) {
-  const Result r = run_cli(args);
+  const CliResult r = run_cli(args);
   INFO("shardlab " << args << "\n" << r.out);
   REQUIRE(r.code == 2);
   REQUIRE(r.out.find(message) != std::string::npos);
@@ -108,8 +97,8 @@ TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "
                     trace = (dir / "trace.json").string();
   const std::string common =
       "run --strategy ddp --world 2 --model mlp:3x16 --steps 4 --batch 8 --seed 5 ";
-  const Result r = run_cli(common + "--save-init " + init + " --save-final " + fin +
-                           " --save-data " + data + " --trace " + trace);
+  const CliResult r = run_cli(common + "--save-init " + init + " --save-final " + fin +
+                              " --save-data " + data + " --trace " + trace);
   INFO(r.out);
   REQUIRE(r.code == 0);
   REQUIRE(r.out.find("final loss") != std::string::npos);
@@ -120,7 +109,7 @@ TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "
   REQUIRE(x.size() == 2);
   REQUIRE(x[0].shape == std::vector<int64_t>{4, 8, 16});
 
-  const Result again =
+  const CliResult again =
       run_cli(common + "--init-from " + init + " --save-final " + fin2 + " --json");
   REQUIRE(again.code == 0);
   const auto a = shardlab::load_safetensors(fin), b = shardlab::load_safetensors(fin2);
@@ -138,7 +127,7 @@ TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "
 TEST_CASE("help works everywhere (--help)", "[cli]") {
   for (const char* args :
        {"--help", "run --help", "demo --help", "bench --help", "bench comm --help"}) {
-    const Result r = run_cli(args);
+    const CliResult r = run_cli(args);
     INFO(args << "\n" << r.out);
     REQUIRE(r.code == 0);
     REQUIRE(r.out.find("usage") != std::string::npos);

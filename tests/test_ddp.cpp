@@ -2,6 +2,8 @@
 // single after 20 steps; overlap on and off agree; a failing rank does not hang the others.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -13,6 +15,9 @@
 #include "core/strategy.h"
 
 using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
 
 namespace {
 
@@ -28,17 +33,6 @@ RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt
   c.seed = 7;
   c.timeout_ms = 20000;
   return c;
-}
-
-// Largest |a−b| relative to the largest |a|: float32 reduction-order noise is ~1e-6.
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(a[i])));
-  }
-  return diff / scale;
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // input with one clear line; `shardlab run` prints predicted beside measured.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -14,28 +16,14 @@
 #include "core/model_state.h"
 
 using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(SHARDLAB_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
 nlohmann::json estimate(const std::string& args) {
-  const Result r = run_cli("estimate " + args + " --json");
+  const CliResult r = run_cli("estimate " + args + " --json");
   INFO("shardlab estimate " << args << "\n" << r.out);
   REQUIRE(r.code == 0);
   return nlohmann::json::parse(r.out);
@@ -46,7 +34,7 @@ double total(const nlohmann::json& j) {
 }
 
 void expect_bad(const std::string& args, const std::string& message) {
-  const Result r = run_cli("estimate " + args);
+  const CliResult r = run_cli("estimate " + args);
   INFO("shardlab estimate " << args << "\n" << r.out);
   REQUIRE(r.code == 2);
   REQUIRE(r.out.rfind("error: ", 0) == 0);
@@ -109,12 +97,13 @@ TEST_CASE("estimate: fp32, SGD, dp and fsdp variants", "[estimate]") {
 }
 
 TEST_CASE("estimate prints bytes and GB", "[estimate]") {
-  const Result r = run_cli("estimate --params 7.5e9 --world 64 --strategy zero3 --precision bf16");
+  const CliResult r =
+      run_cli("estimate --params 7.5e9 --world 64 --strategy zero3 --precision bf16");
   INFO(r.out);
   REQUIRE(r.code == 0);
   REQUIRE(r.out.find("16Ψ/N = 1875000000 bytes (1.875 GB)") != std::string::npos);
   REQUIRE(r.out.find("3Ψ × 2 bytes = 45000000000 bytes (45.000 GB)") != std::string::npos);
-  const Result help = run_cli("--help");
+  const CliResult help = run_cli("--help");
   REQUIRE(help.out.find("estimate") != std::string::npos);
   REQUIRE(run_cli("estimate --help").out.find("usage: shardlab estimate") != std::string::npos);
 }
@@ -143,7 +132,7 @@ TEST_CASE("estimate: bad arguments give one clear line and exit code 2", "[estim
 TEST_CASE("run summary shows measured model states and traffic beside the prediction",
           "[estimate]") {
   const std::string common = "run --model mlp:4x32 --world 2 --batch 8 --steps 2 ";
-  const Result text = run_cli(common + "--strategy zero2");
+  const CliResult text = run_cli(common + "--strategy zero2");
   INFO(text.out);
   REQUIRE(text.code == 0);
   REQUIRE(text.out.find("model states per rank: measured peak vs predicted") != std::string::npos);
@@ -153,7 +142,7 @@ TEST_CASE("run summary shows measured model states and traffic beside the predic
 
   const double psi = 4 * (32 * 32 + 32);
   for (const char* s : {"ddp", "dp", "zero1", "zero3", "fsdp"}) {
-    const Result r = run_cli(common + "--json --strategy " + s);
+    const CliResult r = run_cli(common + "--json --strategy " + s);
     INFO(s << "\n" << r.out);
     REQUIRE(r.code == 0);
     const auto j = nlohmann::json::parse(r.out)["model_state"];

@@ -3,6 +3,8 @@
 // as the ZeRO paper counts them, traffic halves, and fp16 overflows skip the step.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <functional>
 #include <map>
@@ -14,6 +16,9 @@
 #include "core/strategy.h"
 
 using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
 
 namespace {
 
@@ -38,16 +43,6 @@ int cat(MemCategory c) {
 
 int64_t peak(const MemStats& m, MemCategory c) {
   return m.device.peak[cat(c)] + m.host.peak[cat(c)];
-}
-
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(a[i])));
-  }
-  return diff / scale;
 }
 
 struct Variant {

@@ -4,6 +4,8 @@
 // one clear error for every bad setting.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -24,6 +26,9 @@
 
 using namespace shardlab;
 using nlohmann::json;
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
 
 namespace {
 
@@ -41,17 +46,6 @@ RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt
   return c;
 }
 
-// Largest |a−b| relative to the largest |a| (as in test_ddp.cpp).
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(a[i])));
-  }
-  return diff / scale;
-}
-
 std::vector<std::string> words(const std::string& text) {
   std::istringstream in(text);
   std::vector<std::string> out;
@@ -61,23 +55,6 @@ std::vector<std::string> words(const std::string& text) {
 
 int64_t peak_activations(const RunResult& r, int rank) {
   return r.ranks[rank].memory.device.peak[static_cast<int>(MemCategory::activations)];
-}
-
-struct CliResult {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(SHARDLAB_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
 }  // namespace

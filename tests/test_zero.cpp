@@ -4,6 +4,8 @@
 // device 0's burden show in the allocator and the timeline.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -15,6 +17,9 @@
 #include "core/strategy.h"
 
 using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
 
 namespace {
 
@@ -32,16 +37,6 @@ RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt
   c.seed = 11;
   c.timeout_ms = 20000;
   return c;
-}
-
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(a[i])));
-  }
-  return diff / scale;
 }
 
 struct Variant {
