@@ -21,6 +21,7 @@ void SyntheticData::rows(int step, int row_begin, int rows, float* x, float* y) 
     float* xr = x + static_cast<size_t>(r) * dim_;
     for (int j = 0; j < dim_; ++j) xr[j] = static_cast<float>(rng.normal());
   }
+  if (!y) return;
   // y = tanh(x · T), one GEMM for the slice.
   kernels::gemm(false, false, rows, dim_, dim_, 1.0f, x, target_.data(), 0.0f, y);
   for (size_t i = 0; i < static_cast<size_t>(rows) * dim_; ++i) y[i] = std::tanh(y[i]);

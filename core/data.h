@@ -12,7 +12,8 @@ class SyntheticData {
   SyntheticData(int dim, uint64_t seed);
   int dim() const { return dim_; }
   // Rows [row_begin, row_begin + rows) of step `step`'s global batch:
-  // x[rows, dim], y[rows, dim].
+  // x[rows, dim], y[rows, dim]. y may be null when only the inputs are needed
+  // (a pipeline's first stage), which skips the x·T product.
   void rows(int step, int row_begin, int rows, float* x, float* y) const;
 
  private:

@@ -221,8 +221,7 @@ void PipelineStage::forward(int mb) {
     // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations, {rows_, D});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
-    Tensor unused_y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary, {rows_, D});
-    env_.data.rows(step_, mb * rows_, rows_, input.data<float>(), unused_y.data<float>());
+    env_.data.rows(step_, mb * rows_, rows_, input.data<float>(), nullptr);
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);
