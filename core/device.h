@@ -1,13 +1,23 @@
-// Where a buffer lives and how to move bytes there. Only `cpu` exists today;
-// the interface (streams, events, copies by direction) is what a CUDA device needs.
+// Where a buffer lives, how to move bytes there, and the math a training step
+// runs on it. `cpu` calls kernels/cpu.h; `cuda` (core/cuda_backend.cpp) launches
+// kernels/cuda/*.cu on the rank's compute stream. Strategies and layers only ever
+// touch device memory through these calls, so they run unchanged on either.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+
+#include "kernels/params.h"
 
 namespace shardlab {
 
 enum class DeviceKind { cpu, cuda };
+
+// Storage formats: fp32, and the 2-byte formats of mixed precision.
+enum class DType : uint8_t { f32, bf16, f16 };
+size_t dtype_size(DType dt);
+const char* to_string(DType dt);
 
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
@@ -39,7 +49,10 @@ class Event {
   virtual double elapsed_ms_since(const Event& start) const = 0;
 };
 
-// Raw memory and copies on one device. Accounting lives above it, in Allocator.
+// Raw memory, copies and kernels on one device. Accounting lives above it, in
+// Allocator. Pointers are this device's memory unless a name says host; every
+// call is ordered on the compute stream, and only the calls that return a value
+// to the host (mse_forward_backward, all_finite, download) wait for it.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -54,6 +67,42 @@ class DeviceBackend {
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
   virtual void synchronize() = 0;
+
+  // ---- bytes
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // dst[n] (dt, device) = src[n] (fp32, host), rounded to nearest even.
+  virtual void upload(void* dst, DType dt, const float* host_src, size_t n) = 0;
+  // host_dst[n] (fp32, host) = src[n] (dt, device); waits for the device.
+  virtual void download(float* host_dst, const void* src, DType dt, size_t n) = 0;
+
+  // ---- math in fp32 (the same formulas as kernels/cpu.h)
+  // out[rows,out] = in[rows,in] . w[out,in]^T + b[out]   (nn.Linear)
+  virtual void linear_forward(float* out, const float* in, const float* w, const float* b,
+                              int rows, int in_dim, int out_dim) = 0;
+  // dw += dout^T . in ; db += sum_rows dout ; din = dout . w (din may be null)
+  virtual void linear_backward(float* din, float* dw, float* db, const float* dout,
+                               const float* in, const float* w, int rows, int in_dim,
+                               int out_dim) = 0;
+  virtual void gelu_forward(float* out, const float* in, size_t n) = 0;
+  // din = dout * gelu'(in); din may alias dout.
+  virtual void gelu_backward(float* din, const float* dout, const float* in, size_t n) = 0;
+  // Returns sum (pred-target)^2 / divisor; writes dpred = 2 (pred-target) / divisor
+  // (dpred may be null). `target` is device memory too.
+  virtual double mse_forward_backward(float* dpred, const float* pred, const float* target,
+                                      size_t n, size_t divisor) = 0;
+  virtual void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                          size_t n, const kernels::AdamWParams& h, int64_t t) = 0;
+  virtual void sgd_step(float* param, const float* grad, size_t n, float lr) = 0;
+  virtual void scale(float* x, size_t n, float s) = 0;
+
+  // ---- storage formats
+  // dst[n] (dst_dt) = src[n] (src_dt); f32 -> 2 bytes rounds to nearest even,
+  // 2 bytes -> f32 is exact, same dtype is a copy.
+  virtual void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) = 0;
+  // acc[n] += src[n], both in dt; 2-byte values are summed in fp32 and rounded once.
+  virtual void add(void* acc, const void* src, DType dt, size_t n) = 0;
+  // False when any value is inf or NaN; waits for the device.
+  virtual bool all_finite(const void* src, DType dt, size_t n) = 0;
 };
 
 std::unique_ptr<DeviceBackend> make_cpu_backend();

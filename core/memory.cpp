@@ -1,4 +1,4 @@
-// Accounting allocator and the CPU device backend.
+// The accounting allocator (see memory.h).
 #include "core/memory.h"
 
 #include <cstdlib>
@@ -20,58 +20,6 @@ const char* to_string(DType dt) {
       return "f16";
   }
   return "?";
-}
-
-namespace {
-
-class CpuStream final : public Stream {
- public:
-  void synchronize() override {}
-};
-
-// On the CPU every operation has finished when it returns, so an event is the
-// host time at which it was recorded.
-class CpuEvent final : public Event {
- public:
-  void record(Stream&) override { t_ns_ = now_ns(); }
-  void wait(Stream&) override {}
-  void synchronize() override {}
-  double elapsed_ms_since(const Event& start) const override {
-    return (t_ns_ - static_cast<const CpuEvent&>(start).t_ns_) / 1e6;
-  }
-
- private:
-  int64_t t_ns_ = 0;
-};
-
-class CpuBackend final : public DeviceBackend {
- public:
-  Device device() const override { return Device{DeviceKind::cpu, 0}; }
-  void* raw_alloc(size_t bytes) override { return checked(std::aligned_alloc(64, round(bytes))); }
-  void raw_free(void* ptr, size_t) override { std::free(ptr); }
-  void* raw_alloc_host(size_t bytes) override { return raw_alloc(bytes); }
-  void raw_free_host(void* ptr, size_t bytes) override { raw_free(ptr, bytes); }
-  void copy(void* dst, const void* src, size_t bytes, CopyKind) override {
-    if (bytes) std::memcpy(dst, src, bytes);
-  }
-  Stream& compute_stream() override { return stream_; }
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(); }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
-  void synchronize() override {}
-
- private:
-  static size_t round(size_t bytes) { return ((bytes + 63) / 64) * 64; }
-  static void* checked(void* p) {
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  CpuStream stream_;
-};
-
-}  // namespace
-
-std::unique_ptr<DeviceBackend> make_cpu_backend() {
-  return std::make_unique<CpuBackend>();
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
@@ -128,7 +76,12 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
     id = next_id_++;
   }
   if (!ptr) ptr = pool == Pool::device ? backend_.raw_alloc(block) : backend_.raw_alloc_host(block);
-  if (bytes) std::memset(ptr, 0, bytes);  // CPU-only for now; a CUDA backend will memset on device
+  if (bytes) {
+    if (pool == Pool::device)
+      backend_.fill_zero(ptr, bytes);
+    else
+      std::memset(ptr, 0, bytes);  // host pools are host memory on every device
+  }
 
   Tensor t;
   t.alloc_ = this;

@@ -15,9 +15,6 @@
 
 namespace shardlab {
 
-enum class DType : uint8_t { f32, bf16, f16 };
-size_t dtype_size(DType dt);
-const char* to_string(DType dt);
 
 struct PoolStats {
   std::array<int64_t, kNumMemCategories> current{};

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/params.h"
+
 namespace shardlab::kernels {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major.
@@ -76,14 +78,6 @@ double mse_forward_backward(T* dpred, const T* pred, const T* target, size_t n, 
   }
   return sum / static_cast<double>(divisor);
 }
-
-struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.01f;
-};
 
 // torch.optim.AdamW (amsgrad=False, maximize=False), written the way torch's
 // single-tensor path computes it, step t counted from 1.

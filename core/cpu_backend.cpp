@@ -1,0 +1,158 @@
+// The CPU device: memory from aligned_alloc, streams and events that are
+// always idle (work runs when issued), and the math of kernels/cpu.h.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/device.h"
+#include "kernels/cpu.h"
+#include "kernels/precision.h"
+
+namespace shardlab {
+
+namespace {
+
+class CpuStream final : public Stream {
+ public:
+  void synchronize() override {}
+};
+
+// On the CPU every operation has finished when it returns, so an event is the
+// host time at which it was recorded.
+class CpuEvent final : public Event {
+ public:
+  void record(Stream&) override { t_ns_ = now_ns(); }
+  void wait(Stream&) override {}
+  void synchronize() override {}
+  double elapsed_ms_since(const Event& start) const override {
+    return (t_ns_ - static_cast<const CpuEvent&>(start).t_ns_) / 1e6;
+  }
+
+ private:
+  int64_t t_ns_ = 0;
+};
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  Device device() const override { return Device{DeviceKind::cpu, 0}; }
+  void* raw_alloc(size_t bytes) override { return checked(std::aligned_alloc(64, round(bytes))); }
+  void raw_free(void* ptr, size_t) override { std::free(ptr); }
+  void* raw_alloc_host(size_t bytes) override { return raw_alloc(bytes); }
+  void raw_free_host(void* ptr, size_t bytes) override { raw_free(ptr, bytes); }
+  void copy(void* dst, const void* src, size_t bytes, CopyKind) override {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  }
+  Stream& compute_stream() override { return stream_; }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  void synchronize() override {}
+
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+  void upload(void* dst, DType dt, const float* host_src, size_t n) override {
+    cast(dst, dt, host_src, DType::f32, n);
+  }
+  void download(float* host_dst, const void* src, DType dt, size_t n) override {
+    cast(host_dst, DType::f32, src, dt, n);
+  }
+
+  void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
+                      int in_dim, int out_dim) override {
+    kernels::linear_forward(out, in, w, b, rows, in_dim, out_dim);
+  }
+  void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
+                       const float* w, int rows, int in_dim, int out_dim) override {
+    kernels::linear_backward(din, dw, db, dout, in, w, rows, in_dim, out_dim);
+  }
+  void gelu_forward(float* out, const float* in, size_t n) override {
+    kernels::gelu_forward(out, in, n);
+  }
+  void gelu_backward(float* din, const float* dout, const float* in, size_t n) override {
+    kernels::gelu_backward(din, dout, in, n);
+  }
+  double mse_forward_backward(float* dpred, const float* pred, const float* target, size_t n,
+                              size_t divisor) override {
+    return kernels::mse_forward_backward(dpred, pred, target, n, divisor);
+  }
+  void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
+                  const kernels::AdamWParams& h, int64_t t) override {
+    kernels::adamw_step(param, grad, exp_avg, exp_avg_sq, n, h, t);
+  }
+  void sgd_step(float* param, const float* grad, size_t n, float lr) override {
+    kernels::sgd_step(param, grad, n, lr);
+  }
+  void scale(float* x, size_t n, float s) override { kernels::scale(x, n, s); }
+
+  void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) override {
+    if (dst_dt == src_dt) return copy(dst, src, n * dtype_size(dst_dt), CopyKind::host_to_host);
+    if (src_dt == DType::f32) {
+      const auto* in = static_cast<const float*>(src);
+      auto* out = static_cast<uint16_t*>(dst);
+      if (dst_dt == DType::bf16)
+        for (size_t i = 0; i < n; ++i) out[i] = kernels::float_to_bf16(in[i]);
+      else
+        for (size_t i = 0; i < n; ++i) out[i] = kernels::float_to_fp16(in[i]);
+      return;
+    }
+    if (dst_dt == DType::f32) {
+      const auto* in = static_cast<const uint16_t*>(src);
+      auto* out = static_cast<float*>(dst);
+      if (src_dt == DType::bf16)
+        for (size_t i = 0; i < n; ++i) out[i] = kernels::bf16_to_float(in[i]);
+      else
+        for (size_t i = 0; i < n; ++i) out[i] = kernels::fp16_to_float(in[i]);
+      return;
+    }
+    // bf16 <-> fp16 goes through fp32.
+    std::vector<float> tmp(n);
+    cast(tmp.data(), DType::f32, src, src_dt, n);
+    cast(dst, dst_dt, tmp.data(), DType::f32, n);
+  }
+  void add(void* acc, const void* src, DType dt, size_t n) override {
+    if (dt == DType::f32) {
+      auto* a = static_cast<float*>(acc);
+      const auto* s = static_cast<const float*>(src);
+      for (size_t i = 0; i < n; ++i) a[i] += s[i];
+    } else if (dt == DType::bf16) {
+      kernels::sum_bf16(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(acc),
+                        static_cast<const uint16_t*>(src), n);
+    } else {
+      kernels::sum_fp16(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(acc),
+                        static_cast<const uint16_t*>(src), n);
+    }
+  }
+  bool all_finite(const void* src, DType dt, size_t n) override {
+    if (dt == DType::f32) {
+      const auto* f = static_cast<const float*>(src);
+      for (size_t i = 0; i < n; ++i)
+        if (!std::isfinite(f[i])) return false;
+      return true;
+    }
+    // bf16 and fp16 both mark inf/NaN with an all-ones exponent.
+    const uint16_t mask = dt == DType::bf16 ? 0x7f80u : 0x7c00u;
+    const auto* h = static_cast<const uint16_t*>(src);
+    for (size_t i = 0; i < n; ++i)
+      if ((h[i] & mask) == mask) return false;
+    return true;
+  }
+
+ private:
+  static size_t round(size_t bytes) { return ((bytes + 63) / 64) * 64; }
+  static void* checked(void* p) {
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  CpuStream stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace shardlab
