@@ -14,8 +14,7 @@ namespace shardlab {
 
 enum class DeviceKind { cpu, cuda };
 
-// Storage formats: fp32, and the 2-byte formats of mixed precision.
-enum class DType : uint8_t { f32, bf16, f16 };
+// DType (f32, bf16, f16) is declared with the kernels, which take it too.
 size_t dtype_size(DType dt);
 const char* to_string(DType dt);
 

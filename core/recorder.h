@@ -75,6 +75,16 @@ struct AllocEvent {
   std::string name;  // e.g. "layers.3.weight", "layers.3.weight[shard 1/4]"
 };
 
+// Times compute spans on a device whose work runs after the host issues it (a
+// GPU stream): begin() marks the stream, end() hands over the span, whose times
+// the clock fills in when the device has run it. Null on the CPU.
+class DeviceClock {
+ public:
+  virtual ~DeviceClock() = default;
+  virtual int begin() = 0;
+  virtual void end(int token, Span span) = 0;
+};
+
 class Recorder {
  public:
   explicit Recorder(int rank, bool enabled = true) : rank_(rank), enabled_(enabled) {}
@@ -88,6 +98,11 @@ class Recorder {
 
   void add_span(Span span);
   void add_alloc(AllocEvent event);
+
+  // Set by a GPU backend for the rank's lifetime; compute spans then take their
+  // times from the device (see ScopedSpan).
+  void set_device_clock(DeviceClock* clock) { clock_ = clock; }
+  DeviceClock* device_clock() const { return clock_; }
 
   struct Snapshot {
     std::vector<Span> spans;
@@ -103,17 +118,23 @@ class Recorder {
   const int rank_;
   const bool enabled_;
   std::atomic<int> step_{-1};
+  DeviceClock* clock_ = nullptr;
   mutable std::mutex mu_;
   std::vector<Span> spans_;
   std::vector<AllocEvent> allocs_;
 };
 
-// Records a span from construction to destruction (or to end()).
+// Records a span from construction to destruction (or to end()). A compute
+// span on a device with a DeviceClock is timed by the device, not the host:
+// on a GPU the host only queues the kernels, and the queueing time is not
+// what a learner wants to see.
 class ScopedSpan {
  public:
   ScopedSpan(Recorder* rec, Lane lane, SpanKind kind, int layer = -1, int micro_batch = -1,
              int64_t bytes = 0)
       : rec_(rec) {
+    if (rec_ && rec_->enabled() && lane == Lane::compute && rec_->device_clock())
+      token_ = rec_->device_clock()->begin();
     span_.t_begin_ns = now_ns();
     span_.lane = lane;
     span_.kind = kind;
@@ -127,12 +148,18 @@ class ScopedSpan {
   void end() {
     if (!rec_) return;
     span_.t_end_ns = now_ns();
-    rec_->add_span(span_);
+    if (token_ >= 0) {
+      if (span_.step < 0) span_.step = rec_->step();  // resolved after the step moves on
+      rec_->device_clock()->end(token_, span_);
+    } else {
+      rec_->add_span(span_);
+    }
     rec_ = nullptr;
   }
 
  private:
   Recorder* rec_;
+  int token_ = -1;
   Span span_;
 };
 

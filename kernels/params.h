@@ -1,5 +1,14 @@
-// Hyperparameters passed to optimizer kernels, shared by the CPU and CUDA versions.
+// Values the CPU and CUDA kernels share: storage formats and optimizer
+// hyperparameters.
 #pragma once
+#include <cstdint>
+
+namespace shardlab {
+
+// Storage formats: fp32, and the 2-byte formats of mixed precision.
+enum class DType : uint8_t { f32, bf16, f16 };
+
+}  // namespace shardlab
 
 namespace shardlab::kernels {
 

@@ -1,0 +1,92 @@
+// The parts of the communicator shared by every backend: the failure board,
+// Work handles and even splits.
+#include "core/comm.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "core/work_state.h"
+
+namespace shardlab {
+
+// ---------------------------------------------------------------------------
+// FailureBoard, Work, even_counts
+
+void FailureBoard::report(int rank, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failures_.emplace_back(rank, what);
+}
+
+std::string FailureBoard::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failures_.empty()) return "";
+  // The first report is the root cause; later ones are usually its echoes.
+  return "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;
+}
+
+std::string FailureBoard::summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failures_.empty()) return "";
+  std::string out =
+      "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;
+  if (failures_.size() > 1) {
+    out += " (then ";
+    for (size_t i = 1; i < failures_.size(); ++i)
+      out += (i > 1 ? ", " : "") + std::string("rank ") + std::to_string(failures_[i].first);
+    out += " stopped too)";
+  }
+  return out;
+}
+
+void FailureBoard::note_issued(int rank, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  issued_[rank] = seq;
+}
+
+std::string FailureBoard::behind(uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (const auto& [rank, last] : issued_)
+    if (last < seq)
+      out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank) +
+             " (it issued " + std::to_string(last) + " collectives, this is #" +
+             std::to_string(seq) + ")";
+  return out;
+}
+
+bool FailureBoard::any() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !failures_.empty();
+}
+
+void Work::wait() {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (state_->complete) {
+    // Completed under the lock so that a second waiter blocks until it is done.
+    auto complete = std::move(state_->complete);
+    state_->complete = nullptr;
+    state_->error = complete();
+    state_->finished = true;
+    state_->cv.notify_all();
+  }
+  state_->cv.wait(lock, [&] { return state_->finished; });
+  if (!state_->error.empty()) throw CommError(state_->error);
+}
+
+// A send/recv reports done only once waited on: Gloo's unbound buffers have no
+// non-blocking completion test.
+bool Work::done() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->finished;
+}
+
+std::vector<size_t> even_counts(size_t total, int world) {
+  if (world <= 0) throw std::invalid_argument("even_counts: world must be positive");
+  std::vector<size_t> counts(world, total / world);
+  for (size_t i = 0; i < total % world; ++i) ++counts[i];
+  return counts;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,64 @@
+// The CUDA device backend (compiled only with SHARDLAB_CUDA): memory through
+// cudaMalloc, one compute stream per rank, kernels from kernels/cuda/, and
+// device-side timing from CUDA events. Also what NcclComm needs from it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/recorder.h"
+
+namespace shardlab {
+
+// Throws std::runtime_error("<what>: <cudaGetErrorString>") unless e == cudaSuccess.
+void cuda_check(cudaError_t e, const char* what);
+
+// Spans timed on the GPU: begin() and end() record CUDA events on a stream, and
+// resolve() turns finished pairs into host-clock spans in the recorder. The
+// clocks are tied once, at construction (an event synchronised against now_ns()),
+// so device spans and host spans share one timeline. Thread-safe.
+class GpuTimer {
+ public:
+  GpuTimer(int device_index, Recorder* recorder);
+  ~GpuTimer();
+  GpuTimer(const GpuTimer&) = delete;
+  GpuTimer& operator=(const GpuTimer&) = delete;
+
+  bool enabled() const { return recorder_ != nullptr; }
+  // Returns a token for end(); -1 when recording is off.
+  int begin(cudaStream_t stream);
+  // `span` carries everything but the times, which come from the events.
+  void end(int token, cudaStream_t stream, Span span);
+  // Moves spans whose end event has happened into the recorder, in begin order;
+  // with wait, first waits for all of them.
+  void resolve(bool wait);
+
+ private:
+  struct Pending {
+    cudaEvent_t begin = nullptr;
+    cudaEvent_t end = nullptr;
+    Span span;
+    bool ended = false;
+  };
+  cudaEvent_t take_event();
+  int device_index_;
+  Recorder* recorder_;
+  std::mutex mu_;
+  cudaEvent_t origin_ = nullptr;  // happened at host time origin_ns_
+  int64_t origin_ns_ = 0;
+  std::vector<Pending> pending_;  // token = index + base_
+  size_t base_ = 0;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+class CudaBackend : public DeviceBackend {
+ public:
+  virtual int index() const = 0;
+  virtual cudaStream_t stream() const = 0;  // the compute stream
+  virtual GpuTimer& timer() = 0;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,42 @@
+// What the rest of Shardlab knows about GPUs: how many there are, a CUDA device
+// backend per rank, and a group of NCCL communicators (one rank per GPU). With
+// SHARDLAB_CUDA off, or on a machine without a usable driver, there are zero GPUs
+// and the constructors throw one clear line.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/comm.h"
+#include "core/device.h"
+
+namespace shardlab {
+
+// True when this binary was built with the CUDA backend.
+bool cuda_compiled();
+// Number of usable GPUs; 0 when CUDA is not compiled in or any CUDA call fails
+// (no driver, insufficient driver, no device).
+int cuda_device_count();
+// One line on why there are no GPUs ("built without CUDA", "cudaGetDeviceCount: ..."),
+// or the GPU's name when there is one.
+std::string cuda_status();
+
+// A CUDA device backend on GPU `index`. Call on the rank's own thread: it makes
+// `index` current for that thread.
+std::unique_ptr<DeviceBackend> make_cuda_backend(int index);
+
+// The communicators of one in-process run, one rank per GPU: an NCCL unique id
+// made once and shared by the rank threads (ncclCommInitRank).
+class NcclGroup {
+ public:
+  virtual ~NcclGroup() = default;
+  // On rank `rank`'s thread, after make_cuda_backend: joins the group (blocks
+  // until every rank has joined, or the timeout passes). `device` must be a
+  // CUDA backend; `recorder` and `alloc` may be null.
+  virtual std::unique_ptr<Comm> connect(int rank, DeviceBackend& device, Recorder* recorder,
+                                        Allocator* alloc) = 0;
+};
+std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds timeout,
+                                           FailureBoard& failures);
+
+}  // namespace shardlab
