@@ -21,7 +21,7 @@ namespace {
 const char* kRunHelp = R"(usage: shardlab run [options]
 
 Train a model under one parallel strategy, with ranks as threads talking
-through Gloo over TCP on 127.0.0.1, and print a summary.
+through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 
   --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256)
   --strategy NAME     %s (default ddp)
@@ -42,6 +42,11 @@ through Gloo over TCP on 127.0.0.1, and print a summary.
   --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)
   --partition A,B,..  layers per stage (default: balanced by parameter count)
   --recompute         gpipe/1f1b: keep stage inputs only, recompute forward in backward
+  --device D          cpu | cuda | auto | cpu-guarded (default cpu). cuda: one GPU per
+                      rank over NCCL, or ranks sharing GPUs over Gloo with host staging;
+                      auto: cuda when a GPU is usable, else cpu; cpu-guarded: the CPU with
+                      device memory unreadable outside kernels (checks a strategy is GPU-clean)
+  --backend B         auto | gloo | nccl (default auto: nccl with one GPU per rank, else gloo)
   --timeout-ms N      every collective fails after this long (default 30000)
   --no-record         do not record spans/allocation events (memory totals are still measured)
   --trace PATH        write a Chrome trace (Perfetto, chrome://tracing)
@@ -55,7 +60,8 @@ through Gloo over TCP on 127.0.0.1, and print a summary.
 const std::set<std::string> kRunOptions = {
     "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
     "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
-    "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition"};
+    "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",
+    "device",    "backend"};
 const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json",     "no-prefetch",
                                          "no-reshard", "offload",   "recompute"};
 
@@ -101,6 +107,8 @@ RunConfig config_from(const Args& a) {
   c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
   c.record = !a.has("no-record");
   c.precision = a.str("precision", c.precision);
+  c.device = a.str("device", c.device);
+  c.backend = a.str("backend", c.backend);
   c.prefetch = !a.has("no-prefetch");
   c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit);
   c.reshard_after_forward = !a.has("no-reshard");

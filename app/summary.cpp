@@ -32,8 +32,9 @@ nlohmann::json summary_json(const RunResult& r) {
   j["optimizer"] = to_string(c.optimizer.kind);
   j["lr"] = c.optimizer.lr;
   j["seed"] = c.seed;
-  j["device"] = c.device;
-  j["backend"] = c.backend;
+  j["device"] = r.placement.device_name;
+  j["backend"] = to_string(r.placement.comm);
+  j["placement"] = r.placement.summary;
   j["final_loss"] = r.losses.empty() ? 0.0 : r.losses.back();
   j["losses"] = r.losses;
   j["median_step_ms"] = r.median_step_ms;
@@ -61,6 +62,7 @@ void print_summary(const RunResult& r) {
   const RunConfig& c = r.cfg;
   std::printf("\nSummary — %s, %s, world %d, batch %d, %d steps\n", c.model.c_str(),
               c.strategy.c_str(), c.world, c.batch, c.steps);
+  std::printf("  placement         %s\n", r.placement.summary.c_str());
   std::printf("  final loss        %.6g\n", r.losses.empty() ? 0.0 : r.losses.back());
   std::printf("  median step time %8.3f ms\n", r.median_step_ms);
   std::printf("  peak memory per rank (measured by the allocator), and bytes sent per step:\n");

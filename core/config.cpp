@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/model.h"
+#include "core/placement.h"
 
 namespace shardlab {
 
@@ -34,10 +35,7 @@ void validate_common(const RunConfig& cfg) {
   if (!(cfg.optimizer.lr > 0) || !std::isfinite(cfg.optimizer.lr))
     throw ConfigError("--lr " + number(cfg.optimizer.lr) +
                       " is invalid (valid: a positive number, e.g. 1e-3)");
-  if (cfg.device != "cpu")
-    throw ConfigError("--device '" + cfg.device + "' is not available in this build (valid: cpu)");
-  if (cfg.backend != "gloo")
-    throw ConfigError("--backend '" + cfg.backend + "' is not available (valid: gloo)");
+  plan_placement(cfg);  // --device and --backend against this machine's GPUs
   if (cfg.precision != "fp32" && cfg.precision != "bf16" && cfg.precision != "fp16")
     throw ConfigError("--precision '" + cfg.precision + "' is invalid (valid: fp32, bf16, fp16)");
   if (cfg.timeout_ms < 1)

@@ -34,8 +34,8 @@ struct RunConfig {
   int steps = 100;
   OptimizerConfig optimizer;
   uint64_t seed = 1;
-  std::string device = "cpu";
-  std::string backend = "gloo";
+  std::string device = "cpu";    // cpu | cuda | auto | cpu-guarded (see placement.h)
+  std::string backend = "auto";  // auto | gloo | nccl
   int timeout_ms = 30000;  // every collective gives up after this
   bool record = true;      // spans and allocation events (memory stats are always kept)
 

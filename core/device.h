@@ -66,6 +66,9 @@ class DeviceBackend {
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
   virtual void synchronize() = 0;
+  // True for memory the host cannot read directly (a GPU's, or the guarded
+  // CPU device's): communicators that work on host memory stage it.
+  virtual bool is_device_pointer(const void* /*p*/) const { return false; }
 
   // ---- bytes
   virtual void fill_zero(void* dst, size_t bytes) = 0;
@@ -105,5 +108,14 @@ class DeviceBackend {
 };
 
 std::unique_ptr<DeviceBackend> make_cpu_backend();
+
+// The guarded CPU device (`--device cpu-guarded`): the CPU backend, but device
+// memory is mapped PROT_NONE except while one of the backend's calls runs, so
+// host code that touches device memory directly (which would fail on a GPU)
+// crashes at once instead. All backends of one run share one MemoryGuard, so
+// device-to-device copies between ranks work as on GPUs with peer access.
+class MemoryGuard;
+std::shared_ptr<MemoryGuard> make_memory_guard();
+std::unique_ptr<DeviceBackend> make_guarded_cpu_backend(std::shared_ptr<MemoryGuard> guard);
 
 }  // namespace shardlab

@@ -119,7 +119,12 @@ class Scratch {
   void* ensure(Allocator* alloc, const char* name, size_t bytes) {
     if (bytes <= capacity_) return ptr_;
     if (alloc) {
+      // Gloo reads and writes it from the host: on a device whose memory the
+      // host cannot touch (a GPU, the guarded CPU) it lives in the host pool.
       tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32);
+      if (alloc->backend().is_device_pointer(tensor_.raw()))
+        tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32,
+                               Pool::host);
       ptr_ = tensor_.raw();
       capacity_ = tensor_.bytes();
     } else {

@@ -22,8 +22,9 @@ int cuda_device_count();
 std::string cuda_status();
 
 // A CUDA device backend on GPU `index`. Call on the rank's own thread: it makes
-// `index` current for that thread.
-std::unique_ptr<DeviceBackend> make_cuda_backend(int index);
+// `index` current for that thread. With a recorder, compute spans are timed by
+// CUDA events (the recorder's DeviceClock) for the backend's lifetime.
+std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder);
 
 // The communicators of one in-process run, one rank per GPU: an NCCL unique id
 // made once and shared by the rank threads (ncclCommInitRank).

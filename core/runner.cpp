@@ -1,14 +1,16 @@
-// The embedded launcher: ranks are threads of this process, connected through
-// one Gloo group. Each rank owns its device backend, allocator, recorder and
-// communicator; nothing is shared between ranks but the Gloo group and the
-// result slots each rank writes alone.
+// The embedded launcher: ranks are threads of this process, each with its own
+// device backend (CPU, guarded CPU, or a GPU), allocator, recorder and
+// communicator (Gloo, Gloo with host staging, or NCCL: see placement.h). Nothing
+// is shared between ranks but the group and the result slots each rank writes alone.
 #include "core/runner.h"
 
 #include <algorithm>
 #include <mutex>
 #include <thread>
 
+#include "core/gpu.h"
 #include "core/layer_stack.h"
+#include "core/staging_comm.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
 
@@ -79,11 +81,18 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   const int world = cfg.world;
   RunResult result;
   result.cfg = cfg;
+  result.placement = plan_placement(cfg);
+  const Placement& place = result.placement;
   result.ranks.resize(world);
   for (int r = 0; r < world; ++r)
     result.recorders.push_back(std::make_shared<Recorder>(r, cfg.record));
 
-  GlooGroup group(world, GlooGroupOptions{std::chrono::milliseconds(cfg.timeout_ms)});
+  const std::chrono::milliseconds timeout(cfg.timeout_ms);
+  // The Gloo group also holds the run's failure board, which NCCL ranks report to.
+  GlooGroup group(world, GlooGroupOptions{timeout});
+  std::unique_ptr<NcclGroup> nccl;
+  if (place.comm == CommKind::nccl) nccl = make_nccl_group(world, timeout, group.failures());
+  std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
   std::vector<LossShare> shares(static_cast<size_t>(cfg.steps) * world);
   std::vector<std::atomic<int>> reported(cfg.steps);
   std::vector<std::string> errors(world);
@@ -94,13 +103,26 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   auto rank_main = [&](int rank) {
     kernels::set_single_threaded_blas();
     Recorder* rec = result.recorders[rank].get();
-    std::unique_ptr<DeviceBackend> device = make_cpu_backend();
-    Allocator alloc(*device, rec);
+    std::unique_ptr<DeviceBackend> device;
+    std::unique_ptr<Allocator> alloc_owner;
     std::unique_ptr<Comm> comm;
     std::unique_ptr<Strategy> strategy;
     try {
+      if (place.kind == DeviceKind::cuda)
+        device = make_cuda_backend(place.gpu_of_rank[rank], rec);
+      else if (place.guarded)
+        device = make_guarded_cpu_backend(guard);
+      else
+        device = make_cpu_backend();
+      alloc_owner = std::make_unique<Allocator>(*device, rec);
+      Allocator& alloc = *alloc_owner;
       if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
-      comm = group.connect(rank, rec, &alloc);
+      if (place.comm == CommKind::nccl)
+        comm = nccl->connect(rank, *device, rec, &alloc);
+      else if (place.comm == CommKind::gloo_staged)
+        comm = make_staging_comm(group.connect(rank, rec, &alloc), *device, &alloc, rec);
+      else
+        comm = group.connect(rank, rec, &alloc);
       RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
       strategy = info.make();
       strategy->setup(env, init);
@@ -115,6 +137,8 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
         if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
         shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
+        // A GPU runs behind the host: the step ends when its work has run.
+        device->synchronize();
         report.step_ms.push_back((now_ns() - t0) / 1e6);
         // The last rank to finish a step reports its global loss.
         if (reported[s].fetch_add(1) + 1 == world && callbacks.on_step) {
@@ -140,6 +164,14 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
     // the communicator closes, so peers blocked on this rank fail fast.
     strategy.reset();
     comm.reset();
+    if (device) {
+      try {
+        device->synchronize();  // device-timed spans still in flight reach the recorder
+      } catch (const std::exception&) {
+      }
+    }
+    alloc_owner.reset();
+    device.reset();
   };
 
   std::vector<std::thread> threads;

@@ -13,6 +13,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/memory.h"
+#include "core/placement.h"
 #include "core/recorder.h"
 
 namespace shardlab {
@@ -36,6 +37,7 @@ struct RunResult {
   double median_step_ms = 0;
   std::vector<float> final_params;  // flat, model order
   std::vector<RankReport> ranks;
+  Placement placement;  // devices and communicator actually used
   std::vector<std::shared_ptr<Recorder>> recorders;
   int64_t t0_ns = 0;  // run start, the zero of the trace
 };

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,12 +45,13 @@ class GpuTimer {
     bool ended = false;
   };
   cudaEvent_t take_event();
+  void anchor();  // ties origin_ to now_ns()
   int device_index_;
   Recorder* recorder_;
   std::mutex mu_;
   cudaEvent_t origin_ = nullptr;  // happened at host time origin_ns_
   int64_t origin_ns_ = 0;
-  std::vector<Pending> pending_;  // token = index + base_
+  std::deque<Pending> pending_;  // token = index + base_
   size_t base_ = 0;
   std::vector<cudaEvent_t> free_events_;
 };

@@ -1,0 +1,433 @@
+// The CUDA device backend: cudaMalloc'ed memory behind the accounting
+// allocator, one non-blocking compute stream per rank, cuBLAS for GEMM and
+// kernels/cuda/ for the rest, and compute spans timed by CUDA events.
+#include "core/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/gpu.h"
+#include "kernels/cuda.h"
+
+namespace shardlab {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// ---------------------------------------------------------------------------
+// GPU discovery
+
+namespace {
+struct GpuCensus {
+  int count = 0;
+  std::string status;
+};
+const GpuCensus& census() {
+  // Asked once per process: the answer is a fact about this machine.
+  static const GpuCensus c = [] {
+    GpuCensus g;
+    int n = 0;  // left unwritten when the call fails (seen: error 35, insufficient driver)
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky error so later checks start clean
+      g.status = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+      return g;
+    }
+    if (n <= 0) {
+      g.status = "cudaGetDeviceCount found no GPU";
+      return g;
+    }
+    g.count = n;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+      g.status = std::to_string(n) + " x " + prop.name;
+    else
+      g.status = std::to_string(n) + " GPU(s)";
+    return g;
+  }();
+  return c;
+}
+}  // namespace
+
+bool cuda_compiled() {
+  return true;
+}
+int cuda_device_count() {
+  return census().count;
+}
+std::string cuda_status() {
+  return census().status;
+}
+
+// ---------------------------------------------------------------------------
+// GpuTimer
+
+GpuTimer::GpuTimer(int device_index, Recorder* recorder)
+    : device_index_(device_index), recorder_(recorder) {
+  if (!recorder_) return;
+  cuda_check(cudaEventCreate(&origin_), "cudaEventCreate");
+  anchor();
+}
+
+GpuTimer::~GpuTimer() {
+  for (Pending& p : pending_) {
+    if (p.begin) cudaEventDestroy(p.begin);
+    if (p.end) cudaEventDestroy(p.end);
+  }
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  if (origin_) cudaEventDestroy(origin_);
+}
+
+void GpuTimer::anchor() {
+  // The origin event is recorded on the legacy stream and waited for; the host
+  // clock read right after is its time, to within the wake-up latency (µs).
+  cuda_check(cudaEventRecord(origin_, nullptr), "cudaEventRecord(origin)");
+  cuda_check(cudaEventSynchronize(origin_), "cudaEventSynchronize(origin)");
+  origin_ns_ = now_ns();
+}
+
+cudaEvent_t GpuTimer::take_event() {
+  if (!free_events_.empty()) {
+    cudaEvent_t e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+  return e;
+}
+
+int GpuTimer::begin(cudaStream_t stream) {
+  if (!recorder_) return -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  Pending p;
+  p.begin = take_event();
+  cuda_check(cudaEventRecord(p.begin, stream), "cudaEventRecord(span begin)");
+  pending_.push_back(p);
+  return static_cast<int>(base_ + pending_.size() - 1);
+}
+
+void GpuTimer::end(int token, cudaStream_t stream, Span span) {
+  if (!recorder_ || token < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t i = static_cast<size_t>(token) - base_;
+  if (i >= pending_.size()) return;
+  Pending& p = pending_[i];
+  p.end = take_event();
+  cuda_check(cudaEventRecord(p.end, stream), "cudaEventRecord(span end)");
+  p.span = span;
+  p.ended = true;
+}
+
+void GpuTimer::resolve(bool wait) {
+  if (!recorder_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!pending_.empty()) {
+    Pending& p = pending_.front();
+    if (!p.ended) break;  // still open: later spans wait, so the order is kept
+    if (wait) {
+      cuda_check(cudaEventSynchronize(p.end), "cudaEventSynchronize(span end)");
+    } else {
+      const cudaError_t q = cudaEventQuery(p.end);
+      if (q == cudaErrorNotReady) break;
+      cuda_check(q, "cudaEventQuery(span end)");
+    }
+    float b_ms = 0, e_ms = 0;
+    cuda_check(cudaEventElapsedTime(&b_ms, origin_, p.begin), "cudaEventElapsedTime");
+    cuda_check(cudaEventElapsedTime(&e_ms, origin_, p.end), "cudaEventElapsedTime");
+    p.span.t_begin_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(b_ms) * 1e6);
+    p.span.t_end_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(e_ms) * 1e6);
+    recorder_->add_span(p.span);
+    free_events_.push_back(p.begin);
+    free_events_.push_back(p.end);
+    pending_.pop_front();
+    ++base_;
+  }
+  // Elapsed times are floats in ms: re-anchor whenever nothing is pending, so
+  // they stay short and keep µs resolution over long runs.
+  if (wait && pending_.empty()) anchor();
+}
+
+// ---------------------------------------------------------------------------
+// Streams and events
+
+namespace {
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(cudaStream_t s, bool owned) : s_(s), owned_(owned) {}
+  ~CudaStream() override {
+    if (owned_) cudaStreamDestroy(s_);
+  }
+  void synchronize() override { cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_;
+  bool owned_;
+};
+
+cudaStream_t native(Stream& s) {
+  return static_cast<CudaStream&>(s).get();
+}
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent() { cuda_check(cudaEventCreate(&e_), "cudaEventCreate"); }
+  ~CudaEvent() override { cudaEventDestroy(e_); }
+  void record(Stream& stream) override {
+    cuda_check(cudaEventRecord(e_, native(stream)), "cudaEventRecord");
+  }
+  void wait(Stream& stream) override {
+    cuda_check(cudaStreamWaitEvent(native(stream), e_, 0), "cudaStreamWaitEvent");
+  }
+  void synchronize() override { cuda_check(cudaEventSynchronize(e_), "cudaEventSynchronize"); }
+  double elapsed_ms_since(const Event& start) const override {
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).e_, e_),
+               "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------
+// The backend
+
+class CudaBackendImpl final : public CudaBackend, private DeviceClock {
+ public:
+  CudaBackendImpl(int index, Recorder* recorder) : index_(index), host_(make_cpu_backend()) {
+    if (index < 0 || index >= cuda_device_count())
+      throw std::runtime_error("GPU " + std::to_string(index) + " does not exist (" +
+                               cuda_status() + ")");
+    cuda_check(cudaSetDevice(index), "cudaSetDevice");
+    cudaStream_t s = nullptr;
+    // Non-blocking: the rank's stream must not serialise with other ranks' work
+    // on the legacy default stream when ranks share a GPU.
+    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    stream_ = std::make_unique<CudaStream>(s, true);
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("cublasCreate failed on GPU " + std::to_string(index));
+    cublasSetStream(blas_, s);
+    cuda_check(cudaMalloc(&scratch_, 64), "cudaMalloc(scratch)");
+    cuda_check(cudaMallocHost(&pinned_, 64), "cudaMallocHost(scratch)");
+    if (recorder && recorder->enabled()) {
+      timer_ = std::make_unique<GpuTimer>(index, recorder);
+      recorder_ = recorder;
+      recorder_->set_device_clock(this);
+    }
+  }
+
+  ~CudaBackendImpl() override {
+    cudaStreamSynchronize(stream());
+    if (timer_) {
+      try {
+        timer_->resolve(true);
+      } catch (const std::exception&) {
+      }
+      recorder_->set_device_clock(nullptr);
+    }
+    timer_.reset();
+    if (blas_) cublasDestroy(blas_);
+    cudaFree(scratch_);
+    cudaFreeHost(pinned_);
+    stream_.reset();
+  }
+
+  // CudaBackend
+  int index() const override { return index_; }
+  cudaStream_t stream() const override { return stream_->get(); }
+  GpuTimer& timer() override {
+    if (!timer_) throw std::logic_error("GPU timer used with recording off");
+    return *timer_;
+  }
+
+  // DeviceClock: compute spans are timed on the compute stream.
+  int begin() override { return timer_ ? timer_->begin(stream()) : -1; }
+  void end(int token, Span span) override {
+    if (timer_) timer_->end(token, stream(), span);
+  }
+
+  Device device() const override { return Device{DeviceKind::cuda, index_}; }
+
+  void* raw_alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw std::runtime_error("cudaMalloc of " + std::to_string(bytes) + " bytes on GPU " +
+                               std::to_string(index_) + " failed: " + cudaGetErrorString(e));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    owned_[p] = bytes ? bytes : 1;
+    return p;
+  }
+  void raw_free(void* ptr, size_t) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      owned_.erase(ptr);
+    }
+    cudaFree(ptr);  // synchronises the device: the allocator caches blocks so this is rare
+  }
+  void* raw_alloc_host(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);  // pinned: async copies, full speed
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw std::runtime_error("cudaMallocHost of " + std::to_string(bytes) +
+                               " bytes failed: " + cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void raw_free_host(void* ptr, size_t) override { cudaFreeHost(ptr); }
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override {
+    if (!bytes || dst == src) return;
+    if (kind == CopyKind::device_to_device && (!owns(dst) || !owns(src))) {
+      // Another rank's memory (dp hands buffers between devices through the
+      // host): its producer ran on that rank's stream, which only its device
+      // can wait for. Wait for both sides, then copy (a peer copy under UVA).
+      cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      for (const void* p : {static_cast<const void*>(dst), src}) {
+        cudaPointerAttributes a{};
+        if (!owns(p) && cudaPointerGetAttributes(&a, p) == cudaSuccess && a.device >= 0) {
+          cuda_check(cudaSetDevice(a.device), "cudaSetDevice");
+          cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        }
+      }
+      cuda_check(cudaSetDevice(index_), "cudaSetDevice");
+      cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy(peer)");
+      return;
+    }
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync");
+    // The host may read (or reuse) its side as soon as this returns.
+    if (kind != CopyKind::device_to_device) stream_->synchronize();
+  }
+  Stream& compute_stream() override { return *stream_; }
+  std::unique_ptr<Stream> create_stream() override {
+    cudaStream_t s = nullptr;
+    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    return std::make_unique<CudaStream>(s, true);
+  }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(); }
+  void synchronize() override {
+    stream_->synchronize();
+    if (timer_) timer_->resolve(true);
+  }
+  bool is_device_pointer(const void* p) const override {
+    if (owns(p)) return true;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
+  }
+  void upload(void* dst, DType dt, const float* src, size_t n) override {
+    if (!n) return;
+    if (dt == DType::f32) return copy(dst, src, n * 4, CopyKind::host_to_device);
+    // Rounded on the host with the same function the CPU uses, then copied.
+    std::vector<uint16_t> tmp(n);
+    host_->cast(tmp.data(), dt, src, DType::f32, n);
+    copy(dst, tmp.data(), n * 2, CopyKind::host_to_device);
+  }
+  void download(float* dst, const void* src, DType dt, size_t n) override {
+    if (!n) return;
+    if (dt == DType::f32) return copy(dst, src, n * 4, CopyKind::device_to_host);
+    std::vector<uint16_t> tmp(n);
+    copy(tmp.data(), src, n * 2, CopyKind::device_to_host);
+    host_->cast(dst, DType::f32, tmp.data(), dt, n);
+  }
+
+  void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
+                      int in_dim, int out_dim) override {
+    kernels::cuda::bias_rows(out, b, rows, out_dim, stream());
+    kernels::cuda::gemm(blas_, false, true, rows, out_dim, in_dim, 1.0f, in, w, 1.0f, out);
+  }
+  void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
+                       const float* w, int rows, int in_dim, int out_dim) override {
+    kernels::cuda::gemm(blas_, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw);
+    kernels::cuda::bias_grad_accumulate(db, dout, rows, out_dim, stream());
+    if (din) kernels::cuda::gemm(blas_, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din);
+  }
+  void gelu_forward(float* out, const float* in, size_t n) override {
+    kernels::cuda::gelu_forward(out, in, n, stream());
+  }
+  void gelu_backward(float* din, const float* dout, const float* in, size_t n) override {
+    kernels::cuda::gelu_backward(din, dout, in, n, stream());
+  }
+  double mse_forward_backward(float* dpred, const float* pred, const float* target, size_t n,
+                              size_t divisor) override {
+    auto* sum = static_cast<double*>(scratch_);
+    kernels::cuda::mse_forward_backward(dpred, pred, target, n, divisor, sum, stream());
+    cuda_check(cudaMemcpyAsync(pinned_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()),
+               "cudaMemcpyAsync(loss)");
+    stream_->synchronize();
+    return *static_cast<double*>(pinned_) / static_cast<double>(divisor);
+  }
+  void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
+                  const kernels::AdamWParams& h, int64_t t) override {
+    kernels::cuda::adamw_step(param, grad, exp_avg, exp_avg_sq, n, kernels::adamw_scalars(h, t),
+                              stream());
+  }
+  void sgd_step(float* param, const float* grad, size_t n, float lr) override {
+    kernels::cuda::sgd_step(param, grad, n, lr, stream());
+  }
+  void scale(float* x, size_t n, float s) override { kernels::cuda::scale(x, n, s, stream()); }
+  void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) override {
+    kernels::cuda::cast(dst, dst_dt, src, src_dt, n, stream());
+  }
+  void add(void* acc, const void* src, DType dt, size_t n) override {
+    kernels::cuda::add(acc, src, dt, n, stream());
+  }
+  bool all_finite(const void* src, DType dt, size_t n) override {
+    auto* flag = static_cast<int*>(scratch_) + 2;  // after the loss's double
+    cuda_check(cudaMemsetAsync(flag, 0, sizeof(int), stream()), "cudaMemsetAsync(flag)");
+    kernels::cuda::flag_nonfinite(src, dt, n, flag, stream());
+    cuda_check(cudaMemcpyAsync(pinned_, flag, sizeof(int), cudaMemcpyDeviceToHost, stream()),
+               "cudaMemcpyAsync(flag)");
+    stream_->synchronize();
+    return *static_cast<int*>(pinned_) == 0;
+  }
+
+ private:
+  bool owns(const void* p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = owned_.upper_bound(const_cast<void*>(p));
+    if (it == owned_.begin()) return false;
+    --it;
+    const char* base = static_cast<const char*>(it->first);
+    return static_cast<const char*>(p) >= base && static_cast<const char*>(p) < base + it->second;
+  }
+
+  int index_;
+  std::unique_ptr<DeviceBackend> host_;  // host-side rounding for upload/download
+  std::unique_ptr<CudaStream> stream_;
+  cublasHandle_t blas_ = nullptr;
+  void* scratch_ = nullptr;  // 64 device bytes: the loss sum, the overflow flag
+  void* pinned_ = nullptr;   // 64 pinned host bytes to read them back
+  std::unique_ptr<GpuTimer> timer_;
+  Recorder* recorder_ = nullptr;
+  mutable std::mutex mu_;
+  std::map<void*, size_t> owned_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder) {
+  return std::make_unique<CudaBackendImpl>(index, recorder);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,26 @@
+// core/gpu.h for a build without CUDA (SHARDLAB_CUDA=OFF, or no nvcc/NCCL found):
+// zero GPUs, and the constructors say how to get a CUDA build.
+#include <stdexcept>
+
+#include "core/gpu.h"
+
+namespace shardlab {
+
+bool cuda_compiled() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+std::string cuda_status() {
+  return "this build has no CUDA backend: rebuild with -DSHARDLAB_CUDA=ON where nvcc and NCCL are "
+         "installed";
+}
+std::unique_ptr<DeviceBackend> make_cuda_backend(int, Recorder*) {
+  throw std::runtime_error("CUDA device requested, but " + cuda_status());
+}
+std::unique_ptr<NcclGroup> make_nccl_group(int, std::chrono::milliseconds, FailureBoard&) {
+  throw std::runtime_error("NCCL requested, but " + cuda_status());
+}
+
+}  // namespace shardlab

@@ -1,0 +1,70 @@
+// plan_placement: --device and --backend against the GPUs present.
+#include "core/placement.h"
+
+#include "core/gpu.h"
+
+namespace shardlab {
+
+const char* to_string(CommKind k) {
+  switch (k) {
+    case CommKind::gloo:
+      return "gloo";
+    case CommKind::gloo_staged:
+      return "gloo+host-staging";
+    case CommKind::nccl:
+      return "nccl";
+  }
+  return "?";
+}
+
+Placement plan_placement(const RunConfig& cfg) {
+  Placement p;
+  const std::string& dev = cfg.device;
+  if (dev != "cpu" && dev != "cuda" && dev != "auto" && dev != "cpu-guarded")
+    throw ConfigError("--device '" + dev + "' is invalid (valid: cpu, cuda, auto, cpu-guarded)");
+  if (cfg.backend != "auto" && cfg.backend != "gloo" && cfg.backend != "nccl")
+    throw ConfigError("--backend '" + cfg.backend + "' is invalid (valid: auto, gloo, nccl)");
+  const int gpus = (dev == "cuda" || dev == "auto") ? cuda_device_count() : 0;
+  if (dev == "cuda" && gpus == 0)
+    throw ConfigError("--device cuda: no usable GPU here (" + cuda_status() +
+                      "); valid on this machine: cpu, auto");
+  const bool cuda = dev == "cuda" || (dev == "auto" && gpus > 0);
+  const std::string world = std::to_string(cfg.world);
+
+  if (!cuda) {
+    if (cfg.backend == "nccl")
+      throw ConfigError("--backend nccl needs --device cuda and a GPU per rank (valid with --device " +
+                        (dev == "auto" ? std::string("auto on this machine") : dev) +
+                        ": auto, gloo)");
+    p.guarded = dev == "cpu-guarded";
+    p.device_name = p.guarded ? "cpu-guarded" : "cpu";
+    p.comm = p.guarded ? CommKind::gloo_staged : CommKind::gloo;
+    p.summary = p.guarded ? world + " rank(s) on the guarded CPU device (device memory is "
+                                    "unreadable outside kernels), Gloo with host staging"
+                          : world + " rank(s) as CPU threads, Gloo over TCP on 127.0.0.1";
+    return p;
+  }
+
+  p.kind = DeviceKind::cuda;
+  p.device_name = "cuda";
+  for (int r = 0; r < cfg.world; ++r) p.gpu_of_rank.push_back(r % gpus);
+  const std::string g = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s");
+  if (cfg.world <= gpus && cfg.backend != "gloo") {
+    p.comm = CommKind::nccl;
+    p.summary = world + " rank(s), one GPU each (" + cuda_status() + "), NCCL";
+    return p;
+  }
+  if (cfg.backend == "nccl")
+    throw ConfigError("--backend nccl needs one GPU per rank: --world " + world + " but " + g +
+                      " here, and NCCL refuses two ranks on one GPU (valid: --backend auto or gloo, "
+                      "or --world " + std::to_string(gpus) + " or less)");
+  p.comm = CommKind::gloo_staged;
+  p.summary = cfg.world <= gpus
+                  ? world + " rank(s), one GPU each, Gloo with host staging (--backend gloo)"
+                  : world + " ranks share " + g +
+                        ": NCCL refuses two ranks on one GPU, so they talk through Gloo with "
+                        "host staging";
+  return p;
+}
+
+}  // namespace shardlab

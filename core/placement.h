@@ -1,0 +1,28 @@
+// Where a run's ranks live and how they talk, decided once from --device and
+// --backend and the GPUs this machine has: CPU ranks over Gloo, one GPU per
+// rank over NCCL, or ranks sharing GPUs over Gloo with host staging.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/device.h"
+
+namespace shardlab {
+
+enum class CommKind { gloo, gloo_staged, nccl };
+const char* to_string(CommKind k);
+
+struct Placement {
+  DeviceKind kind = DeviceKind::cpu;
+  bool guarded = false;          // --device cpu-guarded
+  std::vector<int> gpu_of_rank;  // cuda: the GPU each rank runs on
+  CommKind comm = CommKind::gloo;
+  std::string device_name;  // "cpu", "cpu-guarded", "cuda" (what --device resolved to)
+  std::string summary;      // one line for the run summary and the UI
+};
+
+// Throws ConfigError with one line naming the bad value and what would be valid.
+Placement plan_placement(const RunConfig& cfg);
+
+}  // namespace shardlab
