@@ -19,6 +19,7 @@ int cmd_run(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_bench(int argc, char** argv);     // `shardlab bench comm|step ...`
 int bench_step(int argc, char** argv);    // argv[0] == "step"
+int bench_strategies(int argc, char** argv);  // argv[0] == "strategies"
 int cmd_estimate(int argc, char** argv);  // predicted model-state memory and traffic (ZeRO paper)
 
 }  // namespace shardlab::app

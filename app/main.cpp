@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "app/gui/gui.h"
 #include "core/config.h"
+#include "core/gpu.h"
 #include "core/strategy.h"
 
 namespace {
@@ -21,7 +22,9 @@ commands:
   run      train one configuration and print a summary (see 'shardlab run --help')
   gui      the desktop app: timelines, memory, cluster view, replay, compare (see 'shardlab gui --help')
   estimate predicted memory and traffic per rank from the ZeRO paper's formulas
-  bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times
+  bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times,
+           'shardlab bench strategies' every strategy on one device (e.g. --device cuda)
+  devices  the devices this build can use: the CPU, and GPUs when built with CUDA
 
 strategies: %s
 )";
@@ -40,8 +43,16 @@ int main(int argc, char** argv) {
     if (sub == "gui") return shardlab::app::cmd_gui(argc - 1, argv + 1);
     if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
     if (sub == "estimate") return shardlab::app::cmd_estimate(argc - 1, argv + 1);
+    if (sub == "devices") {
+      // Line 2 is machine-readable for scripts: "gpus N".
+      std::printf("cpu: yes (ranks as threads, Gloo over TCP on 127.0.0.1)\n");
+      std::printf("gpus %d\n", shardlab::cuda_device_count());
+      std::printf("cuda: %s (%s)\n", shardlab::cuda_compiled() ? "compiled in" : "not compiled in",
+                  shardlab::cuda_status().c_str());
+      return 0;
+    }
     std::fprintf(stderr,
-                 "error: unknown command '%s' (valid: demo, run, gui, estimate, bench; see "
+                 "error: unknown command '%s' (valid: demo, run, gui, estimate, bench, devices; see "
                  "'shardlab --help')\n",
                  sub.c_str());
     return 2;

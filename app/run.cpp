@@ -10,6 +10,7 @@
 #include "app/summary.h"
 #include "core/checkpoint.h"
 #include "core/pipeline_analysis.h"
+#include "core/placement.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 #include "core/trace.h"
@@ -198,12 +199,13 @@ int cmd_run(int argc, char** argv) {
 }
 
 int cmd_demo(int argc, char** argv) {
-  const Args a(argc, argv, "demo", {"out", "steps", "model"}, {});
+  const Args a(argc, argv, "demo", {"out", "steps", "model", "device", "backend"}, {});
   if (a.help()) {
     std::printf(
-        "usage: shardlab demo [--out DIR] [--steps N] [--model SPEC]\n\n"
+        "usage: shardlab demo [--out DIR] [--steps N] [--model SPEC] [--device D] [--backend B]\n\n"
         "Runs every strategy on the same model and data, prints a comparison,\n"
-        "and writes one Chrome trace per strategy into DIR (default shardlab-demo).\n");
+        "and writes one Chrome trace per strategy into DIR (default shardlab-demo).\n"
+        "--device and --backend as for 'shardlab run' (default cpu, auto).\n");
     return 0;
   }
   const std::string out = a.str("out", "shardlab-demo");
@@ -215,10 +217,11 @@ int cmd_demo(int argc, char** argv) {
   base.model = a.str("model", "mlp:8x256");
   base.steps = a.integer("steps", 30);
   base.batch = 64;
-  std::printf(
-      "Shardlab demo: %s, global batch %d, %d steps, AdamW, ranks as threads over Gloo (TCP "
-      "loopback)\n\n",
-      base.model.c_str(), base.batch, base.steps);
+  base.device = a.str("device", base.device);
+  base.backend = a.str("backend", base.backend);
+  validate(base);
+  std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW; world 2: %s\n\n",
+              base.model.c_str(), base.batch, base.steps, plan_placement(base).summary.c_str());
   std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
               "median step", "peak mem/rank", "sent/rank/step", "trace");
   // The reference first, then every other registered strategy.

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/device.h"
 #include "core/rng.h"
 #include "kernels/cpu.h"
 
@@ -25,6 +26,20 @@ void SyntheticData::rows(int step, int row_begin, int rows, float* x, float* y) 
   // y = tanh(x · T), one GEMM for the slice.
   kernels::gemm(false, false, rows, dim_, dim_, 1.0f, x, target_.data(), 0.0f, y);
   for (size_t i = 0; i < static_cast<size_t>(rows) * dim_; ++i) y[i] = std::tanh(y[i]);
+}
+
+void load_rows(DeviceBackend& dev, const SyntheticData& data, int step, int row_begin, int rows,
+               float* x_dev, float* y_dev) {
+  // The guarded CPU device also says cpu, but its memory is closed to the host.
+  if (dev.device().kind == DeviceKind::cpu && !dev.is_device_pointer(x_dev)) {
+    data.rows(step, row_begin, rows, x_dev, y_dev);
+    return;
+  }
+  const size_t n = static_cast<size_t>(rows) * data.dim();
+  std::vector<float> x(n), y(y_dev ? n : 0);
+  data.rows(step, row_begin, rows, x.data(), y_dev ? y.data() : nullptr);
+  dev.upload(x_dev, DType::f32, x.data(), n);
+  if (y_dev) dev.upload(y_dev, DType::f32, y.data(), n);
 }
 
 }  // namespace shardlab

@@ -7,6 +7,8 @@
 
 namespace shardlab {
 
+class DeviceBackend;
+
 class SyntheticData {
  public:
   SyntheticData(int dim, uint64_t seed);
@@ -21,5 +23,12 @@ class SyntheticData {
   uint64_t seed_;
   std::vector<float> target_;  // T[dim, dim], scaled by 1/√dim so tanh is not saturated
 };
+
+// SyntheticData::rows into device memory: x_dev[rows, dim] and y_dev[rows, dim]
+// (y_dev may be null, as for rows). Memory the host can write (a plain CPU
+// device) is filled in place, with no extra copy; otherwise the rows are made
+// in host vectors and uploaded.
+void load_rows(DeviceBackend& dev, const SyntheticData& data, int step, int row_begin, int rows,
+               float* x_dev, float* y_dev);
 
 }  // namespace shardlab

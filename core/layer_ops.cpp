@@ -1,13 +1,11 @@
 // LayerTape and the one-layer math of LayerStack, on caller-supplied weights.
 #include "core/layer_ops.h"
 
-#include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "core/precision.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 
@@ -20,6 +18,7 @@ std::string act_name(int layer, const char* what) {
 void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
                    const void* b, int rows, int d) {
   const size_t n = static_cast<size_t>(rows) * d;
+  DeviceBackend& dev = alloc.backend();
   if (dt == DType::f32) {
     auto* o = static_cast<float*>(out);
     auto* p = static_cast<float*>(pre);
@@ -27,10 +26,10 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
     const auto* wf = static_cast<const float*>(w);
     const auto* bf = static_cast<const float*>(b);
     if (p) {
-      kernels::linear_forward(p, xf, wf, bf, rows, d, d);
-      kernels::gelu_forward(o, p, n);
+      dev.linear_forward(p, xf, wf, bf, rows, d, d);
+      dev.gelu_forward(o, p, n);
     } else {
-      kernels::linear_forward(o, xf, wf, bf, rows, d, d);
+      dev.linear_forward(o, xf, wf, bf, rows, d, d);
     }
     return;
   }
@@ -38,13 +37,13 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
   AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
   AsF32 b32(alloc, "upcast.bias", b, dt, d);
   AsF32 y = AsF32::scratch(alloc, "upcast.output", out, dt, n);
-  kernels::linear_forward(y.get(), x32.get(), w32.get(), b32.get(), rows, d, d);
+  dev.linear_forward(y.get(), x32.get(), w32.get(), b32.get(), rows, d, d);
   if (pre) {
     // The linear's output is rounded to storage before GELU reads it, as
     // autocast's bf16 matmul output would be; backward sees the same values.
-    store_from_f32(pre, dt, y.get(), n);
-    load_to_f32(y.get(), pre, dt, n);
-    kernels::gelu_forward(y.get(), y.get(), n);
+    dev.cast(pre, dt, y.get(), DType::f32, n);
+    dev.cast(y.get(), DType::f32, pre, dt, n);
+    dev.gelu_forward(y.get(), y.get(), n);
   }
   y.store(out);
 }
@@ -52,18 +51,18 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
                     void* db, const void* x, const void* w, int rows, int d) {
   const size_t n = static_cast<size_t>(rows) * d;
+  DeviceBackend& dev = alloc.backend();
   if (dt == DType::f32) {
     auto* gf = static_cast<float*>(g);
-    if (pre) kernels::gelu_backward(gf, gf, static_cast<const float*>(pre), n);
-    kernels::linear_backward(static_cast<float*>(din), static_cast<float*>(dw),
-                             static_cast<float*>(db), gf, static_cast<const float*>(x),
-                             static_cast<const float*>(w), rows, d, d);
+    if (pre) dev.gelu_backward(gf, gf, static_cast<const float*>(pre), n);
+    dev.linear_backward(static_cast<float*>(din), static_cast<float*>(dw), static_cast<float*>(db),
+                        gf, static_cast<const float*>(x), static_cast<const float*>(w), rows, d, d);
     return;
   }
   AsF32 g32(alloc, "upcast.grad_output", g, dt, n);
   if (pre) {
     AsF32 pre32(alloc, "upcast.pre_gelu", pre, dt, n);
-    kernels::gelu_backward(g32.get(), g32.get(), pre32.get(), n);
+    dev.gelu_backward(g32.get(), g32.get(), pre32.get(), n);
   }
   AsF32 x32(alloc, "upcast.input", x, dt, n);
   AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
@@ -72,8 +71,8 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
   AsF32 db32(alloc, "upcast.bias_grad", db, dt, d);
   std::optional<AsF32> dx;
   if (din) dx.emplace(AsF32::scratch(alloc, "upcast.grad_input", din, dt, n));
-  kernels::linear_backward(dx ? dx->get() : nullptr, dw32.get(), db32.get(), g32.get(), x32.get(),
-                           w32.get(), rows, d, d);
+  dev.linear_backward(dx ? dx->get() : nullptr, dw32.get(), db32.get(), g32.get(), x32.get(),
+                      w32.get(), rows, d, d);
   dw32.store(dw);
   db32.store(db);
   if (dx) dx->store(din);
@@ -90,7 +89,7 @@ void LayerTape::begin(const float* input, int rows) {
   if (dt_ != DType::f32) {
     cast_input_ = alloc_.alloc(std::string("batch.x[") + to_string(dt_) + "]",
                                MemCategory::activations, {rows, layout_.dim()}, dt_);
-    store_from_f32(cast_input_.raw(), dt_, input, cast_input_.numel());
+    alloc_.backend().cast(cast_input_.raw(), dt_, input, DType::f32, cast_input_.numel());
     input_ = cast_input_.raw();
   }
 }
@@ -121,7 +120,7 @@ void LayerTape::begin_backward(const void* dout) {
   const int d = layout_.dim();
   grad_ = alloc_.alloc(act_name(layers_.back().layer, "grad_output"), MemCategory::temporary,
                        {rows_, d}, dt_);
-  std::memcpy(grad_.raw(), dout, grad_.bytes());
+  alloc_.backend().copy(grad_.raw(), dout, grad_.bytes(), CopyKind::device_to_device);
 }
 
 void LayerTape::backward(int layer, const void* weight, void* dweight, void* dbias) {

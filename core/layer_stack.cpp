@@ -1,13 +1,10 @@
 // Forward and backward of a stack of MLP layers; the backward loop mirrors the forward loop.
 #include "core/layer_stack.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "core/layer_ops.h"
-#include "core/precision.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 
@@ -25,7 +22,7 @@ LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator
   for (int l = first; l < last; ++l) {
     for (const ParamInfo* p : {&layout.weight(l), &layout.bias(l)}) {
       Tensor t = alloc.alloc(p->name, MemCategory::params, p->shape, dtype);
-      store_from_f32(t.raw(), dtype, init_flat.data() + p->offset, p->numel);
+      alloc.backend().upload(t.raw(), dtype, init_flat.data() + p->offset, p->numel);
       params_.push_back(std::move(t));
       grads_.push_back(alloc.alloc(p->name + ".grad", MemCategory::grads, p->shape, dtype));
     }
@@ -53,7 +50,7 @@ const void* LayerStack::stack_input(Saved& s, int mb) {
   if (s.cast_input.empty()) {
     s.cast_input = alloc_.alloc(act_name(first_, "input", mb), MemCategory::activations,
                                 {s.rows, layout_.dim()}, dtype_);
-    store_from_f32(s.cast_input.raw(), dtype_, s.input, s.cast_input.numel());
+    alloc_.backend().cast(s.cast_input.raw(), dtype_, s.input, DType::f32, s.cast_input.numel());
   }
   return s.cast_input.raw();
 }
@@ -123,7 +120,7 @@ Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
   // input.
   Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary, {rows, d},
                           dtype_);
-  std::memcpy(g.raw(), dout, g.bytes());
+  alloc_.backend().copy(g.raw(), dout, g.bytes(), CopyKind::device_to_device);
   for (int l = last_ - 1; l >= first_; --l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::backward, l, mb);
     const int i = l - first_;
@@ -147,7 +144,7 @@ Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
 }
 
 void LayerStack::zero_grads() {
-  for (Tensor& g : grads_) std::memset(g.raw(), 0, g.bytes());
+  for (Tensor& g : grads_) alloc_.backend().fill_zero(g.raw(), g.bytes());
 }
 
 std::vector<Optimizer::Range> LayerStack::ranges() const {
@@ -192,7 +189,7 @@ void LayerStack::copy_params_to(std::vector<float>& flat) const {
   size_t k = 0;
   for (int l = first_; l < last_; ++l)
     for (const ParamInfo* p : {&layout_.weight(l), &layout_.bias(l)}) {
-      load_to_f32(flat.data() + p->offset, params_[k].raw(), dtype_, p->numel);
+      alloc_.backend().download(flat.data() + p->offset, params_[k].raw(), dtype_, p->numel);
       ++k;
     }
 }

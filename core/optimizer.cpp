@@ -1,10 +1,10 @@
 // Optimizer state allocation, fp32 master weights, and dispatch to the kernels.
 #include "core/optimizer.h"
 
+#include <memory>
 #include <stdexcept>
 
 #include "core/precision.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 
@@ -23,13 +23,32 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::ve
   }
 }
 
+DeviceBackend& Optimizer::backend() const {
+  if (pool_ == Pool::host) {
+    // Host-pool state is host memory even beside a GPU: step it with the
+    // CPU kernels, as ZeRO-Offload's CPU Adam does, not with device kernels.
+    static const std::unique_ptr<DeviceBackend> host = make_cpu_backend();
+    return *host;
+  }
+  return alloc_.backend();
+}
+
+void Optimizer::load_master(size_t i, const float* host_src) {
+  write_from_host(backend(), master_[i], 0, host_src, ranges_[i].numel);
+}
+
+void Optimizer::read_master(size_t i, float* host_dst) const {
+  read_to_host(backend(), host_dst, master_[i], 0, ranges_[i].numel);
+}
+
 void Optimizer::update(size_t i, float* param, const float* grad) {
   const kernels::AdamWParams h{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay};
+  DeviceBackend& dev = backend();
   if (cfg_.kind == OptimizerKind::sgd)
-    kernels::sgd_step(param, grad, ranges_[i].numel, cfg_.lr);
+    dev.sgd_step(param, grad, ranges_[i].numel, cfg_.lr);
   else
-    kernels::adamw_step(param, grad, exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
-                        ranges_[i].numel, h, t_);
+    dev.adamw_step(param, grad, static_cast<float*>(exp_avg_[i].raw()),
+                   static_cast<float*>(exp_avg_sq_[i].raw()), ranges_[i].numel, h, t_);
 }
 
 void Optimizer::step(const std::vector<float*>& params, const std::vector<const float*>& grads) {
@@ -46,14 +65,16 @@ void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<c
     throw std::logic_error("Optimizer::step_mixed: range count mismatch");
   if (!mixed()) throw std::logic_error("Optimizer::step_mixed: fp32 parameters need step");
   ++t_;
+  DeviceBackend& dev = backend();
   for (size_t i = 0; i < ranges_.size(); ++i) {
     const size_t n = ranges_[i].numel;
     Tensor g =
         alloc_.alloc(ranges_[i].name + ".grad[fp32]", MemCategory::temporary, n, DType::f32, pool_);
-    load_to_f32(g.data<float>(), grads[i], param_dtype_, n);
-    kernels::scale(g.data<float>(), n, grad_scale);
-    update(i, master(i), g.data<float>());
-    store_from_f32(params[i], param_dtype_, master(i), n);
+    float* g32 = static_cast<float*>(g.raw());
+    dev.cast(g32, DType::f32, grads[i], param_dtype_, n);
+    dev.scale(g32, n, grad_scale);
+    update(i, master(i), g32);
+    dev.cast(params[i], param_dtype_, master(i), DType::f32, n);
   }
 }
 

@@ -23,7 +23,8 @@ class Optimizer {
   Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::vector<Range>& ranges,
             DType param_dtype = DType::f32, Pool pool = Pool::device);
 
-  // One fp32 update: params[i] and grads[i] point at range i.
+  // One fp32 update: params[i] and grads[i] point at range i, in the
+  // optimizer's pool.
   void step(const std::vector<float*>& params, const std::vector<const float*>& grads);
 
   // One mixed-precision update: grads[i] (param_dtype) times grad_scale are
@@ -33,9 +34,17 @@ class Optimizer {
                   float grad_scale);
 
   bool mixed() const { return param_dtype_ != DType::f32; }
-  // Mixed precision: range i's fp32 master weights (filled by the owner at setup).
-  float* master(size_t i) { return master_[i].data<float>(); }
-  const float* master(size_t i) const { return master_[i].data<float>(); }
+  // Mixed precision: range i's fp32 master weights (filled by the owner at
+  // setup), in the optimizer's pool.
+  float* master(size_t i) { return static_cast<float*>(master_[i].raw()); }
+  const float* master(size_t i) const { return static_cast<const float*>(master_[i].raw()); }
+  // Range i's master from / to fp32 host memory (ranges_[i].numel values).
+  void load_master(size_t i, const float* host_src);
+  void read_master(size_t i, float* host_dst) const;
+  // What computes on the state, and on the params and grads handed to step:
+  // the allocator's device, or with the state in the host pool (ZeRO-Offload's
+  // CPU optimizer) the host's own kernels.
+  DeviceBackend& backend() const;
   const std::vector<Range>& ranges() const { return ranges_; }
   int64_t steps_taken() const { return t_; }
 

@@ -8,8 +8,6 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "kernels/cpu.h"
-
 namespace shardlab {
 
 namespace {
@@ -221,7 +219,7 @@ void PipelineStage::forward(int mb) {
     // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations, {rows_, D});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
-    env_.data.rows(step_, mb * rows_, rows_, input.data<float>(), nullptr);
+    load_rows(env_.device, env_.data, step_, mb * rows_, rows_, input.data<float>(), nullptr);
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);
@@ -254,14 +252,15 @@ void PipelineStage::compute_loss(const float* pred, int mb) {
   {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
     Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary, {rows_, D});
-    env_.data.rows(step_, mb * rows_, rows_, unused_x.data<float>(), y.data<float>());
+    load_rows(env_.device, env_.data, step_, mb * rows_, rows_, unused_x.data<float>(),
+              y.data<float>());
   }
   // Divided by the global batch's element count, not the micro-batch's: the
   // micro-batches' gradients then add up to exactly the full-batch gradient.
   Tensor dpred = env_.alloc.alloc(mb_name("loss.grad", mb), MemCategory::temporary, {rows_, D});
   ScopedSpan span(env_.rec, Lane::compute, SpanKind::loss, -1, mb);
-  loss_ += kernels::mse_forward_backward(dpred.data<float>(), pred, y.data<float>(), n,
-                                         static_cast<size_t>(env_.cfg.batch) * D);
+  loss_ += env_.device.mse_forward_backward(dpred.data<float>(), pred, y.data<float>(), n,
+                                            static_cast<size_t>(env_.cfg.batch) * D);
   loss_grads_[mb] = std::move(dpred);
 }
 
@@ -306,13 +305,13 @@ std::vector<float> PipelineStage::export_params() {
   };
   if (env_.rank != 0) {
     // This stage's layers are one contiguous run of the flat vector: weight, bias, weight, ...
-    std::vector<float> mine;
-    mine.reserve(slice(topo_).second);
+    std::vector<float> mine(slice(topo_).second);
+    size_t k = 0;
     for (int l = topo_.first_layer; l < topo_.last_layer; ++l) {
-      const float* w = layers_->weight(l);
-      const float* b = layers_->bias(l);
-      mine.insert(mine.end(), w, w + layout.weight(l).numel);
-      mine.insert(mine.end(), b, b + layout.bias(l).numel);
+      env_.device.download(mine.data() + k, layers_->weight(l), DType::f32, layout.weight(l).numel);
+      k += layout.weight(l).numel;
+      env_.device.download(mine.data() + k, layers_->bias(l), DType::f32, layout.bias(l).numel);
+      k += layout.bias(l).numel;
     }
     env_.comm->send(mine.data(), mine.size() * sizeof(float), 0, kGatherParamsTag);
     return {};

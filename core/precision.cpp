@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "core/sharding.h"
-#include "kernels/cpu.h"
 #include "kernels/precision.h"
 
 namespace shardlab {
@@ -18,6 +17,7 @@ DType precision_dtype(const std::string& precision) {
   throw ConfigError("--precision '" + precision + "' is invalid (valid: fp32, bf16, fp16)");
 }
 
+// The three functions below run on host memory only (see precision.h).
 void store_from_f32(void* dst, DType dt, const float* src, size_t n) {
   if (dt == DType::f32) {
     if (dst != src) std::memcpy(dst, src, n * sizeof(float));
@@ -57,32 +57,47 @@ bool all_finite(const void* src, DType dt, size_t n) {
   return true;
 }
 
+void write_from_host(DeviceBackend& dev, Tensor& t, size_t offset, const float* src, size_t n) {
+  if (t.pool() == Pool::host)
+    store_from_f32(at(t, offset), t.dtype(), src, n);
+  else
+    dev.upload(at(t, offset), t.dtype(), src, n);
+}
+
+void read_to_host(DeviceBackend& dev, float* dst, const Tensor& t, size_t offset, size_t n) {
+  if (t.pool() == Pool::host)
+    load_to_f32(dst, at(t, offset), t.dtype(), n);
+  else
+    dev.download(dst, at(t, offset), t.dtype(), n);
+}
+
 AsF32::AsF32(Allocator& alloc, const char* name, const void* src, DType dt, size_t n, Pool pool)
-    : dt_(dt), n_(n) {
+    : dev_(&alloc.backend()), dt_(dt), n_(n) {
   if (dt == DType::f32) {
     ptr_ = const_cast<float*>(static_cast<const float*>(src));
     return;
   }
   tmp_ = alloc.alloc(name, MemCategory::temporary, n, DType::f32, pool);
-  ptr_ = tmp_.data<float>();
-  if (src) load_to_f32(ptr_, src, dt, n);
+  ptr_ = static_cast<float*>(tmp_.raw());
+  if (src) dev_->cast(ptr_, DType::f32, src, dt, n);
 }
 
 AsF32 AsF32::scratch(Allocator& alloc, const char* name, void* dst, DType dt, size_t n, Pool pool) {
   AsF32 a;
+  a.dev_ = &alloc.backend();
   a.dt_ = dt;
   a.n_ = n;
   if (dt == DType::f32) {
     a.ptr_ = static_cast<float*>(dst);
   } else {
     a.tmp_ = alloc.alloc(name, MemCategory::temporary, n, DType::f32, pool);
-    a.ptr_ = a.tmp_.data<float>();
+    a.ptr_ = static_cast<float*>(a.tmp_.raw());
   }
   return a;
 }
 
 void AsF32::store(void* dst) const {
-  if (dt_ != DType::f32) store_from_f32(dst, dt_, ptr_, n_);
+  if (dt_ != DType::f32) dev_->cast(dst, dt_, ptr_, DType::f32, n_);
 }
 
 LossScaler::LossScaler(bool dynamic, Options options)
@@ -108,16 +123,17 @@ MixedPrecision::MixedPrecision(const std::string& precision, LossScaler::Options
 
 double MixedPrecision::mse_loss(Allocator& alloc, void* dpred, const void* pred,
                                 const float* target, size_t n, size_t divisor) const {
+  DeviceBackend& dev = alloc.backend();
   if (!mixed())
-    return kernels::mse_forward_backward(static_cast<float*>(dpred),
-                                         static_cast<const float*>(pred), target, n, divisor);
+    return dev.mse_forward_backward(static_cast<float*>(dpred), static_cast<const float*>(pred),
+                                    target, n, divisor);
   // The loss and its gradient in fp32, on the upcast prediction; the
   // gradient is scaled (fp16) before it is rounded to 2 bytes, so that small
   // values do not flush to zero on the way back through the layers.
   AsF32 p(alloc, "loss.pred[fp32]", pred, dtype_, n);
   AsF32 d = AsF32::scratch(alloc, "loss.grad[fp32]", dpred, dtype_, n);
-  const double loss = kernels::mse_forward_backward(d.get(), p.get(), target, n, divisor);
-  if (scaler_.scale() != 1.0f) kernels::scale(d.get(), n, scaler_.scale());
+  const double loss = dev.mse_forward_backward(d.get(), p.get(), target, n, divisor);
+  if (scaler_.scale() != 1.0f) dev.scale(d.get(), n, scaler_.scale());
   d.store(dpred);
   return loss;
 }
@@ -125,12 +141,12 @@ double MixedPrecision::mse_loss(Allocator& alloc, void* dpred, const void* pred,
 bool MixedPrecision::step(Optimizer& opt, const std::vector<void*>& params,
                           const std::vector<void*>& grads, float grad_scale, Comm* vote) {
   const auto& ranges = opt.ranges();
+  DeviceBackend& dev = opt.backend();  // where the gradients live, next to the optimizer state
   if (!mixed()) {
     std::vector<float*> p;
     std::vector<const float*> g;
     for (size_t i = 0; i < ranges.size(); ++i) {
-      if (grad_scale != 1.0f)
-        kernels::scale(static_cast<float*>(grads[i]), ranges[i].numel, grad_scale);
+      if (grad_scale != 1.0f) dev.scale(static_cast<float*>(grads[i]), ranges[i].numel, grad_scale);
       p.push_back(static_cast<float*>(params[i]));
       g.push_back(static_cast<const float*>(grads[i]));
     }
@@ -142,9 +158,9 @@ bool MixedPrecision::step(Optimizer& opt, const std::vector<void*>& params,
     // only its shard of the gradients votes, and the vote is summed.
     float overflow = 0;
     for (size_t i = 0; i < ranges.size() && overflow == 0; ++i)
-      if (!all_finite(grads[i], dtype_, ranges[i].numel)) overflow = 1;
-    if (vote) vote->all_reduce(&overflow, 1, DType::f32);
-    const float unscale = grad_scale / scaler_.scale();  // before update() changes the scale
+      if (!dev.all_finite(grads[i], dtype_, ranges[i].numel)) overflow = 1;
+    if (vote) vote->all_reduce(&overflow, 1, DType::f32);  // a host float: comm stages it
+    const float unscale = grad_scale / scaler_.scale();    // before update() changes the scale
     if (!scaler_.update(overflow > 0)) return false;
     grad_scale = unscale;
   }

@@ -16,6 +16,8 @@ namespace shardlab {
 // "fp32" -> f32, "bf16" -> bf16, "fp16" -> f16; throws ConfigError otherwise.
 DType precision_dtype(const std::string& precision);
 
+// Host memory only (checkpoints, tests, offloaded tensors): device memory is
+// converted by DeviceBackend::cast/upload/download/all_finite.
 // dst[n] (dt) = round(src[n]) with round-to-nearest-even; a plain copy for f32.
 void store_from_f32(void* dst, DType dt, const float* src, size_t n);
 // dst[n] (fp32) = src[n] (dt), exact.
@@ -23,9 +25,16 @@ void load_to_f32(float* dst, const void* src, DType dt, size_t n);
 // False when any value is inf or NaN.
 bool all_finite(const void* src, DType dt, size_t n);
 
-// An fp32 view of a buffer stored in `dt`: the buffer itself when dt is f32,
-// otherwise an upcast copy in an accounted temporary (the "kernels upcast"
-// of mixed precision). Written values go back to the buffer with store().
+// Values [offset, offset + n) of `t`, in t's dtype, from or to fp32 host memory,
+// wherever t lives: through the backend for the device pool; converted in
+// place for the host pool (offload), which the host may touch.
+void write_from_host(DeviceBackend& dev, Tensor& t, size_t offset, const float* src, size_t n);
+void read_to_host(DeviceBackend& dev, float* dst, const Tensor& t, size_t offset, size_t n);
+
+// An fp32 view of a device buffer stored in `dt`: the buffer itself when dt is
+// f32, otherwise an upcast copy in an accounted temporary (the "kernels upcast"
+// of mixed precision), cast on alloc's device. Written values go back to the
+// buffer with store().
 class AsF32 {
  public:
   AsF32(Allocator& alloc, const char* name, const void* src, DType dt, size_t n,
@@ -39,6 +48,7 @@ class AsF32 {
 
  private:
   AsF32() = default;
+  DeviceBackend* dev_ = nullptr;
   Tensor tmp_;
   float* ptr_ = nullptr;
   DType dt_ = DType::f32;
@@ -89,12 +99,14 @@ class MixedPrecision {
   const LossScaler& scaler() const { return scaler_; }
 
   // MSELoss (mean over `divisor` values) of pred[n] (stored in dtype()) against
-  // target; writes dpred[n] (dtype()), the gradient times the loss scale.
+  // target (fp32); writes dpred[n] (dtype()), the gradient times the loss scale.
+  // All three are device memory of alloc's device.
   double mse_loss(Allocator& alloc, void* dpred, const void* pred, const float* target, size_t n,
                   size_t divisor) const;
 
   // The optimizer step on its ranges: params[i], grads[i] point at range i,
-  // in dtype(). Gradients are multiplied by grad_scale (1/N when they are a
+  // in dtype(), in the optimizer's pool (its backend() computes on them).
+  // Gradients are multiplied by grad_scale (1/N when they are a
   // sum over N ranks). fp32: scale in place, Optimizer::step. Mixed: the
   // overflow check (a global vote over `vote` when each rank sees only its
   // shard of the gradients, so every rank skips or steps together), then

@@ -101,6 +101,7 @@ void require_batch_divisible(const RunConfig& cfg) {
 
 void read_group_values(float* dst, const FlatGroup& g, const std::vector<float>& model_flat,
                        size_t begin, size_t count) {
+  // Host to host: dst is a host buffer (see sharding.h).
   const size_t real = begin >= g.numel() ? 0 : std::min(count, g.numel() - begin);
   if (real) std::memcpy(dst, model_flat.data() + g.offset + begin, real * sizeof(float));
   if (count > real) std::memset(dst + real, 0, (count - real) * sizeof(float));
@@ -120,12 +121,13 @@ std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t tota
       ScopedSpan span(alloc.recorder(), Lane::comm, SpanKind::copy_h2d, g.first, -1,
                       static_cast<int64_t>(staged.bytes()));
       alloc.backend().copy(staged.raw(), shard, staged.bytes(), CopyKind::host_to_device);
-      shard = staged.data<float>();
+      shard = static_cast<const float*>(staged.raw());
     }
     Tensor full = alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded());
     comm.all_gather(shard, full.raw(), g.plan.counts(), DType::f32, CommMeta{g.first, -1});
     if (rank == 0)
-      std::memcpy(flat.data() + g.offset, full.data<float>(), g.numel() * sizeof(float));
+      alloc.backend().copy(flat.data() + g.offset, full.raw(), g.numel() * sizeof(float),
+                           CopyKind::device_to_host);
   }
   return flat;
 }

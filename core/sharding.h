@@ -111,16 +111,17 @@ std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_pe
 double padding_per_rank(const std::vector<FlatGroup>& groups);
 
 // Writes values [begin, begin + count) of the group's padded flat buffer, read
-// from the model's flat parameter vector; padding reads as zero.
+// from the model's flat parameter vector, into host memory; padding reads as zero.
 void read_group_values(float* dst, const FlatGroup& g, const std::vector<float>& model_flat,
                        size_t begin, size_t count);
 
 // Every data-parallel rank takes batch / world rows: throws ConfigError unless that divides.
 void require_batch_divisible(const RunConfig& cfg);
 
-// Collective: all-gathers every group from this rank's shards (shards[g], in the
-// host pool when shards_on_host, staged to the device for the all-gather) and
-// returns the model's flat parameters on rank 0, {} on the other ranks.
+// Collective: all-gathers every group from this rank's fp32 shards (shards[g],
+// device memory, or in the host pool when shards_on_host, staged to the device
+// for the all-gather) and returns the model's flat parameters on rank 0 (host
+// memory), {} on the other ranks.
 std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t total,
                                        const std::vector<FlatGroup>& groups,
                                        const std::vector<const float*>& shards,

@@ -16,12 +16,10 @@
 // all-reduce every rank holds the same gradients, so fp16's overflow check
 // needs no vote: every rank reaches the same skip decision on its own.
 #include <algorithm>
-#include <cstring>
 
 #include "core/layer_stack.h"
 #include "core/precision.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 namespace {
@@ -47,8 +45,7 @@ class Ddp final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
     if (optimizer_->mixed())
       for (size_t i = 0; i < layout.params().size(); ++i)
-        std::memcpy(optimizer_->master(i), init.data() + layout.params()[i].offset,
-                    layout.params()[i].numel * sizeof(float));
+        optimizer_->load_master(i, init.data() + layout.params()[i].offset);
 
     // Phase 0 — replicate: like torch DDP's constructor, broadcast rank 0's
     // parameters so every replica starts from exactly the same weights.
@@ -86,7 +83,7 @@ class Ddp final : public Strategy {
 
     Tensor x = env_->alloc.alloc("batch.x", MemCategory::activations, {b, D});
     Tensor y = env_->alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    env_->data.rows(step, env_->rank * b, b, x.data<float>(), y.data<float>());
+    load_rows(env_->device, env_->data, step, env_->rank * b, b, x.data<float>(), y.data<float>());
 
     // Phase 1 — forward and loss on the local slice. The loss is the mean over
     // the local slice; averaging the gradients over ranks then gives exactly
@@ -141,8 +138,7 @@ class Ddp final : public Strategy {
     model_->copy_params_to(flat);
     if (optimizer_->mixed())  // the model's weights are the fp32 masters
       for (size_t i = 0; i < env_->layout.params().size(); ++i)
-        std::memcpy(flat.data() + env_->layout.params()[i].offset, optimizer_->master(i),
-                    env_->layout.params()[i].numel * sizeof(float));
+        optimizer_->read_master(i, flat.data() + env_->layout.params()[i].offset);
     return flat;
   }
 
@@ -152,7 +148,8 @@ class Ddp final : public Strategy {
     std::vector<void*> grads = model_->grad_raw();
     for (int i : bk.params) {
       const size_t n = env_->layout.params()[i].numel;
-      std::memcpy(at(bk.buffer, at_value), grads[i], n * mp_->bytes());
+      env_->device.copy(at(bk.buffer, at_value), grads[i], n * mp_->bytes(),
+                        CopyKind::device_to_device);
       at_value += n;
     }
     bk.work = env_->comm->all_reduce_async(bk.buffer.raw(), bk.numel, mp_->dtype(),
@@ -165,13 +162,9 @@ class Ddp final : public Strategy {
     std::vector<void*> grads = model_->grad_raw();
     for (int i : bk.params) {
       const size_t n = env_->layout.params()[i].numel;
-      if (mp_->mixed()) {
-        std::memcpy(grads[i], at(bk.buffer, at_value), n * mp_->bytes());
-      } else {
-        const float* src = bk.buffer.data<float>() + at_value;
-        float* dst = static_cast<float*>(grads[i]);
-        for (size_t j = 0; j < n; ++j) dst[j] = src[j] * scale;
-      }
+      env_->device.copy(grads[i], at(bk.buffer, at_value), n * mp_->bytes(),
+                        CopyKind::device_to_device);
+      if (!mp_->mixed()) env_->device.scale(static_cast<float*>(grads[i]), n, scale);
       at_value += n;
     }
   }

@@ -29,7 +29,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <mutex>
 
 #include "core/layer_ops.h"
@@ -37,8 +36,6 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
-#include "kernels/precision.h"
 
 namespace shardlab {
 namespace {
@@ -156,7 +153,7 @@ class Dp final : public Strategy {
     const DType dt = mp_->dtype();
     for (const ParamInfo& p : env.layout.params()) {
       Tensor t = env.alloc.alloc(p.name, MemCategory::params, p.shape, dt);
-      store_from_f32(t.raw(), dt, init.data() + p.offset, p.numel);
+      env.device.upload(t.raw(), dt, init.data() + p.offset, p.numel);
       params_.push_back(std::move(t));
       grads_.push_back(env.alloc.alloc(p.name + ".grad", MemCategory::grads, p.shape, dt));
     }
@@ -164,10 +161,8 @@ class Dp final : public Strategy {
     for (const ParamInfo& p : env.layout.params()) ranges.push_back({p.name, p.numel});
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges, dt);
     if (optimizer_->mixed())
-      for (size_t i = 0; i < ranges.size(); ++i) {
-        const ParamInfo& p = env.layout.params()[i];
-        std::memcpy(optimizer_->master(i), init.data() + p.offset, p.numel * sizeof(float));
-      }
+      for (size_t i = 0; i < ranges.size(); ++i)
+        optimizer_->load_master(i, init.data() + env.layout.params()[i].offset);
   }
 
   LossShare step(int step) override {
@@ -187,9 +182,9 @@ class Dp final : public Strategy {
     if (device0) {
       x = env.alloc.alloc("batch.x", MemCategory::activations, {B, D});
       y = env.alloc.alloc("batch.y", MemCategory::activations, {B, D});
-      env.data.rows(step, 0, B, x.data<float>(), y.data<float>());
+      load_rows(env.device, env.data, step, 0, B, x.data<float>(), y.data<float>());
       outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D}, dt);
-      for (Tensor& g : grads_) std::memset(g.raw(), 0, g.bytes());
+      for (Tensor& g : grads_) env.device.fill_zero(g.raw(), g.bytes());
       sh.params.clear();
       for (Tensor& p : params_) sh.params.push_back(p.raw());
       sh.x = x.data<float>();
@@ -234,8 +229,8 @@ class Dp final : public Strategy {
 
     // Phase 4 — gather the outputs onto device 0, in rank order.
     char* outputs_at = static_cast<char*>(sh.outputs) + k * slice * es;
-    if (device0)
-      std::memcpy(outputs_at, tape.output(), slice * es);
+    if (device0)  // within device 0: not a transfer, no span
+      env.device.copy(outputs_at, tape.output(), slice * es, CopyKind::device_to_device);
     else
       copy(outputs_at, tape.output(), slice * es, SpanKind::gather, L - 1);
     sh.barrier.arrive_and_wait(k, "gather");
@@ -293,21 +288,11 @@ class Dp final : public Strategy {
     // of the model. Next step starts by broadcasting it again.
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::reduce);
+      // bf16/fp16 are summed in fp32 and rounded once per addition, as a 2-byte reduce does.
       for (const Tensor& from : inbox)
         for (size_t i = 0; i < grads_.size(); ++i) {
           const ParamInfo& p = layout.params()[i];
-          if (dt == DType::f32) {
-            float* acc = grads_[i].data<float>();
-            const float* src = from.data<float>() + p.offset;
-            for (size_t j = 0; j < p.numel; ++j) acc[j] += src[j];
-          } else {  // summed in fp32, rounded once per addition, as a bf16/fp16 reduce does
-            auto* acc = grads_[i].data<uint16_t>();
-            const uint16_t* src = from.data<uint16_t>() + p.offset;
-            if (dt == DType::bf16)
-              kernels::sum_bf16(acc, acc, src, p.numel);
-            else
-              kernels::sum_fp16(acc, acc, src, p.numel);
-          }
+          env.device.add(grads_[i].raw(), at(from, p.offset), dt, p.numel);
         }
     }
     inbox.clear();
@@ -325,10 +310,12 @@ class Dp final : public Strategy {
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());
     for (size_t i = 0; i < params_.size(); ++i) {
-      const ParamInfo& p = env_->layout.params()[i];
+      float* dst = flat.data() + env_->layout.params()[i].offset;
       // The model's weights: the fp32 masters in mixed precision.
-      const float* src = optimizer_->mixed() ? optimizer_->master(i) : params_[i].data<float>();
-      std::memcpy(flat.data() + p.offset, src, p.numel * sizeof(float));
+      if (optimizer_->mixed())
+        optimizer_->read_master(i, dst);
+      else
+        env_->device.download(dst, params_[i].raw(), DType::f32, params_[i].numel());
     }
     return flat;
   }

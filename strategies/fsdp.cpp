@@ -22,7 +22,6 @@
 //   gradients, every gather, reduce-scatter and host copy are 2 bytes a value;
 //   the fp32 master shard is optimizer state (K = 12) and, with --offload, is
 //   updated on the host, whose rounded result is what goes back up.
-#include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
@@ -30,7 +29,6 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 namespace {
@@ -68,7 +66,7 @@ class Fsdp final : public Strategy {
       read_group_values(values.data(), u, init, u.plan.begin(env.rank), u.plan.shard);
       Tensor p =
           env.alloc.alloc(u.shard_name(env.rank), MemCategory::params, u.plan.shard, dt, pool);
-      store_from_f32(p.raw(), dt, values.data(), values.size());
+      write_from_host(env.device, p, 0, values.data(), values.size());  // either pool
       param_shards_.push_back(std::move(p));
       grad_shards_.push_back(env.alloc.alloc(u.shard_name(env.rank) + ".grad", MemCategory::grads,
                                              u.plan.shard, dt, pool));
@@ -79,8 +77,7 @@ class Fsdp final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, pool);
     if (optimizer_->mixed())
       for (const FlatGroup& u : units_)
-        std::memcpy(optimizer_->master(u.index), init_shards[u.index].data(),
-                    u.plan.shard * sizeof(float));
+        optimizer_->load_master(u.index, init_shards[u.index].data());
   }
 
   LossShare step(int step) override {
@@ -91,7 +88,7 @@ class Fsdp final : public Strategy {
     const int b = env.cfg.batch / W;  // this rank's slice of the global batch, in rank order
     Tensor x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
     Tensor y = env.alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    env.data.rows(step, env.rank * b, b, x.data<float>(), y.data<float>());
+    load_rows(env.device, env.data, step, env.rank * b, b, x.data<float>(), y.data<float>());
 
     // Phase 1 — forward, unit by unit: gather the unit's flat parameter, run
     // its layers, then reshard (free it) or, with --no-reshard, keep it.
@@ -160,7 +157,7 @@ class Fsdp final : public Strategy {
       return gather_master_params(*env_->comm, env_->alloc, env_->layout.total(), units_,
                                   *optimizer_, offload_);
     std::vector<const float*> shards;
-    for (const Tensor& t : param_shards_) shards.push_back(t.data<float>());
+    for (const Tensor& t : param_shards_) shards.push_back(static_cast<const float*>(t.raw()));
     return gather_model_params(*env_->comm, env_->alloc, env_->layout.total(), units_, shards,
                                offload_);
   }

@@ -2,12 +2,9 @@
 // strategy is checked against this one: same seed, same data, same weights.
 // With --precision bf16|fp16 it is the mixed-precision reference: 2-byte
 // params, activations and grads, fp32 masters and moments in the optimizer.
-#include <cstring>
-
 #include "core/layer_stack.h"
 #include "core/precision.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 namespace {
@@ -23,8 +20,7 @@ class Single final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
     if (optimizer_->mixed())
       for (size_t i = 0; i < env.layout.params().size(); ++i)
-        std::memcpy(optimizer_->master(i), init.data() + env.layout.params()[i].offset,
-                    env.layout.params()[i].numel * sizeof(float));
+        optimizer_->load_master(i, init.data() + env.layout.params()[i].offset);
   }
 
   LossShare step(int step) override {
@@ -32,7 +28,7 @@ class Single final : public Strategy {
     const int B = cfg.batch, D = env_->layout.dim();
     Tensor x = env_->alloc.alloc("batch.x", MemCategory::activations, {B, D});
     Tensor y = env_->alloc.alloc("batch.y", MemCategory::activations, {B, D});
-    env_->data.rows(step, 0, B, x.data<float>(), y.data<float>());
+    load_rows(env_->device, env_->data, step, 0, B, x.data<float>(), y.data<float>());
 
     // Forward, loss, backward, update: the loop every strategy distributes.
     model_->zero_grads();
@@ -57,8 +53,7 @@ class Single final : public Strategy {
     model_->copy_params_to(flat);
     if (optimizer_->mixed())  // the model's weights are the fp32 masters
       for (size_t i = 0; i < env_->layout.params().size(); ++i)
-        std::memcpy(flat.data() + env_->layout.params()[i].offset, optimizer_->master(i),
-                    env_->layout.params()[i].numel * sizeof(float));
+        optimizer_->read_master(i, flat.data() + env_->layout.params()[i].offset);
     return flat;
   }
 

@@ -16,7 +16,6 @@
 // 2 bytes each, so both halves of the traffic halve; the sharded optimizer
 // state now also holds the fp32 master of this rank's shard (K = 12), which
 // is updated and rounded to 2 bytes before the all-gather: 4Ψ + 12Ψ/N.
-#include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
@@ -24,7 +23,6 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 namespace {
@@ -44,7 +42,7 @@ class Zero1 final : public Strategy {
       Tensor p = env.alloc.alloc(g.name, MemCategory::params, g.plan.padded(), dt);
       std::vector<float> values(g.plan.padded());
       read_group_values(values.data(), g, init, 0, values.size());
-      store_from_f32(p.raw(), dt, values.data(), values.size());
+      env.device.upload(p.raw(), dt, values.data(), values.size());
       params_.push_back(std::move(p));
       grads_.push_back(env.alloc.alloc(g.name + ".grad", MemCategory::grads, g.plan.padded(), dt));
       shards.push_back({g.shard_name(env.rank), g.plan.shard});
@@ -53,9 +51,11 @@ class Zero1 final : public Strategy {
     // this rank's shard of each layer only.
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt);
     if (optimizer_->mixed())
-      for (const FlatGroup& g : groups_)
-        read_group_values(optimizer_->master(g.index), g, init, g.plan.begin(env.rank),
-                          g.plan.shard);
+      for (const FlatGroup& g : groups_) {
+        std::vector<float> master(g.plan.shard);
+        read_group_values(master.data(), g, init, g.plan.begin(env.rank), g.plan.shard);
+        optimizer_->load_master(g.index, master.data());
+      }
   }
 
   LossShare step(int step) override {
@@ -64,10 +64,10 @@ class Zero1 final : public Strategy {
     const int b = env.cfg.batch / W;  // this rank's slice of the global batch, in rank order
     Tensor x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
     Tensor y = env.alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    env.data.rows(step, env.rank * b, b, x.data<float>(), y.data<float>());
+    load_rows(env.device, env.data, step, env.rank * b, b, x.data<float>(), y.data<float>());
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
-    for (Tensor& g : grads_) std::memset(g.raw(), 0, g.bytes());
+    for (Tensor& g : grads_) env.device.fill_zero(g.raw(), g.bytes());
     const DType dt = mp_->dtype();
     LayerTape tape(env.layout, env.alloc, env.rec, dt);
     tape.begin(x.data<float>(), b);
@@ -129,8 +129,7 @@ class Zero1 final : public Strategy {
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());
     for (const FlatGroup& g : groups_)
-      std::memcpy(flat.data() + g.offset, params_[g.index].data<float>(),
-                  g.numel() * sizeof(float));
+      env_->device.download(flat.data() + g.offset, params_[g.index].raw(), DType::f32, g.numel());
     return flat;
   }
 

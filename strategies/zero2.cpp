@@ -16,7 +16,6 @@
 // Mixed precision (--precision bf16|fp16): the replicated params, the gradient
 // shards and all traffic are 2 bytes a value; the fp32 master of this rank's
 // shard joins its optimizer state (K = 12): 2Ψ + 14Ψ/N.
-#include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
@@ -24,7 +23,6 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 namespace {
@@ -48,7 +46,7 @@ class Zero2 final : public Strategy {
       Tensor p = env.alloc.alloc(g.name, MemCategory::params, g.plan.padded(), dt);
       std::vector<float> values(g.plan.padded());
       read_group_values(values.data(), g, init, 0, values.size());
-      store_from_f32(p.raw(), dt, values.data(), values.size());
+      env.device.upload(p.raw(), dt, values.data(), values.size());
       params_.push_back(std::move(p));
       // The stage-2 saving: the gradient a rank keeps is its shard only.
       grad_shards_.push_back(
@@ -57,9 +55,11 @@ class Zero2 final : public Strategy {
     }
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt);
     if (optimizer_->mixed())
-      for (const FlatGroup& g : groups_)
-        read_group_values(optimizer_->master(g.index), g, init, g.plan.begin(env.rank),
-                          g.plan.shard);
+      for (const FlatGroup& g : groups_) {
+        std::vector<float> master(g.plan.shard);
+        read_group_values(master.data(), g, init, g.plan.begin(env.rank), g.plan.shard);
+        optimizer_->load_master(g.index, master.data());
+      }
   }
 
   LossShare step(int step) override {
@@ -68,7 +68,7 @@ class Zero2 final : public Strategy {
     const int b = env.cfg.batch / W;  // this rank's slice of the global batch, in rank order
     Tensor x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
     Tensor y = env.alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    env.data.rows(step, env.rank * b, b, x.data<float>(), y.data<float>());
+    load_rows(env.device, env.data, step, env.rank * b, b, x.data<float>(), y.data<float>());
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
     const DType dt = mp_->dtype();
@@ -132,8 +132,7 @@ class Zero2 final : public Strategy {
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());
     for (const FlatGroup& g : groups_)
-      std::memcpy(flat.data() + g.offset, params_[g.index].data<float>(),
-                  g.numel() * sizeof(float));
+      env_->device.download(flat.data() + g.offset, params_[g.index].raw(), DType::f32, g.numel());
     return flat;
   }
 

@@ -20,7 +20,6 @@
 // gradients that are reduce-scattered are 2 bytes a value, so every collective
 // moves half the bytes; the fp32 master of the shard sits in the optimizer
 // state (K = 12): 16Ψ/N in all, like fp32 AdamW, but a third of it is traffic-free.
-#include <cstring>
 #include <deque>
 
 #include "core/layer_ops.h"
@@ -28,7 +27,6 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
-#include "kernels/cpu.h"
 
 namespace shardlab {
 namespace {
@@ -59,7 +57,7 @@ class Zero3 final : public Strategy {
       std::vector<float>& values = init_shards.emplace_back(g.plan.shard);
       read_group_values(values.data(), g, init, g.plan.begin(env.rank), g.plan.shard);
       Tensor p = env.alloc.alloc(g.shard_name(env.rank), MemCategory::params, g.plan.shard, dt);
-      store_from_f32(p.raw(), dt, values.data(), values.size());
+      env.device.upload(p.raw(), dt, values.data(), values.size());
       param_shards_.push_back(std::move(p));
       grad_shards_.push_back(
           env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads, g.plan.shard, dt));
@@ -68,8 +66,7 @@ class Zero3 final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt);
     if (optimizer_->mixed())
       for (const FlatGroup& g : groups_)
-        std::memcpy(optimizer_->master(g.index), init_shards[g.index].data(),
-                    g.plan.shard * sizeof(float));
+        optimizer_->load_master(g.index, init_shards[g.index].data());
   }
 
   LossShare step(int step) override {
@@ -79,7 +76,7 @@ class Zero3 final : public Strategy {
     const int b = env.cfg.batch / W;  // this rank's slice of the global batch, in rank order
     Tensor x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
     Tensor y = env.alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    env.data.rows(step, env.rank * b, b, x.data<float>(), y.data<float>());
+    load_rows(env.device, env.data, step, env.rank * b, b, x.data<float>(), y.data<float>());
 
     // Phase 1 — forward, layer by layer: gather, compute, free. The
     // activations stay (backward needs them); the parameters do not.
@@ -147,7 +144,7 @@ class Zero3 final : public Strategy {
       return gather_master_params(*env_->comm, env_->alloc, env_->layout.total(), groups_,
                                   *optimizer_, false);
     std::vector<const float*> shards;
-    for (const Tensor& t : param_shards_) shards.push_back(t.data<float>());
+    for (const Tensor& t : param_shards_) shards.push_back(static_cast<const float*>(t.raw()));
     return gather_model_params(*env_->comm, env_->alloc, env_->layout.total(), groups_, shards,
                                false);
   }

@@ -9,8 +9,12 @@
 #include <functional>
 #include <map>
 
+#include "core/data.h"
+#include "core/device.h"
+#include "core/memory.h"
 #include "core/model.h"
 #include "core/model_state.h"
+#include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/runner.h"
 #include "core/strategy.h"
@@ -117,6 +121,71 @@ TEST_CASE("storage conversions and overflow detection", "[mixed]") {
   REQUIRE_FALSE(all_finite(h, DType::f16, 1));
   store_from_f32(h, DType::bf16, &big, 1);
   REQUIRE(all_finite(h, DType::bf16, 1));
+}
+
+// The helpers strategies use to move host values into device memory and back.
+// On the guarded CPU device any host access to device memory would crash, so
+// passing here means they go through the backend; the values must be exact.
+TEST_CASE("device helpers: batch rows, host values and optimizer masters on a guarded device",
+          "[mixed]") {
+  auto dev = make_guarded_cpu_backend(make_memory_guard());
+  Allocator alloc(*dev, nullptr);
+  const int D = 8, rows = 4;
+  const size_t n = static_cast<size_t>(rows) * D;
+  const SyntheticData data(D, 3);
+  std::vector<float> x_ref(n), y_ref(n);
+  data.rows(1, 2, rows, x_ref.data(), y_ref.data());
+
+  Tensor x = alloc.alloc("x", MemCategory::activations, {rows, D});
+  Tensor y = alloc.alloc("y", MemCategory::activations, {rows, D});
+  load_rows(*dev, data, 1, 2, rows, static_cast<float*>(x.raw()), static_cast<float*>(y.raw()));
+  std::vector<float> x_back(n), y_back(n);
+  dev->download(x_back.data(), x.raw(), DType::f32, n);
+  dev->download(y_back.data(), y.raw(), DType::f32, n);
+  CHECK(x_back == x_ref);
+  CHECK(y_back == y_ref);
+  // A plain CPU device is written in place, with the same values.
+  auto cpu = make_cpu_backend();
+  std::vector<float> x_cpu(n);
+  load_rows(*cpu, data, 1, 2, rows, x_cpu.data(), nullptr);
+  CHECK(x_cpu == x_ref);
+
+  // bf16 values at an offset, in a device tensor and in a host-pool tensor.
+  const std::vector<float> v = {1.0f, -2.5f, 3.14159f, 1e-3f};
+  std::vector<uint16_t> expect(v.size());
+  store_from_f32(expect.data(), DType::bf16, v.data(), v.size());
+  std::vector<float> expect_f32(v.size());
+  load_to_f32(expect_f32.data(), expect.data(), DType::bf16, v.size());
+  for (Pool pool : {Pool::device, Pool::host}) {
+    Tensor t = alloc.alloc("t", MemCategory::params, 6, DType::bf16, pool);
+    write_from_host(*dev, t, 2, v.data(), v.size());
+    std::vector<float> back(v.size());
+    read_to_host(*dev, back.data(), t, 2, v.size());
+    CHECK(back == expect_f32);
+  }
+
+  // fp32 masters in either pool, and one mixed step, give the same bits.
+  std::vector<std::vector<float>> after;
+  for (Pool pool : {Pool::device, Pool::host}) {
+    Optimizer opt(OptimizerConfig{}, alloc, {{"p", v.size()}}, DType::bf16, pool);
+    opt.load_master(0, v.data());
+    Tensor p = alloc.alloc("p", MemCategory::params, v.size(), DType::bf16, pool);
+    Tensor g = alloc.alloc("p.grad", MemCategory::grads, v.size(), DType::bf16, pool);
+    write_from_host(*dev, p, 0, v.data(), v.size());
+    write_from_host(*dev, g, 0, v.data(), v.size());
+    opt.step_mixed({p.raw()}, {g.raw()}, 0.5f);
+    std::vector<float> master(v.size()), param(v.size());
+    opt.read_master(0, master.data());
+    read_to_host(*dev, param.data(), p, 0, v.size());
+    std::vector<uint16_t> rounded(v.size());
+    store_from_f32(rounded.data(), DType::bf16, master.data(), v.size());
+    std::vector<float> rounded_f32(v.size());
+    load_to_f32(rounded_f32.data(), rounded.data(), DType::bf16, v.size());
+    CHECK(param == rounded_f32);  // the param is the updated master, rounded
+    CHECK(master != v);
+    after.push_back(master);
+  }
+  CHECK(after[0] == after[1]);
 }
 
 TEST_CASE("bf16 and fp16 train like fp32 over 100 steps, on every strategy", "[mixed]") {

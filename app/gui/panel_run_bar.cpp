@@ -6,6 +6,7 @@
 
 #include "app/gui/draw_util.h"
 #include "app/gui/panels.h"
+#include "core/placement.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -13,7 +14,8 @@ namespace shardlab::gui {
 namespace {
 
 constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};
-constexpr const char* kDevices[] = {"cpu"};
+constexpr const char* kDevices[] = {"cpu", "cuda", "auto", "cpu-guarded"};
+constexpr const char* kBackends[] = {"auto", "gloo", "nccl"};
 
 // "Label [widget]", moved to a new line when the rest of this one is too
 // short for both (big presenter fonts).
@@ -93,6 +95,9 @@ void draw_options(RunConfig& f, std::string& partition) {
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
   ImGui::InputTextWithHint("##partition", "balanced", &partition);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("layers per stage, e.g. 3,2,2,1 (--partition)");
+  ImGui::SameLine(0, 12);
+  combo_strings("Backend", "##backend", &f.backend, {std::begin(kBackends), std::end(kBackends)},
+                4);
   ImGui::Unindent();
 }
 
@@ -156,6 +161,10 @@ void draw_run_bar(App& app) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
     ImGui::TextWrapped("Cannot run these settings: %s", s.form_error.c_str());
     ImGui::PopStyleColor();
+  } else if (f.device != "cpu" || f.backend != "auto") {
+    // Where the ranks will run and how they will talk, e.g. ranks sharing one GPU
+    // through Gloo with host staging because NCCL needs a GPU per rank.
+    ImGui::TextDisabled("Placement: %s", plan_placement(f).summary.c_str());
   }
 }
 

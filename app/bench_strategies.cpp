@@ -1,0 +1,116 @@
+// `shardlab bench strategies`: every strategy on one model and device, side by
+// side: median step time, peak memory per rank from the allocator, bytes sent
+// per step. The table scripts/gpu-check.sh prints on a GPU machine.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/args.h"
+#include "app/commands.h"
+#include "app/summary.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+
+namespace shardlab::app {
+
+int bench_strategies(int argc, char** argv) {
+  const Args a(argc, argv, "bench strategies",
+               {"model", "world", "steps", "rounds", "device", "backend", "precision", "batch",
+                "strategies"},
+               {});
+  if (a.help()) {
+    std::printf(
+        "usage: shardlab bench strategies [--model mlp:8x1024] [--world 2] [--steps 10]\n"
+        "                                 [--rounds 2] [--device cpu] [--backend auto]\n"
+        "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n\n"
+        "Every strategy (default: all) on one model and device. Pipeline strategies run\n"
+        "--world stages with 4 micro-batches (naive-mp: 1). Rows run in interleaved rounds;\n"
+        "step time = median over steps 1.. of the slowest rank; memory = the largest peak\n"
+        "of any rank, measured by the allocator (device pool); sent = bytes per step per rank.\n");
+    return 0;
+  }
+  RunConfig base;
+  base.model = a.str("model", "mlp:8x1024");
+  base.world = a.integer("world", 2);
+  base.steps = a.integer("steps", 10);
+  base.batch = a.integer("batch", 64);
+  base.device = a.str("device", "cpu");
+  base.backend = a.str("backend", "auto");
+  base.precision = a.str("precision", "fp32");
+  const int rounds = a.integer("rounds", 2);
+  if (rounds < 1)
+    throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 or more)");
+  if (base.steps < 2)
+    throw ConfigError("--steps " + std::to_string(base.steps) + " is invalid (valid: 2 or more)");
+
+  std::vector<std::string> names;
+  if (a.has("strategies")) {
+    const std::string list = a.str("strategies", "");
+    size_t pos = 0;
+    while (true) {
+      const size_t comma = list.find(',', pos);
+      names.push_back(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  } else {
+    names.push_back("single");  // first: the other rows are read against it
+    for (const StrategyInfo& info : all_strategies())
+      if (info.name != "single") names.push_back(info.name);
+  }
+
+  struct Row {
+    RunConfig cfg;
+    std::vector<double> step_ms;
+    int64_t peak = 0;
+    double sent = 0;
+    std::string placement;
+  };
+  std::vector<Row> rows;
+  for (const std::string& n : names) {
+    if (!find_strategy(n))
+      throw ConfigError("--strategies: '" + n + "' is not a strategy (valid: " +
+                        strategy_names() + ")");
+    RunConfig c = base;
+    c.strategy = n;
+    if (n == "single") c.world = 1;
+    if (n == "gpipe" || n == "1f1b") c.micro_batches = 4;
+    if (n == "naive-mp" || n == "gpipe" || n == "1f1b") c.stages = c.world;
+    validate(c);  // every row is checked before any runs
+    rows.push_back({c, {}, 0, 0, ""});
+  }
+
+  for (int round = 0; round < rounds; ++round) {
+    for (Row& row : rows) {
+      const RunResult r = run_training(row.cfg);
+      // Step 0 warms caches (and on a GPU loads kernels): left out.
+      row.step_ms.insert(row.step_ms.end(), r.step_ms.begin() + 1, r.step_ms.end());
+      for (const RankReport& rr : r.ranks) {
+        row.peak = std::max(row.peak, rr.memory.device.peak_total);
+        row.sent = std::max(row.sent, rr.bytes_sent_per_step);
+      }
+      row.placement = r.placement.summary;
+    }
+  }
+
+  std::printf("bench strategies: %s, batch %d, %s, %d steps x %d rounds\n", base.model.c_str(),
+              base.batch, base.precision.c_str(), base.steps, rounds);
+  if (!rows.empty()) std::printf("placement (world %d): %s\n", base.world, rows.back().placement.c_str());
+  std::printf("%-10s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
+              "peak mem/rank", "sent/step");
+  double single_ms = 0;
+  for (const Row& row : rows)
+    if (row.cfg.strategy == "single") single_ms = median(row.step_ms);
+  for (const Row& row : rows) {
+    const double ms = median(row.step_ms);
+    char ratio[32] = "-";
+    if (single_ms > 0) std::snprintf(ratio, sizeof ratio, "%.2f", ms / single_ms);
+    std::printf("%-10s %6d %11.3f ms %10s %16s %14s\n", row.cfg.strategy.c_str(), row.cfg.world,
+                ms, ratio, human_bytes(static_cast<double>(row.peak)).c_str(),
+                human_bytes(row.sent).c_str());
+  }
+  return 0;
+}
+
+}  // namespace shardlab::app
