@@ -50,7 +50,8 @@ int bench_strategies(int argc, char** argv) {
     size_t pos = 0;
     while (true) {
       const size_t comma = list.find(',', pos);
-      names.push_back(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+      names.push_back(
+          list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
@@ -70,8 +71,8 @@ int bench_strategies(int argc, char** argv) {
   std::vector<Row> rows;
   for (const std::string& n : names) {
     if (!find_strategy(n))
-      throw ConfigError("--strategies: '" + n + "' is not a strategy (valid: " +
-                        strategy_names() + ")");
+      throw ConfigError("--strategies: '" + n + "' is not a strategy (valid: " + strategy_names() +
+                        ")");
     RunConfig c = base;
     c.strategy = n;
     if (n == "single") c.world = 1;
@@ -96,7 +97,8 @@ int bench_strategies(int argc, char** argv) {
 
   std::printf("bench strategies: %s, batch %d, %s, %d steps x %d rounds\n", base.model.c_str(),
               base.batch, base.precision.c_str(), base.steps, rounds);
-  if (!rows.empty()) std::printf("placement (world %d): %s\n", base.world, rows.back().placement.c_str());
+  if (!rows.empty())
+    std::printf("placement (world %d): %s\n", base.world, rows.back().placement.c_str());
   std::printf("%-10s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
               "peak mem/rank", "sent/step");
   double single_ms = 0;
@@ -106,8 +108,8 @@ int bench_strategies(int argc, char** argv) {
     const double ms = median(row.step_ms);
     char ratio[32] = "-";
     if (single_ms > 0) std::snprintf(ratio, sizeof ratio, "%.2f", ms / single_ms);
-    std::printf("%-10s %6d %11.3f ms %10s %16s %14s\n", row.cfg.strategy.c_str(), row.cfg.world,
-                ms, ratio, human_bytes(static_cast<double>(row.peak)).c_str(),
+    std::printf("%-10s %6d %11.3f ms %10s %16s %14s\n", row.cfg.strategy.c_str(), row.cfg.world, ms,
+                ratio, human_bytes(static_cast<double>(row.peak)).c_str(),
                 human_bytes(row.sent).c_str());
   }
   return 0;

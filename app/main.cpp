@@ -51,10 +51,11 @@ int main(int argc, char** argv) {
                   shardlab::cuda_status().c_str());
       return 0;
     }
-    std::fprintf(stderr,
-                 "error: unknown command '%s' (valid: demo, run, gui, estimate, bench, devices; see "
-                 "'shardlab --help')\n",
-                 sub.c_str());
+    std::fprintf(
+        stderr,
+        "error: unknown command '%s' (valid: demo, run, gui, estimate, bench, devices; see "
+        "'shardlab --help')\n",
+        sub.c_str());
     return 2;
   } catch (const shardlab::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -61,8 +61,8 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 const std::set<std::string> kRunOptions = {
     "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
     "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
-    "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",
-    "device",    "backend"};
+    "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
+    "backend"};
 const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json",     "no-prefetch",
                                          "no-reshard", "offload",   "recompute"};
 

@@ -33,14 +33,15 @@ Placement plan_placement(const RunConfig& cfg) {
 
   if (!cuda) {
     if (cfg.backend == "nccl")
-      throw ConfigError("--backend nccl needs --device cuda and a GPU per rank (valid with --device " +
-                        (dev == "auto" ? std::string("auto on this machine") : dev) +
-                        ": auto, gloo)");
+      throw ConfigError(
+          "--backend nccl needs --device cuda and a GPU per rank (valid with --device " +
+          (dev == "auto" ? std::string("auto on this machine") : dev) + ": auto, gloo)");
     p.guarded = dev == "cpu-guarded";
     p.device_name = p.guarded ? "cpu-guarded" : "cpu";
     p.comm = p.guarded ? CommKind::gloo_staged : CommKind::gloo;
-    p.summary = p.guarded ? world + " rank(s) on the guarded CPU device (device memory is "
-                                    "unreadable outside kernels), Gloo with host staging"
+    p.summary = p.guarded ? world +
+                                " rank(s) on the guarded CPU device (device memory is "
+                                "unreadable outside kernels), Gloo with host staging"
                           : world + " rank(s) as CPU threads, Gloo over TCP on 127.0.0.1";
     return p;
   }
@@ -55,9 +56,11 @@ Placement plan_placement(const RunConfig& cfg) {
     return p;
   }
   if (cfg.backend == "nccl")
-    throw ConfigError("--backend nccl needs one GPU per rank: --world " + world + " but " + g +
-                      " here, and NCCL refuses two ranks on one GPU (valid: --backend auto or gloo, "
-                      "or --world " + std::to_string(gpus) + " or less)");
+    throw ConfigError(
+        "--backend nccl needs one GPU per rank: --world " + world + " but " + g +
+        " here, and NCCL refuses two ranks on one GPU (valid: --backend auto or gloo, "
+        "or --world " +
+        std::to_string(gpus) + " or less)");
   p.comm = CommKind::gloo_staged;
   p.summary = cfg.world <= gpus
                   ? world + " rank(s), one GPU each, Gloo with host staging (--backend gloo)"

@@ -17,8 +17,8 @@ class Staged {
   Staged(Allocator* alloc, const char* name, size_t bytes) : bytes_(bytes) {
     if (alloc && bytes) {
       // Accounted in 2-byte units (the allocator's smallest dtype).
-      tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 1) / 2, DType::bf16,
-                             Pool::host);
+      tensor_ =
+          alloc->alloc(name, MemCategory::comm_buffers, (bytes + 1) / 2, DType::bf16, Pool::host);
       ptr_ = tensor_.raw();
     } else {
       plain_.resize(bytes ? bytes : 1);
@@ -133,8 +133,7 @@ class StagingComm final : public Comm {
     device_.copy(dst, src, bytes, kind);
   }
 
-  std::shared_ptr<Staged> to_host(const char* name, const void* dev, size_t bytes,
-                                  CommMeta meta) {
+  std::shared_ptr<Staged> to_host(const char* name, const void* dev, size_t bytes, CommMeta meta) {
     auto s = std::make_shared<Staged>(alloc_, name, bytes);
     copy(s->get(), dev, bytes, CopyKind::device_to_host, meta);
     return s;

@@ -91,7 +91,7 @@ TEST_CASE("guarded device: host access to device memory crashes, backend calls d
   CHECK(back[7] == 1.0f);
   const pid_t pid = fork();
   if (pid == 0) {
-    std::signal(SIGSEGV, SIG_DFL);  // die by the signal, not through Catch's handler
+    std::signal(SIGSEGV, SIG_DFL);          // die by the signal, not through Catch's handler
     volatile float v = t.data<float>()[3];  // host read of device memory: must fault
     (void)v;
     _exit(0);

@@ -30,7 +30,8 @@ traces. Needs a display; without one use a virtual one:
 run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
   --steps, --micro-batches, --stages, --precision, --optimizer, --lr, --seed,
   --bucket-mb, --no-overlap, --no-prefetch, --fsdp-unit, --no-reshard, --offload,
-  --partition, --recompute, --timeout-ms); the app starts by running them.
+  --partition, --recompute, --timeout-ms, --device, --backend); the app starts by
+  running them.
 
 gui options:
   --view V            timeline | memory | cluster | camping | compare | loss (default timeline)
@@ -52,10 +53,10 @@ F11 presenter mode, Ctrl +/- font, F1 all shortcuts.
 )";
 
 const std::set<std::string> kOptions = {
-    "model",  "strategy",      "world",     "batch",      "steps",     "optimizer",
-    "lr",     "seed",          "bucket-mb", "timeout-ms", "precision", "fsdp-unit",
-    "stages", "micro-batches", "partition", "view",       "compare",   "screenshot",
-    "frames", "replay-at",     "size",      "font-scale"};
+    "model",   "strategy",   "world",     "batch",         "steps",     "optimizer",
+    "lr",      "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
+    "device",  "backend",    "stages",    "micro-batches", "partition", "view",
+    "compare", "screenshot", "frames",    "replay-at",     "size",      "font-scale"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",
                                       "offload",       "recompute",   "presenter",
                                       "check-display", "no-record",   "at-collective"};

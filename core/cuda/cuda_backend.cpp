@@ -279,7 +279,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
   void* raw_alloc_host(size_t bytes) override {
     void* p = nullptr;
-    const cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);  // pinned: async copies, full speed
+    const cudaError_t e =
+        cudaMallocHost(&p, bytes ? bytes : 1);  // pinned: async copies, full speed
     if (e != cudaSuccess) {
       cudaGetLastError();
       throw std::runtime_error("cudaMallocHost of " + std::to_string(bytes) +
@@ -360,7 +361,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
                        const float* w, int rows, int in_dim, int out_dim) override {
     kernels::cuda::gemm(blas_, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw);
     kernels::cuda::bias_grad_accumulate(db, dout, rows, out_dim, stream());
-    if (din) kernels::cuda::gemm(blas_, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din);
+    if (din)
+      kernels::cuda::gemm(blas_, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din);
   }
   void gelu_forward(float* out, const float* in, size_t n) override {
     kernels::cuda::gelu_forward(out, in, n, stream());
