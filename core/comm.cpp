@@ -14,6 +14,10 @@ namespace shardlab {
 
 void FailureBoard::report(int rank, const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A rank's first report is its cause; a later one (the runner catching the
+  // error the communicator already reported) would only echo it.
+  for (const auto& f : failures_)
+    if (f.first == rank) return;
   failures_.emplace_back(rank, what);
 }
 

@@ -25,23 +25,12 @@ void set_single_threaded_blas() {
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
                 const AdamWParams& h, int64_t t) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(t));
-  const float step_size = static_cast<float>(h.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - h.lr * h.weight_decay;
-  for (size_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    param[i] *= decay;
-    exp_avg[i] += (g - exp_avg[i]) * (1.0f - h.beta1);  // torch's lerp_
-    exp_avg_sq[i] = exp_avg_sq[i] * h.beta2 + (1.0f - h.beta2) * g * g;
-    const float denom = std::sqrt(exp_avg_sq[i]) / bc2_sqrt + h.eps;
-    param[i] -= step_size * exp_avg[i] / denom;
-  }
+  const AdamWScalars s = adamw_scalars(h, t);
+  for (size_t i = 0; i < n; ++i) adamw_update(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
 }
 
 void sgd_step(float* param, const float* grad, size_t n, float lr) {
-  for (size_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
+  for (size_t i = 0; i < n; ++i) param[i] = sgd_update(param[i], grad[i], lr);
 }
 
 void scale(float* x, size_t n, float s) {

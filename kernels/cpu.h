@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/math.h"
 #include "kernels/params.h"
 
 namespace shardlab::kernels {
@@ -40,17 +41,7 @@ void linear_backward(T* din, T* dweight, T* dbias, const T* dout, const T* in, c
   if (din) gemm(false, false, rows, in_dim, out_dim, T(1), dout, weight, T(0), din);
 }
 
-// Exact-erf GELU, as torch.nn.GELU() (approximate='none').
-template <typename T>
-inline T gelu_scalar(T x) {
-  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
-}
-template <typename T>
-inline T gelu_grad_scalar(T x) {
-  const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
-  const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
-  return cdf + x * pdf;
-}
+// gelu_scalar and gelu_grad_scalar (exact-erf GELU) come from kernels/math.h.
 
 // out[n] = gelu(in[n])
 template <typename T>

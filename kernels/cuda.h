@@ -1,0 +1,60 @@
+// CUDA kernels (kernels/cuda/*.cu) as host-callable launchers on raw device
+// pointers. Plain C++: includable without the CUDA headers, and alongside them.
+#pragma once
+#include <cstddef>
+
+#include "kernels/math.h"
+#include "kernels/params.h"
+
+// Spelled exactly as in the CUDA and cuBLAS headers, so a file may include both.
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+struct cublasContext;
+typedef struct cublasContext* cublasHandle_t;
+
+namespace shardlab::kernels::cuda {
+
+// Every launcher queues its work on the given stream and returns at once; n == 0
+// launches nothing. Launch failures throw std::runtime_error naming the kernel
+// and the CUDA error; a DType outside the enum throws std::invalid_argument.
+
+// Row-major like kernels::gemm: C[M,N] = alpha*op(A)*op(B) + beta*C; op(A) is
+// [M,K] (A stored [K,M] when trans_a), op(B) is [K,N] (B stored [N,K] when
+// trans_b). Runs on the handle's stream (the caller sets it). FP32 math (no
+// TF32). Throws std::runtime_error with the cuBLAS status name on failure.
+void gemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, const float* B, float beta, float* C);
+
+// out[r,c] = bias[c]
+void bias_rows(float* out, const float* bias, int rows, int cols, cudaStream_t s);
+// dbias[c] += sum_r dout[r,c]
+void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, cudaStream_t s);
+
+// out[n] = gelu(in[n]); out may alias in.
+void gelu_forward(float* out, const float* in, size_t n, cudaStream_t s);
+// din[n] = dout[n] * gelu'(in[n]); din may alias dout.
+void gelu_backward(float* din, const float* dout, const float* in, size_t n, cudaStream_t s);
+
+// dpred[i] = 2*(pred-target)/divisor (dpred may be null); *sum_out (device, one
+// double) = sum (pred-target)^2 accumulated in double (overwritten, not added).
+void mse_forward_backward(float* dpred, const float* pred, const float* target, size_t n,
+                          size_t divisor, double* sum_out, cudaStream_t s);
+
+// torch.optim.AdamW, one adamw_update per element; sc from adamw_scalars(h, t).
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
+                const AdamWScalars& sc, cudaStream_t s);
+// param[n] -= lr * grad[n]
+void sgd_step(float* param, const float* grad, size_t n, float lr, cudaStream_t s);
+// x[n] *= factor
+void scale(float* x, size_t n, float factor, cudaStream_t s);
+
+// dst[n] (dst_dt) = src[n] (src_dt): f32->2 bytes rounds to nearest even (same
+// function as the CPU), 2 bytes->f32 exact, bf16<->f16 via f32, same dtype = copy.
+void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n, cudaStream_t s);
+// acc[n] += src[n] in dt; 2-byte values summed in fp32 and rounded once.
+void add(void* acc, const void* src, DType dt, size_t n, cudaStream_t s);
+// Sets *flag (device int) to 1 if any value is inf/NaN; never clears it (the
+// caller zeroes it first).
+void flag_nonfinite(const void* src, DType dt, size_t n, int* flag, cudaStream_t s);
+
+}  // namespace shardlab::kernels::cuda
