@@ -201,3 +201,41 @@ TEST_CASE("cli: --device errors are one line with exit code 2", "[device]") {
   CHECK(r.code == 0);
   CHECK(r.out.find("\"backend\":\"gloo+host-staging\"") != std::string::npos);
 }
+
+TEST_CASE("device clock: compute spans are timed by the device, comm spans by the host",
+          "[device]") {
+  // What a GPU backend does: begin() marks its stream, end() hands the span over,
+  // and the times arrive later (here: at once, shifted, to show they are the clock's).
+  struct FakeClock : DeviceClock {
+    Recorder* rec = nullptr;
+    int begun = 0;
+    int begin() override { return begun++; }
+    void end(int token, Span span) override {
+      span.t_begin_ns = 1000 + token;
+      span.t_end_ns = 2000 + token;
+      rec->add_span(span);
+    }
+  };
+  Recorder rec(0);
+  FakeClock clock;
+  clock.rec = &rec;
+  rec.set_device_clock(&clock);
+  rec.set_step(4);
+  { ScopedSpan s(&rec, Lane::compute, SpanKind::forward, 2); }
+  { ScopedSpan s(&rec, Lane::comm, SpanKind::all_reduce); }
+  rec.set_device_clock(nullptr);
+  { ScopedSpan s(&rec, Lane::compute, SpanKind::backward, 2); }
+  const auto snap = rec.snapshot();
+  REQUIRE(snap.spans.size() == 3);
+  CHECK(clock.begun == 1);
+  CHECK(snap.spans[0].t_begin_ns == 1000);
+  CHECK(snap.spans[0].step == 4);  // taken when the span ended, not when the clock resolved it
+  CHECK(snap.spans[0].layer == 2);
+  CHECK(snap.spans[1].lane == Lane::comm);
+  CHECK(snap.spans[1].t_begin_ns > 2000);  // host clock
+  CHECK(snap.spans[2].t_begin_ns > 2000);
+  Recorder off(1, false);
+  off.set_device_clock(&clock);
+  { ScopedSpan s(&off, Lane::compute, SpanKind::forward); }
+  CHECK(clock.begun == 1);  // recording off: the device is not asked
+}
