@@ -121,10 +121,14 @@ class Scratch {
     if (alloc) {
       // Gloo reads and writes it from the host: on a device whose memory the
       // host cannot touch (a GPU, the guarded CPU) it lives in the host pool.
-      tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32);
-      if (alloc->backend().is_device_pointer(tensor_.raw()))
-        tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32,
-                               Pool::host);
+      // (A GPU's is known up front: then no device block is ever made here, on
+      // the comm's worker thread.)
+      const Pool pool =
+          alloc->backend().device().kind == DeviceKind::cuda ? Pool::host : Pool::device;
+      tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32, pool);
+      if (pool == Pool::device && alloc->backend().is_device_pointer(tensor_.raw()))
+        tensor_ =
+            alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32, Pool::host);
       ptr_ = tensor_.raw();
       capacity_ = tensor_.bytes();
     } else {

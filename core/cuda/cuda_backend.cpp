@@ -113,44 +113,71 @@ int GpuTimer::begin(cudaStream_t stream) {
   return static_cast<int>(base_ + pending_.size() - 1);
 }
 
-void GpuTimer::end(int token, cudaStream_t stream, Span span) {
+void GpuTimer::end(int token, cudaStream_t stream, Span span) noexcept {
+  // Called from ScopedSpan's destructor: it must not throw, even after a sticky
+  // CUDA error (the rank's real error is on its way up and must reach the board).
   if (!recorder_ || token < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   const size_t i = static_cast<size_t>(token) - base_;
   if (i >= pending_.size()) return;
   Pending& p = pending_[i];
-  p.end = take_event();
-  cuda_check(cudaEventRecord(p.end, stream), "cudaEventRecord(span end)");
   p.span = span;
   p.ended = true;
+  cudaEvent_t e = nullptr;
+  if (!free_events_.empty()) {
+    e = free_events_.back();
+    free_events_.pop_back();
+  } else if (cudaEventCreate(&e) != cudaSuccess) {
+    (void)cudaGetLastError();
+    e = nullptr;
+  }
+  if (e && cudaEventRecord(e, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free_events_.push_back(e);
+    e = nullptr;
+  }
+  p.end = e;  // null: the span is dropped when resolved
 }
 
 void GpuTimer::resolve(bool wait) {
   if (!recorder_) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  while (!pending_.empty()) {
-    Pending& p = pending_.front();
-    if (!p.ended) break;  // still open: later spans wait, so the order is kept
-    if (wait) {
-      cuda_check(cudaEventSynchronize(p.end), "cudaEventSynchronize(span end)");
-    } else {
-      const cudaError_t q = cudaEventQuery(p.end);
-      if (q == cudaErrorNotReady) break;
-      cuda_check(q, "cudaEventQuery(span end)");
+  // One resolver at a time; mu_ is released while waiting on an event, so an
+  // NCCL issuer thread can begin and end its spans meanwhile.
+  std::lock_guard<std::mutex> one(resolve_mu_);
+  while (true) {
+    cudaEvent_t end = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pending_.empty() || !pending_.front().ended) break;  // open: later spans wait
+      end = pending_.front().end;
     }
-    float b_ms = 0, e_ms = 0;
-    cuda_check(cudaEventElapsedTime(&b_ms, origin_, p.begin), "cudaEventElapsedTime");
-    cuda_check(cudaEventElapsedTime(&e_ms, origin_, p.end), "cudaEventElapsedTime");
-    p.span.t_begin_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(b_ms) * 1e6);
-    p.span.t_end_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(e_ms) * 1e6);
-    recorder_->add_span(p.span);
+    if (end) {
+      if (wait) {
+        cuda_check(cudaEventSynchronize(end), "cudaEventSynchronize(span end)");
+      } else {
+        const cudaError_t q = cudaEventQuery(end);
+        if (q == cudaErrorNotReady) break;
+        cuda_check(q, "cudaEventQuery(span end)");
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Pending& p = pending_.front();
+    if (p.end) {
+      float b_ms = 0, e_ms = 0;
+      cuda_check(cudaEventElapsedTime(&b_ms, origin_, p.begin), "cudaEventElapsedTime");
+      cuda_check(cudaEventElapsedTime(&e_ms, origin_, p.end), "cudaEventElapsedTime");
+      p.span.t_begin_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(b_ms) * 1e6);
+      p.span.t_end_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(e_ms) * 1e6);
+      recorder_->add_span(p.span);
+      free_events_.push_back(p.end);
+    }
     free_events_.push_back(p.begin);
-    free_events_.push_back(p.end);
     pending_.pop_front();
     ++base_;
   }
   // Elapsed times are floats in ms: re-anchor whenever nothing is pending, so
   // they stay short and keep µs resolution over long runs.
+  std::lock_guard<std::mutex> lock(mu_);
   if (wait && pending_.empty()) anchor();
 }
 
@@ -158,6 +185,29 @@ void GpuTimer::resolve(bool wait) {
 // Streams and events
 
 namespace {
+
+// Makes GPU `index` current for a scope. Backend calls normally come from the
+// rank's own thread, but the allocator may be reached from a communicator's
+// worker thread, whose current device is GPU 0.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int index) : index_(index) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != index_) cuda_check(cudaSetDevice(index_), "cudaSetDevice");
+  }
+  ~CurrentDevice() {
+    if (previous_ >= 0 && previous_ != index_) (void)cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int index_;
+  int previous_ = -1;
+};
 
 class CudaStream final : public Stream {
  public:
@@ -259,6 +309,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   Device device() const override { return Device{DeviceKind::cuda, index_}; }
 
   void* raw_alloc(size_t bytes) override {
+    CurrentDevice on(index_);
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
@@ -275,7 +326,9 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
       std::lock_guard<std::mutex> lock(mu_);
       owned_.erase(ptr);
     }
-    cudaFree(ptr);  // synchronises the device: the allocator caches blocks so this is rare
+    CurrentDevice on(index_);
+    // cudaFree synchronises the device: the allocator caches blocks so this is rare.
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();  // not another call's error
   }
   void* raw_alloc_host(size_t bytes) override {
     void* p = nullptr;
@@ -288,24 +341,33 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     }
     return p;
   }
-  void raw_free_host(void* ptr, size_t) override { cudaFreeHost(ptr); }
+  void raw_free_host(void* ptr, size_t) override {
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+  }
 
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override {
     if (!bytes || dst == src) return;
     if (kind == CopyKind::device_to_device && (!owns(dst) || !owns(src))) {
       // Another rank's memory (dp hands buffers between devices through the
       // host): its producer ran on that rank's stream, which only its device
-      // can wait for. Wait for both sides, then copy (a peer copy under UVA).
-      cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      // can wait for. Wait for both sides, then copy on this rank's stream (a
+      // peer copy under UVA) and wait for it: the other rank reads it next.
+      stream_->synchronize();
       for (const void* p : {static_cast<const void*>(dst), src}) {
         cudaPointerAttributes a{};
-        if (!owns(p) && cudaPointerGetAttributes(&a, p) == cudaSuccess && a.device >= 0) {
-          cuda_check(cudaSetDevice(a.device), "cudaSetDevice");
-          cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        if (owns(p)) continue;
+        if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+          (void)cudaGetLastError();
+          continue;
+        }
+        if (a.device >= 0) {
+          CurrentDevice peer(a.device);
+          cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(peer)");
         }
       }
-      cuda_check(cudaSetDevice(index_), "cudaSetDevice");
-      cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy(peer)");
+      cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()),
+                 "cudaMemcpyAsync(peer)");
+      stream_->synchronize();
       return;
     }
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync");
@@ -334,7 +396,9 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
 
   void fill_zero(void* dst, size_t bytes) override {
-    if (bytes) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
+    if (!bytes) return;
+    CurrentDevice on(index_);
+    cuda_check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
   }
   void upload(void* dst, DType dt, const float* src, size_t n) override {
     if (!n) return;

@@ -32,7 +32,7 @@ class GpuTimer {
   // Returns a token for end(); -1 when recording is off.
   int begin(cudaStream_t stream);
   // `span` carries everything but the times, which come from the events.
-  void end(int token, cudaStream_t stream, Span span);
+  void end(int token, cudaStream_t stream, Span span) noexcept;
   // Moves spans whose end event has happened into the recorder, in begin order;
   // with wait, first waits for all of them.
   void resolve(bool wait);
@@ -49,6 +49,7 @@ class GpuTimer {
   int device_index_;
   Recorder* recorder_;
   std::mutex mu_;
+  std::mutex resolve_mu_;
   cudaEvent_t origin_ = nullptr;  // happened at host time origin_ns_
   int64_t origin_ns_ = 0;
   std::deque<Pending> pending_;  // token = index + base_

@@ -109,6 +109,7 @@ TEST_CASE("cuda fsdp offload keeps model states in pinned host memory", "[cuda]"
 
 TEST_CASE("cuda device placement is reported", "[cuda]") {
   RunConfig c = base_config("ddp", cuda_device_count() + 1);
+  c.batch = 16 * c.world;  // divisible by any world
   c.device = "cuda";
   const RunResult r = run_training(c);
   CHECK(r.placement.comm == CommKind::gloo_staged);
