@@ -225,6 +225,10 @@ struct Op {
   cudaEvent_t ready = nullptr;       // on the compute stream at issue: the data is there
   cudaEvent_t done = nullptr;        // on the comm stream after the op and its copies
   std::weak_ptr<Work::State> state;  // its Work, which the issuer finishes once it is done
+  // Set when the issuer held the last reference to a dropped, unfinished Work:
+  // destroying it there would wait for the op on the issuer thread (State's
+  // destructor completes it), stalling every op queued behind it.
+  std::shared_ptr<Work::State> orphan;
 
   Op() = default;
   Op(const Op&) = delete;
@@ -913,11 +917,14 @@ class NcclComm final : public Comm {
         in_flight.pop_front();
         continue;
       }
+      auto keep = [&] {
+        if (state.use_count() == 1) op.orphan = state;
+      };
       const cudaError_t q = cudaEventQuery(op.done);
-      if (q == cudaErrorNotReady) return;
+      if (q == cudaErrorNotReady) return keep();
       if (q != cudaSuccess) {
         (void)cudaGetLastError();
-        return;
+        return keep();
       }
       if (!broken().empty()) {
         // Done after an abort proves nothing: every wait() fails these with the reason.
@@ -928,7 +935,7 @@ class NcclComm final : public Comm {
       {
         // A waiter holds the lock while it waits, and finishes the op itself.
         std::unique_lock<std::mutex> lock(state->mu, std::try_to_lock);
-        if (!lock.owns_lock()) return;
+        if (!lock.owns_lock()) return keep();
         if (!state->finished && state->complete) {
           complete = std::move(state->complete);
           state->complete = nullptr;
