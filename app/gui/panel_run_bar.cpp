@@ -127,7 +127,7 @@ void draw_run_bar(App& app) {
   int_field("Steps", "##steps", &f.steps, 3.5f, "training steps");
   combo_strings("Precision", "##precision", &f.precision,
                 {std::begin(kPrecisions), std::end(kPrecisions)}, 3.5f);
-  combo_strings("Device", "##device", &f.device, {std::begin(kDevices), std::end(kDevices)}, 6.5f);
+  combo_strings("Device", "##device", &f.device, {std::begin(kDevices), std::end(kDevices)}, 7.5f);
   if (ImGui::GetContentRegionAvail().x < ImGui::GetFontSize() * 5) ImGui::NewLine();
   ImGui::Checkbox("Options", &s.show_options);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("optimizer, seed and strategy options");
