@@ -1,6 +1,5 @@
 // The CPU device: memory from aligned_alloc, streams and events that are
 // always idle (work runs when issued), and the math of kernels/cpu.h.
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -8,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/device.h"
+#include "core/precision.h"
 #include "kernels/cpu.h"
 #include "kernels/precision.h"
 
@@ -89,28 +89,12 @@ class CpuBackend final : public DeviceBackend {
 
   void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) override {
     if (dst_dt == src_dt) return copy(dst, src, n * dtype_size(dst_dt), CopyKind::host_to_host);
-    if (src_dt == DType::f32) {
-      const auto* in = static_cast<const float*>(src);
-      auto* out = static_cast<uint16_t*>(dst);
-      if (dst_dt == DType::bf16)
-        for (size_t i = 0; i < n; ++i) out[i] = kernels::float_to_bf16(in[i]);
-      else
-        for (size_t i = 0; i < n; ++i) out[i] = kernels::float_to_fp16(in[i]);
-      return;
-    }
-    if (dst_dt == DType::f32) {
-      const auto* in = static_cast<const uint16_t*>(src);
-      auto* out = static_cast<float*>(dst);
-      if (src_dt == DType::bf16)
-        for (size_t i = 0; i < n; ++i) out[i] = kernels::bf16_to_float(in[i]);
-      else
-        for (size_t i = 0; i < n; ++i) out[i] = kernels::fp16_to_float(in[i]);
-      return;
-    }
+    if (src_dt == DType::f32) return store_from_f32(dst, dst_dt, static_cast<const float*>(src), n);
+    if (dst_dt == DType::f32) return load_to_f32(static_cast<float*>(dst), src, src_dt, n);
     // bf16 <-> fp16 goes through fp32.
     std::vector<float> tmp(n);
-    cast(tmp.data(), DType::f32, src, src_dt, n);
-    cast(dst, dst_dt, tmp.data(), DType::f32, n);
+    load_to_f32(tmp.data(), src, src_dt, n);
+    store_from_f32(dst, dst_dt, tmp.data(), n);
   }
   void add(void* acc, const void* src, DType dt, size_t n) override {
     if (dt == DType::f32) {
@@ -126,18 +110,7 @@ class CpuBackend final : public DeviceBackend {
     }
   }
   bool all_finite(const void* src, DType dt, size_t n) override {
-    if (dt == DType::f32) {
-      const auto* f = static_cast<const float*>(src);
-      for (size_t i = 0; i < n; ++i)
-        if (!std::isfinite(f[i])) return false;
-      return true;
-    }
-    // bf16 and fp16 both mark inf/NaN with an all-ones exponent.
-    const uint16_t mask = dt == DType::bf16 ? 0x7f80u : 0x7c00u;
-    const auto* h = static_cast<const uint16_t*>(src);
-    for (size_t i = 0; i < n; ++i)
-      if ((h[i] & mask) == mask) return false;
-    return true;
+    return shardlab::all_finite(src, dt, n);
   }
 
  private:

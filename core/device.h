@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -79,12 +80,11 @@ class DeviceBackend {
 
   // ---- math in fp32 (the same formulas as kernels/cpu.h)
   // out[rows,out] = in[rows,in] . w[out,in]^T + b[out]   (nn.Linear)
-  virtual void linear_forward(float* out, const float* in, const float* w, const float* b,
-                              int rows, int in_dim, int out_dim) = 0;
+  virtual void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
+                              int in_dim, int out_dim) = 0;
   // dw += dout^T . in ; db += sum_rows dout ; din = dout . w (din may be null)
-  virtual void linear_backward(float* din, float* dw, float* db, const float* dout,
-                               const float* in, const float* w, int rows, int in_dim,
-                               int out_dim) = 0;
+  virtual void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
+                               const float* w, int rows, int in_dim, int out_dim) = 0;
   virtual void gelu_forward(float* out, const float* in, size_t n) = 0;
   // din = dout * gelu'(in); din may alias dout.
   virtual void gelu_backward(float* din, const float* dout, const float* in, size_t n) = 0;
@@ -108,6 +108,16 @@ class DeviceBackend {
 };
 
 std::unique_ptr<DeviceBackend> make_cpu_backend();
+
+// True when p lies inside one of `blocks` (start -> length): how a backend tells
+// its own allocations from other memory.
+inline bool in_blocks(const std::map<void*, size_t>& blocks, const void* p) {
+  auto it = blocks.upper_bound(const_cast<void*>(p));
+  if (it == blocks.begin()) return false;
+  --it;
+  const char* base = static_cast<const char*>(it->first);
+  return static_cast<const char*>(p) >= base && static_cast<const char*>(p) < base + it->second;
+}
 
 // The guarded CPU device (`--device cpu-guarded`): the CPU backend, but device
 // memory is mapped PROT_NONE except while one of the backend's calls runs, so

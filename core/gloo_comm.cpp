@@ -68,26 +68,6 @@ SumFn sum_for(DType dt) {
   return &sum_f32;
 }
 
-// Sends made by `rank` in Gloo's options-style broadcast. gloo/broadcast.cc is a
-// binomial tree (not one-to-all): the root sends ceil(log2 W) times, inner ranks
-// forward, leaves send nothing, W-1 sends in all. This mirrors its loop.
-int64_t broadcast_sends(int rank, int root, int world) {
-  const size_t vsize = world;
-  const size_t vrank = (rank - root + world) % world;
-  size_t dim = 0;
-  while ((size_t{1} << dim) < vsize) ++dim;
-  size_t mask = (size_t{1} << dim) - 1;
-  int64_t sends = 0;
-  for (size_t i = 0; i < dim; ++i) {
-    mask ^= size_t{1} << i;
-    if ((vrank & mask) != 0) continue;
-    const size_t vpeer = vrank ^ (size_t{1} << i);
-    if (vpeer >= vsize) continue;
-    if ((vrank & (size_t{1} << i)) == 0) ++sends;
-  }
-  return sends;
-}
-
 // Gloo messages carry "[/path/file.cc:123] " prefixes and sometimes newlines;
 // a CommError is one readable line.
 std::string clean_gloo_message(std::string msg) {
@@ -144,15 +124,6 @@ class Scratch {
   std::vector<uint8_t> vec_;
   void* ptr_ = nullptr;
   size_t capacity_ = 0;
-};
-
-struct OpInfo {
-  SpanKind kind = SpanKind::other;
-  int64_t bytes = 0;  // this rank's payload, as recorded on the span
-  CommMeta meta;
-  int peer = -1;  // send/recv only
-  int tag = -1;
-  uint64_t flow_id = 0;
 };
 
 class GlooComm final : public Comm {
@@ -268,7 +239,7 @@ class GlooComm final : public Comm {
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::broadcast(opts);
-      add_sent(broadcast_sends(rank_, root, world_) * static_cast<int64_t>(bytes));
+      add_sent(broadcast_tree_sends(rank_, root, world_) * static_cast<int64_t>(bytes));
     });
   }
 
@@ -337,25 +308,14 @@ class GlooComm final : public Comm {
 
   void add_sent(int64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
 
-  std::string op_prefix(const OpInfo& op) const {
-    std::ostringstream os;
-    os << "rank " << rank_ << ": " << to_string(op.kind) << " of " << op.bytes << " bytes";
-    if (op.kind == SpanKind::send || op.kind == SpanKind::recv) os << " (tag " << op.tag << ")";
-    return os.str();
-  }
+  std::string op_prefix(const OpInfo& op) const { return shardlab::op_prefix(rank_, op); }
 
   void check_rank(const OpInfo& op, int r, const char* what) const {
-    if (r < 0 || r >= world_) {
-      throw CommError(op_prefix(op) + ": " + what + " " + std::to_string(r) +
-                      " is not a rank of a group of " + std::to_string(world_));
-    }
+    shardlab::check_rank(rank_, world_, op, r, what);
   }
 
   void check_counts(const char* name, const std::vector<size_t>& counts) const {
-    if (counts.size() != static_cast<size_t>(world_)) {
-      throw CommError("rank " + std::to_string(rank_) + ": " + name + " needs " +
-                      std::to_string(world_) + " counts, got " + std::to_string(counts.size()));
-    }
+    shardlab::check_counts(rank_, world_, name, counts);
   }
 
   // Composes the one-line error for a failed op; waits briefly for a peer's

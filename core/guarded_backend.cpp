@@ -32,11 +32,7 @@ class MemoryGuard {
   }
   bool contains(const void* p) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.upper_bound(const_cast<void*>(p));
-    if (it == blocks_.begin()) return false;
-    --it;
-    const char* base = static_cast<const char*>(it->first);
-    return static_cast<const char*>(p) >= base && static_cast<const char*>(p) < base + it->second;
+    return in_blocks(blocks_, p);
   }
   // Calls nest and overlap across rank threads: memory is open while any runs.
   void open() {

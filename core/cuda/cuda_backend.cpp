@@ -186,29 +186,6 @@ void GpuTimer::resolve(bool wait) {
 
 namespace {
 
-// Makes GPU `index` current for a scope. Backend calls normally come from the
-// rank's own thread, but the allocator may be reached from a communicator's
-// worker thread, whose current device is GPU 0.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int index) : index_(index) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != index_) cuda_check(cudaSetDevice(index_), "cudaSetDevice");
-  }
-  ~CurrentDevice() {
-    if (previous_ >= 0 && previous_ != index_) (void)cudaSetDevice(previous_);
-  }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int index_;
-  int previous_ = -1;
-};
-
 class CudaStream final : public Stream {
  public:
   CudaStream(cudaStream_t s, bool owned) : s_(s), owned_(owned) {}
@@ -309,7 +286,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   Device device() const override { return Device{DeviceKind::cuda, index_}; }
 
   void* raw_alloc(size_t bytes) override {
-    CurrentDevice on(index_);
+    ScopedDevice on(index_);
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
@@ -326,7 +303,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
       std::lock_guard<std::mutex> lock(mu_);
       owned_.erase(ptr);
     }
-    CurrentDevice on(index_);
+    ScopedDevice on(index_);
     // cudaFree synchronises the device: the allocator caches blocks so this is rare.
     if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();  // not another call's error
   }
@@ -361,7 +338,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
           continue;
         }
         if (a.device >= 0) {
-          CurrentDevice peer(a.device);
+          ScopedDevice peer(a.device);
           cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(peer)");
         }
       }
@@ -397,7 +374,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
 
   void fill_zero(void* dst, size_t bytes) override {
     if (!bytes) return;
-    CurrentDevice on(index_);
+    ScopedDevice on(index_);
     cuda_check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
   }
   void upload(void* dst, DType dt, const float* src, size_t n) override {
@@ -471,11 +448,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
  private:
   bool owns(const void* p) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = owned_.upper_bound(const_cast<void*>(p));
-    if (it == owned_.begin()) return false;
-    --it;
-    const char* base = static_cast<const char*>(it->first);
-    return static_cast<const char*>(p) >= base && static_cast<const char*>(p) < base + it->second;
+    return in_blocks(owned_, p);
   }
 
   int index_;

@@ -17,6 +17,30 @@ namespace shardlab {
 // Throws std::runtime_error("<what>: <cudaGetErrorString>") unless e == cudaSuccess.
 void cuda_check(cudaError_t e, const char* what);
 
+// Makes GPU `index` current for a scope and restores the previous one. Backend
+// and communicator calls may come from a thread whose current device is another
+// (a comm's worker thread, a waiter, a destructor). Never throws: used on
+// teardown paths, and a device that cannot be made current fails the next call.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int index) : index_(index) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != index_) (void)cudaSetDevice(index_);
+  }
+  ~ScopedDevice() {
+    if (previous_ >= 0 && previous_ != index_) (void)cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int index_;
+  int previous_ = -1;
+};
+
 // Spans timed on the GPU: begin() and end() record CUDA events on a stream, and
 // resolve() turns finished pairs into host-clock spans in the recorder. The
 // clocks are tied once, at construction (an event synchronised against now_ns()),

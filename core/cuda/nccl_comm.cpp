@@ -61,28 +61,6 @@ class Backoff {
   microseconds delay_{20};
 };
 
-// Makes `index` current for a scope: a Work may be waited on, and a comm destroyed, on a
-// thread whose current device is another one (or none yet).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) : index_(index) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != index_) (void)cudaSetDevice(index_);
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0 && previous_ != index_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int index_;
-  int previous_ = -1;
-};
-
 // NCCL's and CUDA's messages may carry newlines; a CommError is one readable line.
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
@@ -114,39 +92,6 @@ ncclDataType_t nccl_type(DType dt) {
       return ncclFloat16;
   }
   return ncclFloat32;
-}
-
-// Sends made by `rank` in Gloo's binomial-tree broadcast (see gloo_comm.cpp). NCCL's
-// broadcast is a chain, but bytes_sent keeps Gloo's definition so that the two
-// backends' numbers compare like with like.
-int64_t gloo_broadcast_sends(int rank, int root, int world) {
-  const size_t vsize = world;
-  const size_t vrank = (rank - root + world) % world;
-  size_t dim = 0;
-  while ((size_t{1} << dim) < vsize) ++dim;
-  size_t mask = (size_t{1} << dim) - 1;
-  int64_t sends = 0;
-  for (size_t i = 0; i < dim; ++i) {
-    mask ^= size_t{1} << i;
-    if ((vrank & mask) != 0) continue;
-    const size_t vpeer = vrank ^ (size_t{1} << i);
-    if (vpeer >= vsize) continue;
-    if ((vrank & (size_t{1} << i)) == 0) ++sends;
-  }
-  return sends;
-}
-
-struct OpInfo {
-  SpanKind kind = SpanKind::other;
-  int64_t bytes = 0;  // this rank's payload, as recorded on the span
-  CommMeta meta;
-  int peer = -1;  // send/recv only
-  int tag = -1;
-  uint64_t flow_id = 0;
-};
-
-bool is_p2p(SpanKind kind) {
-  return kind == SpanKind::send || kind == SpanKind::recv;
 }
 
 // ---------------------------------------------------------------------------
@@ -305,7 +250,7 @@ class NcclComm final : public Comm {
         sent_to_(world, 0),
         received_from_(world, 0),
         comm_(comm) {
-    DeviceGuard guard(index_);
+    ScopedDevice guard(index_);
     const char* call = "cudaStreamCreateWithFlags";
     cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     if (e == cudaSuccess) {
@@ -327,7 +272,7 @@ class NcclComm final : public Comm {
   }
 
   ~NcclComm() override {
-    DeviceGuard guard(index_);
+    ScopedDevice guard(index_);
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       stopping_.store(true);
@@ -491,7 +436,7 @@ class NcclComm final : public Comm {
     OpInfo op{SpanKind::broadcast, static_cast<int64_t>(bytes), meta};
     check_rank(op, root, "root");
     const int64_t sent = world_ == 1 || bytes == 0 ? 0
-                                                   : gloo_broadcast_sends(rank_, root, world_) *
+                                                   : broadcast_tree_sends(rank_, root, world_) *
                                                          static_cast<int64_t>(bytes);
     const bool is_root = rank_ == root;
     return submit(op, sent, {Buf{buf, bytes, is_root, !is_root}},
@@ -546,25 +491,14 @@ class NcclComm final : public Comm {
  private:
   // ---- messages, as GlooComm words them ------------------------------------
 
-  std::string op_prefix(const OpInfo& op) const {
-    std::ostringstream os;
-    os << "rank " << rank_ << ": " << to_string(op.kind) << " of " << op.bytes << " bytes";
-    if (is_p2p(op.kind)) os << " (tag " << op.tag << ")";
-    return os.str();
-  }
+  std::string op_prefix(const OpInfo& op) const { return shardlab::op_prefix(rank_, op); }
 
   void check_rank(const OpInfo& op, int r, const char* what) const {
-    if (r < 0 || r >= world_) {
-      throw CommError(op_prefix(op) + ": " + what + " " + std::to_string(r) +
-                      " is not a rank of a group of " + std::to_string(world_));
-    }
+    shardlab::check_rank(rank_, world_, op, r, what);
   }
 
   void check_counts(const char* name, const std::vector<size_t>& counts) const {
-    if (counts.size() != static_cast<size_t>(world_)) {
-      throw CommError("rank " + std::to_string(rank_) + ": " + name + " needs " +
-                      std::to_string(world_) + " counts, got " + std::to_string(counts.size()));
-    }
+    shardlab::check_counts(rank_, world_, name, counts);
   }
 
   // What the other ranks know: the first failure, else the ranks that never issued this
@@ -744,7 +678,7 @@ class NcclComm final : public Comm {
   // issuer launches it.
   Work submit(OpInfo info, int64_t sent, const std::vector<Buf>& bufs,
               const std::function<Launch(const std::vector<void*>&)>& make_launch) {
-    DeviceGuard guard(index_);
+    ScopedDevice guard(index_);
     const bool p2p = is_p2p(info.kind);
     auto op = std::make_shared<Op>();
     std::lock_guard<std::mutex> issue_lock(issue_mu_);  // numbering and queue order agree
@@ -1047,7 +981,7 @@ class NcclComm final : public Comm {
   // rather than synchronizing, so that it can give up: at the timeout, on an NCCL error,
   // or when a peer reports a failure. Any of those aborts the communicator.
   std::string wait_op(Op& op) {
-    DeviceGuard guard(index_);
+    ScopedDevice guard(index_);
     const auto start = SteadyClock::now();
     const auto deadline = start + timeout_;
     Backoff backoff;
