@@ -31,6 +31,10 @@ constexpr Shortcut kShortcuts[] = {
     {"H", "High-contrast theme"},
     {"Ctrl + / Ctrl -", "Larger / smaller font"},
     {"E", "Export window"},
+    {"L", "Lessons panel (beside the view)"},
+    {"Page Down", "Lesson: run the step, reveal it, then the next step (a clicker's forward key)"},
+    {"Page Up", "Lesson: the previous step"},
+    {"Enter", "Lesson: run the step / reveal"},
     {"F1", "This help"},
     {"Ctrl Q", "Quit"},
 };
@@ -81,7 +85,26 @@ void handle_shortcuts(App& app) {
   }
   if (pressed(GLFW_KEY_F11)) s.request_fullscreen_toggle = true;
   if (pressed(GLFW_KEY_F1)) s.show_help = !s.show_help;
+  // A presenter's clicker sends Page Down / Page Up: they drive the lesson even
+  // while the answer field has the keyboard.
+  if (s.show_lessons && app.lessons.step()) {
+    if (pressed(GLFW_KEY_PAGE_DOWN)) app.lessons.advance();
+    if (pressed(GLFW_KEY_PAGE_UP)) app.lessons.prev_step();
+  }
   if (io.WantTextInput) return;  // typing in a field: letters are text
+  if (s.show_lessons && app.lessons.step() &&
+      (pressed(GLFW_KEY_ENTER) || pressed(GLFW_KEY_KP_ENTER))) {
+    if (app.lessons.phase() == StepPhase::ran)
+      app.lessons.reveal();
+    else if (app.lessons.phase() == StepPhase::ask)
+      app.lessons.run_step();
+  }
+  if (pressed(GLFW_KEY_L)) {
+    if (s.show_lessons)
+      s.show_lessons = false;
+    else
+      app.open_lessons();
+  }
   if (pressed(GLFW_KEY_R)) app.run();
   if (pressed(GLFW_KEY_P)) app.pause();
   if (pressed(GLFW_KEY_S)) app.step();
