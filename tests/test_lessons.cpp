@@ -492,3 +492,29 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   r = run_cli("lesson run --all");
   CHECK(r.code == 0);
 }
+
+TEST_CASE("truncated and corrupted lesson files fail with a LessonError, never a crash",
+          "[lessons]") {
+  const std::string good = read_all(kExample);
+  int errors = 0, loaded = 0;
+  auto attempt = [&](const std::string& text) {
+    try {
+      parse_lesson(text, "mutant.toml");
+      ++loaded;
+    } catch (const LessonError& e) {
+      const std::string what = e.what();
+      CHECK(what.rfind("mutant.toml:", 0) == 0);
+      ++errors;
+    }
+  };
+  for (size_t cut = 0; cut < good.size(); cut += 5) attempt(good.substr(0, cut));
+  // Every 11th byte replaced by characters TOML and Markdown treat specially.
+  const std::string specials = "\"'[]{}=#*`\\\n<>|-\x01\xff";
+  for (size_t i = 0; i < good.size(); i += 11) {
+    std::string m = good;
+    m[i] = specials[i % specials.size()];
+    attempt(m);
+  }
+  CHECK(errors > 0);
+  CHECK(errors + loaded > static_cast<int>(good.size() / 5));
+}
