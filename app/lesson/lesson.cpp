@@ -201,6 +201,19 @@ Text read_text(const Table& parent, const std::string& key) {
       out.zh_blocks = std::move(blocks);
     }
   }
+  // The languages line up: the same list items and code blocks in each
+  // (paragraphs may be split differently in translation).
+  for (const BlockKind kind : {BlockKind::list_item, BlockKind::code}) {
+    auto count = [kind](const Markdown& m) {
+      return std::count_if(m.begin(), m.end(), [kind](const Block& b) { return b.kind == kind; });
+    };
+    const auto en = count(out.en_blocks), zh = count(out.zh_blocks);
+    if (en != zh) {
+      const std::string what = kind == BlockKind::code ? "code blocks" : "list items";
+      tt.fail("zh", "has " + std::to_string(zh) + " " + what + " and en has " + std::to_string(en) +
+                        " (the two languages must line up)");
+    }
+  }
   return out;
 }
 
