@@ -60,6 +60,7 @@ class MetricRuns {
  public:
   MetricRuns(const RunResult& a, const RunResult* b) : a_(a), b_(b) {}
   const RunResult& run(char which) const;  // throws ConfigError for 'b' without b
+  bool has_b() const { return b_ != nullptr; }
   const RunResult& single_reference(char which);
 
  private:

@@ -136,12 +136,16 @@ struct Lesson {
 // Reads and checks one file: every key, run, metric, seek and text, in both
 // languages. Throws LessonError (one line, file:line: key) on the first problem.
 Lesson load_lesson(const std::string& path);
+// The same from text already read; `path` is what errors name (and where
+// recordings are looked for).
+Lesson parse_lesson(const std::string& content, const std::string& path);
 
 // The lessons directory: $SHARDLAB_LESSONS, else lessons/ next to the source.
 std::string lessons_dir();
 // Every *.toml in `dir`, by file name (the NN- prefix orders them). Throws the
 // first file's LessonError, or LessonError for two lessons with one id.
 std::vector<Lesson> load_all_lessons(const std::string& dir);
+std::vector<std::string> lesson_files(const std::string& dir);  // *.toml, sorted
 // A lesson by id ("zero"), file name ("04-zero") or path to a .toml file.
 Lesson find_lesson(const std::string& name, const std::string& dir);
 
@@ -199,5 +203,13 @@ struct StepRuns {
   std::optional<RunResult> b;
 };
 StepRuns run_step(const Step& step, const RunCallbacks& callbacks = {});
+
+// The `shardlab run` command line that makes this run (options that differ from the defaults).
+std::string command_line(const RunConfig& c);
+
+// "1.50 MiB", "12.3 ms", "25.0 %", "1.32x", "4", "0.0123": a value as a learner reads it.
+std::string format_value(double v, const std::string& unit);
+// "<= 1e-05": a gate's or choice's condition; holds(op, left, right) evaluates it.
+bool holds(const std::string& op, double left, double right);
 
 }  // namespace shardlab::lesson
