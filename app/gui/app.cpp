@@ -262,7 +262,9 @@ void draw_status(App& app) {
       break;
   }
   ImGui::PushStyleColor(ImGuiCol_Text, col);
-  ImGui::TextUnformatted(text.c_str());
+  // Never cut: at presenter sizes the line moves under the tabs and wraps.
+  if (ImGui::CalcTextSize(text.c_str()).x > ImGui::GetContentRegionAvail().x) ImGui::NewLine();
+  ImGui::TextWrapped("%s", text.c_str());
   ImGui::PopStyleColor();
 }
 

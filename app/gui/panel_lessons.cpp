@@ -3,6 +3,7 @@
 // (answer, formula and measured side by side, and why they differ) and the
 // gates. Drivable from the keyboard alone (Page Down / Page Up / Enter: what a
 // presenter's clicker sends). The runs are real: LessonPlayer runs them.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -152,6 +153,47 @@ const char* view_word(const App& app, const std::string& view) {
   return app.lessons.lang() == Lang::zh ? kZh[static_cast<int>(*v)] : view_title(*v);
 }
 
+// The seek in the learner's language ("the first all-gather of layer 0 on rank 0").
+std::string seek_words(Lang lang, const lesson::Seek& k) {
+  const bool zh = lang == Lang::zh;
+  switch (k.kind) {
+    case lesson::Seek::Kind::step:
+      return zh ? "第 " + std::to_string(k.step) + " 步开始处"
+                : "the start of step " + std::to_string(k.step);
+    case lesson::Seek::Kind::peak_memory:
+      return zh ? std::to_string(k.rank) + " 号秩的内存峰值"
+                : "rank " + std::to_string(k.rank) + "'s memory peak";
+    case lesson::Seek::Kind::event:
+      break;
+  }
+  std::string kind = to_string(k.event);
+  std::replace(kind.begin(), kind.end(), '_', '-');
+  if (zh) {
+    std::string t = std::to_string(k.rank) + " 号秩上";
+    if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";
+    if (k.micro_batch >= 0) t += "微批次 " + std::to_string(k.micro_batch) + " 的";
+    if (k.layer >= 0) t += "第 " + std::to_string(k.layer) + " 层的";
+    return t + "第 " + std::to_string(k.nth) + " 次 " + kind;
+  }
+  static constexpr const char* kOrdinals[] = {"first", "second", "third"};
+  std::string t = "the " +
+                  (k.nth >= 1 && k.nth <= 3 ? std::string(kOrdinals[k.nth - 1])
+                                            : std::to_string(k.nth) + "th") +
+                  " " + kind;
+  if (k.layer >= 0) t += " of layer " + std::to_string(k.layer);
+  if (k.micro_batch >= 0) t += " of micro-batch " + std::to_string(k.micro_batch);
+  if (k.step >= 0) t += " in step " + std::to_string(k.step);
+  return t + " on rank " + std::to_string(k.rank);
+}
+
+// Units as a reader says them; a count needs no unit.
+const char* unit_words(Lang lang, const std::string& unit) {
+  if (unit == "count") return "";
+  if (unit == "x") return "\xC3\x97";
+  if (unit == "B") return lang == Lang::zh ? "字节 (B)" : "bytes (KiB, MiB allowed)";
+  return unit.c_str();
+}
+
 void draw_lesson_list(App& app, const UiColors& ui) {
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
@@ -198,9 +240,13 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
     if (ImGui::InputText("##answer", &p.answer(), ImGuiInputTextFlags_EnterReturnsTrue))
       p.run_step();
     ImGui::SameLine();
-    char tol[64];
-    std::snprintf(tol, sizeof tol, "%s  (%s \xC2\xB1%.0f%%)", pred.unit.c_str(), tr(app, "within"),
-                  pred.tolerance * 100);
+    char tol[160];
+    if (lang == Lang::zh)
+      std::snprintf(tol, sizeof tol, "%s（与实测相差 %g%% 以内算对）", unit_words(lang, pred.unit),
+                    pred.tolerance * 100);
+    else
+      std::snprintf(tol, sizeof tol, "%s (right within %g%% of the measured value)",
+                    unit_words(lang, pred.unit), pred.tolerance * 100);
     ImGui::TextUnformatted(tol);
   }
   if (locked) ImGui::EndDisabled();
@@ -305,7 +351,9 @@ void draw_step(App& app, const UiColors& ui) {
   draw_markdown(s.text.blocks(lang), ui, app.state.presenter.high_contrast);
   if (s.look) {
     std::string look = std::string(tr(app, "Look at")) + ": " + view_word(app, s.look->view);
-    if (p.result() && p.result()->seek) look += " \xC2\xB7 " + p.result()->seek->description;
+    if (s.look->seek) look += " \xC2\xB7 " + seek_words(lang, *s.look->seek);
+    if (p.result() && p.result()->seek && !p.result()->seek->found)
+      look += " (" + p.result()->seek->description + ")";
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text_dim), "\xE2\x86\x92 %s",
                        look.c_str());
   }

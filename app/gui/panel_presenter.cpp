@@ -126,18 +126,24 @@ void handle_shortcuts(App& app) {
 }
 
 void draw_help_window(App& app) {
-  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 30, 0), ImGuiCond_Appearing);
+  // Wide enough for the longest description at any font scale, and wrapped
+  // rather than cut when the screen is narrower than that.
+  const float em = ImGui::GetFontSize();
+  const float width = std::min(em * 42, ImGui::GetIO().DisplaySize.x * 0.9f);
+  ImGui::SetNextWindowSize(ImVec2(width, 0), ImGuiCond_Always);
   if (!ImGui::Begin("Keyboard shortcuts", &app.state.show_help, ImGuiWindowFlags_NoCollapse)) {
     ImGui::End();
     return;
   }
-  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg)) {
+  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
+    ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed, em * 9);
+    ImGui::TableSetupColumn("what", ImGuiTableColumnFlags_WidthStretch);
     for (const Shortcut& k : kShortcuts) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(k.keys);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(k.what);
+      ImGui::TextWrapped("%s", k.what);
     }
     ImGui::EndTable();
   }

@@ -52,9 +52,6 @@ constexpr UiWord kWords[] = {
     {"recorded run", "录制的运行"},
 };
 
-void add_text(std::set<std::string>& out, const std::string& s) {
-  out.insert(s);
-}
 void add_text(std::set<std::string>& out, const lesson::Text& t) {
   out.insert(t.en);
   out.insert(t.zh);
