@@ -109,7 +109,7 @@ int bench_strategies(int argc, char** argv) {
     const std::string note = oversubscription_note(base.world, cores_available());
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
   }
-  std::printf("%-10s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
+  std::printf("%-14s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
               "peak mem/rank", "sent/step");
   double single_ms = 0;
   for (const Row& row : rows)
@@ -121,7 +121,7 @@ int bench_strategies(int argc, char** argv) {
     // A row that could not take --precision says what it ran in.
     const std::string label =
         row.cfg.strategy + (row.cfg.precision != base.precision ? " " + row.cfg.precision : "");
-    std::printf("%-10s %6d %11.3f ms %10s %16s %14s\n", label.c_str(), row.cfg.world, ms, ratio,
+    std::printf("%-14s %6d %11.3f ms %10s %16s %14s\n", label.c_str(), row.cfg.world, ms, ratio,
                 human_bytes(static_cast<double>(row.peak)).c_str(), human_bytes(row.sent).c_str());
   }
   return 0;

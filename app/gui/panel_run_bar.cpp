@@ -137,6 +137,7 @@ void draw_options(RunConfig& f, std::string& partition, const UiColors& ui) {
   ImGui::SameLine(0, 12);
   combo_strings("Backend", "##backend", &f.backend, {std::begin(kBackends), std::end(kBackends)},
                 4);
+  ImGui::NewLine();  // end the row: the combo left the line open for a next item
   ImGui::Unindent();
 }
 
