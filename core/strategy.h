@@ -1,5 +1,6 @@
-// The Strategy interface and the registry of strategies by name. The same
-// strategy object runs on every rank (SPMD), knowing only its RankEnv.
+// The Strategy interface and the registry of strategies by name, each with
+// what it is (family, ZeRO stage, options it reads). The same strategy object
+// runs on every rank (SPMD), knowing only its RankEnv.
 #pragma once
 #include <functional>
 #include <map>
