@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 #include "core/model.h"
 #include "core/pipeline.h"
+#include "core/strategy.h"
 
 namespace shardlab {
 
@@ -47,7 +49,7 @@ struct StageShape {
 StageShape stage_shape(const RunConfig& cfg, int rank) {
   const ModelLayout layout(ModelSpec::parse(cfg.model));
   const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
-  const int M = cfg.strategy == "naive-mp" ? 1 : cfg.micro_batches;
+  const int M = micro_batches_run(cfg);
   StageShape s;
   s.unit = static_cast<int64_t>(cfg.batch / M) * layout.dim() * static_cast<int64_t>(sizeof(float));
   for (int l = t.first_layer; l < t.last_layer; ++l) {
@@ -95,14 +97,20 @@ double bubble_formula(int stages, int micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }
 
+int micro_batches_run(const RunConfig& cfg) {
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  return info && info->reads_option(StrategyOption::micro_batches) ? cfg.micro_batches : 1;
+}
+
 bool is_pipeline_strategy(const std::string& strategy) {
-  return strategy == "naive-mp" || strategy == "gpipe" || strategy == "1f1b";
+  return in_family(strategy, StrategyFamily::pipeline);
 }
 
 int expected_in_flight(const RunConfig& cfg, int rank) {
-  if (cfg.strategy == "naive-mp") return 1;
-  if (cfg.strategy == "1f1b") return std::min(cfg.micro_batches, pipeline_stages(cfg) - rank);
-  return cfg.micro_batches;
+  const StrategyInfo& info = strategy_info(cfg.strategy);
+  if (!info.in_flight)
+    throw std::invalid_argument("expected_in_flight: " + cfg.strategy + " is not a pipeline");
+  return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), rank);
 }
 
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank) {
@@ -127,7 +135,7 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   const ModelLayout layout(ModelSpec::parse(cfg.model));
   const std::vector<int> partition = pipeline_partition(cfg, layout);
   const int P = static_cast<int>(partition.size());
-  const int M = cfg.strategy == "naive-mp" ? 1 : cfg.micro_batches;
+  const int M = micro_batches_run(cfg);
   const std::vector<double> bubble = bubble_share_per_rank(r);
   std::vector<StageReport> out;
   for (int rank = 0; rank < P && rank < static_cast<int>(r.ranks.size()); ++rank) {

@@ -65,15 +65,18 @@ class Single final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "single",
-    "the reference: whole model and batch on one device",
-    [] { return std::make_unique<Single>(); },
-    [](const RunConfig& cfg) {
-      if (cfg.world != 1)
-        throw ConfigError(
-            "--world " + std::to_string(cfg.world) +
-            " is invalid for strategy single (valid: 1; it is the one-device reference)");
-    },
+    .name = "single",
+    .summary = "the reference: whole model and batch on one device",
+    .family = StrategyFamily::single,
+    .reads = {StrategyOption::precision},
+    .make = [] { return std::make_unique<Single>(); },
+    .validate =
+        [](const RunConfig& cfg) {
+          if (cfg.world != 1)
+            throw ConfigError(
+                "--world " + std::to_string(cfg.world) +
+                " is invalid for strategy single (valid: 1; it is the one-device reference)");
+        },
 });
 
 }  // namespace
