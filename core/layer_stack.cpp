@@ -93,7 +93,8 @@ void LayerStack::layer(int l, const void* x, Tensor& out, Tensor& pre, Tensor& x
   BatchNormArgs bn;
   if (layout_.has_bn(l)) {
     xhat = alloc_.alloc(act_name(l, "bn.xhat", mb), MemCategory::activations, {rows, d});
-    invstd = alloc_.alloc(act_name(l, "bn.invstd", mb), MemCategory::activations, {d});
+    invstd = alloc_.alloc(act_name(l, "bn.invstd", mb), MemCategory::activations,
+                          std::vector<int64_t>{d});
     const int p = param_index(l);
     Norm& n = norms_[i];
     bn.weight = params_[p + 2].raw();

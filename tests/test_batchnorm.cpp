@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -21,9 +22,11 @@
 
 #include "core/checkpoint.h"
 #include "core/layer_stack.h"
+#include "core/optimizer.h"
 #include "core/pipeline_analysis.h"
 #include "core/rng.h"
 #include "core/runner.h"
+#include "core/safetensors.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
 
@@ -471,4 +474,65 @@ TEST_CASE("strategies without BatchNorm statistics refuse +bn in one line", "[ba
           "single, naive-mp, gpipe, 1f1b)\n");
   const auto h = run_cli("run --help");
   REQUIRE(h.out.find("mlp:LxD+bn") != std::string::npos);
+}
+
+TEST_CASE("BatchNorm trains as PyTorch's nn.BatchNorm1d, per micro-batch too", "[batchnorm]") {
+  // tests/data/make_batchnorm_reference.py: PyTorch 1.13 trains the README's module
+  // (mlp:3x8+bn) for 3 SGD steps with M = 1 and M = 3 module calls per batch.
+  const std::string path = std::string(SHARDLAB_TEST_DATA) + "/batchnorm_reference.safetensors";
+  std::map<std::string, NamedTensor> ref;
+  for (NamedTensor& t : load_safetensors(path)) ref[t.name] = std::move(t);
+  const ModelLayout layout(ModelSpec::parse("mlp:3x8+bn"));
+  auto state_from = [&](const std::string& prefix) {
+    std::vector<float> state(layout.state_total());
+    for (const auto* list : {&layout.params(), &layout.buffers()})
+      for (const ParamInfo& p : *list) {
+        INFO(prefix + p.name);
+        const NamedTensor& t = ref.at(prefix + p.name);
+        REQUIRE(t.shape == p.shape);
+        REQUIRE(t.int64 == p.int64);
+        std::copy(t.data.begin(), t.data.end(), state.begin() + p.offset);
+      }
+    return state;
+  };
+  const std::vector<float> init = state_from("init.");
+  const NamedTensor& x = ref.at("x");
+  const NamedTensor& y = ref.at("y");
+  const int steps = static_cast<int>(x.shape[0]), B = static_cast<int>(x.shape[1]), D = 8;
+
+  for (int M : {1, 3}) {
+    INFO("M = " << M);
+    auto backend = make_cpu_backend();
+    Allocator alloc(*backend, nullptr);
+    LayerStack stack(layout, 0, 3, alloc, nullptr, init);
+    OptimizerConfig sgd;
+    sgd.kind = OptimizerKind::sgd;
+    sgd.lr = 0.1f;
+    Optimizer opt(sgd, alloc, stack.ranges());
+    const int rows = B / M;
+    std::vector<float> losses;
+    for (int s = 0; s < steps; ++s) {
+      stack.zero_grads();
+      double loss = 0;
+      for (int mb = 0; mb < M; ++mb) {
+        const size_t off = (static_cast<size_t>(s) * B + static_cast<size_t>(mb) * rows) * D;
+        const float* pred = stack.forward(x.data.data() + off, rows, mb);
+        std::vector<float> dpred(static_cast<size_t>(rows) * D);
+        loss += kernels::mse_forward_backward(dpred.data(), pred, y.data.data() + off, dpred.size(),
+                                              static_cast<size_t>(B) * D);
+        stack.backward(dpred.data(), mb, false);
+      }
+      opt.step(stack.param_ptrs(), stack.grad_ptrs());
+      losses.push_back(static_cast<float>(loss));
+    }
+    std::vector<float> state(layout.state_total());
+    stack.copy_params_to(state);
+    const std::vector<float> expect = state_from("final_m" + std::to_string(M) + ".");
+    REQUIRE(max_rel_diff(state, expect) < 1e-5);
+    REQUIRE(state[layout.num_batches_tracked(0).offset] == static_cast<float>(steps * M));
+    const NamedTensor& ref_losses = ref.at("losses_m" + std::to_string(M));
+    for (int s = 0; s < steps; ++s) REQUIRE(losses[s] == Approx(ref_losses.data[s]).epsilon(1e-5));
+  }
+  // The two references differ: the per-micro-batch statistics are visible in PyTorch too.
+  REQUIRE(max_rel_diff(state_from("final_m1."), state_from("final_m3.")) > 1e-3);
 }
