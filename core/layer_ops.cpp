@@ -13,9 +13,7 @@ namespace {
 std::string act_name(int layer, const char* what) {
   return "layers." + std::to_string(layer) + "." + what;
 }
-}  // namespace
 
-namespace {
 float* as_f32(void* p) {
   return static_cast<float*>(p);
 }
