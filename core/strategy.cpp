@@ -231,6 +231,30 @@ std::string strategies_reading(StrategyOption o) {
   return s;
 }
 
+void require_batchnorm_support(const RunConfig& cfg) {
+  const ModelSpec spec = ModelSpec::parse(cfg.model);
+  if (!spec.batchnorm) return;
+  // Strategies whose layers see whole (micro-)batches keep BatchNorm's buffers:
+  // single, and the pipelines, where the statistics are per micro-batch. The
+  // data-parallel family would need per-rank statistics and DDP's buffer
+  // broadcast (or SyncBatchNorm) in each of its files: not yet.
+  std::string supported;
+  for (const StrategyInfo& i : registry())
+    if (i.family != StrategyFamily::data_parallel)
+      supported += (supported.empty() ? "" : ", ") + i.name;
+  const std::string what = "--model " + cfg.model + ": ";
+  if (in_family(cfg.strategy, StrategyFamily::data_parallel))
+    throw ConfigError(what + cfg.strategy + " does not support BatchNorm yet (supported by: " +
+                      supported + ")");
+  if (cfg.precision != "fp32")
+    throw ConfigError(what + "--precision " + cfg.precision +
+                      " does not support BatchNorm yet (valid: fp32)");
+  if (cfg.batch < 2)
+    throw ConfigError(what + "--batch " + std::to_string(cfg.batch) +
+                      " gives BatchNorm1d one row (valid: 2 or more, as PyTorch's BatchNorm1d "
+                      "needs in training)");
+}
+
 bool option_in_effect(const RunConfig& cfg, StrategyOption o) {
   const StrategyInfo* info = find_strategy(cfg.strategy);
   return info && info->reads_option(o) && option_set(cfg, o);
@@ -271,6 +295,7 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
                      [&](StrategyOption a, StrategyOption b) { return position(a) < position(b); });
     throw ConfigError(unread_option_message(cfg, unread.front()));
   }
+  require_batchnorm_support(cfg);
   if (info.validate) info.validate(cfg);
 }
 

@@ -153,6 +153,11 @@ std::string unread_option_message(const RunConfig& cfg, StrategyOption o);
 // not read back at its default: one configuration of a comparison.
 RunConfig for_strategy(RunConfig base, const std::string& strategy);
 
+// For `mlp:LxD+bn`: throws ConfigError unless the strategy keeps BatchNorm
+// statistics (single and the pipelines), --precision is fp32 and the batch has
+// 2 or more rows. Nothing to check without +bn.
+void require_batchnorm_support(const RunConfig& cfg);
+
 // validate_common, then options the strategy does not read, then the
 // strategy's own checks; throws ConfigError. `given` lists option names as
 // typed ("micro-batches"), in command-line order: of several unread options
