@@ -120,10 +120,9 @@ std::string describe_highlight(const Highlight& h) {
 
 void print_step_header(const Lesson& l, size_t k, const Out& o) {
   const Step& s = l.steps[k];
-  std::printf("\n%s\n", bold("Step " + std::to_string(k + 1) + "/" +
-                                 std::to_string(l.steps.size()) + ": " + one_line(s.title, o.lang),
-                             o)
-                            .c_str());
+  const std::string n = std::to_string(k + 1) + "/" + std::to_string(l.steps.size());
+  const std::string head = o.lang == Lang::zh ? "第 " + n + " 步：" : "Step " + n + ": ";
+  std::printf("\n%s\n", bold(head + one_line(s.title, o.lang), o).c_str());
   std::printf("%s", text_of(s.text, o, 2).c_str());
   if (s.run) std::printf("  run:      %s\n", command_line(*s.run).c_str());
   if (s.compare) std::printf("  compare:  %s\n", command_line(*s.compare).c_str());

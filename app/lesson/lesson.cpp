@@ -750,24 +750,29 @@ std::vector<std::string> lesson_files(const std::string& dir) {
   return files;
 }
 
-std::vector<Lesson> load_all_lessons(const std::string& dir) {
+std::vector<Lesson> load_all_lessons(const std::string& dir, std::vector<std::string>* errors) {
   std::vector<Lesson> out;
   std::map<std::string, std::string> ids;
   for (const std::string& f : lesson_files(dir)) {
-    Lesson l = load_lesson(f);
-    // NN-id.toml: the number orders the lessons, the id names them.
-    const std::string stem = fs::path(f).stem().string();
-    const size_t dash = stem.find('-');
-    if (dash == std::string::npos || dash == 0 ||
-        stem.substr(0, dash).find_first_not_of("0123456789") != std::string::npos ||
-        stem.substr(dash + 1) != l.id)
-      throw LessonError(f, 1, "id",
-                        "id: the file is named '" + stem + ".toml', and a lesson in " + dir +
-                            " is named NN-id.toml with its id ('" + l.id + "')");
-    if (auto it = ids.find(l.id); it != ids.end())
-      throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
-    ids[l.id] = f;
-    out.push_back(std::move(l));
+    try {
+      Lesson l = load_lesson(f);
+      // NN-id.toml: the number orders the lessons, the id names them.
+      const std::string stem = fs::path(f).stem().string();
+      const size_t dash = stem.find('-');
+      if (dash == std::string::npos || dash == 0 ||
+          stem.substr(0, dash).find_first_not_of("0123456789") != std::string::npos ||
+          stem.substr(dash + 1) != l.id)
+        throw LessonError(f, 1, "id",
+                          "id: the file is named '" + stem + ".toml', and a lesson in " + dir +
+                              " is named NN-id.toml with its id ('" + l.id + "')");
+      if (auto it = ids.find(l.id); it != ids.end())
+        throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
+      ids[l.id] = f;
+      out.push_back(std::move(l));
+    } catch (const LessonError& e) {
+      if (!errors) throw;
+      errors->push_back(e.what());
+    }
   }
   return out;
 }
