@@ -145,9 +145,11 @@ void print_prediction_question(const Prediction& p, const Out& o) {
     for (size_t i = 0; i < p.choices.size(); ++i)
       std::printf("    %zu) %s\n", i + 1, one_line(p.choices[i].label, o.lang).c_str());
   else
-    std::printf("    (answer in %s; right within ±%g %% of the measured value, %s)\n",
-                p.unit.empty() ? "a plain number" : p.unit.c_str(), 100 * p.tolerance,
-                describe_metric(p.metric).c_str());
+    std::printf("    (answer %s; right within ±%g %% of the measured value, %s)\n",
+                p.unit.empty()      ? "a plain number"
+                : p.unit == "count" ? "a count"
+                                    : ("in " + p.unit).c_str(),
+                100 * p.tolerance, describe_metric(p.metric).c_str());
 }
 
 void print_gate_line(const Gate& g, const Out& o) {

@@ -34,8 +34,10 @@ std::string format_value(double v, const std::string& unit) {
       x /= 1024;
       ++u;
     }
-    if (u == 0)
+    if (u == 0 && x == std::floor(x))
       std::snprintf(buf, sizeof buf, "%.0f B", x);
+    else if (u == 0)
+      std::snprintf(buf, sizeof buf, "%.3g B", x);  // bytes per parameter: 5.33 B
     else
       std::snprintf(buf, sizeof buf, "%.2f %s", x, units[u]);
   } else if (unit == "ms") {
