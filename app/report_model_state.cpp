@@ -5,6 +5,7 @@
 #include <string>
 
 #include "app/summary.h"
+#include "core/metrics.h"
 #include "core/model.h"
 #include "core/model_state.h"
 #include "core/sharding.h"
@@ -13,34 +14,6 @@
 namespace shardlab::app {
 
 namespace {
-
-int idx(MemCategory c) {
-  return static_cast<int>(c);
-}
-
-struct RankModelState {
-  double params = 0, grads = 0, optimizer = 0;              // measured peaks, device + host pools
-  double host = 0;                                          // of which in the host pool
-  double activations = 0, comm_buffers = 0, temporary = 0;  // device pool peaks
-  double total() const { return params + grads + optimizer; }
-};
-
-RankModelState measured(const RankReport& rr) {
-  RankModelState m;
-  for (const PoolStats* p : {&rr.memory.device, &rr.memory.host}) {
-    m.params += static_cast<double>(p->peak[idx(MemCategory::params)]);
-    m.grads += static_cast<double>(p->peak[idx(MemCategory::grads)]);
-    m.optimizer += static_cast<double>(p->peak[idx(MemCategory::optimizer_state)]);
-  }
-  const PoolStats& h = rr.memory.host;
-  m.host = static_cast<double>(h.peak[idx(MemCategory::params)] + h.peak[idx(MemCategory::grads)] +
-                               h.peak[idx(MemCategory::optimizer_state)]);
-  const PoolStats& d = rr.memory.device;
-  m.activations = static_cast<double>(d.peak[idx(MemCategory::activations)]);
-  m.comm_buffers = static_cast<double>(d.peak[idx(MemCategory::comm_buffers)]);
-  m.temporary = static_cast<double>(d.peak[idx(MemCategory::temporary)]);
-  return m;
-}
 
 // Bytes of shard padding in one rank's model states: full flat buffers carry
 // each group's padding, shards carry their share of it (see core/sharding.h).
@@ -79,7 +52,7 @@ std::pair<double, double> dp_sent(const RunResult& r, int rank) {
 }
 
 struct Row {
-  RankModelState m;
+  ModelStateMeasured m;
   ModelStateBytes predicted;
   double padding = 0;
   double sent = 0;              // measured, per step
@@ -98,7 +71,7 @@ std::vector<Row> rows(const RunResult& r) {
   std::vector<Row> out;
   for (int k = 0; k < static_cast<int>(r.ranks.size()); ++k) {
     Row row;
-    row.m = measured(r.ranks[k]);
+    row.m = measured_model_state(r.ranks[k]);
     row.predicted = predict_model_state(in, k);
     row.padding = pad;
     row.comm = predict_comm(in, k);
