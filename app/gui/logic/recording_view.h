@@ -1,0 +1,16 @@
+// What the GUI says about an opened recording: the status line naming the file
+// and where, on how many ranks and when it was recorded.
+#pragma once
+#include <string>
+
+#include "core/recording.h"
+
+namespace shardlab::gui {
+
+// "2026-11-23T16:40:05Z" -> "2026-11-23 16:40 UTC"; anything else unchanged.
+std::string readable_date(const std::string& iso_utc);
+
+// "recording: FILE — recorded on DEVICE, world N, DATE"
+std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world);
+
+}  // namespace shardlab::gui
