@@ -225,6 +225,26 @@ bool base64_decode(const std::string& s, std::vector<unsigned char>& out) {
   return true;
 }
 
+// CRC-32 (IEEE 802.3, as zlib's crc32): the weights have no range to check, so a
+// flipped bit in them would otherwise load silently.
+uint32_t crc32(const unsigned char* p, size_t n) {
+  uint32_t table[256];
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
 // ---- writing
 
 json config_json(const RunConfig& c) {
@@ -499,8 +519,7 @@ double loss_from_json(const Checker& ck, const json& v, const std::string& w) {
     if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
     if (s == "Infinity") return std::numeric_limits<double>::infinity();
     if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-    ck.fail(w,
-            shown(s) + " is not a loss (valid: a number, \"NaN\", \"Infinity\", \"-Infinity\")");
+    ck.fail(w, shown(s) + " is not a loss (valid: a number, \"NaN\", \"Infinity\", \"-Infinity\")");
   }
   return ck.number(v, w, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
 }
@@ -626,6 +645,8 @@ json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
   for (double l : r.losses) losses.push_back(loss_json(l));
   const Placement& p = r.placement;
   json gpus = origin.gpus;
+  const auto* weights = reinterpret_cast<const unsigned char*>(r.final_params.data());
+  const size_t weight_bytes = r.final_params.size() * sizeof(float);
   return {{"format", kFormat},
           {"version", kRecordingVersion},
           {"origin",
@@ -647,8 +668,8 @@ json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
           {"final_params",
            {{"dtype", "float32-le"},
             {"count", r.final_params.size()},
-            {"base64", base64_encode(reinterpret_cast<const unsigned char*>(r.final_params.data()),
-                                     r.final_params.size() * sizeof(float))}}},
+            {"crc32", hex32(crc32(weights, weight_bytes))},
+            {"base64", base64_encode(weights, weight_bytes)}}},
           {"span_columns", kSpanColumns},
           {"alloc_columns", kAllocColumns},
           {"ranks", std::move(ranks)}};
@@ -694,7 +715,7 @@ Recording recording_from_json(const json& j, const std::string& file) {
     r.losses.push_back(loss_from_json(ck, losses[s], at("losses", s)));
 
   const json& fp = j["final_params"];
-  ck.keys(fp, "final_params", {"dtype", "count", "base64"});
+  ck.keys(fp, "final_params", {"dtype", "count", "crc32", "base64"});
   if (fp["dtype"] != "float32-le")
     ck.fail("final_params.dtype", describe(fp["dtype"]) + " (valid: \"float32-le\")");
   const int64_t total = static_cast<int64_t>(layout.total());
@@ -707,6 +728,10 @@ Recording recording_from_json(const json& j, const std::string& file) {
   if (bytes.size() != static_cast<size_t>(total) * sizeof(float))
     ck.fail("final_params.base64", "holds " + std::to_string(bytes.size()) + " bytes, " + c.model +
                                        " needs " + std::to_string(total * sizeof(float)));
+  const std::string crc = hex32(crc32(bytes.data(), bytes.size()));
+  if (fp["crc32"] != crc)
+    ck.fail("final_params.crc32", describe(fp["crc32"]) + " does not match the weights (crc32 " +
+                                      crc + "): the file was damaged or edited");
   r.final_params.resize(static_cast<size_t>(total));
   // Little-endian on disk; every platform shardlab builds on is little-endian.
   std::memcpy(r.final_params.data(), bytes.data(), bytes.size());

@@ -217,7 +217,9 @@ void draw_status(App& app) {
     case RunState::idle:
       if (app.recording) {
         // Replaying: nothing runs until Run, which runs these settings live here.
-        text = recording_status(app.recording->path, app.recording->origin, c.world);
+        text = recording_status(app.recording->path, app.recording->origin, c.world) +
+               (app.state.form_error.empty() ? " \xC2\xB7 replay: Run (R) runs it live"
+                                             : " \xC2\xB7 replay only");
         col = ui.ok;
       } else {
         text = "no run yet: press Run (R)";
