@@ -453,6 +453,8 @@ TEST_CASE("the status line says what was recorded where and when", "[recording]"
         "recording: a.shardrec \xE2\x80\x94 recorded on cuda (NVIDIA H100 80GB HBM3), world 4, "
         "2026-11-23 16:40 UTC");
   CHECK(gui::readable_date("yesterday") == "yesterday");
+  CHECK(gui::file_name("/a/b/run.shardrec") == "run.shardrec");
+  CHECK(gui::file_name("run.shardrec") == "run.shardrec");
 }
 
 TEST_CASE("the recording shipped for the lessons is a real zero3 run", "[recording]") {

@@ -217,7 +217,7 @@ void draw_status(App& app) {
     case RunState::idle:
       if (app.recording) {
         // Replaying: nothing runs until Run, which runs these settings live here.
-        text = recording_status(app.recording->path, app.recording->origin, c.world) +
+        text = recording_status(file_name(app.recording->path), app.recording->origin, c.world) +
                (app.state.form_error.empty() ? " \xC2\xB7 replay: Run (R) runs it live"
                                              : " \xC2\xB7 replay only");
         col = ui.ok;
@@ -256,6 +256,10 @@ void draw_status(App& app) {
   ImGui::PushStyleColor(ImGuiCol_Text, col);
   ImGui::TextUnformatted(text.c_str());
   ImGui::PopStyleColor();
+  if (s == RunState::idle && app.recording && ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s",
+        recording_details(*app.recording->run, app.recording->path, app.recording->origin).c_str());
 }
 
 void draw_view_tabs(App& app) {

@@ -21,4 +21,21 @@ std::string recording_status(const std::string& file, const RecordingOrigin& ori
          std::to_string(world) + ", " + readable_date(origin.date);
 }
 
+std::string file_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1);
+}
+
+std::string recording_details(const RunResult& run, const std::string& path,
+                              const RecordingOrigin& origin) {
+  std::string out =
+      "recording " + path + "\nrecorded " + readable_date(origin.date) + " on " + origin.device;
+  if (!origin.cpu.empty()) out += "\nCPU: " + origin.cpu;
+  for (const std::string& g : origin.gpus) out += "\nGPU: " + g;
+  if (!run.placement.summary.empty()) out += "\nplacement: " + run.placement.summary;
+  if (!origin.shardlab.empty()) out += "\nwritten by " + origin.shardlab;
+  out += "\nShown as recorded: nothing runs until Run (R).";
+  return out;
+}
+
 }  // namespace shardlab::gui

@@ -13,4 +13,12 @@ std::string readable_date(const std::string& iso_utc);
 // "recording: FILE — recorded on DEVICE, world N, DATE"
 std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world);
 
+// "run.shardrec" from "/some/dir/run.shardrec": the status line has little room.
+std::string file_name(const std::string& path);
+
+// Several lines for the status line's tooltip: the full path, the machine (CPU,
+// GPUs, placement), the date and the program that wrote it.
+std::string recording_details(const RunResult& run, const std::string& path,
+                              const RecordingOrigin& origin);
+
 }  // namespace shardlab::gui
