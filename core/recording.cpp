@@ -245,6 +245,17 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
+// YYYY-MM-DDTHH:MM:SSZ, as utc_now() writes it.
+bool is_utc_date(const std::string& s) {
+  const char* shape = "dddd-dd-ddTdd:dd:ddZ";
+  if (s.size() != 20) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool digit = s[i] >= '0' && s[i] <= '9';
+    if (shape[i] == 'd' ? !digit : s[i] != shape[i]) return false;
+  }
+  return true;
+}
+
 // ---- writing
 
 json config_json(const RunConfig& c) {
@@ -701,6 +712,9 @@ Recording recording_from_json(const json& j, const std::string& file) {
   for (size_t i = 0; i < gpus.size(); ++i)
     rec.origin.gpus.push_back(ck.text(gpus[i], at("origin.gpus", i)));
   rec.origin.date = ck.text(o["date"], "origin.date", false);
+  if (!is_utc_date(rec.origin.date))
+    ck.fail("origin.date",
+            shown(rec.origin.date) + " is not a UTC date (valid: e.g. " + "2026-11-23T16:40:05Z)");
   rec.origin.shardlab = ck.text(o["shardlab"], "origin.shardlab");
 
   r.cfg = config_from_json(ck, j["config"], "config");

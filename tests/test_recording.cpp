@@ -301,6 +301,8 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
   require_refused(with([](json& j) { j["losses"][0] = "lots"; }), "'lots' is not a loss");
   require_refused(with([](json& j) { j["origin"]["device"] = "cpu\r\nfake line"; }),
                   "origin.device: 'cpu\\x0d\\x0afake line' contains a control character");
+  require_refused(with([](json& j) { j["origin"]["date"] = "last Tuesday"; }),
+                  "origin.date: 'last Tuesday' is not a UTC date");
   require_refused(with([](json& j) { j["placement"]["comm"] = "carrier pigeon"; }),
                   "is not a communicator");
   require_refused(with([](json& j) { j["span_columns"][0] = "begin"; }), "span_columns[0]");
