@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "app/args.h"
@@ -14,6 +15,7 @@
 #include "app/gui/app.h"
 #include "app/gui/window.h"
 #include "core/checkpoint.h"
+#include "core/recording.h"
 #include "core/strategy.h"
 
 namespace shardlab::app {
@@ -34,6 +36,9 @@ run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
   running them.
 
 gui options:
+  --open FILE         show a recording (made with 'shardlab run --record FILE', here or on
+                      another machine) in every view without running it; the run bar takes
+                      its settings (no run options beside it), and Run runs them live here
   --view V            timeline | memory | cluster | camping | compare | loss (default timeline)
   --compare LIST      strategies for the compare view, e.g. ddp,single:1 (':W' sets the world
                       size; default: every strategy that accepts the run settings)
@@ -53,13 +58,20 @@ F11 presenter mode, Ctrl +/- font, F1 all shortcuts.
 )";
 
 const std::set<std::string> kOptions = {
-    "model",   "strategy",   "world",     "batch",         "steps",     "optimizer",
-    "lr",      "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
-    "device",  "backend",    "stages",    "micro-batches", "partition", "view",
-    "compare", "screenshot", "frames",    "replay-at",     "size",      "font-scale"};
+    "model",     "strategy",      "world",      "batch",     "steps",     "optimizer",  "lr",
+    "seed",      "bucket-mb",     "timeout-ms", "precision", "fsdp-unit", "device",     "backend",
+    "stages",    "micro-batches", "partition",  "view",      "compare",   "screenshot", "frames",
+    "replay-at", "size",          "font-scale", "open"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",
                                       "offload",       "recompute",   "presenter",
                                       "check-display", "no-record",   "at-collective"};
+
+// Run settings, which a recording brings itself (--open refuses them beside it).
+const char* const kRunKeys[] = {
+    "model",       "strategy",   "world",     "batch",         "steps",     "optimizer",
+    "lr",          "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
+    "device",      "backend",    "stages",    "micro-batches", "partition", "no-overlap",
+    "no-prefetch", "no-reshard", "offload",   "recompute",     "no-record"};
 
 }  // namespace
 
@@ -80,7 +92,22 @@ int cmd_gui(int argc, char** argv) {
     return 1;
   }
 
-  const RunConfig cfg = config_from(a);
+  // Loaded before any window opens: a bad file is one line and exit 2, display or not.
+  std::optional<Recording> opened;
+  const std::string open_path = a.str("open", "");
+  if (a.has("open")) {
+    for (const char* key : kRunKeys)
+      if (a.has(key))
+        throw ConfigError("--" + std::string(key) +
+                          " cannot be combined with --open (a recording "
+                          "brings its own settings; press Run in the app to change them)");
+    if (a.has("compare"))
+      throw ConfigError(
+          "--compare cannot be combined with --open (the compare view shows the "
+          "recording; Run comparison there compares live runs of its settings)");
+    opened = load_recording(open_path);
+  }
+  const RunConfig cfg = opened ? opened->run.cfg : config_from(a);
   if (a.has("no-record"))
     throw ConfigError("--no-record: the GUI draws the recorded spans (remove --no-record)");
   const std::string view_text = a.str("view", "timeline");
@@ -107,7 +134,7 @@ int cmd_gui(int argc, char** argv) {
                         "' is invalid (valid: WxH from 320x240, e.g. 1600x1000)");
   }
   std::vector<RunConfig> compare_cfgs;
-  if (view == View::compare || a.has("compare"))
+  if (!opened && (view == View::compare || a.has("compare")))
     compare_cfgs = a.has("compare") ? parse_compare_list(*a.get("compare"), cfg)
                                     : default_compare_configs(cfg);
   // Headless runs must not hang on bad settings: the picture shows the run bar
@@ -116,7 +143,8 @@ int cmd_gui(int argc, char** argv) {
   if (!shot.empty()) {
     check_writable(shot, "--screenshot");
     try {
-      if (*view != View::compare || compare_cfgs.empty()) validate(cfg);
+      // A recording is shown, not run: settings this machine cannot run are no error.
+      if (!opened && (*view != View::compare || compare_cfgs.empty())) validate(cfg);
     } catch (const ConfigError& e) {
       invalid = e.what();
     }
@@ -148,8 +176,12 @@ int cmd_gui(int argc, char** argv) {
     }
     app.state.compare.count = std::clamp(static_cast<int>(compare_cfgs.size()), 2, 4);
   }
-  // The app opens on a run of the given settings, so there is something to see.
-  if (*view != View::compare || shot.empty()) app.run();
+  // The app opens on the recording or on a run of the given settings, so there is
+  // something to see.
+  if (opened)
+    app.open_recording(std::move(*opened), open_path);
+  else if (*view != View::compare || shot.empty())
+    app.run();
   if (*view == View::compare && !compare_cfgs.empty()) app.run_compare(compare_cfgs);
 
   using clock = std::chrono::steady_clock;

@@ -219,7 +219,7 @@ Text read_text(const Table& parent, const std::string& key) {
 
 // Output options of `shardlab run` that a lesson's run has no use for.
 const std::set<std::string> kNotInLessons = {"trace",     "save-init", "save-final", "save-data",
-                                             "init-from", "json",      "no-record"};
+                                             "init-from", "json",      "no-record", "record"};
 
 std::string format_double(double v) {
   char buf[64];
