@@ -21,6 +21,7 @@ commands:
   demo     run every strategy on the default model, print a comparison, write traces
   run      train one configuration and print a summary (see 'shardlab run --help')
   gui      the desktop app: timelines, memory, cluster view, replay, compare (see 'shardlab gui --help')
+  lesson   step through the lessons on real runs: list, show, run, check (see 'shardlab lesson')
   estimate predicted memory and traffic per rank from the ZeRO paper's formulas
   bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times,
            'shardlab bench strategies' every strategy on one device (e.g. --device cuda)
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     if (sub == "demo") return shardlab::app::cmd_demo(argc - 1, argv + 1);
     if (sub == "gui") return shardlab::app::cmd_gui(argc - 1, argv + 1);
     if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
+    if (sub == "lesson") return shardlab::app::cmd_lesson(argc - 1, argv + 1);
     if (sub == "estimate") return shardlab::app::cmd_estimate(argc - 1, argv + 1);
     if (sub == "devices") {
       // Line 2 is machine-readable for scripts: "gpus N".
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(
         stderr,
-        "error: unknown command '%s' (valid: demo, run, gui, estimate, bench, devices; see "
+        "error: unknown command '%s' (valid: demo, run, gui, lesson, estimate, bench, devices; see "
         "'shardlab --help')\n",
         sub.c_str());
     return 2;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "app/summary.h"
+#include "core/metrics.h"
 #include "core/model.h"
 #include "core/model_state.h"
 #include "core/sharding.h"
@@ -15,34 +16,6 @@ namespace {
 
 bool in_family(const std::string& s) {
   return s == "ddp" || s == "dp" || s == "zero1" || s == "zero2" || s == "zero3" || s == "fsdp";
-}
-
-int idx(MemCategory c) {
-  return static_cast<int>(c);
-}
-
-struct RankModelState {
-  double params = 0, grads = 0, optimizer = 0;              // measured peaks, device + host pools
-  double host = 0;                                          // of which in the host pool
-  double activations = 0, comm_buffers = 0, temporary = 0;  // device pool peaks
-  double total() const { return params + grads + optimizer; }
-};
-
-RankModelState measured(const RankReport& rr) {
-  RankModelState m;
-  for (const PoolStats* p : {&rr.memory.device, &rr.memory.host}) {
-    m.params += static_cast<double>(p->peak[idx(MemCategory::params)]);
-    m.grads += static_cast<double>(p->peak[idx(MemCategory::grads)]);
-    m.optimizer += static_cast<double>(p->peak[idx(MemCategory::optimizer_state)]);
-  }
-  const PoolStats& h = rr.memory.host;
-  m.host = static_cast<double>(h.peak[idx(MemCategory::params)] + h.peak[idx(MemCategory::grads)] +
-                               h.peak[idx(MemCategory::optimizer_state)]);
-  const PoolStats& d = rr.memory.device;
-  m.activations = static_cast<double>(d.peak[idx(MemCategory::activations)]);
-  m.comm_buffers = static_cast<double>(d.peak[idx(MemCategory::comm_buffers)]);
-  m.temporary = static_cast<double>(d.peak[idx(MemCategory::temporary)]);
-  return m;
 }
 
 // Bytes of shard padding in one rank's model states: full flat buffers carry
@@ -82,7 +55,7 @@ std::pair<double, double> dp_sent(const RunResult& r, int rank) {
 }
 
 struct Row {
-  RankModelState m;
+  ModelStateMeasured m;
   ModelStateBytes predicted;
   double padding = 0;
   double sent = 0;              // measured, per step
@@ -99,7 +72,7 @@ std::vector<Row> rows(const RunResult& r) {
   std::vector<Row> out;
   for (int k = 0; k < static_cast<int>(r.ranks.size()); ++k) {
     Row row;
-    row.m = measured(r.ranks[k]);
+    row.m = measured_model_state(r.ranks[k]);
     row.predicted = predict_model_state(in, k);
     row.padding = pad;
     row.comm = predict_comm(in, k);
@@ -184,10 +157,9 @@ void print_model_state_report(const RunResult& r) {
                 human_bytes(pred).c_str(), pred > 0 ? 100.0 * (w.m.total() - pred) / pred : 0.0,
                 human_bytes(w.padding).c_str(), w.predicted.formula.c_str());
   }
-  std::printf(
-      "  bytes sent per step: measured vs predicted (%d bytes per element%s):\n",
-      rs.front().comm.bytes_per_element,
-      c.strategy == "dp" ? "; dp has no communicator: these are its device copies" : "");
+  std::printf("  bytes sent per step: measured vs predicted (%d bytes per element%s):\n",
+              rs.front().comm.bytes_per_element,
+              c.strategy == "dp" ? "; dp has no communicator: these are its device copies" : "");
   std::printf("    %-5s %13s %13s %8s  %s\n", "rank", "measured", "predicted", "diff", "volume");
   for (size_t k = 0; k < rs.size(); ++k) {
     const Row& w = rs[k];

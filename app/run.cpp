@@ -7,6 +7,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/config_args.h"
 #include "app/summary.h"
 #include "core/checkpoint.h"
 #include "core/pipeline_analysis.h"
@@ -58,68 +59,7 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --json              print the summary as one JSON object
 )";
 
-const std::set<std::string> kRunOptions = {
-    "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
-    "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
-    "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
-    "backend"};
-const std::set<std::string> kRunFlags = {"no-overlap", "no-record", "json",     "no-prefetch",
-                                         "no-reshard", "offload",   "recompute"};
-
 }  // namespace
-
-std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (true) {
-    const size_t comma = text.find(',', pos);
-    const std::string item =
-        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < -1000000 || v > 1000000)
-      throw ConfigError(what + " '" + text +
-                        "' is not a comma-separated list of integers (valid: e.g. 3,2,2,1)");
-    out.push_back(static_cast<int>(v));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-RunConfig config_from(const Args& a) {
-  RunConfig c;
-  c.model = a.str("model", c.model);
-  c.strategy = a.str("strategy", c.strategy);
-  c.world = a.integer("world", c.world);
-  c.batch = a.integer("batch", c.batch);
-  c.steps = a.integer("steps", c.steps);
-  const std::string opt = a.str("optimizer", "adamw");
-  if (opt == "adamw")
-    c.optimizer.kind = OptimizerKind::adamw;
-  else if (opt == "sgd")
-    c.optimizer.kind = OptimizerKind::sgd;
-  else
-    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
-  c.optimizer.lr = static_cast<float>(a.number("lr", c.optimizer.lr));
-  c.seed = a.u64("seed", c.seed);
-  c.bucket_mb = a.number("bucket-mb", c.bucket_mb);
-  c.overlap = !a.has("no-overlap");
-  c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
-  c.record = !a.has("no-record");
-  c.precision = a.str("precision", c.precision);
-  c.device = a.str("device", c.device);
-  c.backend = a.str("backend", c.backend);
-  c.prefetch = !a.has("no-prefetch");
-  c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit);
-  c.reshard_after_forward = !a.has("no-reshard");
-  c.offload = a.has("offload");
-  c.stages = a.integer("stages", c.stages);
-  c.micro_batches = a.integer("micro-batches", c.micro_batches);
-  c.recompute = a.has("recompute");
-  if (auto p = a.get("partition")) c.partition = parse_int_list(*p, "--partition");
-  return c;
-}
 
 namespace {
 
@@ -137,7 +77,7 @@ std::vector<Recorder::Snapshot> snapshots(const RunResult& r) {
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  const Args a(argc, argv, "run", kRunOptions, kRunFlags);
+  const Args a(argc, argv, "run", run_options(), run_flags());
   if (a.help()) {
     std::printf(kRunHelp, strategy_names().c_str());
     return 0;

@@ -3,7 +3,8 @@
 # (on a bare Debian 12 that includes the compiler, cmake and pkg-config).
 set -euo pipefail
 PACKAGES=(build-essential cmake pkg-config git libgloo-dev libopenblas-dev catch2 nlohmann-json3-dev
-          libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri libstb-dev xvfb xauth fonts-dejavu-core)
+          libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri libstb-dev xvfb xauth fonts-dejavu-core
+          libtomlplusplus-dev libmd4c-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

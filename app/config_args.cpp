@@ -1,0 +1,78 @@
+// Run settings from `shardlab run`'s options (see config_args.h).
+#include "app/config_args.h"
+
+#include <cstdlib>
+
+#include "app/args.h"
+
+namespace shardlab::app {
+
+const std::set<std::string>& run_options() {
+  static const std::set<std::string> options = {
+      "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
+      "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
+      "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
+      "backend"};
+  return options;
+}
+
+const std::set<std::string>& run_flags() {
+  static const std::set<std::string> flags = {"no-overlap", "no-record", "json",     "no-prefetch",
+                                              "no-reshard", "offload",   "recompute"};
+  return flags;
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < -1000000 || v > 1000000)
+      throw ConfigError(what + " '" + text +
+                        "' is not a comma-separated list of integers (valid: e.g. 3,2,2,1)");
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+RunConfig config_from(const Args& a) {
+  RunConfig c;
+  c.model = a.str("model", c.model);
+  c.strategy = a.str("strategy", c.strategy);
+  c.world = a.integer("world", c.world);
+  c.batch = a.integer("batch", c.batch);
+  c.steps = a.integer("steps", c.steps);
+  const std::string opt = a.str("optimizer", "adamw");
+  if (opt == "adamw")
+    c.optimizer.kind = OptimizerKind::adamw;
+  else if (opt == "sgd")
+    c.optimizer.kind = OptimizerKind::sgd;
+  else
+    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  c.optimizer.lr = static_cast<float>(a.number("lr", c.optimizer.lr));
+  c.seed = a.u64("seed", c.seed);
+  c.bucket_mb = a.number("bucket-mb", c.bucket_mb);
+  c.overlap = !a.has("no-overlap");
+  c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
+  c.record = !a.has("no-record");
+  c.precision = a.str("precision", c.precision);
+  c.device = a.str("device", c.device);
+  c.backend = a.str("backend", c.backend);
+  c.prefetch = !a.has("no-prefetch");
+  c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit);
+  c.reshard_after_forward = !a.has("no-reshard");
+  c.offload = a.has("offload");
+  c.stages = a.integer("stages", c.stages);
+  c.micro_batches = a.integer("micro-batches", c.micro_batches);
+  c.recompute = a.has("recompute");
+  if (auto p = a.get("partition")) c.partition = parse_int_list(*p, "--partition");
+  return c;
+}
+
+}  // namespace shardlab::app

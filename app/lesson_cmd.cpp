@@ -1,0 +1,384 @@
+// `shardlab lesson list|show|run|check`: the lessons on the command line. `run`
+// trains each step's real run headless and prints its text, the prediction, the
+// formula beside the measured value, the reveal and every gate's PASS/FAIL.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "app/args.h"
+#include "app/commands.h"
+#include "app/lesson/lesson.h"
+#include "app/lesson/terminal.h"
+
+namespace shardlab::app {
+
+namespace {
+
+using namespace shardlab::lesson;
+
+const char* kLessonHelp = R"(usage: shardlab lesson <command> [options]
+
+Lessons step through the strategies on real runs (lessons/FORMAT.md). Lesson
+files are read from %s
+(set SHARDLAB_LESSONS to use another folder); NAME is a lesson's id, its file
+name or a path to a .toml file.
+
+  list                         the lessons, in order
+  show NAME                    a lesson's steps: texts, runs, predictions, gates (runs nothing)
+  run NAME [--step K]          train each step's run and print the text, the prediction, the
+          [--answer VALUE]     formula beside the measured value, the reveal and each gate
+  run --all                    every step of every lesson (exit 1 if any gate fails)
+  check FILE...                validate lesson files; one line per bad file (exit 2)
+
+options:
+  --lang en|zh    language of the texts (default en)
+  --width N       wrap texts at N columns (default 80)
+  --step K        run only step K (1-based)
+  --answer VALUE  your prediction: a number with an optional unit (1.5MiB, 12ms, 25%%),
+                  or a choice's number or text
+)";
+
+struct Out {
+  Lang lang = Lang::en;
+  int width = 80;
+  bool ansi = false;
+};
+
+std::string text_of(const Text& t, const Out& o, int indent) {
+  return render_terminal(t.blocks(o.lang), o.width, o.ansi, indent);
+}
+
+std::string one_line(const Text& t, Lang l) {
+  std::string s = t.source(l);
+  for (char& c : s)
+    if (c == '\n') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string bold(const std::string& s, const Out& o) {
+  return o.ansi ? "\033[1m" + s + "\033[0m" : s;
+}
+
+std::string verdict(bool pass, const Out& o) {
+  if (!o.ansi) return pass ? "PASS" : "FAIL";
+  return pass ? "\033[32mPASS\033[0m" : "\033[31mFAIL\033[0m";
+}
+
+std::string describe_metric(const MetricRef& m) {
+  const MetricInfo* info = find_metric(m.name);
+  std::string s = m.name;
+  std::vector<std::string> args;
+  if (m.run == 'b') args.push_back("run b");
+  if (info)
+    for (MetricArg a : info->args) {
+      if (a == MetricArg::rank) args.push_back("rank " + std::to_string(m.rank));
+      if (a == MetricArg::category && m.category != "total") args.push_back(m.category);
+      if (a == MetricArg::pool && m.pool != "device") args.push_back(m.pool + " pool");
+      if (a == MetricArg::kind) args.push_back(m.kind);
+      if (a == MetricArg::step) args.push_back("step " + std::to_string(m.step));
+    }
+  if (!args.empty()) {
+    s += " (";
+    for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i];
+    s += ")";
+  }
+  return s;
+}
+
+std::string describe_seek(const Seek& s) {
+  switch (s.kind) {
+    case Seek::Kind::step:
+      return "the start of step " + std::to_string(s.step);
+    case Seek::Kind::peak_memory:
+      return "where rank " + std::to_string(s.rank) + "'s memory peaks";
+    case Seek::Kind::event: {
+      std::string d = (s.nth > 1 ? "occurrence " + std::to_string(s.nth) + " of " : "the first ") +
+                      std::string(to_string(s.event));
+      if (s.layer >= 0) d += " of layer " + std::to_string(s.layer);
+      if (s.micro_batch >= 0) d += ", micro-batch " + std::to_string(s.micro_batch);
+      if (s.step >= 0) d += ", step " + std::to_string(s.step);
+      return d + " on rank " + std::to_string(s.rank);
+    }
+  }
+  return "";
+}
+
+std::string describe_highlight(const Highlight& h) {
+  switch (h.kind) {
+    case Highlight::Kind::rank:
+      return "rank " + std::to_string(h.rank);
+    case Highlight::Kind::area:
+      return "the " + h.area + " area";
+    case Highlight::Kind::category:
+      return std::string("the ") + to_string(h.category) + " category";
+  }
+  return "";
+}
+
+void print_step_header(const Lesson& l, size_t k, const Out& o) {
+  const Step& s = l.steps[k];
+  std::printf("\n%s\n", bold("Step " + std::to_string(k + 1) + "/" +
+                                 std::to_string(l.steps.size()) + ": " + one_line(s.title, o.lang),
+                             o)
+                            .c_str());
+  std::printf("%s", text_of(s.text, o, 2).c_str());
+  if (s.run) std::printf("  run:      %s\n", command_line(*s.run).c_str());
+  if (s.compare) std::printf("  compare:  %s\n", command_line(*s.compare).c_str());
+  if (!s.recording.empty()) std::printf("  recording: %s\n", s.recording.c_str());
+  if (s.look) {
+    std::string d = s.look->view.empty() ? "" : s.look->view + " view";
+    if (s.look->seek)
+      d += (d.empty() ? "" : "; ") + std::string("at ") + describe_seek(*s.look->seek);
+    if (s.look->highlight)
+      d += (d.empty() ? "" : "; ") + std::string("highlight ") +
+           describe_highlight(*s.look->highlight);
+    std::printf("  look:     %s\n", d.c_str());
+  }
+}
+
+void print_prediction_question(const Prediction& p, const Out& o) {
+  std::printf("  %s\n", bold(o.lang == Lang::zh ? "预测：" : "Predict:", o).c_str());
+  std::printf("%s", text_of(p.question, o, 4).c_str());
+  if (p.is_choice())
+    for (size_t i = 0; i < p.choices.size(); ++i)
+      std::printf("    %zu) %s\n", i + 1, one_line(p.choices[i].label, o.lang).c_str());
+  else
+    std::printf("    (answer in %s; right within ±%g %% of the measured value, %s)\n",
+                p.unit.empty() ? "a plain number" : p.unit.c_str(), 100 * p.tolerance,
+                describe_metric(p.metric).c_str());
+}
+
+void print_gate_line(const Gate& g, const Out& o) {
+  std::string rhs = g.right ? describe_metric(*g.right)
+                            : format_value(*g.value, find_metric(g.metric.name)->unit);
+  std::printf("    %s %s %s — %s\n", describe_metric(g.metric).c_str(), g.op.c_str(), rhs.c_str(),
+              one_line(g.text, o.lang).c_str());
+}
+
+int cmd_list(const Out& o) {
+  const std::string dir = lessons_dir();
+  const std::vector<Lesson> all = load_all_lessons(dir);
+  if (all.empty()) {
+    std::printf("no lessons in %s\n", dir.c_str());
+    return 0;
+  }
+  for (const Lesson& l : all)
+    std::printf("%-12s %2zu steps  %s\n%15s%s\n", l.id.c_str(), l.steps.size(),
+                one_line(l.title, o.lang).c_str(), "", one_line(l.summary, o.lang).c_str());
+  return 0;
+}
+
+int cmd_show(const Lesson& l, const Out& o) {
+  std::printf("%s  (%s)\n", bold(one_line(l.title, o.lang), o).c_str(), l.path.c_str());
+  std::printf("%s", text_of(l.summary, o, 0).c_str());
+  for (size_t k = 0; k < l.steps.size(); ++k) {
+    const Step& s = l.steps[k];
+    print_step_header(l, k, o);
+    if (s.predict) print_prediction_question(*s.predict, o);
+    if (s.reveal) {
+      std::printf("  %s\n", bold(o.lang == Lang::zh ? "揭晓：" : "Reveal:", o).c_str());
+      std::printf("%s", text_of(*s.reveal, o, 4).c_str());
+    }
+    if (!s.gates.empty())
+      std::printf("  %s\n", bold(o.lang == Lang::zh ? "检查：" : "Gates:", o).c_str());
+    for (const Gate& g : s.gates) print_gate_line(g, o);
+  }
+  return 0;
+}
+
+// Runs the steps of one lesson; returns false when a gate, a seek or a metric failed.
+bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>& answer,
+                const Out& o) {
+  std::printf("%s  (%s)\n", bold(one_line(l.title, o.lang), o).c_str(), l.path.c_str());
+  bool ok = true;
+  for (size_t k = 0; k < l.steps.size(); ++k) {
+    if (only_step > 0 && static_cast<int>(k) + 1 != only_step) continue;
+    const Step& s = l.steps[k];
+    print_step_header(l, k, o);
+    if (s.predict) print_prediction_question(*s.predict, o);
+    std::fflush(stdout);
+    const StepRuns runs = run_step(s);
+    const StepResult r = evaluate_step(s, runs.a, runs.b ? &*runs.b : nullptr);
+    std::printf("  trained: %d steps, final loss %.6g, median step %s\n", runs.a.cfg.steps,
+                runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
+                format_value(runs.a.median_step_ms, "ms").c_str());
+    if (s.predict) {
+      const Prediction& p = *s.predict;
+      const MetricResult& m = *r.prediction;
+      if (answer) {
+        const AnswerCheck c = check_answer(p, r, *answer);
+        if (!c.error.empty())
+          std::printf("    your answer: %s (%s)\n", answer->c_str(), c.error.c_str());
+        else if (p.is_choice())
+          std::printf("    your answer: %d) %s — %s\n", c.choice + 1,
+                      one_line(p.choices[c.choice].label, o.lang).c_str(),
+                      c.correct ? "right" : "not right");
+        else
+          std::printf("    your answer: %s — %s\n", format_value(c.value, p.unit).c_str(),
+                      c.correct ? "right (within the tolerance)" : "not right");
+      } else {
+        std::printf("    your answer: none given (--answer VALUE)\n");
+      }
+      if (!m.value) {
+        std::printf("    measured: could not be evaluated: %s\n", m.error.c_str());
+        ok = false;
+      } else {
+        if (m.value->formula)
+          std::printf("    formula %s: %s\n", m.value->formula_text.c_str(),
+                      format_value(*m.value->formula, m.value->unit).c_str());
+        std::printf("    measured: %s\n", format_value(m.value->measured, m.value->unit).c_str());
+        if (p.is_choice()) {
+          if (r.right_choice >= 0)
+            std::printf("    right choice: %d) %s\n", r.right_choice + 1,
+                        one_line(p.choices[r.right_choice].label, o.lang).c_str());
+          else {
+            std::printf("    right choice: none of the choices holds for the measured value\n");
+            ok = false;
+          }
+        }
+      }
+    }
+    if (s.reveal) {
+      std::printf("  %s\n", bold(o.lang == Lang::zh ? "揭晓：" : "Reveal:", o).c_str());
+      std::printf("%s", text_of(*s.reveal, o, 4).c_str());
+    }
+    if (r.seek) {
+      std::printf("  seek:     %s %s\n", r.seek->found ? "found" : "NOT FOUND:",
+                  r.seek->found ? (r.seek->description + " at " +
+                                   format_value(static_cast<double>(r.seek->t_ns) / 1e6, "ms"))
+                                      .c_str()
+                                : r.seek->description.c_str());
+      ok = ok && r.seek->found;
+    }
+    for (const GateResult& g : r.gates) {
+      const std::string unit = find_metric(g.gate->metric.name)->unit;
+      std::string detail;
+      if (!g.left.value)
+        detail = g.left.error;
+      else if (g.right && !g.right->value)
+        detail = g.right->error;
+      else
+        detail = describe_metric(g.gate->metric) + " " +
+                 format_value(g.left.value->measured, unit) + " " + g.gate->op + " " +
+                 format_value(g.right_value, unit);
+      std::printf("  gate %s  %s  (%s)\n", verdict(g.pass, o).c_str(),
+                  one_line(g.gate->text, o.lang).c_str(), detail.c_str());
+      ok = ok && g.pass;
+    }
+  }
+  return ok;
+}
+
+Out out_from(const Args& a) {
+  Out o;
+  o.lang = parse_lang(a.str("lang", "en"));
+  o.width = a.integer("width", 80);
+  if (o.width < 20 || o.width > 1000)
+    throw ConfigError("--width " + std::to_string(o.width) + " is out of range (valid: 20..1000)");
+  const char* no_color = std::getenv("NO_COLOR");
+  o.ansi = isatty(STDOUT_FILENO) && !(no_color && *no_color);
+  return o;
+}
+
+}  // namespace
+
+int cmd_lesson(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::printf(kLessonHelp, lessons_dir().c_str());
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string sub = argv[1];
+  const std::string name = "lesson " + sub;
+  if (sub == "list") {
+    const Args a(argc - 1, argv + 1, name, {"lang", "width"}, {});
+    if (!a.positional().empty())
+      throw ConfigError("unexpected argument '" + a.positional()[0] +
+                        "' (see 'shardlab lesson --help')");
+    return cmd_list(out_from(a));
+  }
+  if (sub == "show") {
+    const Args a(argc - 1, argv + 1, name, {"lang", "width"}, {});
+    if (a.positional().size() != 1)
+      throw ConfigError(
+          "'shardlab lesson show' takes one lesson NAME (see 'shardlab lesson list')");
+    return cmd_show(find_lesson(a.positional()[0], lessons_dir()), out_from(a));
+  }
+  if (sub == "run") {
+    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer"}, {"all"});
+    const Out o = out_from(a);
+    std::vector<Lesson> lessons;
+    if (a.has("all")) {
+      if (!a.positional().empty() || a.has("step") || a.has("answer"))
+        throw ConfigError(
+            "--all runs every step of every lesson: it takes no NAME, --step or --answer");
+      lessons = load_all_lessons(lessons_dir());
+      if (lessons.empty()) {
+        std::printf("no lessons in %s\n", lessons_dir().c_str());
+        return 0;
+      }
+    } else {
+      if (a.positional().size() != 1)
+        throw ConfigError(
+            "'shardlab lesson run' takes one lesson NAME, or --all (see 'shardlab lesson list')");
+      lessons.push_back(find_lesson(a.positional()[0], lessons_dir()));
+    }
+    const int only = a.integer("step", 0);
+    const Lesson& first = lessons.front();
+    if (a.has("step") && (only < 1 || only > static_cast<int>(first.steps.size())))
+      throw ConfigError("--step " + std::to_string(only) + " is not a step of '" + first.id +
+                        "' (valid: 1.." + std::to_string(first.steps.size()) + ")");
+    const auto answer = a.get("answer");
+    if (answer) {
+      // Which prediction the answer is for, and that it can be read, before training.
+      std::vector<int> asking;
+      for (size_t k = 0; k < first.steps.size(); ++k)
+        if (first.steps[k].predict && (only == 0 || only == static_cast<int>(k) + 1))
+          asking.push_back(static_cast<int>(k));
+      if (asking.empty())
+        throw ConfigError(
+            "--answer: " + (only ? "step " + std::to_string(only) : "'" + first.id + "'") +
+            " asks no prediction");
+      if (asking.size() > 1)
+        throw ConfigError("--answer: '" + first.id + "' asks " + std::to_string(asking.size()) +
+                          " predictions; choose one with --step K");
+      StepResult probe;
+      probe.prediction = MetricResult{};
+      probe.prediction->value = MetricValue{};
+      const AnswerCheck c = check_answer(*first.steps[asking[0]].predict, probe, *answer);
+      if (!c.error.empty()) throw ConfigError("--answer " + c.error);
+    }
+    bool ok = true;
+    for (const Lesson& l : lessons) {
+      ok = run_lesson(l, only, answer, o) && ok;
+      std::printf("\n");
+    }
+    if (!ok) std::printf("some gates, seeks or metrics FAILED (see above)\n");
+    return ok ? 0 : 1;
+  }
+  if (sub == "check") {
+    const Args a(argc - 1, argv + 1, name, {}, {});
+    if (a.positional().empty())
+      throw ConfigError("'shardlab lesson check' takes lesson FILEs (e.g. lessons/*.toml)");
+    int bad = 0;
+    std::map<std::string, std::string> ids;
+    for (const std::string& f : a.positional()) {
+      try {
+        const Lesson l = load_lesson(f);
+        if (auto it = ids.find(l.id); it != ids.end())
+          throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
+        ids[l.id] = f;
+        std::printf("ok: %s (%s, %zu steps)\n", f.c_str(), l.id.c_str(), l.steps.size());
+      } catch (const ConfigError& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        ++bad;
+      }
+    }
+    return bad ? 2 : 0;
+  }
+  throw ConfigError("unknown lesson command '" + sub + "' (valid: list, show, run, check)");
+}
+
+}  // namespace shardlab::app

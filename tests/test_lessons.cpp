@@ -1,0 +1,520 @@
+// Lessons: every malformed file in tests/lessons_bad/ gets one error naming the
+// file, the line and the key (never a crash); the Markdown and terminal
+// rendering; the metric registry on real runs; the `shardlab lesson` commands.
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "app/lesson/lesson.h"
+#include "app/lesson/terminal.h"
+#include "core/metrics.h"
+#include "core/model.h"
+#include "core/model_state.h"
+#include "core/sharding.h"
+
+using namespace shardlab;
+using namespace shardlab::lesson;
+using shardlab::test::run_cli;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTests = SHARDLAB_TEST_DIR;
+const std::string kExample = kTests + "/lessons_good/01-example.toml";
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The line marked "# <-" (1-based), or 1 when none is.
+int marked_line(const std::string& content) {
+  std::istringstream in(content);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find("# <-") != std::string::npos) return n;
+  }
+  return 1;
+}
+
+MetricRef ref(const std::string& name, char run = 'a') {
+  MetricRef m;
+  m.name = name;
+  m.run = run;
+  return m;
+}
+
+std::string plain(const std::vector<TextRun>& runs) {
+  std::string s;
+  for (const TextRun& r : runs) s += r.text;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("every malformed lesson file gets file:line: key and a reason, never a crash",
+          "[lessons]") {
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(kTests + "/lessons_bad")) {
+    const std::string path = e.path().string();
+    const std::string name = e.path().filename().string();
+    const std::string content = read_all(path);
+    std::string key, message;
+    int line = 1;
+    if (name == "empty.toml") {
+      key = "format";
+      message = "missing";
+    } else if (name == "binary_garbage.toml") {
+      message = "NUL byte";
+    } else {
+      // First line: "# expect: KEY|MESSAGE".
+      const std::string first = content.substr(0, content.find('\n'));
+      REQUIRE(first.rfind("# expect: ", 0) == 0);
+      const std::string spec = first.substr(10);
+      key = spec.substr(0, spec.find('|'));
+      message = spec.substr(spec.find('|') + 1);
+      line = marked_line(content);
+    }
+    INFO(name);
+    ++files;
+    try {
+      load_lesson(path);
+      FAIL("loaded without an error");
+    } catch (const LessonError& err) {
+      const std::string what = err.what();
+      INFO(what);
+      CHECK(what.rfind(path + ":" + std::to_string(line) + ": ", 0) == 0);
+      CHECK(err.line() == line);
+      CHECK(err.file() == path);
+      CHECK(what.find(key) != std::string::npos);
+      CHECK(what.find(message) != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);  // one line
+    } catch (const std::exception& other) {
+      FAIL("not a LessonError: " << other.what());
+    }
+  }
+  CHECK(files >= 50);
+}
+
+TEST_CASE("the example lesson parses into texts, runs, look, prediction and gates", "[lessons]") {
+  const Lesson l = load_lesson(kExample);
+  CHECK(l.id == "example");
+  CHECK(l.format == 1);
+  CHECK(l.title.zh == "示例：两个进程上的 ZeRO-3");
+  REQUIRE(l.steps.size() == 2);
+  const Step& s = l.steps[0];
+  REQUIRE(s.run);
+  CHECK(s.run->strategy == "zero3");
+  CHECK(s.run->world == 2);
+  CHECK(s.run->model == "mlp:2x32");
+  REQUIRE(s.compare);
+  CHECK(s.compare->strategy == "ddp");
+  CHECK(s.compare->model == "mlp:2x32");  // the keys not given come from run
+  CHECK(s.compare->batch == 8);
+
+  // Markdown: a paragraph with emphasis and strong, three list items (one nested), code.
+  const Markdown& en = s.text.en_blocks;
+  REQUIRE(en.size() == 5);
+  CHECK(en[0].kind == BlockKind::paragraph);
+  bool em = false, strong = false;
+  for (const TextRun& r : en[0].runs) {
+    if (r.emphasis && r.text == "its shard") em = true;
+    if (r.strong && r.text == "optimizer state") strong = true;
+  }
+  CHECK(em);
+  CHECK(strong);
+  CHECK(en[1].kind == BlockKind::list_item);
+  CHECK(en[1].depth == 1);
+  CHECK(en[1].runs[0].code);
+  CHECK(en[1].runs[0].text == "params");
+  CHECK(en[3].kind == BlockKind::list_item);
+  CHECK(en[3].depth == 2);
+  CHECK(plain(en[3].runs) == "padding aside");
+  CHECK(s.text.zh_blocks.size() == 5);
+  // A line break inside Chinese text is no space.
+  CHECK(plain(s.text.zh_blocks[0].runs).find("优化器状态的一个分片") != std::string::npos);
+
+  REQUIRE(s.look);
+  CHECK(s.look->view == "cluster");
+  REQUIRE(s.look->seek);
+  CHECK(s.look->seek->kind == Seek::Kind::event);
+  CHECK(s.look->seek->event == SpanKind::all_gather);
+  CHECK(s.look->seek->layer == 0);
+  REQUIRE(s.look->highlight);
+  CHECK(s.look->highlight->kind == Highlight::Kind::rank);
+  CHECK(s.look->highlight->rank == 1);
+  REQUIRE(s.predict);
+  CHECK(!s.predict->is_choice());
+  CHECK(s.predict->metric.name == "model_state_bytes");
+  CHECK(s.predict->unit == "B");
+  CHECK(s.predict->tolerance == Approx(0.1));
+  REQUIRE(s.gates.size() == 3);
+  CHECK(s.gates[1].right);
+  CHECK(s.gates[1].right->run == 'b');
+  CHECK(s.gates[2].metric.kind == "all_gather");
+
+  const Step& p = l.steps[1];
+  REQUIRE(p.predict);
+  REQUIRE(p.predict->choices.size() == 2);
+  CHECK(p.predict->choices[0].op == "<");
+  CHECK(p.predict->choices[0].value == 50);
+  CHECK(p.predict->choices[1].label.zh == "更大");
+  CHECK(p.look->seek->kind == Seek::Kind::peak_memory);
+  CHECK(p.look->seek->rank == 1);
+  CHECK(p.look->highlight->area == "bubble");
+}
+
+TEST_CASE("Markdown: blocks, runs, ordered lists, headings, code; refused constructs",
+          "[lessons]") {
+  const Markdown m = parse_markdown(
+      "# Title\n\nA *b* **c** `d` &amp; e\n\n3. three\n4. four\n\n```\nx = 1\ny = 2\n```\n");
+  REQUIRE(m.size() == 5);
+  CHECK(m[0].kind == BlockKind::heading);
+  CHECK(m[0].level == 1);
+  CHECK(plain(m[1].runs) == "A b c d & e");
+  CHECK(m[2].ordered);
+  CHECK(m[2].number == 3);
+  CHECK(m[3].number == 4);
+  CHECK(m[4].kind == BlockKind::code);
+  CHECK(m[4].runs[0].text == "x = 1\ny = 2");
+  // Indented lines in a TOML string are text, not a code block.
+  CHECK(parse_markdown("    indented text")[0].kind == BlockKind::paragraph);
+  // English across a line break gets a space.
+  CHECK(plain(parse_markdown("one\ntwo")[0].runs) == "one two");
+  CHECK_THROWS_WITH(parse_markdown("[a](b)"), Catch::Contains("links"));
+  CHECK_THROWS_WITH(parse_markdown("> quote"), Catch::Contains("quotes"));
+  CHECK_THROWS_WITH(parse_markdown("a\n\n---\n\nb"), Catch::Contains("rules"));
+  CHECK_THROWS_WITH(parse_markdown("<div>x</div>"), Catch::Contains("HTML"));
+}
+
+TEST_CASE("terminal rendering wraps to the width, bullets lists, keeps emphasis readable",
+          "[lessons]") {
+  const Markdown m = parse_markdown(
+      "The *quick* brown fox jumps over the **lazy** dog and keeps running far away.\n\n"
+      "- first item that is long enough to wrap onto a second line here\n  - nested\n");
+  const std::string out = render_terminal(m, 30, false, 2);
+  std::istringstream in(out);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    INFO(line);
+    CHECK(display_width(line) <= 30);
+    if (!line.empty()) CHECK(line.rfind("  ", 0) == 0);
+  }
+  CHECK(lines >= 6);
+  CHECK(out.find("*quick*") != std::string::npos);
+  CHECK(out.find("**lazy**") != std::string::npos);
+  CHECK(out.find("  • first") != std::string::npos);
+  CHECK(out.find("    • nested") != std::string::npos);
+  // ANSI: styles instead of marks.
+  CHECK(render_terminal(m, 30, true).find("\033[3mquick\033[0m") != std::string::npos);
+  // Chinese: two columns a character, breaks between characters, never before '，'.
+  CHECK(display_width("中文") == 4);
+  const std::string zh = render_terminal(
+      parse_markdown("每个进程只保留参数，梯度和优化器状态的一个分片，然后在需要时收集。"), 20,
+      false);
+  std::istringstream zin(zh);
+  while (std::getline(zin, line)) {
+    INFO(line);
+    CHECK(display_width(line) <= 20);
+    CHECK(line.rfind("，", 0) != 0);
+  }
+}
+
+TEST_CASE("every metric resolves, is documented, and FORMAT.md lists the same names", "[lessons]") {
+  const std::set<std::string> units = {"B", "ms", "%", "x", "count", ""};
+  std::set<std::string> names;
+  for (const MetricInfo& m : metric_registry()) {
+    INFO(m.name);
+    CHECK(find_metric(m.name) == &m);
+    CHECK(!m.meaning.empty());
+    CHECK(units.count(m.unit) == 1);
+    CHECK(names.insert(m.name).second);
+  }
+  CHECK(find_metric("peak") == nullptr);
+  // The table in lessons/FORMAT.md ("| `name` [args] | unit | ...").
+  const std::string doc = read_all(kTests + "/../lessons/FORMAT.md");
+  std::set<std::string> documented;
+  const std::regex row(R"(\n\| `([a-z_]+)`)");
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), row); it != std::sregex_iterator();
+       ++it)
+    documented.insert((*it)[1]);
+  CHECK(documented == names);
+}
+
+TEST_CASE("metrics on a real zero3 world-2 run: model states = allocator = 16Ψ/N within padding",
+          "[lessons]") {
+  RunConfig c;
+  c.model = "mlp:3x25";  // 650 values a layer: world 2 divides it, so check padding is 0 here
+  c.strategy = "zero3";
+  c.world = 2;
+  c.batch = 8;
+  c.steps = 3;
+  RunConfig d = c;
+  d.strategy = "ddp";
+  const RunResult a = run_training(c), b = run_training(d);
+  MetricRuns runs(a, &b);
+  const ModelLayout layout(ModelSpec::parse(c.model));
+  const double psi = static_cast<double>(layout.total());
+
+  MetricRef m = ref("model_state_bytes");
+  for (int rank = 0; rank < 2; ++rank) {
+    m.rank = rank;
+    const MetricValue v = evaluate_metric(m, runs);
+    const PoolStats& dev = a.ranks[rank].memory.device;
+    const double allocator =
+        static_cast<double>(dev.peak[static_cast<int>(MemCategory::params)] +
+                            dev.peak[static_cast<int>(MemCategory::grads)] +
+                            dev.peak[static_cast<int>(MemCategory::optimizer_state)]);
+    CHECK(v.measured == allocator);
+    REQUIRE(v.formula);
+    CHECK(*v.formula == 16 * psi / 2);
+    CHECK(v.formula_text == "16Ψ/N");
+    const double pad = padding_per_rank(make_flat_groups(layout, 1, 2)) * 16;
+    CHECK(std::abs(v.measured - *v.formula) <= pad + 1e-9);
+    CHECK(v.unit == "B");
+  }
+  m = ref("bytes_per_param");
+  CHECK(evaluate_metric(m, runs).measured == Approx(8).epsilon(0.01));
+  m = ref("param_count");
+  CHECK(evaluate_metric(m, runs).measured == psi);
+  m = ref("world_size");
+  CHECK(evaluate_metric(m, runs).measured == 2);
+  m = ref("final_loss");
+  CHECK(evaluate_metric(m, runs).measured == a.losses.back());
+  m = ref("weight_diff_to_single");
+  const MetricValue w = evaluate_metric(m, runs);
+  CHECK(w.measured >= 0);
+  CHECK(w.measured < 1e-5);
+  m = ref("step_time_ratio");
+  CHECK(evaluate_metric(m, runs).measured == Approx(a.median_step_ms / b.median_step_ms));
+  m = ref("model_state_bytes", 'b');
+  CHECK(*evaluate_metric(m, runs).formula == 16 * psi);
+  m = ref("sent_bytes_per_step");
+  const MetricValue sent = evaluate_metric(m, runs);
+  CHECK(sent.measured == a.ranks[0].bytes_sent_per_step);
+  REQUIRE(sent.formula);
+  CHECK(sent.measured == Approx(*sent.formula).epsilon(0.05));
+  m = ref("collective_count");
+  m.kind = "all_gather";
+  m.step = 1;
+  CHECK(evaluate_metric(m, runs).measured >= 3);  // at least one per layer
+  m.kind = "send";
+  CHECK(evaluate_metric(m, runs).measured == 0);
+  m = ref("peak_bytes");
+  m.category = "optimizer_state";
+  CHECK(evaluate_metric(m, runs).measured ==
+        a.ranks[0].memory.device.peak[static_cast<int>(MemCategory::optimizer_state)]);
+  m = ref("comm_hidden_share");
+  const double hidden = evaluate_metric(m, runs).measured;
+  CHECK(hidden >= 0);
+  CHECK(hidden <= 100);
+  m = ref("idle_share");
+  const double idle = evaluate_metric(m, runs).measured;
+  CHECK(idle > 0);
+  CHECK(idle < 100);
+
+  // Bad references: one line each, naming the argument.
+  m = ref("model_state_bytes");
+  m.rank = 2;
+  CHECK_THROWS_WITH(evaluate_metric(m, runs), Catch::StartsWith("rank 2"));
+  m = ref("activations_in_flight");
+  CHECK_THROWS_WITH(evaluate_metric(m, runs), Catch::Contains("pipeline strategies only"));
+  m = ref("nope");
+  CHECK_THROWS_WITH(evaluate_metric(m, runs), Catch::Contains("is unknown"));
+  MetricRuns only_a(a, nullptr);
+  m = ref("step_time_ratio");
+  CHECK_THROWS_WITH(evaluate_metric(m, only_a), Catch::Contains("compare run"));
+}
+
+TEST_CASE("pipeline metrics: bubble formula and activations in flight on gpipe", "[lessons]") {
+  RunConfig c;
+  c.model = "mlp:4x64";
+  c.strategy = "gpipe";
+  c.world = 2;
+  c.batch = 16;
+  c.steps = 2;
+  c.micro_batches = 4;
+  const RunResult r = run_training(c);
+  MetricRuns runs(r, nullptr);
+  MetricRef m = ref("bubble_share");
+  const MetricValue v = evaluate_metric(m, runs);
+  REQUIRE(v.formula);
+  CHECK(*v.formula == Approx(100.0 * 1 / 5));
+  CHECK(v.unit == "%");
+  m = ref("activations_in_flight");
+  const MetricValue f = evaluate_metric(m, runs);
+  CHECK(*f.formula == 4);
+  CHECK(f.measured == Approx(4).margin(0.5));
+  m = ref("peak_activation_bytes");
+  CHECK(evaluate_metric(m, runs).measured ==
+        static_cast<double>(*evaluate_metric(m, runs).formula));
+}
+
+TEST_CASE("a step evaluates on its runs: gates, seek, prediction, answers", "[lessons]") {
+  const Lesson l = load_lesson(kExample);
+  const Step& s = l.steps[0];
+  const StepRuns runs = run_step(s);
+  REQUIRE(runs.b);
+  const StepResult r = evaluate_step(s, runs.a, &*runs.b);
+  REQUIRE(r.gates.size() == 3);
+  for (const GateResult& g : r.gates) {
+    INFO(g.left.error);
+    CHECK(g.pass);
+  }
+  CHECK(r.gates_pass());
+  REQUIRE(r.seek);
+  CHECK(r.seek->found);
+  CHECK(r.seek->t_ns > 0);
+  REQUIRE(r.prediction);
+  REQUIRE(r.prediction->value);
+  const double measured = r.prediction->value->measured;
+  CHECK(measured > 0);
+
+  const Prediction& p = *s.predict;
+  CHECK(check_answer(p, r, std::to_string(measured)).correct);
+  CHECK(check_answer(p, r, std::to_string(measured * 1.05)).correct);
+  CHECK_FALSE(check_answer(p, r, std::to_string(measured * 1.5)).correct);
+  const AnswerCheck k = check_answer(p, r, std::to_string(measured / 1024) + " KiB");
+  CHECK(k.error.empty());
+  CHECK(k.correct);
+  CHECK(!check_answer(p, r, "lots").error.empty());
+  CHECK(!check_answer(p, r, "12 ms").error.empty());
+
+  // A failing gate is a result, not an exception.
+  Step bad = s;
+  bad.gates[0].op = ">";
+  const StepResult rb = evaluate_step(bad, runs.a, &*runs.b);
+  CHECK_FALSE(rb.gates[0].pass);
+  CHECK_FALSE(rb.gates_pass());
+
+  // Multiple choice: the measured value picks the choice; answers by number or text.
+  const Step& q = l.steps[1];
+  const StepRuns qr = run_step(q);
+  const StepResult res = evaluate_step(q, qr.a, nullptr);
+  REQUIRE(res.right_choice >= 0);
+  const double bubble = res.prediction->value->measured;
+  CHECK(res.right_choice == (bubble < 50 ? 0 : 1));
+  CHECK(check_answer(*q.predict, res, std::to_string(res.right_choice + 1)).correct);
+  CHECK(check_answer(*q.predict, res, res.right_choice == 0 ? "smaller" : "larger").correct);
+  CHECK(check_answer(*q.predict, res, res.right_choice == 0 ? "更小" : "更大").correct);
+  CHECK(!check_answer(*q.predict, res, "3").error.empty());
+  REQUIRE(res.seek);
+  CHECK(res.seek->found);
+}
+
+TEST_CASE("lesson directories: order, ids, duplicates, names", "[lessons]") {
+  const auto all = load_all_lessons(kTests + "/lessons_good");
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].id == "example");
+  CHECK(find_lesson("example", kTests + "/lessons_good").id == "example");
+  CHECK(find_lesson("01-example", kTests + "/lessons_good").id == "example");
+  CHECK_THROWS_WITH(find_lesson("zero", kTests + "/lessons_good"),
+                    Catch::Contains("no lesson 'zero'") && Catch::Contains("valid: example"));
+  CHECK_THROWS_WITH(load_all_lessons(kTests + "/lessons_dup"),
+                    Catch::Contains("02-same.toml:1: id: 'same' is also the id of"));
+  const fs::path empty = fs::temp_directory_path() / "shardlab-no-lessons";
+  fs::create_directories(empty);
+  CHECK(load_all_lessons(empty.string()).empty());
+  CHECK_THROWS_AS(load_all_lessons(kTests + "/no-such-dir"), ConfigError);
+}
+
+TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lessons]") {
+  setenv("SHARDLAB_LESSONS", (kTests + "/lessons_good").c_str(), 1);
+  auto r = run_cli("lesson list");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("example") != std::string::npos);
+  r = run_cli("lesson list --lang zh");
+  CHECK(r.out.find("示例") != std::string::npos);
+  r = run_cli("lesson show example --lang zh");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("模型状态被切分") != std::string::npos);
+  r = run_cli("lesson show nope");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("no lesson 'nope'") != std::string::npos);
+  r = run_cli("lesson show example --lang fr");
+  CHECK(r.code == 2);
+  r = run_cli("lesson frobnicate");
+  CHECK(r.code == 2);
+
+  r = run_cli("lesson run example --step 1 --answer 16.5KiB");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("your answer: 16.50 KiB — right") != std::string::npos);
+  CHECK(r.out.find("formula 16Ψ/N: 16.50 KiB") != std::string::npos);
+  CHECK(r.out.find("measured: 16.50 KiB") != std::string::npos);
+  CHECK(r.out.find("gate PASS") != std::string::npos);
+  CHECK(r.out.find("Step 2/2") == std::string::npos);
+  r = run_cli("lesson run example --answer 3");
+  CHECK(r.code == 2);  // two predictions: which one?
+  CHECK(r.out.find("--step K") != std::string::npos);
+  r = run_cli("lesson run example --step 1 --answer lots");
+  CHECK(r.code == 2);
+  r = run_cli("lesson run example --step 3");
+  CHECK(r.code == 2);
+
+  r = run_cli("lesson run " + kTests + "/lessons_fail/01-failing.toml");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("gate FAIL") != std::string::npos);
+
+  r = run_cli("lesson check " + kExample);
+  CHECK(r.code == 0);
+  r = run_cli("lesson check " + kExample + " " + kTests + "/lessons_bad/bad_op.toml " + kTests +
+              "/lessons_bad/empty.toml");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("lessons_bad/bad_op.toml:") != std::string::npos);
+  CHECK(r.out.find("lessons_bad/empty.toml:1:") != std::string::npos);
+  r = run_cli("lesson check " + kTests + "/lessons_dup/01-same.toml " + kTests +
+              "/lessons_dup/02-same.toml");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("also the id") != std::string::npos);
+  r = run_cli("lesson check /no/such/file.toml");
+  CHECK(r.code == 2);
+
+  const fs::path empty = fs::temp_directory_path() / "shardlab-no-lessons";
+  fs::create_directories(empty);
+  setenv("SHARDLAB_LESSONS", empty.c_str(), 1);
+  r = run_cli("lesson list");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("no lessons") != std::string::npos);
+  r = run_cli("lesson run --all");
+  CHECK(r.code == 0);
+}
+
+TEST_CASE("truncated and corrupted lesson files fail with a LessonError, never a crash",
+          "[lessons]") {
+  const std::string good = read_all(kExample);
+  int errors = 0, loaded = 0;
+  auto attempt = [&](const std::string& text) {
+    try {
+      parse_lesson(text, "mutant.toml");
+      ++loaded;
+    } catch (const LessonError& e) {
+      const std::string what = e.what();
+      CHECK(what.rfind("mutant.toml:", 0) == 0);
+      ++errors;
+    }
+  };
+  for (size_t cut = 0; cut < good.size(); cut += 5) attempt(good.substr(0, cut));
+  // Every 11th byte replaced by characters TOML and Markdown treat specially.
+  const std::string specials = "\"'[]{}=#*`\\\n<>|-\x01\xff";
+  for (size_t i = 0; i < good.size(); i += 11) {
+    std::string m = good;
+    m[i] = specials[i % specials.size()];
+    attempt(m);
+  }
+  CHECK(errors > 0);
+  CHECK(errors + loaded > static_cast<int>(good.size() / 5));
+}
