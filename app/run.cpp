@@ -25,7 +25,9 @@ const char* kRunHelp = R"(usage: shardlab run [options]
 Train a model under one parallel strategy, with ranks as threads talking
 through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 
-  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256)
+  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256);
+                      mlp:LxD+bn adds BatchNorm1d(D) between each hidden Linear and its GELU
+                      (batch statistics per micro-batch; single, naive-mp, gpipe, 1f1b; fp32)
   --strategy NAME     %s (default ddp)
   --world N           number of ranks (default 2)
   --batch N           global batch, split across ranks in rank order (default 64)

@@ -35,7 +35,8 @@ bool is_pipeline_strategy(const std::string& strategy);  // naive-mp, gpipe, 1f1
 int expected_in_flight(const RunConfig& cfg, int rank);
 
 // Activation bytes one micro-batch keeps on a stage until its backward: its
-// input, and each layer's output and pre-GELU values (rows × D floats each).
+// input, and each layer's output and pre-GELU values (rows × D floats each);
+// under +bn also each BatchNorm's xhat (rows × D) and invstd (D floats).
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank);
 // Bytes of one micro-batch's stage input.
 int64_t stage_input_bytes(const RunConfig& cfg, int rank);

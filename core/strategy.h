@@ -87,7 +87,12 @@ std::string strategy_names();  // "single, ddp, ..."
 // For strategies without mixed precision yet: throws ConfigError unless --precision fp32.
 void require_fp32(const RunConfig& cfg);
 
-// validate_common + the strategy's own checks; throws ConfigError.
+// For `mlp:LxD+bn`: throws ConfigError unless the strategy keeps BatchNorm
+// statistics (single, naive-mp, gpipe, 1f1b), --precision is fp32 and the batch
+// has 2 or more rows. Nothing to check without +bn.
+void require_batchnorm_support(const RunConfig& cfg);
+
+// validate_common + require_batchnorm_support + the strategy's own checks; throws ConfigError.
 void validate(const RunConfig& cfg);
 
 }  // namespace shardlab

@@ -49,7 +49,7 @@ class Single final : public Strategy {
   }
 
   std::vector<float> export_params() override {
-    std::vector<float> flat(env_->layout.total());
+    std::vector<float> flat(env_->layout.state_total());  // + BatchNorm buffers under +bn
     model_->copy_params_to(flat);
     if (optimizer_->mixed())  // the model's weights are the fp32 masters
       for (size_t i = 0; i < env_->layout.params().size(); ++i)
