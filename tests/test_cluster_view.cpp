@@ -258,13 +258,13 @@ TEST_CASE("camping: pipeline hikers carry their stage and keep notes, not gear",
   }
   z.push_back(res("layers.0.weight[gathered]", MemCategory::comm_buffers));
   const CardContents zc = card_contents(holdings_at(z, 10, 0), 3);
-  CHECK(carries_text(zc, 1, 3, camping_naming(3)) == "its part of every layer: a1, b1, c1 (33%)");
+  CHECK(carries_text(zc, 1, 3, camping_naming(3)) == "a1, b1, c1 (33%)");
 
   // Full replicas (ddp), and dp's replicas, which are only borrowed.
   const std::vector<Residency> full{res("layers.0.weight", MemCategory::params),
                                     res("layers.1.weight", MemCategory::params)};
   CHECK(carries_text(card_contents(holdings_at(full, 10, 0), 2), 0, 2, camping_naming(2)) ==
-        "all the gear (every layer, whole)");
+        "all the gear");
   const std::vector<Residency> replica{res("layers.0.weight[replica]", MemCategory::params)};
   CHECK(carries_text(card_contents(holdings_at(replica, 10, 0), 1), 1, 2, camping_naming(1)) ==
         "no gear of its own");
@@ -298,12 +298,13 @@ TEST_CASE("camping layout: hikers, gear, captions and the fire never overlap, 1x
     for (int world : {1, 2, 3, 4, 8})
       for (int layers : {2, 3, 8})
         for (float scale : kScales) {
-          // Eight hikers fit up to 1.5x here; beyond, see the note in the report.
+          // Eight hikers in a 1600x1000 window fit up to 1.5x (see the report).
           if (world == 8 && scale > 1.5f) continue;
           const float font = kBaseFont * scale;
           // What the camping canvas gets in a 1600x1000 window: less as the
           // bars and the text above it grow with the font.
-          const float height = 700 - 160 * (scale - 1);
+          // (measured: 720 px at 1x, 461 px at 2x with the introduction folded away).
+          const float height = 720 - 260 * (scale - 1);
           // Captions of ~40 characters (0.55 font each), wrapped as the panel wraps them.
           const CaptionSize caption = [&](float wrap) {
             const float text_w = font * 0.55f * 40;
@@ -331,9 +332,9 @@ TEST_CASE("camping layout: hikers, gear, captions and the fire never overlap, 1x
                 CHECK_FALSE(parts[i].overlaps(parts[j]));
             }
             // Gear grows with the font (presenter mode), and every item has its place.
-            // (crowded big-font scenes may shrink it below the font, never below 24 px).
-            CHECK(h.item >= 24.0f);
-            if (scale <= 1.5f || world <= 2) CHECK(h.item >= font * 1.1f - 0.01f);
+            // (crowded big-font scenes may shrink it below the font, never below 20 px).
+            CHECK(h.item >= 20.0f);
+            if (scale <= 1.5f && world <= 4) CHECK(h.item >= font * 1.1f - 0.01f);
             for (int l = 0; l < layers; ++l) {
               const Vec2 g = h.gear_center(l);
               const Rect icon{g.x - h.item * 0.5f, g.y - h.item * 0.5f, g.x + h.item * 0.5f,
@@ -342,7 +343,7 @@ TEST_CASE("camping layout: hikers, gear, captions and the fire never overlap, 1x
               // Its label line under it, inside the gear area, not on the next icon.
               const Rect label{icon.x0, g.y + h.item * 0.62f, icon.x1,
                                g.y + h.item * 0.62f + h.label_h};
-              CHECK(h.gear.contains(label));
+              if (!L.compact) CHECK(h.gear.contains(label));
               if (l + h.per_row < layers) {
                 const Vec2 below = h.gear_center(l + h.per_row);
                 CHECK(label.y1 <= below.y - h.item * 0.5f + 0.01f);

@@ -154,8 +154,12 @@ std::vector<std::string> wrap_words(const std::string& text, float w) {
 void text_in(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& text, bool centred,
              float size = 0) {
   if (r.h() <= 0) return;
-  const float fs = size > 0 ? size : ImGui::GetFontSize();
-  const float tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
+  float fs = size > 0 ? size : ImGui::GetFontSize();
+  float tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
+  if (size > 0 && tw > r.w() && tw > 0) {  // small labels shrink to fit rather than clip
+    fs = std::max(fs * r.w() / tw, fs * 0.6f);
+    tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
+  }
   const float x = centred ? std::max(r.x0, (r.x0 + r.x1 - tw) * 0.5f) : r.x0;
   dl->PushClipRect(ImVec2(r.x0, r.y0), ImVec2(r.x1, r.y1), true);
   dl->AddText(ImGui::GetFont(), fs, ImVec2(x, r.y0), col, text.c_str());
@@ -311,15 +315,20 @@ void draw_camping(App& app) {
   }
 
   // Per hiker: tag line, figure, gear, what it holds out, caption.
-  std::map<int, std::string> tags;
+  std::map<int, std::pair<std::string, std::string>> tags;  // long, brief
   for (const ArrivalTag& a : arrival_tags(pieces, naming)) {
-    std::string& line = tags[a.to];
+    auto& [line, brief] = tags[a.to];
     line += (line.empty() ? "" : "; ") + a.text;
+    brief += (brief.empty() ? "" : "; ") + a.brief;
   }
   for (int r = 0; r < d.world; ++r) {
     const HikerLayout& h = L.hikers[r];
     const CardContents& c = cards[r];
-    if (tags.count(r)) text_in(dl, h.tag, ui.playhead, tags[r], true);
+    if (tags.count(r) && !L.compact) {
+      const auto& [line, brief] = tags[r];
+      const bool fits = ImGui::CalcTextSize(line.c_str()).x <= h.tag.w();
+      text_in(dl, h.tag, ui.playhead, fits ? line : brief, true);
+    }
     draw_hiker(dl, ImVec2(h.feet.x, h.feet.y), h.size,
                hc ? IM_COL32(255, 255, 255, 255) : IM_COL32(225, 215, 195, 255),
                hc ? IM_COL32(120, 120, 120, 255) : IM_COL32(120, 85, 55, 255));
@@ -340,14 +349,15 @@ void draw_camping(App& app) {
       // Its name under it (never on it): the part carried, or the layer.
       std::string lbl = layer_name(l, naming);
       for (const SlotPiece& p : c.slots[0][l])
-        if (p.kind == HoldKind::shard && d.world > 1) {
+        if (p.kind == HoldKind::shard && d.world > 1 && naming.letters) {
           lbl = part_name(l, static_cast<int>(std::lround(p.begin * d.world)), naming);
           break;
         }
-      text_in(dl,
-              Rect{pc.x - h.item * 0.62f, pc.y + h.item * 0.62f, pc.x + h.item * 0.62f,
-                   pc.y + h.item * 0.62f + h.label_h},
-              any ? ui.text : ui.text_dim, lbl, true, small);
+      if (!L.compact)
+        text_in(dl,
+                Rect{pc.x - h.gear_cell * 0.5f, pc.y + h.item * 0.62f, pc.x + h.gear_cell * 0.5f,
+                     pc.y + h.item * 0.62f + h.label_h},
+                any ? ui.text : ui.text_dim, lbl, true, small);
     }
     // Held out towards the others: borrowed gear, or the notes it keeps.
     const Rect label_r{h.hands.x0, h.hands.y0, h.hands.x1, h.hands.y0 + h.label_h};

@@ -209,13 +209,18 @@ void draw_cluster(App& app) {
                     "holds P %.0f%% \xC2\xB7 G %.0f%% \xC2\xB7 O %.0f%%%s",
                     100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
                     c.any_on_host ? " (host)" : "");
-      text_clipped(dl, g.held, ui.text_dim, fitting({held, held_short}, g.held.w()));
+      char held_tiny[64];
+      std::snprintf(held_tiny, sizeof held_tiny, "P %.0f%% G %.0f%% O %.0f%%%s",
+                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
+                    c.any_on_host ? " host" : "");
+      text_clipped(dl, g.held, ui.text_dim, fitting({held, held_short, held_tiny}, g.held.w()));
     }
     const std::string status = "now: " + rank_status(d, pieces, r, t, naming);
     const bool busy = status != "now: idle";
-    text_clipped(
-        dl, g.status, busy ? ui.text : ui.text_dim,
-        fitting({status, "now: " + rank_status(d, pieces, r, t, naming, true)}, g.status.w()));
+    text_clipped(dl, g.status, busy ? ui.text : ui.text_dim,
+                 fitting({status, "now: " + rank_status(d, pieces, r, t, naming, 1),
+                          rank_status(d, pieces, r, t, naming, 2)},
+                         g.status.w()));
 
     // Column titles: the longest set that fits, with "host" where a column is offloaded.
     std::array<bool, kCardColumns> col_host{};
@@ -372,15 +377,17 @@ void draw_cluster(App& app) {
   }
   // One tag per receiving card, under it: "AG L2 <- ranks 1, 2".
   {
-    std::map<int, std::string> per_card;
+    std::map<int, std::pair<std::string, std::string>> per_card;  // long, brief
     for (const ArrivalTag& a : arrival_tags(pieces, naming)) {
-      std::string& line = per_card[a.to];
+      auto& [line, brief] = per_card[a.to];
       line += (line.empty() ? "" : "; ") + a.text;
+      brief += (brief.empty() ? "" : "; ") + a.brief;
     }
-    for (const auto& [to, line] : per_card) {
+    for (const auto& [to, lines] : per_card) {
       const Rect& card = L.cards[to];
       const Rect& row = L.tag_rows[to / L.ncols];
-      text_clipped(dl, Rect{card.x0, row.y0, card.x1, row.y1}, ui.playhead, line);
+      text_clipped(dl, Rect{card.x0, row.y0, card.x1, row.y1}, ui.playhead,
+                   fitting({lines.first, lines.second}, card.w()));
     }
   }
 

@@ -498,7 +498,8 @@ std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t
 }
 
 std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int rank, int64_t t,
-                        const Naming& n, bool brief) {
+                        const Naming& n, int brevity) {
+  const bool brief = brevity > 0;
   std::vector<std::string> parts;
   // Sending, one phrase per (collective, layer).
   std::map<GroupKey, std::vector<const Piece*>> out_groups, in_groups;
@@ -515,7 +516,7 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
   for (const auto& [key, ps] : out_groups) {
     std::vector<int> to;
     for (const Piece* p : ps) to.push_back(p->to);
-    const int part = piece_part(*ps[0], d.world);
+    const int part = brevity >= 2 ? -1 : piece_part(*ps[0], d.world);
     std::string what = key.layer >= 0                  ? part_name(key.layer, part, n)
                        : key.kind == SpanKind::scatter ? std::string("batch slices")
                        : key.kind == SpanKind::gather  ? std::string("outputs")
@@ -579,6 +580,9 @@ std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Nam
       a.text = kind_short(a.kind);
       if (a.layer >= 0) a.text += " " + layer_name(a.layer, n);
     }
+    a.brief = a.text + " \xE2\x86\x90 ";
+    for (size_t i = 0; i < a.from.size(); ++i)
+      a.brief += (i ? "," : "") + std::to_string(a.from[i]);
     a.text += " \xE2\x86\x90 " + rank_list(a.from, n);
     out.push_back(std::move(a));
   }
@@ -725,7 +729,7 @@ Vec2 piece_size(const ClusterLayout& L, double frac_begin, double frac_end, floa
 // ---- Camping layout -------------------------------------------------------
 
 Vec2 HikerLayout::gear_center(int layer) const {
-  const float cell_w = item * 1.25f;
+  const float cell_w = gear_cell;
   const int col = layer % per_row, row = layer / per_row;
   const float row_h = item * 1.25f + label_h;  // icon, then its small label below
   return {gear.x0 + (static_cast<float>(col) + 0.5f) * cell_w,
@@ -743,15 +747,17 @@ namespace {
 // Places one hiker's block in `cell` at figure size s; side: where its gear goes.
 HikerLayout place_hiker(Rect cell, float s, float item, int layers, int per_row, int hand_slots,
                         int hand_per_row, float font, float caption_w, int caption_lines,
-                        float side, float hand_min) {
+                        float side, float hand_min, bool compact) {
   HikerLayout h;
   h.size = s;
   h.item = item;
   h.per_row = per_row;
   h.side = side;
-  h.label_h = font * 0.9f;
+  h.label_h = compact ? 0.0f : font * 0.9f;
   const int gear_rows = (layers + per_row - 1) / per_row;
-  const float gear_w = static_cast<float>(per_row) * item * 1.25f;
+  // A gear cell is wide enough for its label ("c1") as well as for the icon.
+  h.gear_cell = std::max(item * 1.25f, h.label_h * 1.6f);
+  const float gear_w = static_cast<float>(per_row) * h.gear_cell;
   const float gear_h = static_cast<float>(gear_rows) * (item * 1.25f + h.label_h);
   const int hand_rows = (hand_slots + hand_per_row - 1) / hand_per_row;
   const float hand_w = std::max(static_cast<float>(hand_per_row) * item * 1.15f, hand_min);
@@ -760,7 +766,7 @@ HikerLayout place_hiker(Rect cell, float s, float item, int layers, int per_row,
   const float gap = font * 0.4f;
   const float main_w = gear_w + gap + fig_w + gap + hand_w;
   const float main_h = std::max({s, gear_h, hand_h});
-  const float tag_h = font * 1.25f;
+  const float tag_h = compact ? 0.0f : font * 1.25f;
   const float cap_h = static_cast<float>(caption_lines) * font * 1.2f;
   const float block_w = std::max(main_w, caption_w);
   const float block_h = tag_h + main_h + gap + cap_h;
@@ -841,54 +847,72 @@ CampLayout camp_layout(int world, int layers, Rect area, float font, const Capti
   layers = std::max(1, layers);
   hand_slots = std::max(1, hand_slots);
   const float cx = (area.x0 + area.x1) * 0.5f;
-  const int per_row = layers <= 4 ? layers : static_cast<int>(std::ceil(std::sqrt(layers * 1.5)));
   const int hand_per_row = std::min(hand_slots, 3);
-  // For each arrangement, the biggest figure whose block fits every cell, gear
-  // growing with it; when even the smallest figure does not fit (many hikers,
-  // big presenter fonts), the gear may shrink below the font size. The
-  // arrangement with the bigger figure wins.
+  // For each arrangement (and gear grid width), the biggest figure whose block
+  // fits every cell, gear growing with it; when even the smallest figure does
+  // not fit (many hikers, big presenter fonts), the gear may shrink below the
+  // font size. The arrangement with the biggest gear wins.
   CampLayout best;
   float best_score = -1;
-  for (int nrows : world > 2 ? std::vector<int>{2, 1} : std::vector<int>{1}) {
-    CampLayout L;
-    L.area = area;
-    L.trail = trail;
-    const std::vector<Rect> cells = camp_cells(world, area, font, trail, nrows, L.fire);
-    float wrap = area.w();
-    for (const Rect& c : cells) wrap = std::min(wrap, c.w() * 0.9f);
-    const auto [caption_w, caption_lines] = caption(wrap);
-    L.caption_wrap = wrap;
-    auto fits_all = [&](float size, float item, float hmin) {
-      for (const Rect& c : cells) {
-        const HikerLayout h = place_hiker(c, size, item, layers, per_row, hand_slots, hand_per_row,
-                                          font, caption_w, caption_lines, 1, hmin);
-        if (h.block.w() > c.w() * 0.98f || h.block.h() > c.h() * 0.98f) return false;
-      }
-      return true;
-    };
-    float s = font * 1.5f, item_min = font * 0.5f, hand_min = font * 2.0f, score = 0;
-    bool found = false;
-    for (const auto& [imin, hmin] : {std::pair{1.1f, 4.5f}, {0.75f, 3.0f}, {0.5f, 2.0f}}) {
-      for (float size = font * 14; size >= font * 1.5f; size *= 0.93f)
-        if (fits_all(size, std::max(size * 0.36f, font * imin), font * hmin)) {
-          s = size, item_min = font * imin, hand_min = font * hmin, found = true;
-          score = std::max(size * 0.36f, font * imin) * (nrows == 2 ? 1.15f : 1.0f);
-          break;
+  // Compact (no name under each icon, arrival tags only in the "now" line) is
+  // the last resort, for many hikers or layers at big presenter fonts.
+  for (bool compact : {false, true}) {
+    for (int nrows : world > 2 ? std::vector<int>{2, 1} : std::vector<int>{1}) {
+      Rect fire;
+      const std::vector<Rect> cells = camp_cells(world, area, font, trail, nrows, fire);
+      float wrap = area.w();
+      for (const Rect& c : cells) wrap = std::min(wrap, c.w() * 0.9f);
+      const auto [caption_w, caption_lines] = caption(wrap);
+      for (int per_row = layers; per_row >= 1; --per_row) {
+        // Of the grids with the same number of rows, only the narrowest.
+        if (per_row > 1 &&
+            (layers + per_row - 1) / per_row == (layers + per_row - 2) / (per_row - 1))
+          continue;  // as many gear rows as a narrower grid: no gain
+        auto fits_all = [&](float size, float item, float hmin) {
+          for (const Rect& c : cells) {
+            const HikerLayout h =
+                place_hiker(c, size, item, layers, per_row, hand_slots, hand_per_row, font,
+                            caption_w, caption_lines, 1, hmin, compact);
+            if (h.block.w() > c.w() * 0.98f || h.block.h() > c.h() * 0.98f) return false;
+          }
+          return true;
+        };
+        float s = font * 1.5f, item_min = font * 0.5f, hand_min = font * 2.0f, score = 0;
+        bool found = false;
+        for (const auto& [imin, hmin] : {std::pair{1.1f, 4.5f}, {0.75f, 3.0f}, {0.5f, 2.0f}}) {
+          for (float size = font * 14; size >= font * 1.5f; size *= 0.93f)
+            if (fits_all(size, std::max(size * 0.36f, font * imin), font * hmin)) {
+              s = size, item_min = font * imin, hand_min = font * hmin, found = true;
+              // Two rows round the fire read best: they win a near tie.
+              score = std::max(size * 0.36f, font * imin) * (nrows == 2 ? 1.15f : 1.0f);
+              break;
+            }
+          if (found) break;
         }
-      if (found) break;
+        if (!found && (compact || best_score >= 0)) continue;
+        CampLayout L;
+        L.area = area;
+        L.trail = trail;
+        L.fire = fire;
+        L.caption_wrap = wrap;
+        L.fits = found;
+        L.compact = compact;
+        const float item = std::max(s * 0.36f, item_min);
+        for (const Rect& c : cells) {
+          // Gear on the side away from the fire (or, on a trail, behind the hiker).
+          const float side = trail ? -1.0f : ((c.x0 + c.x1) * 0.5f < cx ? -1.0f : 1.0f);
+          L.hikers.push_back(place_hiker(c, s, item, layers, per_row, hand_slots, hand_per_row,
+                                         font, caption_w, caption_lines, side, hand_min, compact));
+        }
+        // A layout that fits beats one that does not, whatever its size.
+        const float rank_score = score + (found ? 1e6f : 0.0f);
+        if (rank_score > best_score) {
+          best_score = rank_score;
+          best = std::move(L);
+        }
+      }
     }
-    L.fits = found;
-    const float item = std::max(s * 0.36f, item_min);
-    for (const Rect& c : cells) {
-      // Gear on the side away from the fire (or, on a trail, behind the hiker).
-      const float side = trail ? -1.0f : ((c.x0 + c.x1) * 0.5f < cx ? -1.0f : 1.0f);
-      L.hikers.push_back(place_hiker(c, s, item, layers, per_row, hand_slots, hand_per_row, font,
-                                     caption_w, caption_lines, side, hand_min));
-    }
-    if (score > best_score) {
-      best_score = score;
-      best = std::move(L);
-    }
+    if (best.fits && !best.hikers.empty()) break;
   }
   return best;
 }
@@ -919,7 +943,7 @@ std::string carries_text(const CardContents& c, int rank, int world, const Namin
   }
   std::string out;
   if (c.num_layers > 0 && static_cast<int>(full.size()) == c.num_layers) {
-    out = "all the gear (every layer, whole)";
+    out = "all the gear";
   } else if (!full.empty() && shard_layers.empty()) {
     out = "layer";
     out += full.size() == 1 ? " " : "s ";
@@ -936,14 +960,14 @@ std::string carries_text(const CardContents& c, int rank, int world, const Namin
     const bool same_part = std::all_of(shard_part.begin(), shard_part.end(),
                                        [&](int p) { return p == shard_part[0]; });
     if (shard_layers.size() <= 4 && same_part && shard_part[0] >= 0) {
-      out = "its part of every layer: ";
+      out.clear();
       for (size_t i = 0; i < shard_layers.size(); ++i)
         out += (i ? ", " : "") + part_name(shard_layers[i], shard_part[i], n);
       out += std::string(" (") + buf + ")";
     } else {
-      out = std::string(buf) + " of the gear";
-      if (same_part && shard_part[0] >= 0)
-        out += ": part " + std::to_string(shard_part[0]) + " of each layer";
+      out = same_part && shard_part[0] >= 0
+                ? "part " + std::to_string(shard_part[0]) + " of every layer (" + buf + ")"
+                : std::string(buf) + " of the gear";
     }
   } else {
     out = "no gear of its own";

@@ -125,10 +125,10 @@ std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t
 
 // One rank's status for its card: what it sends or receives (derived from the
 // pieces, so a root whose copies are recorded on the receivers is not "idle"),
-// else its running spans, else "idle". `brief`: "AG L4 shard 0 \u2192 1, 2 and 3"
-// for narrow cards.
+// else its running spans, else "idle". brevity 1: "AG L4 shard 0 \u2192 1, 2 and 3"
+// for narrow cards; 2: also without the part ("AG L4 \u2192 all").
 std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int rank, int64_t t,
-                        const Naming& n, bool brief = false);
+                        const Naming& n, int brevity = 0);
 
 // Labels at the receivers, one per (receiver, collective, layer), so that many
 // pieces in slow replay read "AG L2 \u2190 ranks 1, 2" instead of a pile of tags.
@@ -138,6 +138,7 @@ struct ArrivalTag {
   int layer = -1;
   std::vector<int> from;  // sorted, unique
   std::string text;
+  std::string brief;  // "AG L2 \u2190 1,2" for narrow places
 };
 std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Naming& n);
 
@@ -204,8 +205,9 @@ struct HikerLayout {
   Vec2 feet;
   float size = 0;  // the figure's height
   Rect figure, gear, hands, tag, caption, block;
-  float item = 0;     // one gear icon's size
-  float label_h = 0;  // the line under each icon for its layer's name
+  float item = 0;       // one gear icon's size
+  float label_h = 0;    // the line under each icon for its layer's name
+  float gear_cell = 0;  // the width of one icon's place in the gear grid
   int per_row = 1;
   float side = 1;  // +1: gear to the right of the figure, -1: to the left
   Vec2 gear_center(int layer) const;
@@ -215,6 +217,7 @@ struct CampLayout {
   Rect area, fire;         // fire: the flames and their caption; empty on a trail
   bool trail = false;      // pipelines: no fire, the hikers walk one trail in rank order
   bool fits = true;        // false: even the smallest figures did not fit (see hikers anyway)
+  bool compact = false;    // no names under the icons, no tag line: they did not fit
   float caption_wrap = 0;  // the width the captions were wrapped to
   std::vector<HikerLayout> hikers;
 };
