@@ -1,8 +1,9 @@
 // The camping-trip skin of the cluster view: ranks are hikers around a
 // campfire, a layer's parameters are a piece of gear (tent, food, water), a
 // shard is part of it. At each all-gather the hikers lend their pieces around
-// the fire; borrowed copies are handed back (freed) after use. Same data as
-// the cluster cards: allocation events and comm spans at the playhead.
+// the fire; borrowed copies are handed back (freed) after use. On a pipeline
+// the hikers walk one trail and pass notes (activations forward, gradients
+// back). Same data as the cluster cards: allocation events and comm spans.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -219,36 +220,21 @@ void draw_camping(App& app) {
   ImGui::SameLine(0, 16);
   help_marker(intro);
 
+  // The scene fills the view; where it cannot fit without overlaps (big
+  // presenter fonts in a small window) it grows and scrolls instead.
+  ImGui::BeginChild("camp_scroll", ImGui::GetContentRegionAvail(), false);
   const ImVec2 o = ImGui::GetCursorScreenPos();
-  const ImVec2 size = ImGui::GetContentRegionAvail();
-  ImGui::InvisibleButton("camp", size);
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  dl->PushClipRect(o, ImVec2(o.x + size.x, o.y + size.y), true);
-  const ImU32 sky_top = hc ? IM_COL32(0, 0, 0, 255) : IM_COL32(14, 20, 42, 255);
-  const ImU32 sky_low = hc ? IM_COL32(0, 0, 30, 255) : IM_COL32(38, 46, 78, 255);
+  ImVec2 size = ImGui::GetContentRegionAvail();
   const float horizon = o.y + size.y * 0.08f;
-  dl->AddRectFilledMultiColor(o, ImVec2(o.x + size.x, horizon), sky_top, sky_top, sky_low, sky_low);
-  dl->AddRectFilled(ImVec2(o.x, horizon), ImVec2(o.x + size.x, o.y + size.y),
-                    hc ? IM_COL32(0, 40, 0, 255) : IM_COL32(34, 58, 38, 255));
-  for (int i = 0; i < 40; ++i) {  // fixed pseudo-random stars
-    const float sx = o.x + std::fmod(i * 137.5f, size.x);
-    const float sy = o.y + std::fmod(i * 53.7f, size.y * 0.07f);
-    dl->AddCircleFilled(ImVec2(sx, sy), 1.2f, IM_COL32(230, 230, 255, 180));
-  }
-  for (int i = 0; i < 6; ++i) {  // mountains on the horizon
-    const float mx = o.x + size.x * (i + 0.5f) / 6.0f, mh = size.y * (0.03f + 0.02f * (i % 3));
-    dl->AddTriangleFilled(ImVec2(mx - size.x * 0.12f, horizon), ImVec2(mx, horizon - mh),
-                          ImVec2(mx + size.x * 0.12f, horizon), IM_COL32(50, 60, 90, 255));
-  }
-
-  // Captions first: their widths decide how big everything else can be.
-  const Rect area{o.x + font * 0.5f, horizon + font * 0.3f, o.x + size.x - font * 0.5f,
-                  o.y + size.y - font * 0.3f};
+  auto area_for = [&](float w) {
+    return Rect{o.x + font * 0.5f, horizon + font * 0.3f, o.x + w - font * 0.5f,
+                o.y + size.y - font * 0.3f};
+  };
   // Captions, wrapped to whatever width the layout tries: their size decides
   // how big everything else can be.
   std::vector<std::string> carries(d.world);
   for (int r = 0; r < d.world; ++r)
-    carries[r] = "carries " + carries_text(cards[r], r, d.world, naming);
+    carries[r] = "carries " + carries_text(cards[r], d.world, naming);
   auto wrap_captions = [&](float wrap) {
     std::vector<std::vector<std::string>> out(d.world);
     for (int r = 0; r < d.world; ++r) {
@@ -282,9 +268,34 @@ void draw_camping(App& app) {
   const int hand_slots = pipeline                 ? 4
                          : d.cfg.strategy == "dp" ? std::min(layers, 6)
                                                   : std::min(layers, 3);
-  const CampLayout L =
-      camp_layout(d.world, static_cast<int>(most), area, font, caption_size, hand_slots, pipeline);
+  CampLayout L = camp_layout_fitting(d.world, static_cast<int>(most), area_for(size.x), font,
+                                     caption_size, hand_slots, pipeline);
+  if (L.area.y1 > o.y + size.y - font * 0.3f + 0.5f) {  // it scrolls: room for the scrollbar
+    size.x -= ImGui::GetStyle().ScrollbarSize;
+    L = camp_layout_fitting(d.world, static_cast<int>(most), area_for(size.x), font, caption_size,
+                            hand_slots, pipeline);
+  }
+  const Rect area = L.area;
+  size.y = std::max(size.y, L.area.y1 + font * 0.3f - o.y);
   const std::vector<std::vector<std::string>> captions = wrap_captions(L.caption_wrap);
+  ImGui::InvisibleButton("camp", size);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->PushClipRect(o, ImVec2(o.x + size.x, o.y + size.y), true);
+  const ImU32 sky_top = hc ? IM_COL32(0, 0, 0, 255) : IM_COL32(14, 20, 42, 255);
+  const ImU32 sky_low = hc ? IM_COL32(0, 0, 30, 255) : IM_COL32(38, 46, 78, 255);
+  dl->AddRectFilledMultiColor(o, ImVec2(o.x + size.x, horizon), sky_top, sky_top, sky_low, sky_low);
+  dl->AddRectFilled(ImVec2(o.x, horizon), ImVec2(o.x + size.x, o.y + size.y),
+                    hc ? IM_COL32(0, 40, 0, 255) : IM_COL32(34, 58, 38, 255));
+  for (int i = 0; i < 40; ++i) {  // fixed pseudo-random stars
+    const float sx = o.x + std::fmod(i * 137.5f, size.x);
+    const float sy = o.y + std::fmod(i * 53.7f, size.y * 0.07f);
+    dl->AddCircleFilled(ImVec2(sx, sy), 1.2f, IM_COL32(230, 230, 255, 180));
+  }
+  for (int i = 0; i < 6; ++i) {  // mountains on the horizon
+    const float mx = o.x + size.x * (i + 0.5f) / 6.0f, mh = size.y * (0.03f + 0.02f * (i % 3));
+    dl->AddTriangleFilled(ImVec2(mx - size.x * 0.12f, horizon), ImVec2(mx, horizon - mh),
+                          ImVec2(mx + size.x * 0.12f, horizon), IM_COL32(50, 60, 90, 255));
+  }
 
   bool sharing = false;
   for (const Piece& p : pieces) sharing |= p.kind != SpanKind::send;
@@ -378,10 +389,14 @@ void draw_camping(App& app) {
         if (more) break;
       }
     } else {
+      // One item per borrowed layer (its weight and bias are one piece of gear).
       std::vector<std::pair<int, const SlotPiece*>> borrowed;
-      for (int l = 0; l < layers; ++l)
+      for (int l = 0; l < layers; ++l) {
+        const SlotPiece* most = nullptr;
         for (const SlotPiece& p : c.slots[0][l])
-          if (is_temporary(p.kind)) borrowed.push_back({l, &p});
+          if (is_temporary(p.kind) && (!most || p.alpha > most->alpha)) most = &p;
+        if (most) borrowed.push_back({l, most});
+      }
       if (!borrowed.empty()) text_in(dl, label_r, ui.text_dim, "borrowed", true, small);
       for (size_t i = 0; i < borrowed.size(); ++i) {
         const Vec2 hcn = h.hand_center(slot);
@@ -450,6 +465,7 @@ void draw_camping(App& app) {
     }
   }
   dl->PopClipRect();
+  ImGui::EndChild();
 }
 
 }  // namespace shardlab::gui

@@ -56,7 +56,7 @@ void text_clipped(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& t
 }
 
 // The longest wording that fits `w` pixels, else the last one.
-const std::string& fitting(const std::vector<std::string>& options, float w) {
+std::string fitting(const std::vector<std::string>& options, float w) {
   for (const std::string& o : options)
     if (ImGui::CalcTextSize(o.c_str()).x <= w) return o;
   return options.back();
@@ -175,14 +175,30 @@ void draw_cluster(App& app) {
     ImGui::NewLine();
   }
 
+  // The cards fill the view; where they cannot fit readably (big presenter
+  // fonts in a small window) the canvas grows and scrolls instead of overlapping.
+  ImGui::BeginChild("cluster_scroll", ImGui::GetContentRegionAvail(), false);
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  int rows = std::max(1, d.num_layers);
+  for (int r = 0; r < d.world; ++r)
+    for (const Residency& res : d.ranks[r].residency)
+      if (res.name.find("layers.") == std::string::npos) {
+        rows = std::max(1, d.num_layers) + 1;  // a "flat" row may appear
+        break;
+      }
+  ClusterLayout L = cluster_layout_fitting(
+      d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
+  if (L.corridors.back().y1 > origin.y + avail.y + 0.5f) {  // room for the scrollbar
+    avail.x -= ImGui::GetStyle().ScrollbarSize;
+    L = cluster_layout_fitting(
+        d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
+  }
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  ImGui::InvisibleButton("cluster_canvas", avail);
+  ImGui::InvisibleButton("cluster_canvas",
+                         ImVec2(avail.x, std::max(avail.y, L.corridors.back().y1 - origin.y)));
   const bool hovered = ImGui::IsItemHovered();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
-  const ClusterLayout L = cluster_layout(
-      d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font);
 
   std::vector<CardLayout> geoms(d.world);
   std::vector<Holding> hover_list;
@@ -402,6 +418,7 @@ void draw_cluster(App& app) {
                   h.alpha < 1 ? "  freed, fading" : "");
     ImGui::EndTooltip();
   }
+  ImGui::EndChild();
 }
 
 }  // namespace shardlab::gui

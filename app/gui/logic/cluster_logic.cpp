@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -659,6 +658,19 @@ ClusterLayout cluster_layout(int world, Rect area, float font) {
   return L;
 }
 
+ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows) {
+  // Grown (the view then scrolls) until every card has a readable grid under
+  // its title, status and column headers.
+  const float min_row = std::max(6.0f, font * 0.55f);
+  for (int i = 0;; ++i) {
+    ClusterLayout L = cluster_layout(world, area, font);
+    const CardLayout c = card_layout(L.cards[0], font, rows);
+    const bool fits = c.row_h >= min_row && c.card.contains(c.grid);
+    if (fits || i >= 40) return L;
+    area.y1 = area.y0 + area.h() * 1.12f + font;
+  }
+}
+
 float ClusterLayout::lane_y(int row, int lane) const {
   const Rect& c = corridors[static_cast<size_t>(std::clamp(row, 0, nrows - 1))];
   return c.y0 + lane_h * 0.6f + (static_cast<float>(lane) + 0.5f) * lane_h;
@@ -841,6 +853,15 @@ std::vector<Rect> camp_cells(int world, Rect area, float font, bool trail, int n
 
 }  // namespace
 
+CampLayout camp_layout_fitting(int world, int layers, Rect area, float font,
+                               const CaptionSize& caption, int hand_slots, bool trail) {
+  for (int i = 0;; ++i) {
+    CampLayout L = camp_layout(world, layers, area, font, caption, hand_slots, trail);
+    if (L.fits || i >= 30) return L;
+    area.y1 = area.y0 + area.h() * 1.12f + font;
+  }
+}
+
 CampLayout camp_layout(int world, int layers, Rect area, float font, const CaptionSize& caption,
                        int hand_slots, bool trail) {
   world = std::max(1, world);
@@ -917,8 +938,7 @@ CampLayout camp_layout(int world, int layers, Rect area, float font, const Capti
   return best;
 }
 
-std::string carries_text(const CardContents& c, int rank, int world, const Naming& n) {
-  (void)rank;
+std::string carries_text(const CardContents& c, int world, const Naming& n) {
   std::vector<int> full, shard_layers;
   std::vector<int> shard_part;
   for (int l = 0; l < c.num_layers; ++l) {

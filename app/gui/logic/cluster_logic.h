@@ -1,7 +1,9 @@
 // What the cluster view (and its camping-trip skin) draws at time t: the named
-// buffers each rank holds, laid out as layer slots per model-state column, and
-// the pieces travelling between ranks during collectives. Everything comes
-// from allocation events and comm spans, so it is exact for any strategy.
+// buffers each rank holds, laid out as layer slots per model-state column, the
+// pieces travelling between ranks during collectives, the sentences saying what
+// happens now, and where everything goes on screen (no ImGui: tested without a
+// window). Everything comes from allocation events and comm spans, so it is
+// exact for any strategy.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -185,6 +187,9 @@ struct ClusterLayout {
   float gutter_x(int col) const;  // centre of the gutter left of card column col
 };
 ClusterLayout cluster_layout(int world, Rect area, float font);
+// The same, taller than `area` where cards of `rows` layers would not fit in it
+// (big presenter fonts in a small window: the view scrolls rather than overlaps).
+ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows);
 
 // The route of a piece: from the bottom edge of the source card under its
 // column (x_from, a card-relative x), down into its lane, along the corridor
@@ -228,10 +233,13 @@ using CaptionSize = std::function<std::pair<float, int>(float wrap)>;
 // rows around it, whichever lets the figures and gear be bigger.
 CampLayout camp_layout(int world, int layers, Rect area, float font, const CaptionSize& caption,
                        int hand_slots, bool trail);
+// The same, taller than `area` where nothing fits in it (the view then scrolls).
+CampLayout camp_layout_fitting(int world, int layers, Rect area, float font,
+                               const CaptionSize& caption, int hand_slots, bool trail);
 
 // What a hiker's caption says it carries, from its card: "layers c, d (stage 1)",
 // "part 1 of every layer: a1, b1, c1", "all the gear".
-std::string carries_text(const CardContents& c, int rank, int world, const Naming& n);
+std::string carries_text(const CardContents& c, int world, const Naming& n);
 // The micro-batches whose activations a rank keeps at t (pipeline notes it holds).
 std::vector<int> notes_held(const std::vector<Holding>& holdings);
 bool is_pipeline(const std::string& strategy);
