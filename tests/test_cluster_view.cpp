@@ -158,13 +158,15 @@ TEST_CASE("dp: broadcast, scatter and gather pieces come from the receivers' spa
   CHECK(p[0].from == 0);
   CHECK(p[0].to == 1);
   CHECK(now_line(d, p, 350, Naming{}) == "Rank 0 hands rank 1 its slice of the batch (scatter).");
+  CHECK(rank_status(d, p, 0, 350, Naming{}) == "sending batch slice to rank 1 (scatter)");
 
   p = pieces_in_flight(d, 550);
   REQUIRE(p.size() == 1);
   CHECK(p[0].kind == SpanKind::gather);
   CHECK(p[0].from == 1);
   CHECK(p[0].to == 0);
-  CHECK(rank_status(d, p, 0, 550, Naming{}) == "receiving L3 from rank 1 (gather)");
+  CHECK(rank_status(d, p, 0, 550, Naming{}) == "receiving outputs from rank 1 (gather)");
+  CHECK(arrival_tags(p, Naming{})[0].text == "GA out \xE2\x86\x90 rank 1");
   CHECK(rank_status(d, p, 1, 550, Naming{}) == "sending outputs to rank 0 (gather)");
   // Nobody busy at all.
   CHECK(rank_status(d, pieces_in_flight(d, 700), 0, 700, Naming{}) == "idle");

@@ -342,6 +342,16 @@ std::string message_label(const Piece& p) {
 
 namespace {
 
+// dp's scatter and gather move batch rows, outputs and output gradients, not
+// a layer's weights: their layer only says where in the model they belong.
+std::string data_name(SpanKind k, int layer) {
+  if (k == SpanKind::gather) return "outputs";
+  return layer >= 0 ? "output gradients" : "batch slice";
+}
+bool moves_data(SpanKind k) {
+  return k == SpanKind::scatter || k == SpanKind::gather;
+}
+
 struct GroupKey {
   SpanKind kind;
   int layer;
@@ -516,11 +526,9 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
     std::vector<int> to;
     for (const Piece* p : ps) to.push_back(p->to);
     const int part = brevity >= 2 ? -1 : piece_part(*ps[0], d.world);
-    std::string what = key.layer >= 0                  ? part_name(key.layer, part, n)
-                       : key.kind == SpanKind::scatter ? std::string("batch slices")
-                       : key.kind == SpanKind::gather  ? std::string("outputs")
-                                                       : std::string("data");
-    if (key.kind == SpanKind::gather) what = "outputs";
+    const std::string what = moves_data(key.kind) ? data_name(key.kind, key.layer)
+                             : key.layer >= 0     ? part_name(key.layer, part, n)
+                                                  : std::string("data");
     const bool everyone = d.world > 3 && static_cast<int>(sorted_unique(to).size()) == d.world - 1;
     if (brief)
       parts.push_back(std::string(kind_short(key.kind)) + " " + what + " \xE2\x86\x92 " +
@@ -535,7 +543,9 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
   for (const auto& [key, ps] : in_groups) {
     std::vector<int> from;
     for (const Piece* p : ps) from.push_back(p->from);
-    const std::string what = key.layer >= 0 ? layer_name(key.layer, n) + " " : std::string();
+    const std::string what = moves_data(key.kind) ? data_name(key.kind, key.layer) + " "
+                             : key.layer >= 0     ? layer_name(key.layer, n) + " "
+                                                  : std::string();
     if (brief)
       parts.push_back(std::string(kind_short(key.kind)) + " " + what + "\xE2\x86\x90 " +
                       join_numbers(sorted_unique(from)));
@@ -577,7 +587,10 @@ std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Nam
     a.from = sorted_unique(a.from);
     if (a.kind != SpanKind::send) {
       a.text = kind_short(a.kind);
-      if (a.layer >= 0) a.text += " " + layer_name(a.layer, n);
+      if (moves_data(a.kind))
+        a.text += a.kind == SpanKind::gather ? " out" : a.layer >= 0 ? " dy" : " x";
+      else if (a.layer >= 0)
+        a.text += " " + layer_name(a.layer, n);
     }
     a.brief = a.text + " \xE2\x86\x90 ";
     for (size_t i = 0; i < a.from.size(); ++i)
