@@ -567,7 +567,10 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
     }
   if (parts.empty()) return "idle";
   std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
+  for (size_t i = 0; i < parts.size(); ++i)  // two waits on one layer read as one
+    if (std::find(parts.begin(), parts.begin() + static_cast<long>(i), parts[i]) ==
+        parts.begin() + static_cast<long>(i))
+      out += (out.empty() ? "" : "; ") + parts[i];
   return out;
 }
 
