@@ -36,8 +36,7 @@ App::App(const RunConfig& cfg) {
   state.form = cfg;
   for (size_t i = 0; i < cfg.partition.size(); ++i)
     state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
-  state.compare.strategies[0] = cfg.strategy;
-  state.compare.worlds[0] = cfg.world;
+  state.compare.slots = default_compare_slots(cfg);
   validate_form();
 }
 
@@ -107,12 +106,7 @@ void App::run_compare(std::vector<RunConfig> cfgs) {
 
 void App::compare_from_form() {
   std::vector<RunConfig> cfgs;
-  for (int i = 0; i < state.compare.count; ++i) {
-    RunConfig c = state.form;
-    c.strategy = state.compare.strategies[i];
-    c.world = state.compare.worlds[i];
-    cfgs.push_back(c);
-  }
+  for (const CompareSlot& slot : state.compare.slots) cfgs.push_back(config_for(slot, state.form));
   run_compare(std::move(cfgs));
 }
 
@@ -153,14 +147,8 @@ void App::poll() {
     if (state.timeline.follow)
       fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
   }
-  if (compare_session.poll(compare)) {
-    // One time scale: each run is drawn from its own first span, so the
-    // connection setup (which records nothing) does not push them apart.
-    double longest = 0;
-    for (const CompareEntry& e : compare)
-      longest = std::max(longest, e.data.t_end - e.data.view_begin());
-    fit(state.compare.vp, 0, longest);
-  }
+  // The compare panel fits its time scale again to take in each run that arrives.
+  if (compare_session.poll(compare)) state.compare.fitted = false;
 }
 
 namespace {
