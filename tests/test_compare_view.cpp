@@ -13,6 +13,7 @@
 #include "app/gui/logic/run_session.h"
 #include "core/pipeline_analysis.h"
 #include "core/strategy.h"
+#include "tests/test_util.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -390,4 +391,21 @@ TEST_CASE("memory over time from a real run follows the allocator", "[compare-vi
     return p;
   };
   CHECK(peak_of_curve(e[1]) < peak_of_curve(e[0]));
+}
+
+TEST_CASE("gui --compare: a bad item ends in one line and exit code 2, before any window",
+          "[compare-view]") {
+  const test::CliResult bad = test::run_cli("gui --view compare --compare naive-mp:4,ddp:2/m=8");
+  CHECK(bad.code == 2);
+  CHECK(bad.out ==
+        "error: --compare item 'ddp:2/m=8': 'm=8' does not apply to ddp (micro-batches (m=N) is "
+        "for: " +
+            strategies_using(SlotOption::micro_batches) + ")\n");
+  const test::CliResult show = test::run_cli("gui --compare-show bars");
+  CHECK(show.code == 2);
+  CHECK(show.out.find("--compare-show 'bars' is invalid (valid: timelines, memory, peaks)") !=
+        std::string::npos);
+  const test::CliResult help = test::run_cli("gui --help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find("naive-mp:4,gpipe:4/m=8,1f1b:4/m=8") != std::string::npos);
 }

@@ -267,10 +267,10 @@ void draw_table(App& app) {
   // Short headers, so a big presenter font still fits them; each explains itself on hover.
   ImGui::TableSetupColumn("configuration", 0, 2.2f);
   ImGui::TableSetupColumn("step", 0, 1.1f);
-  ImGui::TableSetupColumn("peak memory per rank", 0, 2.6f);
-  ImGui::TableSetupColumn("sent/step", 0, 1.2f);
+  ImGui::TableSetupColumn("peak memory per rank", 0, 2.3f);
+  ImGui::TableSetupColumn("sent/step", 0, 1.1f);
   ImGui::TableSetupColumn("idle share", 0, 1.1f);
-  ImGui::TableSetupColumn("bubble | formula", 0, 1.6f);
+  ImGui::TableSetupColumn("bubble | formula", 0, 2.0f);
   ImGui::TableSetupColumn("final loss", 0, 1.0f);
   // Headers one by one, so the idle and bubble columns can explain themselves on hover.
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
@@ -533,8 +533,8 @@ void draw_memory_over_time(App& app) {
       label +=
           c.memory_rank >= 0 ? " (no rank " + std::to_string(c.memory_rank) + ")" : " (no steps)";
     else
-      label += (c.memory_rank == kMemoryBusiest ? " r" + std::to_string(cv.rank) : "") + ": peak " +
-               format_bytes(static_cast<double>(cv.peak));
+      label += (c.memory_rank == kMemoryBusiest ? " (rank " + std::to_string(cv.rank) + ")" : "") +
+               ": peak " + format_bytes(static_cast<double>(cv.peak));
     legend_item(slot_color(cv.slot), label.c_str());
   }
   ImGui::NewLine();
@@ -546,7 +546,7 @@ void draw_memory_over_time(App& app) {
 
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float height = std::max(font * 12, avail.y - 4);
+  const float height = std::max(font * 5, avail.y - 4);
   const float gutter = ImGui::CalcTextSize("000.0 MiB").x + 10;
   const float axis_h = font + 8;
   const float x0 = origin.x + gutter, x1 = origin.x + avail.x - font;
