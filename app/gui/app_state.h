@@ -38,6 +38,8 @@ struct CompareState {
   // The selector's configurations, 1..kMaxCompare: exactly what Run comparison runs
   // (with the run bar's model, batch, steps, optimizer, seed and device).
   std::vector<CompareSlot> slots{CompareSlot{}};
+  // The selector's widgets, or one line of labels; unset: folded in presenter mode only.
+  std::optional<bool> show_slots;
   ComparePicture picture = ComparePicture::timelines;
   Viewport vp;         // one time scale for every compared run
   int focus_step = 1;  // timelines start at this step of each run (0 has first-touch costs)

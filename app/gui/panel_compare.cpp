@@ -183,6 +183,14 @@ void draw_selector(App& app) {
   const float font = ImGui::GetFontSize();
   const float right = ImGui::GetCursorScreenPos().x + ImGui::GetContentRegionAvail().x;
 
+  // Folded, the slots are one line: in presenter mode, until asked, so the big
+  // font leaves room for the table and the picture.
+  const bool show = c.show_slots.value_or(!app.state.presenter.presenter);
+  if (ImGui::ArrowButton("##fold", show ? ImGuiDir_Down : ImGuiDir_Right)) c.show_slots = !show;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(show ? "fold the configurations into one line"
+                           : "show the configurations to edit them");
+  ImGui::SameLine();
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted("Compare");
   std::vector<std::string> errors(c.slots.size());
@@ -194,6 +202,16 @@ void draw_selector(App& app) {
   size_t remove = c.slots.size();
   for (size_t i = 0; i < c.slots.size(); ++i) {
     ImGui::SameLine(0, font);
+    if (!show) {
+      const std::string label = config_label(config_for(c.slots[i], app.state.form));
+      if (ImGui::GetCursorScreenPos().x + ImGui::CalcTextSize(label.c_str()).x + font * 2 > right)
+        ImGui::NewLine();
+      swatch(slot_color(i));
+      ImGui::PushStyleColor(ImGuiCol_Text, errors[i].empty() ? ui.text : ui.error);
+      ImGui::TextUnformatted(label.c_str());
+      ImGui::PopStyleColor();
+      continue;
+    }
     if (ImGui::GetCursorScreenPos().x + slot_width(c.slots[i]) > right) ImGui::NewLine();
     if (!draw_slot(c.slots[i], i, c.slots.size() > 1, !errors[i].empty(), hc)) remove = i;
   }
@@ -324,7 +342,22 @@ void draw_table(App& app) {
     ImGui::TableNextColumn();
     ImGui::Text("%.2f ms", r.median_step_ms);
     ImGui::TableNextColumn();
-    ImGui::TextWrapped("%s", per_rank_bytes(r.peak_bytes).c_str());
+    {
+      // Every rank when they fit; else the range, every rank on hover.
+      const std::string all = per_rank_bytes(r.peak_bytes);
+      if (ImGui::CalcTextSize(all.c_str()).x <= ImGui::GetContentRegionAvail().x ||
+          r.peak_bytes.size() < 2) {
+        ImGui::TextUnformatted(all.c_str());
+      } else {
+        const auto [lo, hi] = std::minmax_element(r.peak_bytes.begin(), r.peak_bytes.end());
+        // Both in the larger one's unit: "2.45–2.51 MiB".
+        std::string range = per_rank_bytes({*lo, *hi});
+        range.replace(range.find(", "), 2, "\xE2\x80\x93");
+        if (*lo == *hi) range = format_bytes(static_cast<double>(*hi)) + " each";
+        ImGui::TextUnformatted(range.c_str());
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("rank 0, 1, ...: %s", all.c_str());
+      }
+    }
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(format_bytes(r.sent_bytes_per_step).c_str());
     ImGui::TableNextColumn();
