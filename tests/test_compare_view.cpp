@@ -220,7 +220,7 @@ TEST_CASE("compare default: what the selector shows, at most six, each valid", "
   CHECK(pipes[2].micro_batches == 8);
 }
 
-TEST_CASE("compare runs naive-mp M=1 beside gpipe and 1f1b M=8; bubble only for pipelines",
+TEST_CASE("compare runs naive-mp M=1 beside gpipe and 1f1b M=8, with a bubble only for pipelines",
           "[compare-view]") {
   RunConfig base = small_base();
   base.micro_batches = 8;
