@@ -448,7 +448,7 @@ TEST_CASE("compare: rows, CSV, and the strategy list", "[gui]") {
   CHECK(list[1].world == 1);
   CHECK_THROWS_AS(parse_compare_list("nope", base), ConfigError);
   CHECK_THROWS_AS(parse_compare_list("ddp:0", base), ConfigError);
-  CHECK_THROWS_AS(parse_compare_list("ddp,ddp,ddp,ddp,ddp", base), ConfigError);
+  CHECK_THROWS_AS(parse_compare_list("ddp,ddp,ddp,ddp,ddp,ddp,ddp", base), ConfigError);
   // `single` refuses world 2, so it is not in the default list for these settings.
   for (const RunConfig& c : default_compare_configs(base)) CHECK(c.strategy != "single");
 }

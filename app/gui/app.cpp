@@ -39,8 +39,7 @@ App::App(const RunConfig& cfg) {
   state.form = cfg;
   for (size_t i = 0; i < cfg.partition.size(); ++i)
     state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
-  state.compare.strategies[0] = cfg.strategy;
-  state.compare.worlds[0] = cfg.world;
+  state.compare.slots = default_compare_slots(cfg);
   validate_form();
 }
 
@@ -91,8 +90,7 @@ void App::open_recording(Recording rec, const std::string& path) {
   e.result = std::make_unique<RunResult>(*run);
   ingest_result(e.data, *run);
   e.row = compare_row(*run);
-  state.compare.strategies[0] = cfg.strategy;
-  state.compare.worlds[0] = cfg.world;
+  state.compare.slots = {slot_from(cfg, cfg.strategy, cfg.world)};
   fit(state.compare.vp, 0, e.data.t_end - e.data.view_begin());
 
   // As a live run ends: the playhead rests after the last step, the whole run in view.
@@ -150,11 +148,7 @@ void App::run_compare(std::vector<RunConfig> cfgs) {
 
 void App::compare_from_form() {
   std::vector<RunConfig> cfgs;
-  for (int i = 0; i < state.compare.count; ++i) {
-    RunConfig c = for_strategy(state.form, state.compare.strategies[i]);
-    c.world = state.compare.worlds[i];
-    cfgs.push_back(c);
-  }
+  for (const CompareSlot& slot : state.compare.slots) cfgs.push_back(config_for(slot, state.form));
   run_compare(std::move(cfgs));
 }
 
@@ -195,14 +189,8 @@ void App::poll() {
     if (state.timeline.follow)
       fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
   }
-  if (compare_session.poll(compare)) {
-    // One time scale: each run is drawn from its own first span, so the
-    // connection setup (which records nothing) does not push them apart.
-    double longest = 0;
-    for (const CompareEntry& e : compare)
-      longest = std::max(longest, e.data.t_end - e.data.view_begin());
-    fit(state.compare.vp, 0, longest);
-  }
+  // The compare panel fits its time scale again to take in each run that arrives.
+  if (compare_session.poll(compare)) state.compare.fitted = false;
 }
 
 namespace {

@@ -40,8 +40,18 @@ gui options:
                       another machine) in every view without running it; the run bar takes
                       its settings (no run options beside it), and Run runs them live here
   --view V            timeline | memory | cluster | camping | compare | loss (default timeline)
-  --compare LIST      strategies for the compare view, e.g. ddp,single:1 (':W' sets the world
-                      size; default: every strategy that accepts the run settings)
+  --compare LIST      the compare view's configurations (1 to 6), comma-separated, each
+                      STRATEGY[:W][/OPTION]...: ':W' sets the world size, options are m=N
+                      (micro-batches), stages=N, bf16|fp16|fp32, recompute, no-prefetch,
+                      no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload, each only
+                      for the strategies that use it; unset options come from the run
+                      options where the strategy uses them. E.g.
+                        naive-mp:4,gpipe:4/m=8,1f1b:4/m=8     ddp:4,zero3:4,fsdp:4/bf16
+                      Default: the run's own configuration, then others at its world size
+                      (pipelines with 2 micro-batches per stage unless --micro-batches says),
+                      as many as are valid, at most 6: what the compare panel shows.
+  --compare-show P    what the compare view draws under its table: timelines | memory (over
+                      time, aligned by step) | peaks (peak memory by category); default timelines
   --presenter         start in presenter mode (full screen, high contrast, big font)
   --font-scale X      font scale, 0.6 to 3 (default 1; Ctrl +/- in the app)
   --size WxH          window size (default 1600x1000)
@@ -58,10 +68,10 @@ F11 presenter mode, Ctrl +/- font, F1 all shortcuts.
 )";
 
 const std::set<std::string> kOptions = {
-    "model",     "strategy",      "world",      "batch",     "steps",     "optimizer",  "lr",
-    "seed",      "bucket-mb",     "timeout-ms", "precision", "fsdp-unit", "device",     "backend",
-    "stages",    "micro-batches", "partition",  "view",      "compare",   "screenshot", "frames",
-    "replay-at", "size",          "font-scale", "open"};
+    "model",     "strategy",      "world",      "batch",       "steps",     "optimizer",  "lr",
+    "seed",      "bucket-mb",     "timeout-ms", "precision",   "fsdp-unit", "device",     "backend",
+    "stages",    "micro-batches", "partition",  "view",        "compare",   "screenshot", "frames",
+    "replay-at", "size",          "font-scale", "compare-show", "open"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",
                                       "offload",       "recompute",   "presenter",
                                       "check-display", "no-record",   "at-collective"};
@@ -133,10 +143,16 @@ int cmd_gui(int argc, char** argv) {
       throw ConfigError("--size '" + *size +
                         "' is invalid (valid: WxH from 320x240, e.g. 1600x1000)");
   }
-  std::vector<RunConfig> compare_cfgs;
-  if (!opened && (view == View::compare || a.has("compare")))
-    compare_cfgs = a.has("compare") ? parse_compare_list(*a.get("compare"), cfg)
-                                    : default_compare_configs(cfg);
+  // The compare selector's slots: the list as given, or the default the panel starts with.
+  std::vector<CompareSlot> compare_slots;
+  if (!opened)
+    compare_slots = a.has("compare") ? parse_compare_slots(*a.get("compare"), cfg)
+                                     : default_compare_slots(cfg);
+  const std::string show_text = a.str("compare-show", "timelines");
+  const auto show = compare_picture_from_name(show_text);
+  if (!show)
+    throw ConfigError("--compare-show '" + show_text +
+                      "' is invalid (valid: timelines, memory, peaks)");
   // Headless runs must not hang on bad settings: the picture shows the run bar
   // with the message inline, and the exit is 2 with the CLI's message.
   std::string invalid;
@@ -144,7 +160,7 @@ int cmd_gui(int argc, char** argv) {
     check_writable(shot, "--screenshot");
     try {
       // A recording is shown, not run: settings this machine cannot run are no error.
-      if (!opened && (*view != View::compare || compare_cfgs.empty())) validate(cfg);
+      if (!opened && (*view != View::compare || compare_slots.empty())) validate(cfg);
     } catch (const ConfigError& e) {
       invalid = e.what();
     }
@@ -169,20 +185,16 @@ int cmd_gui(int argc, char** argv) {
   if (a.has("presenter")) {
     app.state.request_fullscreen_toggle = true;
   }
-  if (!compare_cfgs.empty()) {
-    for (size_t i = 0; i < compare_cfgs.size() && i < 4; ++i) {
-      app.state.compare.strategies[i] = compare_cfgs[i].strategy;
-      app.state.compare.worlds[i] = compare_cfgs[i].world;
-    }
-    app.state.compare.count = std::clamp(static_cast<int>(compare_cfgs.size()), 2, 4);
-  }
+  if (!compare_slots.empty()) app.state.compare.slots = compare_slots;
+  app.state.compare.picture = *show;
   // The app opens on the recording or on a run of the given settings, so there is
   // something to see.
   if (opened)
     app.open_recording(std::move(*opened), open_path);
   else if (*view != View::compare || shot.empty())
     app.run();
-  if (*view == View::compare && !compare_cfgs.empty()) app.run_compare(compare_cfgs);
+  // What runs is what the selector shows.
+  if (!opened && *view == View::compare && !compare_slots.empty()) app.compare_from_form();
 
   using clock = std::chrono::steady_clock;
   auto last = clock::now();
