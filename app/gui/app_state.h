@@ -6,6 +6,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "app/gui/logic/replay_logic.h"
 #include "app/gui/logic/timeline_logic.h"
@@ -21,9 +22,13 @@ std::optional<View> view_from_name(const std::string& s);
 
 struct TimelineState {
   Viewport vp;             // shared by the timeline and memory charts
-  bool follow = true;      // keep the whole run in view while it grows
+  bool follow = true;      // keep the run in view while it grows (see one_step)
+  bool one_step = false;   // following fits one training step, not all (pipelines open so)
   bool show_flows = true;  // send -> recv lines
   bool dragging = false;   // a pan is in progress (so a release is not a click)
+  // The per-stage pipeline table of the finished run, computed once per run.
+  std::vector<StageRow> stage_rows;
+  const void* stage_rows_of = nullptr;  // the RunResult they came from
 };
 
 struct CompareState {
