@@ -24,8 +24,9 @@ namespace {
 
 // Spans narrower than this fold into one block (tracy uses ~3 px as well).
 constexpr float kMinSpanPx = 3.0f;
-// Steps are classified (waits, idle) only while few enough are in view.
+// Steps are classified (waits, idle) only while few enough, and wide enough, are in view.
 constexpr int kMaxClassifiedSteps = 64;
+constexpr float kMinClassifiedStepPx = 40;
 // Flow lines drawn one by one up to this many; bundled beyond.
 constexpr int kMaxSingleFlows = 120;
 
@@ -278,8 +279,11 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   }
 
   // Where each rank waited, per step in view (while few enough are).
+  // (Narrow steps would show stripes too fine to read, at a cost per frame.)
   std::vector<WindowUse> uses;
-  if (first_step >= 0 && last_step - first_step < kMaxClassifiedSteps)
+  const int steps_in_view = last_step - first_step + 1;
+  if (first_step >= 0 && steps_in_view <= kMaxClassifiedSteps &&
+      vp.width / static_cast<float>(steps_in_view) >= kMinClassifiedStepPx)
     for (int s = first_step; s <= last_step; ++s) uses.push_back(step_use(d, s));
   auto wait_of = [&](int rank, uint32_t index) -> const CommWait* {
     for (const WindowUse& u : uses)
@@ -384,12 +388,12 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
           dl->AddRect(ImVec2(a, y0), ImVec2(z, y1), ui.outline, 0, 0, 1.5f);
       }
       size_t next_block = 0;
-      for (const RunGroup& g : group_runs(runs, vp, font * 0.5f, 3, text_w)) {
+      for (const RunGroup& g : group_runs(runs, vp, font * 2.0f, 3, text_w)) {
         const PhaseRun& first = runs[g.first];
         const PhaseRun& last = runs[g.first + g.count - 1];
         const float a = vp.x_of(static_cast<double>(first.t_begin));
         const float z = vp.x_of(static_cast<double>(last.t_end));
-        if (z < vp.x0 - 50 || a > x_end) continue;
+        if (z < vp.x0 - 50 || a > x_end || z - a < 2) continue;  // (< 2 px: a zoomed-out wash)
         while (next_block < blocks.size() && blocks[next_block].x0 < z - 0.5f) ++next_block;
         float limit = x_end;
         if (next_block < blocks.size()) limit = std::min(limit, blocks[next_block].x0);
@@ -523,12 +527,34 @@ void draw_step_breakdown(App& app) {
       "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
       "send, a send until its receiver has posted the recv, a collective until the last rank "
       "has entered it: that wait is idle, not communication.");
+  // Computing blue, moving bytes red, both at once blue with a red band.
   const Color c_compute = kind_color(SpanKind::forward, hc),
-              c_hidden = kind_color(SpanKind::all_gather, hc),
               c_comm = kind_color(SpanKind::all_reduce, hc);
-  legend_item(c_compute, "computing");
-  legend_item(c_hidden, "moving bytes hidden behind compute");
-  legend_item(c_comm, "moving bytes (exposed)");
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  auto part = [&](int which, ImVec2 a, ImVec2 b) {
+    if (b.x <= a.x) return;
+    if (which == 3) {
+      draw_idle(dl, a, b, hc);
+      return;
+    }
+    dl->AddRectFilled(a, b, which == 2 ? c_comm : c_compute);
+    const float h = b.y - a.y;
+    if (which == 1)
+      dl->AddRectFilled(ImVec2(a.x, a.y + h * 0.3f), ImVec2(b.x, b.y - h * 0.3f), c_comm);
+  };
+  const char* names[3] = {"computing", "moving bytes hidden behind compute",
+                          "moving bytes (exposed)"};
+  for (int i = 0; i < 3; ++i) {
+    const float h = ImGui::GetTextLineHeight();
+    if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
+      ImGui::NewLine();
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    part(i, ImVec2(p.x, p.y + h * 0.15f), ImVec2(p.x + h * 0.7f, p.y + h * 0.85f));
+    ImGui::Dummy(ImVec2(h * 0.8f, h));
+    ImGui::SameLine(0, 4);
+    ImGui::TextUnformatted(names[i]);
+    ImGui::SameLine(0, 14);
+  }
   const std::string idle_legend =
       std::string(idle) + (pipeline ? " (waiting for a neighbouring stage)" : " (for a peer)");
   idle_legend_item(idle_legend.c_str());
@@ -546,7 +572,6 @@ void draw_step_breakdown(App& app) {
   ImGui::TableSetupColumn("moving bytes, exposed");
   ImGui::TableSetupColumn(idle);
   ImGui::TableHeadersRow();
-  ImDrawList* dl = ImGui::GetWindowDrawList();
   const double dur = static_cast<double>(u.duration());
   auto cell = [&](int64_t ns) {
     ImGui::TableNextColumn();
@@ -562,14 +587,9 @@ void draw_step_breakdown(App& app) {
     const float h = ImGui::GetTextLineHeight();
     float x = o.x;
     const int64_t parts[] = {s.computing - s.hidden, s.hidden, s.exposed, s.idle};
-    const Color cols[] = {c_compute, c_hidden, c_comm, kIdle};
     for (int i = 0; i < 4; ++i) {
       const float w = static_cast<float>(std::max<int64_t>(0, parts[i]) / dur) * bar_w;
-      const ImVec2 a(x, o.y + h * 0.1f), b(x + w, o.y + h * 0.9f);
-      if (i == 3)
-        draw_idle(dl, a, b, hc);
-      else
-        dl->AddRectFilled(a, b, cols[i]);
+      part(i, ImVec2(x, o.y + h * 0.1f), ImVec2(x + w, o.y + h * 0.9f));
       x += w;
     }
     ImGui::Dummy(ImVec2(bar_w, h));
@@ -618,7 +638,7 @@ void draw_stage_table(App& app) {
   if (!ImGui::BeginTable("stages", 7, flags)) return;
   ImGui::TableSetupColumn("stage");
   ImGui::TableSetupColumn("layers");
-  ImGui::TableSetupColumn("bubble, measured");
+  ImGui::TableSetupColumn("bubble, measured (not computing)");
   ImGui::TableSetupColumn("(P-1)/(M+P-1)");
   ImGui::TableSetupColumn("peak activations");
   ImGui::TableSetupColumn("in flight, measured");
@@ -674,8 +694,7 @@ void draw_timeline(App& app) {
   for (int k = 0; k < kNumSpanKinds; ++k)
     if (d.kinds_seen[k])
       legend_item(kind_color(static_cast<SpanKind>(k), hc), kind_label(static_cast<SpanKind>(k)));
-  idle_legend_item(pipeline ? "bubble (idle: waiting for a neighbouring stage)"
-                            : "waiting (idle: for a peer)");
+  idle_legend_item(pipeline ? "bubble (idle)" : "waiting (idle)");
   ImGui::NewLine();
 
   const bool live = app.run_active() && s.playhead.live;
@@ -719,23 +738,17 @@ void draw_timeline(App& app) {
                  "\xC2\xB7 drag: pan \xC2\xB7 click: playhead"
                : "wheel: zoom \xC2\xB7 drag: pan \xC2\xB7 click: playhead \xC2\xB7 double-click: "
                  "fit \xC2\xB7 L = layer";
-  if (ImGui::GetContentRegionAvail().x < ImGui::CalcTextSize(hint).x) ImGui::NewLine();
-  ImGui::TextDisabled("%s", hint);
+  // Big fonts: a line of its own for the hint would cost the lanes room.
+  if (ImGui::GetContentRegionAvail().x >= ImGui::CalcTextSize(hint).x)
+    ImGui::TextDisabled("%s", hint);
+  else
+    help_marker(hint);
 
-  // Heights: the rows take what the tables below leave, within what lanes
-  // need (a line of text each, more when there is room, at any font size);
-  // what does not fit scrolls.
   const float font = ImGui::GetFontSize();
   const float line = ImGui::GetTextLineHeightWithSpacing();
-  const float avail = ImGui::GetContentRegionAvail().y;
-  const int stage_lines = pipeline ? d.world + 3 : 0;
-  const float below_need = line * (d.world + 4.5f) + line * stage_lines;
-  const float below_min = std::min(below_need, line * 5);
-  const float rows_min = rows_layout(font, font + 6, d.world, true, true).height();
-  const float rows_max = rows_layout(font, font * 4, d.world, true, true).height();
-  float rows_h = std::min(avail - below_need, rows_max);
-  rows_h = std::max(rows_h, std::min(rows_min, avail - below_min));
-  rows_h = std::max(rows_h, font * 6);
+  const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0);
+  const float rows_h = rows_height(ImGui::GetContentRegionAvail().y, font, d.world,
+                                   line * table_lines + font, line * 1.6f);
   TimelineRowsOptions opt;
   opt.lane_height = lane_height_for(rows_h, font, d.world, true, true);
   ImGui::BeginChild("timeline_rows", ImVec2(0, rows_h), false, ImGuiWindowFlags_NoScrollWithMouse);

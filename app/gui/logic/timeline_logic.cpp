@@ -447,6 +447,13 @@ float lane_height_for(float avail_h, float font, int world, bool axis, bool step
   return std::clamp(per_rank / 2.3f, font + 6, font * 4.0f);
 }
 
+float rows_height(float avail, float font, int world, float tables_h, float peek_h) {
+  const float rows_min = rows_layout(font, font + 6, world, true, true).height();
+  const float rows_max = rows_layout(font, font * 4, world, true, true).height();
+  if (avail - tables_h >= rows_min) return std::min(rows_max, avail - tables_h);
+  return std::max(font * 6, std::min(rows_min, avail - peek_h));
+}
+
 std::pair<double, double> step_range(const RunData& d, int step) {
   if (step < 0 || static_cast<size_t>(step) >= d.step_begin.size() || d.step_begin[step] < 0)
     return {0, 0};

@@ -145,6 +145,11 @@ RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool step
 // up to 4 lines of text; never lower than a line of text and its margins, so
 // bigger fonts (presenter mode) get taller lanes.
 float lane_height_for(float avail_h, float font, int world, bool axis, bool steps);
+// How tall the rows are in a view `avail` pixels high that also shows tables
+// `tables_h` high under them: everything when it fits (lanes growing up to 4
+// lines of text); else the rows at their smallest readable lanes, the tables
+// keeping at least `peek_h` (they scroll).
+float rows_height(float avail, float font, int world, float tables_h, float peek_h);
 // A text line's box in a lane: [y, y + font) centred; inside the lane for any
 // lane from lane_height_for.
 inline float text_y_in_lane(const RowsLayout& l, int r, int lane, float text_h) {
