@@ -45,7 +45,11 @@ void span_tooltip(const Span& s, const CommWait* wait, const char* idle) {
     ImGui::SameLine();
     ImGui::Text("\xC2\xB7 layer %d", s.layer);
   }
-  ImGui::Text("rank %d, %s lane, step %d", s.rank, to_string(s.lane), s.step);
+  if (s.step >= 0)
+    ImGui::Text("rank %d, %s lane, step %d", s.rank, to_string(s.lane), s.step);
+  else
+    ImGui::Text("rank %d, %s lane, outside the training steps (set-up or tear-down)", s.rank,
+                to_string(s.lane));
   ImGui::Text("starts at %s, lasts %s", format_time_ns(s.t_begin_ns).c_str(),
               format_time_ns(s.t_end_ns - s.t_begin_ns).c_str());
   if (s.bytes > 0) ImGui::Text("payload %s", format_bytes(static_cast<double>(s.bytes)).c_str());
@@ -365,7 +369,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         // posts several recvs at once): waits were drawn in a first pass, so
         // no wait covers another span's moving bytes.
         const float xr = w ? std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x) : a.x;
-        dl->AddRectFilled(ImVec2(xr, a.y), z, base);
+        // Set-up and tear-down (step -1, e.g. the final weights going to rank
+        // 0) are drawn faint: they are not part of a training step.
+        const bool training = s.step >= 0;
+        dl->AddRectFilled(ImVec2(xr, a.y), z, training ? base : with_alpha(base, 0.35f));
         if (z.x - a.x > 4) dl->AddRect(a, z, ui.outline);
         // Spans of a pipeline block are labelled once, for the whole block.
         while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
@@ -375,7 +382,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         const float wl = text_w(lf), ws = text_w(sf);
         requests.push_back({a.x, z.x, wl + 4 <= z.x - a.x ? wl : ws, a.x});
         texts.push_back(wl + 4 <= z.x - a.x ? lf : sf);
-        text_cols.push_back(ui.label_on_span);
+        text_cols.push_back(training ? ui.label_on_span : ui.text_dim);
         on_stripes.push_back(w != nullptr);
       }
 
