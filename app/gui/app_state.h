@@ -4,6 +4,7 @@
 // set from the command line and inspected.
 #pragma once
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct TimelineState {
   // The per-stage pipeline table of the finished run, computed once per run.
   std::vector<StageRow> stage_rows;
   const void* stage_rows_of = nullptr;  // the RunResult they came from
+  uint64_t stage_rows_version = 0;      // and the RunData version then (an address can be reused)
 };
 
 struct CompareState {

@@ -622,16 +622,18 @@ void draw_stage_table(App& app) {
         "when the run has finished.");
     return;
   }
-  if (ts.stage_rows_of != result) {
+  if (ts.stage_rows_of != result || ts.stage_rows_version != d.version) {
     ts.stage_rows = stage_rows(*result);
     ts.stage_rows_of = result;
+    ts.stage_rows_version = d.version;
   }
   if (ts.stage_rows.empty()) return;
   const RunConfig& c = result->cfg;
   const int P = static_cast<int>(ts.stage_rows.size());
   const int M = c.strategy == "naive-mp" ? 1 : c.micro_batches;
-  ImGui::Text("Per stage, over steps 1..%d: P = %d stages, M = %d micro-batch%s", c.steps - 1, P, M,
-              M == 1 ? "" : "es");
+  char over[32] = "in step 0";  // a single step is measured as it is
+  if (c.steps > 1) std::snprintf(over, sizeof over, "over steps 1..%d", c.steps - 1);
+  ImGui::Text("Per stage, %s: P = %d stages, M = %d micro-batch%s", over, P, M, M == 1 ? "" : "es");
   ImGui::SameLine();
   help_marker(
       "measured bubble: the share of each step (first to last compute span of any stage) a "
