@@ -380,8 +380,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         const std::string lf = span_label(s, true);
         const std::string sf = span_label(s, false);
         const float wl = text_w(lf), ws = text_w(sf);
-        requests.push_back({a.x, z.x, wl + 4 <= z.x - a.x ? wl : ws, a.x});
-        texts.push_back(wl + 4 <= z.x - a.x ? lf : sf);
+        // Labels go in the visible part of a span (the rest is clipped).
+        const float la = std::max(a.x, vp.x0), lz = std::min(z.x, x_end);
+        requests.push_back({la, lz, wl + 4 <= lz - la ? wl : ws, la});
+        texts.push_back(wl + 4 <= lz - la ? lf : sf);
         text_cols.push_back(training ? ui.label_on_span : ui.text_dim);
         on_stripes.push_back(w != nullptr);
       }
@@ -398,9 +400,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       for (const RunGroup& g : group_runs(runs, vp, font * 2.0f, 3, text_w)) {
         const PhaseRun& first = runs[g.first];
         const PhaseRun& last = runs[g.first + g.count - 1];
-        const float a = vp.x_of(static_cast<double>(first.t_begin));
-        const float z = vp.x_of(static_cast<double>(last.t_end));
-        if (z < vp.x0 - 50 || a > x_end || z - a < 2) continue;  // (< 2 px: a zoomed-out wash)
+        // The visible part; under 2 px a run is a zoomed-out wash, not worth a name.
+        const float a = std::max(vp.x_of(static_cast<double>(first.t_begin)), vp.x0);
+        const float z = std::min(vp.x_of(static_cast<double>(last.t_end)), x_end);
+        if (z - a < 2) continue;
         while (next_block < blocks.size() && blocks[next_block].x0 < z - 0.5f) ++next_block;
         float limit = x_end;
         if (next_block < blocks.size()) limit = std::min(limit, blocks[next_block].x0);
@@ -533,7 +536,9 @@ void draw_step_breakdown(App& app) {
       "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
       "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
       "send, a send until its receiver has posted the recv, a collective until the last rank "
-      "has entered it: that wait is idle, not communication.");
+      "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
+      "microseconds; milliseconds of moving bytes mean the transport's thread or the receiving "
+      "rank waited for a CPU core (more busy threads than cores).");
   // Computing blue, moving bytes red, both at once blue with a red band.
   const Color c_compute = kind_color(SpanKind::forward, hc),
               c_comm = kind_color(SpanKind::all_reduce, hc);
