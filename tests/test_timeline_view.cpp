@@ -421,6 +421,18 @@ TEST_CASE("rows: gutter labels and step labels do not overlap for 1 to 8 ranks a
         for (size_t k = 1; k < ys.size(); ++k) CHECK(ys[k].first >= ys[k - 1].second);
         CHECK(ys.back().second <= l.height());
       }
+    // The rows' share of the view: all of them when the tables fit under them,
+    // else at least their smallest readable lanes while the tables keep a peek.
+    for (int world = 1; world <= 8; ++world) {
+      const float rows_min = rows_layout(font, font + 6, world, true, true).height();
+      const float tall = rows_height(3000, font, world, 500, 40);
+      CHECK(tall >= rows_min);
+      CHECK(tall <= rows_layout(font, font * 4, world, true, true).height() + 0.01f);
+      const float cramped = rows_height(rows_min + 100, font, world, 400, 60);
+      CHECK(cramped == Approx(std::max(font * 6, std::min(rows_min, rows_min + 40))));
+      // Bigger text, taller lanes: presenter mode grows the rows with the font.
+      CHECK(lane_height_for(tall, font, world, true, true) >= font + 6);
+    }
   }
 }
 
