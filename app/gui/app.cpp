@@ -12,6 +12,7 @@
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
 #include "core/cores.h"
+#include "core/pipeline_analysis.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -111,6 +112,7 @@ void App::run() {
   session.start(state.form, false);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(state.form.strategy);  // a pipeline is one step
 }
 
 void App::pause() {
@@ -128,6 +130,7 @@ void App::step() {
   session.start(state.form, true);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(state.form.strategy);
 }
 
 void App::reset() {
@@ -187,7 +190,8 @@ void App::poll() {
   if (session.poll(data, losses)) {
     if (state.playhead.live) state.playhead.t = static_cast<double>(data.t_live());
     if (state.timeline.follow)
-      fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
+      fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t,
+                run_active() && state.playhead.live);
   }
   // The compare panel fits its time scale again to take in each run that arrives.
   if (compare_session.poll(compare)) state.compare.fitted = false;

@@ -4,6 +4,7 @@
 // set from the command line and inspected.
 #pragma once
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,9 +24,14 @@ std::optional<View> view_from_name(const std::string& s);
 
 struct TimelineState {
   Viewport vp;             // shared by the timeline and memory charts
-  bool follow = true;      // keep the whole run in view while it grows
+  bool follow = true;      // keep the run in view while it grows (see one_step)
+  bool one_step = false;   // following fits one training step, not all (pipelines open so)
   bool show_flows = true;  // send -> recv lines
   bool dragging = false;   // a pan is in progress (so a release is not a click)
+  // The per-stage pipeline table of the finished run, computed once per run.
+  std::vector<StageRow> stage_rows;
+  const void* stage_rows_of = nullptr;  // the RunResult they came from
+  uint64_t stage_rows_version = 0;      // and the RunData version then (an address can be reused)
 };
 
 // What the compare panel shows below its table.

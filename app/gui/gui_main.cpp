@@ -225,7 +225,8 @@ int cmd_gui(int argc, char** argv) {
             app.set_playhead(b + replay_at * (static_cast<double>(d.t_live()) - b));
           }
           if (a.has("at-collective")) app.next_collective();
-          fit(app.state.timeline.vp, app.data.steps_begin(), static_cast<double>(app.data.t_end));
+          fit_steps(app.state.timeline.vp, app.data, app.state.timeline.one_step,
+                    app.state.playhead.t, false);
           app.state.timeline.follow = true;
         }
         if (++frames_after > frames) {
