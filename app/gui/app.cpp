@@ -97,7 +97,8 @@ void App::open_recording(Recording rec, const std::string& path) {
   // As a live run ends: the playhead rests after the last step, the whole run in view.
   state.playhead = Playhead{static_cast<double>(data.t_live()), false, true, state.playhead.speed};
   state.timeline.follow = true;
-  fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
+  state.timeline.one_step = is_pipeline_strategy(cfg.strategy);  // as a live run opens
+  fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t, false);
   recording = OpenedRecording{path, std::move(rec.origin), std::move(run)};
 }
 
