@@ -120,10 +120,9 @@ std::string describe_highlight(const Highlight& h) {
 
 void print_step_header(const Lesson& l, size_t k, const Out& o) {
   const Step& s = l.steps[k];
-  std::printf("\n%s\n", bold("Step " + std::to_string(k + 1) + "/" +
-                                 std::to_string(l.steps.size()) + ": " + one_line(s.title, o.lang),
-                             o)
-                            .c_str());
+  const std::string n = std::to_string(k + 1) + "/" + std::to_string(l.steps.size());
+  const std::string head = o.lang == Lang::zh ? "第 " + n + " 步：" : "Step " + n + ": ";
+  std::printf("\n%s\n", bold(head + one_line(s.title, o.lang), o).c_str());
   std::printf("%s", text_of(s.text, o, 2).c_str());
   if (s.run) std::printf("  run:      %s\n", command_line(*s.run).c_str());
   if (s.compare) std::printf("  compare:  %s\n", command_line(*s.compare).c_str());
@@ -146,9 +145,11 @@ void print_prediction_question(const Prediction& p, const Out& o) {
     for (size_t i = 0; i < p.choices.size(); ++i)
       std::printf("    %zu) %s\n", i + 1, one_line(p.choices[i].label, o.lang).c_str());
   else
-    std::printf("    (answer in %s; right within ±%g %% of the measured value, %s)\n",
-                p.unit.empty() ? "a plain number" : p.unit.c_str(), 100 * p.tolerance,
-                describe_metric(p.metric).c_str());
+    std::printf("    (answer %s; right within ±%g %% of the measured value, %s)\n",
+                p.unit.empty()      ? "a plain number"
+                : p.unit == "count" ? "a count"
+                                    : ("in " + p.unit).c_str(),
+                100 * p.tolerance, describe_metric(p.metric).c_str());
 }
 
 void print_gate_line(const Gate& g, const Out& o) {
@@ -202,6 +203,9 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     std::fflush(stdout);
     const StepRuns runs = run_step(s);
     const StepResult r = evaluate_step(s, runs.a, runs.b ? &*runs.b : nullptr);
+    if (!s.recording.empty())
+      std::printf("  recorded run: %s (recorded on %s)\n", s.recording.c_str(),
+                  s.recorded_where.c_str());
     std::printf("  trained: %d steps, final loss %.6g, median step %s\n", runs.a.cfg.steps,
                 runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
                 format_value(runs.a.median_step_ms, "ms").c_str());

@@ -10,8 +10,9 @@
 #include "app/config_args.h"
 #include "app/summary.h"
 #include "core/checkpoint.h"
-#include "core/pipeline_analysis.h"
+#include "core/cores.h"
 #include "core/placement.h"
+#include "core/recording.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 #include "core/trace.h"
@@ -25,7 +26,9 @@ const char* kRunHelp = R"(usage: shardlab run [options]
 Train a model under one parallel strategy, with ranks as threads talking
 through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 
-  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256)
+  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256);
+                      mlp:LxD+bn adds BatchNorm1d(D) between each hidden Linear and its GELU
+                      (batch statistics per micro-batch; single, naive-mp, gpipe, 1f1b; fp32)
   --strategy NAME     %s (default ddp)
   --world N           number of ranks (default 2)
   --batch N           global batch, split across ranks in rank order (default 64)
@@ -35,14 +38,15 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --seed N            seed for init and data (default 1)
   --bucket-mb X       ddp: gradient bucket size in MiB (default 25)
   --no-overlap        ddp: all-reduce after backward instead of during it
-  --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32)
+  --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32;
+                      the pipeline strategies run fp32 only)
   --no-prefetch       zero3/fsdp: do not start the next all-gather early
   --fsdp-unit K       fsdp: layers per unit (default 1)
   --no-reshard        fsdp: keep gathered parameters from forward until backward
   --offload           fsdp: params, grads and optimizer state live in host memory
   --stages P          naive-mp/gpipe/1f1b: pipeline stages (default: one per rank)
   --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)
-  --partition A,B,..  layers per stage (default: balanced by parameter count)
+  --partition A,B,..  naive-mp/gpipe/1f1b: layers per stage (default: balanced by parameter count)
   --recompute         gpipe/1f1b: keep stage inputs only, recompute forward in backward
   --device D          cpu | cuda | auto | cpu-guarded (default cpu). cuda: one GPU per
                       rank over NCCL, or ranks sharing GPUs over Gloo with host staging;
@@ -52,11 +56,16 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --timeout-ms N      every collective fails after this long (default 30000)
   --no-record         do not record spans/allocation events (memory totals are still measured)
   --trace PATH        write a Chrome trace (Perfetto, chrome://tracing)
+  --record PATH       save the whole run (spans, memory, losses, weights, where it ran) for
+                      'shardlab gui --open PATH', which shows it without running it
   --save-init PATH    write the initial weights (safetensors, PyTorch names)
   --save-final PATH   write the final weights
   --init-from PATH    start from these weights instead of the seeded init
   --save-data PATH    write the batches used: x, y as [steps, batch, D]
   --json              print the summary as one JSON object
+
+Options a strategy does not read are refused (exit 2), not ignored: --no-overlap
+with zero3, or --micro-batches with ddp, is an error naming who reads it.
 )";
 
 }  // namespace
@@ -86,7 +95,7 @@ int cmd_run(int argc, char** argv) {
     throw ConfigError("unexpected argument '" + a.positional()[0] +
                       "' (see 'shardlab run --help')");
   const RunConfig cfg = config_from(a);
-  validate(cfg);
+  validate(cfg, a.given());
   const ModelLayout layout(ModelSpec::parse(cfg.model));
 
   // Check every output path before spending time on the run.
@@ -94,6 +103,10 @@ int cmd_run(int argc, char** argv) {
     if (auto p = a.get(key)) check_writable(*p, std::string("--") + key);
   if (cfg.record == false && a.has("trace"))
     throw ConfigError("--trace needs recording (remove --no-record)");
+  if (auto p = a.get("record")) {
+    if (!cfg.record) throw ConfigError("--record needs recording (remove --no-record)");
+    check_recording_path(*p);
+  }
 
   std::vector<float> init;
   if (auto p = a.get("init-from"))
@@ -126,14 +139,19 @@ int cmd_run(int argc, char** argv) {
 
   if (auto p = a.get("save-final")) save_params(*p, layout, r.final_params);
   if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(cfg));
+  if (auto p = a.get("record")) save_recording(*p, r);
 
   if (json) {
     nlohmann::json j = summary_json(r);
     if (auto p = a.get("trace")) j["trace"] = *p;
+    if (auto p = a.get("record")) j["recording"] = *p;
     std::cout << j.dump() << "\n";
   } else {
     print_summary(r);
     if (auto p = a.get("trace")) std::printf("  trace written to %s\n", p->c_str());
+    if (auto p = a.get("record"))
+      std::printf("  recording written to %s (open it with 'shardlab gui --open %s')\n", p->c_str(),
+                  p->c_str());
   }
   return 0;
 }
@@ -162,21 +180,25 @@ int cmd_demo(int argc, char** argv) {
   validate(base);
   std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW; world 2: %s\n\n",
               base.model.c_str(), base.batch, base.steps, plan_placement(base).summary.c_str());
+  const std::string oversubscribed = plan_placement(base).kind == DeviceKind::cpu
+                                         ? oversubscription_note(2, cores_available())
+                                         : "";
+  if (!oversubscribed.empty()) std::printf("Note: %s.\n\n", oversubscribed.c_str());
   std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
               "median step", "peak mem/rank", "sent/rank/step", "trace");
   // The reference first, then every other registered strategy.
-  std::vector<const StrategyInfo*> order = {find_strategy("single")};
-  for (const StrategyInfo& s : all_strategies())
-    if (s.name != "single") order.push_back(&s);
+  std::vector<const StrategyInfo*> order;
+  for (const bool reference : {true, false})
+    for (const StrategyInfo& s : all_strategies())
+      if ((s.family == StrategyFamily::single) == reference) order.push_back(&s);
   for (const StrategyInfo* info : order) {
     const StrategyInfo& s = *info;
-    RunConfig cfg = base;
-    cfg.strategy = s.name;
-    cfg.world = s.name == "single" ? 1 : 2;
+    RunConfig cfg = for_strategy(base, s.name);
+    cfg.world = s.family == StrategyFamily::single ? 1 : 2;
     // A pipeline schedule only differs from naive model parallelism with
-    // micro-batches (naive-mp itself takes exactly one).
+    // micro-batches (naive-mp itself has none).
     std::string label = s.name;
-    if (is_pipeline_strategy(s.name) && s.name != "naive-mp") {
+    if (s.reads_option(StrategyOption::micro_batches)) {
       cfg.micro_batches = 4;
       label += " M=4";
     }

@@ -425,6 +425,14 @@ TEST_CASE("lesson directories: order, ids, duplicates, names", "[lessons]") {
                     Catch::Contains("no lesson 'zero'") && Catch::Contains("valid: example"));
   CHECK_THROWS_WITH(load_all_lessons(kTests + "/lessons_dup"),
                     Catch::Contains("02-same.toml:1: id: 'same' is also the id of"));
+  std::vector<std::string> errors;
+  const auto lenient = load_all_lessons(kTests + "/lessons_dup", &errors);
+  CHECK(lenient.size() == 1);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].find("also the id") != std::string::npos);
+  errors.clear();
+  CHECK(load_all_lessons(kTests + "/lessons_bad", &errors).empty());
+  CHECK(errors.size() >= 50);
   const fs::path empty = fs::temp_directory_path() / "shardlab-no-lessons";
   fs::create_directories(empty);
   CHECK(load_all_lessons(empty.string()).empty());

@@ -8,9 +8,13 @@
 #include <imgui.h>
 
 #include "app/gui/draw_util.h"
+#include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
 #include "app/lesson/lesson.h"
+#include "core/cores.h"
+#include "core/pipeline_analysis.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -38,8 +42,7 @@ App::App(const RunConfig& cfg) {
   state.form = cfg;
   for (size_t i = 0; i < cfg.partition.size(); ++i)
     state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
-  state.compare.strategies[0] = cfg.strategy;
-  state.compare.worlds[0] = cfg.world;
+  state.compare.slots = default_compare_slots(cfg);
   validate_form();
 }
 
@@ -64,6 +67,43 @@ bool App::settled() const {
   return !run_active() && !compare_session.busy() && lessons.phase() != StepPhase::running;
 }
 
+const RunResult* App::shown_result() const {
+  if (const RunResult* r = session.result()) return r;
+  return recording ? recording->run.get() : nullptr;
+}
+
+void App::open_recording(Recording rec, const std::string& path) {
+  session.reset();
+  compare_session.cancel();
+  auto run = std::make_shared<const RunResult>(std::move(rec.run));
+  const RunConfig& cfg = run->cfg;
+  state.form = cfg;
+  state.partition_text.clear();
+  for (size_t i = 0; i < cfg.partition.size(); ++i)
+    state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
+  validate_form();
+  ingest_result(data, *run);
+  losses = run->losses;
+
+  compare.clear();
+  compare.resize(1);
+  CompareEntry& e = compare[0];
+  e.cfg = cfg;
+  e.done = true;
+  e.result = std::make_unique<RunResult>(*run);
+  ingest_result(e.data, *run);
+  e.row = compare_row(*run);
+  state.compare.slots = {slot_from(cfg, cfg.strategy, cfg.world)};
+  fit(state.compare.vp, 0, e.data.t_end - e.data.view_begin());
+
+  // As a live run ends: the playhead rests after the last step, the whole run in view.
+  state.playhead = Playhead{static_cast<double>(data.t_live()), false, true, state.playhead.speed};
+  state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(cfg.strategy);  // as a live run opens
+  fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t, false);
+  recording = OpenedRecording{path, std::move(rec.origin), std::move(run)};
+}
+
 void App::run() {
   if (session.state() == RunState::paused) {
     session.resume();
@@ -71,9 +111,11 @@ void App::run() {
   }
   if (!state.form_error.empty() || run_active()) return;
   losses.clear();
+  recording.reset();
   session.start(state.form, false);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(state.form.strategy);  // a pipeline is one step
 }
 
 void App::pause() {
@@ -87,13 +129,16 @@ void App::step() {
   }
   if (!state.form_error.empty()) return;
   losses.clear();
+  recording.reset();
   session.start(state.form, true);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(state.form.strategy);
 }
 
 void App::reset() {
   session.reset();
+  recording.reset();
   const uint64_t version = data.version + 1;
   data = RunData{};
   data.version = version;
@@ -109,12 +154,7 @@ void App::run_compare(std::vector<RunConfig> cfgs) {
 
 void App::compare_from_form() {
   std::vector<RunConfig> cfgs;
-  for (int i = 0; i < state.compare.count; ++i) {
-    RunConfig c = state.form;
-    c.strategy = state.compare.strategies[i];
-    c.world = state.compare.worlds[i];
-    cfgs.push_back(c);
-  }
+  for (const CompareSlot& slot : state.compare.slots) cfgs.push_back(config_for(slot, state.form));
   run_compare(std::move(cfgs));
 }
 
@@ -165,29 +205,27 @@ void App::show_step(StepShow show) {
   state.partition_text.clear();
   for (size_t i = 0; i < state.form.partition.size(); ++i)
     state.partition_text += (i ? "," : "") + std::to_string(state.form.partition[i]);
+  validate_form();
+  recording.reset();
   // A step with a second run fills the compare view with both, side by side.
   compare_session.cancel();
   compare.clear();
   if (show.b) {
+    state.compare.slots.clear();
     for (const RunResult* r : {show.a.get(), show.b.get()}) {
       CompareEntry e;
       e.cfg = r->cfg;
       e.done = true;
       e.result = std::make_unique<RunResult>(*r);
-      reset_run_data(e.data, r->cfg, r->cfg.world, r->t0_ns);
-      ingest(e.data, r->recorders);
+      ingest_result(e.data, *r);
       e.row = compare_row(*r);
       compare.push_back(std::move(e));
+      state.compare.slots.push_back(slot_from(r->cfg, r->cfg.strategy, r->cfg.world));
     }
-    double longest = 0;
-    for (const CompareEntry& e : compare)
-      longest = std::max(longest, e.data.t_end - e.data.view_begin());
-    fit(state.compare.vp, 0, longest);
+    state.compare.fitted = false;
   }
   session.adopt(std::move(show.a));
   session.poll(data, losses);
-  fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
-  state.timeline.follow = false;
   state.playhead = Playhead{data.steps_begin(), false, false, state.playhead.speed};
   state.highlight = LessonHighlight{};
   if (s && s->look) {
@@ -203,22 +241,21 @@ void App::show_step(StepShow show) {
         state.highlight.category = static_cast<int>(h->category);
     }
   }
+  // Pipelines open on one step, the one the seek points into; others on all steps.
+  state.timeline.one_step = is_pipeline_strategy(data.cfg.strategy);
+  state.timeline.follow = false;
+  fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t, false);
 }
 
 void App::poll() {
   if (session.poll(data, losses)) {
     if (state.playhead.live) state.playhead.t = static_cast<double>(data.t_live());
     if (state.timeline.follow)
-      fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
+      fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t,
+                run_active() && state.playhead.live);
   }
-  if (compare_session.poll(compare)) {
-    // One time scale: each run is drawn from its own first span, so the
-    // connection setup (which records nothing) does not push them apart.
-    double longest = 0;
-    for (const CompareEntry& e : compare)
-      longest = std::max(longest, e.data.t_end - e.data.view_begin());
-    fit(state.compare.vp, 0, longest);
-  }
+  // The compare panel fits its time scale again to take in each run that arrives.
+  if (compare_session.poll(compare)) state.compare.fitted = false;
 }
 
 namespace {
@@ -231,7 +268,15 @@ void draw_status(App& app) {
   ImU32 col = ui.text_dim;
   switch (s) {
     case RunState::idle:
-      text = "no run yet: press Run (R)";
+      if (app.recording) {
+        // Replaying: nothing runs until Run, which runs these settings live here.
+        text = recording_status(file_name(app.recording->path), app.recording->origin, c.world) +
+               (app.state.form_error.empty() ? " \xC2\xB7 replay: Run (R) runs it live"
+                                             : " \xC2\xB7 replay only");
+        col = ui.ok;
+      } else {
+        text = "no run yet: press Run (R)";
+      }
       break;
     case RunState::starting:
       text += "connecting ranks...";
@@ -266,6 +311,20 @@ void draw_status(App& app) {
   if (ImGui::CalcTextSize(text.c_str()).x > ImGui::GetContentRegionAvail().x) ImGui::NewLine();
   ImGui::TextWrapped("%s", text.c_str());
   ImGui::PopStyleColor();
+  if (s == RunState::idle && app.recording && ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s",
+        recording_details(*app.recording->run, app.recording->path, app.recording->origin).c_str());
+  // Every timing on screen is stretched when ranks take turns on the cores: say so beside them.
+  const std::string busy = oversubscription_note(c, cores_available(), true);
+  if (!busy.empty()) {
+    ImGui::SameLine(0, 16);
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    ImGui::TextUnformatted(busy.c_str());
+    ImGui::PopStyleColor();
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", oversubscription_note(c, cores_available()).c_str());
+  }
 }
 
 void draw_view_tabs(App& app) {

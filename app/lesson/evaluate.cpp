@@ -7,6 +7,8 @@
 
 #include "app/lesson/lesson.h"
 
+#include "core/recording.h"
+
 namespace shardlab::lesson {
 
 bool StepResult::gates_pass() const {
@@ -34,8 +36,10 @@ std::string format_value(double v, const std::string& unit) {
       x /= 1024;
       ++u;
     }
-    if (u == 0)
+    if (u == 0 && x == std::floor(x))
       std::snprintf(buf, sizeof buf, "%.0f B", x);
+    else if (u == 0)
+      std::snprintf(buf, sizeof buf, "%.3g B", x);  // bytes per parameter: 5.33 B
     else
       std::snprintf(buf, sizeof buf, "%.2f %s", x, units[u]);
   } else if (unit == "ms") {
@@ -262,10 +266,7 @@ AnswerCheck check_answer(const Prediction& p, const StepResult& result, const st
 }
 
 StepRuns run_step(const Step& step, const RunCallbacks& callbacks) {
-  if (!step.run)
-    throw ConfigError(
-        "recordings are not supported yet: this step shows '" + step.recording +
-        "', and this build cannot load recordings (run its steps with a `run` table)");
+  if (!step.run) return StepRuns{load_recording(step.recording).run, std::nullopt};
   StepRuns out{run_training(*step.run, nullptr, callbacks), std::nullopt};
   if (step.compare) out.b = run_training(*step.compare, nullptr, callbacks);
   return out;

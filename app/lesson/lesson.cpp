@@ -3,6 +3,8 @@
 // runs. Every problem is one LessonError naming the file, the line and the key.
 #include "app/lesson/lesson.h"
 
+#include "core/recording.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -219,7 +221,7 @@ Text read_text(const Table& parent, const std::string& key) {
 
 // Output options of `shardlab run` that a lesson's run has no use for.
 const std::set<std::string> kNotInLessons = {"trace",     "save-init", "save-final", "save-data",
-                                             "init-from", "json",      "no-record"};
+                                             "init-from", "json",      "no-record", "record"};
 
 std::string format_double(double v) {
   char buf[64];
@@ -365,9 +367,10 @@ MetricRef read_metric(const Table& parent, const std::string& key, const Step& s
   if (mt.get("pool")) m.pool = mt.string("pool");
   if (mt.get("kind")) m.kind = mt.string("kind");
   if (mt.get("step")) m.step = mt.small_int("step", 0, 1 << 30);
-  if (step.run) {
+  if (step.run || step.recorded) {
     try {
-      check_metric(m, *step.run, step.compare ? &*step.compare : nullptr);
+      check_metric(m, step.run ? *step.run : *step.recorded,
+                   step.compare ? &*step.compare : nullptr);
     } catch (const ConfigError& e) {
       const std::string k = metric_key_of(e.what());
       parent.ctx.fail(mt.line_at(k), path + k, e.what());
@@ -651,6 +654,16 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
     if (!fs::is_regular_file(p, ec))
       st.fail("recording", "'" + path + "' is not a file (looked for " + p.string() + ")");
     s.recording = p.string();
+    // Read it now: the metrics are checked against the settings it was made with,
+    // and the step says where it was recorded.
+    try {
+      const Recording r = load_recording(s.recording);
+      s.recorded = r.run.cfg;
+      s.recorded_where = r.origin.device + ", world " + std::to_string(r.run.cfg.world) + ", " +
+                         r.origin.date;
+    } catch (const std::exception& e) {
+      st.fail("recording", e.what());
+    }
   }
   if (st.get("look")) s.look = read_look(st, s);
   if (st.get("predict")) s.predict = read_prediction(st, s);
@@ -750,24 +763,29 @@ std::vector<std::string> lesson_files(const std::string& dir) {
   return files;
 }
 
-std::vector<Lesson> load_all_lessons(const std::string& dir) {
+std::vector<Lesson> load_all_lessons(const std::string& dir, std::vector<std::string>* errors) {
   std::vector<Lesson> out;
   std::map<std::string, std::string> ids;
   for (const std::string& f : lesson_files(dir)) {
-    Lesson l = load_lesson(f);
-    // NN-id.toml: the number orders the lessons, the id names them.
-    const std::string stem = fs::path(f).stem().string();
-    const size_t dash = stem.find('-');
-    if (dash == std::string::npos || dash == 0 ||
-        stem.substr(0, dash).find_first_not_of("0123456789") != std::string::npos ||
-        stem.substr(dash + 1) != l.id)
-      throw LessonError(f, 1, "id",
-                        "id: the file is named '" + stem + ".toml', and a lesson in " + dir +
-                            " is named NN-id.toml with its id ('" + l.id + "')");
-    if (auto it = ids.find(l.id); it != ids.end())
-      throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
-    ids[l.id] = f;
-    out.push_back(std::move(l));
+    try {
+      Lesson l = load_lesson(f);
+      // NN-id.toml: the number orders the lessons, the id names them.
+      const std::string stem = fs::path(f).stem().string();
+      const size_t dash = stem.find('-');
+      if (dash == std::string::npos || dash == 0 ||
+          stem.substr(0, dash).find_first_not_of("0123456789") != std::string::npos ||
+          stem.substr(dash + 1) != l.id)
+        throw LessonError(f, 1, "id",
+                          "id: the file is named '" + stem + ".toml', and a lesson in " + dir +
+                              " is named NN-id.toml with its id ('" + l.id + "')");
+      if (auto it = ids.find(l.id); it != ids.end())
+        throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
+      ids[l.id] = f;
+      out.push_back(std::move(l));
+    } catch (const LessonError& e) {
+      if (!errors) throw;
+      errors->push_back(e.what());
+    }
   }
   return out;
 }

@@ -118,6 +118,8 @@ struct Step {
   std::optional<RunConfig> run;
   std::optional<RunConfig> compare;  // second run, beside the first
   std::string recording;             // path (resolved against the lesson file's folder)
+  std::optional<RunConfig> recorded;  // the recording's settings (read when the lesson loads)
+  std::string recorded_where;         // "cpu (…), world 3, 2026-11-23 16:40 UTC"
   std::optional<Look> look;
   std::optional<Prediction> predict;
   std::optional<Text> reveal;
@@ -143,8 +145,11 @@ Lesson parse_lesson(const std::string& content, const std::string& path);
 // The lessons directory: $SHARDLAB_LESSONS, else lessons/ next to the source.
 std::string lessons_dir();
 // Every *.toml in `dir`, by file name (the NN- prefix orders them). Throws the
-// first file's LessonError, or LessonError for two lessons with one id.
-std::vector<Lesson> load_all_lessons(const std::string& dir);
+// first file's LessonError, or LessonError for two lessons with one id. With
+// `errors`, bad files are left out instead and their one-line errors collected
+// (a player can then list the good lessons and show what is wrong with the rest).
+std::vector<Lesson> load_all_lessons(const std::string& dir,
+                                     std::vector<std::string>* errors = nullptr);
 std::vector<std::string> lesson_files(const std::string& dir);  // *.toml, sorted
 // A lesson by id ("zero"), file name ("04-zero") or path to a .toml file.
 Lesson find_lesson(const std::string& name, const std::string& dir);
@@ -158,7 +163,7 @@ struct MetricResult {
 };
 
 struct GateResult {
-  const Gate* gate = nullptr;
+  const Gate* gate = nullptr;  // into the Step given to evaluate_step
   MetricResult left;
   std::optional<MetricResult> right;  // when the gate compares two metrics
   double right_value = 0;
@@ -180,7 +185,8 @@ struct StepResult {
 };
 
 // Metrics, prediction and gates of `step` on its run `a` (and `b` for its
-// compare run). The GUI runs the step with its own session, then calls this.
+// compare run). The GUI runs the step with its own session, then calls this;
+// off the UI thread, since weight_diff_to_single trains the `single` reference.
 StepResult evaluate_step(const Step& step, const RunResult& a, const RunResult* b);
 
 // Where a seek lands in a finished run.
@@ -196,8 +202,8 @@ struct AnswerCheck {
 // 1-based index or its label in either language.
 AnswerCheck check_answer(const Prediction& p, const StepResult& result, const std::string& answer);
 
-// Runs a step headless (its run, then its compare run); throws ConfigError for
-// a recording until recordings can be loaded.
+// Runs a step headless (its run, then its compare run), or loads its recording;
+// throws ConfigError for a recording that cannot be read.
 struct StepRuns {
   RunResult a;
   std::optional<RunResult> b;
