@@ -80,11 +80,11 @@ Ctrl +/- font, F1 all shortcuts.
 )";
 
 const std::set<std::string> kOptions = {
-    "model",     "strategy",      "world",      "batch",       "steps",     "optimizer",  "lr",
-    "seed",      "bucket-mb",     "timeout-ms", "precision",   "fsdp-unit", "device",     "backend",
-    "stages",    "micro-batches", "partition",  "view",        "compare",   "screenshot", "frames",
-    "replay-at", "size",          "font-scale", "compare-show", "open",     "lesson",     "lesson-step",
-    "lang",      "answer"};
+    "model",        "strategy",   "world",     "batch",         "steps",     "optimizer",
+    "lr",           "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
+    "device",       "backend",    "stages",    "micro-batches", "partition", "view",
+    "compare",      "screenshot", "frames",    "replay-at",     "size",      "font-scale",
+    "compare-show", "open",       "lesson",    "lesson-step",   "lang",      "answer"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
                                       "recompute",     "presenter",   "check-display", "no-record",
                                       "at-collective", "lessons",     "run-step",      "reveal"};
@@ -159,8 +159,8 @@ int cmd_gui(int argc, char** argv) {
   // The compare selector's slots: the list as given, or the default the panel starts with.
   std::vector<CompareSlot> compare_slots;
   if (!opened)
-    compare_slots = a.has("compare") ? parse_compare_slots(*a.get("compare"), cfg)
-                                     : default_compare_slots(cfg);
+    compare_slots =
+        a.has("compare") ? parse_compare_slots(*a.get("compare"), cfg) : default_compare_slots(cfg);
   const std::string show_text = a.str("compare-show", "timelines");
   const auto show = compare_picture_from_name(show_text);
   if (!show)

@@ -380,7 +380,18 @@ void draw_step(App& app, const UiColors& ui) {
   switch (p.phase()) {
     case StepPhase::ask:
       if (p.has_run()) {
+        // The prediction comes before the run is shown: answer, or skip it on purpose.
+        const bool asks =
+            s.predict && (s.predict->is_choice() ? p.choice() < 0 : p.answer().empty());
+        if (asks) ImGui::BeginDisabled();
         if (ImGui::Button(tr(app, "Run this step"))) p.run_step();
+        if (asks) {
+          ImGui::EndDisabled();
+          ImGui::SameLine();
+          if (ImGui::Button(tr(app, "Skip"))) p.run_step();
+          ImGui::SameLine();
+          ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
+        }
       }
       break;
     case StepPhase::running:
