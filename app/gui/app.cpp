@@ -3,6 +3,7 @@
 #include "app/gui/app.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <imgui.h>
 
@@ -11,6 +12,7 @@
 #include "app/gui/logic/format.h"
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
+#include "app/lesson/lesson.h"
 #include "core/cores.h"
 #include "core/pipeline_analysis.h"
 #include "core/strategy.h"
@@ -62,7 +64,7 @@ bool App::run_active() const {
 }
 
 bool App::settled() const {
-  return !run_active() && !compare_session.busy();
+  return !run_active() && !compare_session.busy() && lessons.phase() != StepPhase::running;
 }
 
 const RunResult* App::shown_result() const {
@@ -187,6 +189,64 @@ void App::set_playhead(double t) {
   state.playhead.t = std::clamp(t, 0.0, static_cast<double>(data.t_end));
 }
 
+void App::open_lessons() {
+  state.show_lessons = true;
+  if (lessons_loaded) return;
+  lessons_loaded = true;
+  lessons.load(lessons_dir.empty() ? lesson::lessons_dir() : lessons_dir, progress_path);
+  progress_saved = lessons.revision();
+  state.presenter.font_glyphs = glyph_text(lessons.lessons());
+}
+
+void App::show_step(StepShow show) {
+  const lesson::Step* s = lessons.step();
+  // The run bar shows the step's settings, so the learner can change one and run again.
+  state.form = show.a->cfg;
+  state.partition_text.clear();
+  for (size_t i = 0; i < state.form.partition.size(); ++i)
+    state.partition_text += (i ? "," : "") + std::to_string(state.form.partition[i]);
+  validate_form();
+  recording.reset();
+  // A step with a second run fills the compare view with both, side by side.
+  compare_session.cancel();
+  compare.clear();
+  if (show.b) {
+    state.compare.slots.clear();
+    for (const RunResult* r : {show.a.get(), show.b.get()}) {
+      CompareEntry e;
+      e.cfg = r->cfg;
+      e.done = true;
+      e.result = std::make_unique<RunResult>(*r);
+      ingest_result(e.data, *r);
+      e.row = compare_row(*r);
+      compare.push_back(std::move(e));
+      state.compare.slots.push_back(slot_from(r->cfg, r->cfg.strategy, r->cfg.world));
+    }
+    state.compare.fitted = false;
+  }
+  session.adopt(std::move(show.a));
+  session.poll(data, losses);
+  state.playhead = Playhead{data.steps_begin(), false, false, state.playhead.speed};
+  state.highlight = LessonHighlight{};
+  if (s && s->look) {
+    if (auto v = view_from_name(s->look->view)) state.view = *v;
+    if (show.result.seek && show.result.seek->found)
+      state.playhead.t = std::clamp(static_cast<double>(show.result.seek->t_ns), 0.0,
+                                    static_cast<double>(data.t_end));
+    if (const auto& h = s->look->highlight) {
+      state.highlight.active = true;
+      if (h->kind == lesson::Highlight::Kind::rank) state.highlight.rank = h->rank;
+      if (h->kind == lesson::Highlight::Kind::area) state.highlight.area = h->area;
+      if (h->kind == lesson::Highlight::Kind::category)
+        state.highlight.category = static_cast<int>(h->category);
+    }
+  }
+  // Pipelines open on one step, the one the seek points into; others on all steps.
+  state.timeline.one_step = is_pipeline_strategy(data.cfg.strategy);
+  state.timeline.follow = false;
+  fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t, false);
+}
+
 void App::poll() {
   if (session.poll(data, losses)) {
     if (state.playhead.live) state.playhead.t = static_cast<double>(data.t_live());
@@ -247,7 +307,9 @@ void draw_status(App& app) {
       break;
   }
   ImGui::PushStyleColor(ImGuiCol_Text, col);
-  ImGui::TextUnformatted(text.c_str());
+  // Never cut: at presenter sizes the line moves under the tabs and wraps.
+  if (ImGui::CalcTextSize(text.c_str()).x > ImGui::GetContentRegionAvail().x) ImGui::NewLine();
+  ImGui::TextWrapped("%s", text.c_str());
   ImGui::PopStyleColor();
   if (s == RunState::idle && app.recording && ImGui::IsItemHovered())
     ImGui::SetTooltip(
@@ -283,8 +345,39 @@ void draw_view_tabs(App& app) {
 
 }  // namespace
 
+namespace {
+
+// The lesson's "look here": a bright outline around every region of the view
+// that the step's highlight names, pulsing gently so the eye finds it.
+void draw_highlight(const AppState& s) {
+  if (!s.highlight.active) return;
+  const LessonHighlight& h = s.highlight;
+  const float pulse = 0.6f + 0.4f * static_cast<float>(std::sin(ImGui::GetTime() * 4.0));
+  const ImU32 col = IM_COL32(255, 200, 0, static_cast<int>(255 * pulse));
+  const float w = 3.0f * std::max(1.0f, s.presenter.font_scale);
+  for (const ViewRegion& r : s.regions) {
+    const bool hit = (h.rank >= 0 && r.rank == h.rank && r.area.empty()) ||
+                     (!h.area.empty() && r.area == h.area) ||
+                     (h.category >= 0 && r.category == h.category);
+    if (hit)
+      ImGui::GetForegroundDrawList()->AddRect(ImVec2(r.x0 - 3, r.y0 - 3),
+                                              ImVec2(r.x1 + 3, r.y1 + 3), col, 4.0f, 0, w);
+  }
+}
+
+}  // namespace
+
+void mark_region(App& app, int rank, const char* area, int category, ImVec2 a, ImVec2 b) {
+  app.state.regions.push_back(ViewRegion{rank, area ? area : "", category, a.x, a.y, b.x, b.y});
+}
+
 void App::frame(double wall_dt) {
   poll();
+  if (auto show = lessons.poll()) show_step(std::move(*show));
+  if (lessons_loaded && lessons.revision() != progress_saved) {
+    progress_saved = lessons.revision();
+    if (lessons.save(&progress_error)) progress_error.clear();
+  }
   validate_form();
   handle_shortcuts(*this);
   advance(state.playhead, wall_dt, static_cast<double>(data.t_end));
@@ -304,7 +397,15 @@ void App::frame(double wall_dt) {
   const float replay_h =
       ImGui::GetFrameHeightWithSpacing() * 2 + ImGui::GetStyle().ItemSpacing.y * 2;
   const float view_h = std::max(100.0f, ImGui::GetContentRegionAvail().y - replay_h);
-  ImGui::BeginChild("view", ImVec2(0, view_h), true, ImGuiWindowFlags_NoScrollWithMouse);
+  // The Lessons panel sits beside the view, so the text and what it points at
+  // are seen together.
+  const float avail_w = ImGui::GetContentRegionAvail().x;
+  const float lessons_w =
+      state.show_lessons ? std::clamp(avail_w * 0.34f, ImGui::GetFontSize() * 18, avail_w * 0.6f)
+                         : 0;
+  state.regions.clear();
+  ImGui::BeginChild("view", ImVec2(state.show_lessons ? avail_w - lessons_w : 0, view_h), true,
+                    ImGuiWindowFlags_NoScrollWithMouse);
   switch (state.view) {
     case View::timeline:
       draw_timeline(*this);
@@ -326,6 +427,18 @@ void App::frame(double wall_dt) {
       break;
   }
   ImGui::EndChild();
+  draw_highlight(state);
+  if (state.show_lessons) {
+    ImGui::SameLine();
+    ImGui::BeginChild("lessons", ImVec2(0, view_h), true);
+    draw_lessons(*this);
+    if (!progress_error.empty()) {
+      ImGui::PushStyleColor(ImGuiCol_Text, ui_colors(state.presenter.high_contrast).error);
+      ImGui::TextWrapped("%s", progress_error.c_str());
+      ImGui::PopStyleColor();
+    }
+    ImGui::EndChild();
+  }
   draw_replay_bar(*this);
   ImGui::End();
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/gui/app_state.h"
+#include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
 #include "core/recording.h"
@@ -48,6 +49,11 @@ class App {
   void next_collective();
   void set_playhead(double t);
 
+  // Lessons: open the panel (loading the lessons the first time), and show a
+  // step's finished runs in every view, with its view, seek and highlight.
+  void open_lessons();
+  void show_step(StepShow show);
+
   bool run_active() const;  // starting, running or paused
   bool settled() const;     // nothing running: the headless mode may take its picture
   // The finished run on screen: the live run's result, else the open recording's.
@@ -59,6 +65,12 @@ class App {
   std::vector<double> losses;
   CompareSession compare_session;
   std::vector<CompareEntry> compare;
+  LessonPlayer lessons;
+  bool lessons_loaded = false;
+  std::string lessons_dir;      // empty: lesson::lessons_dir()
+  std::string progress_path;    // empty: progress in memory only
+  uint64_t progress_saved = 0;  // the player's revision last written
+  std::string progress_error;   // the last save's failure, shown in the panel
   std::optional<OpenedRecording> recording;  // set while the views show a recording
   // Parses the run bar's --partition text with the CLI's own parser (set by
   // `shardlab gui`; the benchmark leaves it empty and never edits the field).

@@ -71,6 +71,26 @@ struct PresenterState {
   // What presenter mode replaced, restored when it ends.
   float saved_font_scale = 1.0f;
   bool saved_high_contrast = false;
+  // Characters beyond Latin the font atlas must hold (the lessons' Chinese):
+  // the window builds the CJK font from exactly these glyphs.
+  std::string font_glyphs;
+};
+
+// What a lesson step asks the learner to look at, outlined over the view.
+struct LessonHighlight {
+  bool active = false;
+  int rank = -1;      // a rank's lanes, card or hiker
+  std::string area;   // "breakdown", "bubble" (timeline), "table", "memory" (compare)
+  int category = -1;  // a memory category (MemCategory as int)
+};
+
+// A part of the view a highlight can point at, registered each frame by the
+// panel that drew it (screen coordinates).
+struct ViewRegion {
+  int rank = -1;
+  std::string area;
+  int category = -1;
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 };
 
 struct AppState {
@@ -86,6 +106,9 @@ struct AppState {
   bool show_export = false;
   bool show_help = false;
   bool show_options = false;  // the run bar's strategy options row
+  bool show_lessons = false;  // the Lessons panel beside the view (L)
+  LessonHighlight highlight;
+  std::vector<ViewRegion> regions;  // this frame's, cleared before the view is drawn
   bool quit = false;
   // Requests to the window layer, taken and cleared by it after the frame.
   bool request_fullscreen_toggle = false;

@@ -13,7 +13,9 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/gui/app.h"
+#include "app/gui/logic/lesson_progress.h"
 #include "app/gui/window.h"
+#include "app/lesson/lesson.h"
 #include "core/checkpoint.h"
 #include "core/recording.h"
 #include "core/strategy.h"
@@ -63,18 +65,29 @@ gui options:
                       flight in the cluster and camping views)
   --check-display     exit 0 if a window can be opened, 1 if not (for scripts)
 
+lessons (the Lessons panel beside the view; L in the app):
+  --lessons           open the Lessons panel (progress is kept in $XDG_STATE_HOME/shardlab)
+  --lesson NAME       open lesson NAME (id like 'zero', or a .toml file) at its first step
+  --lesson-step K     ... at step K (1-based)
+  --lang en|zh        the lessons' language (default en; switch in the panel)
+  --answer VALUE      with --screenshot: the prediction's answer (a number, or a choice's number)
+  --run-step          with --screenshot: run the step before the picture
+  --reveal            with --screenshot: run the step and reveal it (answer, formula, measured, gates)
+
 Keyboard: R run, P pause, S step, Space replay, Left/Right events, 1-6 views,
-F11 presenter mode, Ctrl +/- font, F1 all shortcuts.
+L lessons, Page Down / Page Up / Enter drive a lesson, F11 presenter mode,
+Ctrl +/- font, F1 all shortcuts.
 )";
 
 const std::set<std::string> kOptions = {
-    "model",     "strategy",      "world",      "batch",       "steps",     "optimizer",  "lr",
-    "seed",      "bucket-mb",     "timeout-ms", "precision",   "fsdp-unit", "device",     "backend",
-    "stages",    "micro-batches", "partition",  "view",        "compare",   "screenshot", "frames",
-    "replay-at", "size",          "font-scale", "compare-show", "open"};
-const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",
-                                      "offload",       "recompute",   "presenter",
-                                      "check-display", "no-record",   "at-collective"};
+    "model",        "strategy",   "world",     "batch",         "steps",     "optimizer",
+    "lr",           "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
+    "device",       "backend",    "stages",    "micro-batches", "partition", "view",
+    "compare",      "screenshot", "frames",    "replay-at",     "size",      "font-scale",
+    "compare-show", "open",       "lesson",    "lesson-step",   "lang",      "answer"};
+const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
+                                      "recompute",     "presenter",   "check-display", "no-record",
+                                      "at-collective", "lessons",     "run-step",      "reveal"};
 
 // Run settings, which a recording brings itself (--open refuses them beside it).
 const char* const kRunKeys[] = {
@@ -146,8 +159,8 @@ int cmd_gui(int argc, char** argv) {
   // The compare selector's slots: the list as given, or the default the panel starts with.
   std::vector<CompareSlot> compare_slots;
   if (!opened)
-    compare_slots = a.has("compare") ? parse_compare_slots(*a.get("compare"), cfg)
-                                     : default_compare_slots(cfg);
+    compare_slots =
+        a.has("compare") ? parse_compare_slots(*a.get("compare"), cfg) : default_compare_slots(cfg);
   const std::string show_text = a.str("compare-show", "timelines");
   const auto show = compare_picture_from_name(show_text);
   if (!show)
@@ -178,6 +191,25 @@ int cmd_gui(int argc, char** argv) {
     return 1;
   }
 
+  // Lessons: checked before a window opens, so a bad name is one line and exit 2.
+  std::optional<lesson::Lesson> lesson_wanted;
+  int lesson_step = 0;
+  if (auto name = a.get("lesson")) {
+    lesson_wanted = lesson::find_lesson(*name, lesson::lessons_dir());
+    lesson_step = a.integer("lesson-step", 1) - 1;
+    if (lesson_step < 0 || lesson_step >= static_cast<int>(lesson_wanted->steps.size()))
+      throw ConfigError("--lesson-step " + a.str("lesson-step", "") + " is invalid (valid: 1 to " +
+                        std::to_string(lesson_wanted->steps.size()) + " for lesson '" +
+                        lesson_wanted->id + "')");
+  } else {
+    for (const char* key : {"lesson-step", "answer", "run-step", "reveal"})
+      if (a.has(key))
+        throw ConfigError(std::string("--") + key +
+                          " needs --lesson NAME (see 'shardlab gui --help')");
+  }
+  const lesson::Lang lang = lesson::parse_lang(a.str("lang", "en"));
+  const bool lesson_run = a.has("run-step") || a.has("reveal");
+
   App app(cfg);
   app.parse_list = [](const std::string& s) { return parse_int_list(s, "--partition"); };
   app.state.view = *view;
@@ -187,14 +219,39 @@ int cmd_gui(int argc, char** argv) {
   }
   if (!compare_slots.empty()) app.state.compare.slots = compare_slots;
   app.state.compare.picture = *show;
+  if (a.has("lessons") || lesson_wanted) {
+    // Headless pictures never read or write the user's progress.
+    app.progress_path = shot.empty() ? default_progress_path() : "";
+    app.open_lessons();
+    if (a.has("lang")) app.lessons.set_lang(lang);
+    if (lesson_wanted) {
+      const auto& all = app.lessons.lessons();
+      for (size_t i = 0; i < all.size(); ++i)
+        if (all[i].id == lesson_wanted->id) app.lessons.open(static_cast<int>(i));
+      if (!app.lessons.lesson())
+        throw ConfigError(
+            "--lesson '" + *a.get("lesson") + "': not in " + lesson::lessons_dir() +
+            (app.lessons.load_error().empty() ? "" : " (" + app.lessons.load_error() + ")"));
+      app.lessons.go_to_step(lesson_step);
+      if (auto v = a.get("answer")) {
+        const lesson::Step* st = app.lessons.step();
+        if (st && st->predict && st->predict->is_choice())
+          app.lessons.choice() = std::atoi(v->c_str()) - 1;
+        else
+          app.lessons.answer() = *v;
+      }
+      if (lesson_run) app.lessons.run_step();
+    }
+  }
   // The app opens on the recording or on a run of the given settings, so there is
-  // something to see.
+  // something to see (a lesson step brings its own).
   if (opened)
     app.open_recording(std::move(*opened), open_path);
-  else if (*view != View::compare || shot.empty())
+  else if (!lesson_wanted && (*view != View::compare || shot.empty()))
     app.run();
   // What runs is what the selector shows.
-  if (!opened && *view == View::compare && !compare_slots.empty()) app.compare_from_form();
+  if (!opened && !lesson_wanted && *view == View::compare && !compare_slots.empty())
+    app.compare_from_form();
 
   using clock = std::chrono::steady_clock;
   auto last = clock::now();
@@ -212,7 +269,8 @@ int cmd_gui(int argc, char** argv) {
     app.state.request_png.clear();
     bool done = false;
     if (!shot.empty()) {
-      if (app.settled()) {
+      if (a.has("reveal") && app.lessons.phase() == StepPhase::ran) app.lessons.reveal();
+      if (app.settled() && !(a.has("reveal") && app.lessons.phase() == StepPhase::ran)) {
         if (!placed) {
           placed = true;
           if (replay_at >= 0) {
@@ -225,9 +283,11 @@ int cmd_gui(int argc, char** argv) {
             app.set_playhead(b + replay_at * (static_cast<double>(d.t_live()) - b));
           }
           if (a.has("at-collective")) app.next_collective();
-          fit_steps(app.state.timeline.vp, app.data, app.state.timeline.one_step,
-                    app.state.playhead.t, false);
-          app.state.timeline.follow = true;
+          if (!lesson_run) {  // a lesson step has placed the view itself
+            fit_steps(app.state.timeline.vp, app.data, app.state.timeline.one_step,
+                      app.state.playhead.t, false);
+            app.state.timeline.follow = true;
+          }
         }
         if (++frames_after > frames) {
           png = shot;

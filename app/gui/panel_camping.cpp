@@ -335,6 +335,8 @@ void draw_camping(App& app) {
   for (int r = 0; r < d.world; ++r) {
     const HikerLayout& h = L.hikers[r];
     const CardContents& c = cards[r];
+    mark_region(app, r, nullptr, -1, ImVec2(h.block.x0, h.block.y0),
+                ImVec2(h.block.x1, h.block.y1));
     if (tags.count(r) && !L.compact) {
       const auto& [line, brief] = tags[r];
       const bool fits = ImGui::CalcTextSize(line.c_str()).x <= h.tag.w();

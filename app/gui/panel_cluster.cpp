@@ -212,6 +212,7 @@ void draw_cluster(App& app) {
     const ImVec2 cmin(cr.x0, cr.y0), cmax(cr.x1, cr.y1);
     dl->AddRectFilled(cmin, cmax, ui.card_bg, 6);
     dl->AddRect(cmin, cmax, ui.card_border, 6, 0, 1.5f);
+    mark_region(app, r, nullptr, -1, cmin, cmax);
 
     text_clipped(dl, g.title, ui.text, "rank " + std::to_string(r), font * 1.15f);
     if (g.held.h() > 0) {

@@ -387,6 +387,7 @@ void draw_table(App& app) {
     ImGui::Text("%.6g", r.final_loss);
   }
   ImGui::EndTable();
+  mark_region(app, -1, "table", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
   ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
   ImGui::PushTextWrapPos(0);
   ImGui::TextUnformatted(idle_share_short_definition());
@@ -585,6 +586,7 @@ void draw_memory_over_time(App& app) {
   const float x0 = origin.x + gutter, x1 = origin.x + avail.x - font;
   const float top = origin.y + font * 0.5f, bottom = origin.y + height - axis_h;
   ImGui::InvisibleButton("memory_over_time", ImVec2(avail.x, height));
+  mark_region(app, -1, "memory", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
   const bool hovered = ImGui::IsItemHovered();
   const double xa = c.memory_first_step, xb = c.memory_last_step + 1;
   const auto px = [&](double x) {

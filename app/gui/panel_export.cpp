@@ -97,6 +97,15 @@ void draw_menu_bar(App& app) {
       s.presenter.font_scale = std::max(0.6f, s.presenter.font_scale / 1.15f);
     ImGui::EndMenu();
   }
+  if (ImGui::BeginMenu("Lessons")) {
+    if (ImGui::MenuItem("Lessons panel", "L", s.show_lessons)) {
+      if (s.show_lessons)
+        s.show_lessons = false;
+      else
+        app.open_lessons();
+    }
+    ImGui::EndMenu();
+  }
   if (ImGui::BeginMenu("Help")) {
     if (ImGui::MenuItem("Keyboard shortcuts", "F1")) s.show_help = true;
     ImGui::EndMenu();

@@ -139,6 +139,9 @@ void draw_memory(App& app) {
     dl->AddRectFilled(ImVec2(vp.x0, top), ImVec2(x_end, bottom), ui.lane_bg);
     y_axis(dl, vp.x0, bottom, row_h, max_bytes, ui, x_end);
     dl->AddText(ImVec2(origin.x + 2, top), ui.text, names[i].c_str());
+    // Rows go rank by rank (device, then host when offloading): a lesson may point at one.
+    mark_region(app, d.has_host_memory ? i / 2 : i, nullptr, -1, ImVec2(origin.x, top),
+                ImVec2(x_end, bottom));
     cols.clear();
     memory_columns(*series[i], vp, 2.0f, cols);
     dl->PushClipRect(ImVec2(vp.x0, top), ImVec2(x_end, bottom), true);

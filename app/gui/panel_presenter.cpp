@@ -31,6 +31,10 @@ constexpr Shortcut kShortcuts[] = {
     {"H", "High-contrast theme"},
     {"Ctrl + / Ctrl -", "Larger / smaller font"},
     {"E", "Export window"},
+    {"L", "Lessons panel (beside the view)"},
+    {"Page Down", "Lesson: run the step, reveal it, then the next step (a clicker's forward key)"},
+    {"Page Up", "Lesson: the previous step"},
+    {"Enter", "Lesson: run the step / reveal"},
     {"F1", "This help"},
     {"Ctrl Q", "Quit"},
 };
@@ -81,7 +85,26 @@ void handle_shortcuts(App& app) {
   }
   if (pressed(GLFW_KEY_F11)) s.request_fullscreen_toggle = true;
   if (pressed(GLFW_KEY_F1)) s.show_help = !s.show_help;
+  // A presenter's clicker sends Page Down / Page Up: they drive the lesson even
+  // while the answer field has the keyboard.
+  if (s.show_lessons && app.lessons.step()) {
+    if (pressed(GLFW_KEY_PAGE_DOWN)) app.lessons.advance();
+    if (pressed(GLFW_KEY_PAGE_UP)) app.lessons.prev_step();
+  }
   if (io.WantTextInput) return;  // typing in a field: letters are text
+  if (s.show_lessons && app.lessons.step() &&
+      (pressed(GLFW_KEY_ENTER) || pressed(GLFW_KEY_KP_ENTER))) {
+    if (app.lessons.phase() == StepPhase::ran)
+      app.lessons.reveal();
+    else if (app.lessons.phase() == StepPhase::ask)
+      app.lessons.run_step();
+  }
+  if (pressed(GLFW_KEY_L)) {
+    if (s.show_lessons)
+      s.show_lessons = false;
+    else
+      app.open_lessons();
+  }
   if (pressed(GLFW_KEY_R)) app.run();
   if (pressed(GLFW_KEY_P)) app.pause();
   if (pressed(GLFW_KEY_S)) app.step();
@@ -104,18 +127,24 @@ void handle_shortcuts(App& app) {
 }
 
 void draw_help_window(App& app) {
-  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 30, 0), ImGuiCond_Appearing);
+  // Wide enough for the longest description at any font scale, and wrapped
+  // rather than cut when the screen is narrower than that.
+  const float em = ImGui::GetFontSize();
+  const float width = std::min(em * 42, ImGui::GetIO().DisplaySize.x * 0.9f);
+  ImGui::SetNextWindowSize(ImVec2(width, 0), ImGuiCond_Always);
   if (!ImGui::Begin("Keyboard shortcuts", &app.state.show_help, ImGuiWindowFlags_NoCollapse)) {
     ImGui::End();
     return;
   }
-  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg)) {
+  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
+    ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed, em * 9);
+    ImGui::TableSetupColumn("what", ImGuiTableColumnFlags_WidthStretch);
     for (const Shortcut& k : kShortcuts) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(k.keys);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(k.what);
+      ImGui::TextWrapped("%s", k.what);
     }
     ImGui::EndTable();
   }

@@ -227,6 +227,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
                            origin.y + text_y_in_lane(L, r, l, small)),
                     ui.text_dim, lane_names[l]);
     }
+    // A lesson may point at this rank's lanes (the replayed run's rows only).
+    if (opt.click_sets_playhead)
+      mark_region(app, r, nullptr, -1, ImVec2(origin.x, origin.y + L.lane_y(r, 0)),
+                  ImVec2(x_end, origin.y + L.lane_y(r, 1) + lane_h));
   }
 
   // Step boundaries: a line per step through the rows, labelled in a band
@@ -611,6 +615,7 @@ void draw_step_breakdown(App& app) {
     cell(s.idle);
   }
   ImGui::EndTable();
+  mark_region(app, -1, "breakdown", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
 // Pipeline runs: per stage, the measured bubble beside (P-1)/(M+P-1), and the
@@ -683,6 +688,7 @@ void draw_stage_table(App& app) {
     ImGui::Text("%d", s.in_flight_expected);
   }
   ImGui::EndTable();
+  mark_region(app, -1, "bubble", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
 }  // namespace

@@ -19,6 +19,12 @@ void draw_loss(App& app);           // panel_loss.cpp
 void draw_replay_bar(App& app);     // panel_replay.cpp
 void draw_export_window(App& app);  // panel_export.cpp
 void draw_help_window(App& app);    // panel_presenter.cpp
+void draw_lessons(App& app);        // panel_lessons.cpp
+
+// Registers a part of the view that a lesson's highlight may point at: a rank's
+// lanes, card or hiker (rank >= 0, area null), a named area ("breakdown",
+// "bubble", "table", "memory"), or a memory category (category >= 0).
+void mark_region(App& app, int rank, const char* area, int category, ImVec2 a, ImVec2 b);
 
 // How long a freed gathered copy keeps fading, in run time (panel_cluster.cpp).
 int64_t fade_ns_for(const App& app);

@@ -4,6 +4,9 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <imgui.h>
 
 #include "app/gui/app_state.h"
 
@@ -38,10 +41,12 @@ class Window {
 
  private:
   Window() = default;
-  void load_fonts(float px);
+  void load_fonts(float px, const std::string& glyphs);
 
   GLFWwindow* win_ = nullptr;
-  float font_px_ = 0;  // the size the atlas was built for
+  float font_px_ = 0;                // the size the atlas was built for
+  std::string glyphs_;               // the extra (CJK) characters it was built with
+  std::vector<ImWchar> cjk_ranges_;  // must outlive the atlas build
   bool fonts_built_ = false;
   bool ignore_mouse_ = false;
   int saved_x_ = 0, saved_y_ = 0, saved_w_ = 0, saved_h_ = 0;

@@ -101,6 +101,17 @@ void RunSession::reset() {
   data_reset_ = false;
 }
 
+void RunSession::adopt(std::unique_ptr<RunResult> finished) {
+  reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  cfg_ = finished->cfg;
+  recorders_ = finished->recorders;
+  t0_ns_ = finished->t0_ns;
+  losses_ = finished->losses;
+  finished_ = std::move(finished);
+  state_ = RunState::finished;
+}
+
 RunState RunSession::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == RunState::running && control_ && control_->paused()) return RunState::paused;

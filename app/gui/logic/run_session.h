@@ -32,6 +32,9 @@ class RunSession {
   void resume();
   void step_once();
   void reset();  // cancel, wait for the ranks to stop, forget the run
+  // Shows a run that already finished elsewhere (a lesson step's worker, a
+  // recording) exactly as if this session had run it: poll() ingests it.
+  void adopt(std::unique_ptr<RunResult> finished);
 
   RunState state() const;
   std::string error() const;

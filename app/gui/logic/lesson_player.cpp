@@ -1,0 +1,333 @@
+// The lesson player's logic (see lesson_player.h).
+#include "app/gui/logic/lesson_player.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+namespace shardlab::gui {
+
+namespace {
+
+struct UiWord {
+  const char* en;
+  const char* zh;
+};
+// The player's words. Keys are the English text, so a missing entry shows English.
+constexpr UiWord kWords[] = {
+    {"Lessons", "课程"},
+    {"Lesson", "课程"},
+    {"Step", "步骤"},
+    {"of", "/"},
+    {"Prev", "上一步"},
+    {"Next", "下一步"},
+    {"All lessons", "全部课程"},
+    {"Run this step", "运行本步"},
+    {"Running...", "正在运行……"},
+    {"Reveal", "揭晓答案"},
+    {"Skip", "跳过"},
+    {"Your prediction", "你的预测"},
+    {"Your answer", "你的答案"},
+    {"Formula", "公式"},
+    {"Measured", "实测"},
+    {"right", "正确"},
+    {"not quite", "不太对"},
+    {"no answer", "未作答"},
+    {"Checks", "检验"},
+    {"PASS", "通过"},
+    {"FAIL", "未通过"},
+    {"Look at", "请看"},
+    {"This step has no run: read, then go on.", "本步没有运行：读完即可继续。"},
+    {"The run failed", "运行失败"},
+    {"steps", "步"},
+    {"done", "已完成"},
+    {"Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal.",
+     "Page Down：运行、揭晓、下一步。Page Up：返回。Enter：运行 / 揭晓。"},
+    {"Answer first, or press Skip.", "先作答，或按“跳过”。"},
+    {"within", "容差"},
+    {"The lessons could not all be read", "部分课程文件无法读取"},
+    {"Language", "语言"},
+    {"compare run", "对比运行"},
+    {"recorded run", "录制的运行"},
+};
+
+void add_text(std::set<std::string>& out, const lesson::Text& t) {
+  out.insert(t.en);
+  out.insert(t.zh);
+}
+
+}  // namespace
+
+const char* ui_text(lesson::Lang l, const char* en) {
+  if (l == lesson::Lang::en) return en;
+  for (const UiWord& w : kWords)
+    if (std::strcmp(w.en, en) == 0) return w.zh;
+  return en;
+}
+
+std::string glyph_text(const std::vector<lesson::Lesson>& lessons) {
+  std::set<std::string> parts;
+  for (const UiWord& w : kWords) parts.insert(w.zh);
+  parts.insert("EN 中文");
+  for (const lesson::Lesson& l : lessons) {
+    add_text(parts, l.title);
+    add_text(parts, l.summary);
+    for (const lesson::Step& s : l.steps) {
+      add_text(parts, s.title);
+      add_text(parts, s.text);
+      if (s.reveal) add_text(parts, *s.reveal);
+      if (s.predict) {
+        add_text(parts, s.predict->question);
+        for (const lesson::Choice& c : s.predict->choices) add_text(parts, c.label);
+      }
+      for (const lesson::Gate& g : s.gates) add_text(parts, g.text);
+    }
+  }
+  std::string out;
+  for (const std::string& p : parts) out += p;
+  return out;
+}
+
+LessonPlayer::~LessonPlayer() {
+  join();
+}
+
+void LessonPlayer::join() {
+  if (control_) control_->cancel();
+  if (worker_.joinable()) worker_.join();
+  control_.reset();
+}
+
+void LessonPlayer::load(const std::string& dir, const std::string& progress_path) {
+  join();
+  lessons_.clear();
+  load_error_.clear();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".toml") files.push_back(e.path());
+  if (ec) load_error_ = "cannot read the lessons folder '" + dir + "': " + ec.message();
+  std::sort(files.begin(), files.end());
+  // One bad file must not hide the others: load each on its own.
+  for (const fs::path& f : files) {
+    try {
+      lessons_.push_back(lesson::load_lesson(f.string()));
+    } catch (const std::exception& e) {
+      if (!load_error_.empty()) load_error_ += "\n";
+      load_error_ += e.what();
+    }
+  }
+  progress_path_ = progress_path;
+  store_ = load_progress(progress_path, &note_);
+  lang_ = store_.lang == "zh" ? lesson::Lang::zh : lesson::Lang::en;
+  lesson_ = -1;
+  for (size_t i = 0; i < lessons_.size(); ++i)
+    if (lessons_[i].id == store_.current_lesson) open(static_cast<int>(i));
+}
+
+void LessonPlayer::set_lang(lesson::Lang l) {
+  lang_ = l;
+  store_.lang = lesson::to_string(l);
+  ++revision_;
+}
+
+const lesson::Lesson* LessonPlayer::lesson() const {
+  return lesson_ >= 0 && lesson_ < static_cast<int>(lessons_.size()) ? &lessons_[lesson_] : nullptr;
+}
+
+const lesson::Step* LessonPlayer::step() const {
+  const lesson::Lesson* l = lesson();
+  return l && step_ >= 0 && step_ < static_cast<int>(l->steps.size()) ? &l->steps[step_] : nullptr;
+}
+
+bool LessonPlayer::has_run() const {
+  const lesson::Step* s = step();
+  return s && (s->run || !s->recording.empty());
+}
+
+void LessonPlayer::open(int index) {
+  if (index < 0 || index >= static_cast<int>(lessons_.size())) return;
+  join();
+  lesson_ = index;
+  store_.current_lesson = lessons_[index].id;
+  ++revision_;
+  const int saved = store_.lessons[lessons_[index].id].step;
+  step_ = std::clamp(saved, 0, static_cast<int>(lessons_[index].steps.size()) - 1);
+  enter_step();
+}
+
+void LessonPlayer::close() {
+  remember();
+  join();
+  lesson_ = -1;
+  store_.current_lesson.clear();
+}
+
+void LessonPlayer::enter_step() {
+  phase_ = StepPhase::ask;
+  result_.reset();
+  check_.reset();
+  run_error_.clear();
+  answer_.clear();
+  choice_ = -1;
+  const lesson::Lesson* l = lesson();
+  if (!l) return;
+  const LessonProgress& p = store_.lessons[l->id];
+  if (auto it = p.answers.find(step_); it != p.answers.end()) {
+    const lesson::Step* s = step();
+    if (s && s->predict && s->predict->is_choice()) {
+      try {
+        choice_ = std::stoi(it->second) - 1;
+      } catch (const std::exception&) {
+        choice_ = -1;
+      }
+    } else {
+      answer_ = it->second;
+    }
+  }
+}
+
+void LessonPlayer::remember() {
+  const lesson::Lesson* l = lesson();
+  if (!l) return;
+  ++revision_;
+  LessonProgress& p = store_.lessons[l->id];
+  p.step = step_;
+  const lesson::Step* s = step();
+  const std::string given = s && s->predict && s->predict->is_choice()
+                                ? (choice_ >= 0 ? std::to_string(choice_ + 1) : "")
+                                : answer_;
+  if (!given.empty()) p.answers[step_] = given;
+  if (phase_ == StepPhase::revealed) p.revealed[step_] = true;
+}
+
+void LessonPlayer::go_to_step(int k) {
+  const lesson::Lesson* l = lesson();
+  if (!l || k < 0 || k >= static_cast<int>(l->steps.size())) return;
+  remember();
+  join();
+  step_ = k;
+  store_.lessons[lesson()->id].step = k;
+  ++revision_;
+  enter_step();
+}
+
+bool LessonPlayer::next_step() {
+  const lesson::Lesson* l = lesson();
+  if (!l || step_ + 1 >= static_cast<int>(l->steps.size())) return false;
+  go_to_step(step_ + 1);
+  return true;
+}
+
+bool LessonPlayer::prev_step() {
+  if (!lesson() || step_ == 0) return false;
+  go_to_step(step_ - 1);
+  return true;
+}
+
+void LessonPlayer::advance() {
+  if (!step()) return;
+  switch (phase_) {
+    case StepPhase::ask:
+      if (has_run()) {
+        run_step();
+      } else {
+        phase_ = StepPhase::revealed;
+        remember();
+      }
+      break;
+    case StepPhase::running:
+      break;  // wait for it
+    case StepPhase::ran:
+      reveal();
+      break;
+    case StepPhase::revealed:
+    case StepPhase::failed:
+      next_step();
+      break;
+  }
+}
+
+void LessonPlayer::run_step() {
+  const lesson::Step* s = step();
+  if (!s || phase_ == StepPhase::running || !has_run()) return;
+  join();
+  remember();
+  phase_ = StepPhase::running;
+  result_.reset();
+  check_.reset();
+  run_error_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_done_ = false;
+    finished_.reset();
+    worker_error_.clear();
+  }
+  control_ = std::make_unique<RunControl>();
+  RunControl* control = control_.get();
+  worker_ = std::thread([this, s, control] {
+    try {
+      RunCallbacks cb;
+      cb.control = control;
+      lesson::StepRuns runs = lesson::run_step(*s, cb);
+      StepShow show;
+      show.a = std::make_unique<RunResult>(std::move(runs.a));
+      if (runs.b) show.b = std::make_unique<RunResult>(std::move(*runs.b));
+      show.result = lesson::evaluate_step(*s, *show.a, show.b.get());
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = std::move(show);
+      worker_done_ = true;
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      worker_error_ = e.what();
+      worker_done_ = true;
+    }
+  });
+}
+
+std::optional<StepShow> LessonPlayer::poll() {
+  if (phase_ != StepPhase::running) return std::nullopt;
+  std::optional<StepShow> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!worker_done_) return std::nullopt;
+    if (finished_) {
+      out = std::move(finished_);
+      finished_.reset();
+    }
+    run_error_ = worker_error_;
+  }
+  if (worker_.joinable()) worker_.join();
+  control_.reset();
+  if (out) {
+    result_ = out->result;
+    phase_ = StepPhase::ran;
+  } else {
+    phase_ = StepPhase::failed;
+  }
+  return out;
+}
+
+void LessonPlayer::reveal() {
+  if (phase_ != StepPhase::ran) return;
+  const lesson::Step* s = step();
+  if (s && s->predict && result_) {
+    const std::string given = s->predict->is_choice()
+                                  ? (choice_ >= 0 ? std::to_string(choice_ + 1) : std::string())
+                                  : answer_;
+    if (!given.empty()) check_ = lesson::check_answer(*s->predict, *result_, given);
+  }
+  phase_ = StepPhase::revealed;
+  remember();
+}
+
+bool LessonPlayer::save(std::string* error) {
+  const uint64_t unchanged = revision_;  // saving is not a change worth saving again
+  remember();
+  revision_ = unchanged;
+  return save_progress(progress_path_, store_, error);
+}
+
+}  // namespace shardlab::gui

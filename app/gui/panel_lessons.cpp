@@ -1,0 +1,440 @@
+// The Lessons panel: the lesson list, then one step at a time — its text, where
+// to look, the prediction asked before the run is shown, the run, the reveal
+// (answer, formula and measured side by side, and why they differ) and the
+// gates. Drivable from the keyboard alone (Page Down / Page Up / Enter: what a
+// presenter's clicker sends). The runs are real: LessonPlayer runs them.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include "app/gui/draw_util.h"
+#include "app/gui/logic/format.h"
+#include "app/gui/panels.h"
+
+namespace shardlab::gui {
+
+namespace {
+
+using lesson::Lang;
+
+const char* tr(const App& app, const char* en) {
+  return ui_text(app.lessons.lang(), en);
+}
+
+// ---- Markdown: md4c's blocks drawn as wrapped, styled text -----------------
+
+struct Token {
+  std::string text;
+  const lesson::TextRun* run;
+};
+
+// Splits a run into pieces a line may break after: a word with its trailing
+// spaces, or one CJK character (Chinese has no spaces between words).
+void tokenize(const lesson::TextRun& run, std::vector<Token>& out) {
+  const std::string& s = run.text;
+  std::string cur;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
+    const std::string ch = s.substr(i, len);
+    i += len;
+    if (len >= 3) {  // CJK and wide punctuation: a break is allowed on both sides
+      if (!cur.empty()) out.push_back({cur, &run});
+      cur.clear();
+      out.push_back({ch, &run});
+    } else if (ch == " " || ch == "\n") {
+      cur += ' ';
+      out.push_back({cur, &run});
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) out.push_back({cur, &run});
+}
+
+void draw_runs(const std::vector<lesson::TextRun>& runs, float indent, const UiColors& ui,
+               bool high_contrast) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float line_h = ImGui::GetTextLineHeightWithSpacing();
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const float left = origin.x + indent;
+  const float right = origin.x + ImGui::GetContentRegionAvail().x - 4;
+  std::vector<Token> tokens;
+  for (const lesson::TextRun& r : runs) tokenize(r, tokens);
+  float x = left, y = origin.y;
+  const ImU32 strong = high_contrast ? IM_COL32(255, 230, 80, 255) : IM_COL32(255, 214, 110, 255);
+  const ImU32 emph = high_contrast ? IM_COL32(160, 220, 255, 255) : IM_COL32(150, 200, 255, 255);
+  const ImU32 code = high_contrast ? IM_COL32(140, 255, 160, 255) : IM_COL32(150, 230, 160, 255);
+  for (const Token& t : tokens) {
+    const ImVec2 sz = ImGui::CalcTextSize(t.text.c_str());
+    if (x > left && x + sz.x > right) {
+      x = left;
+      y += line_h;
+      if (t.text == " ") continue;
+    }
+    ImU32 col = ui.text;
+    if (t.run->code) {
+      col = code;
+      dl->AddRectFilled(ImVec2(x - 1, y), ImVec2(x + sz.x + 1, y + sz.y),
+                        IM_COL32(255, 255, 255, 22));
+    } else if (t.run->strong) {
+      col = strong;
+    } else if (t.run->emphasis) {
+      col = emph;
+    }
+    dl->AddText(ImVec2(x, y), col, t.text.c_str());
+    if (t.run->strong) dl->AddText(ImVec2(x + 0.6f, y), col, t.text.c_str());  // faux bold
+    x += sz.x;
+  }
+  ImGui::Dummy(ImVec2(right - origin.x, y + line_h - origin.y));
+}
+
+void draw_markdown(const lesson::Markdown& blocks, const UiColors& ui, bool high_contrast) {
+  const float em = ImGui::GetFontSize();
+  for (const lesson::Block& b : blocks) {
+    switch (b.kind) {
+      case lesson::BlockKind::paragraph:
+        draw_runs(b.runs, 0, ui, high_contrast);
+        ImGui::Dummy(ImVec2(1, em * 0.3f));
+        break;
+      case lesson::BlockKind::heading:
+        draw_runs(b.runs, 0, ui, high_contrast);
+        break;
+      case lesson::BlockKind::list_item: {
+        const float indent = em * 1.2f * static_cast<float>(std::max(1, b.depth));
+        const std::string bullet =
+            b.ordered ? std::to_string(b.number) + "." : std::string("\xE2\x80\xA2");  // •
+        const ImVec2 p = ImGui::GetCursorScreenPos();
+        ImGui::GetWindowDrawList()->AddText(ImVec2(p.x + indent - em * 1.0f, p.y), ui.text_dim,
+                                            bullet.c_str());
+        draw_runs(b.runs, indent, ui, high_contrast);
+        break;
+      }
+      case lesson::BlockKind::code:
+        for (const lesson::TextRun& r : b.runs) {
+          ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(150, 230, 160, 255));
+          ImGui::TextUnformatted(r.text.c_str());
+          ImGui::PopStyleColor();
+        }
+        break;
+    }
+  }
+}
+
+// ---- Numbers in the reveal --------------------------------------------------
+
+std::string value_text(double v, const std::string& unit) {
+  char buf[64];
+  if (unit == "B") return format_bytes(static_cast<int64_t>(std::llround(v)));
+  if (unit == "ms") {
+    std::snprintf(buf, sizeof buf, "%.3g ms", v);
+  } else if (unit == "%") {
+    std::snprintf(buf, sizeof buf, "%.1f%%", v);
+  } else if (unit == "x") {
+    std::snprintf(buf, sizeof buf, "%.2f\xC3\x97", v);  // ×
+  } else if (unit == "count") {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+  }
+  return buf;
+}
+
+const char* view_word(const App& app, const std::string& view) {
+  const auto v = view_from_name(view);
+  if (!v) return view.c_str();
+  static constexpr const char* kZh[kNumViews] = {"时间线",   "内存", "集群",
+                                                 "露营之旅", "对比", "损失"};
+  return app.lessons.lang() == Lang::zh ? kZh[static_cast<int>(*v)] : view_title(*v);
+}
+
+// The seek in the learner's language ("the first all-gather of layer 0 on rank 0").
+std::string seek_words(Lang lang, const lesson::Seek& k) {
+  const bool zh = lang == Lang::zh;
+  switch (k.kind) {
+    case lesson::Seek::Kind::step:
+      return zh ? "第 " + std::to_string(k.step) + " 步开始处"
+                : "the start of step " + std::to_string(k.step);
+    case lesson::Seek::Kind::peak_memory:
+      return zh ? std::to_string(k.rank) + " 号秩的内存峰值"
+                : "rank " + std::to_string(k.rank) + "'s memory peak";
+    case lesson::Seek::Kind::event:
+      break;
+  }
+  std::string kind = to_string(k.event);
+  std::replace(kind.begin(), kind.end(), '_', '-');
+  if (zh) {
+    std::string t = std::to_string(k.rank) + " 号秩上";
+    if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";
+    if (k.micro_batch >= 0) t += "微批次 " + std::to_string(k.micro_batch) + " 的";
+    if (k.layer >= 0) t += "第 " + std::to_string(k.layer) + " 层的";
+    return t + "第 " + std::to_string(k.nth) + " 次 " + kind;
+  }
+  static constexpr const char* kOrdinals[] = {"first", "second", "third"};
+  std::string t = "the " +
+                  (k.nth >= 1 && k.nth <= 3 ? std::string(kOrdinals[k.nth - 1])
+                                            : std::to_string(k.nth) + "th") +
+                  " " + kind;
+  if (k.layer >= 0) t += " of layer " + std::to_string(k.layer);
+  if (k.micro_batch >= 0) t += " of micro-batch " + std::to_string(k.micro_batch);
+  if (k.step >= 0) t += " in step " + std::to_string(k.step);
+  return t + " on rank " + std::to_string(k.rank);
+}
+
+// Units as a reader says them; a count needs no unit.
+const char* unit_words(Lang lang, const std::string& unit) {
+  if (unit == "count") return "";
+  if (unit == "x") return "\xC3\x97";
+  if (unit == "B") return lang == Lang::zh ? "字节 (B)" : "bytes (KiB, MiB allowed)";
+  return unit.c_str();
+}
+
+void draw_lesson_list(App& app, const UiColors& ui) {
+  LessonPlayer& p = app.lessons;
+  const Lang lang = p.lang();
+  ImGui::TextUnformatted(tr(app, "Lessons"));
+  ImGui::Separator();
+  for (size_t i = 0; i < p.lessons().size(); ++i) {
+    const lesson::Lesson& l = p.lessons()[i];
+    char label[512];
+    std::snprintf(label, sizeof label, "%zu. %s##lesson%zu", i + 1, l.title.source(lang).c_str(),
+                  i);
+    if (ImGui::Selectable(label, false)) p.open(static_cast<int>(i));
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
+    ImGui::Indent();
+    ImGui::TextWrapped("%s", l.summary.source(lang).c_str());
+    ImGui::Unindent();
+    ImGui::PopStyleColor();
+  }
+  if (!p.load_error().empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    ImGui::TextWrapped("%s:\n%s", tr(app, "The lessons could not all be read"),
+                       p.load_error().c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
+void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& ui) {
+  LessonPlayer& p = app.lessons;
+  const Lang lang = p.lang();
+  ImGui::Separator();
+  ImGui::TextUnformatted(tr(app, "Your prediction"));
+  draw_markdown(pred.question.blocks(lang), ui, app.state.presenter.high_contrast);
+  const bool locked = p.phase() != StepPhase::ask;
+  if (locked) ImGui::BeginDisabled();
+  if (pred.is_choice()) {
+    for (size_t i = 0; i < pred.choices.size(); ++i) {
+      char label[512];
+      std::snprintf(label, sizeof label, "%s##choice%zu",
+                    pred.choices[i].label.source(lang).c_str(), i);
+      if (ImGui::RadioButton(label, p.choice() == static_cast<int>(i)))
+        p.choice() = static_cast<int>(i);
+    }
+  } else {
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
+    if (ImGui::InputText("##answer", &p.answer(), ImGuiInputTextFlags_EnterReturnsTrue))
+      p.run_step();
+    ImGui::SameLine();
+    char tol[160];
+    if (lang == Lang::zh)
+      std::snprintf(tol, sizeof tol, "%s（与实测相差 %g%% 以内算对）", unit_words(lang, pred.unit),
+                    pred.tolerance * 100);
+    else
+      std::snprintf(tol, sizeof tol, "%s (right within %g%% of the measured value)",
+                    unit_words(lang, pred.unit), pred.tolerance * 100);
+    ImGui::TextUnformatted(tol);
+  }
+  if (locked) ImGui::EndDisabled();
+}
+
+void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
+  LessonPlayer& p = app.lessons;
+  const Lang lang = p.lang();
+  const auto& result = p.result();
+  if (s.predict && result && result->prediction) {
+    const lesson::MetricResult& m = *result->prediction;
+    const std::string& unit = s.predict->unit;
+    if (ImGui::BeginTable("reveal", 3,
+                          ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
+      ImGui::TableSetupColumn(tr(app, "Your answer"));
+      ImGui::TableSetupColumn(tr(app, "Formula"));
+      ImGui::TableSetupColumn(tr(app, "Measured"));
+      ImGui::TableHeadersRow();
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      const auto& check = p.answer_check();
+      if (!check) {
+        ImGui::TextDisabled("%s", tr(app, "no answer"));
+      } else if (!check->error.empty()) {
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.error), "%s", check->error.c_str());
+      } else {
+        const std::string given = s.predict->is_choice() && check->choice >= 0
+                                      ? s.predict->choices[check->choice].label.source(lang)
+                                      : value_text(check->value, unit);
+        ImGui::TextUnformatted(given.c_str());
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(check->correct ? ui.ok : ui.error), "%s",
+                           tr(app, check->correct ? "right" : "not quite"));
+      }
+      ImGui::TableNextColumn();
+      if (m.value && m.value->formula) {
+        ImGui::TextUnformatted(value_text(*m.value->formula, unit).c_str());
+        ImGui::TextDisabled("%s", m.value->formula_text.c_str());
+      } else {
+        ImGui::TextDisabled("-");
+      }
+      ImGui::TableNextColumn();
+      if (m.value) {
+        std::string measured = value_text(m.value->measured, unit);
+        if (s.predict->is_choice() && result->right_choice >= 0)
+          measured +=
+              "  \xE2\x86\x92 " + s.predict->choices[result->right_choice].label.source(lang);
+        ImGui::TextWrapped("%s", measured.c_str());
+      } else {
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.error), "%s", m.error.c_str());
+      }
+      ImGui::EndTable();
+    }
+  }
+  if (s.reveal) draw_markdown(s.reveal->blocks(lang), ui, app.state.presenter.high_contrast);
+  if (result && !result->gates.empty()) {
+    ImGui::TextUnformatted(tr(app, "Checks"));
+    for (const lesson::GateResult& g : result->gates) {
+      const ImU32 col = g.pass ? ui.ok : ui.error;
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col), "%s",
+                         tr(app, g.pass ? "PASS" : "FAIL"));
+      ImGui::SameLine();
+      ImGui::TextWrapped("%s", g.gate ? g.gate->text.source(lang).c_str() : "");
+      std::string detail;
+      if (g.left.value) {
+        detail = g.left.ref.name + " = " + value_text(g.left.value->measured, g.left.value->unit) +
+                 " " + (g.gate ? g.gate->op : "") + " " +
+                 (g.right && g.right->value ? value_text(g.right_value, g.right->value->unit)
+                                            : value_text(g.right_value, g.left.value->unit));
+      } else {
+        detail = g.left.error;
+      }
+      ImGui::Indent();
+      ImGui::TextDisabled("%s", detail.c_str());
+      ImGui::Unindent();
+    }
+  }
+}
+
+void draw_step(App& app, const UiColors& ui) {
+  LessonPlayer& p = app.lessons;
+  const Lang lang = p.lang();
+  const lesson::Lesson& l = *p.lesson();
+  const lesson::Step& s = *p.step();
+  const float em = ImGui::GetFontSize();
+
+  if (ImGui::SmallButton(tr(app, "All lessons"))) {
+    p.close();
+    return;
+  }
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s \xC2\xB7 %s %d %s %zu", l.title.source(lang).c_str(), tr(app, "Step"),
+                      p.step_index() + 1, tr(app, "of"), l.steps.size());
+  ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(255, 214, 110, 255));
+  ImGui::TextWrapped("%s", s.title.source(lang).c_str());
+  ImGui::PopStyleColor();
+  ImGui::Separator();
+
+  // Everything between the title and the buttons scrolls.
+  const float buttons_h = ImGui::GetFrameHeightWithSpacing() * 2 + em * 0.5f;
+  ImGui::BeginChild("step_body",
+                    ImVec2(0, std::max(em * 4, ImGui::GetContentRegionAvail().y - buttons_h)));
+  draw_markdown(s.text.blocks(lang), ui, app.state.presenter.high_contrast);
+  if (s.look) {
+    std::string look = std::string(tr(app, "Look at")) + ": " + view_word(app, s.look->view);
+    if (s.look->seek) look += " \xC2\xB7 " + seek_words(lang, *s.look->seek);
+    if (p.result() && p.result()->seek && !p.result()->seek->found)
+      look += " (" + p.result()->seek->description + ")";
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text_dim), "\xE2\x86\x92 %s",
+                       look.c_str());
+  }
+  if (!s.recording.empty())
+    ImGui::TextDisabled("%s: %s", tr(app, "recorded run"), s.recording.c_str());
+  if (s.predict) draw_prediction(app, *s.predict, ui);
+  if (p.phase() == StepPhase::failed) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    ImGui::TextWrapped("%s: %s", tr(app, "The run failed"), p.run_error().c_str());
+    ImGui::PopStyleColor();
+  }
+  if (p.phase() == StepPhase::revealed) {
+    ImGui::Separator();
+    draw_reveal(app, s, ui);
+  }
+  if (!p.has_run() && p.phase() == StepPhase::ask)
+    ImGui::TextDisabled("%s", tr(app, "This step has no run: read, then go on."));
+  ImGui::EndChild();
+
+  // The step's actions, always at the bottom.
+  ImGui::Separator();
+  if (ImGui::Button(tr(app, "Prev"))) p.prev_step();
+  ImGui::SameLine();
+  switch (p.phase()) {
+    case StepPhase::ask:
+      if (p.has_run()) {
+        // The prediction comes before the run is shown: answer, or skip it on purpose.
+        const bool asks =
+            s.predict && (s.predict->is_choice() ? p.choice() < 0 : p.answer().empty());
+        if (asks) ImGui::BeginDisabled();
+        if (ImGui::Button(tr(app, "Run this step"))) p.run_step();
+        if (asks) {
+          ImGui::EndDisabled();
+          ImGui::SameLine();
+          if (ImGui::Button(tr(app, "Skip"))) p.run_step();
+          ImGui::SameLine();
+          ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
+        }
+      }
+      break;
+    case StepPhase::running:
+      ImGui::BeginDisabled();
+      ImGui::Button(tr(app, "Running..."));
+      ImGui::EndDisabled();
+      break;
+    case StepPhase::ran:
+      if (ImGui::Button(tr(app, "Reveal"))) p.reveal();
+      break;
+    case StepPhase::revealed:
+    case StepPhase::failed:
+      if (p.has_run() && ImGui::Button(tr(app, "Run this step"))) p.run_step();
+      break;
+  }
+  ImGui::SameLine();
+  if (ImGui::Button(tr(app, "Next"))) p.next_step();
+  ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
+  ImGui::TextWrapped(
+      "%s", tr(app, "Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal."));
+  ImGui::PopStyleColor();
+}
+
+}  // namespace
+
+void draw_lessons(App& app) {
+  const UiColors& ui = ui_colors(app.state.presenter.high_contrast);
+  LessonPlayer& p = app.lessons;
+  // Language switch: at any time, every text of the lesson and the player.
+  const bool zh = p.lang() == Lang::zh;
+  if (ImGui::RadioButton("EN", !zh)) p.set_lang(Lang::en);
+  ImGui::SameLine();
+  if (ImGui::RadioButton("\xE4\xB8\xAD\xE6\x96\x87", zh)) p.set_lang(Lang::zh);  // 中文
+  if (!p.note().empty()) {
+    ImGui::SameLine();
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.error), "(!)");
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", p.note().c_str());
+  }
+  if (p.step()) {
+    draw_step(app, ui);
+  } else {
+    draw_lesson_list(app, ui);
+  }
+}
+
+}  // namespace shardlab::gui

@@ -1,0 +1,135 @@
+// The lesson player without a window: progress on disk (atomic, never lost),
+// the step phases a clicker drives (Page Down: run, reveal, next), and the
+// glyphs the font atlas is built from.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "app/gui/logic/lesson_player.h"
+#include "app/gui/logic/lesson_progress.h"
+#include "core/atomic_file.h"
+
+using namespace shardlab;
+using namespace shardlab::gui;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("shardlab-test-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("progress round-trips through its JSON", "[lesson-player]") {
+  ProgressStore s;
+  s.lang = "zh";
+  s.current_lesson = "zero";
+  s.lessons["zero"].step = 3;
+  s.lessons["zero"].answers[1] = "1.5 MiB";
+  s.lessons["zero"].answers[2] = "2";
+  s.lessons["zero"].revealed[1] = true;
+  s.lessons["gpipe"].step = 0;
+  const ProgressStore t = progress_from_json(progress_json(s));
+  CHECK(t.lang == "zh");
+  CHECK(t.current_lesson == "zero");
+  CHECK(t.lessons.at("zero").step == 3);
+  CHECK(t.lessons.at("zero").answers.at(1) == "1.5 MiB");
+  CHECK(t.lessons.at("zero").answers.at(2) == "2");
+  CHECK(t.lessons.at("zero").revealed.at(1));
+  CHECK(t.lessons.at("zero").revealed.count(2) == 0);
+  CHECK(t.lessons.count("gpipe") == 1);
+}
+
+TEST_CASE("progress is saved under a fresh directory and read back", "[lesson-player]") {
+  const fs::path d = fresh_dir("progress");
+  const std::string path = (d / "state" / "shardlab" / "lessons.json").string();
+  ProgressStore s;
+  s.current_lesson = "ddp";
+  s.lessons["ddp"].step = 2;
+  std::string error;
+  REQUIRE(save_progress(path, s, &error));
+  std::string note;
+  const ProgressStore t = load_progress(path, &note);
+  CHECK(note.empty());
+  CHECK(t.lessons.at("ddp").step == 2);
+  // No temporary file is left beside it.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(d / "state" / "shardlab"))
+    files += e.is_regular_file();
+  CHECK(files == 1);
+  fs::remove_all(d);
+}
+
+TEST_CASE("an unreadable progress file is set aside, never overwritten", "[lesson-player]") {
+  const fs::path d = fresh_dir("badprogress");
+  const fs::path path = d / "lessons.json";
+  for (const char* bad :
+       {"{not json", "[1,2]", "{\"format\": 99}", "{\"format\":1,\"lang\":\"fr\"}",
+        "{\"format\":1,\"lessons\":{\"x\":{\"step\":-4,\"answers\":{},\"revealed\":[]}}}"}) {
+    { std::ofstream(path) << bad; }
+    std::string note;
+    const ProgressStore s = load_progress(path.string(), &note);
+    INFO(bad);
+    CHECK(s.lessons.empty());
+    CHECK(note.find("could not be read") != std::string::npos);
+    CHECK(!fs::exists(path));
+    CHECK(read(d / "lessons.json.unreadable") == bad);  // what the user had is kept
+  }
+  // A directory where the file should be: reported, left alone, and saving fails cleanly.
+  fs::create_directories(path);
+  std::string note, error;
+  load_progress(path.string(), &note);
+  CHECK(note.find("not a regular file") != std::string::npos);
+  CHECK(fs::is_directory(path));
+  CHECK_FALSE(save_progress(path.string(), ProgressStore{}, &error));
+  CHECK(error.find("not a regular file") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("atomic writes replace a symlink, not its target, and refuse devices",
+          "[lesson-player]") {
+  const fs::path d = fresh_dir("atomic");
+  const fs::path target = d / "target.txt";
+  { std::ofstream(target) << "keep me"; }
+  const fs::path link = d / "out.txt";
+  fs::create_symlink(target, link);
+  std::string error;
+  REQUIRE(write_file_atomic(link.string(), "new", &error));
+  CHECK(read(target) == "keep me");
+  CHECK(!fs::is_symlink(link));
+  CHECK(read(link) == "new");
+  CHECK_FALSE(write_file_atomic("/dev/null", "x", &error));
+  CHECK(error.find("/dev/null") != std::string::npos);
+  CHECK(fs::is_character_file("/dev/null"));
+  CHECK_FALSE(write_file_atomic((d / "missing" / "x.json").string(), "x", &error));
+  CHECK(write_file_atomic((d / "made" / "x.json").string(), "x", &error, true));
+  fs::remove_all(d);
+}
+
+TEST_CASE("the player's words exist in both languages", "[lesson-player]") {
+  for (const char* w :
+       {"Run this step", "Reveal", "Next", "Prev", "Your answer", "Formula", "Measured"}) {
+    INFO(w);
+    CHECK(std::string(ui_text(lesson::Lang::zh, w)) != w);
+    CHECK(std::string(ui_text(lesson::Lang::en, w)) == w);
+  }
+  const std::string g = glyph_text({});
+  CHECK(g.find("揭晓") != std::string::npos);
+}
