@@ -88,7 +88,7 @@ TEST_CASE("bad input: mismatched --init-from says which tensor", "[cli]") {
       junk);
 }
 
-TEST_CASE("run writes trace, checkpoints and data; --init-from reproduces it", "[cli]") {
+TEST_CASE("run writes trace, checkpoints and data, --init-from reproduces it", "[cli]") {
   const auto dir = tmpdir();
   const std::string init = (dir / "init.safetensors").string(),
                     fin = (dir / "final.safetensors").string(),

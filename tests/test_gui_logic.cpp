@@ -454,7 +454,7 @@ TEST_CASE("compare: rows, CSV, and the strategy list", "[gui]") {
   for (const RunConfig& c : default_compare_configs(base)) CHECK(c.strategy != "single");
 }
 
-TEST_CASE("run session: a real run streams into the UI's data; Step runs one step", "[gui]") {
+TEST_CASE("run session: a real run streams into the UI's data, Step runs one step", "[gui]") {
   RunConfig cfg;
   cfg.model = "mlp:2x16";
   cfg.strategy = "ddp";

@@ -175,7 +175,7 @@ TEST_CASE("the example lesson parses into texts, runs, look, prediction and gate
   CHECK(p.look->highlight->area == "bubble");
 }
 
-TEST_CASE("Markdown: blocks, runs, ordered lists, headings, code; refused constructs",
+TEST_CASE("Markdown: blocks, runs, ordered lists, headings, code, refused constructs",
           "[lessons]") {
   const Markdown m = parse_markdown(
       "# Title\n\nA *b* **c** `d` &amp; e\n\n3. three\n4. four\n\n```\nx = 1\ny = 2\n```\n");

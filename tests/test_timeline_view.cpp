@@ -107,7 +107,7 @@ TEST_CASE("a recv posted early and completed late is idle until its data is sent
   CHECK(std::string(idle_name("ddp")) == "waiting");
 }
 
-TEST_CASE("a send waits until its recv is posted; unmatched spans move bytes", "[timeline-view]") {
+TEST_CASE("a send waits until its recv is posted, unmatched spans move bytes", "[timeline-view]") {
   RunData d = make_data(2);
   append(d, 0,
          {compute(0, 100), p2p(100, 300, SpanKind::send, 1, 9),
@@ -499,7 +499,7 @@ TEST_CASE("hundreds of flows in view are bundled into a few lines", "[timeline-v
   CHECK(many.size() <= 2 * (1000 / 16 + 2));  // per direction, one line per 16 px column
 }
 
-TEST_CASE("one step fits the step's window; live shows the last finished step", "[timeline-view]") {
+TEST_CASE("one step fits the step's window, live shows the last finished step", "[timeline-view]") {
   RunData d = make_data(2);
   for (int step = 0; step < 3; ++step) {
     const int64_t b = 1000 + step * 1000;

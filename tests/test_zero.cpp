@@ -102,7 +102,7 @@ TEST_CASE("dp, zero1/2/3 and fsdp match single at world 1-4 (AdamW and SGD)", "[
   }
 }
 
-TEST_CASE("shard plans pad to equal shards; buffer names parse back", "[zero]") {
+TEST_CASE("shard plans pad to equal shards, buffer names parse back", "[zero]") {
   const ShardPlan p(650, 3);
   REQUIRE(p.shard == 217);
   REQUIRE(p.padded() == 651);
@@ -189,7 +189,7 @@ TEST_CASE("padding is accounted: world 3 holds exactly the padded shards", "[zer
   }
 }
 
-TEST_CASE("zero3 names shards and gathered layers; gathers are freed after use", "[zero]") {
+TEST_CASE("zero3 names shards and gathered layers, gathers are freed after use", "[zero]") {
   RunConfig c = small_config("zero3", 4, OptimizerKind::adamw);
   c.steps = 2;
   const RunResult r = run_training(c);

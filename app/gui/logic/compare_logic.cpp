@@ -76,24 +76,31 @@ int stages_of(const CompareSlot& s) {
 }  // namespace
 
 bool strategy_uses(const std::string& strategy, SlotOption o) {
-  const bool pipe = is_pipeline_strategy(strategy);
+  // The strategy's registration says what it reads (core/strategy.h): one source
+  // of truth for validation, the run bar and these slots.
+  const StrategyInfo* info = find_strategy(strategy);
+  if (!info) return false;
   switch (o) {
     case SlotOption::micro_batches:
+      return info->reads_option(StrategyOption::micro_batches);
     case SlotOption::recompute:
-      return strategy == "gpipe" || strategy == "1f1b";  // naive-mp runs the whole batch at once
+      return info->reads_option(StrategyOption::recompute);
     case SlotOption::stages:
-      return pipe;
+      return info->reads_option(StrategyOption::stages);
     case SlotOption::precision:
-      return !pipe;  // the pipelines run in fp32 only
+      return info->reads_option(StrategyOption::precision);
     case SlotOption::prefetch:
-      return strategy == "zero3" || strategy == "fsdp";
+      return info->reads_option(StrategyOption::no_prefetch);
     case SlotOption::overlap:
+      return info->reads_option(StrategyOption::no_overlap);
     case SlotOption::bucket_mb:
-      return strategy == "ddp";
+      return info->reads_option(StrategyOption::bucket_mb);
     case SlotOption::fsdp_unit:
+      return info->reads_option(StrategyOption::fsdp_unit);
     case SlotOption::reshard:
+      return info->reads_option(StrategyOption::no_reshard);
     case SlotOption::offload:
-      return strategy == "fsdp";
+      return info->reads_option(StrategyOption::offload);
   }
   return false;
 }
