@@ -4,7 +4,7 @@
 set -euo pipefail
 PACKAGES=(build-essential cmake pkg-config git libgloo-dev libopenblas-dev catch2 nlohmann-json3-dev
           libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri libstb-dev xvfb xauth fonts-dejavu-core
-          libtomlplusplus-dev libmd4c-dev)
+          libtomlplusplus-dev libmd4c-dev fonts-wqy-microhei)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
