@@ -30,9 +30,10 @@ struct CjkFont {
 };
 constexpr CjkFont kCjkFonts[] = {{"/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", 0},
                                  {"/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc", 2}};
-// Latin, Greek (Ψ in the ZeRO formulas), punctuation (·, –), arrows (→), shapes.
-constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2000, 0x206F,
-                                    0x2190, 0x21FF, 0x25A0, 0x25FF, 0};
+// Latin, Greek (Ψ in the ZeRO formulas), punctuation (·, –), arrows (→), math
+// operators (−, ≈, ≤ in the lessons' formulas), shapes.
+constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190,
+                                    0x21FF, 0x2200, 0x22FF, 0x25A0, 0x25FF, 0};
 
 std::string g_glfw_error;  // written by GLFW's error callback, read right after the failing call
 
