@@ -7,6 +7,52 @@
 
 namespace shardlab::app {
 
+namespace {
+
+// A value to show in "--world needs a value (e.g. --world 4)".
+std::string example_value(const std::string& key) {
+  static const std::map<std::string, std::string> kExamples = {
+      {"model", "mlp:8x256"},
+      {"strategy", "ddp"},
+      {"world", "4"},
+      {"batch", "64"},
+      {"steps", "100"},
+      {"optimizer", "adamw"},
+      {"lr", "1e-3"},
+      {"seed", "1"},
+      {"bucket-mb", "25"},
+      {"timeout-ms", "30000"},
+      {"precision", "bf16"},
+      {"fsdp-unit", "2"},
+      {"stages", "4"},
+      {"micro-batches", "8"},
+      {"partition", "3,2,2,1"},
+      {"device", "cpu"},
+      {"backend", "gloo"},
+      {"trace", "out.json"},
+      {"save-init", "init.safetensors"},
+      {"save-final", "final.safetensors"},
+      {"init-from", "init.safetensors"},
+      {"save-data", "data.safetensors"},
+      {"params", "7.5e9"},
+      {"view", "memory"},
+      {"compare", "ddp,single:1"},
+      {"screenshot", "out.png"},
+      {"frames", "3"},
+      {"replay-at", "0.5"},
+      {"size", "1600x1000"},
+      {"font-scale", "1.5"},
+      {"out", "shardlab-demo"},
+      {"rounds", "2"},
+      {"models", "mlp:8x256"},
+      {"strategies", "ddp,zero3"},
+  };
+  auto it = kExamples.find(key);
+  return it == kExamples.end() ? "" : it->second;
+}
+
+}  // namespace
+
 Args::Args(int argc, char** argv, const std::string& command, const std::set<std::string>& options,
            const std::set<std::string>& flags)
     : command_(command) {
@@ -31,14 +77,22 @@ Args::Args(int argc, char** argv, const std::string& command, const std::set<std
       if (inline_value)
         throw ConfigError("option --" + key + " takes no value (got '" + value + "')");
       values_[key] = "1";
+      given_.push_back(key);
     } else if (options.count(key)) {
       if (!inline_value) {
-        if (i + 1 >= argc)
-          throw ConfigError("option --" + key + " needs a value (see 'shardlab " + command +
-                            " --help')");
+        // The next word is another option (`--world --batch 64`): the value is
+        // missing, whatever follows would be misread.
+        if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) {
+          const std::string example = example_value(key);
+          throw ConfigError("--" + key + " needs a value (" +
+                            (example.empty() ? "see 'shardlab " + command + " --help'"
+                                             : "e.g. --" + key + " " + example) +
+                            ")");
+        }
         value = argv[++i];
       }
       values_[key] = value;
+      given_.push_back(key);
     } else {
       throw ConfigError("unknown option '" + a + "' for 'shardlab " + command +
                         "' (see 'shardlab " + command + " --help')");

@@ -24,11 +24,14 @@ class Args {
   double number(const std::string& name, double fallback) const;
   uint64_t u64(const std::string& name, uint64_t fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // Option and flag names as typed, without "--", in command-line order.
+  const std::vector<std::string>& given() const { return given_; }
 
  private:
   std::string command_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  std::vector<std::string> given_;
   bool help_ = false;
 };
 

@@ -2,11 +2,11 @@
 // process, in interleaved rounds so machine noise hits every row alike.
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "core/cores.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 
@@ -73,12 +73,14 @@ int bench_step(int argc, char** argv) {
   double single_ms = 0;
   for (const Row& r : rows) {
     const double ms = median(r.step_ms);
-    if (r.cfg.strategy == "single") single_ms = ms;
+    if (in_family(r.cfg.strategy, StrategyFamily::single)) single_ms = ms;
     std::printf("%-12s %-18s %5d %11.3f ms %9.2fx\n", r.cfg.model.c_str(), r.label.c_str(),
                 r.cfg.world, ms, ms / single_ms);
   }
-  std::printf("(%d rounds x %d steps per row, batch 64, AdamW; ranks are threads on %u cores)\n",
-              rounds, steps, std::thread::hardware_concurrency());
+  std::printf("(%d rounds x %d steps per row, batch 64, AdamW; ranks are threads on %d cores)\n",
+              rounds, steps, cores_available());
+  const std::string note = oversubscription_note(world, cores_available());
+  if (!note.empty()) std::printf("note: %s\n", note.c_str());
   return 0;
 }
 

@@ -9,6 +9,8 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/summary.h"
+#include "core/cores.h"
+#include "core/placement.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 
@@ -25,7 +27,8 @@ int bench_strategies(int argc, char** argv) {
         "                                 [--rounds 2] [--device cpu] [--backend auto]\n"
         "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n\n"
         "Every strategy (default: all) on one model and device. Pipeline strategies run\n"
-        "--world stages with 4 micro-batches (naive-mp: 1). Rows run in interleaved rounds;\n"
+        "--world stages with 4 micro-batches (naive-mp: 1), in fp32 whatever --precision\n"
+        "says. Rows run in interleaved rounds;\n"
         "step time = median over steps 1.. of the slowest rank; memory = the largest peak\n"
         "of any rank, measured by the allocator (device pool); sent = bytes per step per rank.\n");
     return 0;
@@ -56,9 +59,10 @@ int bench_strategies(int argc, char** argv) {
       pos = comma + 1;
     }
   } else {
-    names.push_back("single");  // first: the other rows are read against it
-    for (const StrategyInfo& info : all_strategies())
-      if (info.name != "single") names.push_back(info.name);
+    // The reference first: the other rows are read against it.
+    for (const bool reference : {true, false})
+      for (const StrategyInfo& info : all_strategies())
+        if ((info.family == StrategyFamily::single) == reference) names.push_back(info.name);
   }
 
   struct Row {
@@ -73,11 +77,13 @@ int bench_strategies(int argc, char** argv) {
     if (!find_strategy(n))
       throw ConfigError("--strategies: '" + n + "' is not a strategy (valid: " + strategy_names() +
                         ")");
-    RunConfig c = base;
-    c.strategy = n;
-    if (n == "single") c.world = 1;
-    if (n == "gpipe" || n == "1f1b") c.micro_batches = 4;
-    if (n == "naive-mp" || n == "gpipe" || n == "1f1b") c.stages = c.world;
+    // Each row sets only what its strategy reads: a pipeline runs fp32 whatever
+    // --precision says (its row says so), naive-mp has no micro-batches.
+    const StrategyInfo& info = strategy_info(n);
+    RunConfig c = for_strategy(base, n);
+    if (info.family == StrategyFamily::single) c.world = 1;
+    if (info.reads_option(StrategyOption::micro_batches)) c.micro_batches = 4;
+    if (info.reads_option(StrategyOption::stages)) c.stages = c.world;
     validate(c);  // every row is checked before any runs
     rows.push_back({c, {}, 0, 0, ""});
   }
@@ -99,18 +105,24 @@ int bench_strategies(int argc, char** argv) {
               base.batch, base.precision.c_str(), base.steps, rounds);
   if (!rows.empty())
     std::printf("placement (world %d): %s\n", base.world, rows.back().placement.c_str());
-  std::printf("%-10s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
+  if (plan_placement(base).kind == DeviceKind::cpu) {
+    const std::string note = oversubscription_note(base.world, cores_available());
+    if (!note.empty()) std::printf("note: %s\n", note.c_str());
+  }
+  std::printf("%-14s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
               "peak mem/rank", "sent/step");
   double single_ms = 0;
   for (const Row& row : rows)
-    if (row.cfg.strategy == "single") single_ms = median(row.step_ms);
+    if (in_family(row.cfg.strategy, StrategyFamily::single)) single_ms = median(row.step_ms);
   for (const Row& row : rows) {
     const double ms = median(row.step_ms);
     char ratio[32] = "-";
     if (single_ms > 0) std::snprintf(ratio, sizeof ratio, "%.2f", ms / single_ms);
-    std::printf("%-10s %6d %11.3f ms %10s %16s %14s\n", row.cfg.strategy.c_str(), row.cfg.world, ms,
-                ratio, human_bytes(static_cast<double>(row.peak)).c_str(),
-                human_bytes(row.sent).c_str());
+    // A row that could not take --precision says what it ran in.
+    const std::string label =
+        row.cfg.strategy + (row.cfg.precision != base.precision ? " " + row.cfg.precision : "");
+    std::printf("%-14s %6d %11.3f ms %10s %16s %14s\n", label.c_str(), row.cfg.world, ms, ratio,
+                human_bytes(static_cast<double>(row.peak)).c_str(), human_bytes(row.sent).c_str());
   }
   return 0;
 }

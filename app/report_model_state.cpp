@@ -9,28 +9,25 @@
 #include "core/model.h"
 #include "core/model_state.h"
 #include "core/sharding.h"
+#include "core/strategy.h"
 
 namespace shardlab::app {
 
 namespace {
 
-bool in_family(const std::string& s) {
-  return s == "ddp" || s == "dp" || s == "zero1" || s == "zero2" || s == "zero3" || s == "fsdp";
-}
-
 // Bytes of shard padding in one rank's model states: full flat buffers carry
 // each group's padding, shards carry their share of it (see core/sharding.h).
 double padding_bytes(const RunConfig& c, const ModelLayout& layout) {
   const BytesPerParam b = bytes_per_param(c.precision, c.optimizer.kind);
-  if (c.strategy != "zero1" && c.strategy != "zero2" && c.strategy != "zero3" &&
-      c.strategy != "fsdp")
-    return 0;
-  const auto groups = make_flat_groups(layout, c.strategy == "fsdp" ? c.fsdp_unit : 1, c.world);
+  const StrategyInfo& s = strategy_info(c.strategy);
+  if (s.zero_stage == 0) return 0;
+  const int unit = s.reads_option(StrategyOption::fsdp_unit) ? c.fsdp_unit : 1;
+  const auto groups = make_flat_groups(layout, unit, c.world);
   double full = 0;
   for (const FlatGroup& g : groups) full += static_cast<double>(g.plan.padding());
   const double shard = padding_per_rank(groups);
-  if (c.strategy == "zero1") return full * (b.params + b.grads) + shard * b.optimizer;
-  if (c.strategy == "zero2") return full * b.params + shard * (b.grads + b.optimizer);
+  if (s.zero_stage == 1) return full * (b.params + b.grads) + shard * b.optimizer;
+  if (s.zero_stage == 2) return full * b.params + shard * (b.grads + b.optimizer);
   return shard * (b.params + b.grads + b.optimizer);
 }
 
@@ -69,6 +66,8 @@ std::vector<Row> rows(const RunResult& r) {
   const ModelLayout layout(ModelSpec::parse(c.model));
   const ModelStateInput in = model_state_input(c, static_cast<double>(layout.total()));
   const double pad = padding_bytes(c, layout);
+  const bool controller = strategy_info(c.strategy).controller;
+  const bool offload = option_in_effect(c, StrategyOption::offload);
   std::vector<Row> out;
   for (int k = 0; k < static_cast<int>(r.ranks.size()); ++k) {
     Row row;
@@ -76,13 +75,13 @@ std::vector<Row> rows(const RunResult& r) {
     row.predicted = predict_model_state(in, k);
     row.padding = pad;
     row.comm = predict_comm(in, k);
-    if (c.strategy == "dp") {
+    if (controller) {
       // dp's device copies are counted like communication; the timeline
       // tells which of them were activations rather than model states.
       row.sent_activations = dp_sent(r, k).second;
     }
     row.sent = r.ranks[k].bytes_sent_per_step;
-    if (c.strategy == "fsdp" && c.offload) {
+    if (offload) {
       row.h2d = row.d2h = c.record ? 0 : -1;
       if (c.record)
         for (const Span& s : r.recorders[k]->snapshot().spans) {
@@ -99,31 +98,24 @@ std::vector<Row> rows(const RunResult& r) {
 std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
   const RunConfig& c = r.cfg;
   const Row& r0 = rs.front();
+  const bool offload = option_in_effect(c, StrategyOption::offload);
+  const bool controller = strategy_info(c.strategy).controller;
   std::string s =
       "The formulas count model states only. Beside them each rank also held activations (" +
       human_bytes(r0.m.activations) + " peak on rank 0), comm buffers (" +
       human_bytes(r0.m.comm_buffers) + ": ";
-  if (c.strategy == "ddp")
-    s += "gradient buckets";
-  else if (c.strategy == "dp")
-    s += "device 0's inboxes for every replica's gradients";
-  else if (c.strategy == "zero1")
-    s += "reduce-scatter scratch";
-  else if (c.strategy == "zero2")
-    s += "each layer's unreduced gradient until it is reduce-scattered";
-  else
-    s += "gathered parameters and unreduced gradients of the layers in flight";
-  if (c.strategy == "fsdp" && c.offload) s += ", device copies of the host-resident shards";
+  s += strategy_info(c.strategy).comm_buffers;
+  if (offload) s += ", device copies of the host-resident shards";
   s += ") and temporaries (" + human_bytes(r0.m.temporary) + ").";
   if (r0.padding > 0)
     s += " Shards are padded to equal length: " + human_bytes(r0.padding) +
          " of each rank's model states is padding.";
-  if (c.strategy == "fsdp" && c.offload && r0.h2d >= 0)
+  if (offload && r0.h2d >= 0)
     s += " With --offload each rank also copied " + human_bytes(r0.h2d) +
          " host→device (every shard, before each all-gather) and " + human_bytes(r0.d2h) +
          " device→host (its reduced gradient shards) per step: PCIe traffic on a GPU, not counted "
          "as bytes sent.";
-  if (c.strategy == "dp")
+  if (controller)
     s += " dp's copies also move activations (the batch and output gradients from device 0, "
          "the outputs back to it), which the model-state traffic does not count.";
   else
@@ -137,9 +129,10 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
 
 void print_model_state_report(const RunResult& r) {
   const RunConfig& c = r.cfg;
-  if (!in_family(c.strategy) || r.ranks.empty()) return;
+  if (!in_family(c.strategy, StrategyFamily::data_parallel) || r.ranks.empty()) return;
   const std::vector<Row> rs = rows(r);
-  const bool host = c.strategy == "fsdp" && c.offload;
+  const bool host = option_in_effect(c, StrategyOption::offload);
+  const bool controller = strategy_info(c.strategy).controller;
   const BytesPerParam b = bytes_per_param(c.precision, c.optimizer.kind);
   std::printf(
       "  model states per rank: measured peak vs predicted (ZeRO paper, %s %s: %d + %d + %d bytes "
@@ -159,7 +152,7 @@ void print_model_state_report(const RunResult& r) {
   }
   std::printf("  bytes sent per step: measured vs predicted (%d bytes per element%s):\n",
               rs.front().comm.bytes_per_element,
-              c.strategy == "dp" ? "; dp has no communicator: these are its device copies" : "");
+              controller ? "; dp has no communicator: these are its device copies" : "");
   std::printf("    %-5s %13s %13s %8s  %s\n", "rank", "measured", "predicted", "diff", "volume");
   for (size_t k = 0; k < rs.size(); ++k) {
     const Row& w = rs[k];
@@ -171,7 +164,7 @@ void print_model_state_report(const RunResult& r) {
     else
       std::printf(" %8s", "");
     std::printf("  %s", w.comm.formula.c_str());
-    if (c.strategy == "dp" && w.sent_activations > 0)
+    if (controller && w.sent_activations > 0)
       std::printf(" (measured includes %s of activations)",
                   human_bytes(w.sent_activations).c_str());
     std::printf("\n");
@@ -181,8 +174,9 @@ void print_model_state_report(const RunResult& r) {
 
 void model_state_report_json(const RunResult& r, nlohmann::json& j) {
   const RunConfig& c = r.cfg;
-  if (!in_family(c.strategy) || r.ranks.empty()) return;
+  if (!in_family(c.strategy, StrategyFamily::data_parallel) || r.ranks.empty()) return;
   const std::vector<Row> rs = rows(r);
+  const bool controller = strategy_info(c.strategy).controller;
   nlohmann::json ranks = nlohmann::json::array();
   for (size_t k = 0; k < rs.size(); ++k) {
     const Row& w = rs[k];
@@ -190,8 +184,8 @@ void model_state_report_json(const RunResult& r, nlohmann::json& j) {
                            {"volume_formula", w.comm.formula},
                            {"volume_bytes", w.comm.volume_bytes}};
     if (w.sent >= 0) sent["measured"] = w.sent;
-    if (c.strategy == "dp" && w.sent >= 0) sent["measured_activations"] = w.sent_activations;
-    if (w.h2d >= 0 && c.strategy == "fsdp" && c.offload) {
+    if (controller && w.sent >= 0) sent["measured_activations"] = w.sent_activations;
+    if (w.h2d >= 0 && option_in_effect(c, StrategyOption::offload)) {
       sent["copy_h2d"] = w.h2d;
       sent["copy_d2h"] = w.d2h;
     }

@@ -20,17 +20,13 @@ std::string partition_text(const RunConfig& c) {
   return s;
 }
 
-int micro_batches(const RunConfig& c) {
-  return c.strategy == "naive-mp" ? 1 : c.micro_batches;
-}
-
 }  // namespace
 
 void print_pipeline_report(const RunResult& r) {
   const std::vector<StageReport> stages = pipeline_stage_reports(r);
   if (stages.empty()) return;
   const RunConfig& c = r.cfg;
-  const int M = micro_batches(c);
+  const int M = micro_batches_run(c);
   std::printf("  pipeline: %zu stages (layers %s), %d micro-batch%s of %d rows%s\n", stages.size(),
               partition_text(c).c_str(), M, M == 1 ? "" : "es", c.batch / M,
               c.recompute ? ", --recompute (stage inputs kept, forward re-run in backward)" : "");
@@ -62,7 +58,7 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j) {
   const std::vector<StageReport> stages = pipeline_stage_reports(r);
   if (stages.empty()) return;
   const RunConfig& c = r.cfg;
-  const int M = micro_batches(c);
+  const int M = micro_batches_run(c);
   nlohmann::json rows = nlohmann::json::array();
   for (const StageReport& s : stages)
     rows.push_back({{"stage", s.rank},

@@ -10,7 +10,7 @@
 #include "app/config_args.h"
 #include "app/summary.h"
 #include "core/checkpoint.h"
-#include "core/pipeline_analysis.h"
+#include "core/cores.h"
 #include "core/placement.h"
 #include "core/runner.h"
 #include "core/strategy.h"
@@ -25,7 +25,9 @@ const char* kRunHelp = R"(usage: shardlab run [options]
 Train a model under one parallel strategy, with ranks as threads talking
 through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 
-  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256)
+  --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256);
+                      mlp:LxD+bn adds BatchNorm1d(D) between each hidden Linear and its GELU
+                      (batch statistics per micro-batch; single, naive-mp, gpipe, 1f1b; fp32)
   --strategy NAME     %s (default ddp)
   --world N           number of ranks (default 2)
   --batch N           global batch, split across ranks in rank order (default 64)
@@ -35,14 +37,15 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --seed N            seed for init and data (default 1)
   --bucket-mb X       ddp: gradient bucket size in MiB (default 25)
   --no-overlap        ddp: all-reduce after backward instead of during it
-  --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32)
+  --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32;
+                      the pipeline strategies run fp32 only)
   --no-prefetch       zero3/fsdp: do not start the next all-gather early
   --fsdp-unit K       fsdp: layers per unit (default 1)
   --no-reshard        fsdp: keep gathered parameters from forward until backward
   --offload           fsdp: params, grads and optimizer state live in host memory
   --stages P          naive-mp/gpipe/1f1b: pipeline stages (default: one per rank)
   --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)
-  --partition A,B,..  layers per stage (default: balanced by parameter count)
+  --partition A,B,..  naive-mp/gpipe/1f1b: layers per stage (default: balanced by parameter count)
   --recompute         gpipe/1f1b: keep stage inputs only, recompute forward in backward
   --device D          cpu | cuda | auto | cpu-guarded (default cpu). cuda: one GPU per
                       rank over NCCL, or ranks sharing GPUs over Gloo with host staging;
@@ -57,6 +60,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --init-from PATH    start from these weights instead of the seeded init
   --save-data PATH    write the batches used: x, y as [steps, batch, D]
   --json              print the summary as one JSON object
+
+Options a strategy does not read are refused (exit 2), not ignored: --no-overlap
+with zero3, or --micro-batches with ddp, is an error naming who reads it.
 )";
 
 }  // namespace
@@ -86,7 +92,7 @@ int cmd_run(int argc, char** argv) {
     throw ConfigError("unexpected argument '" + a.positional()[0] +
                       "' (see 'shardlab run --help')");
   const RunConfig cfg = config_from(a);
-  validate(cfg);
+  validate(cfg, a.given());
   const ModelLayout layout(ModelSpec::parse(cfg.model));
 
   // Check every output path before spending time on the run.
@@ -162,21 +168,25 @@ int cmd_demo(int argc, char** argv) {
   validate(base);
   std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW; world 2: %s\n\n",
               base.model.c_str(), base.batch, base.steps, plan_placement(base).summary.c_str());
+  const std::string oversubscribed = plan_placement(base).kind == DeviceKind::cpu
+                                         ? oversubscription_note(2, cores_available())
+                                         : "";
+  if (!oversubscribed.empty()) std::printf("Note: %s.\n\n", oversubscribed.c_str());
   std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
               "median step", "peak mem/rank", "sent/rank/step", "trace");
   // The reference first, then every other registered strategy.
-  std::vector<const StrategyInfo*> order = {find_strategy("single")};
-  for (const StrategyInfo& s : all_strategies())
-    if (s.name != "single") order.push_back(&s);
+  std::vector<const StrategyInfo*> order;
+  for (const bool reference : {true, false})
+    for (const StrategyInfo& s : all_strategies())
+      if ((s.family == StrategyFamily::single) == reference) order.push_back(&s);
   for (const StrategyInfo* info : order) {
     const StrategyInfo& s = *info;
-    RunConfig cfg = base;
-    cfg.strategy = s.name;
-    cfg.world = s.name == "single" ? 1 : 2;
+    RunConfig cfg = for_strategy(base, s.name);
+    cfg.world = s.family == StrategyFamily::single ? 1 : 2;
     // A pipeline schedule only differs from naive model parallelism with
-    // micro-batches (naive-mp itself takes exactly one).
+    // micro-batches (naive-mp itself has none).
     std::string label = s.name;
-    if (is_pipeline_strategy(s.name) && s.name != "naive-mp") {
+    if (s.reads_option(StrategyOption::micro_batches)) {
       cfg.micro_batches = 4;
       label += " M=4";
     }

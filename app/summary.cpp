@@ -1,9 +1,10 @@
 // Run summaries: final loss, median step time, peak memory per rank by
-// category, bytes sent per rank per step.
+// category, bytes sent per rank per step, and a word when ranks outnumber cores.
 #include "app/summary.h"
 
 #include <cstdio>
 
+#include "core/cores.h"
 #include "core/model.h"
 
 namespace shardlab::app {
@@ -18,6 +19,13 @@ std::string human_bytes(double b) {
   }
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
   return buf;
+}
+
+std::string oversubscription_line(const RunResult& r, int cores) {
+  // GPU ranks compute on their devices, timed by CUDA events: only CPU ranks'
+  // compute takes turns on the cores.
+  if (r.placement.kind != DeviceKind::cpu) return "";
+  return oversubscription_note(r.cfg.world, cores);
 }
 
 nlohmann::json summary_json(const RunResult& r) {
@@ -35,6 +43,11 @@ nlohmann::json summary_json(const RunResult& r) {
   j["device"] = r.placement.device_name;
   j["backend"] = to_string(r.placement.comm);
   j["placement"] = r.placement.summary;
+  const int cores = cores_available();
+  const std::string oversubscribed = oversubscription_line(r, cores);
+  j["cores_available"] = cores;
+  j["oversubscribed"] = !oversubscribed.empty();
+  if (!oversubscribed.empty()) j["oversubscription"] = oversubscribed;
   j["final_loss"] = r.losses.empty() ? 0.0 : r.losses.back();
   j["losses"] = r.losses;
   j["median_step_ms"] = r.median_step_ms;
@@ -63,6 +76,8 @@ void print_summary(const RunResult& r) {
   std::printf("\nSummary — %s, %s, world %d, batch %d, %d steps\n", c.model.c_str(),
               c.strategy.c_str(), c.world, c.batch, c.steps);
   std::printf("  placement         %s\n", r.placement.summary.c_str());
+  const std::string oversubscribed = oversubscription_line(r, cores_available());
+  if (!oversubscribed.empty()) std::printf("  cores             %s\n", oversubscribed.c_str());
   std::printf("  final loss        %.6g\n", r.losses.empty() ? 0.0 : r.losses.back());
   std::printf("  median step time %8.3f ms\n", r.median_step_ms);
   std::printf("  peak memory per rank (measured by the allocator), and bytes sent per step:\n");

@@ -10,6 +10,8 @@ namespace shardlab::app {
 
 std::string human_bytes(double bytes);  // "1.25 MiB"
 nlohmann::json summary_json(const RunResult& r);
+// One line when a CPU run's ranks outnumber `cores` (see core/cores.h), else empty.
+std::string oversubscription_line(const RunResult& r, int cores);
 void print_summary(const RunResult& r);
 
 // Family reports, printed after the common summary and merged into its JSON;

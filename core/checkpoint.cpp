@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include "core/config.h"
 #include "core/safetensors.h"
@@ -18,15 +19,28 @@ std::string shape_str(const std::vector<int64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
   return r + "]";
 }
+
+// What a checkpoint holds, as PyTorch's state_dict: parameters, then buffers.
+std::vector<const ParamInfo*> state_entries(const ModelLayout& layout) {
+  std::vector<const ParamInfo*> v;
+  for (const ParamInfo& p : layout.params()) v.push_back(&p);
+  for (const ParamInfo& b : layout.buffers()) v.push_back(&b);
+  return v;
+}
 }  // namespace
 
 void save_params(const std::string& path, const ModelLayout& layout,
                  const std::vector<float>& flat) {
+  if (flat.size() != layout.state_total())
+    throw std::logic_error("save_params: " + std::to_string(flat.size()) + " values for " +
+                           layout.spec().str() + ", which has " +
+                           std::to_string(layout.state_total()));
   std::vector<NamedTensor> tensors;
-  for (const ParamInfo& p : layout.params())
+  for (const ParamInfo* p : state_entries(layout))
     tensors.push_back(
-        {p.name, p.shape,
-         std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
+        {p->name, p->shape,
+         std::vector<float>(flat.begin() + p->offset, flat.begin() + p->offset + p->numel),
+         p->int64});
   save_safetensors(path, tensors, {{"model", layout.spec().str()}, {"format", "pt"}});
 }
 
@@ -39,8 +53,9 @@ std::vector<float> load_params(const std::string& path, const ModelLayout& layou
   }
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& t : tensors) by_name[t.name] = &t;
-  std::vector<float> flat(layout.total());
-  for (const ParamInfo& p : layout.params()) {
+  std::vector<float> flat(layout.state_total());
+  for (const ParamInfo* pi : state_entries(layout)) {
+    const ParamInfo& p = *pi;
     auto it = by_name.find(p.name);
     if (it == by_name.end())
       throw ConfigError("--init-from '" + path + "' has no tensor '" + p.name + "' (model " +

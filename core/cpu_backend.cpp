@@ -74,6 +74,18 @@ class CpuBackend final : public DeviceBackend {
   void gelu_backward(float* din, const float* dout, const float* in, size_t n) override {
     kernels::gelu_backward(din, dout, in, n);
   }
+  void batchnorm_forward(float* out, float* xhat, float* invstd, const float* in,
+                         const float* weight, const float* bias, float* running_mean,
+                         float* running_var, int rows, int cols,
+                         const kernels::BatchNormParams& p) override {
+    kernels::batchnorm_forward(out, xhat, invstd, in, weight, bias, running_mean, running_var, rows,
+                               cols, p);
+  }
+  void batchnorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                          const float* xhat, const float* invstd, const float* weight, int rows,
+                          int cols) override {
+    kernels::batchnorm_backward(din, dweight, dbias, dout, xhat, invstd, weight, rows, cols);
+  }
   double mse_forward_backward(float* dpred, const float* pred, const float* target, size_t n,
                               size_t divisor) override {
     return kernels::mse_forward_backward(dpred, pred, target, n, divisor);

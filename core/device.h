@@ -88,6 +88,20 @@ class DeviceBackend {
   virtual void gelu_forward(float* out, const float* in, size_t n) = 0;
   // din = dout * gelu'(in); din may alias dout.
   virtual void gelu_backward(float* din, const float* dout, const float* in, size_t n) = 0;
+  // BatchNorm1d in training mode over in[rows, cols] (features are columns,
+  // rows >= 2): batch mean and biased variance per feature, xhat = (in-mean)/sqrt(var+eps),
+  // out = weight*xhat + bias; writes xhat[rows,cols] and invstd[cols] for backward.
+  // running_mean/var[cols] take PyTorch's momentum update with the unbiased
+  // variance, unless null (a recomputed forward). out may alias in.
+  virtual void batchnorm_forward(float* out, float* xhat, float* invstd, const float* in,
+                                 const float* weight, const float* bias, float* running_mean,
+                                 float* running_var, int rows, int cols,
+                                 const kernels::BatchNormParams& p) = 0;
+  // dweight += sum_rows dout*xhat ; dbias += sum_rows dout ;
+  // din = weight*invstd/rows * (rows*dout - sum dout - xhat * sum dout*xhat); din may alias dout.
+  virtual void batchnorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                                  const float* xhat, const float* invstd, const float* weight,
+                                  int rows, int cols) = 0;
   // Returns sum (pred-target)^2 / divisor; writes dpred = 2 (pred-target) / divisor
   // (dpred may be null). `target` is device memory too.
   virtual double mse_forward_backward(float* dpred, const float* pred, const float* target,

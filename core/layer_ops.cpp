@@ -13,12 +13,24 @@ namespace {
 std::string act_name(int layer, const char* what) {
   return "layers." + std::to_string(layer) + "." + what;
 }
+
+float* as_f32(void* p) {
+  return static_cast<float*>(p);
+}
+const float* as_f32(const void* p) {
+  return static_cast<const float*>(p);
+}
+void require_fp32_batchnorm(DType dt, const void* pre) {
+  if (dt != DType::f32 || !pre)
+    throw std::logic_error("BatchNorm1d runs in fp32, on a layer with GELU");
+}
 }  // namespace
 
 void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
-                   const void* b, int rows, int d) {
+                   const void* b, int rows, int d, const BatchNormArgs* bn) {
   const size_t n = static_cast<size_t>(rows) * d;
   DeviceBackend& dev = alloc.backend();
+  if (bn) require_fp32_batchnorm(dt, pre);
   if (dt == DType::f32) {
     auto* o = static_cast<float*>(out);
     auto* p = static_cast<float*>(pre);
@@ -27,6 +39,12 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
     const auto* bf = static_cast<const float*>(b);
     if (p) {
       dev.linear_forward(p, xf, wf, bf, rows, d, d);
+      // Linear → BatchNorm1d → GELU: normalised in place, over this call's rows
+      // (a pipeline's micro-batch: that is where its statistics come from).
+      if (bn)
+        dev.batchnorm_forward(p, as_f32(bn->xhat), as_f32(bn->invstd), p, as_f32(bn->weight),
+                              as_f32(bn->bias), as_f32(bn->running_mean), as_f32(bn->running_var),
+                              rows, d, kernels::BatchNormParams{});
       dev.gelu_forward(o, p, n);
     } else {
       dev.linear_forward(o, xf, wf, bf, rows, d, d);
@@ -49,12 +67,17 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
 }
 
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
-                    void* db, const void* x, const void* w, int rows, int d) {
+                    void* db, const void* x, const void* w, int rows, int d,
+                    const BatchNormArgs* bn) {
   const size_t n = static_cast<size_t>(rows) * d;
   DeviceBackend& dev = alloc.backend();
+  if (bn) require_fp32_batchnorm(dt, pre);
   if (dt == DType::f32) {
     auto* gf = static_cast<float*>(g);
     if (pre) dev.gelu_backward(gf, gf, static_cast<const float*>(pre), n);
+    if (bn)
+      dev.batchnorm_backward(gf, as_f32(bn->dweight), as_f32(bn->dbias), gf, as_f32(bn->xhat),
+                             as_f32(bn->invstd), as_f32(bn->weight), rows, d);
     dev.linear_backward(static_cast<float*>(din), static_cast<float*>(dw), static_cast<float*>(db),
                         gf, static_cast<const float*>(x), static_cast<const float*>(w), rows, d, d);
     return;
@@ -79,7 +102,11 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
 }
 
 LayerTape::LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt)
-    : layout_(layout), alloc_(alloc), rec_(rec), dt_(dt) {}
+    : layout_(layout), alloc_(alloc), rec_(rec), dt_(dt) {
+  if (layout.spec().batchnorm)
+    throw std::logic_error("LayerTape: " + layout.spec().str() +
+                           " has BatchNorm1d, which only LayerStack keeps statistics for");
+}
 
 void LayerTape::begin(const float* input, int rows) {
   if (!layers_.empty()) throw std::logic_error("LayerTape::begin: previous pass not finished");

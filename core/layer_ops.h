@@ -15,15 +15,37 @@ namespace shardlab {
 // upcast the inputs into fp32 temporaries, run the same kernels and round the
 // results back to 2 bytes (compute in fp32, storage and traffic in 2 bytes).
 //
+// A layer's BatchNorm1d under `mlp:LxD+bn` (fp32 only), all device pointers.
+// Forward reads weight and bias [d], writes xhat [rows, d] and invstd [d] (kept
+// for backward) and updates running_mean/var [d], unless they are null: a
+// recomputed forward must not count its micro-batch twice. Backward reads
+// weight, xhat and invstd and accumulates into dweight and dbias.
+struct BatchNormArgs {
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  void* running_mean = nullptr;
+  void* running_var = nullptr;
+  void* xhat = nullptr;
+  void* invstd = nullptr;
+  void* dweight = nullptr;
+  void* dbias = nullptr;
+};
+
 // pre = x · Wᵀ + b; out = gelu(pre). Without GELU (pre == nullptr): out = x · Wᵀ + b.
+// With BatchNorm (bn given, pre required): pre = bn(x · Wᵀ + b) over the rows; out = gelu(pre).
 // x, pre, out are [rows, d]; w [d, d]; b [d].
 void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
-                   const void* b, int rows, int d);
+                   const void* b, int rows, int d, const BatchNormArgs* bn = nullptr);
 // g [rows, d]: the gradient of the layer's output, overwritten (through GELU when
-// pre is given). dw, db accumulate (+=); din [rows, d] is overwritten (may be null).
+// pre is given, then through BatchNorm when bn is). dw, db (and bn's dweight,
+// dbias) accumulate (+=); din [rows, d] is overwritten (may be null).
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
-                    void* db, const void* x, const void* w, int rows, int d);
+                    void* db, const void* x, const void* w, int rows, int d,
+                    const BatchNormArgs* bn = nullptr);
 
+// Layers that compute on gathered or replicated weights (the data-parallel
+// family); BatchNorm's running statistics would need per-rank buffers there,
+// so a +bn layout is refused (validation names the strategies that support it).
 class LayerTape {
  public:
   // `dt`: how weights, activations and gradients are stored (f32, or bf16/f16

@@ -1,9 +1,15 @@
 // A run of consecutive layers [first, last) held in full on this rank: their
-// parameters and gradients (one accounted tensor per PyTorch parameter), and
-// the activations each micro-batch keeps between its forward and backward.
-// `single` and `ddp` hold the whole model; a pipeline stage holds a slice.
-// Under mixed precision (dtype bf16/f16) parameters, gradients and activations
-// are stored in 2 bytes; the float accessors below are for fp32 only.
+// parameters and gradients (one accounted tensor per PyTorch parameter), the
+// BatchNorm buffers of a +bn model, and the activations each micro-batch keeps
+// between its forward and backward. `single` and `ddp` hold the whole model; a
+// pipeline stage holds a slice. Under mixed precision (dtype bf16/f16)
+// parameters, gradients and activations are stored in 2 bytes; the float
+// accessors below are for fp32 only. BatchNorm is fp32 only.
+//
+// BatchNorm1d sees exactly the rows of one forward call: the whole batch in
+// `single`, one micro-batch in a pipeline stage. Each forward (not a
+// recompute) updates the running statistics once, as PyTorch's module would
+// when called once per micro-batch.
 #pragma once
 #include <functional>
 #include <map>
@@ -18,6 +24,8 @@ namespace shardlab {
 
 class LayerStack {
  public:
+  // init_flat: the model's flat state vector (ModelLayout: parameters, then
+  // buffers); the stack takes its own layers' part.
   LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc, Recorder* rec,
              const std::vector<float>& init_flat, DType dtype = DType::f32);
 
@@ -48,10 +56,10 @@ class LayerStack {
   void recompute(int mb);
 
   void zero_grads();
-  float* weight(int layer) { return params_[2 * (layer - first_)].data<float>(); }
-  float* bias(int layer) { return params_[2 * (layer - first_) + 1].data<float>(); }
-  float* weight_grad(int layer) { return grads_[2 * (layer - first_)].data<float>(); }
-  float* bias_grad(int layer) { return grads_[2 * (layer - first_) + 1].data<float>(); }
+  float* weight(int layer) { return params_[param_index(layer)].data<float>(); }
+  float* bias(int layer) { return params_[param_index(layer) + 1].data<float>(); }
+  float* weight_grad(int layer) { return grads_[param_index(layer)].data<float>(); }
+  float* bias_grad(int layer) { return grads_[param_index(layer) + 1].data<float>(); }
 
   // Every parameter of the stack, in model order, for the optimizer.
   std::vector<Optimizer::Range> ranges() const;
@@ -62,8 +70,14 @@ class LayerStack {
   std::vector<void*> param_raw();
   std::vector<void*> grad_raw();
   DType dtype() const { return dtype_; }
-  // Writes this stack's parameters at their offsets of a full flat vector.
+  // Writes this stack's parameters at their offsets of a full flat vector, and
+  // its BatchNorm buffers too when the model has any (then flat has
+  // layout.state_total() values).
   void copy_params_to(std::vector<float>& flat) const;
+  // The same as two contiguous runs: params gets the flat vector's
+  // [layer_begin(first), layer_begin(last)), buffers its
+  // [buffer_begin(first), buffer_begin(last)) (may be null when that is empty).
+  void copy_state_slices(float* params, float* buffers) const;
 
  private:
   struct Saved {                   // what one micro-batch keeps for backward
@@ -72,9 +86,21 @@ class LayerStack {
     int rows = 0;
     std::vector<Tensor> pre;  // pre-GELU values per layer (empty tensor for the last model layer)
     std::vector<Tensor> out;  // output per layer
+    std::vector<Tensor> xhat, invstd;  // BatchNorm's normalised values and 1/std (empty: no BN)
   };
-  // The layers' forward on s.input, keeping every activation in s.
-  const void* forward_saving(Saved& s, int mb);
+  // A BatchNorm layer's buffers: PyTorch's running_mean, running_var (device)
+  // and num_batches_tracked (a count the host keeps: nothing on the device reads it).
+  struct Norm {
+    Tensor running_mean, running_var;
+    int64_t batches_tracked = 0;
+  };
+  int param_index(int layer) const { return first_param_[layer - first_]; }
+  // The layers' forward on s.input, keeping every activation in s. update_stats:
+  // false for a recomputation, which must not count the micro-batch again.
+  const void* forward_saving(Saved& s, int mb, bool update_stats);
+  // One layer's forward on x into the given buffers (xhat/invstd only with BN).
+  void layer(int l, const void* x, Tensor& out, Tensor& pre, Tensor& xhat, Tensor& invstd, int rows,
+             int mb, bool update_stats);
   // What the first layer reads: s.input, or its 2-byte copy under mixed precision.
   const void* stack_input(Saved& s, int mb);
 
@@ -83,7 +109,9 @@ class LayerStack {
   Allocator& alloc_;
   Recorder* rec_;
   DType dtype_;
-  std::vector<Tensor> params_, grads_;
+  std::vector<Tensor> params_, grads_;  // model order: weight, bias[, bn.weight, bn.bias] per layer
+  std::vector<int> first_param_;        // per layer of the stack: its weight's index in params_
+  std::vector<Norm> norms_;             // per layer of the stack (empty tensors without BN)
   std::map<int, Saved> saved_;
 };
 

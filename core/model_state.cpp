@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "core/strategy.h"
+
 namespace shardlab {
 
 namespace {
@@ -35,20 +37,28 @@ BytesPerParam bytes_per_param(const std::string& precision, OptimizerKind optimi
 }
 
 bool has_model_state_prediction(const std::string& s) {
-  return s == "single" || s == "ddp" || s == "dp" || s == "zero1" || s == "zero2" || s == "zero3" ||
-         s == "fsdp";
+  return in_family(s, StrategyFamily::single) || in_family(s, StrategyFamily::data_parallel);
 }
+
+namespace {
+// The names the accounting covers, for messages: every strategy outside the pipeline family.
+std::string predicted_names() {
+  std::string names;
+  for (const StrategyInfo& i : all_strategies())
+    if (has_model_state_prediction(i.name)) names += (names.empty() ? "" : ", ") + i.name;
+  return names;
+}
+}  // namespace
 
 void check_model_state_input(const ModelStateInput& in) {
   if (!has_model_state_prediction(in.strategy))
     throw ConfigError("--strategy '" + in.strategy +
-                      "' has no model-state estimate (valid: single, ddp, dp, zero1, zero2, zero3, "
-                      "fsdp)");
+                      "' has no model-state estimate (valid: " + predicted_names() + ")");
   bytes_per_param(in.precision, in.optimizer);
   if (!(in.params > 0) || !std::isfinite(in.params))
     throw ConfigError("--params must be a positive number of parameters (e.g. 7.5e9)");
   if (in.world < 1) throw ConfigError("--world must be 1 or more");
-  if (in.strategy == "single" && in.world != 1)
+  if (in_family(in.strategy, StrategyFamily::single) && in.world != 1)
     throw ConfigError("--world " + std::to_string(in.world) +
                       " is invalid for strategy single (valid: 1)");
 }
@@ -60,8 +70,8 @@ ModelStateInput model_state_input(const RunConfig& cfg, double params) {
   in.strategy = cfg.strategy;
   in.precision = cfg.precision;
   in.optimizer = cfg.optimizer.kind;
-  in.reshard_after_forward = cfg.reshard_after_forward;
-  in.offload = cfg.strategy == "fsdp" && cfg.offload;
+  in.reshard_after_forward = !option_in_effect(cfg, StrategyOption::no_reshard);
+  in.offload = option_in_effect(cfg, StrategyOption::offload);
   return in;
 }
 
@@ -69,20 +79,20 @@ ModelStateBytes predict_model_state(const ModelStateInput& in, int rank) {
   check_model_state_input(in);
   const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
   const double psi = in.params, n = in.world;
-  const std::string& s = in.strategy;
-  if (s == "zero1")
+  const StrategyInfo& s = strategy_info(in.strategy);
+  if (s.zero_stage == 1)
     return state(b.params * psi, b.grads * psi, b.optimizer * psi / n,
                  formula(b.params + b.grads, b.optimizer));
-  if (s == "zero2")
+  if (s.zero_stage == 2)
     return state(b.params * psi, b.grads * psi / n, b.optimizer * psi / n,
                  formula(b.params, b.grads + b.optimizer));
-  if (s == "zero3" || s == "fsdp") {
+  if (s.zero_stage == 3) {
     ModelStateBytes m = state(b.params * psi / n, b.grads * psi / n, b.optimizer * psi / n,
                               formula(0, b.params + b.grads + b.optimizer));
-    m.on_host = s == "fsdp" && in.offload;
+    m.on_host = in.offload;
     return m;
   }
-  if (s == "dp" && rank != 0)  // a replica and its gradients; no optimizer
+  if (s.controller && rank != 0)  // a replica and its gradients; no optimizer
     return state(b.params * psi, b.grads * psi, 0, formula(b.params + b.grads, 0));
   // single, ddp, dp's device 0
   return state(b.params * psi, b.grads * psi, b.optimizer * psi,
@@ -93,15 +103,16 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank) {
   check_model_state_input(in);
   const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
   const double psi = in.params, n = in.world;
-  const std::string& s = in.strategy;
+  const StrategyInfo& s = strategy_info(in.strategy);
   CommPrediction c;
   c.bytes_per_element = b.comm;
-  double times = 0;  // volume in units of Ψ
-  if (s == "ddp" || s == "zero1" || s == "zero2" || (s == "fsdp" && !in.reshard_after_forward))
-    times = 2;
-  else if (s == "zero3" || s == "fsdp")
-    times = 3;
-  if (s == "dp") {
+  // Volume in units of Ψ: an all-reduce (or reduce-scatter + all-gather) of the
+  // gradients, plus one more all-gather when parameters are gathered again in
+  // backward (ZeRO-3 resharding after forward). One device: nothing to send.
+  double times = 0;
+  if (s.family == StrategyFamily::data_parallel)
+    times = s.zero_stage == 3 && in.reshard_after_forward ? 3 : 2;
+  if (s.controller) {
     // Point-to-point copies: what a device sends is what the wire carries.
     const double k = in.world == 1 ? 0 : (rank == 0 ? n - 1 : 1);
     c.volume_elements = k * psi;

@@ -123,6 +123,14 @@ void validate_pipeline(const RunConfig& cfg) {
                       " is not divisible by --micro-batches " + std::to_string(M) +
                       " (valid: a multiple of " + std::to_string(M) + ", e.g. " +
                       std::to_string(M * std::max(1, cfg.batch / M)) + ")");
+  // PyTorch's BatchNorm1d refuses a single row in training: no variance to normalise by.
+  if (layout.spec().batchnorm && cfg.batch / M < 2)
+    throw ConfigError("--model " + cfg.model + ": --batch " + std::to_string(cfg.batch) +
+                      " in --micro-batches " + std::to_string(M) + " gives BatchNorm1d " +
+                      std::to_string(cfg.batch / M) +
+                      " row per micro-batch (valid: 2 or more rows per micro-batch, e.g. "
+                      "--micro-batches " +
+                      std::to_string(std::max(1, cfg.batch / 2)) + " or fewer)");
 }
 
 int pipe_tag(int micro_batch, PipeDirection direction) {
@@ -297,33 +305,39 @@ LossShare PipelineStage::finish_step() {
 
 std::vector<float> PipelineStage::export_params() {
   const ModelLayout& layout = env_.layout;
-  auto slice = [&](const StageTopology& t) {
-    const size_t begin = layout.layer_begin(t.first_layer);
-    const size_t end =
-        t.last_layer < layout.num_layers() ? layout.layer_begin(t.last_layer) : layout.total();
-    return std::pair{begin, end - begin};
+  // A stage's layers are one contiguous run of the parameters (weight, bias,
+  // weight, ...) and one of the BatchNorm buffers, which follow all parameters.
+  struct Slices {
+    size_t params_begin, params_count, buffers_begin, buffers_count;
+  };
+  auto slices = [&](const StageTopology& t) {
+    return Slices{layout.layer_begin(t.first_layer),
+                  layout.layer_begin(t.last_layer) - layout.layer_begin(t.first_layer),
+                  layout.buffer_begin(t.first_layer),
+                  layout.buffer_begin(t.last_layer) - layout.buffer_begin(t.first_layer)};
   };
   if (env_.rank != 0) {
-    // This stage's layers are one contiguous run of the flat vector: weight, bias, weight, ...
-    std::vector<float> mine(slice(topo_).second);
-    size_t k = 0;
-    for (int l = topo_.first_layer; l < topo_.last_layer; ++l) {
-      env_.device.download(mine.data() + k, layers_->weight(l), DType::f32, layout.weight(l).numel);
-      k += layout.weight(l).numel;
-      env_.device.download(mine.data() + k, layers_->bias(l), DType::f32, layout.bias(l).numel);
-      k += layout.bias(l).numel;
-    }
-    env_.comm->send(mine.data(), mine.size() * sizeof(float), 0, kGatherParamsTag);
+    const Slices mine = slices(topo_);
+    std::vector<float> params(mine.params_count), buffers(mine.buffers_count);
+    layers_->copy_state_slices(params.data(), buffers.data());
+    env_.comm->send(params.data(), params.size() * sizeof(float), 0, kGatherParamsTag);
+    if (!buffers.empty())
+      env_.comm->send(buffers.data(), buffers.size() * sizeof(float), 0, kGatherBuffersTag);
     return {};
   }
-  std::vector<float> flat(layout.total());
+  std::vector<float> flat(layout.state_total());
   layers_->copy_params_to(flat);
   const std::vector<int> partition = pipeline_partition(env_.cfg, layout);
   std::vector<Work> works;
   for (int r = 1; r < topo_.stages; ++r) {
-    const auto [begin, count] = slice(stage_topology(r, partition));
-    works.push_back(
-        env_.comm->recv_async(flat.data() + begin, count * sizeof(float), r, kGatherParamsTag));
+    const Slices theirs = slices(stage_topology(r, partition));
+    works.push_back(env_.comm->recv_async(flat.data() + theirs.params_begin,
+                                          theirs.params_count * sizeof(float), r,
+                                          kGatherParamsTag));
+    if (theirs.buffers_count)
+      works.push_back(env_.comm->recv_async(flat.data() + theirs.buffers_begin,
+                                            theirs.buffers_count * sizeof(float), r,
+                                            kGatherBuffersTag));
   }
   for (Work& w : works) w.wait();
   return flat;

@@ -52,6 +52,7 @@ void validate_pipeline(const RunConfig& cfg);
 enum class PipeDirection : int { activation = 0, gradient = 1 };
 int pipe_tag(int micro_batch, PipeDirection direction);
 inline constexpr int kGatherParamsTag = 1 << 30;  // export_params' slices, never a micro-batch
+inline constexpr int kGatherBuffersTag = kGatherParamsTag + 1;  // and its BatchNorm buffers
 
 // One stage of the pipeline on this rank: its layers (a LayerStack holding
 // per-micro-batch activations), their optimizer, and the messages to and from
@@ -88,8 +89,9 @@ class PipelineStage {
   // with the gradient accumulated over all micro-batches.
   LossShare finish_step();
 
-  // Collective: every stage sends its parameters to rank 0, which returns the
-  // full flat vector in model order (other ranks return {}).
+  // Collective: every stage sends its parameters (and BatchNorm buffers) to
+  // rank 0, which returns the full flat state vector in model order (other ranks
+  // return {}).
   std::vector<float> export_params();
 
  private:

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 #include "core/model.h"
 #include "core/pipeline.h"
+#include "core/strategy.h"
 
 namespace shardlab {
 
@@ -38,24 +40,33 @@ int64_t covered(std::vector<Interval> v, int64_t lo, int64_t hi) {
 }
 
 struct StageShape {
-  int64_t unit = 0;  // bytes of rows × D floats for one micro-batch
+  int64_t unit = 0;    // bytes of rows × D floats for one micro-batch
+  int64_t invstd = 0;  // bytes of one BatchNorm's 1/std (D floats)
   int layers = 0;
   int gelus = 0;
-  int forward_transient = 0;  // units a forward that frees as it goes holds at once
+  int bns = 0;                    // BatchNorm layers, each keeping xhat (a unit) and invstd
+  int64_t forward_transient = 0;  // bytes a forward that frees as it goes holds at once
+  // Bytes one micro-batch keeps for backward, stage input aside.
+  int64_t saved() const { return (layers + gelus + bns) * unit + bns * invstd; }
 };
 
 StageShape stage_shape(const RunConfig& cfg, int rank) {
   const ModelLayout layout(ModelSpec::parse(cfg.model));
   const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
-  const int M = cfg.strategy == "naive-mp" ? 1 : cfg.micro_batches;
+  const int M = micro_batches_run(cfg);
   StageShape s;
   s.unit = static_cast<int64_t>(cfg.batch / M) * layout.dim() * static_cast<int64_t>(sizeof(float));
+  s.invstd = layout.dim() * static_cast<int64_t>(sizeof(float));
   for (int l = t.first_layer; l < t.last_layer; ++l) {
+    const int gelu = layout.has_gelu(l) ? 1 : 0, bn = layout.has_bn(l) ? 1 : 0;
     ++s.layers;
-    s.gelus += layout.has_gelu(l) ? 1 : 0;
-    // The previous layer's output, this layer's output and its pre-GELU values.
-    s.forward_transient = std::max(s.forward_transient,
-                                   (l > t.first_layer ? 1 : 0) + 1 + (layout.has_gelu(l) ? 1 : 0));
+    s.gelus += gelu;
+    s.bns += bn;
+    // The previous layer's output, this layer's output, its pre-GELU values and
+    // BatchNorm's xhat and invstd.
+    s.forward_transient =
+        std::max(s.forward_transient,
+                 ((l > t.first_layer ? 1 : 0) + 1 + gelu + bn) * s.unit + bn * s.invstd);
   }
   return s;
 }
@@ -95,19 +106,25 @@ double bubble_formula(int stages, int micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }
 
+int micro_batches_run(const RunConfig& cfg) {
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  return info && info->reads_option(StrategyOption::micro_batches) ? cfg.micro_batches : 1;
+}
+
 bool is_pipeline_strategy(const std::string& strategy) {
-  return strategy == "naive-mp" || strategy == "gpipe" || strategy == "1f1b";
+  return in_family(strategy, StrategyFamily::pipeline);
 }
 
 int expected_in_flight(const RunConfig& cfg, int rank) {
-  if (cfg.strategy == "naive-mp") return 1;
-  if (cfg.strategy == "1f1b") return std::min(cfg.micro_batches, pipeline_stages(cfg) - rank);
-  return cfg.micro_batches;
+  const StrategyInfo& info = strategy_info(cfg.strategy);
+  if (!info.in_flight)
+    throw std::invalid_argument("expected_in_flight: " + cfg.strategy + " is not a pipeline");
+  return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), rank);
 }
 
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank) {
   const StageShape s = stage_shape(cfg, rank);
-  return s.unit * (1 + s.layers + s.gelus);
+  return s.unit + s.saved();
 }
 
 int64_t stage_input_bytes(const RunConfig& cfg, int rank) {
@@ -117,8 +134,8 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank) {
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
   const StageShape s = stage_shape(cfg, rank);
   const int64_t k = expected_in_flight(cfg, rank);
-  if (!cfg.recompute) return k * s.unit * (1 + s.layers + s.gelus);
-  return k * s.unit + std::max(s.layers + s.gelus, s.forward_transient) * s.unit;
+  if (!cfg.recompute) return k * (s.unit + s.saved());
+  return k * s.unit + std::max(s.saved(), s.forward_transient);
 }
 
 std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
@@ -127,7 +144,7 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   const ModelLayout layout(ModelSpec::parse(cfg.model));
   const std::vector<int> partition = pipeline_partition(cfg, layout);
   const int P = static_cast<int>(partition.size());
-  const int M = cfg.strategy == "naive-mp" ? 1 : cfg.micro_batches;
+  const int M = micro_batches_run(cfg);
   const std::vector<double> bubble = bubble_share_per_rank(r);
   std::vector<StageReport> out;
   for (int rank = 0; rank < P && rank < static_cast<int>(r.ranks.size()); ++rank) {

@@ -27,7 +27,11 @@ std::vector<double> bubble_share_per_rank(const RunResult& r);
 // The textbook bubble of a flushed pipeline with equal stages: (P−1)/(M+P−1).
 double bubble_formula(int stages, int micro_batches);
 
-bool is_pipeline_strategy(const std::string& strategy);  // naive-mp, gpipe, 1f1b
+bool is_pipeline_strategy(const std::string& strategy);  // the pipeline family in the registry
+
+// Micro-batches per batch the run's schedule really uses: --micro-batches for a
+// strategy that reads it, 1 for one that runs the whole batch at once (naive-mp).
+int micro_batches_run(const RunConfig& cfg);
 
 // Micro-batches whose activations a stage holds at once: M for gpipe, P − rank
 // for 1f1b (at most M), 1 for naive-mp. With --recompute these are stage
@@ -35,7 +39,8 @@ bool is_pipeline_strategy(const std::string& strategy);  // naive-mp, gpipe, 1f1
 int expected_in_flight(const RunConfig& cfg, int rank);
 
 // Activation bytes one micro-batch keeps on a stage until its backward: its
-// input, and each layer's output and pre-GELU values (rows × D floats each).
+// input, and each layer's output and pre-GELU values (rows × D floats each);
+// under +bn also each BatchNorm's xhat (rows × D) and invstd (D floats).
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank);
 // Bytes of one micro-batch's stage input.
 int64_t stage_input_bytes(const RunConfig& cfg, int rank);

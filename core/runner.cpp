@@ -74,9 +74,9 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   const SyntheticData data(layout.dim(), cfg.seed);
   const std::vector<float> seeded = initial ? std::vector<float>{} : init_params(layout, cfg.seed);
   const std::vector<float>& init = initial ? *initial : seeded;
-  if (init.size() != layout.total())
+  if (init.size() != layout.state_total())
     throw ConfigError("initial parameters have " + std::to_string(init.size()) + " values, model " +
-                      cfg.model + " needs " + std::to_string(layout.total()));
+                      cfg.model + " needs " + std::to_string(layout.state_total()));
 
   const int world = cfg.world;
   RunResult result;

@@ -1,4 +1,4 @@
-// safetensors writer (F32) and reader (F32, F16, BF16). Every header field is checked
+// safetensors writer (F32, I64) and reader (F32, F16, BF16, I64). Every header field is checked
 // before it is used, so a damaged or foreign file gives one clear error, never a bad read.
 #include "core/safetensors.h"
 
@@ -52,8 +52,12 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Integers a float holds exactly: an I64 beyond this would come back rounded.
+constexpr int64_t kMaxExactInt = int64_t{1} << 24;
+
 size_t dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
+  if (dtype == "I64") return 8;
   if (dtype == "F16" || dtype == "BF16") return 2;
   return 0;
 }
@@ -182,9 +186,15 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
       cannot_write(path, "tensor '" + t.name + "' has shape " + shape_string(t.shape) + " (" +
                              std::to_string(numel) + " elements) but " +
                              std::to_string(t.data.size()) + " values");
-    const uint64_t bytes = t.data.size() * sizeof(float);
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    if (t.int64)
+      for (float v : t.data)
+        if (v != std::nearbyint(v) || std::abs(v) > static_cast<float>(kMaxExactInt))
+          cannot_write(path, "tensor '" + t.name + "' is I64 but holds " + std::to_string(v) +
+                                 " (valid: integers within ±2^24)");
+    const uint64_t bytes = t.data.size() * (t.int64 ? sizeof(int64_t) : sizeof(float));
+    header[t.name] = {{"dtype", t.int64 ? "I64" : "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
 
@@ -213,7 +223,14 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
             std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
   for (size_t i = 0; ok && i < tensors.size(); ++i) {
     const auto& d = tensors[i].data;
-    ok = d.empty() || std::fwrite(d.data(), sizeof(float), d.size(), f.get()) == d.size();
+    if (tensors[i].int64) {
+      std::vector<int64_t> ints(d.size());
+      for (size_t k = 0; k < d.size(); ++k) ints[k] = static_cast<int64_t>(d[k]);
+      ok = ints.empty() ||
+           std::fwrite(ints.data(), sizeof(int64_t), ints.size(), f.get()) == ints.size();
+    } else {
+      ok = d.empty() || std::fwrite(d.data(), sizeof(float), d.size(), f.get()) == d.size();
+    }
   }
   ok = ok && std::fflush(f.get()) == 0;
   if (!ok) fail(errno ? errno : EIO);
@@ -290,6 +307,16 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
     if (e.dtype == "F32") {
       // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
       if (n) std::memcpy(t.data.data(), src, n * sizeof(float));
+    } else if (e.dtype == "I64") {
+      t.int64 = true;
+      for (size_t i = 0; i < n; ++i) {
+        int64_t v;
+        std::memcpy(&v, src + 8 * i, 8);
+        if (v > kMaxExactInt || v < -kMaxExactInt)
+          bad_file(path, "tensor '" + e.name + "' holds I64 value " + std::to_string(v) +
+                             ", beyond what Shardlab keeps exactly (±2^24)");
+        t.data[i] = static_cast<float>(v);
+      }
     } else {
       const bool bf16 = e.dtype == "BF16";
       for (size_t i = 0; i < n; ++i) {

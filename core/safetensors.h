@@ -12,7 +12,10 @@ namespace shardlab {
 struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> data;  // F32, row-major; numel = product of shape
+  std::vector<float> data;  // row-major; numel = product of shape
+  // Stored as I64 (PyTorch's num_batches_tracked) instead of F32: the values
+  // must be integers within float's exact range, ±2^24; the reader sets it for I64.
+  bool int64 = false;
 };
 
 class SafetensorsError : public std::runtime_error {

@@ -1,14 +1,196 @@
-// Strategy registry and full validation.
+// Strategy registry, the options each strategy reads, and full validation.
 #include "core/strategy.h"
+
+#include <algorithm>
+#include <cstdio>
 
 namespace shardlab {
 
 namespace {
+
 std::vector<StrategyInfo>& registry() {
   static std::vector<StrategyInfo> r;
   return r;
 }
+
+// Numbers as the user would type them: 0.5, not 0.500000.
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// What a strategy lacks when it does not read the option, for "zero3 has no …".
+const char* missing_thing(StrategyOption o) {
+  switch (o) {
+    case StrategyOption::precision:
+      return "mixed precision";
+    case StrategyOption::bucket_mb:
+      return "gradient buckets";
+    case StrategyOption::no_overlap:
+      return "bucketed all-reduce to overlap with backward";
+    case StrategyOption::no_prefetch:
+      return "all-gather to prefetch";
+    case StrategyOption::fsdp_unit:
+      return "FSDP units";
+    case StrategyOption::no_reshard:
+      return "reshard-after-forward switch";
+    case StrategyOption::offload:
+      return "CPU offload";
+    case StrategyOption::stages:
+      return "pipeline stages";
+    case StrategyOption::micro_batches:
+      return "micro-batches";
+    case StrategyOption::partition:
+      return "pipeline stages to partition";
+    case StrategyOption::recompute:
+      return "activation recomputation";
+  }
+  return "";
+}
+
 }  // namespace
+
+const char* to_string(StrategyFamily f) {
+  switch (f) {
+    case StrategyFamily::single:
+      return "single";
+    case StrategyFamily::data_parallel:
+      return "data-parallel";
+    case StrategyFamily::pipeline:
+      return "pipeline";
+  }
+  return "";
+}
+
+const char* flag_name(StrategyOption o) {
+  switch (o) {
+    case StrategyOption::precision:
+      return "--precision";
+    case StrategyOption::bucket_mb:
+      return "--bucket-mb";
+    case StrategyOption::no_overlap:
+      return "--no-overlap";
+    case StrategyOption::no_prefetch:
+      return "--no-prefetch";
+    case StrategyOption::fsdp_unit:
+      return "--fsdp-unit";
+    case StrategyOption::no_reshard:
+      return "--no-reshard";
+    case StrategyOption::offload:
+      return "--offload";
+    case StrategyOption::stages:
+      return "--stages";
+    case StrategyOption::micro_batches:
+      return "--micro-batches";
+    case StrategyOption::partition:
+      return "--partition";
+    case StrategyOption::recompute:
+      return "--recompute";
+  }
+  return "";
+}
+
+bool option_set(const RunConfig& c, StrategyOption o) {
+  const RunConfig d;
+  switch (o) {
+    case StrategyOption::precision:
+      return c.precision != d.precision;
+    case StrategyOption::bucket_mb:
+      return c.bucket_mb != d.bucket_mb;
+    case StrategyOption::no_overlap:
+      return c.overlap != d.overlap;
+    case StrategyOption::no_prefetch:
+      return c.prefetch != d.prefetch;
+    case StrategyOption::fsdp_unit:
+      return c.fsdp_unit != d.fsdp_unit;
+    case StrategyOption::no_reshard:
+      return c.reshard_after_forward != d.reshard_after_forward;
+    case StrategyOption::offload:
+      return c.offload != d.offload;
+    case StrategyOption::stages:
+      return c.stages != d.stages;
+    case StrategyOption::micro_batches:
+      return c.micro_batches != d.micro_batches;
+    case StrategyOption::partition:
+      return c.partition != d.partition;
+    case StrategyOption::recompute:
+      return c.recompute != d.recompute;
+  }
+  return false;
+}
+
+std::string option_text(const RunConfig& c, StrategyOption o) {
+  std::string s = flag_name(o);
+  switch (o) {
+    case StrategyOption::precision:
+      return s + " " + c.precision;
+    case StrategyOption::bucket_mb:
+      return s + " " + number(c.bucket_mb);
+    case StrategyOption::fsdp_unit:
+      return s + " " + std::to_string(c.fsdp_unit);
+    case StrategyOption::stages:
+      return s + " " + std::to_string(c.stages);
+    case StrategyOption::micro_batches:
+      return s + " " + std::to_string(c.micro_batches);
+    case StrategyOption::partition: {
+      std::string list;
+      for (int n : c.partition) list += (list.empty() ? "" : ",") + std::to_string(n);
+      return s + " " + list;
+    }
+    // The flags: their text is the whole setting.
+    case StrategyOption::no_overlap:
+    case StrategyOption::no_prefetch:
+    case StrategyOption::no_reshard:
+    case StrategyOption::offload:
+    case StrategyOption::recompute:
+      return s;
+  }
+  return s;
+}
+
+void reset_option(RunConfig& c, StrategyOption o) {
+  const RunConfig d;
+  switch (o) {
+    case StrategyOption::precision:
+      c.precision = d.precision;
+      break;
+    case StrategyOption::bucket_mb:
+      c.bucket_mb = d.bucket_mb;
+      break;
+    case StrategyOption::no_overlap:
+      c.overlap = d.overlap;
+      break;
+    case StrategyOption::no_prefetch:
+      c.prefetch = d.prefetch;
+      break;
+    case StrategyOption::fsdp_unit:
+      c.fsdp_unit = d.fsdp_unit;
+      break;
+    case StrategyOption::no_reshard:
+      c.reshard_after_forward = d.reshard_after_forward;
+      break;
+    case StrategyOption::offload:
+      c.offload = d.offload;
+      break;
+    case StrategyOption::stages:
+      c.stages = d.stages;
+      break;
+    case StrategyOption::micro_batches:
+      c.micro_batches = d.micro_batches;
+      break;
+    case StrategyOption::partition:
+      c.partition = d.partition;
+      break;
+    case StrategyOption::recompute:
+      c.recompute = d.recompute;
+      break;
+  }
+}
+
+bool StrategyInfo::reads_option(StrategyOption o) const {
+  return std::find(reads.begin(), reads.end(), o) != reads.end();
+}
 
 bool register_strategy(StrategyInfo info) {
   registry().push_back(std::move(info));
@@ -25,24 +207,96 @@ const StrategyInfo* find_strategy(const std::string& name) {
   return nullptr;
 }
 
+const StrategyInfo& strategy_info(const std::string& name) {
+  const StrategyInfo* info = find_strategy(name);
+  if (!info) throw ConfigError("unknown strategy '" + name + "' (valid: " + strategy_names() + ")");
+  return *info;
+}
+
 std::string strategy_names() {
   std::string s;
   for (const StrategyInfo& i : registry()) s += (s.empty() ? "" : ", ") + i.name;
   return s;
 }
 
-void require_fp32(const RunConfig& cfg) {
-  if (cfg.precision != "fp32")
-    throw ConfigError("--precision " + cfg.precision + " is not supported by strategy " +
-                      cfg.strategy + " yet (valid: fp32)");
+bool in_family(const std::string& strategy, StrategyFamily f) {
+  const StrategyInfo* info = find_strategy(strategy);
+  return info && info->family == f;
 }
 
-void validate(const RunConfig& cfg) {
+std::string strategies_reading(StrategyOption o) {
+  std::string s;
+  for (const StrategyInfo& i : registry())
+    if (i.reads_option(o)) s += (s.empty() ? "" : ", ") + i.name;
+  return s;
+}
+
+void require_batchnorm_support(const RunConfig& cfg) {
+  const ModelSpec spec = ModelSpec::parse(cfg.model);
+  if (!spec.batchnorm) return;
+  // Strategies whose layers see whole (micro-)batches keep BatchNorm's buffers:
+  // single, and the pipelines, where the statistics are per micro-batch. The
+  // data-parallel family would need per-rank statistics and DDP's buffer
+  // broadcast (or SyncBatchNorm) in each of its files: not yet.
+  std::string supported;
+  for (const StrategyInfo& i : registry())
+    if (i.family != StrategyFamily::data_parallel)
+      supported += (supported.empty() ? "" : ", ") + i.name;
+  const std::string what = "--model " + cfg.model + ": ";
+  if (in_family(cfg.strategy, StrategyFamily::data_parallel))
+    throw ConfigError(what + cfg.strategy + " does not support BatchNorm yet (supported by: " +
+                      supported + ")");
+  if (cfg.precision != "fp32")
+    throw ConfigError(what + "--precision " + cfg.precision +
+                      " does not support BatchNorm yet (valid: fp32)");
+  if (cfg.batch < 2)
+    throw ConfigError(what + "--batch " + std::to_string(cfg.batch) +
+                      " gives BatchNorm1d one row (valid: 2 or more, as PyTorch's BatchNorm1d "
+                      "needs in training)");
+}
+
+bool option_in_effect(const RunConfig& cfg, StrategyOption o) {
   const StrategyInfo* info = find_strategy(cfg.strategy);
-  if (!info)
-    throw ConfigError("unknown strategy '" + cfg.strategy + "' (valid: " + strategy_names() + ")");
+  return info && info->reads_option(o) && option_set(cfg, o);
+}
+
+std::vector<StrategyOption> unread_options(const RunConfig& cfg) {
+  std::vector<StrategyOption> out;
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  if (!info) return out;
+  for (StrategyOption o : kStrategyOptions)
+    if (option_set(cfg, o) && !info->reads_option(o)) out.push_back(o);
+  return out;
+}
+
+std::string unread_option_message(const RunConfig& cfg, StrategyOption o) {
+  const std::string readers = strategies_reading(o);
+  return option_text(cfg, o) + ": " + cfg.strategy + " has no " + missing_thing(o) + "; used by " +
+         (readers.empty() ? "no strategy" : readers);
+}
+
+RunConfig for_strategy(RunConfig base, const std::string& strategy) {
+  base.strategy = strategy;
+  for (StrategyOption o : unread_options(base)) reset_option(base, o);
+  return base;
+}
+
+void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
+  const StrategyInfo& info = strategy_info(cfg.strategy);
   validate_common(cfg);
-  if (info->validate) info->validate(cfg);
+  std::vector<StrategyOption> unread = unread_options(cfg);
+  if (!unread.empty()) {
+    // The first one the user typed: the one they will look for first.
+    auto position = [&](StrategyOption o) {
+      const std::string name = flag_name(o) + 2;  // without the leading "--"
+      return std::find(given.begin(), given.end(), name) - given.begin();
+    };
+    std::stable_sort(unread.begin(), unread.end(),
+                     [&](StrategyOption a, StrategyOption b) { return position(a) < position(b); });
+    throw ConfigError(unread_option_message(cfg, unread.front()));
+  }
+  require_batchnorm_support(cfg);
+  if (info.validate) info.validate(cfg);
 }
 
 }  // namespace shardlab

@@ -1,5 +1,6 @@
-// The Strategy interface and the registry of strategies by name. The same
-// strategy object runs on every rank (SPMD), knowing only its RankEnv.
+// The Strategy interface and the registry of strategies by name, each with
+// what it is (family, ZeRO stage, options it reads). The same strategy object
+// runs on every rank (SPMD), knowing only its RankEnv.
 #pragma once
 #include <functional>
 #include <map>
@@ -70,24 +71,97 @@ class Strategy {
   virtual int64_t bytes_sent_outside_comm() const { return 0; }
 };
 
+// What a strategy is, for the reports and views that treat strategies alike.
+enum class StrategyFamily {
+  single,         // the whole model and batch on one device: the reference
+  data_parallel,  // every rank runs every layer on its share of the batch (ddp, dp, ZeRO, fsdp)
+  pipeline,       // every rank runs its own layers on the whole batch (naive-mp, gpipe, 1f1b)
+};
+const char* to_string(StrategyFamily f);  // "single", "data-parallel", "pipeline"
+
+// The RunConfig settings only some strategies read (everything else, from
+// --model to --timeout-ms, every strategy reads). validate() refuses one set
+// to anything but RunConfig's default for a strategy that does not read it:
+// an option that would be silently ignored teaches the wrong thing.
+enum class StrategyOption {
+  precision,  // anything but fp32
+  bucket_mb,
+  no_overlap,
+  no_prefetch,
+  fsdp_unit,
+  no_reshard,
+  offload,
+  stages,
+  micro_batches,
+  partition,
+  recompute,
+};
+inline constexpr StrategyOption kStrategyOptions[] = {
+    StrategyOption::precision,   StrategyOption::bucket_mb, StrategyOption::no_overlap,
+    StrategyOption::no_prefetch, StrategyOption::fsdp_unit, StrategyOption::no_reshard,
+    StrategyOption::offload,     StrategyOption::stages,    StrategyOption::micro_batches,
+    StrategyOption::partition,   StrategyOption::recompute};
+const char* flag_name(StrategyOption o);  // "--micro-batches", "--no-overlap"
+// Whether cfg sets o to anything but RunConfig's default.
+bool option_set(const RunConfig& cfg, StrategyOption o);
+// cfg's value of o as the user would type it: "--micro-batches 8", "--offload".
+std::string option_text(const RunConfig& cfg, StrategyOption o);
+// Puts o back to RunConfig's default.
+void reset_option(RunConfig& cfg, StrategyOption o);
+
 struct StrategyInfo {
-  std::string name;
-  std::string summary;  // one line for --help and the UI
-  std::function<std::unique_ptr<Strategy>()> make;
+  std::string name{};
+  std::string summary{};  // one line for --help and the UI
+  StrategyFamily family = StrategyFamily::data_parallel;
+  std::vector<StrategyOption> reads{};  // the options above this strategy reads
+  // Data-parallel family, as a ZeRO stage: what each rank keeps only 1/N of.
+  // 0 nothing (full replicas), 1 optimizer state, 2 + gradients, 3 + parameters.
+  int zero_stage = 0;
+  // Not SPMD: a controller on device 0 keeps the optimizer and updates, the
+  // other devices get a fresh replica every step (dp).
+  bool controller = false;
+  // Data-parallel family: what its comm-buffers category holds, for the reports.
+  std::string comm_buffers{};
+  // Pipeline family: micro-batches whose activations stage `rank` of `stages`
+  // holds at once with `micro_batches` per batch (the schedule's signature).
+  std::function<int(int micro_batches, int stages, int rank)> in_flight{};
+  std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
-  std::function<void(const RunConfig&)> validate;
+  std::function<void(const RunConfig&)> validate{};
+
+  bool reads_option(StrategyOption o) const;
 };
 
 // Registration happens from each strategy file's static initialiser.
 bool register_strategy(StrategyInfo info);
 const std::vector<StrategyInfo>& all_strategies();
 const StrategyInfo* find_strategy(const std::string& name);
-std::string strategy_names();  // "single, ddp, ..."
+// The registration of a known strategy; throws ConfigError naming the valid ones.
+const StrategyInfo& strategy_info(const std::string& name);
+std::string strategy_names();                                   // "single, ddp, ..."
+bool in_family(const std::string& strategy, StrategyFamily f);  // false for unknown names
+// Names of the strategies that read o, registration order: "gpipe, 1f1b".
+std::string strategies_reading(StrategyOption o);
 
-// For strategies without mixed precision yet: throws ConfigError unless --precision fp32.
-void require_fp32(const RunConfig& cfg);
+// Whether o changes this run: its strategy reads it and cfg sets it.
+bool option_in_effect(const RunConfig& cfg, StrategyOption o);
+// The options cfg sets that its strategy does not read (kStrategyOptions order).
+std::vector<StrategyOption> unread_options(const RunConfig& cfg);
+// "--micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b".
+std::string unread_option_message(const RunConfig& cfg, StrategyOption o);
+// base with its strategy set to `strategy` and every option that strategy does
+// not read back at its default: one configuration of a comparison.
+RunConfig for_strategy(RunConfig base, const std::string& strategy);
 
-// validate_common + the strategy's own checks; throws ConfigError.
-void validate(const RunConfig& cfg);
+// For `mlp:LxD+bn`: throws ConfigError unless the strategy keeps BatchNorm
+// statistics (single and the pipelines), --precision is fp32 and the batch has
+// 2 or more rows. Nothing to check without +bn.
+void require_batchnorm_support(const RunConfig& cfg);
+
+// validate_common, then options the strategy does not read, then the
+// strategy's own checks; throws ConfigError. `given` lists option names as
+// typed ("micro-batches"), in command-line order: of several unread options
+// the message names the first given (without it, kStrategyOptions order).
+void validate(const RunConfig& cfg, const std::vector<std::string>& given = {});
 
 }  // namespace shardlab

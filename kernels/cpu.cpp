@@ -44,5 +44,10 @@ template void linear_backward<float>(float*, float*, float*, const float*, const
 template void gelu_forward<float>(float*, const float*, size_t);
 template void gelu_backward<float>(float*, const float*, const float*, size_t);
 template double mse_forward_backward<float>(float*, const float*, const float*, size_t, size_t);
+template void batchnorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, float*, float*, int, int,
+                                       const BatchNormParams&);
+template void batchnorm_backward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, int, int);
 
 }  // namespace shardlab::kernels

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/math.h"
 #include "kernels/params.h"
@@ -55,6 +56,71 @@ void gelu_backward(T* din, const T* dout, const T* in, size_t n) {
   for (size_t i = 0; i < n; ++i) din[i] = dout[i] * gelu_grad_scalar(in[i]);
 }
 
+// BatchNorm1d in training mode over x[rows,cols] (features are columns, rows ≥ 2):
+// per feature the batch mean and biased variance, invstd = 1/√(var + eps),
+// xhat = (x − mean)·invstd, y = weight·xhat + bias. Writes xhat[rows,cols] and
+// invstd[cols], which backward reads; y may alias x. running_mean/var[cols]
+// follow PyTorch's update (kernels/math.h) unless null: a recomputed forward
+// must not count the same micro-batch twice.
+template <typename T>
+void batchnorm_forward(T* y, T* xhat, T* invstd, const T* x, const T* weight, const T* bias,
+                       T* running_mean, T* running_var, int rows, int cols,
+                       const BatchNormParams& p) {
+  const size_t C = static_cast<size_t>(cols);
+  std::vector<double> mean(C, 0.0), var(C, 0.0);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r)
+    for (size_t c = 0; c < C; ++c) mean[c] += static_cast<double>(x[r * C + c]);
+  for (double& m : mean) m /= rows;
+  // Two passes (sum, then squared deviations): no cancellation for large means.
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r)
+    for (size_t c = 0; c < C; ++c) {
+      const double d = static_cast<double>(x[r * C + c]) - mean[c];
+      var[c] += d * d;
+    }
+  for (size_t c = 0; c < C; ++c) {
+    var[c] /= rows;
+    const double is = bn_invstd(var[c], p.eps);
+    invstd[c] = static_cast<T>(is);
+    if (running_mean) running_mean[c] = bn_running_mean(running_mean[c], mean[c], p.momentum);
+    if (running_var) running_var[c] = bn_running_var(running_var[c], var[c], rows, p.momentum);
+    var[c] = is;  // from here on: the invstd the normalisation uses, in double
+  }
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r)
+    for (size_t c = 0; c < C; ++c) {
+      const size_t i = r * C + c;
+      const T xh = static_cast<T>((static_cast<double>(x[i]) - mean[c]) * var[c]);
+      xhat[i] = xh;
+      y[i] = weight[c] * xh + bias[c];
+    }
+}
+
+// BatchNorm1d's backward over the rows the forward saw: dweight[c] += Σ dy·xhat,
+// dbias[c] += Σ dy, dx = weight·invstd/N · (N·dy − Σdy − xhat·Σdy·xhat)
+// (kernels/math.h bn_grad_input). dx may alias dy.
+template <typename T>
+void batchnorm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* xhat, const T* invstd,
+                        const T* weight, int rows, int cols) {
+  const size_t C = static_cast<size_t>(cols);
+  std::vector<double> sum_dy(C, 0.0), sum_dy_xhat(C, 0.0);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r)
+    for (size_t c = 0; c < C; ++c) {
+      const double g = static_cast<double>(dy[r * C + c]);
+      sum_dy[c] += g;
+      sum_dy_xhat[c] += g * static_cast<double>(xhat[r * C + c]);
+    }
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r)
+    for (size_t c = 0; c < C; ++c) {
+      const size_t i = r * C + c;
+      dx[i] = static_cast<T>(bn_grad_input(
+          static_cast<double>(dy[i]), static_cast<double>(xhat[i]), sum_dy[c], sum_dy_xhat[c],
+          static_cast<double>(weight[c]), static_cast<double>(invstd[c]), rows));
+    }
+  for (size_t c = 0; c < C; ++c) {
+    dweight[c] += static_cast<T>(sum_dy_xhat[c]);
+    dbias[c] += static_cast<T>(sum_dy[c]);
+  }
+}
+
 // MSELoss(reduction='mean') over a global batch of `divisor` elements, of which
 // these n are one slice: returns Σ(pred−target)² / divisor and writes
 // dpred = 2(pred−target)/divisor, so slices' losses and gradients add up to the whole.
@@ -91,5 +157,10 @@ extern template void gelu_forward<float>(float*, const float*, size_t);
 extern template void gelu_backward<float>(float*, const float*, const float*, size_t);
 extern template double mse_forward_backward<float>(float*, const float*, const float*, size_t,
                                                    size_t);
+extern template void batchnorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                              const float*, float*, float*, int, int,
+                                              const BatchNormParams&);
+extern template void batchnorm_backward<float>(float*, float*, float*, const float*, const float*,
+                                               const float*, const float*, int, int);
 
 }  // namespace shardlab::kernels

@@ -35,6 +35,17 @@ void gelu_forward(float* out, const float* in, size_t n, cudaStream_t s);
 // din[n] = dout[n] * gelu'(in[n]); din may alias dout.
 void gelu_backward(float* din, const float* dout, const float* in, size_t n, cudaStream_t s);
 
+// BatchNorm1d in training mode, the CPU's kernels::batchnorm_forward/backward:
+// per feature (column) the batch statistics over `rows` rows; y may alias x and
+// dx may alias dy; running_mean/var are left alone when null. Deterministic:
+// every column's sums are reduced in a fixed order, in double.
+void batchnorm_forward(float* y, float* xhat, float* invstd, const float* x, const float* weight,
+                       const float* bias, float* running_mean, float* running_var, int rows,
+                       int cols, const BatchNormParams& p, cudaStream_t s);
+void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* xhat,
+                        const float* invstd, const float* weight, int rows, int cols,
+                        cudaStream_t s);
+
 // dpred[i] = 2*(pred-target)/divisor (dpred may be null); *sum_out (device, one
 // double) = sum (pred-target)^2 accumulated in double (overwritten, not added).
 void mse_forward_backward(float* dpred, const float* pred, const float* target, size_t n,

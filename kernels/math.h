@@ -57,6 +57,13 @@ SL_HD inline float sqrt(float x) {
   return std::sqrt(x);
 #endif
 }
+SL_HD inline double sqrt(double x) {
+#ifdef __CUDA_ARCH__
+  return ::sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
 // Round to the nearest integer, ties to even (the default rounding mode on the host).
 SL_HD inline float nearbyint(float x) {
 #ifdef __CUDA_ARCH__
@@ -80,6 +87,35 @@ SL_HD inline T gelu_grad_scalar(T x) {
   const T cdf = T(0.5) * (T(1) + math_detail::erf(x * T(0.70710678118654752440)));
   const T pdf = math_detail::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
   return cdf + x * pdf;
+}
+
+// ---- BatchNorm1d (training mode)
+// Statistics are accumulated and combined in double on both devices: the sums
+// over rows are then the only thing whose order differs between CPU and GPU.
+
+// 1/√(var + eps) of one feature, from its biased batch variance.
+SL_HD inline double bn_invstd(double var_biased, double eps) {
+  return 1.0 / math_detail::sqrt(var_biased + eps);
+}
+
+// PyTorch's running-statistics rule: running ← (1 − momentum)·running + momentum·batch,
+// where running_var takes the unbiased variance var·n/(n − 1) of the n rows.
+template <typename T>
+SL_HD inline T bn_running_mean(T running, double mean, double momentum) {
+  return static_cast<T>((1.0 - momentum) * static_cast<double>(running) + momentum * mean);
+}
+template <typename T>
+SL_HD inline T bn_running_var(T running, double var_biased, int rows, double momentum) {
+  const double unbiased = var_biased * rows / (rows - 1);
+  return static_cast<T>((1.0 - momentum) * static_cast<double>(running) + momentum * unbiased);
+}
+
+// The input gradient of one element: with N rows, ŷ = (x − mean)·invstd, y = w·ŷ + b,
+//   dx = w·invstd/N · (N·dy − Σdy − ŷ·Σ(dy·ŷ))
+// (the mean's and the variance's dependence on x give the two sums).
+SL_HD inline double bn_grad_input(double dy, double xhat, double sum_dy, double sum_dy_xhat,
+                                  double weight, double invstd, int rows) {
+  return weight * invstd / rows * (rows * dy - sum_dy - xhat * sum_dy_xhat);
 }
 
 // ---- storage formats

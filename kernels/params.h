@@ -20,4 +20,10 @@ struct AdamWParams {
   float weight_decay = 0.01f;
 };
 
+// torch.nn.BatchNorm1d's defaults (momentum 0.1, eps 1e-5).
+struct BatchNormParams {
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+
 }  // namespace shardlab::kernels

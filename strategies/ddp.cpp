@@ -177,16 +177,21 @@ class Ddp final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "ddp",
-    "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped with backward",
-    [] { return std::make_unique<Ddp>(); },
-    [](const RunConfig& cfg) {
-      if (cfg.batch % cfg.world != 0)
-        throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
-                          std::to_string(cfg.world) + " (valid: a multiple of " +
-                          std::to_string(cfg.world) + ", e.g. " + std::to_string(cfg.world * 16) +
-                          ")");
-    },
+    .name = "ddp",
+    .summary = "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
+               "with backward",
+    .family = StrategyFamily::data_parallel,
+    .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
+    .comm_buffers = "gradient buckets",
+    .make = [] { return std::make_unique<Ddp>(); },
+    .validate =
+        [](const RunConfig& cfg) {
+          if (cfg.batch % cfg.world != 0)
+            throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                              " is not divisible by --world " + std::to_string(cfg.world) +
+                              " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
+                              std::to_string(cfg.world * 16) + ")");
+        },
 });
 
 }  // namespace

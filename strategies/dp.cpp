@@ -353,14 +353,16 @@ class Dp final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "dp",
-    "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
-    "outputs, reduces gradients and updates",
-    [] { return std::make_unique<Dp>(); },
-    [](const RunConfig& cfg) {
-      require_batch_divisible(cfg);
-      if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
-    },
+    .name = "dp",
+    .summary =
+        "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
+        "outputs, reduces gradients and updates",
+    .family = StrategyFamily::data_parallel,
+    .reads = {StrategyOption::precision},
+    .controller = true,
+    .comm_buffers = "device 0's inboxes for every replica's gradients",
+    .make = [] { return std::make_unique<Dp>(); },
+    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
 });
 
 }  // namespace

@@ -245,18 +245,25 @@ class Fsdp final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "fsdp",
-    "FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
-    "reshard after forward, backward prefetch, optional CPU offload",
-    [] { return std::make_unique<Fsdp>(); },
-    [](const RunConfig& cfg) {
-      require_batch_divisible(cfg);
-      const int layers = ModelSpec::parse(cfg.model).layers;
-      if (cfg.fsdp_unit < 1 || cfg.fsdp_unit > layers)
-        throw ConfigError("--fsdp-unit " + std::to_string(cfg.fsdp_unit) +
-                          " is invalid for model " + cfg.model + " (valid: 1 to " +
-                          std::to_string(layers) + " layers per unit)");
-    },
+    .name = "fsdp",
+    .summary =
+        "FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
+        "reshard after forward, backward prefetch, optional CPU offload",
+    .family = StrategyFamily::data_parallel,
+    .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
+              StrategyOption::no_reshard, StrategyOption::offload},
+    .zero_stage = 3,
+    .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",
+    .make = [] { return std::make_unique<Fsdp>(); },
+    .validate =
+        [](const RunConfig& cfg) {
+          require_batch_divisible(cfg);
+          const int layers = ModelSpec::parse(cfg.model).layers;
+          if (cfg.fsdp_unit < 1 || cfg.fsdp_unit > layers)
+            throw ConfigError("--fsdp-unit " + std::to_string(cfg.fsdp_unit) +
+                              " is invalid for model " + cfg.model + " (valid: 1 to " +
+                              std::to_string(layers) + " layers per unit)");
+        },
 });
 
 }  // namespace

@@ -52,14 +52,16 @@ class GPipe final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "gpipe",
-    "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
-    "activations)",
-    [] { return std::make_unique<GPipe>(); },
-    [](const RunConfig& cfg) {
-      require_fp32(cfg);
-      validate_pipeline(cfg);
-    },
+    .name = "gpipe",
+    .summary =
+        "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
+        "activations)",
+    .family = StrategyFamily::pipeline,
+    .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
+              StrategyOption::recompute},
+    .in_flight = [](int micro_batches, int, int) { return micro_batches; },
+    .make = [] { return std::make_unique<GPipe>(); },
+    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
 });
 
 }  // namespace

@@ -42,20 +42,14 @@ class NaiveMp final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "naive-mp",
-    "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a time",
-    [] { return std::make_unique<NaiveMp>(); },
-    [](const RunConfig& cfg) {
-      require_fp32(cfg);
-      validate_pipeline(cfg);
-      if (cfg.micro_batches != 1)
-        throw ConfigError("--micro-batches " + std::to_string(cfg.micro_batches) +
-                          " is invalid for strategy naive-mp (valid: 1; it runs the whole batch at "
-                          "once, use gpipe or 1f1b for micro-batches)");
-      if (cfg.recompute)
-        throw ConfigError(
-            "--recompute is not supported by strategy naive-mp (valid: gpipe or 1f1b)");
-    },
+    .name = "naive-mp",
+    .summary =
+        "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a time",
+    .family = StrategyFamily::pipeline,
+    .reads = {StrategyOption::stages, StrategyOption::partition},
+    .in_flight = [](int, int, int) { return 1; },
+    .make = [] { return std::make_unique<NaiveMp>(); },
+    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
 });
 
 }  // namespace

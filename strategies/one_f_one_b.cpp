@@ -63,14 +63,17 @@ class OneFOneB final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "1f1b",
-    "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
-    "activations of at most P - rank micro-batches",
-    [] { return std::make_unique<OneFOneB>(); },
-    [](const RunConfig& cfg) {
-      require_fp32(cfg);
-      validate_pipeline(cfg);
-    },
+    .name = "1f1b",
+    .summary =
+        "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
+        "activations of at most P - rank micro-batches",
+    .family = StrategyFamily::pipeline,
+    .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
+              StrategyOption::recompute},
+    .in_flight = [](int micro_batches, int stages,
+                    int rank) { return std::min(micro_batches, stages - rank); },
+    .make = [] { return std::make_unique<OneFOneB>(); },
+    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
 });
 
 }  // namespace

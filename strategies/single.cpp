@@ -49,7 +49,7 @@ class Single final : public Strategy {
   }
 
   std::vector<float> export_params() override {
-    std::vector<float> flat(env_->layout.total());
+    std::vector<float> flat(env_->layout.state_total());  // + BatchNorm buffers under +bn
     model_->copy_params_to(flat);
     if (optimizer_->mixed())  // the model's weights are the fp32 masters
       for (size_t i = 0; i < env_->layout.params().size(); ++i)
@@ -65,15 +65,18 @@ class Single final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "single",
-    "the reference: whole model and batch on one device",
-    [] { return std::make_unique<Single>(); },
-    [](const RunConfig& cfg) {
-      if (cfg.world != 1)
-        throw ConfigError(
-            "--world " + std::to_string(cfg.world) +
-            " is invalid for strategy single (valid: 1; it is the one-device reference)");
-    },
+    .name = "single",
+    .summary = "the reference: whole model and batch on one device",
+    .family = StrategyFamily::single,
+    .reads = {StrategyOption::precision},
+    .make = [] { return std::make_unique<Single>(); },
+    .validate =
+        [](const RunConfig& cfg) {
+          if (cfg.world != 1)
+            throw ConfigError(
+                "--world " + std::to_string(cfg.world) +
+                " is invalid for strategy single (valid: 1; it is the one-device reference)");
+        },
 });
 
 }  // namespace

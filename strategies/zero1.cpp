@@ -148,14 +148,15 @@ class Zero1 final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "zero1",
-    "ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "
-    "all-gather params",
-    [] { return std::make_unique<Zero1>(); },
-    [](const RunConfig& cfg) {
-      require_batch_divisible(cfg);
-      if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
-    },
+    .name = "zero1",
+    .summary = "ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "
+               "all-gather params",
+    .family = StrategyFamily::data_parallel,
+    .reads = {StrategyOption::precision},
+    .zero_stage = 1,
+    .comm_buffers = "reduce-scatter scratch",
+    .make = [] { return std::make_unique<Zero1>(); },
+    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
 });
 
 }  // namespace

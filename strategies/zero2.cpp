@@ -159,14 +159,16 @@ class Zero2 final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "zero2",
-    "ZeRO stage 2: optimizer state and gradients sharded 1/N; per-layer reduce-scatter frees "
-    "each full gradient",
-    [] { return std::make_unique<Zero2>(); },
-    [](const RunConfig& cfg) {
-      require_batch_divisible(cfg);
-      if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
-    },
+    .name = "zero2",
+    .summary =
+        "ZeRO stage 2: optimizer state and gradients sharded 1/N; per-layer reduce-scatter frees "
+        "each full gradient",
+    .family = StrategyFamily::data_parallel,
+    .reads = {StrategyOption::precision},
+    .zero_stage = 2,
+    .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",
+    .make = [] { return std::make_unique<Zero2>(); },
+    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
 });
 
 }  // namespace

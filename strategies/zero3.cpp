@@ -183,14 +183,15 @@ class Zero3 final : public Strategy {
 };
 
 const bool registered = register_strategy({
-    "zero3",
-    "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
-    "before forward and backward, reduce-scatter its gradient",
-    [] { return std::make_unique<Zero3>(); },
-    [](const RunConfig& cfg) {
-      require_batch_divisible(cfg);
-      if (cfg.offload) throw ConfigError("--offload is only supported by strategy fsdp");
-    },
+    .name = "zero3",
+    .summary = "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
+               "before forward and backward, reduce-scatter its gradient",
+    .family = StrategyFamily::data_parallel,
+    .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
+    .zero_stage = 3,
+    .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
+    .make = [] { return std::make_unique<Zero3>(); },
+    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
 });
 
 }  // namespace

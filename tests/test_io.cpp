@@ -239,8 +239,8 @@ TEST_CASE("safetensors load errors name the file and the problem", "[io]") {
     expect(st_file("[1, 2]", ""), "not a JSON object");
   }
   SECTION("unsupported dtype") {
-    expect(st_file(R"({"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", f32x2),
-           "unsupported dtype 'I64'");
+    expect(st_file(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", f32x2),
+           "unsupported dtype 'F64'");
   }
   SECTION("unknown dtype") {
     expect(st_file(R"({"x":{"dtype":"Q7","shape":[1],"data_offsets":[0,8]}})", f32x2),

@@ -122,6 +122,9 @@ TEST_CASE("the example lesson parses into texts, runs, look, prediction and gate
   CHECK(s.compare->strategy == "ddp");
   CHECK(s.compare->model == "mlp:2x32");  // the keys not given come from run
   CHECK(s.compare->batch == 8);
+  // An option compare's strategy does not read is not inherited from run.
+  CHECK_FALSE(s.run->prefetch);
+  CHECK(s.compare->prefetch);
 
   // Markdown: a paragraph with emphasis and strong, three list items (one nested), code.
   const Markdown& en = s.text.en_blocks;

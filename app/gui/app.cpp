@@ -9,6 +9,7 @@
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/format.h"
 #include "app/gui/panels.h"
+#include "core/cores.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -108,8 +109,7 @@ void App::run_compare(std::vector<RunConfig> cfgs) {
 void App::compare_from_form() {
   std::vector<RunConfig> cfgs;
   for (int i = 0; i < state.compare.count; ++i) {
-    RunConfig c = state.form;
-    c.strategy = state.compare.strategies[i];
+    RunConfig c = for_strategy(state.form, state.compare.strategies[i]);
     c.world = state.compare.worlds[i];
     cfgs.push_back(c);
   }
@@ -206,6 +206,16 @@ void draw_status(App& app) {
   ImGui::PushStyleColor(ImGuiCol_Text, col);
   ImGui::TextUnformatted(text.c_str());
   ImGui::PopStyleColor();
+  // Every timing on screen is stretched when ranks take turns on the cores: say so beside them.
+  const std::string busy = oversubscription_note(c, cores_available(), true);
+  if (!busy.empty()) {
+    ImGui::SameLine(0, 16);
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    ImGui::TextUnformatted(busy.c_str());
+    ImGui::PopStyleColor();
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", oversubscription_note(c, cores_available()).c_str());
+  }
 }
 
 void draw_view_tabs(App& app) {

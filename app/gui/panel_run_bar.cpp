@@ -1,6 +1,7 @@
 // The run bar: the run's settings, checked with the CLI's validate() every
 // frame (its message shown inline, Run disabled while invalid), and the
-// Run / Pause / Step / Reset buttons.
+// Run / Pause / Step / Reset buttons. Options the chosen strategy does not
+// read are greyed out; one set anyway is shown in the error colour.
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
@@ -51,7 +52,37 @@ void combo_strings(const char* text, const char* id, std::string* value,
   ImGui::SameLine(0, 12);
 }
 
-void draw_options(RunConfig& f, std::string& partition) {
+// How the chosen strategy stands to one option's widget.
+enum class OptionUse {
+  read,    // it reads the option: a normal widget
+  unread,  // it does not, and the option is at its default: greyed out
+  stray,   // it does not, yet the option is set: editable, in the error colour, so it can be undone
+};
+
+OptionUse begin_option(const RunConfig& f, StrategyOption o, const UiColors& ui) {
+  const StrategyInfo* info = find_strategy(f.strategy);
+  if (!info || info->reads_option(o)) return OptionUse::read;
+  if (option_set(f, o)) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    return OptionUse::stray;
+  }
+  ImGui::BeginDisabled();
+  return OptionUse::unread;
+}
+
+// Ends begin_option's scope; the tooltip of the widget just drawn says what
+// the option does, who reads it and, when the strategy does not, that too.
+void end_option(OptionUse use, const RunConfig& f, StrategyOption o, const char* what) {
+  if (use == OptionUse::stray) ImGui::PopStyleColor();
+  if (use == OptionUse::unread) ImGui::EndDisabled();
+  if (!ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
+  std::string tip = std::string(what) + " (" + flag_name(o) + ")\nused by " + strategies_reading(o);
+  if (use == OptionUse::unread) tip += "\n" + f.strategy + " does not read it";
+  if (use == OptionUse::stray) tip = unread_option_message(f, o);
+  ImGui::SetTooltip("%s", tip.c_str());
+}
+
+void draw_options(RunConfig& f, std::string& partition, const UiColors& ui) {
   ImGui::Indent();
   label("Optimizer");
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
@@ -66,38 +97,47 @@ void draw_options(RunConfig& f, std::string& partition) {
   int seed = static_cast<int>(f.seed);
   if (int_field("Seed", "##seed", &seed, 4, nullptr))
     f.seed = static_cast<uint64_t>(std::max(0, seed));
+  OptionUse use = begin_option(f, StrategyOption::bucket_mb, ui);
   label("Bucket MiB");
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4);
   ImGui::InputDouble("##bucket", &f.bucket_mb, 0, 0, "%g");
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("ddp: gradient bucket size (--bucket-mb)");
+  end_option(use, f, StrategyOption::bucket_mb, "gradient bucket size in MiB");
   ImGui::SameLine(0, 12);
+  use = begin_option(f, StrategyOption::no_overlap, ui);
   ImGui::Checkbox("overlap", &f.overlap);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("ddp: all-reduce buckets during backward (off: --no-overlap)");
+  end_option(use, f, StrategyOption::no_overlap,
+             "all-reduce buckets during backward (off: --no-overlap)");
   ImGui::SameLine(0, 12);
+  use = begin_option(f, StrategyOption::no_prefetch, ui);
   ImGui::Checkbox("prefetch", &f.prefetch);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("zero3/fsdp: start the next all-gather early (off: --no-prefetch)");
+  end_option(use, f, StrategyOption::no_prefetch,
+             "start the next all-gather early (off: --no-prefetch)");
   ImGui::SameLine(0, 12);
-  int_field("FSDP unit", "##unit", &f.fsdp_unit, 3, "fsdp: layers per unit (--fsdp-unit)");
+  use = begin_option(f, StrategyOption::fsdp_unit, ui);
+  int_field("FSDP unit", "##unit", &f.fsdp_unit, 3, nullptr);
+  end_option(use, f, StrategyOption::fsdp_unit, "layers per FSDP unit");
+  use = begin_option(f, StrategyOption::no_reshard, ui);
   ImGui::Checkbox("reshard", &f.reshard_after_forward);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("fsdp: free gathered params after forward (off: --no-reshard)");
+  end_option(use, f, StrategyOption::no_reshard,
+             "free gathered params after forward (off: --no-reshard)");
   ImGui::SameLine(0, 12);
+  use = begin_option(f, StrategyOption::offload, ui);
   ImGui::Checkbox("offload", &f.offload);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("fsdp: model states in host memory (--offload)");
+  end_option(use, f, StrategyOption::offload, "model states in host memory");
   ImGui::SameLine(0, 12);
+  use = begin_option(f, StrategyOption::recompute, ui);
   ImGui::Checkbox("recompute", &f.recompute);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("gpipe/1f1b: recompute forward in backward (--recompute)");
+  end_option(use, f, StrategyOption::recompute, "recompute forward in backward");
   ImGui::SameLine(0, 12);
+  use = begin_option(f, StrategyOption::partition, ui);
   label("Partition", 6);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
   ImGui::InputTextWithHint("##partition", "balanced", &partition);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("layers per stage, e.g. 3,2,2,1 (--partition)");
+  end_option(use, f, StrategyOption::partition, "layers per stage, e.g. 3,2,2,1");
   ImGui::SameLine(0, 12);
   combo_strings("Backend", "##backend", &f.backend, {std::begin(kBackends), std::end(kBackends)},
                 4);
+  ImGui::NewLine();  // end the row: the combo left the line open for a next item
   ImGui::Unindent();
 }
 
@@ -122,11 +162,17 @@ void draw_run_bar(App& app) {
   combo_strings("Strategy", "##strategy", &f.strategy, names, 6, &tips);
   int_field("World", "##world", &f.world, 2.5f, "ranks (threads talking through Gloo)");
   int_field("Batch", "##batch", &f.batch, 3, "global batch, split across data-parallel ranks");
-  int_field("Micro-batches", "##mb", &f.micro_batches, 2.5f, "gpipe/1f1b: micro-batches per batch");
-  int_field("Stages", "##stages", &f.stages, 2.5f, "pipeline stages (0 = one per rank)");
+  OptionUse use = begin_option(f, StrategyOption::micro_batches, ui);
+  int_field("Micro-batches", "##mb", &f.micro_batches, 2.5f, nullptr);
+  end_option(use, f, StrategyOption::micro_batches, "micro-batches per batch");
+  use = begin_option(f, StrategyOption::stages, ui);
+  int_field("Stages", "##stages", &f.stages, 2.5f, nullptr);
+  end_option(use, f, StrategyOption::stages, "pipeline stages (0 = one per rank)");
   int_field("Steps", "##steps", &f.steps, 3.5f, "training steps");
+  use = begin_option(f, StrategyOption::precision, ui);
   combo_strings("Precision", "##precision", &f.precision,
                 {std::begin(kPrecisions), std::end(kPrecisions)}, 3.5f);
+  end_option(use, f, StrategyOption::precision, "bf16/fp16: mixed precision, fp32 master weights");
   combo_strings("Device", "##device", &f.device, {std::begin(kDevices), std::end(kDevices)}, 7.5f);
   if (ImGui::GetContentRegionAvail().x < ImGui::GetFontSize() * 5) ImGui::NewLine();
   ImGui::Checkbox("Options", &s.show_options);
@@ -156,11 +202,27 @@ void draw_run_bar(App& app) {
   ImGui::SameLine();
   if (ImGui::Button("Reset")) app.reset();
 
-  if (s.show_options) draw_options(f, s.partition_text);
+  // A set option the strategy does not read may sit in the hidden Options row:
+  // open it, so the field in the error colour is there to be seen and undone.
+  const std::vector<StrategyOption> unread = unread_options(f);
+  for (StrategyOption o : unread)
+    if (o != StrategyOption::micro_batches && o != StrategyOption::stages &&
+        o != StrategyOption::precision)
+      s.show_options = true;
+  if (s.show_options) draw_options(f, s.partition_text, ui);
   if (!valid) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
     ImGui::TextWrapped("Cannot run these settings: %s", s.form_error.c_str());
     ImGui::PopStyleColor();
+    if (!unread.empty()) {
+      const std::string reset = "Reset what " + f.strategy + " does not read";
+      if (ImGui::SmallButton(reset.c_str())) {
+        for (StrategyOption o : unread) reset_option(f, o);
+        // The typed text is what the next frame parses into f.partition.
+        for (StrategyOption o : unread)
+          if (o == StrategyOption::partition) s.partition_text.clear();
+      }
+    }
   } else if (f.device != "cpu" || f.backend != "auto") {
     // Where the ranks will run and how they will talk, e.g. ranks sharing one GPU
     // through Gloo with host staging because NCCL needs a GPU per rank.

@@ -314,14 +314,24 @@ std::string key_named_in(const Table& rt, const std::map<std::string, std::strin
   return "";
 }
 
+// The run from its arguments, validated as `shardlab run` validates it. For a
+// compare run, options inherited from `run` that its strategy does not read
+// are dropped (run = zero3 with no-prefetch, compare = ddp): only those the
+// compare table gives itself are held against it.
 RunConfig finish_run(const Table& rt, const std::map<std::string, std::string>& args,
-                     const std::string& what) {
-  std::vector<std::string> list;
-  for (const auto& [k, a] : args) list.push_back(a);
+                     const std::string& what, bool inherits = false) {
+  std::vector<std::string> list, given;
+  for (const auto& [k, a] : args) {
+    list.push_back(a);
+    given.push_back(k);
+  }
   try {
     RunConfig c = config_of(list);
     c.record = true;
-    validate(c);
+    if (inherits)
+      for (StrategyOption o : unread_options(c))
+        if (!rt.get(flag_name(o) + 2)) reset_option(c, o);
+    validate(c, given);
     return c;
   } catch (const ConfigError& e) {
     const std::string key = key_named_in(rt, args, e.what());
@@ -638,7 +648,7 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
         merged.erase(key);
       }
       for (const auto& [k, a] : read_run_args(ct)) merged[k] = a;
-      s.compare = finish_run(ct, merged, "compare");
+      s.compare = finish_run(ct, merged, "compare", true);
     }
   } else {
     if (st.get("compare")) st.fail("compare", "goes with a run, not a recording");

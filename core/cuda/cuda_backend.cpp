@@ -411,6 +411,19 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   void gelu_backward(float* din, const float* dout, const float* in, size_t n) override {
     kernels::cuda::gelu_backward(din, dout, in, n, stream());
   }
+  void batchnorm_forward(float* out, float* xhat, float* invstd, const float* in,
+                         const float* weight, const float* bias, float* running_mean,
+                         float* running_var, int rows, int cols,
+                         const kernels::BatchNormParams& p) override {
+    kernels::cuda::batchnorm_forward(out, xhat, invstd, in, weight, bias, running_mean, running_var,
+                                     rows, cols, p, stream());
+  }
+  void batchnorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                          const float* xhat, const float* invstd, const float* weight, int rows,
+                          int cols) override {
+    kernels::cuda::batchnorm_backward(din, dweight, dbias, dout, xhat, invstd, weight, rows, cols,
+                                      stream());
+  }
   double mse_forward_backward(float* dpred, const float* pred, const float* target, size_t n,
                               size_t divisor) override {
     auto* sum = static_cast<double*>(scratch_);

@@ -236,8 +236,9 @@ bool CompareSession::poll(std::vector<CompareEntry>& entries) {
 std::vector<RunConfig> default_compare_configs(const RunConfig& base) {
   std::vector<RunConfig> out;
   for (const StrategyInfo& s : all_strategies()) {
-    RunConfig c = base;
-    c.strategy = s.name;
+    // Only the options this strategy reads: --micro-batches 4 is for the
+    // pipelines in the list, not a reason to leave ddp out.
+    const RunConfig c = for_strategy(base, s.name);
     try {
       validate(c);
       out.push_back(c);
@@ -254,12 +255,12 @@ std::vector<RunConfig> parse_compare_list(const std::string& list, const RunConf
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    RunConfig c = base;
     const size_t colon = item.find(':');
-    c.strategy = item.substr(0, colon);
-    if (!find_strategy(c.strategy))
-      throw ConfigError("--compare: unknown strategy '" + c.strategy +
-                        "' (valid: " + strategy_names() + ")");
+    const std::string name = item.substr(0, colon);
+    if (!find_strategy(name))
+      throw ConfigError("--compare: unknown strategy '" + name + "' (valid: " + strategy_names() +
+                        ")");
+    RunConfig c = for_strategy(base, name);  // the options it reads, as in the default list
     if (colon != std::string::npos) {
       const std::string w = item.substr(colon + 1);
       char* end = nullptr;
