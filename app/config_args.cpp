@@ -12,7 +12,7 @@ const std::set<std::string>& run_options() {
       "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
       "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
       "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
-      "backend"};
+      "backend",   "record"};
   return options;
 }
 

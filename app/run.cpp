@@ -12,6 +12,7 @@
 #include "core/checkpoint.h"
 #include "core/cores.h"
 #include "core/placement.h"
+#include "core/recording.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 #include "core/trace.h"
@@ -55,6 +56,8 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --timeout-ms N      every collective fails after this long (default 30000)
   --no-record         do not record spans/allocation events (memory totals are still measured)
   --trace PATH        write a Chrome trace (Perfetto, chrome://tracing)
+  --record PATH       save the whole run (spans, memory, losses, weights, where it ran) for
+                      'shardlab gui --open PATH', which shows it without running it
   --save-init PATH    write the initial weights (safetensors, PyTorch names)
   --save-final PATH   write the final weights
   --init-from PATH    start from these weights instead of the seeded init
@@ -100,6 +103,10 @@ int cmd_run(int argc, char** argv) {
     if (auto p = a.get(key)) check_writable(*p, std::string("--") + key);
   if (cfg.record == false && a.has("trace"))
     throw ConfigError("--trace needs recording (remove --no-record)");
+  if (auto p = a.get("record")) {
+    if (!cfg.record) throw ConfigError("--record needs recording (remove --no-record)");
+    check_recording_path(*p);
+  }
 
   std::vector<float> init;
   if (auto p = a.get("init-from"))
@@ -132,14 +139,19 @@ int cmd_run(int argc, char** argv) {
 
   if (auto p = a.get("save-final")) save_params(*p, layout, r.final_params);
   if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(cfg));
+  if (auto p = a.get("record")) save_recording(*p, r);
 
   if (json) {
     nlohmann::json j = summary_json(r);
     if (auto p = a.get("trace")) j["trace"] = *p;
+    if (auto p = a.get("record")) j["recording"] = *p;
     std::cout << j.dump() << "\n";
   } else {
     print_summary(r);
     if (auto p = a.get("trace")) std::printf("  trace written to %s\n", p->c_str());
+    if (auto p = a.get("record"))
+      std::printf("  recording written to %s (open it with 'shardlab gui --open %s')\n", p->c_str(),
+                  p->c_str());
   }
   return 0;
 }

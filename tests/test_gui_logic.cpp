@@ -15,6 +15,7 @@
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
 #include "app/gui/logic/timeline_logic.h"
+#include "app/gui/logic/wait_logic.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -448,7 +449,7 @@ TEST_CASE("compare: rows, CSV, and the strategy list", "[gui]") {
   CHECK(list[1].world == 1);
   CHECK_THROWS_AS(parse_compare_list("nope", base), ConfigError);
   CHECK_THROWS_AS(parse_compare_list("ddp:0", base), ConfigError);
-  CHECK_THROWS_AS(parse_compare_list("ddp,ddp,ddp,ddp,ddp", base), ConfigError);
+  CHECK_THROWS_AS(parse_compare_list("ddp,ddp,ddp,ddp,ddp,ddp,ddp", base), ConfigError);
   // `single` refuses world 2, so it is not in the default list for these settings.
   for (const RunConfig& c : default_compare_configs(base)) CHECK(c.strategy != "single");
 }
@@ -529,22 +530,24 @@ TEST_CASE("compare session runs configurations in turn and reports invalid ones"
 }
 
 TEST_CASE("step breakdown: compute, comm, the part of comm hidden behind compute, idle", "[gui]") {
+  // One rank: its collectives have no one to wait for, so every comm span moves bytes.
   RunData d = make_data(1);
   Span c1 = span(0, 100), c2 = span(150, 300);
   Span m1 = span(250, 500, SpanKind::all_reduce, Lane::comm);
   Span other = span(600, 700);
   other.step = 1;
   append(d, 0, {c1, c2, m1, other}, {});
-  const StepBreakdown b = step_breakdown(d.ranks[0], 0, 0, 600);
-  CHECK(b.begin == 0);
-  CHECK(b.end == 500);
-  CHECK(b.compute == 250);
-  CHECK(b.comm == 250);
-  CHECK(b.overlap == 50);
-  CHECK(b.comm_only() == 200);
-  CHECK(b.idle() == 50);  // 100..150
-  CHECK(step_breakdown(d.ranks[0], 1, 0, 1000).duration() == 100);
-  CHECK(step_breakdown(d.ranks[0], 5, 0, 1000).duration() == 0);
+  const WindowUse u = step_use(d, 0);
+  CHECK(u.begin == 0);
+  CHECK(u.end == 500);
+  const RankUse& b = u.ranks[0];
+  CHECK(b.computing == 250);
+  CHECK(b.hidden == 50);
+  CHECK(b.exposed == 200);
+  CHECK(b.idle == 50);  // 100..150
+  CHECK(b.idle_intervals == std::vector<Interval>{{100, 150}});
+  CHECK(step_use(d, 1).duration() == 100);
+  CHECK(step_use(d, 5).duration() == 0);
 }
 
 TEST_CASE("byte axis ticks are round in the unit that fits", "[gui]") {

@@ -7,9 +7,12 @@
 #include <imgui.h>
 
 #include "app/gui/draw_util.h"
+#include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
 #include "core/cores.h"
+#include "core/pipeline_analysis.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -37,8 +40,7 @@ App::App(const RunConfig& cfg) {
   state.form = cfg;
   for (size_t i = 0; i < cfg.partition.size(); ++i)
     state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
-  state.compare.strategies[0] = cfg.strategy;
-  state.compare.worlds[0] = cfg.world;
+  state.compare.slots = default_compare_slots(cfg);
   validate_form();
 }
 
@@ -63,6 +65,43 @@ bool App::settled() const {
   return !run_active() && !compare_session.busy();
 }
 
+const RunResult* App::shown_result() const {
+  if (const RunResult* r = session.result()) return r;
+  return recording ? recording->run.get() : nullptr;
+}
+
+void App::open_recording(Recording rec, const std::string& path) {
+  session.reset();
+  compare_session.cancel();
+  auto run = std::make_shared<const RunResult>(std::move(rec.run));
+  const RunConfig& cfg = run->cfg;
+  state.form = cfg;
+  state.partition_text.clear();
+  for (size_t i = 0; i < cfg.partition.size(); ++i)
+    state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
+  validate_form();
+  ingest_result(data, *run);
+  losses = run->losses;
+
+  compare.clear();
+  compare.resize(1);
+  CompareEntry& e = compare[0];
+  e.cfg = cfg;
+  e.done = true;
+  e.result = std::make_unique<RunResult>(*run);
+  ingest_result(e.data, *run);
+  e.row = compare_row(*run);
+  state.compare.slots = {slot_from(cfg, cfg.strategy, cfg.world)};
+  fit(state.compare.vp, 0, e.data.t_end - e.data.view_begin());
+
+  // As a live run ends: the playhead rests after the last step, the whole run in view.
+  state.playhead = Playhead{static_cast<double>(data.t_live()), false, true, state.playhead.speed};
+  state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(cfg.strategy);  // as a live run opens
+  fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t, false);
+  recording = OpenedRecording{path, std::move(rec.origin), std::move(run)};
+}
+
 void App::run() {
   if (session.state() == RunState::paused) {
     session.resume();
@@ -70,9 +109,11 @@ void App::run() {
   }
   if (!state.form_error.empty() || run_active()) return;
   losses.clear();
+  recording.reset();
   session.start(state.form, false);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(state.form.strategy);  // a pipeline is one step
 }
 
 void App::pause() {
@@ -86,13 +127,16 @@ void App::step() {
   }
   if (!state.form_error.empty()) return;
   losses.clear();
+  recording.reset();
   session.start(state.form, true);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
+  state.timeline.one_step = is_pipeline_strategy(state.form.strategy);
 }
 
 void App::reset() {
   session.reset();
+  recording.reset();
   const uint64_t version = data.version + 1;
   data = RunData{};
   data.version = version;
@@ -108,11 +152,7 @@ void App::run_compare(std::vector<RunConfig> cfgs) {
 
 void App::compare_from_form() {
   std::vector<RunConfig> cfgs;
-  for (int i = 0; i < state.compare.count; ++i) {
-    RunConfig c = for_strategy(state.form, state.compare.strategies[i]);
-    c.world = state.compare.worlds[i];
-    cfgs.push_back(c);
-  }
+  for (const CompareSlot& slot : state.compare.slots) cfgs.push_back(config_for(slot, state.form));
   run_compare(std::move(cfgs));
 }
 
@@ -151,16 +191,11 @@ void App::poll() {
   if (session.poll(data, losses)) {
     if (state.playhead.live) state.playhead.t = static_cast<double>(data.t_live());
     if (state.timeline.follow)
-      fit(state.timeline.vp, data.steps_begin(), static_cast<double>(data.t_end));
+      fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t,
+                run_active() && state.playhead.live);
   }
-  if (compare_session.poll(compare)) {
-    // One time scale: each run is drawn from its own first span, so the
-    // connection setup (which records nothing) does not push them apart.
-    double longest = 0;
-    for (const CompareEntry& e : compare)
-      longest = std::max(longest, e.data.t_end - e.data.view_begin());
-    fit(state.compare.vp, 0, longest);
-  }
+  // The compare panel fits its time scale again to take in each run that arrives.
+  if (compare_session.poll(compare)) state.compare.fitted = false;
 }
 
 namespace {
@@ -173,7 +208,15 @@ void draw_status(App& app) {
   ImU32 col = ui.text_dim;
   switch (s) {
     case RunState::idle:
-      text = "no run yet: press Run (R)";
+      if (app.recording) {
+        // Replaying: nothing runs until Run, which runs these settings live here.
+        text = recording_status(file_name(app.recording->path), app.recording->origin, c.world) +
+               (app.state.form_error.empty() ? " \xC2\xB7 replay: Run (R) runs it live"
+                                             : " \xC2\xB7 replay only");
+        col = ui.ok;
+      } else {
+        text = "no run yet: press Run (R)";
+      }
       break;
     case RunState::starting:
       text += "connecting ranks...";
@@ -206,6 +249,10 @@ void draw_status(App& app) {
   ImGui::PushStyleColor(ImGuiCol_Text, col);
   ImGui::TextUnformatted(text.c_str());
   ImGui::PopStyleColor();
+  if (s == RunState::idle && app.recording && ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s",
+        recording_details(*app.recording->run, app.recording->path, app.recording->origin).c_str());
   // Every timing on screen is stretched when ranks take turns on the cores: say so beside them.
   const std::string busy = oversubscription_note(c, cores_available(), true);
   if (!busy.empty()) {

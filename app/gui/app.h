@@ -3,14 +3,24 @@
 // in window.cpp / gui_main.cpp.
 #pragma once
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "app/gui/app_state.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
+#include "core/recording.h"
 
 namespace shardlab::gui {
+
+// A recording shown in the views instead of a live run (`shardlab gui --open`).
+struct OpenedRecording {
+  std::string path;
+  RecordingOrigin origin;
+  std::shared_ptr<const RunResult> run;
+};
 
 class App {
  public:
@@ -25,6 +35,10 @@ class App {
   void step();   // run exactly one more step (starting a paused run if none)
   void reset();  // stop the run and clear everything it showed
   void run_compare(std::vector<RunConfig> cfgs);
+  // Shows a recorded run in every view (the compare view gets it as its one
+  // entry) without running anything; the run bar takes its settings, so Run
+  // then runs them live here.
+  void open_recording(Recording rec, const std::string& path);
   void compare_from_form();  // the compare panel's slots
 
   // Replay actions.
@@ -36,6 +50,8 @@ class App {
 
   bool run_active() const;  // starting, running or paused
   bool settled() const;     // nothing running: the headless mode may take its picture
+  // The finished run on screen: the live run's result, else the open recording's.
+  const RunResult* shown_result() const;
 
   AppState state;
   RunSession session;
@@ -43,6 +59,7 @@ class App {
   std::vector<double> losses;
   CompareSession compare_session;
   std::vector<CompareEntry> compare;
+  std::optional<OpenedRecording> recording;  // set while the views show a recording
   // Parses the run bar's --partition text with the CLI's own parser (set by
   // `shardlab gui`; the benchmark leaves it empty and never edits the field).
   std::function<std::vector<int>(const std::string&)> parse_list;

@@ -4,9 +4,12 @@
 // set from the command line and inspected.
 #pragma once
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/replay_logic.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "core/config.h"
@@ -21,17 +24,36 @@ std::optional<View> view_from_name(const std::string& s);
 
 struct TimelineState {
   Viewport vp;             // shared by the timeline and memory charts
-  bool follow = true;      // keep the whole run in view while it grows
+  bool follow = true;      // keep the run in view while it grows (see one_step)
+  bool one_step = false;   // following fits one training step, not all (pipelines open so)
   bool show_flows = true;  // send -> recv lines
   bool dragging = false;   // a pan is in progress (so a release is not a click)
+  // The per-stage pipeline table of the finished run, computed once per run.
+  std::vector<StageRow> stage_rows;
+  const void* stage_rows_of = nullptr;  // the RunResult they came from
+  uint64_t stage_rows_version = 0;      // and the RunData version then (an address can be reused)
 };
 
+// What the compare panel shows below its table.
+enum class ComparePicture { timelines, memory, peaks };
+inline constexpr int kNumComparePictures = 3;
+const char* compare_picture_name(ComparePicture p);  // "timelines" (command line)
+std::optional<ComparePicture> compare_picture_from_name(const std::string& s);
+
 struct CompareState {
-  int count = 2;  // 2..4 configurations
-  std::array<std::string, 4> strategies{"ddp", "single", "ddp", "ddp"};
-  std::array<int, 4> worlds{2, 1, 4, 2};
-  Viewport vp;  // one time scale for every compared run
+  // The selector's configurations, 1..kMaxCompare: exactly what Run comparison runs
+  // (with the run bar's model, batch, steps, optimizer, seed and device).
+  std::vector<CompareSlot> slots{CompareSlot{}};
+  // The selector's widgets, or one line of labels; unset: folded in presenter mode only.
+  std::optional<bool> show_slots;
+  ComparePicture picture = ComparePicture::timelines;
+  Viewport vp;         // one time scale for every compared run
+  int focus_step = 1;  // timelines start at this step of each run (0 has first-touch costs)
   bool fitted = false;
+  // Memory over time: which rank (kMemoryBusiest, kMemorySum or a rank) and which steps.
+  int memory_rank = kMemoryBusiest;
+  int memory_first_step = 0, memory_last_step = 2;
+  float top_height = 0;  // the selector and table's height last frame (they scroll past 42%)
 };
 
 struct ExportState {

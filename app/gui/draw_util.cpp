@@ -53,13 +53,13 @@ void help_marker(const char* text) {
 }
 
 void draw_time_axis(ImDrawList* dl, const Viewport& vp, float y, float h, const UiColors& ui) {
-  const float label_w = ImGui::CalcTextSize("00.00 ms").x + 24;
-  const int target = std::max(2, static_cast<int>(vp.width / label_w));
+  // Labels distinct at every zoom, spaced by the widest (time_ticks).
+  const float char_px = ImGui::CalcTextSize("00.000 ms").x / 9;
   dl->AddLine(ImVec2(vp.x0, y + h - 1), ImVec2(vp.x0 + vp.width, y + h - 1), ui.axis);
-  for (double t : nice_ticks(vp.t_begin, vp.t_end, target)) {
-    const float x = std::round(vp.x_of(t));
+  for (const AxisTick& tick : time_ticks(vp.t_begin, vp.t_end, vp.width, char_px)) {
+    const float x = std::round(vp.x_of(tick.t));
     dl->AddLine(ImVec2(x, y + h - 6), ImVec2(x, y + h - 1), ui.axis);
-    const std::string s = format_time_ns(t);
+    const std::string& s = tick.label;
     const float w = ImGui::CalcTextSize(s.c_str()).x;
     if (x - w * 0.5f < vp.x0 || x + w * 0.5f > vp.x0 + vp.width) continue;
     dl->AddText(ImVec2(x - w * 0.5f, y + 1), ui.text_dim, s.c_str());

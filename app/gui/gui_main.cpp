@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "app/args.h"
@@ -14,6 +15,7 @@
 #include "app/gui/app.h"
 #include "app/gui/window.h"
 #include "core/checkpoint.h"
+#include "core/recording.h"
 #include "core/strategy.h"
 
 namespace shardlab::app {
@@ -34,9 +36,22 @@ run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
   running them.
 
 gui options:
+  --open FILE         show a recording (made with 'shardlab run --record FILE', here or on
+                      another machine) in every view without running it; the run bar takes
+                      its settings (no run options beside it), and Run runs them live here
   --view V            timeline | memory | cluster | camping | compare | loss (default timeline)
-  --compare LIST      strategies for the compare view, e.g. ddp,single:1 (':W' sets the world
-                      size; default: every strategy that accepts the run settings)
+  --compare LIST      the compare view's configurations (1 to 6), comma-separated, each
+                      STRATEGY[:W][/OPTION]...: ':W' sets the world size, options are m=N
+                      (micro-batches), stages=N, bf16|fp16|fp32, recompute, no-prefetch,
+                      no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload, each only
+                      for the strategies that use it; unset options come from the run
+                      options where the strategy uses them. E.g.
+                        naive-mp:4,gpipe:4/m=8,1f1b:4/m=8     ddp:4,zero3:4,fsdp:4/bf16
+                      Default: the run's own configuration, then others at its world size
+                      (pipelines with 2 micro-batches per stage unless --micro-batches says),
+                      as many as are valid, at most 6: what the compare panel shows.
+  --compare-show P    what the compare view draws under its table: timelines | memory (over
+                      time, aligned by step) | peaks (peak memory by category); default timelines
   --presenter         start in presenter mode (full screen, high contrast, big font)
   --font-scale X      font scale, 0.6 to 3 (default 1; Ctrl +/- in the app)
   --size WxH          window size (default 1600x1000)
@@ -53,13 +68,20 @@ F11 presenter mode, Ctrl +/- font, F1 all shortcuts.
 )";
 
 const std::set<std::string> kOptions = {
-    "model",   "strategy",   "world",     "batch",         "steps",     "optimizer",
-    "lr",      "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
-    "device",  "backend",    "stages",    "micro-batches", "partition", "view",
-    "compare", "screenshot", "frames",    "replay-at",     "size",      "font-scale"};
+    "model",     "strategy",      "world",      "batch",       "steps",     "optimizer",  "lr",
+    "seed",      "bucket-mb",     "timeout-ms", "precision",   "fsdp-unit", "device",     "backend",
+    "stages",    "micro-batches", "partition",  "view",        "compare",   "screenshot", "frames",
+    "replay-at", "size",          "font-scale", "compare-show", "open"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",
                                       "offload",       "recompute",   "presenter",
                                       "check-display", "no-record",   "at-collective"};
+
+// Run settings, which a recording brings itself (--open refuses them beside it).
+const char* const kRunKeys[] = {
+    "model",       "strategy",   "world",     "batch",         "steps",     "optimizer",
+    "lr",          "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
+    "device",      "backend",    "stages",    "micro-batches", "partition", "no-overlap",
+    "no-prefetch", "no-reshard", "offload",   "recompute",     "no-record"};
 
 }  // namespace
 
@@ -80,7 +102,22 @@ int cmd_gui(int argc, char** argv) {
     return 1;
   }
 
-  const RunConfig cfg = config_from(a);
+  // Loaded before any window opens: a bad file is one line and exit 2, display or not.
+  std::optional<Recording> opened;
+  const std::string open_path = a.str("open", "");
+  if (a.has("open")) {
+    for (const char* key : kRunKeys)
+      if (a.has(key))
+        throw ConfigError("--" + std::string(key) +
+                          " cannot be combined with --open (a recording "
+                          "brings its own settings; press Run in the app to change them)");
+    if (a.has("compare"))
+      throw ConfigError(
+          "--compare cannot be combined with --open (the compare view shows the "
+          "recording; Run comparison there compares live runs of its settings)");
+    opened = load_recording(open_path);
+  }
+  const RunConfig cfg = opened ? opened->run.cfg : config_from(a);
   if (a.has("no-record"))
     throw ConfigError("--no-record: the GUI draws the recorded spans (remove --no-record)");
   const std::string view_text = a.str("view", "timeline");
@@ -106,17 +143,24 @@ int cmd_gui(int argc, char** argv) {
       throw ConfigError("--size '" + *size +
                         "' is invalid (valid: WxH from 320x240, e.g. 1600x1000)");
   }
-  std::vector<RunConfig> compare_cfgs;
-  if (view == View::compare || a.has("compare"))
-    compare_cfgs = a.has("compare") ? parse_compare_list(*a.get("compare"), cfg)
-                                    : default_compare_configs(cfg);
+  // The compare selector's slots: the list as given, or the default the panel starts with.
+  std::vector<CompareSlot> compare_slots;
+  if (!opened)
+    compare_slots = a.has("compare") ? parse_compare_slots(*a.get("compare"), cfg)
+                                     : default_compare_slots(cfg);
+  const std::string show_text = a.str("compare-show", "timelines");
+  const auto show = compare_picture_from_name(show_text);
+  if (!show)
+    throw ConfigError("--compare-show '" + show_text +
+                      "' is invalid (valid: timelines, memory, peaks)");
   // Headless runs must not hang on bad settings: the picture shows the run bar
   // with the message inline, and the exit is 2 with the CLI's message.
   std::string invalid;
   if (!shot.empty()) {
     check_writable(shot, "--screenshot");
     try {
-      if (*view != View::compare || compare_cfgs.empty()) validate(cfg);
+      // A recording is shown, not run: settings this machine cannot run are no error.
+      if (!opened && (*view != View::compare || compare_slots.empty())) validate(cfg);
     } catch (const ConfigError& e) {
       invalid = e.what();
     }
@@ -141,16 +185,16 @@ int cmd_gui(int argc, char** argv) {
   if (a.has("presenter")) {
     app.state.request_fullscreen_toggle = true;
   }
-  if (!compare_cfgs.empty()) {
-    for (size_t i = 0; i < compare_cfgs.size() && i < 4; ++i) {
-      app.state.compare.strategies[i] = compare_cfgs[i].strategy;
-      app.state.compare.worlds[i] = compare_cfgs[i].world;
-    }
-    app.state.compare.count = std::clamp(static_cast<int>(compare_cfgs.size()), 2, 4);
-  }
-  // The app opens on a run of the given settings, so there is something to see.
-  if (*view != View::compare || shot.empty()) app.run();
-  if (*view == View::compare && !compare_cfgs.empty()) app.run_compare(compare_cfgs);
+  if (!compare_slots.empty()) app.state.compare.slots = compare_slots;
+  app.state.compare.picture = *show;
+  // The app opens on the recording or on a run of the given settings, so there is
+  // something to see.
+  if (opened)
+    app.open_recording(std::move(*opened), open_path);
+  else if (*view != View::compare || shot.empty())
+    app.run();
+  // What runs is what the selector shows.
+  if (!opened && *view == View::compare && !compare_slots.empty()) app.compare_from_form();
 
   using clock = std::chrono::steady_clock;
   auto last = clock::now();
@@ -181,7 +225,8 @@ int cmd_gui(int argc, char** argv) {
             app.set_playhead(b + replay_at * (static_cast<double>(d.t_live()) - b));
           }
           if (a.has("at-collective")) app.next_collective();
-          fit(app.state.timeline.vp, app.data.steps_begin(), static_cast<double>(app.data.t_end));
+          fit_steps(app.state.timeline.vp, app.data, app.state.timeline.one_step,
+                    app.state.playhead.t, false);
           app.state.timeline.follow = true;
         }
         if (++frames_after > frames) {

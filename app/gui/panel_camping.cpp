@@ -1,11 +1,14 @@
 // The camping-trip skin of the cluster view: ranks are hikers around a
 // campfire, a layer's parameters are a piece of gear (tent, food, water), a
 // shard is part of it. At each all-gather the hikers lend their pieces around
-// the fire; borrowed copies are handed back (freed) after use. Same data as
-// the cluster cards: allocation events and comm spans at the playhead.
+// the fire; borrowed copies are handed back (freed) after use. On a pipeline
+// the hikers walk one trail and pass notes (activations forward, gradients
+// back). Same data as the cluster cards: allocation events and comm spans.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <imgui.h>
 
@@ -101,6 +104,71 @@ void draw_fire(ImDrawList* dl, ImVec2 c, float s, bool blazing, double t_wall) {
 
 }  // namespace
 
+namespace {
+
+// A note (a pipeline message: activations forward, gradients back), paper with
+// a folded corner and its label.
+void draw_note(ImDrawList* dl, ImVec2 c, float w, float h, const char* label, ImU32 paper,
+               ImU32 ink, float alpha) {
+  const ImVec2 a(c.x - w * 0.5f, c.y - h * 0.5f), b(c.x + w * 0.5f, c.y + h * 0.5f);
+  const float fold = h * 0.3f;
+  dl->AddRectFilled(ImVec2(a.x + 2, a.y + 2), ImVec2(b.x + 2, b.y + 2),
+                    IM_COL32(0, 0, 0, static_cast<int>(90 * alpha)), 2);
+  dl->AddRectFilled(a, b, with_alpha(paper, alpha), 2);
+  dl->AddTriangleFilled(ImVec2(b.x - fold, a.y), ImVec2(b.x, a.y), ImVec2(b.x, a.y + fold),
+                        IM_COL32(150, 150, 150, static_cast<int>(255 * alpha)));
+  dl->AddRect(a, b, with_alpha(ink, alpha), 2, 0, 1.5f);
+  const ImVec2 sz = ImGui::CalcTextSize(label);
+  const float fs =
+      std::min(ImGui::GetFontSize(), ImGui::GetFontSize() * (w - 4) / std::max(1.0f, sz.x));
+  const float tw = sz.x * fs / ImGui::GetFontSize();
+  dl->AddText(ImGui::GetFont(), fs, ImVec2(c.x - tw * 0.5f, c.y - fs * 0.5f),
+              with_alpha(ink, alpha), label);
+}
+
+// Words broken into lines no wider than `w` pixels.
+std::vector<std::string> wrap_words(const std::string& text, float w) {
+  std::vector<std::string> lines;
+  std::string line, word;
+  auto flush_word = [&] {
+    if (word.empty()) return;
+    const std::string tryline = line.empty() ? word : line + " " + word;
+    if (!line.empty() && ImGui::CalcTextSize(tryline.c_str()).x > w) {
+      lines.push_back(line);
+      line = word;
+    } else {
+      line = tryline;
+    }
+    word.clear();
+  };
+  for (char ch : text) {
+    if (ch == ' ')
+      flush_word();
+    else
+      word.push_back(ch);
+  }
+  flush_word();
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+void text_in(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& text, bool centred,
+             float size = 0) {
+  if (r.h() <= 0) return;
+  float fs = size > 0 ? size : ImGui::GetFontSize();
+  float tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
+  if (size > 0 && tw > r.w() && tw > 0) {  // small labels shrink to fit rather than clip
+    fs = std::max(fs * r.w() / tw, fs * 0.6f);
+    tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
+  }
+  const float x = centred ? std::max(r.x0, (r.x0 + r.x1 - tw) * 0.5f) : r.x0;
+  dl->PushClipRect(ImVec2(r.x0, r.y0), ImVec2(r.x1, r.y1), true);
+  dl->AddText(ImGui::GetFont(), fs, ImVec2(x, r.y0), col, text.c_str());
+  dl->PopClipRect();
+}
+
+}  // namespace
+
 void draw_camping(App& app) {
   AppState& s = app.state;
   const RunData& d = app.data;
@@ -112,182 +180,292 @@ void draw_camping(App& app) {
   }
   const int64_t t = static_cast<int64_t>(s.playhead.t);
   const int64_t fade = fade_ns_for(app);
+  const bool pipeline = is_pipeline(d.cfg.strategy);
 
-  // What the picture says, in words, from the same numbers.
   std::vector<CardContents> cards;
   std::vector<std::vector<Holding>> holdings;
-  double min_share = 1, max_share = 0;
   for (int r = 0; r < d.world; ++r) {
     holdings.push_back(holdings_at(d.ranks[r].residency, t, fade));
     cards.push_back(card_contents(holdings.back(), d.num_layers));
-    min_share = std::min(min_share, cards.back().held_fraction[0]);
-    max_share = std::max(max_share, cards.back().held_fraction[0]);
   }
+  const int layers = std::max(1, cards[0].num_layers);
+  const Naming naming = camping_naming(layers);
   const std::vector<Piece> pieces = pieces_in_flight(d, t);
-  ImGui::PushTextWrapPos(0);
-  ImGui::TextUnformatted(
-      "Camping trip: each hiker is a rank; each piece of gear is one layer's parameters (tent, "
-      "food, "
-      "water, by layer; colour = layer). A hiker carrying only part of an item holds a shard. When "
-      "a "
-      "layer is needed, the hikers meet at the campfire and lend each other their parts "
-      "(all-gather); "
-      "borrowed copies are striped and handed back after use (freed).");
-  ImGui::PopTextWrapPos();
-  char summary[256];
-  if (max_share > 0.99 && d.world > 1)
-    std::snprintf(summary, sizeof summary,
-                  "Right now every hiker carries the complete gear (100%% each): %d full copies on "
-                  "the trail. "
-                  "That redundancy is what ZeRO and FSDP remove.",
-                  d.world);
-  else if (max_share - min_share > 0.01)
-    std::snprintf(summary, sizeof summary,
-                  "Right now each hiker carries %.0f%% to %.0f%% of the gear.", 100 * min_share,
-                  100 * max_share);
-  else
-    std::snprintf(summary, sizeof summary, "Right now each hiker carries %.0f%% of the gear.",
-                  100 * min_share);
-  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.ok), "%s  (t = %s, step %d)", summary,
-                     format_time_ns(s.playhead.t).c_str(), d.step_at(t));
 
+  const char* intro =
+      pipeline
+          ? "Camping trip, pipeline: each hiker is a rank and carries the gear (parameters) of its "
+            "own stage's layers for the whole trip. The hikers walk one trail: a hiker's result "
+            "is a note passed on to the next hiker (F3: micro-batch 3's activations), and a note "
+            "passed back (B3: its gradient) on the way home. Notes a hiker keeps are activations "
+            "waiting for their backward."
+          : "Camping trip: each hiker is a rank; each piece of gear is one layer's parameters "
+            "(colour and letter = layer). A hiker carrying only part of an item holds a shard (a1 "
+            "= part 1 of layer a). When a layer is needed, the hikers meet at the campfire and "
+            "lend each other their parts (all-gather); borrowed copies are striped and handed "
+            "back after use (freed). White pieces are gradients being summed (reduce-scatter, "
+            "all-reduce).";
+  // Big presenter fonts leave little room: the explanation moves into the (?).
+  const float font = ImGui::GetFontSize();
+  const bool roomy = ImGui::GetContentRegionAvail().y > font * 34;
+  ImGui::PushTextWrapPos(0);
+  if (roomy) ImGui::TextUnformatted(intro);
+  const std::string now = "Now: " + now_line(d, pieces, t, naming);
+  ImGui::PushStyleColor(ImGuiCol_Text,
+                        ImGui::ColorConvertU32ToFloat4(pieces.empty() ? ui.ok : ui.playhead));
+  ImGui::TextUnformatted(now.c_str());
+  ImGui::PopStyleColor();
+  ImGui::PopTextWrapPos();
+  ImGui::TextDisabled("t = %s, step %d", format_time_ns(s.playhead.t).c_str(), d.step_at(t));
+  ImGui::SameLine(0, 16);
+  help_marker(intro);
+
+  // The scene fills the view; where it cannot fit without overlaps (big
+  // presenter fonts in a small window) it grows and scrolls instead.
+  ImGui::BeginChild("camp_scroll", ImGui::GetContentRegionAvail(), false);
   const ImVec2 o = ImGui::GetCursorScreenPos();
-  const ImVec2 size = ImGui::GetContentRegionAvail();
+  ImVec2 size = ImGui::GetContentRegionAvail();
+  const float horizon = o.y + size.y * 0.08f;
+  auto area_for = [&](float w) {
+    return Rect{o.x + font * 0.5f, horizon + font * 0.3f, o.x + w - font * 0.5f,
+                o.y + size.y - font * 0.3f};
+  };
+  // Captions, wrapped to whatever width the layout tries: their size decides
+  // how big everything else can be.
+  std::vector<std::string> carries(d.world);
+  for (int r = 0; r < d.world; ++r)
+    carries[r] = "carries " + carries_text(cards[r], d.world, naming);
+  auto wrap_captions = [&](float wrap) {
+    std::vector<std::vector<std::string>> out(d.world);
+    for (int r = 0; r < d.world; ++r) {
+      out[r].push_back("hiker " + std::to_string(r) + " (rank " + std::to_string(r) + ")");
+      for (std::string& l : wrap_words(carries[r], wrap)) out[r].push_back(std::move(l));
+    }
+    return out;
+  };
+  const CaptionSize caption_size = [&](float wrap) {
+    float w = 0;
+    int lines = 1;
+    for (const std::vector<std::string>& c : wrap_captions(wrap)) {
+      for (const std::string& l : c) w = std::max(w, ImGui::CalcTextSize(l.c_str()).x + 2);
+      lines = std::max(lines, static_cast<int>(c.size()));
+    }
+    return std::pair{w, lines};
+  };
+  // The gear drawn per hiker: every layer (outlines for what others carry),
+  // or on a pipeline only its own stage's layers.
+  std::vector<std::vector<int>> shown(d.world);
+  size_t most = 1;
+  for (int r = 0; r < d.world; ++r) {
+    for (int l = 0; l < layers; ++l) {
+      bool held = false;
+      for (const SlotPiece& p : cards[r].slots[0][l]) held |= !is_temporary(p.kind);
+      if (!pipeline || held) shown[r].push_back(l);
+    }
+    most = std::max(most, shown[r].size());
+  }
+  // What a hiker may hold out at once: borrowed gear, dp's whole replica, or notes.
+  const int hand_slots = pipeline                 ? 4
+                         : d.cfg.strategy == "dp" ? std::min(layers, 6)
+                                                  : std::min(layers, 3);
+  CampLayout L = camp_layout_fitting(d.world, static_cast<int>(most), area_for(size.x), font,
+                                     caption_size, hand_slots, pipeline);
+  if (L.area.y1 > o.y + size.y - font * 0.3f + 0.5f) {  // it scrolls: room for the scrollbar
+    size.x -= ImGui::GetStyle().ScrollbarSize;
+    L = camp_layout_fitting(d.world, static_cast<int>(most), area_for(size.x), font, caption_size,
+                            hand_slots, pipeline);
+  }
+  const Rect area = L.area;
+  size.y = std::max(size.y, L.area.y1 + font * 0.3f - o.y);
+  const std::vector<std::vector<std::string>> captions = wrap_captions(L.caption_wrap);
   ImGui::InvisibleButton("camp", size);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->PushClipRect(o, ImVec2(o.x + size.x, o.y + size.y), true);
   const ImU32 sky_top = hc ? IM_COL32(0, 0, 0, 255) : IM_COL32(14, 20, 42, 255);
   const ImU32 sky_low = hc ? IM_COL32(0, 0, 30, 255) : IM_COL32(38, 46, 78, 255);
-  const float horizon = o.y + size.y * 0.16f;
   dl->AddRectFilledMultiColor(o, ImVec2(o.x + size.x, horizon), sky_top, sky_top, sky_low, sky_low);
   dl->AddRectFilled(ImVec2(o.x, horizon), ImVec2(o.x + size.x, o.y + size.y),
                     hc ? IM_COL32(0, 40, 0, 255) : IM_COL32(34, 58, 38, 255));
   for (int i = 0; i < 40; ++i) {  // fixed pseudo-random stars
     const float sx = o.x + std::fmod(i * 137.5f, size.x);
-    const float sy = o.y + std::fmod(i * 53.7f, size.y * 0.2f);
+    const float sy = o.y + std::fmod(i * 53.7f, size.y * 0.07f);
     dl->AddCircleFilled(ImVec2(sx, sy), 1.2f, IM_COL32(230, 230, 255, 180));
   }
-  // Mountains on the horizon.
-  for (int i = 0; i < 6; ++i) {
-    const float mx = o.x + size.x * (i + 0.5f) / 6.0f, mh = size.y * (0.07f + 0.04f * (i % 3));
+  for (int i = 0; i < 6; ++i) {  // mountains on the horizon
+    const float mx = o.x + size.x * (i + 0.5f) / 6.0f, mh = size.y * (0.03f + 0.02f * (i % 3));
     dl->AddTriangleFilled(ImVec2(mx - size.x * 0.12f, horizon), ImVec2(mx, horizon - mh),
                           ImVec2(mx + size.x * 0.12f, horizon), IM_COL32(50, 60, 90, 255));
   }
 
-  const ImVec2 fire(o.x + size.x * 0.5f, o.y + size.y * 0.6f);
-  bool gathering = false;
-  for (const Piece& p : pieces)
-    gathering |= p.kind == SpanKind::all_gather || p.kind == SpanKind::reduce_scatter ||
-                 p.kind == SpanKind::all_reduce || p.kind == SpanKind::broadcast;
-  const float font = ImGui::GetFontSize();
-  draw_fire(dl, fire, std::min(size.x, size.y) * 0.045f, gathering, ImGui::GetTime());
-  const char* fire_text =
-      gathering ? "sharing at the campfire" : "campfire (nobody sharing right now)";
-  const float fw = ImGui::CalcTextSize(fire_text).x;
-  dl->AddText(ImVec2(fire.x - fw * 0.5f, fire.y + size.y * 0.05f),
-              gathering ? ui.playhead : ui.text_dim, fire_text);
+  bool sharing = false;
+  for (const Piece& p : pieces) sharing |= p.kind != SpanKind::send;
+  if (!L.trail) {
+    const ImVec2 fire((L.fire.x0 + L.fire.x1) * 0.5f, L.fire.y0 + L.fire.h() * 0.55f);
+    const float fs = std::min(L.fire.h() * 0.3f, L.fire.w() * 0.25f);
+    draw_fire(dl, fire, fs, sharing, ImGui::GetTime());
+    text_in(dl,
+            Rect{L.fire.x0 - font * 3, L.fire.y1 - font * 1.3f, L.fire.x1 + font * 3, L.fire.y1},
+            sharing ? ui.playhead : ui.text_dim,
+            sharing ? "sharing at the campfire" : "campfire (nobody sharing)", true);
+  } else {
+    // The trail through every hiker's feet, in rank order; where it changes
+    // rows it turns at the right edge, clear of the hikers.
+    const ImU32 trail = IM_COL32(140, 110, 70, 200);
+    const float tw = std::max(3.0f, font * 0.3f);
+    for (int r = 0; r + 1 < d.world; ++r) {
+      const Vec2 a = L.hikers[r].feet, b = L.hikers[r + 1].feet;
+      if (std::abs(a.y - b.y) < 1) {
+        dl->AddLine(ImVec2(a.x, a.y + 2), ImVec2(b.x, b.y + 2), trail, tw);
+        continue;
+      }
+      const float ex = area.x1 - font;
+      dl->AddLine(ImVec2(a.x, a.y + 2), ImVec2(ex, a.y + 2), trail, tw);
+      dl->AddLine(ImVec2(ex, a.y + 2), ImVec2(ex, b.y + 2), trail, tw);
+      dl->AddLine(ImVec2(ex, b.y + 2), ImVec2(b.x, b.y + 2), trail, tw);
+    }
+  }
 
-  // Two hikers face each other across the fire; more stand around it.
-  const std::vector<Vec2> spots = ring_positions(d.world, {fire.x, fire.y}, size.x * 0.3f,
-                                                 size.y * 0.27f, 1.5707963f + 3.1415927f / d.world);
-  const float hiker = std::clamp(size.y * (d.world <= 2   ? 0.24f
-                                           : d.world <= 4 ? 0.17f
-                                                          : 0.12f),
-                                 font * 3, font * 9);
-  const int layers = std::max(1, cards.empty() ? 1 : cards[0].num_layers);
-  const int per_row = std::min(layers, 3);
-  const int grid_rows = (layers + per_row - 1) / per_row;
-  // Items shrink to keep a hiker's gear about as tall as the hiker.
-  const float item = std::clamp(std::min(hiker * 0.42f, hiker * 1.1f / (grid_rows * 1.4f)),
-                                font * 0.8f, font * 2.8f);
-  std::vector<ImVec2> item_pos(static_cast<size_t>(d.world) * layers);
+  // Per hiker: tag line, figure, gear, what it holds out, caption.
+  std::map<int, std::pair<std::string, std::string>> tags;  // long, brief
+  for (const ArrivalTag& a : arrival_tags(pieces, naming)) {
+    auto& [line, brief] = tags[a.to];
+    line += (line.empty() ? "" : "; ") + a.text;
+    brief += (brief.empty() ? "" : "; ") + a.brief;
+  }
   for (int r = 0; r < d.world; ++r) {
-    const ImVec2 feet(spots[r].x, spots[r].y + hiker * 0.5f);
-    draw_hiker(dl, feet, hiker, hc ? IM_COL32(255, 255, 255, 255) : IM_COL32(225, 215, 195, 255),
-               hc ? IM_COL32(120, 120, 120, 255) : IM_COL32(120, 85, 55, 255));
-    // The gear this hiker carries, in a grid on its far side from the fire.
-    const float side = feet.x < fire.x ? -1.0f : 1.0f;
-    const float grid_w = per_row * item * 1.15f;
-    const float gx = side < 0 ? feet.x - hiker * 0.45f - grid_w : feet.x + hiker * 0.45f;
-    const float gy = feet.y - hiker * 1.0f;
+    const HikerLayout& h = L.hikers[r];
     const CardContents& c = cards[r];
-    for (int l = 0; l < layers; ++l) {
-      const ImVec2 pc(gx + (l % per_row + 0.5f) * item * 1.15f,
-                      gy + (l / per_row + 0.5f) * item * 1.4f);
-      item_pos[static_cast<size_t>(r) * layers + l] = pc;
+    if (tags.count(r) && !L.compact) {
+      const auto& [line, brief] = tags[r];
+      const bool fits = ImGui::CalcTextSize(line.c_str()).x <= h.tag.w();
+      text_in(dl, h.tag, ui.playhead, fits ? line : brief, true);
+    }
+    draw_hiker(dl, ImVec2(h.feet.x, h.feet.y), h.size,
+               hc ? IM_COL32(255, 255, 255, 255) : IM_COL32(225, 215, 195, 255),
+               hc ? IM_COL32(120, 120, 120, 255) : IM_COL32(120, 85, 55, 255));
+    const float small = std::max(font * 0.85f, std::min(font, h.label_h * 0.95f));
+    for (size_t i = 0; i < shown[r].size(); ++i) {
+      const int l = shown[r][i];
+      const Vec2 gc = h.gear_center(static_cast<int>(i));
+      const ImVec2 pc(gc.x, gc.y);
       const Gear g = gear_of_layer(l);
       const Color lc = layer_color(l, hc);
       bool any = false;
       for (const SlotPiece& p : c.slots[0][l]) {
         if (is_temporary(p.kind)) continue;
-        draw_gear(dl, g, pc, item, lc, p.begin, p.end, p.alpha, false, ui.text);
+        draw_gear(dl, g, pc, h.item, lc, p.begin, p.end, p.alpha, false, ui.text);
         any = true;
       }
-      if (!any)
-        draw_gear(dl, g, pc, item, lc, 0, 0, 1, false, ui.text);  // only the outline: not carried
-      char lbl[16];
-      std::snprintf(lbl, sizeof lbl, "L%d", l);
-      const float small = font * 0.8f;
-      dl->AddText(ImGui::GetFont(), small,
-                  ImVec2(pc.x - ImGui::CalcTextSize(lbl).x * 0.4f, pc.y + item * 0.5f + 1),
-                  ui.text_dim, lbl);
+      if (!any) draw_gear(dl, g, pc, h.item, lc, 0, 0, 1, false, ui.text);  // outline: not carried
+      // Its name under it (never on it): the part carried, or the layer.
+      std::string lbl = layer_name(l, naming);
+      for (const SlotPiece& p : c.slots[0][l])
+        if (p.kind == HoldKind::shard && d.world > 1 && naming.letters) {
+          lbl = part_name(l, static_cast<int>(std::lround(p.begin * d.world)), naming);
+          break;
+        }
+      if (!L.compact)
+        text_in(dl,
+                Rect{pc.x - h.gear_cell * 0.5f, pc.y + h.item * 0.62f, pc.x + h.gear_cell * 0.5f,
+                     pc.y + h.item * 0.62f + h.label_h},
+                any ? ui.text : ui.text_dim, lbl, true, small);
     }
-    // Borrowed (gathered) copies: held out towards the fire, side by side, with
-    // a caption so a still picture says what they are.
-    int borrowed = 0;
-    const float bx = feet.x + (fire.x - feet.x) * 0.3f, by = feet.y - hiker * 0.55f;
-    for (int l = 0; l < layers; ++l)
-      for (const SlotPiece& p : c.slots[0][l]) {
-        if (!is_temporary(p.kind)) continue;
-        const float dx = (borrowed % 3) * item * 1.2f * (feet.x < fire.x ? 1 : -1);
-        const float dy = (borrowed / 3) * item * 1.3f;
-        draw_gear(dl, gear_of_layer(l), ImVec2(bx + dx, by + dy), item, layer_color(l, hc), 0, 1,
-                  p.alpha, true, ui.text);
-        ++borrowed;
+    // Held out towards the others: borrowed gear, or the notes it keeps.
+    const Rect label_r{h.hands.x0, h.hands.y0, h.hands.x1, h.hands.y0 + h.label_h};
+    int slot = 0;
+    if (pipeline) {
+      const std::vector<int> notes = notes_held(holdings[r]);
+      if (!notes.empty())
+        text_in(dl, label_r, ui.text_dim,
+                std::to_string(notes.size()) + (notes.size() == 1 ? " note kept" : " notes kept"),
+                true, small);
+      for (size_t i = 0; i < notes.size(); ++i) {
+        const bool more = slot == hand_slots - 1 && notes.size() > i + 1;
+        const Vec2 hcn = h.hand_center(slot++);
+        const std::string lbl =
+            more ? "+" + std::to_string(notes.size() - i) : "F" + std::to_string(notes[i]);
+        draw_note(dl, ImVec2(hcn.x, hcn.y), h.item * 1.05f, h.item * 0.75f, lbl.c_str(),
+                  IM_COL32(245, 240, 220, 255), IM_COL32(30, 30, 30, 255), 1);
+        if (more) break;
       }
-    if (borrowed > 0) {
-      const char* cap = "borrowed";
-      dl->AddText(ImGui::GetFont(), font * 0.8f,
-                  ImVec2(bx - ImGui::CalcTextSize(cap).x * 0.4f, by - item * 0.5f - font),
-                  ui.text_dim, cap);
+    } else {
+      // One item per borrowed layer (its weight and bias are one piece of gear).
+      std::vector<std::pair<int, const SlotPiece*>> borrowed;
+      for (int l = 0; l < layers; ++l) {
+        const SlotPiece* most = nullptr;
+        for (const SlotPiece& p : c.slots[0][l])
+          if (is_temporary(p.kind) && (!most || p.alpha > most->alpha)) most = &p;
+        if (most) borrowed.push_back({l, most});
+      }
+      if (!borrowed.empty()) text_in(dl, label_r, ui.text_dim, "borrowed", true, small);
+      for (size_t i = 0; i < borrowed.size(); ++i) {
+        const Vec2 hcn = h.hand_center(slot);
+        if (slot == hand_slots - 1 && borrowed.size() > i + 1) {
+          text_in(dl,
+                  Rect{hcn.x - h.item * 0.6f, hcn.y - font * 0.5f, hcn.x + h.item * 0.6f,
+                       hcn.y + font * 0.6f},
+                  ui.text, "+" + std::to_string(borrowed.size() - i), true);
+          break;
+        }
+        const auto [l, p] = borrowed[i];
+        draw_gear(dl, gear_of_layer(l), ImVec2(hcn.x, hcn.y), h.item, layer_color(l, hc), 0, 1,
+                  p->alpha, true, ui.text);
+        ++slot;
+      }
     }
-    char name[96];
-    std::snprintf(name, sizeof name, "hiker %d (rank %d): carries %.0f%% of the gear", r, r,
-                  100 * c.held_fraction[0]);
-    const float nw = ImGui::CalcTextSize(name).x;
-    dl->AddText(ImVec2(feet.x - nw * 0.5f, feet.y + 4), ui.text, name);
+    for (size_t i = 0; i < captions[r].size(); ++i) {
+      const float y = h.caption.y0 + static_cast<float>(i) * font * 1.2f;
+      text_in(dl, Rect{h.caption.x0, y, h.caption.x1, y + font * 1.2f},
+              i == 0 ? ui.text : ui.text_dim, captions[r][i], true);
+    }
   }
 
-  // Pieces on their way, passing close to the fire.
+  // Pieces on their way: gear through the fire, notes along the trail.
+  const ImVec2 fire_c((L.fire.x0 + L.fire.x1) * 0.5f, L.fire.y0 + L.fire.h() * 0.3f);
   for (const Piece& p : pieces) {
-    if (p.layer < 0 || p.layer >= layers) continue;
-    const ImVec2 a = item_pos[static_cast<size_t>(p.from) * layers + p.layer];
-    const ImVec2 b = item_pos[static_cast<size_t>(p.to) * layers + p.layer];
-    // Two legs: to the fire, then on to the receiver.
+    const HikerLayout& ha = L.hikers[p.from];
+    const HikerLayout& hb = L.hikers[p.to];
+    const bool note = p.kind == SpanKind::send || p.layer < 0 || p.column < 0;
+    Vec2 a = ha.hand_center(0), b = hb.hand_center(0);
+    if (note) {  // handed from one hiker's hand to the next one's
+      a = {ha.feet.x, ha.feet.y - ha.size * 0.55f};
+      b = {hb.feet.x, hb.feet.y - hb.size * 0.55f};
+    }
+    if (!note && p.column == 0 && p.layer < layers && !pipeline) a = ha.gear_center(p.layer);
+    // Gear goes round by the fire; notes go straight, arcing over the trail.
     auto along = [&](float e) {
+      if (note || L.trail) {
+        const Vec2 q = travel_position(a, b, e, 0);
+        return ImVec2(q.x, q.y - std::sin(3.14159265f * e) * font * 2.5f);
+      }
       if (e < 0.5f) {
         const float k = e * 2;
-        return ImVec2(a.x + (fire.x - a.x) * k, a.y + (fire.y - item - a.y) * k);
+        return ImVec2(a.x + (fire_c.x - a.x) * k, a.y + (fire_c.y - a.y) * k);
       }
       const float k = (e - 0.5f) * 2;
-      return ImVec2(fire.x + (b.x - fire.x) * k, fire.y - item + (b.y - fire.y + item) * k);
+      return ImVec2(fire_c.x + (b.x - fire_c.x) * k, fire_c.y + (b.y - fire_c.y) * k);
     };
     for (float k = 0; k <= 1.0f; k += 0.03f)
-      dl->AddCircleFilled(along(k), 1.5f, with_alpha(ui.text, 0.45f));
+      dl->AddCircleFilled(along(k), std::max(1.5f, font * 0.1f), with_alpha(ui.text, 0.45f));
+    const ImVec2 end = along(1.0f);
+    const float ah = font * 0.4f;
+    dl->AddTriangleFilled(ImVec2(end.x, end.y + ah), ImVec2(end.x - ah, end.y - ah),
+                          ImVec2(end.x + ah, end.y - ah), with_alpha(ui.text, 0.7f));
     const ImVec2 pos = along(ease_in_out(p.progress));
-    const Color col = p.column == 1 ? rgba(230, 230, 230) : layer_color(p.layer, hc);
-    draw_gear(dl, gear_of_layer(p.layer), pos, item * 0.9f, col, p.frac_begin, p.frac_end, 1, false,
-              ui.text);
-  }
-  bool grads_moving = false;
-  for (const Piece& p : pieces) grads_moving |= p.column == 1;
-  if (grads_moving) {
-    const char* note =
-        "white pieces = gradients being summed (reduce-scatter / all-reduce); coloured = "
-        "parameters";
-    dl->AddText(ImVec2(o.x + 8, o.y + size.y - font - 6), ui.text_dim, note);
+    if (note) {
+      std::string lbl = message_label(p);
+      if (lbl.empty()) lbl = p.kind == SpanKind::gather ? "out" : p.layer >= 0 ? "dy" : "batch";
+      draw_note(dl, pos, std::max(ha.item * 1.2f, ImGui::CalcTextSize(lbl.c_str()).x + 8),
+                ha.item * 0.8f, lbl.c_str(), IM_COL32(255, 250, 230, 255),
+                IM_COL32(20, 20, 20, 255), 1);
+    } else {
+      const Color col = p.column == 1 ? rgba(230, 230, 230) : layer_color(p.layer, hc);
+      draw_gear(dl, gear_of_layer(std::max(0, p.layer)), pos, ha.item * 0.9f, col, p.frac_begin,
+                p.frac_end, 1, false, ui.text);
+    }
   }
   dl->PopClipRect();
+  ImGui::EndChild();
 }
 
 }  // namespace shardlab::gui

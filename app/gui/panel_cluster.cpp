@@ -1,11 +1,16 @@
 // Cluster view: ranks as cards holding their named buffers at the playhead,
 // one row per layer and one column per model state; shards fill part of a
 // slot, gathered copies are striped and fade when freed, and during
-// collectives the pieces travel between the cards.
+// collectives the pieces travel in corridors between the cards, from a ringed
+// source slot to a dashed destination slot.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <imgui.h>
 
@@ -22,41 +27,54 @@ constexpr const char* kColumnTitles[kCardColumns] = {"params", "grads", "optimiz
 constexpr const char* kShortTitles[kCardColumns] = {"params", "grads", "optimizer"};
 constexpr const char* kTinyTitles[kCardColumns] = {"P", "G", "O"};
 
-// Where one card's slots are on screen.
-struct CardGeom {
-  ImVec2 min, max;
-  float grid_x = 0, grid_y = 0, col_w = 0, row_h = 0, slot_pad = 0;
-  int rows = 0;
-  ImVec2 slot_min(int col, int row) const {
-    return ImVec2(grid_x + col * col_w + slot_pad, grid_y + row * row_h + 1);
-  }
-  ImVec2 slot_max(int col, int row) const {
-    return ImVec2(grid_x + (col + 1) * col_w - slot_pad, grid_y + (row + 1) * row_h - 1);
-  }
-  // The centre of the part [fb, fe] of a slot.
-  ImVec2 piece_center(int col, int row, double fb, double fe) const {
-    const ImVec2 a = slot_min(col, row), b = slot_max(col, row);
-    const float x = a.x + static_cast<float>((fb + fe) * 0.5) * (b.x - a.x);
-    return ImVec2(x, (a.y + b.y) * 0.5f);
-  }
-};
+ImVec2 iv(Vec2 v) {
+  return ImVec2(v.x, v.y);
+}
 
-std::string activity(const RunData& d, int rank, int64_t t) {
-  std::string out;
-  for (int l = 0; l < 2; ++l)
-    for (const Span* s : active_spans(d.ranks[rank].lanes[l], t)) {
-      if (!out.empty()) out += ", ";
-      out += kind_label(s->kind);
-      if (s->layer >= 0) out += " L" + std::to_string(s->layer);
-      if (s->micro_batch >= 0) out += " mb" + std::to_string(s->micro_batch);
-      if (s->bytes > 0) out += " " + format_bytes(static_cast<double>(s->bytes));
-      const double p = static_cast<double>(t - s->t_begin_ns) /
-                       std::max<int64_t>(1, s->t_end_ns - s->t_begin_ns);
-      char pct[16];
-      std::snprintf(pct, sizeof pct, " (%.0f%%)", 100 * p);
-      out += pct;
+// A slot's rectangle (or the part [fb, fe] of it) inside a card's grid.
+ImVec2 slot_min(const CardLayout& g, int col, int row, double fb = 0) {
+  const float pad = std::min(6.0f, g.col_w * 0.05f);
+  const float x0 = g.grid.x0 + col * g.col_w + pad, x1 = g.grid.x0 + (col + 1) * g.col_w - pad;
+  return ImVec2(x0 + static_cast<float>(fb) * (x1 - x0), g.grid.y0 + row * g.row_h + 1);
+}
+ImVec2 slot_max(const CardLayout& g, int col, int row, double fe = 1) {
+  const float pad = std::min(6.0f, g.col_w * 0.05f);
+  const float x0 = g.grid.x0 + col * g.col_w + pad, x1 = g.grid.x0 + (col + 1) * g.col_w - pad;
+  return ImVec2(x0 + static_cast<float>(fe) * (x1 - x0), g.grid.y0 + (row + 1) * g.row_h - 1);
+}
+
+// Text clipped to a rectangle (a card's line), so long lines never run into a neighbour.
+void text_clipped(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& text,
+                  float size = 0) {
+  if (r.h() <= 0) return;
+  dl->PushClipRect(ImVec2(r.x0, r.y0), ImVec2(r.x1, r.y1), true);
+  if (size > 0)
+    dl->AddText(ImGui::GetFont(), size, ImVec2(r.x0, r.y0), col, text.c_str());
+  else
+    dl->AddText(ImVec2(r.x0, r.y0), col, text.c_str());
+  dl->PopClipRect();
+}
+
+// The longest wording that fits `w` pixels, else the last one.
+std::string fitting(const std::vector<std::string>& options, float w) {
+  for (const std::string& o : options)
+    if (ImGui::CalcTextSize(o.c_str()).x <= w) return o;
+  return options.back();
+}
+
+void dashed_rect(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float dash, float thick) {
+  auto line = [&](ImVec2 p, ImVec2 q) {
+    const float len = std::hypot(q.x - p.x, q.y - p.y);
+    for (float d = 0; d < len; d += 2 * dash) {
+      const float e = std::min(len, d + dash);
+      dl->AddLine(ImVec2(p.x + (q.x - p.x) * d / len, p.y + (q.y - p.y) * d / len),
+                  ImVec2(p.x + (q.x - p.x) * e / len, p.y + (q.y - p.y) * e / len), col, thick);
     }
-  return out.empty() ? "idle" : out;
+  };
+  line(a, ImVec2(b.x, a.y));
+  line(ImVec2(b.x, a.y), b);
+  line(b, ImVec2(a.x, b.y));
+  line(ImVec2(a.x, b.y), a);
 }
 
 }  // namespace
@@ -83,24 +101,26 @@ void draw_cluster(App& app) {
   }
   const int64_t t = static_cast<int64_t>(s.playhead.t);
   const int64_t fade = fade_ns_for(app);
+  const Naming naming;
 
   const std::vector<Piece> pieces = pieces_in_flight(d, t);
   ImGui::Text("At the playhead: t = %s, step %d.", format_time_ns(s.playhead.t).c_str(),
               d.step_at(t));
-  if (!pieces.empty()) {
-    ImGui::SameLine();
-    ImGui::TextColored(
-        ImGui::ColorConvertU32ToFloat4(ui.playhead), "In flight: %zu piece%s (%s%s).",
-        pieces.size(), pieces.size() == 1 ? "" : "s", kind_label(pieces[0].kind),
-        pieces[0].layer >= 0 ? (", layer " + std::to_string(pieces[0].layer)).c_str() : "");
-  }
   ImGui::SameLine(0, 16);
   help_marker(
       "Each card is a rank; each row a layer (colour = layer); each column a model state: "
       "parameters (P), gradients (G), optimizer state (O). What a card shows is read from the "
       "rank's allocation events at the playhead, by buffer name: full layers, shards "
-      "('[shard i/N]') and gathered copies ('[gathered]'). Pieces move along dotted routes while "
-      "a collective runs on the sending rank. Hover a slot for its buffers.");
+      "('[shard i/N]') and gathered copies ('[gathered]'). While a collective runs, its pieces "
+      "leave the source slot (ringed), travel in the corridor below the cards and enter the "
+      "destination slot (dashed). Hover a slot for its buffers.");
+  {
+    const std::string now = "Now: " + now_line(d, pieces, t, naming);
+    ImGui::PushStyleColor(ImGuiCol_Text,
+                          ImGui::ColorConvertU32ToFloat4(pieces.empty() ? ui.text : ui.playhead));
+    ImGui::TextWrapped("%s", now.c_str());
+    ImGui::PopStyleColor();
+  }
   const float font = ImGui::GetFontSize();
   {
     // Legend drawn as the slots themselves look.
@@ -126,97 +146,129 @@ void draw_cluster(App& app) {
         dl->AddRect(ImVec2(a.x + font * 0.6f, a.y), ImVec2(a.x + font * 1.4f, b.y), ui.text, 0, 0,
                     2);
       }
+      if (kind == 4) {
+        dl->AddRectFilled(a, b, with_alpha(c, 0.3f));
+        dl->AddRect(a, b, c, 0, 0, 2.0f);
+        dashed_rect(dl, ImVec2(a.x + 2, a.y + 2), ImVec2(b.x - 2, b.y - 2), ui.text, 2, 1);
+      }
       ImGui::Dummy(ImVec2(font * 2, font));
       ImGui::SameLine(0, 4);
       ImGui::TextUnformatted(text);
       ImGui::SameLine(0, 18);
     };
-    swatch(0, "full layer, held for good");
-    swatch(1, "shard (part of a layer)");
-    swatch(2, "temporary full copy (gathered, unreduced, replica; fades when freed)");
-    swatch(3, "piece in flight (during a collective)");
+    // The long words teach; when they would take several lines (presenter
+    // fonts), the short ones leave the room to the cards.
+    const std::vector<std::pair<const char*, const char*>> items{
+        {"full layer, held for good", "full layer"},
+        {"shard (part of a layer)", "shard"},
+        {"temporary full copy (gathered, unreduced, replica; fades when freed)", "temporary copy"},
+        {"in host memory (CPU offload)", "host memory"},
+        {"piece in flight (in the corridor, source \xE2\x86\x92 destination)", "in flight"}};
+    float long_w = 0;
+    for (const auto& [l, sh] : items) long_w += ImGui::CalcTextSize(l).x + font * 3;
+    const bool brief = long_w > ImGui::GetContentRegionAvail().x * 1.05f;
+    const int kinds[] = {0, 1, 2, 4, 3};
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (kinds[i] == 4 && !d.has_host_memory) continue;
+      swatch(kinds[i], brief ? items[i].second : items[i].first);
+    }
     ImGui::NewLine();
   }
 
+  // The cards fill the view; where they cannot fit readably (big presenter
+  // fonts in a small window) the canvas grows and scrolls instead of overlapping.
+  ImGui::BeginChild("cluster_scroll", ImGui::GetContentRegionAvail(), false);
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const int ncols = std::min(d.world, 4);
-  const int nrows = (d.world + ncols - 1) / ncols;
-  const float gap = font;
-  const float card_w = (avail.x - gap * (ncols - 1)) / ncols;
-  const float card_h = (avail.y - gap * (nrows - 1)) / nrows;
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  int rows = std::max(1, d.num_layers);
+  for (int r = 0; r < d.world; ++r)
+    for (const Residency& res : d.ranks[r].residency)
+      if (res.name.find("layers.") == std::string::npos) {
+        rows = std::max(1, d.num_layers) + 1;  // a "flat" row may appear
+        break;
+      }
+  ClusterLayout L = cluster_layout_fitting(
+      d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
+  if (L.corridors.back().y1 > origin.y + avail.y + 0.5f) {  // room for the scrollbar
+    avail.x -= ImGui::GetStyle().ScrollbarSize;
+    L = cluster_layout_fitting(
+        d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
+  }
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  ImGui::InvisibleButton("cluster_canvas", avail);
+  ImGui::InvisibleButton("cluster_canvas",
+                         ImVec2(avail.x, std::max(avail.y, L.corridors.back().y1 - origin.y)));
   const bool hovered = ImGui::IsItemHovered();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
 
-  std::vector<CardGeom> geoms(d.world);
+  std::vector<CardLayout> geoms(d.world);
   std::vector<Holding> hover_list;
   std::string hover_title;
   for (int r = 0; r < d.world; ++r) {
     const std::vector<Holding> holdings = holdings_at(d.ranks[r].residency, t, fade);
     const CardContents c = card_contents(holdings, d.num_layers);
-    CardGeom& g = geoms[r];
-    g.min =
-        ImVec2(origin.x + (r % ncols) * (card_w + gap), origin.y + (r / ncols) * (card_h + gap));
-    g.max = ImVec2(g.min.x + card_w, g.min.y + card_h);
-    dl->AddRectFilled(g.min, g.max, ui.card_bg, 6);
-    dl->AddRect(g.min, g.max, ui.card_border, 6, 0, 1.5f);
+    const Rect& cr = L.cards[r];
+    CardLayout& g = geoms[r];
+    g = card_layout(cr, font, c.num_layers + (c.has_unlayered ? 1 : 0));
+    const ImVec2 cmin(cr.x0, cr.y0), cmax(cr.x1, cr.y1);
+    dl->AddRectFilled(cmin, cmax, ui.card_bg, 6);
+    dl->AddRect(cmin, cmax, ui.card_border, 6, 0, 1.5f);
 
-    float y = g.min.y + 6;
-    const float x = g.min.x + 8;
-    char title[64];
-    std::snprintf(title, sizeof title, "rank %d", r);
-    dl->AddText(ImGui::GetFont(), font * 1.15f, ImVec2(x, y), ui.text, title);
-    y += font * 1.3f;
-    char held[160];
-    std::snprintf(held, sizeof held,
-                  "holds params %.0f%% \xC2\xB7 grads %.0f%% \xC2\xB7 optimizer state %.0f%%",
-                  100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2]);
-    if (c.any_on_host) std::strncat(held, " (in host memory)", sizeof held - std::strlen(held) - 1);
-    if (ImGui::CalcTextSize(held).x > card_w - 16)
-      std::snprintf(held, sizeof held, "holds P %.0f%% \xC2\xB7 G %.0f%% \xC2\xB7 O %.0f%%",
-                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2]);
-    dl->PushClipRect(g.min, g.max, true);
-    dl->AddText(ImVec2(x, y), ui.text_dim, held);
-    y += font + 2;
-    const std::string act = "now: " + activity(d, r, t);
-    dl->AddText(ImVec2(x, y), ui.text_dim, act.c_str());
-    y += font + 6;
+    text_clipped(dl, g.title, ui.text, "rank " + std::to_string(r), font * 1.15f);
+    if (g.held.h() > 0) {
+      char held[160], held_short[96];
+      const char* host = c.any_on_host ? " (in host memory)" : "";
+      std::snprintf(held, sizeof held,
+                    "holds params %.0f%% \xC2\xB7 grads %.0f%% \xC2\xB7 optimizer state %.0f%%%s",
+                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
+                    host);
+      std::snprintf(held_short, sizeof held_short,
+                    "holds P %.0f%% \xC2\xB7 G %.0f%% \xC2\xB7 O %.0f%%%s",
+                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
+                    c.any_on_host ? " (host)" : "");
+      char held_tiny[64];
+      std::snprintf(held_tiny, sizeof held_tiny, "P %.0f%% G %.0f%% O %.0f%%%s",
+                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
+                    c.any_on_host ? " host" : "");
+      text_clipped(dl, g.held, ui.text_dim, fitting({held, held_short, held_tiny}, g.held.w()));
+    }
+    const std::string status = "now: " + rank_status(d, pieces, r, t, naming);
+    const bool busy = status != "now: idle";
+    text_clipped(dl, g.status, busy ? ui.text : ui.text_dim,
+                 fitting({status, "now: " + rank_status(d, pieces, r, t, naming, 1),
+                          rank_status(d, pieces, r, t, naming, 2)},
+                         g.status.w()));
 
-    // Column headers, then one row per layer.
-    const float label_w = font * 2.6f;
-    g.grid_x = x + label_w;
-    g.col_w = (g.max.x - 8 - g.grid_x) / kCardColumns;
-    g.slot_pad = std::min(6.0f, g.col_w * 0.05f);
-    // The longest column titles that fit (big presenter fonts, many cards).
-    const char* const* titles = kColumnTitles;
+    // Column titles: the longest set that fits, with "host" where a column is offloaded.
+    std::array<bool, kCardColumns> col_host{};
+    for (int col = 0; col < kCardColumns; ++col)
+      for (const auto& row : c.slots[col])
+        for (const SlotPiece& p : row) col_host[col] = col_host[col] || p.on_host;
+    std::array<std::string, kCardColumns> titles;
     for (const char* const* set : {kColumnTitles, kShortTitles, kTinyTitles}) {
-      titles = set;
       bool fits = true;
-      for (int col = 0; col < kCardColumns; ++col)
-        fits &= ImGui::CalcTextSize(set[col]).x < g.col_w - 4;
+      for (int col = 0; col < kCardColumns; ++col) {
+        titles[col] = std::string(set[col]) + (col_host[col] ? " (host)" : "");
+        fits &= ImGui::CalcTextSize(titles[col].c_str()).x < g.col_w - 4;
+      }
       if (fits) break;
     }
     for (int col = 0; col < kCardColumns; ++col) {
-      const float w = ImGui::CalcTextSize(titles[col]).x;
-      dl->AddText(ImVec2(g.grid_x + col * g.col_w + (g.col_w - w) * 0.5f, y), ui.text, titles[col]);
+      const float w = std::min(ImGui::CalcTextSize(titles[col].c_str()).x, g.col_w);
+      const Rect cell{g.grid.x0 + col * g.col_w + (g.col_w - w) * 0.5f, g.headers.y0,
+                      g.grid.x0 + (col + 1) * g.col_w, g.headers.y1};
+      text_clipped(dl, cell, col_host[col] ? ui.playhead : ui.text, titles[col]);
     }
-    y += font + 3;
-    g.grid_y = y;
-    g.rows = c.num_layers + (c.has_unlayered ? 1 : 0);
-    const float footer = font * 2 + 8;
-    g.row_h = std::clamp((g.max.y - footer - y) / std::max(1, g.rows), 3.0f, font * 4.5f);
     for (int row = 0; row < g.rows; ++row) {
       const bool unlayered = row == c.num_layers;
       char lbl[16];
       std::snprintf(lbl, sizeof lbl, unlayered ? "flat" : "L%d", row);
       if (g.row_h >= font * 0.8f)
-        dl->AddText(ImVec2(x, g.grid_y + row * g.row_h + (g.row_h - font) * 0.5f), ui.text_dim,
-                    lbl);
+        dl->AddText(ImVec2(g.card.x0 + std::max(6.0f, font * 0.4f),
+                           g.grid.y0 + row * g.row_h + (g.row_h - font) * 0.5f),
+                    ui.text_dim, lbl);
       const Color lc = unlayered ? rgba(160, 160, 160) : layer_color(row, hc);
       for (int col = 0; col < kCardColumns; ++col) {
-        const ImVec2 a = g.slot_min(col, row), b = g.slot_max(col, row);
+        const ImVec2 a = slot_min(g, col, row), b = slot_max(g, col, row);
         dl->AddRect(a, b, ui.grid);
         for (const SlotPiece& p : c.slots[col][row]) {
           const ImVec2 pa(a.x + static_cast<float>(p.begin) * (b.x - a.x), a.y);
@@ -226,10 +278,14 @@ void draw_cluster(App& app) {
             hatch(dl, pa, pb, with_alpha(lc, p.alpha), 5);
             dl->AddRect(pa, pb, with_alpha(ui.text, p.alpha));
           } else if (p.on_host) {
-            // Offloaded to host memory: a pale fill with a bold edge, and "host".
+            // Offloaded to host memory: a pale fill, a bold edge, a dashed inner
+            // edge (readable at any width) and "host" where it fits.
             dl->AddRectFilled(pa, pb, with_alpha(lc, 0.3f * p.alpha));
             dl->AddRect(pa, pb, with_alpha(lc, p.alpha), 0, 0, 2.0f);
-            text_in_rect(dl, pa, pb, ui.text, "host");
+            if (pb.x - pa.x > 6 && pb.y - pa.y > 6)
+              dashed_rect(dl, ImVec2(pa.x + 2, pa.y + 2), ImVec2(pb.x - 2, pb.y - 2),
+                          with_alpha(ui.text, 0.8f * p.alpha), 3, 1);
+            if (!text_in_rect(dl, pa, pb, ui.text, "host")) text_in_rect(dl, pa, pb, ui.text, "H");
           } else {
             dl->AddRectFilled(pa, pb, with_alpha(lc, p.alpha));
             if (p.kind == HoldKind::shard) dl->AddRect(pa, pb, ui.outline);
@@ -249,69 +305,105 @@ void draw_cluster(App& app) {
       }
     }
     // Footer: what else the rank holds.
-    std::string other;
-    for (MemCategory cat :
-         {MemCategory::activations, MemCategory::comm_buffers, MemCategory::temporary}) {
-      if (!other.empty()) other += " \xC2\xB7 ";
-      other += std::string(category_label(cat)) + " " +
-               format_bytes(static_cast<double>(c.bytes[static_cast<int>(cat)]));
+    if (g.footer.h() > 0) {
+      auto bytes = [&](MemCategory cat) {
+        return format_bytes(static_cast<double>(c.bytes[static_cast<int>(cat)]));
+      };
+      const std::string other_long = std::string(category_label(MemCategory::activations)) + " " +
+                                     bytes(MemCategory::activations) + " \xC2\xB7 " +
+                                     category_label(MemCategory::comm_buffers) + " " +
+                                     bytes(MemCategory::comm_buffers) + " \xC2\xB7 " +
+                                     category_label(MemCategory::temporary) + " " +
+                                     bytes(MemCategory::temporary);
+      const std::string other_short = "act " + bytes(MemCategory::activations) + " \xC2\xB7 comm " +
+                                      bytes(MemCategory::comm_buffers) + " \xC2\xB7 temp " +
+                                      bytes(MemCategory::temporary);
+      const int64_t states = c.bytes[0] + c.bytes[1] + c.bytes[2];
+      const float lh = g.footer.h() * 0.5f;
+      text_clipped(dl, Rect{g.footer.x0, g.footer.y0, g.footer.x1, g.footer.y0 + lh}, ui.text,
+                   "model states " + format_bytes(static_cast<double>(states)));
+      text_clipped(dl, Rect{g.footer.x0, g.footer.y0 + lh, g.footer.x1, g.footer.y1}, ui.text_dim,
+                   fitting({other_long, other_short}, g.footer.w()));
     }
-    if (ImGui::CalcTextSize(other.c_str()).x > card_w - 16) {
-      // Narrow cards: the short names.
-      char shortened[128];
-      std::snprintf(
-          shortened, sizeof shortened, "act %s \xC2\xB7 comm %s \xC2\xB7 temp %s",
-          format_bytes(static_cast<double>(c.bytes[static_cast<int>(MemCategory::activations)]))
-              .c_str(),
-          format_bytes(static_cast<double>(c.bytes[static_cast<int>(MemCategory::comm_buffers)]))
-              .c_str(),
-          format_bytes(static_cast<double>(c.bytes[static_cast<int>(MemCategory::temporary)]))
-              .c_str());
-      other = shortened;
-    }
-    const int64_t states = c.bytes[0] + c.bytes[1] + c.bytes[2];
-    const std::string line1 = "model states " + format_bytes(static_cast<double>(states));
-    dl->AddText(ImVec2(x, g.max.y - footer + 4), ui.text, line1.c_str());
-    dl->AddText(ImVec2(x, g.max.y - footer + 4 + font + 1), ui.text_dim, other.c_str());
-    dl->PopClipRect();
   }
 
-  // Pieces in flight, over every card; routes and labels only while few enough to read.
-  const bool annotate = pieces.size() <= 4;
+  // Pieces in flight: each leaves its source slot (ringed), goes down into the
+  // corridor under the cards, along its sender's lane, and up into the
+  // destination (dashed outline). Pieces of one sender and collective move
+  // together, so a multicast reads as one piece dropping copies at each card.
+  struct Placed {
+    const Piece* p;
+    std::vector<Vec2> route;
+    float length;
+  };
+  std::vector<Placed> placed;
+  auto piece_x = [&](const CardLayout& g, const Piece& p) {
+    if (p.column < 0 || p.layer < 0 || p.layer >= g.rows) return (g.card.x0 + g.card.x1) * 0.5f;
+    const ImVec2 a = slot_min(g, p.column, p.layer, p.frac_begin);
+    const ImVec2 b = slot_max(g, p.column, p.layer, p.frac_end);
+    return (a.x + b.x) * 0.5f;
+  };
   for (const Piece& p : pieces) {
-    const CardGeom& ga = geoms[p.from];
-    const CardGeom& gb = geoms[p.to];
-    ImVec2 a, b;
-    float w, h;
-    if (p.column >= 0 && p.layer >= 0 && p.layer < ga.rows && p.layer < gb.rows) {
-      a = ga.piece_center(p.column, p.layer, p.frac_begin, p.frac_end);
-      b = gb.piece_center(p.column, p.layer, p.frac_begin, p.frac_end);
-      w = std::max(8.0f,
-                   static_cast<float>(p.frac_end - p.frac_begin) * (ga.col_w - 2 * ga.slot_pad));
-      h = std::max(6.0f, ga.row_h - 2);
-    } else {
-      a = ImVec2((ga.min.x + ga.max.x) * 0.5f, (ga.min.y + ga.max.y) * 0.5f);
-      b = ImVec2((gb.min.x + gb.max.x) * 0.5f, (gb.min.y + gb.max.y) * 0.5f);
-      w = h = font;
+    std::vector<Vec2> route =
+        piece_route(L, p.from, p.to, piece_x(geoms[p.from], p), piece_x(geoms[p.to], p));
+    const float len = route_length(route);
+    placed.push_back({&p, std::move(route), len});
+  }
+  // Routes first (under every piece), each with an arrowhead into its destination.
+  for (const Placed& q : placed) {
+    const Color c = q.p->layer >= 0 ? layer_color(q.p->layer, hc) : rgba(200, 200, 200);
+    for (size_t i = 1; i < q.route.size(); ++i)
+      dl->AddLine(iv(q.route[i - 1]), iv(q.route[i]), with_alpha(c, 0.55f), 1.5f);
+    // Where it comes from and where it goes, inside the cards.
+    const Piece& p = *q.p;
+    if (p.column >= 0 && p.layer >= 0 && p.layer < geoms[p.from].rows &&
+        p.layer < geoms[p.to].rows) {
+      dl->AddRect(slot_min(geoms[p.from], p.column, p.layer, p.frac_begin),
+                  slot_max(geoms[p.from], p.column, p.layer, p.frac_end), ui.playhead, 2, 0, 2.5f);
+      const ImVec2 a = slot_min(geoms[p.to], p.column, p.layer, p.frac_begin);
+      const ImVec2 b = slot_max(geoms[p.to], p.column, p.layer, p.frac_end);
+      dashed_rect(dl, ImVec2(a.x + 1, a.y + 1), ImVec2(b.x - 1, b.y - 1), ui.playhead, 4, 2);
     }
-    const float arc = font * 2.0f * (p.from < p.to ? 1 : -1);
-    const Vec2 pos = travel_position({a.x, a.y}, {b.x, b.y}, p.progress, arc);
+  }
+  std::map<std::tuple<int, int, int, int>, float> group_len;  // (from, kind, layer, column)
+  for (const Placed& q : placed) {
+    float& m = group_len[{q.p->from, static_cast<int>(q.p->kind), q.p->layer, q.p->column}];
+    m = std::max(m, q.length);
+  }
+  for (const Placed& q : placed) {
+    const Piece& p = *q.p;
+    const float longest = group_len[{p.from, static_cast<int>(p.kind), p.layer, p.column}];
+    const Vec2 pos = point_along(q.route, std::min(q.length, ease_in_out(p.progress) * longest));
+    const Vec2 sz = piece_size(L, p.frac_begin, p.frac_end, geoms[p.from].col_w);
     const Color c = p.layer >= 0 ? layer_color(p.layer, hc) : rgba(200, 200, 200);
-    // The route, faint and dotted, so a still picture shows where the piece goes.
-    for (float k = 0; k <= 1.0f; k += annotate ? 0.04f : 0.08f) {
-      const Vec2 q = travel_position({a.x, a.y}, {b.x, b.y}, k, arc);
-      dl->AddCircleFilled(ImVec2(q.x, q.y), 1.6f, with_alpha(ui.text, annotate ? 0.5f : 0.3f));
-    }
-    if (annotate) dl->AddCircle(b, 5, with_alpha(ui.text, 0.8f), 0, 1.5f);
-    const ImVec2 pa(pos.x - w * 0.5f, pos.y - h * 0.5f), pb(pos.x + w * 0.5f, pos.y + h * 0.5f);
-    dl->AddRectFilled(ImVec2(pa.x + 3, pa.y + 3), ImVec2(pb.x + 3, pb.y + 3),
-                      IM_COL32(0, 0, 0, 120), 2);
+    const ImVec2 pa(pos.x - sz.x * 0.5f, pos.y - sz.y * 0.5f),
+        pb(pos.x + sz.x * 0.5f, pos.y + sz.y * 0.5f);
     dl->AddRectFilled(pa, pb, c, 2);
-    dl->AddRect(pa, pb, ui.text, 2, 0, 2);
-    if (annotate) {
-      char tag[48];
-      std::snprintf(tag, sizeof tag, "%s \xE2\x86\x92 rank %d", kind_short(p.kind), p.to);
-      dl->AddText(ImVec2(pb.x + 4, pa.y - font), ui.text, tag);
+    dl->AddRect(pa, pb, ui.text, 2, 0, 1.5f);
+  }
+  // Arrowheads last, so a piece waiting at its destination does not hide one.
+  for (const Placed& q : placed) {
+    const Color c = q.p->layer >= 0 ? layer_color(q.p->layer, hc) : rgba(200, 200, 200);
+    const Vec2 tip{q.route.back().x, L.cards[q.p->to].y1 + 1};
+    const float ah = std::max(5.0f, L.lane_h * 0.45f);
+    dl->AddTriangleFilled(ImVec2(tip.x, tip.y), ImVec2(tip.x - ah * 0.7f, tip.y + ah),
+                          ImVec2(tip.x + ah * 0.7f, tip.y + ah), c);
+    dl->AddTriangle(ImVec2(tip.x, tip.y), ImVec2(tip.x - ah * 0.7f, tip.y + ah),
+                    ImVec2(tip.x + ah * 0.7f, tip.y + ah), ui.text, 1);
+  }
+  // One tag per receiving card, under it: "AG L2 <- ranks 1, 2".
+  {
+    std::map<int, std::pair<std::string, std::string>> per_card;  // long, brief
+    for (const ArrivalTag& a : arrival_tags(pieces, naming)) {
+      auto& [line, brief] = per_card[a.to];
+      line += (line.empty() ? "" : "; ") + a.text;
+      brief += (brief.empty() ? "" : "; ") + a.brief;
+    }
+    for (const auto& [to, lines] : per_card) {
+      const Rect& card = L.cards[to];
+      const Rect& row = L.tag_rows[to / L.ncols];
+      text_clipped(dl, Rect{card.x0, row.y0, card.x1, row.y1}, ui.playhead,
+                   fitting({lines.first, lines.second}, card.w()));
     }
   }
 
@@ -326,6 +418,7 @@ void draw_cluster(App& app) {
                   h.alpha < 1 ? "  freed, fading" : "");
     ImGui::EndTooltip();
   }
+  ImGui::EndChild();
 }
 
 }  // namespace shardlab::gui

@@ -1,8 +1,13 @@
-// Compare: 2-4 configurations run one after the other on the run bar's model
-// and settings, shown side by side: a table, timelines on one time scale, and
-// each rank's peak memory by category.
+// Compare: up to six configurations (strategy, world, micro-batches and the
+// options that strategy reads) run one after the other on the run bar's model
+// and settings, shown side by side: a table that fills in as each run finishes,
+// then timelines on one time scale, memory over time aligned by step, or each
+// rank's peak memory by category.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdio>
+#include <optional>
 #include <string>
 
 #include <imgui.h>
@@ -11,88 +16,319 @@
 #include "app/gui/logic/format.h"
 #include "app/gui/logic/memory_logic.h"
 #include "app/gui/panels.h"
+#include "core/pipeline_analysis.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
 
 namespace {
 
+constexpr const char* kPictureNames[kNumComparePictures] = {"timelines", "memory", "peaks"};
+constexpr const char* kPictureTitles[kNumComparePictures] = {"Timelines", "Memory over time",
+                                                             "Peak memory by category"};
+
 constexpr MemCategory kStackOrder[] = {MemCategory::params,          MemCategory::grads,
                                        MemCategory::optimizer_state, MemCategory::activations,
                                        MemCategory::comm_buffers,    MemCategory::temporary};
 
-void draw_controls(App& app) {
-  CompareState& c = app.state.compare;
-  ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("Compare");
-  ImGui::SameLine();
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
-  ImGui::InputInt("configurations##count", &c.count, 1, 1);
-  c.count = std::clamp(c.count, 2, 4);
-  for (int i = 0; i < c.count; ++i) {
-    ImGui::SameLine(0, 16);
-    ImGui::PushID(i);
-    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
-    if (ImGui::BeginCombo("##s", c.strategies[i].c_str())) {
-      for (const StrategyInfo& info : all_strategies())
-        if (ImGui::Selectable(info.name.c_str(), info.name == c.strategies[i]))
-          c.strategies[i] = info.name;
-      ImGui::EndCombo();
-    }
-    ImGui::SameLine(0, 2);
-    ImGui::TextUnformatted("\xC3\x97");
-    ImGui::SameLine(0, 2);
-    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 2.5f);
-    ImGui::InputInt("##w", &c.worlds[i], 0, 0);
-    ImGui::PopID();
-  }
-  ImGui::SameLine(0, 16);
-  const bool busy = app.compare_session.busy();
-  ImGui::BeginDisabled(busy);
-  if (ImGui::Button("Run comparison")) app.compare_from_form();
-  ImGui::EndDisabled();
-  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip(
-        "runs each configuration in turn with the run bar's model, batch, steps and options");
-  if (busy) {
-    ImGui::SameLine();
-    const int i = app.compare_session.running_index();
-    if (i >= 0 && i < static_cast<int>(app.compare.size()))
-      ImGui::Text("running %d of %zu: %s ...", i + 1, app.compare.size(),
-                  config_label(app.compare[i].cfg).c_str());
-    ImGui::SameLine();
-    if (ImGui::Button("Cancel")) app.compare_session.cancel();
+// One colour per configuration slot, for its swatch and its memory curve:
+// hues far apart, bright enough on the dark and the black (presenter) theme.
+constexpr Color kSlotColors[kMaxCompare] = {rgba(255, 160, 60),  rgba(90, 180, 255),
+                                            rgba(120, 220, 110), rgba(245, 100, 190),
+                                            rgba(240, 225, 80),  rgba(175, 140, 255)};
+Color slot_color(size_t i) {
+  return kSlotColors[i % kMaxCompare];
+}
+
+void swatch(Color c) {
+  const float h = ImGui::GetTextLineHeight();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(p.x, p.y + h * 0.15f),
+                                            ImVec2(p.x + h * 0.7f, p.y + h * 0.85f), c, 2.0f);
+  ImGui::Dummy(ImVec2(h * 0.75f, h));
+  ImGui::SameLine(0, 4);
+}
+
+std::string slot_error(const CompareSlot& slot, const RunConfig& form) {
+  try {
+    validate(config_for(slot, form));
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
   }
 }
 
+// The width one slot's widgets take, so the selector can wrap before a slot, not inside it.
+float slot_width(const CompareSlot& s) {
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float font = ImGui::GetFontSize(), frame = ImGui::GetFrameHeight();
+  const auto check = [&](const char* label) {
+    return frame + st.ItemInnerSpacing.x + ImGui::CalcTextSize(label).x + st.ItemSpacing.x;
+  };
+  const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
+  float w = font * 1.4f + font * 6.5f + ImGui::CalcTextSize("\xC3\x97").x + font * 2.4f +
+            st.ItemSpacing.x * 3;
+  if (uses(SlotOption::micro_batches)) w += ImGui::CalcTextSize("M").x + font * 2.4f + 12;
+  if (uses(SlotOption::recompute)) w += check("recompute");
+  if (uses(SlotOption::precision)) w += font * 3.6f + st.ItemSpacing.x;
+  if (uses(SlotOption::prefetch)) w += check("prefetch");
+  if (uses(SlotOption::overlap)) w += check("overlap");
+  if (uses(SlotOption::bucket_mb)) w += ImGui::CalcTextSize("bucket MiB").x + font * 2.6f + 12;
+  if (uses(SlotOption::fsdp_unit)) w += ImGui::CalcTextSize("unit").x + font * 2.0f + 12;
+  if (uses(SlotOption::reshard)) w += check("reshard");
+  if (uses(SlotOption::offload)) w += check("offload");
+  return w + frame + font * 1.5f;  // the remove button and the gap to the next slot
+}
+
+// One slot's widgets on the current line. Returns false when the slot asks to be removed.
+bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc) {
+  const float font = ImGui::GetFontSize();
+  const UiColors& ui = ui_colors(hc);
+  ImGui::PushID(static_cast<int>(i));
+  ImGui::BeginGroup();
+  swatch(slot_color(i));
+  ImGui::PushStyleColor(ImGuiCol_Text, invalid ? ui.error : ui.text);
+  ImGui::Text("%zu", i + 1);
+  ImGui::PopStyleColor();
+  ImGui::SameLine(0, 4);
+  ImGui::SetNextItemWidth(font * 6.5f);
+  if (ImGui::BeginCombo("##s", s.strategy.c_str())) {
+    for (const StrategyInfo& info : all_strategies()) {
+      // The other options stay: a strategy that reads them takes them over.
+      if (ImGui::Selectable(info.name.c_str(), info.name == s.strategy)) {
+        s.strategy = info.name;
+        if (info.name == "single") s.world = 1;
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", info.summary.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine(0, 3);
+  ImGui::TextUnformatted("\xC3\x97");
+  ImGui::SameLine(0, 3);
+  ImGui::SetNextItemWidth(font * 2.4f);
+  ImGui::InputInt("##w", &s.world, 0, 0);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("world size: ranks (threads) of this run");
+  const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
+  if (uses(SlotOption::micro_batches)) {
+    ImGui::SameLine();
+    ImGui::TextUnformatted("M");
+    ImGui::SameLine(0, 3);
+    ImGui::SetNextItemWidth(font * 2.4f);
+    ImGui::InputInt("##m", &s.micro_batches, 0, 0);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("micro-batches per global batch (the batch must divide by it)");
+  }
+  if (uses(SlotOption::recompute)) {
+    ImGui::SameLine();
+    ImGui::Checkbox("recompute", &s.recompute);
+  }
+  if (uses(SlotOption::precision)) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(font * 3.6f);
+    if (ImGui::BeginCombo("##p", s.precision.c_str())) {
+      for (const char* p : {"fp32", "bf16", "fp16"})
+        if (ImGui::Selectable(p, s.precision == p)) s.precision = p;
+      ImGui::EndCombo();
+    }
+  }
+  if (uses(SlotOption::prefetch)) {
+    ImGui::SameLine();
+    ImGui::Checkbox("prefetch", &s.prefetch);
+  }
+  if (uses(SlotOption::overlap)) {
+    ImGui::SameLine();
+    ImGui::Checkbox("overlap", &s.overlap);
+  }
+  if (uses(SlotOption::bucket_mb)) {
+    ImGui::SameLine();
+    ImGui::TextUnformatted("bucket MiB");
+    ImGui::SameLine(0, 3);
+    ImGui::SetNextItemWidth(font * 2.6f);
+    ImGui::InputDouble("##b", &s.bucket_mb, 0, 0, "%g");
+  }
+  if (uses(SlotOption::fsdp_unit)) {
+    ImGui::SameLine();
+    ImGui::TextUnformatted("unit");
+    ImGui::SameLine(0, 3);
+    ImGui::SetNextItemWidth(font * 2.0f);
+    ImGui::InputInt("##u", &s.fsdp_unit, 0, 0);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("layers per FSDP unit (--fsdp-unit)");
+  }
+  if (uses(SlotOption::reshard)) {
+    ImGui::SameLine();
+    ImGui::Checkbox("reshard", &s.reshard);
+  }
+  if (uses(SlotOption::offload)) {
+    ImGui::SameLine();
+    ImGui::Checkbox("offload", &s.offload);
+  }
+  bool keep = true;
+  if (can_remove) {
+    ImGui::SameLine(0, 4);
+    if (ImGui::SmallButton("x")) keep = false;
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("remove this configuration");
+  }
+  ImGui::EndGroup();
+  if (ImGui::IsItemHovered() && !ImGui::IsAnyItemActive())
+    ImGui::SetTooltip("as a --compare item: %s", slot_text(s).c_str());
+  ImGui::PopID();
+  return keep;
+}
+
+void draw_selector(App& app) {
+  CompareState& c = app.state.compare;
+  const bool hc = app.state.presenter.high_contrast;
+  const UiColors& ui = ui_colors(hc);
+  const float font = ImGui::GetFontSize();
+  const float right = ImGui::GetCursorScreenPos().x + ImGui::GetContentRegionAvail().x;
+
+  // Folded, the slots are one line: in presenter mode, until asked, so the big
+  // font leaves room for the table and the picture.
+  const bool show = c.show_slots.value_or(!app.state.presenter.presenter);
+  if (ImGui::ArrowButton("##fold", show ? ImGuiDir_Down : ImGuiDir_Right)) c.show_slots = !show;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(show ? "fold the configurations into one line"
+                           : "show the configurations to edit them");
+  ImGui::SameLine();
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("Compare");
+  std::vector<std::string> errors(c.slots.size());
+  bool any_invalid = false;
+  for (size_t i = 0; i < c.slots.size(); ++i) {
+    errors[i] = slot_error(c.slots[i], app.state.form);
+    any_invalid = any_invalid || !errors[i].empty();
+  }
+  size_t remove = c.slots.size();
+  for (size_t i = 0; i < c.slots.size(); ++i) {
+    ImGui::SameLine(0, font);
+    if (!show) {
+      const std::string label = config_label(config_for(c.slots[i], app.state.form));
+      if (ImGui::GetCursorScreenPos().x + ImGui::CalcTextSize(label.c_str()).x + font * 2 > right)
+        ImGui::NewLine();
+      swatch(slot_color(i));
+      ImGui::PushStyleColor(ImGuiCol_Text, errors[i].empty() ? ui.text : ui.error);
+      ImGui::TextUnformatted(label.c_str());
+      ImGui::PopStyleColor();
+      continue;
+    }
+    if (ImGui::GetCursorScreenPos().x + slot_width(c.slots[i]) > right) ImGui::NewLine();
+    if (!draw_slot(c.slots[i], i, c.slots.size() > 1, !errors[i].empty(), hc)) remove = i;
+  }
+  if (remove < c.slots.size()) c.slots.erase(c.slots.begin() + static_cast<long>(remove));
+
+  const bool busy = app.compare_session.busy();
+  const float buttons_w = font * 16;
+  ImGui::SameLine(0, font);
+  if (ImGui::GetCursorScreenPos().x + buttons_w > right) ImGui::NewLine();
+  ImGui::BeginDisabled(static_cast<int>(c.slots.size()) >= kMaxCompare);
+  if (ImGui::Button("+ add")) {
+    // A copy of the last slot: the usual next step is to change one thing about it.
+    c.slots.push_back(c.slots.empty() ? slot_from(app.state.form, app.state.form.strategy)
+                                      : c.slots.back());
+  }
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("up to %d configurations", kMaxCompare);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(busy || any_invalid || c.slots.empty());
+  if (ImGui::Button("Run comparison")) app.compare_from_form();
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+    std::string list;
+    for (const CompareSlot& s : c.slots) list += (list.empty() ? "" : ",") + slot_text(s);
+    ImGui::SetTooltip(
+        "runs each configuration in turn with the run bar's model, batch, steps, optimizer, "
+        "seed and device\nthe same from the command line: --compare %s",
+        list.c_str());
+  }
+  if (busy) {
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) app.compare_session.cancel();
+  }
+  // A slot the settings cannot run: its number in red, and why, in the CLI's words.
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (errors[i].empty()) continue;
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
+    ImGui::TextWrapped("%zu: %s", i + 1, errors[i].c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
+// "2.35, 2.35, 2.34 MiB": one unit for the row, so the numbers line up and stay short.
+std::string per_rank_bytes(const std::vector<int64_t>& v) {
+  int64_t top = 1;
+  for (int64_t b : v) top = std::max(top, b);
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  double scale = 1;
+  while (u < 3 && top / scale >= 1024) {
+    scale *= 1024;
+    ++u;
+  }
+  std::string s;
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, u == 0 ? "%s%.0f" : "%s%.2f", i ? ", " : "", v[i] / scale);
+    s += buf;
+  }
+  return s + " " + units[u];
+}
+
 void draw_table(App& app) {
-  const UiColors& ui = ui_colors(app.state.presenter.high_contrast);
+  const bool hc = app.state.presenter.high_contrast;
+  const UiColors& ui = ui_colors(hc);
   const ImGuiTableFlags flags =
       ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable("compare_table", 6, flags)) return;
-  ImGui::TableSetupColumn("configuration");
-  ImGui::TableSetupColumn("median step");
-  ImGui::TableSetupColumn("peak memory per rank (device)");
-  ImGui::TableSetupColumn("sent per step (busiest rank)");
-  ImGui::TableSetupColumn("bubble share (?)");
-  ImGui::TableSetupColumn("final loss");
-  // Headers one by one, so the bubble column can explain itself on hover.
+  constexpr int kCols = 7;
+  if (!ImGui::BeginTable("compare_table", kCols, flags)) return;
+  // Short headers, so a big presenter font still fits them; each explains itself on hover.
+  ImGui::TableSetupColumn("configuration", 0, 2.2f);
+  ImGui::TableSetupColumn("step", 0, 1.1f);
+  ImGui::TableSetupColumn("peak memory per rank", 0, 2.3f);
+  ImGui::TableSetupColumn("sent/step", 0, 1.1f);
+  ImGui::TableSetupColumn("idle share", 0, 1.1f);
+  ImGui::TableSetupColumn("bubble | formula", 0, 2.0f);
+  ImGui::TableSetupColumn("final loss", 0, 1.0f);
+  // Headers one by one, so the idle and bubble columns can explain themselves on hover.
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
-  for (int c = 0; c < 6; ++c) {
+  for (int c = 0; c < kCols; ++c) {
     ImGui::TableNextColumn();
     ImGui::TableHeader(ImGui::TableGetColumnName(c));
-    if (c == 4 && ImGui::IsItemHovered())
+    if (!ImGui::IsItemHovered()) continue;
+    if (c == 1) ImGui::SetTooltip("median step time (the slowest rank's, per step)");
+    if (c == 2) ImGui::SetTooltip("each rank's peak, device pool, from its accounting allocator");
+    if (c == 3) ImGui::SetTooltip("bytes the busiest rank sends per training step");
+    if (c == 4) {
+      ImGui::BeginTooltip();
+      ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30);
+      ImGui::TextUnformatted(idle_share_definition());
+      ImGui::PopTextWrapPos();
+      ImGui::EndTooltip();
+    }
+    if (c == 5)
       ImGui::SetTooltip(
-          "idle share of the compute lane per step, averaged over ranks and steps 1..\n"
-          "(pipeline bubbles; for data parallelism: time spent waiting for communication)");
+          "pipelines only (naive-mp, gpipe, 1f1b): the measured idle share, which is the\n"
+          "bubble, beside the textbook (P-1)/(M+P-1) for P stages and M micro-batches.\n"
+          "Data parallelism has no bubble: its idle time is waiting for communication.");
   }
-  for (const CompareEntry& e : app.compare) {
+  const int running = app.compare_session.running_index();
+  const bool busy = app.compare_session.busy();
+  for (size_t i = 0; i < app.compare.size(); ++i) {
+    const CompareEntry& e = app.compare[i];
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
+    swatch(slot_color(i));
     ImGui::TextUnformatted(config_label(e.cfg).c_str());
     if (!e.done) {
       ImGui::TableNextColumn();
-      ImGui::TextDisabled("waiting / running");
+      if (busy && static_cast<int>(i) == running)
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.ok), "running\xE2\x80\xA6 step %d/%d",
+                           app.compare_session.running_steps_done(), e.cfg.steps);
+      else if (busy && static_cast<int>(i) > running)
+        ImGui::TextDisabled("queued");
+      else
+        ImGui::TextDisabled("cancelled");
       continue;
     }
     if (!e.error.empty()) {
@@ -104,52 +340,120 @@ void draw_table(App& app) {
     }
     const CompareRow& r = e.row;
     ImGui::TableNextColumn();
-    ImGui::Text("%.3f ms", r.median_step_ms);
+    ImGui::Text("%.2f ms", r.median_step_ms);
     ImGui::TableNextColumn();
-    std::string peaks;
-    for (size_t i = 0; i < r.peak_bytes.size(); ++i)
-      peaks += (i ? ", " : "") + format_bytes(static_cast<double>(r.peak_bytes[i]));
-    ImGui::TextWrapped("%s", peaks.c_str());
+    {
+      // Every rank when they fit; else the range, every rank on hover.
+      const std::string all = per_rank_bytes(r.peak_bytes);
+      if (ImGui::CalcTextSize(all.c_str()).x <= ImGui::GetContentRegionAvail().x ||
+          r.peak_bytes.size() < 2) {
+        ImGui::TextUnformatted(all.c_str());
+      } else {
+        const auto [lo, hi] = std::minmax_element(r.peak_bytes.begin(), r.peak_bytes.end());
+        // Both in the larger one's unit: "2.45–2.51 MiB".
+        std::string range = per_rank_bytes({*lo, *hi});
+        range.replace(range.find(", "), 2, "\xE2\x80\x93");
+        if (*lo == *hi) range = format_bytes(static_cast<double>(*hi)) + " each";
+        ImGui::TextUnformatted(range.c_str());
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("rank 0, 1, ...: %s", all.c_str());
+      }
+    }
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(format_bytes(r.sent_bytes_per_step).c_str());
     ImGui::TableNextColumn();
-    if (!r.bubble_share_known) {
-      ImGui::TextDisabled("n/a");
+    ImGui::Text("%.1f%%", 100 * r.idle_share);
+    if (ImGui::IsItemHovered() && !r.idle_per_rank.empty()) {
+      std::string per;
+      char buf[64];
+      for (size_t k = 0; k < r.idle_per_rank.size(); ++k) {
+        std::snprintf(buf, sizeof buf, "%srank %zu: %.1f%%", k ? "\n" : "", k,
+                      100 * r.idle_per_rank[k]);
+        per += buf;
+      }
+      ImGui::SetTooltip("%s", per.c_str());
+    }
+    ImGui::TableNextColumn();
+    if (r.pipeline) {
+      ImGui::Text("%.1f%% | %.1f%%", 100 * r.idle_share, 100 * r.bubble_formula);
       if (ImGui::IsItemHovered())
-        ImGui::SetTooltip("needs core/pipeline_analysis.h (pipeline strategies)");
-    } else if (r.bubble_share.empty()) {
-      ImGui::TextDisabled("-");
+        ImGui::SetTooltip("measured %.1f%%; (P-1)/(M+P-1) with P = %d, M = %d: %.1f%%",
+                          100 * r.idle_share, r.stages, r.micro_batches, 100 * r.bubble_formula);
     } else {
-      double sum = 0;
-      for (double b : r.bubble_share) sum += b;
-      ImGui::Text("%.1f%%", 100 * sum / r.bubble_share.size());
+      ImGui::TextDisabled("\xE2\x80\x94");
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip("not a pipeline: no bubble (its idle time is in the idle share)");
     }
     ImGui::TableNextColumn();
     ImGui::Text("%.6g", r.final_loss);
   }
   ImGui::EndTable();
+  ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
+  ImGui::PushTextWrapPos(0);
+  ImGui::TextUnformatted(idle_share_short_definition());
+  ImGui::PopTextWrapPos();
+  ImGui::PopStyleColor();
 }
 
-}  // namespace
+void draw_picture_buttons(App& app) {
+  CompareState& c = app.state.compare;
+  for (int i = 0; i < kNumComparePictures; ++i) {
+    const auto p = static_cast<ComparePicture>(i);
+    const bool selected = c.picture == p;
+    if (selected)
+      ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyleColorVec4(ImGuiCol_ButtonActive));
+    if (ImGui::Button(kPictureTitles[i])) c.picture = p;
+    if (selected) ImGui::PopStyleColor();
+    ImGui::SameLine();
+  }
+}
 
-void draw_compare(App& app) {
+// ---- timelines ------------------------------------------------------------------
+
+// Where run `e`'s rows start: the beginning of the focus step (or of its last step).
+double focus_time(const CompareEntry& e, int focus) {
+  if (e.bounds.size() < 2) return e.data.view_begin();
+  const int k = std::clamp(focus, 0, static_cast<int>(e.bounds.size()) - 2);
+  return static_cast<double>(e.bounds[k]);
+}
+
+void fit_timelines(App& app) {
+  CompareState& c = app.state.compare;
+  // Two steps of the slowest run: enough to see one step end and the next begin.
+  double longest = 0;
+  for (const CompareEntry& e : app.compare) {
+    if (!e.result || e.bounds.size() < 2) continue;
+    const int n = static_cast<int>(e.bounds.size()) - 1;
+    const int k = std::clamp(c.focus_step, 0, n - 1);
+    longest = std::max(longest, static_cast<double>(e.bounds[std::min(n, k + 2)] - e.bounds[k]));
+  }
+  if (longest > 0) fit(c.vp, 0, longest);
+  c.fitted = true;
+}
+
+void draw_timelines(App& app) {
   AppState& s = app.state;
+  CompareState& c = s.compare;
   const bool hc = s.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
-  draw_controls(app);
-  if (app.compare.empty()) {
-    ImGui::TextWrapped(
-        "Pick 2 to 4 strategies and world sizes, then Run comparison: each runs in turn with the "
-        "run bar's model and settings, and appears here side by side.");
-    return;
-  }
-  draw_table(app);
-
-  // Timelines on one time scale: a slower configuration is visibly longer.
   const float font = ImGui::GetFontSize();
-  ImGui::Spacing();
-  ImGui::TextUnformatted(
-      "Timelines on one time scale, each from its first span (wheel: zoom, drag: pan)");
+  int steps = 0;  // of the longest finished run; 0 while none has finished
+  for (const CompareEntry& e : app.compare)
+    if (e.bounds.size() >= 2) steps = std::max(steps, static_cast<int>(e.bounds.size()) - 1);
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("From step");
+  ImGui::SameLine(0, 4);
+  ImGui::SetNextItemWidth(font * 5.5f);
+  if (ImGui::InputInt("##focus", &c.focus_step)) c.fitted = false;
+  if (steps > 0) c.focus_step = std::clamp(c.focus_step, 0, steps - 1);
+  ImGui::SameLine();
+  if (ImGui::Button("fit")) c.fitted = false;
+  ImGui::SameLine();
+  help_marker(
+      "Each run is drawn from the start of this step of its own, all on one time scale: a "
+      "slower configuration is visibly longer. Step 0 pays first-touch costs, so it starts at "
+      "step 1. fit: two steps of the slowest run. Wheel: zoom, drag: pan, hover: details.");
+  ImGui::SameLine(0, font);
+  if (!c.fitted) fit_timelines(app);
   std::array<bool, kNumSpanKinds> seen{};
   for (const CompareEntry& e : app.compare)
     for (int k = 0; k < kNumSpanKinds; ++k) seen[k] = seen[k] || e.data.kinds_seen[k];
@@ -157,30 +461,205 @@ void draw_compare(App& app) {
     if (seen[k])
       legend_item(kind_color(static_cast<SpanKind>(k), hc), kind_label(static_cast<SpanKind>(k)));
   ImGui::NewLine();
-  int total_ranks = 0;
-  for (const CompareEntry& e : app.compare) total_ranks += e.data.world;
-  const float mem_h = font * 1.3f * std::max(1, total_ranks) + font * 3;
-  const float avail = ImGui::GetContentRegionAvail().y - mem_h;
-  const float lane_h = std::clamp(avail / std::max(1, total_ranks) / 2.6f - 2, 6.0f, font * 1.4f);
+
+  // Lanes one font line tall at least, so rank and lane labels never overlap;
+  // what does not fit scrolls.
+  const float lane_h = font + 2;
+  bool first = true;
   for (size_t i = 0; i < app.compare.size(); ++i) {
     const CompareEntry& e = app.compare[i];
-    if (!e.result) continue;
+    swatch(slot_color(i));
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text), "%s", config_label(e.cfg).c_str());
+    if (!e.result) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("%s", !e.done           ? "(not finished yet)"
+                                : e.error.empty() ? ""
+                                                  : "(not run, see the table)");
+      continue;
+    }
+    ImGui::SameLine(0, font);
+    ImGui::TextDisabled("median step %.2f ms", e.row.median_step_ms);
     TimelineRowsOptions opt;
     const std::string id = "cmp_rows_" + std::to_string(i);
     opt.id = id.c_str();
     opt.lane_height = lane_h;
     opt.show_playhead = false;
-    opt.show_axis = i == 0;
+    opt.show_axis = first;
     opt.click_sets_playhead = false;
-    opt.t_offset = e.data.view_begin();
-    draw_timeline_rows(app, e.data, s.compare.vp, opt);
+    opt.t_offset = focus_time(e, c.focus_step);
+    draw_timeline_rows(app, e.data, c.vp, opt);
+    first = false;
+    ImGui::Dummy(ImVec2(1, font * 0.3f));
   }
+}
 
-  // Peak memory per rank: the breakdown at the moment of each rank's peak.
-  ImGui::Spacing();
-  ImGui::TextUnformatted("Peak memory per rank, by category at the moment of the peak (device)");
-  ImGui::SameLine(0, 12);
+// ---- memory over time -------------------------------------------------------------
+
+void draw_memory_over_time(App& app) {
+  AppState& s = app.state;
+  CompareState& c = s.compare;
+  const bool hc = s.presenter.high_contrast;
+  const UiColors& ui = ui_colors(hc);
+  const float font = ImGui::GetFontSize();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+
+  int max_world = 0, steps = 0;
+  for (const CompareEntry& e : app.compare) {
+    max_world = std::max(max_world, e.data.world);
+    if (e.bounds.size() >= 2) steps = std::max(steps, static_cast<int>(e.bounds.size()) - 1);
+  }
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("Device memory of");
+  ImGui::SameLine();
+  const auto rank_name = [](int r) {
+    return r == kMemoryBusiest ? std::string("the busiest rank")
+           : r == kMemorySum   ? std::string("all ranks added up")
+                               : "rank " + std::to_string(r);
+  };
+  ImGui::SetNextItemWidth(font * 9);
+  if (ImGui::BeginCombo("##rank", rank_name(c.memory_rank).c_str())) {
+    for (int r = kMemorySum; r < max_world; ++r)
+      if (ImGui::Selectable(rank_name(r).c_str(), r == c.memory_rank)) c.memory_rank = r;
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("the busiest rank: the one with the highest peak in each run");
+  ImGui::SameLine();
+  ImGui::TextUnformatted("over steps");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(font * 9);
+  ImGui::DragIntRange2("##steps", &c.memory_first_step, &c.memory_last_step, 0.1f, 0,
+                       std::max(0, steps - 1), "%d", "to %d");
+  if (steps > 0) {  // before any run finished there is nothing to clamp against
+    c.memory_first_step = std::clamp(c.memory_first_step, 0, steps - 1);
+    c.memory_last_step = std::clamp(c.memory_last_step, c.memory_first_step, steps - 1);
+  }
+  ImGui::SameLine();
+  help_marker(
+      "Bytes in use on the device, measured by each rank's accounting allocator, drawn against "
+      "the training step: x = step index + the fraction of that step elapsed, so every run's "
+      "step k starts at the same x however long its steps take. Step s lasts from the first span "
+      "any rank begins in it to the first span of step s + 1.");
+
+  struct Curve {
+    size_t slot;
+    int rank;
+    std::vector<MemoryPoint> points;
+    int64_t peak = 0;
+  };
+  std::vector<Curve> curves;
+  double max_bytes = 1024;
+  for (size_t i = 0; i < app.compare.size(); ++i) {
+    const CompareEntry& e = app.compare[i];
+    if (!e.result) continue;
+    Curve cv{i, c.memory_rank == kMemoryBusiest ? busiest_rank(e.data) : c.memory_rank, {}, 0};
+    cv.points = memory_by_step(e.data, e.bounds, cv.rank, c.memory_first_step, c.memory_last_step);
+    for (const MemoryPoint& p : cv.points) cv.peak = std::max(cv.peak, p.bytes);
+    max_bytes = std::max(max_bytes, static_cast<double>(cv.peak));
+    curves.push_back(std::move(cv));
+  }
+  // Legend: each run's colour, label and its peak over the steps shown.
+  for (const Curve& cv : curves) {
+    const CompareEntry& e = app.compare[cv.slot];
+    std::string label = config_label(e.cfg);
+    if (cv.points.empty())
+      label +=
+          c.memory_rank >= 0 ? " (no rank " + std::to_string(c.memory_rank) + ")" : " (no steps)";
+    else
+      label += (c.memory_rank == kMemoryBusiest ? " (rank " + std::to_string(cv.rank) + ")" : "") +
+               ": peak " + format_bytes(static_cast<double>(cv.peak));
+    legend_item(slot_color(cv.slot), label.c_str());
+  }
+  ImGui::NewLine();
+  if (curves.empty()) {
+    ImGui::TextDisabled("no finished run yet");
+    return;
+  }
+  max_bytes *= 1.08;
+
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float height = std::max(font * 5, avail.y - 4);
+  const float gutter = ImGui::CalcTextSize("000.0 MiB").x + 10;
+  const float axis_h = font + 8;
+  const float x0 = origin.x + gutter, x1 = origin.x + avail.x - font;
+  const float top = origin.y + font * 0.5f, bottom = origin.y + height - axis_h;
+  ImGui::InvisibleButton("memory_over_time", ImVec2(avail.x, height));
+  const bool hovered = ImGui::IsItemHovered();
+  const double xa = c.memory_first_step, xb = c.memory_last_step + 1;
+  const auto px = [&](double x) {
+    return x0 + static_cast<float>((x - xa) / (xb - xa)) * (x1 - x0);
+  };
+  const auto py = [&](double b) {
+    return bottom - static_cast<float>(b / max_bytes) * (bottom - top);
+  };
+
+  dl->AddRectFilled(ImVec2(x0, top), ImVec2(x1, bottom), ui.lane_bg);
+  for (const ByteTick& t :
+       byte_ticks(max_bytes, std::max(2, static_cast<int>((bottom - top) / (font * 2.5f))))) {
+    const float y = py(t.bytes);
+    dl->AddLine(ImVec2(x0, y), ImVec2(x1, y), ui.grid);
+    const ImVec2 sz = ImGui::CalcTextSize(t.label.c_str());
+    dl->AddText(ImVec2(x0 - sz.x - 6, y - sz.y * 0.5f), ui.text_dim, t.label.c_str());
+  }
+  // Steps: a line at each start, quarter marks between, "step k" under the middle.
+  for (int k = c.memory_first_step; k <= c.memory_last_step + 1; ++k) {
+    const float x = px(k);
+    dl->AddLine(ImVec2(x, top), ImVec2(x, bottom + 4), ui.axis, 1.0f);
+    if (k > c.memory_last_step) break;
+    for (int q = 1; q < 4; ++q) {
+      const float xq = px(k + q * 0.25);
+      dl->AddLine(ImVec2(xq, bottom - 4), ImVec2(xq, bottom), ui.grid);
+    }
+    char label[32];
+    std::snprintf(label, sizeof label, "step %d", k);
+    const float w = ImGui::CalcTextSize(label).x;
+    if (px(k + 1) - x > w + 8)
+      dl->AddText(ImVec2((x + px(k + 1) - w) * 0.5f, bottom + 4), ui.text_dim, label);
+  }
+  // The curves: a step function per run, thicker with the font for presenter mode.
+  const float thick = std::max(1.5f, font / 8);
+  dl->PushClipRect(ImVec2(x0 - thick, top - thick), ImVec2(x1 + thick, bottom + thick), true);
+  std::vector<ImVec2> path;
+  for (const Curve& cv : curves) {
+    if (cv.points.size() < 2) continue;
+    path.clear();
+    for (size_t k = 0; k + 1 < cv.points.size(); ++k) {
+      const float y = py(static_cast<double>(cv.points[k].bytes));
+      path.push_back(ImVec2(px(cv.points[k].x), y));
+      path.push_back(ImVec2(px(cv.points[k + 1].x), y));
+    }
+    dl->AddPolyline(path.data(), static_cast<int>(path.size()), slot_color(cv.slot), 0, thick);
+  }
+  dl->PopClipRect();
+
+  if (hovered) {
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    if (m.x >= x0 && m.x <= x1) {
+      const double x = xa + (m.x - x0) / (x1 - x0) * (xb - xa);
+      dl->AddLine(ImVec2(m.x, top), ImVec2(m.x, bottom), ui.playhead, 1.0f);
+      ImGui::BeginTooltip();
+      const int k = static_cast<int>(std::floor(x));
+      ImGui::Text("step %d, %.0f%% through it", k, 100 * (x - k));
+      for (const Curve& cv : curves) {
+        if (cv.points.empty()) continue;
+        swatch(slot_color(cv.slot));
+        ImGui::Text("%s: %s", config_label(app.compare[cv.slot].cfg).c_str(),
+                    format_bytes(static_cast<double>(bytes_at_position(cv.points, x))).c_str());
+      }
+      ImGui::EndTooltip();
+    }
+  }
+}
+
+// ---- peak memory by category --------------------------------------------------------
+
+void draw_peaks(App& app) {
+  const bool hc = app.state.presenter.high_contrast;
+  const UiColors& ui = ui_colors(hc);
+  const float font = ImGui::GetFontSize();
+  ImGui::TextUnformatted("Each rank's peak, by category at the moment of the peak (device)");
+  ImGui::SameLine(0, font);
   for (MemCategory c : kStackOrder) legend_item(category_color(c, hc), category_label(c));
   ImGui::NewLine();
   double max_bytes = 1;
@@ -188,14 +667,21 @@ void draw_compare(App& app) {
     for (const RankData& r : e.data.ranks)
       max_bytes = std::max(max_bytes, static_cast<double>(total(peak_of(r.device_series).bytes)));
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const float label_w = font * 8;
-  const float bar_w = ImGui::GetContentRegionAvail().x - label_w - font * 7;
-  for (const CompareEntry& e : app.compare) {
+  float label_w = font * 4;
+  for (const CompareEntry& e : app.compare)
+    label_w = std::max(label_w, ImGui::CalcTextSize((config_label(e.cfg) + " r00").c_str()).x);
+  label_w += font;
+  const float bar_w = std::max(font * 4, ImGui::GetContentRegionAvail().x - label_w - font * 6);
+  const float row_h = font * 1.35f;
+  for (size_t i = 0; i < app.compare.size(); ++i) {
+    const CompareEntry& e = app.compare[i];
     for (int r = 0; r < e.data.world; ++r) {
       const Peak pk = peak_of(e.data.ranks[r].device_series);
       const ImVec2 o = ImGui::GetCursorScreenPos();
       const std::string label = config_label(e.cfg) + " r" + std::to_string(r);
-      dl->AddText(o, ui.text_dim, label.c_str());
+      dl->AddRectFilled(ImVec2(o.x, o.y + font * 0.15f), ImVec2(o.x + font * 0.3f, o.y + font),
+                        slot_color(i));
+      dl->AddText(ImVec2(o.x + font * 0.6f, o.y), ui.text_dim, label.c_str());
       float x = o.x + label_w;
       for (MemCategory c : kStackOrder) {
         const float w = static_cast<float>(pk.bytes[static_cast<int>(c)] / max_bytes) * bar_w;
@@ -205,9 +691,67 @@ void draw_compare(App& app) {
       }
       const std::string v = format_bytes(static_cast<double>(total(pk.bytes)));
       dl->AddText(ImVec2(x + 6, o.y), ui.text, v.c_str());
-      ImGui::Dummy(ImVec2(label_w + bar_w, font * 1.3f));
+      ImGui::Dummy(ImVec2(label_w + bar_w, row_h));
     }
   }
+}
+
+}  // namespace
+
+const char* compare_picture_name(ComparePicture p) {
+  return kPictureNames[static_cast<int>(p)];
+}
+
+std::optional<ComparePicture> compare_picture_from_name(const std::string& s) {
+  for (int i = 0; i < kNumComparePictures; ++i)
+    if (s == kPictureNames[i]) return static_cast<ComparePicture>(i);
+  return std::nullopt;
+}
+
+void draw_compare(App& app) {
+  CompareState& c = app.state.compare;
+  const float font = ImGui::GetFontSize();
+  const float avail_h = ImGui::GetContentRegionAvail().y;
+  // The selector and the table on top, the picture below. The picture keeps at
+  // least 58% of the height (a big presenter font included); past that the top scrolls.
+  const float top_h = app.compare.empty()
+                          ? avail_h
+                          : std::clamp(c.top_height > 0 ? c.top_height : avail_h * 0.42f,
+                                       std::min(font * 4, avail_h * 0.42f), avail_h * 0.42f);
+  ImGui::BeginChild("compare_top", ImVec2(0, top_h), false);
+  draw_selector(app);
+  if (app.compare.empty()) {
+    ImGui::Spacing();
+    ImGui::TextWrapped(
+        "Set up to %d configurations (strategy, world size, micro-batches and the options that "
+        "strategy reads), then Run comparison: each runs in turn with the run bar's model, batch, "
+        "steps and optimizer, and its row appears here as soon as it finishes.",
+        kMaxCompare);
+  } else {
+    draw_table(app);
+  }
+  c.top_height = ImGui::GetCursorPosY() + ImGui::GetStyle().WindowPadding.y;
+  ImGui::EndChild();
+  if (app.compare.empty()) return;
+  draw_picture_buttons(app);
+  ImGui::NewLine();
+  // The pictures scroll as a whole; the wheel zooms the timelines, and scrolls elsewhere.
+  ImGui::BeginChild("compare_pictures", ImVec2(0, 0), false, ImGuiWindowFlags_NoScrollWithMouse);
+  switch (c.picture) {
+    case ComparePicture::timelines:
+      draw_timelines(app);
+      break;
+    case ComparePicture::memory:
+      draw_memory_over_time(app);
+      break;
+    case ComparePicture::peaks:
+      draw_peaks(app);
+      break;
+  }
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.MouseWheel != 0 && ImGui::IsWindowHovered() && !ImGui::IsAnyItemHovered())
+    ImGui::SetScrollY(ImGui::GetScrollY() - io.MouseWheel * font * 3);
+  ImGui::EndChild();
 }
 
 }  // namespace shardlab::gui

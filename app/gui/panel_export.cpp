@@ -21,7 +21,7 @@ void set_message(App& app, std::string text, bool error) {
 }
 
 void export_trace(App& app) {
-  const RunResult* r = app.session.result();
+  const RunResult* r = app.shown_result();
   if (!r) {
     set_message(app, "no finished run to export yet (Run, then wait for it to finish)", true);
     return;
@@ -70,7 +70,7 @@ void draw_menu_bar(App& app) {
   AppState& s = app.state;
   if (!ImGui::BeginMenuBar()) return;
   if (ImGui::BeginMenu("File")) {
-    if (ImGui::MenuItem("Export trace JSON", nullptr, false, app.session.result() != nullptr))
+    if (ImGui::MenuItem("Export trace JSON", nullptr, false, app.shown_result() != nullptr))
       export_trace(app);
     if (ImGui::MenuItem("Save PNG of the window")) export_png(app);
     if (ImGui::MenuItem("Export compare table CSV", nullptr, false, !app.compare.empty()))
@@ -121,7 +121,7 @@ void draw_export_window(App& app) {
   ImGui::SetNextItemWidth(w);
   ImGui::InputText("##trace", &e.trace_path);
   ImGui::SameLine();
-  ImGui::BeginDisabled(app.session.result() == nullptr);
+  ImGui::BeginDisabled(app.shown_result() == nullptr);
   if (ImGui::Button("Write trace JSON")) export_trace(app);
   ImGui::EndDisabled();
   ImGui::SetNextItemWidth(w);

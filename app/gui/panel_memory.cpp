@@ -125,6 +125,7 @@ void draw_memory(App& app) {
   if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
     fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
     s.timeline.follow = true;
+    s.timeline.one_step = false;
   }
 
   const float x_end = vp.x0 + vp.width;

@@ -97,6 +97,7 @@ void handle_shortcuts(App& app) {
   if (pressed(GLFW_KEY_F)) {
     fit(s.timeline.vp, app.data.steps_begin(), static_cast<double>(app.data.t_end));
     s.timeline.follow = true;
+    s.timeline.one_step = false;
   }
   for (int i = 0; i < kNumViews; ++i)
     if (pressed(GLFW_KEY_1 + i)) s.view = static_cast<View>(i);

@@ -1,6 +1,9 @@
 // The timeline: one row group per rank with a compute and a comm lane, spans
-// coloured by kind and labelled (F3/B3 for micro-batches), send->recv flow
-// lines, step markers, the playhead; wheel zooms, dragging pans, hover explains.
+// coloured by kind, pipeline blocks labelled F3/B3/R3, the time a rank waits
+// for a peer drawn and named as idle ("bubble" in a pipeline), send->recv
+// lines, step markers, the playhead; wheel zooms, dragging pans, hover
+// explains. Below: where each rank's time went in one step and, for pipeline
+// runs, the measured bubble per stage beside (P-1)/(M+P-1).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -9,7 +12,11 @@
 
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/wait_logic.h"
 #include "app/gui/panels.h"
+#include "core/model.h"
+#include "core/pipeline.h"
+#include "core/pipeline_analysis.h"
 
 namespace shardlab::gui {
 
@@ -17,19 +24,32 @@ namespace {
 
 // Spans narrower than this fold into one block (tracy uses ~3 px as well).
 constexpr float kMinSpanPx = 3.0f;
+// Steps are classified (waits, idle) only while few enough, and wide enough, are in view.
+constexpr int kMaxClassifiedSteps = 64;
+constexpr float kMinClassifiedStepPx = 40;
+// Flow lines drawn one by one up to this many; bundled beyond.
+constexpr int kMaxSingleFlows = 120;
 
-void span_tooltip(const Span& s) {
+// Idle time: grey, hatched, the same in the lanes and in the breakdown.
+constexpr Color kIdle = rgba(118, 118, 118);
+
+void span_tooltip(const Span& s, const CommWait* wait, const char* idle) {
   ImGui::BeginTooltip();
   ImGui::Text("%s", kind_label(s.kind));
+  const std::string tag = micro_batch_tag(s);
+  if (!tag.empty()) {
+    ImGui::SameLine();
+    ImGui::Text("\xC2\xB7 %s (micro-batch %d)", tag.c_str(), s.micro_batch);
+  }
   if (s.layer >= 0) {
     ImGui::SameLine();
     ImGui::Text("\xC2\xB7 layer %d", s.layer);
   }
-  if (s.micro_batch >= 0) {
-    ImGui::SameLine();
-    ImGui::Text("\xC2\xB7 micro-batch %d", s.micro_batch);
-  }
-  ImGui::Text("rank %d, %s lane, step %d", s.rank, to_string(s.lane), s.step);
+  if (s.step >= 0)
+    ImGui::Text("rank %d, %s lane, step %d", s.rank, to_string(s.lane), s.step);
+  else
+    ImGui::Text("rank %d, %s lane, outside the training steps (set-up or tear-down)", s.rank,
+                to_string(s.lane));
   ImGui::Text("starts at %s, lasts %s", format_time_ns(s.t_begin_ns).c_str(),
               format_time_ns(s.t_end_ns - s.t_begin_ns).c_str());
   if (s.bytes > 0) ImGui::Text("payload %s", format_bytes(static_cast<double>(s.bytes)).c_str());
@@ -39,6 +59,18 @@ void span_tooltip(const Span& s) {
                 : s.kind == SpanKind::send ? "to"
                                            : "peer/root",
                 s.peer);
+  if (wait) {
+    const double w = static_cast<double>(wait->ready - s.t_begin_ns);
+    const double m = static_cast<double>(s.t_end_ns - wait->ready);
+    const char* why = s.kind == SpanKind::recv   ? "until rank %d began sending"
+                      : s.kind == SpanKind::send ? "until rank %d posted its receive"
+                                                 : "until rank %d, the last, entered";
+    char reason[64];
+    std::snprintf(reason, sizeof reason, why, wait->peer);
+    ImGui::Separator();
+    ImGui::Text("%s %s (%s: idle, not communication),", idle, format_time_ns(w).c_str(), reason);
+    ImGui::Text("then moving bytes %s", format_time_ns(m).c_str());
+  }
   ImGui::EndTooltip();
 }
 
@@ -53,13 +85,61 @@ void fold_tooltip(const LaneData& lane, const DrawSpan& b) {
   ImGui::EndTooltip();
 }
 
-void draw_arrow(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col) {
-  dl->AddLine(a, b, col, 1.5f);
+void idle_tooltip(int rank, const Interval& iv, const char* idle, bool pipeline) {
+  ImGui::BeginTooltip();
+  ImGui::Text("%s: rank %d neither computes nor moves bytes for %s", idle, rank,
+              format_time_ns(static_cast<double>(iv.second - iv.first)).c_str());
+  ImGui::TextDisabled(pipeline ? "it waits for a neighbouring stage: the pipeline bubble"
+                               : "it waits for a peer (a message, or the others in a collective)");
+  ImGui::EndTooltip();
+}
+
+void draw_arrow(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float thick, float head) {
+  dl->AddLine(a, b, col, thick);
   const float dx = b.x - a.x, dy = b.y - a.y, len = std::sqrt(dx * dx + dy * dy);
-  if (len < 1) return;
-  const float ux = dx / len, uy = dy / len, s = 6;
+  if (len < 1 || head <= 0) return;
+  const float ux = dx / len, uy = dy / len, s = head;
   dl->AddTriangleFilled(b, ImVec2(b.x - ux * s - uy * s * 0.5f, b.y - uy * s + ux * s * 0.5f),
                         ImVec2(b.x - ux * s + uy * s * 0.5f, b.y - uy * s - ux * s * 0.5f), col);
+}
+
+// Idle: a grey wash with stripes, so it reads as "nothing here" next to the
+// solid colours of work.
+void draw_idle(ImDrawList* dl, ImVec2 a, ImVec2 b, bool hc) {
+  hatch(dl, a, b, with_alpha(kIdle, hc ? 1.0f : 0.8f), 6);
+}
+
+// A legend entry with the idle stripes instead of a solid swatch.
+void idle_legend_item(const char* label) {
+  const float h = ImGui::GetTextLineHeight();
+  if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(label).x) ImGui::NewLine();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 a(p.x, p.y + h * 0.15f), b(p.x + h * 0.7f, p.y + h * 0.85f);
+  hatch(dl, a, b, with_alpha(kIdle, 1.0f), 3);
+  dl->AddRect(a, b, with_alpha(kIdle, 1.0f));
+  ImGui::Dummy(ImVec2(h * 0.8f, h));
+  ImGui::SameLine(0, 4);
+  ImGui::TextUnformatted(label);
+  ImGui::SameLine(0, 14);
+}
+
+// The layers each pipeline stage holds ("L0-1"), empty for other strategies.
+std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
+  std::vector<std::string> out;
+  if (!is_pipeline_strategy(cfg.strategy)) return out;
+  try {
+    const std::vector<int> part = pipeline_partition(cfg, ModelLayout(ModelSpec::parse(cfg.model)));
+    if (static_cast<int>(part.size()) != world) return {};
+    int l = 0;
+    for (int n : part) {
+      out.push_back("L" + std::to_string(l) + (n > 1 ? "-" + std::to_string(l + n - 1) : ""));
+      l += n;
+    }
+  } catch (const std::exception&) {
+    out.clear();  // a config the run would not have accepted: no layer names
+  }
+  return out;
 }
 
 }  // namespace
@@ -75,16 +155,17 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   const UiColors& ui = ui_colors(hc);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float font = ImGui::GetFontSize();
-  const float lane_h = opt.lane_height > 0 ? opt.lane_height : font + 6;
-  const float axis_h = opt.show_axis ? font + 8 : 0;
+  const float small = font * 0.85f;
+  const float lane_h_req = opt.lane_height > 0 ? opt.lane_height : font + 6;
+  const RowsLayout L = rows_layout(font, lane_h_req, d.world, opt.show_axis, opt.show_steps);
+  const float lane_h = L.lane_h;
   const float gutter =
       ImGui::CalcTextSize("rank 00 ").x + ImGui::CalcTextSize("compute").x * 0.85f + 14;
-  const float gap = std::max(3.0f, lane_h * 0.3f);
-  const float steps_h = opt.show_steps ? font + 2 : 0;  // a strip under the rows for "step k"
-  const float rows_h = d.world * (2 * lane_h + gap);
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float width = std::max(50.0f, ImGui::GetContentRegionAvail().x);
-  const float height = opt.height > 0 ? opt.height : axis_h + rows_h + steps_h;
+  const float height = opt.height > 0 ? opt.height : L.height();
+  const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
+  const char* idle_word = idle_name(d.cfg.strategy);
 
   ImGui::InvisibleButton(opt.id, ImVec2(width, height));
   vp.x0 = origin.x + gutter;
@@ -98,6 +179,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
     fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
     ts.follow = true;
+    if (opt.click_sets_playhead) ts.one_step = false;
   }
   shared_vp = vp;
   shared_vp.t_begin -= opt.t_offset;
@@ -111,68 +193,161 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
     Viewport axis_vp = vp;
     axis_vp.t_begin -= opt.t_offset;
     axis_vp.t_end -= opt.t_offset;
-    draw_time_axis(dl, axis_vp, origin.y, axis_h, ui);
+    draw_time_axis(dl, axis_vp, origin.y, L.axis_h, ui);
   }
-  const float rows_top = origin.y + axis_h;
+  const float rows_top = origin.y + L.rows_top();
+  const float rows_bottom = origin.y + L.height();
 
-  // Lane backgrounds and labels first, so markers and spans draw over them.
+  // Lane backgrounds and gutter labels first, so markers and spans draw over them.
+  const std::vector<std::string> layers = stage_layers(d.cfg, d.world);
   for (int r = 0; r < d.world; ++r) {
-    const float y = rows_top + r * (2 * lane_h + gap);
+    const float y = origin.y + L.rank_y(r);
     for (int l = 0; l < 2; ++l) {
-      const float ly = y + l * lane_h;
+      const float ly = origin.y + L.lane_y(r, l);
       dl->AddRectFilled(ImVec2(vp.x0, ly), ImVec2(x_end, ly + lane_h),
                         l ? ui.lane_bg_alt : ui.lane_bg);
     }
+    dl->AddLine(ImVec2(origin.x, y - L.gap * 0.5f), ImVec2(x_end, y - L.gap * 0.5f), ui.grid);
     char name[32];
     std::snprintf(name, sizeof name, "rank %d", r);
-    dl->AddText(ImVec2(origin.x + 2, y + (lane_h - font) * 0.5f), ui.text, name);
-    dl->AddLine(ImVec2(origin.x, y - gap * 0.5f), ImVec2(x_end, y - gap * 0.5f), ui.grid);
-    const float small = font * 0.85f;
-    dl->AddText(
-        ImGui::GetFont(), small,
-        ImVec2(vp.x0 - ImGui::CalcTextSize("compute").x * 0.85f - 6, y + (lane_h - small) * 0.5f),
-        ui.text_dim, "compute");
-    dl->AddText(ImGui::GetFont(), small,
-                ImVec2(vp.x0 - ImGui::CalcTextSize("comm").x * 0.85f - 6,
-                       y + lane_h + (lane_h - small) * 0.5f),
-                ui.text_dim, "comm");
+    if (lane_h >= font) {
+      dl->AddText(ImVec2(origin.x + 2, origin.y + text_y_in_lane(L, r, 0, font)), ui.text, name);
+      if (static_cast<size_t>(r) < layers.size())
+        dl->AddText(ImGui::GetFont(), small,
+                    ImVec2(origin.x + 2, origin.y + text_y_in_lane(L, r, 1, small)), ui.text_dim,
+                    layers[r].c_str());
+    } else {  // short lanes (compare): one name between the two
+      dl->AddText(ImVec2(origin.x + 2, y + lane_h - font * 0.5f), ui.text, name);
+    }
+    if (lane_h >= small) {
+      const char* lane_names[2] = {"compute", "comm"};
+      for (int l = 0; l < 2; ++l)
+        dl->AddText(ImGui::GetFont(), small,
+                    ImVec2(vp.x0 - ImGui::CalcTextSize(lane_names[l]).x * 0.85f - 6,
+                           origin.y + text_y_in_lane(L, r, l, small)),
+                    ui.text_dim, lane_names[l]);
+    }
   }
 
-  // Step boundaries: a faint line per step, labelled where there is room.
-  if (opt.show_steps) {
-    float last_label_end = -1e9f, last_x = -1e9f;
+  // Step boundaries: a line per step through the rows, labelled in a band
+  // under the axis, where a short window cannot clip the labels.
+  int first_step = -1, last_step = -1;  // steps meeting the view
+  if (!d.step_begin.empty()) {
+    float last_x = -1e9f;
+    std::vector<std::pair<float, float>> boxes;
+    std::vector<size_t> box_steps;
     for (size_t s = 0; s < d.step_begin.size(); ++s) {
       if (d.step_begin[s] < 0) continue;
-      const float x = vp.x_of(static_cast<double>(d.step_begin[s]));
+      const double b = static_cast<double>(d.step_begin[s]);
+      const double e = s + 1 < d.step_begin.size() && d.step_begin[s + 1] >= 0
+                           ? static_cast<double>(d.step_begin[s + 1])
+                           : static_cast<double>(d.t_end);
+      if (e >= vp.t_begin && b <= vp.t_end) {
+        if (first_step < 0) first_step = static_cast<int>(s);
+        last_step = static_cast<int>(s);
+      }
+      if (!opt.show_steps) continue;
+      const float x = vp.x_of(b);
+      if (x < vp.x0 && vp.x_of(e) > vp.x0) {
+        // The step the view starts inside keeps its name at the left edge.
+        char label[32];
+        std::snprintf(label, sizeof label, "step %zu", s);
+        boxes.push_back({vp.x0 + 3, ImGui::CalcTextSize(label).x});
+        box_steps.push_back(s);
+        continue;
+      }
       // Closer than a few pixels the lines are a grey wash (and thousands of
       // full-height lines are what a software rasteriser chokes on).
       if (x < vp.x0 || x > x_end || x - last_x < 6) continue;
       last_x = x;
-      dl->AddLine(ImVec2(x, rows_top), ImVec2(x, rows_top + rows_h), ui.grid);
+      dl->AddLine(ImVec2(x, rows_top - L.steps_h), ImVec2(x, rows_bottom), ui.grid);
       char label[32];
       std::snprintf(label, sizeof label, "step %zu", s);
-      const float w = ImGui::CalcTextSize(label).x;
-      dl->AddLine(ImVec2(x, rows_top + rows_h), ImVec2(x, rows_top + rows_h + steps_h),
-                  ui.text_dim);
-      if (x + 3 > last_label_end + 8 && x + 3 + w < x_end) {
-        dl->AddText(ImVec2(x + 3, rows_top + rows_h), ui.text_dim, label);
-        last_label_end = x + 3 + w;
-      }
+      boxes.push_back({x + 3, ImGui::CalcTextSize(label).x});
+      box_steps.push_back(s);
+    }
+    // The left edge's name gives way to a step boundary right next to it.
+    if (boxes.size() > 1 && boxes[0].first == vp.x0 + 3 &&
+        boxes[1].first < boxes[0].first + boxes[0].second + 8) {
+      boxes.erase(boxes.begin());
+      box_steps.erase(box_steps.begin());
+    }
+    const std::vector<bool> keep = keep_apart(boxes, 8, x_end);
+    for (size_t k = 0; k < boxes.size(); ++k) {
+      if (!keep[k]) continue;
+      char label[32];
+      std::snprintf(label, sizeof label, "step %zu", box_steps[k]);
+      dl->AddText(ImVec2(boxes[k].first, rows_top - L.steps_h + (L.steps_h - font) * 0.5f),
+                  ui.text_dim, label);
     }
   }
 
+  // Where each rank waited, per step in view (while few enough are).
+  // (Narrow steps would show stripes too fine to read, at a cost per frame.)
+  std::vector<WindowUse> uses;
+  const int steps_in_view = last_step - first_step + 1;
+  if (first_step >= 0 && steps_in_view <= kMaxClassifiedSteps &&
+      vp.width / static_cast<float>(steps_in_view) >= kMinClassifiedStepPx)
+    for (int s = first_step; s <= last_step; ++s) uses.push_back(step_use(d, s));
+  auto wait_of = [&](int rank, uint32_t index) -> const CommWait* {
+    for (const WindowUse& u : uses)
+      if (const CommWait* w = u.ranks[rank].wait_of(index)) return w;
+    return nullptr;
+  };
+
   dl->PushClipRect(ImVec2(vp.x0, rows_top), ImVec2(x_end, end.y), true);
   std::vector<DrawSpan> blocks;
+  std::vector<PhaseRun> runs;
+  const auto text_w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
   const Span* hover_span = nullptr;
   const LaneData* hover_lane = nullptr;
+  const CommWait* hover_wait = nullptr;
   DrawSpan hover_block;
+  int hover_idle_rank = -1;
+  Interval hover_idle{0, 0};
   for (int r = 0; r < d.world; ++r) {
-    const float y = rows_top + r * (2 * lane_h + gap);
     for (int l = 0; l < 2; ++l) {
       const LaneData& lane = d.ranks[r].lanes[l];
-      const float y0 = y + l * lane_h + 1, y1 = y + (l + 1) * lane_h - 1;
+      const float y0 = origin.y + L.lane_y(r, l) + 1, y1 = y0 + lane_h - 2;
+      const bool mouse_in_lane = hovered && mouse.y >= y0 && mouse.y < y1 + 2 && mouse.x >= vp.x0;
+      std::vector<LabelRequest> requests;
+      std::vector<std::string> texts;
+      std::vector<ImU32> text_cols;
+      std::vector<bool> on_stripes;
+
+      // Idle first, under the spans: the compute lane shows where the rank
+      // neither computed nor moved bytes.
+      if (l == static_cast<int>(Lane::compute))
+        for (const WindowUse& u : uses)
+          for (const Interval& iv : u.ranks[r].idle_intervals) {
+            const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0 - 2);
+            const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end + 2);
+            if (b - a < 2) continue;
+            draw_idle(dl, ImVec2(a, y0), ImVec2(b, y1), hc);
+            if (mouse_in_lane && mouse.x >= a && mouse.x <= b) {
+              hover_idle_rank = r;
+              hover_idle = iv;
+            }
+          }
+
       blocks.clear();
       visible_spans(lane, vp, kMinSpanPx, blocks);
+      runs.clear();
+      const bool have_runs = l == static_cast<int>(Lane::compute) &&
+                             phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs) && !runs.empty();
+      size_t run_k = 0;
+      if (l == static_cast<int>(Lane::comm))
+        for (const DrawSpan& b : blocks) {
+          if (b.folded()) continue;
+          const CommWait* w = wait_of(r, b.first);
+          if (!w) continue;
+          const Color base = kind_color(b.kind, hc);
+          const ImVec2 a(std::max(b.x0, vp.x0 - 2), y0), z(std::min(b.x1, x_end + 2), y1);
+          const float xr = std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x);
+          dl->AddRectFilled(a, ImVec2(xr, z.y), with_alpha(base, 0.18f));
+          draw_idle(dl, a, ImVec2(xr, z.y), hc);
+          dl->AddRect(a, ImVec2(xr, z.y), with_alpha(base, 0.8f));
+        }
       for (const DrawSpan& b : blocks) {
         const Color base = kind_color(b.kind, hc);
         const ImVec2 a(std::max(b.x0, vp.x0 - 2), y0), z(std::min(b.x1, x_end + 2), y1);
@@ -181,41 +356,132 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
           // cost a software rasteriser ~200 ms a frame.)
           dl->AddRectFilled(a, z, scale_rgb(base, 0.55f));
           dl->AddRectFilled(a, ImVec2(z.x, a.y + 2), base);
-          char n[24];
-          std::snprintf(n, sizeof n, "\xC3\x97%u", b.count);
-          text_in_rect(dl, a, z, ui.text, n);
-        } else {
-          dl->AddRectFilled(a, z, base);
-          if (z.x - a.x > 4) dl->AddRect(a, z, ui.outline);
-          const Span& s = lane.spans[b.first];
-          const std::string lf = span_label(s, true);
-          if (!text_in_rect(dl, a, z, ui.label_on_span, lf.c_str()))
-            text_in_rect(dl, a, z, ui.label_on_span, span_label(s, false).c_str());
+          if (!have_runs) {
+            char n[24];
+            std::snprintf(n, sizeof n, "\xC3\x97%u", b.count);
+            text_in_rect(dl, a, z, ui.text, n);
+          }
+          continue;
         }
+        const Span& s = lane.spans[b.first];
+        const CommWait* w = l == static_cast<int>(Lane::comm) ? wait_of(r, b.first) : nullptr;
+        // Waiting for the peer, then moving bytes. Comm spans overlap (a stage
+        // posts several recvs at once): waits were drawn in a first pass, so
+        // no wait covers another span's moving bytes.
+        const float xr = w ? std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x) : a.x;
+        // Set-up and tear-down (step -1, e.g. the final weights going to rank
+        // 0) are drawn faint: they are not part of a training step.
+        const bool training = s.step >= 0;
+        dl->AddRectFilled(ImVec2(xr, a.y), z, training ? base : with_alpha(base, 0.35f));
+        if (z.x - a.x > 4) dl->AddRect(a, z, ui.outline);
+        // Spans of a pipeline block are labelled once, for the whole block.
+        while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
+        if (have_runs && run_k < runs.size() && runs[run_k].first <= b.first) continue;
+        const std::string lf = span_label(s, true);
+        const std::string sf = span_label(s, false);
+        const float wl = text_w(lf), ws = text_w(sf);
+        // Labels go in the visible part of a span (the rest is clipped).
+        const float la = std::max(a.x, vp.x0), lz = std::min(z.x, x_end);
+        requests.push_back({la, lz, wl + 4 <= lz - la ? wl : ws, la});
+        texts.push_back(wl + 4 <= lz - la ? lf : sf);
+        text_cols.push_back(training ? ui.label_on_span : ui.text_dim);
+        on_stripes.push_back(w != nullptr);
       }
-      if (hovered && mouse.y >= y0 && mouse.y < y1 + 2 && mouse.x >= vp.x0) {
+
+      // Pipeline blocks: an outline around each micro-batch's run of spans, and
+      // its name inside, or just after it when the block is too narrow.
+      for (const PhaseRun& run : runs) {
+        const float a = vp.x_of(static_cast<double>(run.t_begin));
+        const float z = vp.x_of(static_cast<double>(run.t_end));
+        if (z - a >= 3 && z >= vp.x0 && a <= x_end)
+          dl->AddRect(ImVec2(a, y0), ImVec2(z, y1), ui.outline, 0, 0, 1.5f);
+      }
+      size_t next_block = 0;
+      for (const RunGroup& g : group_runs(runs, vp, font * 2.0f, 3, text_w)) {
+        const PhaseRun& first = runs[g.first];
+        const PhaseRun& last = runs[g.first + g.count - 1];
+        // The visible part; under 2 px a run is a zoomed-out wash, not worth a name.
+        const float a = std::max(vp.x_of(static_cast<double>(first.t_begin)), vp.x0);
+        const float z = std::min(vp.x_of(static_cast<double>(last.t_end)), x_end);
+        if (z - a < 2) continue;
+        while (next_block < blocks.size() && blocks[next_block].x0 < z - 0.5f) ++next_block;
+        float limit = x_end;
+        if (next_block < blocks.size()) limit = std::min(limit, blocks[next_block].x0);
+        if (g.first + g.count < runs.size())
+          limit = std::min(limit, vp.x_of(static_cast<double>(runs[g.first + g.count].t_begin)));
+        requests.push_back({a, z, text_w(g.label), limit});
+        texts.push_back(g.label);
+        text_cols.push_back(ui.label_on_span);
+        on_stripes.push_back(false);
+      }
+
+      // Idle gets its name where there is room.
+      if (l == static_cast<int>(Lane::compute))
+        for (const WindowUse& u : uses)
+          for (const Interval& iv : u.ranks[r].idle_intervals) {
+            const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0);
+            const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end);
+            const float w = ImGui::CalcTextSize(idle_word).x;
+            if (b - a < w + 8) continue;
+            requests.push_back({a, b, w, b});
+            texts.push_back(idle_word);
+            text_cols.push_back(ui.text);
+            on_stripes.push_back(false);
+          }
+
+      // Labels left to right, none over another (place_labels).
+      std::vector<size_t> order(requests.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t p, size_t q) { return requests[p].x0 < requests[q].x0; });
+      std::vector<LabelRequest> sorted;
+      for (size_t k : order) sorted.push_back(requests[k]);
+      const std::vector<LabelPlace> placed = place_labels(sorted, std::max(3.0f, font * 0.5f));
+      const float ty = std::floor((y0 + y1 - font) * 0.5f);
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (!placed[k].shown || lane_h < font) continue;
+        const size_t i = order[k];
+        const float x = std::floor(placed[k].x);
+        // Outside its block, or over the stripes of a wait, dark text would
+        // vanish: light text on a patch of the lane's own colour.
+        const bool patch = !placed[k].inside || on_stripes[i];
+        if (patch) {
+          const float w = ImGui::CalcTextSize(texts[i].c_str()).x;
+          dl->AddRectFilled(ImVec2(x - 1, ty), ImVec2(x + w + 1, ty + font),
+                            l ? ui.lane_bg_alt : ui.lane_bg);
+        }
+        dl->AddText(ImVec2(x, ty), patch ? ui.text : text_cols[i], texts[i].c_str());
+      }
+
+      if (mouse_in_lane) {
         const int k = hit_test(blocks, mouse.x, 2.0f);
         if (k >= 0) {
           hover_block = blocks[k];
           hover_lane = &lane;
           hover_span = &lane.spans[blocks[k].first];
+          hover_wait = l == static_cast<int>(Lane::comm) && !blocks[k].folded()
+                           ? wait_of(r, blocks[k].first)
+                           : nullptr;
         }
       }
     }
   }
 
-  // send -> recv: from the send's start on the sender to the recv's end on the receiver.
+  // send -> recv: from the send's start on the sender to the recv's end on the
+  // receiver; many in view are bundled into a few strokes.
   if (opt.show_flows && ts.show_flows) {
-    const ImU32 flow_col = hc ? IM_COL32(255, 255, 255, 220) : IM_COL32(235, 235, 240, 170);
-    int drawn = 0;
-    for (const Flow& f : d.flows) {
-      const float xa = vp.x_of(static_cast<double>(f.t_send)),
-                  xb = vp.x_of(static_cast<double>(f.t_recv));
-      if (std::max(xa, xb) < vp.x0 || std::min(xa, xb) > x_end) continue;
-      const float ya = rows_top + f.from_rank * (2 * lane_h + gap) + lane_h * 1.5f;
-      const float yb = rows_top + f.to_rank * (2 * lane_h + gap) + lane_h * 1.5f;
-      draw_arrow(dl, ImVec2(xa, ya), ImVec2(xb, yb), flow_col);
-      if (++drawn > 4000) break;  // beyond this the lines are a solid wash anyway
+    std::vector<FlowLine> lines;
+    flow_lines(d.flows, vp, kMaxSingleFlows, 16, lines);
+    const bool bundled =
+        !lines.empty() && lines.size() < d.flows.size() &&
+        std::any_of(lines.begin(), lines.end(), [](const FlowLine& f) { return f.count > 1; });
+    const ImU32 col = hc ? IM_COL32(255, 255, 255, 170) : IM_COL32(225, 228, 235, 95);
+    for (const FlowLine& f : lines) {
+      const float ya = origin.y + L.lane_y(f.from_rank, 1) + lane_h * 0.5f;
+      const float yb = origin.y + L.lane_y(f.to_rank, 1) + lane_h * 0.5f;
+      const float thick =
+          bundled ? std::min(4.0f, 1.0f + std::log2(static_cast<float>(f.count)) * 0.5f) : 1.2f;
+      draw_arrow(dl, ImVec2(f.xa, ya), ImVec2(f.xb, yb), col, thick, bundled ? 0 : 5);
     }
   }
   dl->PopClipRect();
@@ -223,94 +489,200 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   if (opt.show_playhead && d.t_end > 0) {
     const float x = vp.x_of(app.state.playhead.t);
     if (x >= vp.x0 && x <= x_end) {
-      dl->AddLine(ImVec2(x, origin.y), ImVec2(x, rows_top + rows_h), ui.playhead, 2.0f);
+      dl->AddLine(ImVec2(x, origin.y), ImVec2(x, rows_bottom), ui.playhead, 2.0f);
       dl->AddTriangleFilled(ImVec2(x - 5, origin.y), ImVec2(x + 5, origin.y),
                             ImVec2(x, origin.y + 7), ui.playhead);
     }
   }
   dl->PopClipRect();
 
-  if (hover_span && !ts.dragging) {
-    if (hover_block.folded())
-      fold_tooltip(*hover_lane, hover_block);
-    else
-      span_tooltip(*hover_span);
+  if (!ts.dragging) {
+    if (hover_span) {
+      if (hover_block.folded())
+        fold_tooltip(*hover_lane, hover_block);
+      else
+        span_tooltip(*hover_span, hover_wait, idle_word);
+    } else if (hover_idle_rank >= 0) {
+      idle_tooltip(hover_idle_rank, hover_idle, idle_word, pipeline);
+    }
   }
   return moved;
 }
 
 namespace {
 
-// Below the rows: where each rank's time went in the playhead's step, in words
-// and bars, so the picture above has a reading.
+// Below the rows: where each rank's time went in the step on screen, in bars
+// and numbers, so the picture above has a reading.
 void draw_step_breakdown(App& app) {
   const RunData& d = app.data;
   const bool hc = app.state.presenter.high_contrast;
-  const UiColors& ui = ui_colors(hc);
-  const int at = d.step_at(static_cast<int64_t>(app.state.playhead.t));
-  // Following a live run, the newest step is still half done: show the one before.
-  const bool live = app.run_active() && app.state.playhead.live && at > 0;
-  const int k = live ? at - 1 : std::max(0, at);
-  if (static_cast<size_t>(k) >= d.step_begin.size() || d.step_begin[k] < 0) return;
-  const int64_t from = d.step_begin[k];
-  // Ranks drift apart a little: look up to the start of the step after next.
-  const int64_t to =
-      static_cast<size_t>(k + 2) < d.step_begin.size() ? d.step_begin[k + 2] : d.t_end;
-  std::vector<StepBreakdown> b;
-  int64_t longest = 1;
-  for (const RankData& r : d.ranks) {
-    b.push_back(step_breakdown(r, k, from, to));
-    longest = std::max(longest, b.back().duration());
-  }
-  ImGui::Separator();
+  const bool live = app.run_active() && app.state.playhead.live;
+  const int k = step_to_show(d, app.state.playhead.t, live);
+  if (k < 0) return;
+  const WindowUse u = step_use(d, k);
+  if (u.duration() <= 0) return;
+  const char* idle = idle_name(d.cfg.strategy);
+  const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
+
   if (live)
-    ImGui::Text("Step %d (the last finished one): where each rank's time went", k);
-  else if (at < 0)
-    ImGui::Text(
-        "Step 0 (the playhead is still in the setup before it): where each rank's time went");
+    ImGui::Text("Step %d (the last finished one), %s: where each rank's time went", k,
+                format_time_ns(static_cast<double>(u.duration())).c_str());
   else
-    ImGui::Text("Step %d (the playhead's step): where each rank's time went", k);
-  ImGui::SameLine(0, 16);
+    ImGui::Text("Step %d (the playhead's), %s: where each rank's time went", k,
+                format_time_ns(static_cast<double>(u.duration())).c_str());
+  ImGui::SameLine();
+  help_marker(
+      "The step runs from the first compute span any rank begins in it to the last span any "
+      "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
+      "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
+      "send, a send until its receiver has posted the recv, a collective until the last rank "
+      "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
+      "microseconds; milliseconds of moving bytes mean the transport's thread or the receiving "
+      "rank waited for a CPU core (more busy threads than cores).");
+  // Computing blue, moving bytes red, both at once blue with a red band.
   const Color c_compute = kind_color(SpanKind::forward, hc),
-              c_hidden = kind_color(SpanKind::all_gather, hc),
-              c_comm = kind_color(SpanKind::all_reduce, hc), c_idle = rgba(110, 110, 110);
-  legend_item(c_compute, "computing");
-  legend_item(c_hidden, "communicating while computing (hidden)");
-  legend_item(c_comm, "communicating only (exposed)");
-  legend_item(c_idle, "neither (waiting)");
-  ImGui::NewLine();
+              c_comm = kind_color(SpanKind::all_reduce, hc);
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  auto part = [&](int which, ImVec2 a, ImVec2 b) {
+    if (b.x <= a.x) return;
+    if (which == 3) {
+      draw_idle(dl, a, b, hc);
+      return;
+    }
+    dl->AddRectFilled(a, b, which == 2 ? c_comm : c_compute);
+    const float h = b.y - a.y;
+    if (which == 1)
+      dl->AddRectFilled(ImVec2(a.x, a.y + h * 0.3f), ImVec2(b.x, b.y - h * 0.3f), c_comm);
+  };
+  const char* names[3] = {"computing", "moving bytes hidden behind compute",
+                          "moving bytes (exposed)"};
+  for (int i = 0; i < 3; ++i) {
+    const float h = ImGui::GetTextLineHeight();
+    if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
+      ImGui::NewLine();
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    part(i, ImVec2(p.x, p.y + h * 0.15f), ImVec2(p.x + h * 0.7f, p.y + h * 0.85f));
+    ImGui::Dummy(ImVec2(h * 0.8f, h));
+    ImGui::SameLine(0, 4);
+    ImGui::TextUnformatted(names[i]);
+    ImGui::SameLine(0, 14);
+  }
+  const std::string idle_legend =
+      std::string(idle) + (pipeline ? " (waiting for a neighbouring stage)" : " (for a peer)");
+  idle_legend_item(idle_legend.c_str());
+  ImGui::NewLine();
+
   const float font = ImGui::GetFontSize();
-  const float label_w = ImGui::CalcTextSize("rank 00 ").x + 8;
-  const float bar_w = std::max(50.0f, ImGui::GetContentRegionAvail().x * 0.45f);
+  const float bar_w = std::clamp(ImGui::GetContentRegionAvail().x * 0.28f, 60.0f, font * 22);
+  const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
+                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_NoHostExtendX;
+  if (!ImGui::BeginTable("breakdown", 6, flags)) return;
+  ImGui::TableSetupColumn("rank");
+  ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, bar_w);
+  ImGui::TableSetupColumn("computing");
+  ImGui::TableSetupColumn("moving bytes, hidden");
+  ImGui::TableSetupColumn("moving bytes, exposed");
+  ImGui::TableSetupColumn(idle);
+  ImGui::TableHeadersRow();
+  const double dur = static_cast<double>(u.duration());
+  auto cell = [&](int64_t ns) {
+    ImGui::TableNextColumn();
+    ImGui::Text("%s (%.0f%%)", format_time_ns(static_cast<double>(ns)).c_str(), 100.0 * ns / dur);
+  };
   for (int r = 0; r < d.world; ++r) {
-    const StepBreakdown& s = b[r];
+    const RankUse& s = u.ranks[r];
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("rank %d", r);
+    ImGui::TableNextColumn();
     const ImVec2 o = ImGui::GetCursorScreenPos();
-    char name[16];
-    std::snprintf(name, sizeof name, "rank %d", r);
-    dl->AddText(o, ui.text, name);
-    float x = o.x + label_w;
-    const int64_t parts[] = {s.compute_only(), s.overlap, s.comm_only(), s.idle()};
-    const Color cols[] = {c_compute, c_hidden, c_comm, c_idle};
+    const float h = ImGui::GetTextLineHeight();
+    float x = o.x;
+    const int64_t parts[] = {s.computing - s.hidden, s.hidden, s.exposed, s.idle};
     for (int i = 0; i < 4; ++i) {
-      const float w =
-          static_cast<float>(static_cast<double>(std::max<int64_t>(0, parts[i])) / longest) * bar_w;
-      dl->AddRectFilled(ImVec2(x, o.y + 2), ImVec2(x + w, o.y + font), cols[i]);
+      const float w = static_cast<float>(std::max<int64_t>(0, parts[i]) / dur) * bar_w;
+      part(i, ImVec2(x, o.y + h * 0.1f), ImVec2(x + w, o.y + h * 0.9f));
       x += w;
     }
-    const double dur = static_cast<double>(std::max<int64_t>(1, s.duration()));
-    char text[256];
-    std::snprintf(
-        text, sizeof text,
-        "%s: computing %s (%.0f%%), communicating %s of which %s hidden behind compute, waiting %s",
-        format_time_ns(static_cast<double>(s.duration())).c_str(),
-        format_time_ns(static_cast<double>(s.compute)).c_str(), 100 * s.compute / dur,
-        format_time_ns(static_cast<double>(s.comm)).c_str(),
-        format_time_ns(static_cast<double>(s.overlap)).c_str(),
-        format_time_ns(static_cast<double>(s.idle())).c_str());
-    dl->AddText(ImVec2(o.x + label_w + bar_w + 10, o.y), ui.text_dim, text);
-    ImGui::Dummy(ImVec2(label_w + bar_w, font + 4));
+    ImGui::Dummy(ImVec2(bar_w, h));
+    cell(s.computing - s.hidden);
+    cell(s.hidden);
+    cell(s.exposed);
+    cell(s.idle);
   }
+  ImGui::EndTable();
+}
+
+// Pipeline runs: per stage, the measured bubble beside (P-1)/(M+P-1), and the
+// activations in flight at the peak beside the schedule's expectation.
+void draw_stage_table(App& app) {
+  const RunData& d = app.data;
+  if (!is_pipeline_strategy(d.cfg.strategy)) return;
+  TimelineState& ts = app.state.timeline;
+  const RunResult* result = app.session.result();
+  ImGui::Spacing();
+  if (!result || app.run_active()) {
+    ImGui::TextDisabled(
+        "Per stage: the measured bubble beside (P-1)/(M+P-1) shows here "
+        "when the run has finished.");
+    return;
+  }
+  if (ts.stage_rows_of != result || ts.stage_rows_version != d.version) {
+    ts.stage_rows = stage_rows(*result);
+    ts.stage_rows_of = result;
+    ts.stage_rows_version = d.version;
+  }
+  if (ts.stage_rows.empty()) return;
+  const RunConfig& c = result->cfg;
+  const int P = static_cast<int>(ts.stage_rows.size());
+  const int M = c.strategy == "naive-mp" ? 1 : c.micro_batches;
+  char over[32] = "in step 0";  // a single step is measured as it is
+  if (c.steps > 1) std::snprintf(over, sizeof over, "over steps 1..%d", c.steps - 1);
+  ImGui::Text("Per stage, %s: P = %d stages, M = %d micro-batch%s", over, P, M, M == 1 ? "" : "es");
+  ImGui::SameLine();
+  help_marker(
+      "measured bubble: the share of each step (first to last compute span of any stage) a "
+      "stage is not computing, averaged over the steps after the first. The formula "
+      "(P-1)/(M+P-1) assumes equal stages and free communication; "
+      "on a machine with fewer cores than ranks, waiting for a core adds to the measured one. "
+      "Activations in flight: the stage's peak activation bytes (allocator) divided by what one "
+      "micro-batch keeps until its backward.");
+  const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
+                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_NoHostExtendX;
+  if (!ImGui::BeginTable("stages", 7, flags)) return;
+  ImGui::TableSetupColumn("stage");
+  ImGui::TableSetupColumn("layers");
+  ImGui::TableSetupColumn("bubble, measured (not computing)");
+  ImGui::TableSetupColumn("(P-1)/(M+P-1)");
+  ImGui::TableSetupColumn("peak activations");
+  ImGui::TableSetupColumn("in flight, measured");
+  ImGui::TableSetupColumn("expected");
+  ImGui::TableHeadersRow();
+  for (const StageRow& s : ts.stage_rows) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("%d", s.stage);
+    ImGui::TableNextColumn();
+    if (s.last_layer - s.first_layer > 1)
+      ImGui::Text("%d-%d", s.first_layer, s.last_layer - 1);
+    else
+      ImGui::Text("%d", s.first_layer);
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f%%", 100 * s.bubble_measured);
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f%%", 100 * s.bubble_formula);
+    ImGui::TableNextColumn();
+    ImGui::Text("%s (predicted %s)",
+                format_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),
+                format_bytes(static_cast<double>(s.predicted_peak_activation_bytes)).c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f \xC3\x97 %s%s", s.in_flight_measured,
+                format_bytes(static_cast<double>(s.kept_per_micro_batch)).c_str(),
+                c.recompute ? " (inputs)" : "");
+    ImGui::TableNextColumn();
+    ImGui::Text("%d", s.in_flight_expected);
+  }
+  ImGui::EndTable();
 }
 
 }  // namespace
@@ -330,15 +702,28 @@ void draw_timeline(App& app) {
         "thread, talking to the others through Gloo. Each rank's spans appear here while it runs.");
     return;
   }
+  const bool hc = s.presenter.high_contrast;
+  const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
   // Legend: only the kinds this run produced, so it stays short and true.
   for (int k = 0; k < kNumSpanKinds; ++k)
     if (d.kinds_seen[k])
-      legend_item(kind_color(static_cast<SpanKind>(k), s.presenter.high_contrast),
-                  kind_label(static_cast<SpanKind>(k)));
+      legend_item(kind_color(static_cast<SpanKind>(k), hc), kind_label(static_cast<SpanKind>(k)));
+  idle_legend_item(pipeline ? "bubble (idle)" : "waiting (idle)");
   ImGui::NewLine();
-  if (ImGui::Button("All steps (F)")) {
-    fit(s.timeline.vp, d.steps_begin(), static_cast<double>(d.t_end));
+
+  const bool live = app.run_active() && s.playhead.live;
+  auto show_step = [&](int step) {
+    const auto [b, e] = step_range(d, step);
+    if (!(e > b)) return;
+    app.set_playhead(b + (e - b) * 0.5);
+    s.timeline.one_step = true;
     s.timeline.follow = true;
+    fit_steps(s.timeline.vp, d, true, s.playhead.t, false);
+  };
+  if (ImGui::Button("All steps (F)")) {
+    s.timeline.one_step = false;
+    s.timeline.follow = true;
+    fit_steps(s.timeline.vp, d, false, s.playhead.t, live);
   }
   ImGui::SameLine();
   if (ImGui::Button("With setup")) {
@@ -349,41 +734,44 @@ void draw_timeline(App& app) {
     ImGui::SetTooltip(
         "the whole run, including the setup before step 0 (e.g. replicating the weights)");
   ImGui::SameLine();
-  if (ImGui::Button("One step")) {
-    const int st = std::max(0, d.step_at(static_cast<int64_t>(s.playhead.t)));
-    if (static_cast<size_t>(st) < d.step_begin.size()) {
-      const double b = static_cast<double>(d.step_begin[st]);
-      const double e = static_cast<size_t>(st + 1) < d.step_begin.size()
-                           ? static_cast<double>(d.step_begin[st + 1])
-                           : static_cast<double>(d.t_end);
-      fit(s.timeline.vp, b, e);
-      s.timeline.follow = false;
-    }
-  }
+  const int shown = step_to_show(d, s.playhead.t, live);
+  if (ImGui::Button("One step")) show_step(shown);
+  ImGui::SameLine();
+  if (ImGui::ArrowButton("prev_step", ImGuiDir_Left) && shown > 0) show_step(shown - 1);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("the step before");
+  ImGui::SameLine();
+  if (ImGui::ArrowButton("next_step", ImGuiDir_Right) &&
+      shown + 1 < static_cast<int>(d.step_begin.size()))
+    show_step(shown + 1);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("the step after");
   ImGui::SameLine();
   ImGui::Checkbox("send\xE2\x86\x92recv lines", &s.timeline.show_flows);
   ImGui::SameLine(0, 20);
-  ImGui::TextDisabled(
-      "%zu spans \xC2\xB7 wheel: zoom \xC2\xB7 drag: pan \xC2\xB7 click: move playhead \xC2\xB7 "
-      "double-click: fit \xC2\xB7 "
-      "F3/B3 = forward/backward of micro-batch 3, L = layer",
-      d.span_count());
+  const char* hint =
+      pipeline ? "F3/B3/R3 = forward/backward/recompute of micro-batch 3 \xC2\xB7 wheel: zoom "
+                 "\xC2\xB7 drag: pan \xC2\xB7 click: playhead"
+               : "wheel: zoom \xC2\xB7 drag: pan \xC2\xB7 click: playhead \xC2\xB7 double-click: "
+                 "fit \xC2\xB7 L = layer";
+  // Big fonts: a line of its own for the hint would cost the lanes room.
+  if (ImGui::GetContentRegionAvail().x >= ImGui::CalcTextSize(hint).x)
+    ImGui::TextDisabled("%s", hint);
+  else
+    help_marker(hint);
 
   const float font = ImGui::GetFontSize();
-  const float breakdown_h = (font + 4) * d.world + font * 3;
-  const float avail = ImGui::GetContentRegionAvail().y - breakdown_h;
-  const float axis_h = font + 8;
-  // Lanes grow to use the height, within reason; many ranks scroll instead.
-  const float per_rank = (avail - axis_h - 4) / std::max(1, d.world);
-  const float lane_h = std::clamp(per_rank / 2.3f, font + 2, font * 4.0f);
-  const float rows_h = axis_h + d.world * (2 * lane_h + std::max(3.0f, lane_h * 0.3f)) + font + 4;
+  const float line = ImGui::GetTextLineHeightWithSpacing();
+  const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0);
+  const float rows_h = rows_height(ImGui::GetContentRegionAvail().y, font, d.world,
+                                   line * table_lines + font, line * 1.6f);
   TimelineRowsOptions opt;
-  opt.lane_height = lane_h;
-  ImGui::BeginChild("timeline_rows", ImVec2(0, std::min(rows_h, std::max(avail, font * 6))), false,
-                    ImGuiWindowFlags_NoScrollWithMouse);
+  opt.lane_height = lane_height_for(rows_h, font, d.world, true, true);
+  ImGui::BeginChild("timeline_rows", ImVec2(0, rows_h), false, ImGuiWindowFlags_NoScrollWithMouse);
   if (draw_timeline_rows(app, d, s.timeline.vp, opt)) s.timeline.follow = false;
   ImGui::EndChild();
+  ImGui::BeginChild("timeline_below", ImVec2(0, 0), false);
   draw_step_breakdown(app);
+  draw_stage_table(app);
+  ImGui::EndChild();
 }
 
 }  // namespace shardlab::gui

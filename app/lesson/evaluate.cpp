@@ -7,6 +7,8 @@
 
 #include "app/lesson/lesson.h"
 
+#include "core/recording.h"
+
 namespace shardlab::lesson {
 
 bool StepResult::gates_pass() const {
@@ -264,10 +266,7 @@ AnswerCheck check_answer(const Prediction& p, const StepResult& result, const st
 }
 
 StepRuns run_step(const Step& step, const RunCallbacks& callbacks) {
-  if (!step.run)
-    throw ConfigError(
-        "recordings are not supported yet: this step shows '" + step.recording +
-        "', and this build cannot load recordings (run its steps with a `run` table)");
+  if (!step.run) return StepRuns{load_recording(step.recording).run, std::nullopt};
   StepRuns out{run_training(*step.run, nullptr, callbacks), std::nullopt};
   if (step.compare) out.b = run_training(*step.compare, nullptr, callbacks);
   return out;

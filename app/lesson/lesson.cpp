@@ -3,6 +3,8 @@
 // runs. Every problem is one LessonError naming the file, the line and the key.
 #include "app/lesson/lesson.h"
 
+#include "core/recording.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -219,7 +221,7 @@ Text read_text(const Table& parent, const std::string& key) {
 
 // Output options of `shardlab run` that a lesson's run has no use for.
 const std::set<std::string> kNotInLessons = {"trace",     "save-init", "save-final", "save-data",
-                                             "init-from", "json",      "no-record"};
+                                             "init-from", "json",      "no-record", "record"};
 
 std::string format_double(double v) {
   char buf[64];
@@ -375,9 +377,10 @@ MetricRef read_metric(const Table& parent, const std::string& key, const Step& s
   if (mt.get("pool")) m.pool = mt.string("pool");
   if (mt.get("kind")) m.kind = mt.string("kind");
   if (mt.get("step")) m.step = mt.small_int("step", 0, 1 << 30);
-  if (step.run) {
+  if (step.run || step.recorded) {
     try {
-      check_metric(m, *step.run, step.compare ? &*step.compare : nullptr);
+      check_metric(m, step.run ? *step.run : *step.recorded,
+                   step.compare ? &*step.compare : nullptr);
     } catch (const ConfigError& e) {
       const std::string k = metric_key_of(e.what());
       parent.ctx.fail(mt.line_at(k), path + k, e.what());
@@ -661,6 +664,16 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
     if (!fs::is_regular_file(p, ec))
       st.fail("recording", "'" + path + "' is not a file (looked for " + p.string() + ")");
     s.recording = p.string();
+    // Read it now: the metrics are checked against the settings it was made with,
+    // and the step says where it was recorded.
+    try {
+      const Recording r = load_recording(s.recording);
+      s.recorded = r.run.cfg;
+      s.recorded_where = r.origin.device + ", world " + std::to_string(r.run.cfg.world) + ", " +
+                         r.origin.date;
+    } catch (const std::exception& e) {
+      st.fail("recording", e.what());
+    }
   }
   if (st.get("look")) s.look = read_look(st, s);
   if (st.get("predict")) s.predict = read_prediction(st, s);

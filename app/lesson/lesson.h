@@ -118,6 +118,8 @@ struct Step {
   std::optional<RunConfig> run;
   std::optional<RunConfig> compare;  // second run, beside the first
   std::string recording;             // path (resolved against the lesson file's folder)
+  std::optional<RunConfig> recorded;  // the recording's settings (read when the lesson loads)
+  std::string recorded_where;         // "cpu (…), world 3, 2026-11-23 16:40 UTC"
   std::optional<Look> look;
   std::optional<Prediction> predict;
   std::optional<Text> reveal;
@@ -200,8 +202,8 @@ struct AnswerCheck {
 // 1-based index or its label in either language.
 AnswerCheck check_answer(const Prediction& p, const StepResult& result, const std::string& answer);
 
-// Runs a step headless (its run, then its compare run); throws ConfigError for
-// a recording until recordings can be loaded.
+// Runs a step headless (its run, then its compare run), or loads its recording;
+// throws ConfigError for a recording that cannot be read.
 struct StepRuns {
   RunResult a;
   std::optional<RunResult> b;

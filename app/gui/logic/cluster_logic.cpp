@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <tuple>
+
+#include "app/gui/logic/palette.h"
 
 namespace shardlab::gui {
 
@@ -115,7 +118,17 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
       base.kind = s->kind;
       base.progress = p;
       base.bytes = s->bytes;
+      base.micro_batch = s->micro_batch;
       const double w = 1.0 / W;
+      // dp's copies: one span on the receiving device, peer = where it comes from.
+      const bool pulled = s->peer >= 0 && s->peer < W && s->peer != r;
+      auto from_peer = [&](int column) {
+        Piece q = base;
+        q.from = s->peer;
+        q.to = r;
+        q.column = column;
+        out.push_back(q);
+      };
       auto to_all = [&](int column, auto frac_for) {
         for (int j = 0; j < W; ++j) {
           if (j == r) continue;
@@ -143,7 +156,9 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
             to_all(1, [&](int) { return std::pair{r * w, (r + 1) * w}; });
           break;
         case SpanKind::broadcast:
-          if (r == (s->peer >= 0 ? s->peer : 0))
+          if (pulled)
+            from_peer(0);
+          else if (r == (s->peer >= 0 ? s->peer : 0))
             to_all(0, [&](int) { return std::pair{0.0, 1.0}; });
           break;
         case SpanKind::reduce: {
@@ -157,7 +172,9 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
           break;
         }
         case SpanKind::scatter:  // root hands every other rank its slice (dp)
-          if (r == (s->peer >= 0 ? s->peer : 0))
+          if (pulled)
+            from_peer(-1);
+          else if (r == (s->peer >= 0 ? s->peer : 0))
             to_all(-1, [&](int) { return std::pair{0.0, 1.0}; });
           break;
         case SpanKind::gather: {  // every rank's outputs go to the root (dp)
@@ -234,6 +251,777 @@ const char* gear_name(Gear g) {
       return "water";
   }
   return "?";
+}
+
+// ---- Words ----------------------------------------------------------------
+
+Naming camping_naming(int num_layers) {
+  Naming n;
+  n.who = "hiker";
+  n.letters = num_layers > 0 && num_layers <= 26;
+  n.message = "note";
+  return n;
+}
+
+std::string layer_name(int layer, const Naming& n) {
+  if (layer < 0) return "?";
+  if (n.letters && layer < 26) return std::string(1, static_cast<char>('a' + layer));
+  return "L" + std::to_string(layer);
+}
+
+std::string part_name(int layer, int part, const Naming& n) {
+  if (part < 0) return layer_name(layer, n);
+  if (n.letters && layer >= 0 && layer < 26) return layer_name(layer, n) + std::to_string(part);
+  return layer_name(layer, n) + " shard " + std::to_string(part);
+}
+
+namespace {
+
+std::string join_numbers(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += i + 1 == v.size() ? " and " : ", ";
+    out += std::to_string(v[i]);
+  }
+  return out;
+}
+
+std::vector<int> sorted_unique(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+std::string capitalised(std::string s) {
+  if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 'a' + 'A');
+  return s;
+}
+
+// What kind of thing a group of pieces carries, for the sentences.
+std::string what_of(SpanKind k, int layer, const Naming& n) {
+  const std::string l = layer >= 0 ? layer_name(layer, n) : std::string();
+  const std::string of = layer >= 0 ? (n.letters ? " of layer " + l : " of " + l) : std::string();
+  switch (k) {
+    case SpanKind::all_gather:
+    case SpanKind::broadcast:
+      return "the weights" + of;
+    case SpanKind::reduce_scatter:
+    case SpanKind::all_reduce:
+    case SpanKind::reduce:
+      return "the gradients" + of;
+    case SpanKind::scatter:
+      return layer >= 0 ? std::string("their slice of the output gradients")
+                        : std::string("their slice of the batch");
+    case SpanKind::gather:
+      return "their outputs";
+    default:
+      return "data" + of;
+  }
+}
+
+}  // namespace
+
+std::string rank_list(const std::vector<int>& ranks, const Naming& n) {
+  const std::vector<int> v = sorted_unique(ranks);
+  return std::string(n.who) + (v.size() == 1 ? " " : "s ") + join_numbers(v);
+}
+
+int piece_part(const Piece& p, int world) {
+  if (world <= 1) return -1;
+  const double w = p.frac_end - p.frac_begin;
+  if (std::abs(w * world - 1.0) > 1e-6) return -1;
+  return static_cast<int>(std::lround(p.frac_begin * world));
+}
+
+std::string message_label(const Piece& p) {
+  if (p.kind != SpanKind::send) return "";
+  const std::string mb = p.micro_batch >= 0 ? std::to_string(p.micro_batch) : std::string();
+  // Activations go down the pipeline (to a later stage), gradients come back.
+  return (p.to > p.from ? "F" : "B") + mb;
+}
+
+namespace {
+
+// dp's scatter and gather move batch rows, outputs and output gradients, not
+// a layer's weights: their layer only says where in the model they belong.
+std::string data_name(SpanKind k, int layer) {
+  if (k == SpanKind::gather) return "outputs";
+  return layer >= 0 ? "output gradients" : "batch slice";
+}
+bool moves_data(SpanKind k) {
+  return k == SpanKind::scatter || k == SpanKind::gather;
+}
+
+struct GroupKey {
+  SpanKind kind;
+  int layer;
+  bool operator<(const GroupKey& o) const {
+    return std::tie(kind, layer) < std::tie(o.kind, o.layer);
+  }
+};
+
+std::map<GroupKey, std::vector<const Piece*>> group_pieces(const std::vector<Piece>& pieces) {
+  std::map<GroupKey, std::vector<const Piece*>> g;
+  for (const Piece& p : pieces)
+    if (p.kind != SpanKind::send) g[{p.kind, p.layer}].push_back(&p);
+  return g;
+}
+
+std::string message_sentence(const Piece& p, const Naming& n) {
+  const std::string lbl = message_label(p);
+  const bool fwd = p.to > p.from;
+  std::string mb =
+      p.micro_batch >= 0 ? "micro-batch " + std::to_string(p.micro_batch) + "'s " : std::string();
+  return std::string(n.who) + " " + std::to_string(p.from) + " passes " + n.message + " " + lbl +
+         " (" + mb + (fwd ? "activations" : "gradient") + ")" + (fwd ? " on to " : " back to ") +
+         n.who + " " + std::to_string(p.to);
+}
+
+// One sentence for one (collective, layer) group.
+std::string group_sentence(SpanKind k, int layer, const std::vector<const Piece*>& ps, int world,
+                           const Naming& n) {
+  std::vector<int> senders, receivers;
+  for (const Piece* p : ps) {
+    senders.push_back(p->from);
+    receivers.push_back(p->to);
+  }
+  senders = sorted_unique(senders);
+  receivers = sorted_unique(receivers);
+  const std::string who1 = std::string(n.who) + " ";
+  const std::string lname = layer >= 0 ? layer_name(layer, n) : std::string();
+  const std::string of_layer =
+      layer >= 0 ? (n.letters ? " of layer " + lname : " of " + lname) : std::string();
+  const char* label = kind_label(k);
+  switch (k) {
+    case SpanKind::all_gather: {
+      if (senders.size() == 1) {
+        const int part = piece_part(*ps[0], world);
+        return who1 + std::to_string(senders[0]) + " sends " +
+               (part >= 0 ? part_name(layer, part, n) : "its part" + of_layer) + " to " +
+               rank_list(receivers, n) + " (" + label + of_layer + ")";
+      }
+      // Everyone at once: name the parts when there are few.
+      std::string parts;
+      if (layer >= 0 && senders.size() <= 4) {
+        std::vector<std::string> names;
+        for (int r : senders) {
+          for (const Piece* p : ps)
+            if (p->from == r) {
+              const int part = piece_part(*p, world);
+              if (part >= 0) names.push_back(part_name(layer, part, n));
+              break;
+            }
+        }
+        if (names.size() == senders.size()) {
+          parts = " (";
+          for (size_t i = 0; i < names.size(); ++i) parts += (i ? ", " : "") + names[i];
+          parts += ")";
+        }
+      }
+      return rank_list(senders, n) + " each send their part" + of_layer + parts +
+             " to the others (" + label + ")";
+    }
+    case SpanKind::reduce_scatter:
+      if (senders.size() == 1)
+        return who1 + std::to_string(senders[0]) + " sends parts of " + what_of(k, layer, n) +
+               " to " + rank_list(receivers, n) + ", who each sum the part they keep (" + label +
+               ")";
+      return rank_list(senders, n) + " send each other parts of " + what_of(k, layer, n) +
+             "; each sums the part it keeps (" + label + ")";
+    case SpanKind::all_reduce:
+      return rank_list(senders, n) + (senders.size() == 1 ? " sums " : " sum ") +
+             what_of(k, layer, n) + " with " + rank_list(receivers, n) + " (" + label + ")";
+    case SpanKind::scatter:
+      return rank_list(senders, n) + " hands " + rank_list(receivers, n) +
+             (receivers.size() == 1 ? " its slice of the " : " their slices of the ") +
+             (layer >= 0 ? "output gradients" : "batch") + " (" + label + ")";
+    case SpanKind::broadcast:
+      return rank_list(senders, n) + (senders.size() == 1 ? " sends " : " send ") +
+             what_of(k, layer, n) + " to " + rank_list(receivers, n) + " (" + label + ")";
+    case SpanKind::gather:
+    case SpanKind::reduce:
+      return rank_list(senders, n) + " send " + what_of(k, layer, n) + " to " +
+             rank_list(receivers, n) + " (" + label + ")";
+    default:
+      return rank_list(senders, n) + " send " + what_of(k, layer, n) + " to " +
+             rank_list(receivers, n) + " (" + label + ")";
+  }
+}
+
+// What one compute span is, briefly: "F3", "forward L2", "optimizer step".
+std::string compute_words(const Span& s, const Naming& n) {
+  const bool fb = s.kind == SpanKind::forward || s.kind == SpanKind::backward;
+  if (fb && s.micro_batch >= 0) return kind_short(s.kind) + std::to_string(s.micro_batch);
+  std::string out = kind_label(s.kind);
+  if (s.kind == SpanKind::optimizer) out += " step";
+  if (s.layer >= 0) out += " " + layer_name(s.layer, n);
+  return out;
+}
+
+}  // namespace
+
+std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t t,
+                     const Naming& n) {
+  std::vector<std::string> parts;
+  for (const auto& [key, ps] : group_pieces(pieces))
+    parts.push_back(group_sentence(key.kind, key.layer, ps, d.world, n));
+  for (const Piece& p : pieces)
+    if (p.kind == SpanKind::send) parts.push_back(message_sentence(p, n));
+  if (!parts.empty()) {
+    std::string out;
+    const size_t shown = std::min<size_t>(parts.size(), 3);
+    for (size_t i = 0; i < shown; ++i) out += (i ? "; " : "") + parts[i];
+    if (parts.size() > shown) out += "; and " + std::to_string(parts.size() - shown) + " more";
+    return capitalised(out) + ".";
+  }
+  // Nobody is sending: say what each rank computes, grouped by what it does.
+  std::map<std::string, std::vector<int>> doing;
+  for (int r = 0; r < d.world; ++r) {
+    std::string what;
+    for (const Span* s : active_spans(d.ranks[r].lane(Lane::compute), t)) {
+      what = compute_words(*s, n);
+      break;
+    }
+    if (what.empty()) {
+      for (const Span* s : active_spans(d.ranks[r].lane(Lane::comm), t)) {
+        what = s->kind == SpanKind::recv      ? "waits for a " + std::string(n.message)
+               : s->kind == SpanKind::barrier ? "waits for the others"
+                                              : std::string("waits on ") + kind_label(s->kind);
+        break;
+      }
+    }
+    doing[what.empty() ? "idle" : what].push_back(r);
+  }
+  if (doing.size() == 1) {
+    const std::string& what = doing.begin()->first;
+    if (what == "idle") return "Nobody is working or sharing right now.";
+    return capitalised(std::string("every ") + n.who + ": " + what) + ".";
+  }
+  std::string out;
+  for (const auto& [what, ranks] : doing) {
+    if (what == "idle") continue;
+    out += (out.empty() ? "" : "; ") + rank_list(ranks, n) + ": " + what;
+  }
+  if (doing.count("idle")) out += (out.empty() ? "" : "; ") + rank_list(doing["idle"], n) + " wait";
+  return capitalised(out) + ".";
+}
+
+std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int rank, int64_t t,
+                        const Naming& n, int brevity) {
+  const bool brief = brevity > 0;
+  std::vector<std::string> parts;
+  // Sending, one phrase per (collective, layer).
+  std::map<GroupKey, std::vector<const Piece*>> out_groups, in_groups;
+  std::vector<const Piece*> notes_out, notes_in;
+  for (const Piece& p : pieces) {
+    if (p.kind == SpanKind::send) {
+      if (p.from == rank) notes_out.push_back(&p);
+      if (p.to == rank) notes_in.push_back(&p);
+      continue;
+    }
+    if (p.from == rank) out_groups[{p.kind, p.layer}].push_back(&p);
+    if (p.to == rank) in_groups[{p.kind, p.layer}].push_back(&p);
+  }
+  for (const auto& [key, ps] : out_groups) {
+    std::vector<int> to;
+    for (const Piece* p : ps) to.push_back(p->to);
+    const int part = brevity >= 2 ? -1 : piece_part(*ps[0], d.world);
+    const std::string what = moves_data(key.kind) ? data_name(key.kind, key.layer)
+                             : key.layer >= 0     ? part_name(key.layer, part, n)
+                                                  : std::string("data");
+    const bool everyone = d.world > 3 && static_cast<int>(sorted_unique(to).size()) == d.world - 1;
+    if (brief)
+      parts.push_back(std::string(kind_short(key.kind)) + " " + what + " \xE2\x86\x92 " +
+                      (everyone ? std::string("all") : join_numbers(sorted_unique(to))));
+    else
+      parts.push_back("sending " + what + " to " +
+                      (everyone ? "every other " + std::string(n.who) : rank_list(to, n)) + " (" +
+                      kind_label(key.kind) + ")");
+  }
+  for (const Piece* p : notes_out)
+    parts.push_back("sending " + message_label(*p) + " to " + n.who + " " + std::to_string(p->to));
+  for (const auto& [key, ps] : in_groups) {
+    std::vector<int> from;
+    for (const Piece* p : ps) from.push_back(p->from);
+    const std::string what = moves_data(key.kind) ? data_name(key.kind, key.layer) + " "
+                             : key.layer >= 0     ? layer_name(key.layer, n) + " "
+                                                  : std::string();
+    if (brief)
+      parts.push_back(std::string(kind_short(key.kind)) + " " + what + "\xE2\x86\x90 " +
+                      join_numbers(sorted_unique(from)));
+    else
+      parts.push_back("receiving " + what + "from " + rank_list(from, n) + " (" +
+                      kind_label(key.kind) + ")");
+  }
+  for (const Piece* p : notes_in)
+    parts.push_back("receiving " + message_label(*p) + " from " + n.who + " " +
+                    std::to_string(p->from));
+  for (const Span* s : active_spans(d.ranks[rank].lane(Lane::compute), t))
+    parts.push_back("computing " + compute_words(*s, n));
+  if (parts.empty())
+    for (const Span* s : active_spans(d.ranks[rank].lane(Lane::comm), t)) {
+      std::string w = std::string("in ") + kind_label(s->kind);
+      if (s->layer >= 0) w += " " + layer_name(s->layer, n);
+      if (s->kind == SpanKind::recv || s->kind == SpanKind::barrier) w = "waiting (" + w + ")";
+      parts.push_back(w);
+    }
+  if (parts.empty()) return "idle";
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i)  // two waits on one layer read as one
+    if (std::find(parts.begin(), parts.begin() + static_cast<long>(i), parts[i]) ==
+        parts.begin() + static_cast<long>(i))
+      out += (out.empty() ? "" : "; ") + parts[i];
+  return out;
+}
+
+std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Naming& n) {
+  std::map<std::tuple<int, int, int, int>, ArrivalTag> m;
+  for (const Piece& p : pieces) {
+    const int mb = p.kind == SpanKind::send ? p.micro_batch : -2;
+    ArrivalTag& a = m[{p.to, static_cast<int>(p.kind), p.layer, mb}];
+    a.to = p.to;
+    a.kind = p.kind;
+    a.layer = p.layer;
+    a.from.push_back(p.from);
+    if (p.kind == SpanKind::send) a.text = message_label(p);
+  }
+  std::vector<ArrivalTag> out;
+  for (auto& [key, a] : m) {
+    a.from = sorted_unique(a.from);
+    if (a.kind != SpanKind::send) {
+      a.text = kind_short(a.kind);
+      if (moves_data(a.kind))
+        a.text += a.kind == SpanKind::gather ? " out" : a.layer >= 0 ? " dy" : " x";
+      else if (a.layer >= 0)
+        a.text += " " + layer_name(a.layer, n);
+    }
+    a.brief = a.text + " \xE2\x86\x90 ";
+    for (size_t i = 0; i < a.from.size(); ++i)
+      a.brief += (i ? "," : "") + std::to_string(a.from[i]);
+    a.text += " \xE2\x86\x90 " + rank_list(a.from, n);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// ---- Cluster layout -------------------------------------------------------
+
+CardLayout card_layout(Rect card, float font, int rows) {
+  CardLayout c;
+  c.card = card;
+  c.rows = std::max(1, rows);
+  const float pad = std::max(6.0f, font * 0.4f);
+  const float x0 = card.x0 + pad, x1 = card.x1 - pad;
+  const float line = font * 1.2f;
+  // Lines drop out, least needed first, when the card is too short for them
+  // and a readable grid (presenter fonts on many cards).
+  const float min_grid = static_cast<float>(c.rows) * std::max(3.0f, font * 0.35f);
+  const float avail = card.h() - pad;
+  bool footer = true, held = true;
+  auto needed = [&] {
+    return font * 1.3f + (held ? line : 0) + line + line + (footer ? 2 * line : 0) + min_grid;
+  };
+  if (needed() > avail) footer = false;
+  if (needed() > avail) held = false;
+  float y = card.y0 + pad * 0.5f;
+  auto take = [&](float h) {
+    Rect r{x0, y, x1, y + h};
+    y += h;
+    return r;
+  };
+  c.title = take(font * 1.3f);
+  c.held = held ? take(line) : Rect{x0, y, x1, y};
+  c.status = take(line);
+  c.headers = take(line);
+  const float bottom = card.y1 - pad * 0.5f;
+  c.footer = footer ? Rect{x0, bottom - 2 * line, x1, bottom} : Rect{x0, bottom, x1, bottom};
+  c.label_w = font * 2.6f;
+  c.grid = Rect{x0 + c.label_w, y, x1, c.footer.y0 - pad * 0.3f};
+  c.col_w = c.grid.w() / kCardColumns;
+  c.row_h = std::clamp(c.grid.h() / static_cast<float>(c.rows), 3.0f, font * 4.5f);
+  c.grid.y1 = c.grid.y0 + c.row_h * static_cast<float>(c.rows);
+  return c;
+}
+
+ClusterLayout cluster_layout(int world, Rect area, float font) {
+  ClusterLayout L;
+  L.world = std::max(1, world);
+  L.font = font;
+  L.ncols = std::min(L.world, 4);
+  L.nrows = (L.world + L.ncols - 1) / L.ncols;
+  L.lanes = L.ncols * (L.nrows > 1 ? 2 : 1);
+  const float tag_h = font * 1.3f;
+  // Lanes as tall as a small font, less when many rows would leave no room for cards.
+  const float budget = area.h() * 0.3f - static_cast<float>(L.nrows) * tag_h;
+  L.lane_h = std::max(
+      4.0f, std::min(font * 1.3f, budget / static_cast<float>(std::max(1, L.nrows * L.lanes))));
+  L.gutter = std::max(font * 0.8f, L.lane_h * 1.8f);
+  const float corridor_h = static_cast<float>(L.lanes) * L.lane_h + L.lane_h * 0.6f + tag_h;
+  const float card_w = (area.w() - L.gutter * static_cast<float>(L.ncols)) / L.ncols;
+  const float card_h =
+      std::max(font * 3, (area.h() - corridor_h * static_cast<float>(L.nrows)) / L.nrows);
+  for (int r = 0; r < L.world; ++r) {
+    const int col = r % L.ncols, row = r / L.ncols;
+    const float x = area.x0 + L.gutter + static_cast<float>(col) * (card_w + L.gutter);
+    const float y = area.y0 + static_cast<float>(row) * (card_h + corridor_h);
+    L.cards.push_back({x, y, x + card_w, y + card_h});
+  }
+  for (int row = 0; row < L.nrows; ++row) {
+    const float y = area.y0 + static_cast<float>(row) * (card_h + corridor_h) + card_h;
+    L.corridors.push_back({area.x0, y, area.x1, y + corridor_h});
+    L.tag_rows.push_back({area.x0, y + corridor_h - tag_h, area.x1, y + corridor_h});
+  }
+  return L;
+}
+
+ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows) {
+  // Grown (the view then scrolls) until every card has a readable grid under
+  // its title, status and column headers.
+  const float min_row = std::max(6.0f, font * 0.55f);
+  for (int i = 0;; ++i) {
+    ClusterLayout L = cluster_layout(world, area, font);
+    const CardLayout c = card_layout(L.cards[0], font, rows);
+    const bool fits = c.row_h >= min_row && c.card.contains(c.grid);
+    if (fits || i >= 40) return L;
+    area.y1 = area.y0 + area.h() * 1.12f + font;
+  }
+}
+
+float ClusterLayout::lane_y(int row, int lane) const {
+  const Rect& c = corridors[static_cast<size_t>(std::clamp(row, 0, nrows - 1))];
+  return c.y0 + lane_h * 0.6f + (static_cast<float>(lane) + 0.5f) * lane_h;
+}
+
+float ClusterLayout::gutter_x(int col) const {
+  return cards[static_cast<size_t>(col)].x0 - gutter * 0.5f;
+}
+
+std::vector<Vec2> piece_route(const ClusterLayout& L, int from, int to, float x_from, float x_to) {
+  const Rect& a = L.cards[static_cast<size_t>(from)];
+  const Rect& b = L.cards[static_cast<size_t>(to)];
+  const int row_a = from / L.ncols, row_b = to / L.ncols;
+  const float edge = L.lane_h * 0.5f;  // the piece waits just below a card, never on it
+  const float ya = L.lane_y(row_a, from % L.ncols);
+  std::vector<Vec2> r{{x_from, a.y1 + edge}, {x_from, ya}};
+  if (row_a == row_b) {
+    r.push_back({x_to, ya});
+  } else {
+    // Along the corridor to the gutter left of the destination's column, along
+    // the gutter to the destination row's corridor, on an arrivals lane.
+    const float gx = L.gutter_x(to % L.ncols);
+    const float yb = L.lane_y(row_b, L.ncols + from % L.ncols);
+    r.push_back({gx, ya});
+    r.push_back({gx, yb});
+    r.push_back({x_to, yb});
+  }
+  r.push_back({x_to, b.y1 + edge});
+  // Drop zero-length legs, so the corners are real corners.
+  std::vector<Vec2> out;
+  for (const Vec2& p : r)
+    if (out.empty() || std::abs(out.back().x - p.x) + std::abs(out.back().y - p.y) > 0.01f)
+      out.push_back(p);
+  return out;
+}
+
+float route_length(const std::vector<Vec2>& route) {
+  float len = 0;
+  for (size_t i = 1; i < route.size(); ++i)
+    len += std::hypot(route[i].x - route[i - 1].x, route[i].y - route[i - 1].y);
+  return len;
+}
+
+Vec2 point_along(const std::vector<Vec2>& route, float distance) {
+  if (route.empty()) return {};
+  float left = std::max(0.0f, distance);
+  for (size_t i = 1; i < route.size(); ++i) {
+    const float seg = std::hypot(route[i].x - route[i - 1].x, route[i].y - route[i - 1].y);
+    if (left <= seg && seg > 0) {
+      const float k = left / seg;
+      return {route[i - 1].x + (route[i].x - route[i - 1].x) * k,
+              route[i - 1].y + (route[i].y - route[i - 1].y) * k};
+    }
+    left -= seg;
+  }
+  return route.back();
+}
+
+Vec2 piece_size(const ClusterLayout& L, double frac_begin, double frac_end, float col_w) {
+  const float h = L.lane_h * 0.8f;
+  // As wide as the part of the layer it carries, within what a gutter lets pass.
+  // One row of cards: pieces never enter a gutter, so they may be wider.
+  const float widest = L.nrows == 1 ? std::min(col_w, h * 5) : std::min(col_w, L.gutter * 0.9f);
+  const float w = std::clamp(static_cast<float>(frac_end - frac_begin) * col_w, h, widest);
+  return {std::max(w, std::min(h, widest)), h};
+}
+
+// ---- Camping layout -------------------------------------------------------
+
+Vec2 HikerLayout::gear_center(int layer) const {
+  const float cell_w = gear_cell;
+  const int col = layer % per_row, row = layer / per_row;
+  const float row_h = item * 1.25f + label_h;  // icon, then its small label below
+  return {gear.x0 + (static_cast<float>(col) + 0.5f) * cell_w,
+          gear.y0 + static_cast<float>(row) * row_h + item * 0.6f};
+}
+
+Vec2 HikerLayout::hand_center(int slot) const {
+  const int per = std::max(1, static_cast<int>(std::floor(hands.w() / (item * 1.15f) + 0.01f)));
+  return {hands.x0 + (static_cast<float>(slot % per) + 0.5f) * item * 1.15f,
+          hands.y0 + label_h + (static_cast<float>(slot / per) + 0.5f) * item * 1.15f};
+}
+
+namespace {
+
+// Places one hiker's block in `cell` at figure size s; side: where its gear goes.
+HikerLayout place_hiker(Rect cell, float s, float item, int layers, int per_row, int hand_slots,
+                        int hand_per_row, float font, float caption_w, int caption_lines,
+                        float side, float hand_min, bool compact) {
+  HikerLayout h;
+  h.size = s;
+  h.item = item;
+  h.per_row = per_row;
+  h.side = side;
+  h.label_h = compact ? 0.0f : font * 0.9f;
+  const int gear_rows = (layers + per_row - 1) / per_row;
+  // A gear cell is wide enough for its label ("c1") as well as for the icon.
+  h.gear_cell = std::max(item * 1.25f, h.label_h * 1.6f);
+  const float gear_w = static_cast<float>(per_row) * h.gear_cell;
+  const float gear_h = static_cast<float>(gear_rows) * (item * 1.25f + h.label_h);
+  const int hand_rows = (hand_slots + hand_per_row - 1) / hand_per_row;
+  const float hand_w = std::max(static_cast<float>(hand_per_row) * item * 1.15f, hand_min);
+  const float hand_h = h.label_h + static_cast<float>(hand_rows) * item * 1.15f;
+  const float fig_w = s * 0.7f;
+  const float gap = font * 0.4f;
+  const float main_w = gear_w + gap + fig_w + gap + hand_w;
+  const float main_h = std::max({s, gear_h, hand_h});
+  const float tag_h = compact ? 0.0f : font * 1.25f;
+  const float cap_h = static_cast<float>(caption_lines) * font * 1.2f;
+  const float block_w = std::max(main_w, caption_w);
+  const float block_h = tag_h + main_h + gap + cap_h;
+  const float bx = (cell.x0 + cell.x1 - block_w) * 0.5f;
+  const float by = (cell.y0 + cell.y1 - block_h) * 0.5f;
+  h.block = {bx, by, bx + block_w, by + block_h};
+  h.tag = {bx, by, bx + block_w, by + tag_h};
+  const float my = by + tag_h;
+  const float mx = bx + (block_w - main_w) * 0.5f;
+  // side < 0: [gear][figure][hands]; side > 0: [hands][figure][gear].
+  const float gx = side < 0 ? mx : mx + hand_w + gap + fig_w + gap;
+  const float fx = side < 0 ? mx + gear_w + gap : mx + hand_w + gap;
+  const float hx = side < 0 ? mx + gear_w + gap + fig_w + gap : mx;
+  h.gear = {gx, my, gx + gear_w, my + gear_h};
+  h.figure = {fx, my + main_h - s, fx + fig_w, my + main_h};
+  h.hands = {hx, my, hx + hand_w, my + hand_h};
+  h.feet = {fx + s * 0.37f, my + main_h};
+  const float cy = my + main_h + gap;
+  h.caption = {bx, cy, bx + block_w, cy + cap_h};
+  return h;
+}
+
+}  // namespace
+
+namespace {
+
+// Where each hiker may stand: in one row (the fire in the middle of it), or in
+// two rows above and below the fire. On a trail there is no fire and the
+// second row walks back, right to left.
+std::vector<Rect> camp_cells(int world, Rect area, float font, bool trail, int nrows, Rect& fire) {
+  world = std::max(1, world);
+  nrows = world > 2 ? std::clamp(nrows, 1, 2) : 1;
+  const int top = (world + nrows - 1) / nrows;
+  const float fire_s = std::min(area.w(), area.h()) * 0.05f;
+  const float fire_h = trail ? 0.0f : fire_s * 2.6f + font * 1.4f;
+  const float fire_w = trail ? 0.0f : std::max(fire_s * 3.0f, font * 10.0f);
+  const float cx = (area.x0 + area.x1) * 0.5f, cy = (area.y0 + area.y1) * 0.5f;
+  fire = trail
+             ? Rect{}
+             : Rect{cx - fire_w * 0.5f, cy - fire_h * 0.5f, cx + fire_w * 0.5f, cy + fire_h * 0.5f};
+  std::vector<Rect> cells(static_cast<size_t>(world));
+  if (nrows == 1) {
+    // Left of the fire the first half, right of it the rest (a trail: all in a row).
+    const int left = trail ? world : (world + 1) / 2;
+    const float lw = trail ? area.w() : fire.x0 - area.x0;
+    const float rw = area.x1 - fire.x1;
+    for (int r = 0; r < world; ++r) {
+      Rect& c = cells[static_cast<size_t>(r)];
+      if (r < left) {
+        const float w = lw / static_cast<float>(left);
+        c = {area.x0 + w * r, area.y0, area.x0 + w * (r + 1), area.y1};
+      } else {
+        const float w = rw / static_cast<float>(world - left);
+        c = {fire.x1 + w * (r - left), area.y0, fire.x1 + w * (r - left + 1), area.y1};
+      }
+    }
+    return cells;
+  }
+  for (int r = 0; r < world; ++r) {
+    const int row = r < top ? 0 : 1;
+    const int in_row = row == 0 ? top : world - top;
+    // The second row runs right to left, so ranks go round the fire (and the
+    // trail snakes back): rank top is under rank top - 1.
+    const int k = row == 0 ? r : in_row - 1 - (r - top);
+    const float y0 = row == 0 ? area.y0 : (trail ? cy : fire.y1);
+    const float y1 = row == 0 ? (trail ? cy : fire.y0) : area.y1;
+    const float w = area.w() / static_cast<float>(in_row);
+    cells[static_cast<size_t>(r)] = {area.x0 + w * k, y0, area.x0 + w * (k + 1), y1};
+  }
+  return cells;
+}
+
+}  // namespace
+
+CampLayout camp_layout_fitting(int world, int layers, Rect area, float font,
+                               const CaptionSize& caption, int hand_slots, bool trail) {
+  for (int i = 0;; ++i) {
+    CampLayout L = camp_layout(world, layers, area, font, caption, hand_slots, trail);
+    if (L.fits || i >= 30) return L;
+    area.y1 = area.y0 + area.h() * 1.12f + font;
+  }
+}
+
+CampLayout camp_layout(int world, int layers, Rect area, float font, const CaptionSize& caption,
+                       int hand_slots, bool trail) {
+  world = std::max(1, world);
+  layers = std::max(1, layers);
+  hand_slots = std::max(1, hand_slots);
+  const float cx = (area.x0 + area.x1) * 0.5f;
+  const int hand_per_row = std::min(hand_slots, 3);
+  // For each arrangement (and gear grid width), the biggest figure whose block
+  // fits every cell, gear growing with it; when even the smallest figure does
+  // not fit (many hikers, big presenter fonts), the gear may shrink below the
+  // font size. The arrangement with the biggest gear wins.
+  CampLayout best;
+  float best_score = -1;
+  // Compact (no name under each icon, arrival tags only in the "now" line) is
+  // the last resort, for many hikers or layers at big presenter fonts.
+  for (bool compact : {false, true}) {
+    for (int nrows : world > 2 ? std::vector<int>{2, 1} : std::vector<int>{1}) {
+      Rect fire;
+      const std::vector<Rect> cells = camp_cells(world, area, font, trail, nrows, fire);
+      float wrap = area.w();
+      for (const Rect& c : cells) wrap = std::min(wrap, c.w() * 0.9f);
+      const auto [caption_w, caption_lines] = caption(wrap);
+      for (int per_row = layers; per_row >= 1; --per_row) {
+        // Of the grids with the same number of rows, only the narrowest.
+        if (per_row > 1 &&
+            (layers + per_row - 1) / per_row == (layers + per_row - 2) / (per_row - 1))
+          continue;  // as many gear rows as a narrower grid: no gain
+        auto fits_all = [&](float size, float item, float hmin) {
+          for (const Rect& c : cells) {
+            const HikerLayout h =
+                place_hiker(c, size, item, layers, per_row, hand_slots, hand_per_row, font,
+                            caption_w, caption_lines, 1, hmin, compact);
+            if (h.block.w() > c.w() * 0.98f || h.block.h() > c.h() * 0.98f) return false;
+          }
+          return true;
+        };
+        float s = font * 1.5f, item_min = font * 0.5f, hand_min = font * 2.0f, score = 0;
+        bool found = false;
+        for (const auto& [imin, hmin] : {std::pair{1.1f, 4.5f}, {0.75f, 3.0f}, {0.5f, 2.0f}}) {
+          for (float size = font * 14; size >= font * 1.5f; size *= 0.93f)
+            if (fits_all(size, std::max(size * 0.36f, font * imin), font * hmin)) {
+              s = size, item_min = font * imin, hand_min = font * hmin, found = true;
+              // Two rows round the fire read best: they win a near tie.
+              score = std::max(size * 0.36f, font * imin) * (nrows == 2 ? 1.15f : 1.0f);
+              break;
+            }
+          if (found) break;
+        }
+        if (!found && (compact || best_score >= 0)) continue;
+        CampLayout L;
+        L.area = area;
+        L.trail = trail;
+        L.fire = fire;
+        L.caption_wrap = wrap;
+        L.fits = found;
+        L.compact = compact;
+        const float item = std::max(s * 0.36f, item_min);
+        for (const Rect& c : cells) {
+          // Gear on the side away from the fire (or, on a trail, behind the hiker).
+          const float side = trail ? -1.0f : ((c.x0 + c.x1) * 0.5f < cx ? -1.0f : 1.0f);
+          L.hikers.push_back(place_hiker(c, s, item, layers, per_row, hand_slots, hand_per_row,
+                                         font, caption_w, caption_lines, side, hand_min, compact));
+        }
+        // A layout that fits beats one that does not, whatever its size.
+        const float rank_score = score + (found ? 1e6f : 0.0f);
+        if (rank_score > best_score) {
+          best_score = rank_score;
+          best = std::move(L);
+        }
+      }
+    }
+    if (best.fits && !best.hikers.empty()) break;
+  }
+  return best;
+}
+
+std::string carries_text(const CardContents& c, int world, const Naming& n) {
+  std::vector<int> full, shard_layers;
+  std::vector<int> shard_part;
+  for (int l = 0; l < c.num_layers; ++l) {
+    // The union of the non-temporary pieces of this layer's parameters.
+    std::vector<std::pair<double, double>> iv;
+    for (const SlotPiece& p : c.slots[0][static_cast<size_t>(l)])
+      if (!is_temporary(p.kind) && p.alpha >= 1.0f) iv.push_back({p.begin, p.end});
+    std::sort(iv.begin(), iv.end());
+    double covered = 0, reach = 0;
+    for (const auto& [b, e] : iv) {
+      const double from = std::max(b, reach);
+      if (e > from) covered += e - from;
+      reach = std::max(reach, e);
+    }
+    if (covered >= 0.999) {
+      full.push_back(l);
+    } else if (covered > 0) {
+      shard_layers.push_back(l);
+      shard_part.push_back(
+          world > 1 && !iv.empty() ? static_cast<int>(std::lround(iv.front().first * world)) : -1);
+    }
+  }
+  std::string out;
+  if (c.num_layers > 0 && static_cast<int>(full.size()) == c.num_layers) {
+    out = "all the gear";
+  } else if (!full.empty() && shard_layers.empty()) {
+    out = "layer";
+    out += full.size() == 1 ? " " : "s ";
+    bool contiguous = full.back() - full.front() + 1 == static_cast<int>(full.size());
+    if (full.size() > 3 && contiguous) {
+      out += layer_name(full.front(), n) + " to " + layer_name(full.back(), n);
+    } else {
+      for (size_t i = 0; i < full.size(); ++i) out += (i ? ", " : "") + layer_name(full[i], n);
+    }
+  } else if (!shard_layers.empty()) {
+    const double pct = 100.0 * c.held_fraction[0];
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f%%", pct);
+    const bool same_part = std::all_of(shard_part.begin(), shard_part.end(),
+                                       [&](int p) { return p == shard_part[0]; });
+    if (shard_layers.size() <= 4 && same_part && shard_part[0] >= 0) {
+      out.clear();
+      for (size_t i = 0; i < shard_layers.size(); ++i)
+        out += (i ? ", " : "") + part_name(shard_layers[i], shard_part[i], n);
+      out += std::string(" (") + buf + ")";
+    } else {
+      out = same_part && shard_part[0] >= 0
+                ? "part " + std::to_string(shard_part[0]) + " of every layer (" + buf + ")"
+                : std::string(buf) + " of the gear";
+    }
+  } else {
+    out = "no gear of its own";
+  }
+  if (c.any_on_host) out += ", kept in the car (host memory)";
+  return out;
+}
+
+std::vector<int> notes_held(const std::vector<Holding>& holdings) {
+  std::vector<int> mbs;
+  for (const Holding& h : holdings)
+    if (h.alpha >= 1.0f && h.res->category == MemCategory::activations && h.name.micro_batch >= 0)
+      mbs.push_back(h.name.micro_batch);
+  return sorted_unique(mbs);
+}
+
+bool is_pipeline(const std::string& strategy) {
+  return strategy == "naive-mp" || strategy == "gpipe" || strategy == "1f1b";
 }
 
 }  // namespace shardlab::gui

@@ -1,11 +1,15 @@
 // What the cluster view (and its camping-trip skin) draws at time t: the named
-// buffers each rank holds, laid out as layer slots per model-state column, and
-// the pieces travelling between ranks during collectives. Everything comes
-// from allocation events and comm spans, so it is exact for any strategy.
+// buffers each rank holds, laid out as layer slots per model-state column, the
+// pieces travelling between ranks during collectives, the sentences saying what
+// happens now, and where everything goes on screen (no ImGui: tested without a
+// window). Everything comes from allocation events and comm spans, so it is
+// exact for any strategy.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/gui/logic/buffer_name.h"
@@ -62,11 +66,16 @@ struct Piece {
   SpanKind kind = SpanKind::other;
   float progress = 0;  // 0 at the source, 1 at the destination
   int64_t bytes = 0;
+  int micro_batch = -1;  // pipeline messages: the micro-batch they belong to
 };
 // Pieces in flight at t, from each rank's running collectives and sends:
 // all-gather sends this rank's shard to every other rank; reduce-scatter sends
 // shard j to rank j; all-reduce is shown as reduce-scatter then all-gather;
-// broadcast goes out from the root (the span's peer, else rank 0).
+// broadcast and scatter go out from the root. A collective records its span on
+// every rank (peer -1, root rank 0), so the root's span sends to all; dp's
+// copies record one span on the receiving device with peer = device 0, so such
+// a span is one piece from the peer to the span's rank. Gather and reduce go
+// from the span's rank to the root.
 std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t);
 
 // The comm spans running on `rank` at t.
@@ -87,5 +96,152 @@ std::vector<Vec2> ring_positions(int n, Vec2 center, float rx, float ry, float s
 enum class Gear { tent, food, water };
 Gear gear_of_layer(int layer);
 const char* gear_name(Gear g);
+
+// ---- Words: what is happening now, for people ----------------------------
+
+// How the views name things: the cluster says "rank 2" and "L3"; the camping
+// skin says "hiker 2" and, for models of up to 26 layers, "layer c" with parts
+// "c0, c1, c2" (the classic ZeRO walk-through: rank i holds a_i, b_i, c_i).
+struct Naming {
+  const char* who = "rank";
+  bool letters = false;
+  const char* message = "message";  // a pipeline send: "message" or "note"
+};
+Naming camping_naming(int num_layers);
+std::string layer_name(int layer, const Naming& n);                     // "L3" or "d"
+std::string part_name(int layer, int part, const Naming& n);            // "L3 shard 1" or "d1"
+std::string rank_list(const std::vector<int>& ranks, const Naming& n);  // "ranks 0, 2 and 3"
+// The part index of a piece: which 1/world slice of its layer it carries, -1 = whole.
+int piece_part(const Piece& p, int world);
+// Pipeline message label: "F3" (activations, to the next stage) or "B3"
+// (gradients, back to the previous one); "" when the piece is no pipeline message.
+std::string message_label(const Piece& p);
+
+// One line on what the pieces in flight are, grouped by collective and layer:
+// "rank 1 sends L2 shard 1 to ranks 0 and 2 (all-gather of L2)", or for all
+// senders of one all-gather "ranks 0, 1, 2 each send their part of L2 to the
+// others (all-gather)"; pipeline sends read "hiker 0 passes note F3 (micro-batch
+// 3's activations) to hiker 1". Without pieces: what the ranks compute.
+std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t t,
+                     const Naming& n);
+
+// One rank's status for its card: what it sends or receives (derived from the
+// pieces, so a root whose copies are recorded on the receivers is not "idle"),
+// else its running spans, else "idle". brevity 1: "AG L4 shard 0 \u2192 1, 2 and 3"
+// for narrow cards; 2: also without the part ("AG L4 \u2192 all").
+std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int rank, int64_t t,
+                        const Naming& n, int brevity = 0);
+
+// Labels at the receivers, one per (receiver, collective, layer), so that many
+// pieces in slow replay read "AG L2 \u2190 ranks 1, 2" instead of a pile of tags.
+struct ArrivalTag {
+  int to = 0;
+  SpanKind kind = SpanKind::other;
+  int layer = -1;
+  std::vector<int> from;  // sorted, unique
+  std::string text;
+  std::string brief;  // "AG L2 \u2190 1,2" for narrow places
+};
+std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Naming& n);
+
+// ---- Cluster layout: cards, and corridors the pieces travel in -------------
+
+struct Rect {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  float w() const { return x1 - x0; }
+  float h() const { return y1 - y0; }
+  // Touching is not overlapping (a hundredth of a pixel of rounding either way).
+  bool overlaps(const Rect& o) const {
+    constexpr float e = 0.01f;
+    return x0 < o.x1 - e && o.x0 < x1 - e && y0 < o.y1 - e && o.y0 < y1 - e;
+  }
+  bool contains(const Rect& o) const {
+    return o.x0 >= x0 - 0.01f && o.x1 <= x1 + 0.01f && o.y0 >= y0 - 0.01f && o.y1 <= y1 + 0.01f;
+  }
+};
+
+// Inside a card: the text lines, column headers and the slot grid, top to bottom.
+struct CardLayout {
+  Rect card;
+  Rect title, held, status, headers, grid, footer;
+  float label_w = 0;  // the row labels' width, left of the grid
+  float col_w = 0, row_h = 0;
+  int rows = 0;
+  float column_x(int col) const { return grid.x0 + (static_cast<float>(col) + 0.5f) * col_w; }
+};
+CardLayout card_layout(Rect card, float font, int rows);
+
+// Cards in a grid (at most 4 per row) with a corridor under every row of cards
+// and a gutter left of every column of cards: pieces travel only there, so
+// they never cover a card. A corridor has one lane per card column for the
+// pieces leaving that row, as many again for pieces arriving from other rows
+// when there are several rows, and a line of arrival tags at its bottom.
+struct ClusterLayout {
+  int world = 0, ncols = 0, nrows = 0;
+  float font = 0, lane_h = 0, gutter = 0;
+  int lanes = 0;  // per corridor
+  std::vector<Rect> cards;
+  std::vector<Rect> corridors;  // one per row of cards, below it
+  std::vector<Rect> tag_rows;   // inside each corridor, at its bottom: one tag line
+  float lane_y(int row, int lane) const;
+  float gutter_x(int col) const;  // centre of the gutter left of card column col
+};
+ClusterLayout cluster_layout(int world, Rect area, float font);
+// The same, taller than `area` where cards of `rows` layers would not fit in it
+// (big presenter fonts in a small window: the view scrolls rather than overlaps).
+ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows);
+
+// The route of a piece: from the bottom edge of the source card under its
+// column (x_from, a card-relative x), down into its lane, along the corridor
+// (and up or down a gutter between rows) to the destination card's bottom edge
+// under x_to. Points are corners of the polyline.
+std::vector<Vec2> piece_route(const ClusterLayout& L, int from, int to, float x_from, float x_to);
+float route_length(const std::vector<Vec2>& route);
+Vec2 point_along(const std::vector<Vec2>& route, float distance);
+// The size of a travelling piece in the corridor: never taller than a lane.
+Vec2 piece_size(const ClusterLayout& L, double frac_begin, double frac_end, float col_w);
+
+// ---- Camping layout: hikers in rows around the fire, or along a trail -------
+
+// What one hiker's block holds: the figure, the gear grid on its outer side,
+// what it holds out towards the others (borrowed gear or pipeline notes), a
+// tag line above and its caption below; none of them overlaps another.
+struct HikerLayout {
+  Vec2 feet;
+  float size = 0;  // the figure's height
+  Rect figure, gear, hands, tag, caption, block;
+  float item = 0;       // one gear icon's size
+  float label_h = 0;    // the line under each icon for its layer's name
+  float gear_cell = 0;  // the width of one icon's place in the gear grid
+  int per_row = 1;
+  float side = 1;  // +1: gear to the right of the figure, -1: to the left
+  Vec2 gear_center(int layer) const;
+  Vec2 hand_center(int slot) const;  // slot-th item held out
+};
+struct CampLayout {
+  Rect area, fire;         // fire: the flames and their caption; empty on a trail
+  bool trail = false;      // pipelines: no fire, the hikers walk one trail in rank order
+  bool fits = true;        // false: even the smallest figures did not fit (see hikers anyway)
+  bool compact = false;    // no names under the icons, no tag line: they did not fit
+  float caption_wrap = 0;  // the width the captions were wrapped to
+  std::vector<HikerLayout> hikers;
+};
+// The captions' size once wrapped to `wrap` pixels: the widest line and the
+// most lines of any hiker (the panel measures with the font; tests estimate).
+using CaptionSize = std::function<std::pair<float, int>(float wrap)>;
+// Hikers in one row with the fire in the middle, or (three or more) in two
+// rows around it, whichever lets the figures and gear be bigger.
+CampLayout camp_layout(int world, int layers, Rect area, float font, const CaptionSize& caption,
+                       int hand_slots, bool trail);
+// The same, taller than `area` where nothing fits in it (the view then scrolls).
+CampLayout camp_layout_fitting(int world, int layers, Rect area, float font,
+                               const CaptionSize& caption, int hand_slots, bool trail);
+
+// What a hiker's caption says it carries, from its card: "layers c, d (stage 1)",
+// "part 1 of every layer: a1, b1, c1", "all the gear".
+std::string carries_text(const CardContents& c, int world, const Naming& n);
+// The micro-batches whose activations a rank keeps at t (pipeline notes it holds).
+std::vector<int> notes_held(const std::vector<Holding>& holdings);
+bool is_pipeline(const std::string& strategy);
 
 }  // namespace shardlab::gui

@@ -1,32 +1,141 @@
-// The compare table: one row per finished run (median step time, peak memory
-// per rank, bytes sent per step, bubble share, final loss) and its CSV export.
+// The compare view without ImGui: configurations (their list syntax, and how each
+// is built from the run bar's settings with only the options its strategy uses),
+// the table's rows and CSV, and memory over time aligned by training step.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "app/gui/logic/run_data.h"
 #include "core/runner.h"
 
 namespace shardlab::gui {
 
+// As many configurations as the compare panel shows side by side.
+inline constexpr int kMaxCompare = 6;
+
+// One configuration of a comparison: what may differ between configurations.
+// The model, batch, steps, optimizer, seed and device are the run bar's.
+struct CompareSlot {
+  std::string strategy = "ddp";
+  int world = 2;
+  int micro_batches = 1;           // gpipe, 1f1b
+  int stages = 0;                  // pipelines; 0 = one stage per rank
+  std::string precision = "fp32";  // single, ddp, dp, zero1-3, fsdp
+  bool recompute = false;          // gpipe, 1f1b
+  bool prefetch = true;            // zero3, fsdp
+  bool overlap = true;             // ddp
+  double bucket_mb = 25.0;         // ddp
+  int fsdp_unit = 1;               // fsdp
+  bool reshard = true;             // fsdp
+  bool offload = false;            // fsdp
+  bool operator==(const CompareSlot&) const = default;
+};
+
+// The options a configuration can set, and which strategies read them.
+enum class SlotOption {
+  micro_batches,
+  stages,
+  precision,
+  recompute,
+  prefetch,
+  overlap,
+  bucket_mb,
+  fsdp_unit,
+  reshard,
+  offload
+};
+bool strategy_uses(const std::string& strategy, SlotOption o);
+std::string strategies_using(SlotOption o);  // "gpipe, 1f1b"
+
+// `strategy` at `world` (0: the base's world; `single` is always 1) with the
+// base's value of every option that strategy uses and the defaults elsewhere.
+CompareSlot slot_from(const RunConfig& base, const std::string& strategy, int world = 0);
+// The base's common settings (model, batch, steps, optimizer, seed, device ...)
+// with the slot's strategy, world and the options that strategy uses; every
+// other option keeps RunConfig's default, so a ddp configuration never carries
+// a pipeline's --micro-batches.
+RunConfig config_for(const CompareSlot& slot, const RunConfig& base);
+
+// The list syntax, one item per configuration:  STRATEGY[:W][/OPTION]...
+// options: m=N (micro-batches), stages=N, bf16 | fp16 | fp32, recompute,
+// no-prefetch, no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload.
+// E.g. "naive-mp:4,gpipe:4/m=8,1f1b:4/m=8" or "ddp:4,zero3:4/no-prefetch,fsdp:4/bf16".
+std::string slot_text(const CompareSlot& s);  // the item that gives back `s`
+// Throws ConfigError naming the item: bad syntax, an unknown strategy or option,
+// an option the strategy does not use, or settings validate() refuses.
+CompareSlot parse_compare_item(const std::string& item, const RunConfig& base);
+std::vector<CompareSlot> parse_compare_slots(const std::string& list, const RunConfig& base);
+std::vector<RunConfig> parse_compare_list(const std::string& list, const RunConfig& base);
+// What the selector starts with when no list is given (at most kMaxCompare,
+// each valid): the base's own configuration, then a teaching order at the
+// base's world — for a pipeline base naive-mp, gpipe, 1f1b, ddp, zero3, fsdp;
+// otherwise ddp, zero1, zero3, fsdp, gpipe, 1f1b, zero2, dp, naive-mp, single.
+// Pipelines keep the base's --micro-batches when it is above 1, else 2 per stage.
+std::vector<CompareSlot> default_compare_slots(const RunConfig& base);
+std::vector<RunConfig> default_compare_configs(const RunConfig& base);
+
+// "gpipe ×4 M=8 recompute", "ddp ×2", "zero3 ×4 no-prefetch bf16".
+std::string config_label(const RunConfig& c);
+
 struct CompareRow {
-  std::string label;  // "ddp ×2"
+  std::string label;  // config_label
   std::string strategy;
   int world = 0;
+  int micro_batches = 0;  // 0 where the strategy has none
+  int stages = 0;         // 0 where it is not a pipeline
+  std::string precision;
   double median_step_ms = 0;
-  std::vector<int64_t> peak_bytes;   // per rank, device pool, peak of the total
-  double sent_bytes_per_step = 0;    // the busiest rank's
-  std::vector<double> bubble_share;  // per rank in 0..1; empty = not known
-  bool bubble_share_known = false;
+  std::vector<int64_t> peak_bytes;  // per rank, device pool, peak of the total
+  double sent_bytes_per_step = 0;   // the busiest rank's
+  // Idle share (every strategy): per rank, the part of each step in which its
+  // compute lane runs nothing (core/pipeline_analysis.h bubble_share_per_rank),
+  // averaged over steps 1.. and then over ranks.
+  std::vector<double> idle_per_rank;
+  double idle_share = 0;
+  // Pipelines only: that idle time is the bubble; beside it the textbook (P−1)/(M+P−1).
+  bool pipeline = false;
+  double bubble_formula = 0;
   double final_loss = 0;
 };
 
 CompareRow compare_row(const RunResult& r);
-std::string config_label(const RunConfig& c);
 // Columns: strategy, world, median_step_ms, peak_mem_bytes_rank<i>..., sent_bytes_per_step,
-// bubble_share (mean over ranks, empty when unknown), final_loss.
+// idle_share, bubble_share and bubble_formula (both empty for non-pipelines),
+// final_loss, configuration (the label), micro_batches, stages, precision.
 std::string compare_csv(const std::vector<CompareRow>& rows);
-// True when core/pipeline_analysis.h was there at build time.
-bool bubble_share_available();
+// The idle share's definition: in full (the column's tooltip), and in one line
+// (under the table).
+const char* idle_share_definition();
+const char* idle_share_short_definition();
+
+// Memory over time on one axis for several runs, aligned by training step:
+// x = step index + the fraction of that step elapsed, so step k starts at x = k
+// in every run however long its steps take.
+//
+// Where each step begins, and after the last step where it ends: step s covers
+// [bounds[s], bounds[s + 1]). Empty when no step has been recorded.
+std::vector<int64_t> step_bounds(const RunData& d);
+// Time -> step position; clamped to [0, steps] outside the steps.
+double step_position(const std::vector<int64_t>& bounds, int64_t t);
+
+inline constexpr int kMemorySum = -2;      // every rank's bytes added up
+inline constexpr int kMemoryBusiest = -1;  // the rank with the highest peak
+int busiest_rank(const RunData& d);        // device pool, -1 when there are no ranks
+
+struct MemoryPoint {
+  double x = 0;       // step position
+  int64_t bytes = 0;  // device bytes in use from here to the next point
+};
+// Device bytes (all categories) of `rank` (or kMemoryBusiest / kMemorySum) as
+// a step function over steps [first_step, last_step], measured from the
+// allocator events: the state in force when first_step begins, then one point
+// per change. Empty when the rank or the steps do not exist.
+std::vector<MemoryPoint> memory_by_step(const RunData& d, int rank, int first_step, int last_step);
+// The same with step_bounds(d) computed once by the caller (it reads every span).
+std::vector<MemoryPoint> memory_by_step(const RunData& d, const std::vector<int64_t>& bounds,
+                                        int rank, int first_step, int last_step);
+// The bytes in force at step position x (the last point at or before x).
+int64_t bytes_at_position(const std::vector<MemoryPoint>& curve, double x);
 
 }  // namespace shardlab::gui

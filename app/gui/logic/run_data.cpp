@@ -150,4 +150,9 @@ bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders)
   return changed;
 }
 
+void ingest_result(RunData& d, const RunResult& r) {
+  reset_run_data(d, r.cfg, r.cfg.world, r.t0_ns);
+  ingest(d, r.recorders);
+}
+
 }  // namespace shardlab::gui

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/memory_timeline.h"
 #include "core/recorder.h"
+#include "core/runner.h"
 
 namespace shardlab::gui {
 
@@ -84,5 +85,8 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
 
 // Pulls what the recorders gained since the last call. Returns true on change.
 bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders);
+
+// Replaces `d` with a whole finished run (a compare entry, an opened recording).
+void ingest_result(RunData& d, const RunResult& r);
 
 }  // namespace shardlab::gui

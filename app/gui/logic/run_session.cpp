@@ -1,7 +1,7 @@
 // Worker threads behind the GUI's Run and Compare buttons (see run_session.h).
 #include "app/gui/logic/run_session.h"
 
-#include <sstream>
+#include <algorithm>
 
 #include "core/strategy.h"
 
@@ -162,6 +162,11 @@ int CompareSession::running_index() const {
   return running_;
 }
 
+int CompareSession::running_steps_done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_steps_;
+}
+
 void CompareSession::start(std::vector<RunConfig> cfgs) {
   cancel();
   control_ = std::make_unique<RunControl>();
@@ -181,6 +186,7 @@ void CompareSession::start(std::vector<RunConfig> cfgs) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         running_ = static_cast<int>(i);
+        running_steps_ = 0;
       }
       std::string error;
       std::unique_ptr<RunResult> result;
@@ -188,6 +194,10 @@ void CompareSession::start(std::vector<RunConfig> cfgs) {
         validate(cfgs[i]);
         RunCallbacks cb;
         cb.control = control;
+        cb.on_step = [this](int step, double) {
+          std::lock_guard<std::mutex> lock(mu_);
+          running_steps_ = std::max(running_steps_, step + 1);
+        };
         result = std::make_unique<RunResult>(run_training(cfgs[i], nullptr, cb));
       } catch (const RunCancelled&) {
         break;
@@ -226,56 +236,12 @@ bool CompareSession::poll(std::vector<CompareEntry>& entries) {
       reset_run_data(e.data, r.cfg, r.cfg.world, r.t0_ns);
       ingest(e.data, r.recorders);
       e.row = compare_row(r);
+      e.bounds = step_bounds(e.data);
     }
     delivered_[i] = true;
     changed = true;
   }
   return changed;
-}
-
-std::vector<RunConfig> default_compare_configs(const RunConfig& base) {
-  std::vector<RunConfig> out;
-  for (const StrategyInfo& s : all_strategies()) {
-    // Only the options this strategy reads: --micro-batches 4 is for the
-    // pipelines in the list, not a reason to leave ddp out.
-    const RunConfig c = for_strategy(base, s.name);
-    try {
-      validate(c);
-      out.push_back(c);
-    } catch (const ConfigError&) {
-      // A strategy that cannot run these settings is simply not compared.
-    }
-  }
-  return out;
-}
-
-std::vector<RunConfig> parse_compare_list(const std::string& list, const RunConfig& base) {
-  std::vector<RunConfig> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const size_t colon = item.find(':');
-    const std::string name = item.substr(0, colon);
-    if (!find_strategy(name))
-      throw ConfigError("--compare: unknown strategy '" + name + "' (valid: " + strategy_names() +
-                        ")");
-    RunConfig c = for_strategy(base, name);  // the options it reads, as in the default list
-    if (colon != std::string::npos) {
-      const std::string w = item.substr(colon + 1);
-      char* end = nullptr;
-      const long v = std::strtol(w.c_str(), &end, 10);
-      if (w.empty() || *end != '\0' || v < 1 || v > 64)
-        throw ConfigError("--compare: world '" + w + "' in '" + item +
-                          "' is invalid (valid: 1 to 64, e.g. ddp:4)");
-      c.world = static_cast<int>(v);
-    }
-    out.push_back(c);
-  }
-  if (out.empty() || out.size() > 4)
-    throw ConfigError("--compare '" + list +
-                      "' must name 1 to 4 strategies (valid: e.g. ddp,single:1)");
-  return out;
 }
 
 }  // namespace shardlab::gui

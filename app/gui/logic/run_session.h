@@ -69,6 +69,7 @@ struct CompareEntry {
   std::unique_ptr<RunResult> result;
   RunData data;
   CompareRow row;
+  std::vector<int64_t> bounds;  // step_bounds(data), for memory over time by step
 };
 
 class CompareSession {
@@ -83,8 +84,10 @@ class CompareSession {
   void start(std::vector<RunConfig> cfgs);
   void cancel();
   bool busy() const;
-  int running_index() const;  // -1 when none
-  // UI thread: moves finished runs into `entries` (resized to the batch).
+  int running_index() const;       // -1 when none
+  int running_steps_done() const;  // training steps the running configuration has finished
+  // UI thread: moves each finished run into `entries` (resized to the batch) as
+  // soon as it finishes, so the table fills in row by row.
   bool poll(std::vector<CompareEntry>& entries);
 
  private:
@@ -93,18 +96,12 @@ class CompareSession {
   mutable std::mutex mu_;
   bool busy_ = false;
   int running_ = -1;
+  int running_steps_ = 0;
   std::vector<RunConfig> cfgs_;
   std::vector<std::string> errors_;
   std::vector<std::unique_ptr<RunResult>> results_;
   std::vector<bool> delivered_;
   uint64_t batch_ = 0, seen_batch_ = 0;
 };
-
-// The compare list when the user names none: every registered strategy that
-// accepts `base` with its strategy replaced.
-std::vector<RunConfig> default_compare_configs(const RunConfig& base);
-// "ddp,zero3:4,single:1" -> configs from `base` (":W" sets the world size).
-// Throws ConfigError for an unknown strategy name or a bad world.
-std::vector<RunConfig> parse_compare_list(const std::string& list, const RunConfig& base);
 
 }  // namespace shardlab::gui

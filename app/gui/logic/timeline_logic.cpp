@@ -4,9 +4,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <unordered_map>
 
 #include "app/gui/logic/format.h"
 #include "app/gui/logic/palette.h"
+#include "app/gui/logic/wait_logic.h"
+#include "core/pipeline_analysis.h"
 
 namespace shardlab::gui {
 
@@ -106,69 +110,402 @@ void visible_spans(const LaneData& lane, const Viewport& vp, float min_px,
   }
 }
 
+std::string micro_batch_tag(const Span& s) {
+  if (s.micro_batch < 0) return {};
+  const std::string n = std::to_string(s.micro_batch);
+  switch (s.kind) {
+    case SpanKind::forward:
+    case SpanKind::loss:
+    case SpanKind::other:
+      return "F" + n;
+    case SpanKind::backward:
+      return "B" + n;
+    case SpanKind::send:  // stages are ranks in order: activations go up, gradients down
+      return s.peer < 0 ? "#" + n : (s.peer > s.rank ? "F" : "B") + n;
+    case SpanKind::recv:
+      return s.peer < 0 ? "#" + n : (s.peer < s.rank ? "F" : "B") + n;
+    default:
+      return "#" + n;
+  }
+}
+
 std::string span_label(const Span& s, bool long_form) {
-  std::string out = kind_short(s.kind);
+  const std::string tag = micro_batch_tag(s);
   const bool compute = s.kind == SpanKind::forward || s.kind == SpanKind::backward;
-  if (compute && s.micro_batch >= 0) {
-    out += std::to_string(s.micro_batch);  // "F3": micro-batch 3
+  std::string out;
+  if (compute && !tag.empty()) {
+    out = tag;  // "F3": micro-batch 3
     if (long_form && s.layer >= 0) out += " L" + std::to_string(s.layer);
   } else {
-    if (s.layer >= 0) out += " L" + std::to_string(s.layer);
-    if (!compute && s.micro_batch >= 0) out += " mb" + std::to_string(s.micro_batch);
+    out = s.kind == SpanKind::other ? "other" : kind_short(s.kind);
+    if (!tag.empty())
+      out += " " + tag;
+    else if (s.layer >= 0)
+      out += " L" + std::to_string(s.layer);
+    if (s.peer >= 0 && s.kind == SpanKind::send) out += " \xE2\x86\x92r" + std::to_string(s.peer);
+    if (s.peer >= 0 && s.kind == SpanKind::recv) out += " \xE2\x86\x90r" + std::to_string(s.peer);
   }
   if (long_form && s.bytes > 0) out += " \xC2\xB7 " + format_bytes(static_cast<double>(s.bytes));
   return out;
 }
 
 namespace {
-using Interval = std::pair<int64_t, int64_t>;
 
-// Merged intervals of the lane's spans of `step` inside [t_from, t_to).
-std::vector<Interval> step_union(const LaneData& lane, int step, int64_t t_from, int64_t t_to) {
-  std::vector<Interval> out;
-  const auto [first, last] =
-      span_window(lane, static_cast<double>(t_from), static_cast<double>(t_to));
+// Spans that belong to a micro-batch's forward or backward on a stage.
+bool phase_span(const Span& s) {
+  return s.micro_batch >= 0 && (s.kind == SpanKind::forward || s.kind == SpanKind::backward ||
+                                s.kind == SpanKind::loss || s.kind == SpanKind::other);
+}
+char phase_of(const Span& s) {
+  return s.kind == SpanKind::backward ? 'B' : 'F';
+}
+
+struct RunBuilder {
+  PhaseRun run;
+  int step = -1;
+  int last_layer = -1;  // of the run's forward/backward spans, -1 = none yet
+  bool open = false;
+
+  // Whether `s` continues the run: same step, micro-batch and direction, and a
+  // layer further along (forward: up, backward: down); a forward that starts
+  // over at a lower layer is a recompute, a run of its own.
+  bool takes(const Span& s) const {
+    if (!open || !phase_span(s) || s.step != step || s.micro_batch != run.micro_batch ||
+        phase_of(s) != run.letter)
+      return false;
+    if (s.layer < 0 || last_layer < 0 ||
+        (s.kind != SpanKind::forward && s.kind != SpanKind::backward))
+      return true;
+    return run.letter == 'B' ? s.layer < last_layer : s.layer > last_layer;
+  }
+  void start(const Span& s, uint32_t i) {
+    run = PhaseRun{};
+    run.first = i;
+    run.count = 1;
+    run.t_begin = s.t_begin_ns;
+    run.t_end = s.t_end_ns;
+    run.letter = phase_of(s);
+    run.micro_batch = s.micro_batch;
+    step = s.step;
+    last_layer = (s.kind == SpanKind::forward || s.kind == SpanKind::backward) ? s.layer : -1;
+    open = true;
+  }
+  void add(const Span& s) {
+    ++run.count;
+    run.t_end = std::max(run.t_end, s.t_end_ns);
+    if ((s.kind == SpanKind::forward || s.kind == SpanKind::backward) && s.layer >= 0)
+      last_layer = s.layer;
+  }
+};
+
+// A forward run is a recompute when the same micro-batch already ran forward
+// on this stage in this step.
+bool ran_forward_before(const LaneData& lane, const PhaseRun& r, int step) {
+  constexpr size_t kMaxLookBack = 4096;
+  for (size_t j = r.first, n = 0; j-- > 0 && n < kMaxLookBack; ++n) {
+    const Span& s = lane.spans[j];
+    if (s.step != step) break;
+    if (s.kind == SpanKind::forward && s.micro_batch == r.micro_batch) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool phase_runs(const LaneData& lane, double t_begin, double t_end, size_t max_spans,
+                std::vector<PhaseRun>& out) {
+  auto [first, last] = span_window(lane, t_begin, t_end);
+  if (last - first > max_spans) return false;
+  const std::vector<Span>& s = lane.spans;
+  // A run that began before the window: start from its first span.
+  for (size_t n = 0; first > 0 && n < 256 && first < s.size(); ++n) {
+    const Span& a = s[first - 1];
+    const Span& b = s[first];
+    if (!phase_span(a) || !phase_span(b) || a.step != b.step || a.micro_batch != b.micro_batch ||
+        phase_of(a) != phase_of(b))
+      break;
+    --first;
+  }
+  RunBuilder b;
+  auto flush = [&] {
+    if (!b.open) return;
+    if (b.run.letter == 'F' && ran_forward_before(lane, b.run, b.step)) b.run.letter = 'R';
+    if (static_cast<double>(b.run.t_end) >= t_begin) out.push_back(b.run);
+    b.open = false;
+  };
   for (size_t i = first; i < last; ++i) {
-    const Span& s = lane.spans[i];
-    if (s.step != step) continue;
-    if (!out.empty() && s.t_begin_ns <= out.back().second)
-      out.back().second = std::max(out.back().second, s.t_end_ns);
-    else
-      out.push_back({s.t_begin_ns, s.t_end_ns});
+    const Span& x = s[i];
+    if (b.takes(x)) {
+      b.add(x);
+      continue;
+    }
+    flush();
+    if (phase_span(x)) b.start(x, static_cast<uint32_t>(i));
+  }
+  // The last run may go on past the window's end.
+  for (size_t i = last; b.open && i < s.size() && b.takes(s[i]); ++i) b.add(s[i]);
+  flush();
+  return true;
+}
+
+std::vector<RunGroup> group_runs(const std::vector<PhaseRun>& runs, const Viewport& vp,
+                                 float adjacent_px, float pad,
+                                 const std::function<float(const std::string&)>& text_width) {
+  std::vector<RunGroup> out;
+  auto x0 = [&](const PhaseRun& r) { return vp.x_of(static_cast<double>(r.t_begin)); };
+  auto x1 = [&](const PhaseRun& r) { return vp.x_of(static_cast<double>(r.t_end)); };
+  auto fits = [&](const std::string& label, float a, float b) {
+    return b - a >= text_width(label) + 2 * pad;
+  };
+  auto label_of = [&](size_t first, size_t count) {
+    const PhaseRun& a = runs[first];
+    const PhaseRun& z = runs[first + count - 1];
+    if (count == 1) return a.label();
+    if (a.letter == z.letter)
+      return std::string(1, a.letter) + std::to_string(a.micro_batch) + "-" +
+             std::to_string(z.micro_batch);
+    return a.label() + " " + z.label();
+  };
+  for (size_t k = 0; k < runs.size();) {
+    RunGroup g{k, 1, runs[k].label()};
+    while (k + g.count < runs.size()) {
+      const PhaseRun& last = runs[k + g.count - 1];
+      const PhaseRun& next = runs[k + g.count];
+      if (fits(g.label, x0(runs[k]), x1(last)) || fits(next.label(), x0(next), x1(next))) break;
+      if (x0(next) - x1(last) > adjacent_px) break;
+      const bool run_of_same = next.letter == last.letter &&
+                               next.micro_batch == last.micro_batch + 1 &&
+                               runs[k].letter == last.letter;
+      const bool pair = g.count == 1 && next.micro_batch == last.micro_batch;
+      if (!run_of_same && !pair) break;
+      ++g.count;
+      g.label = label_of(k, g.count);
+      if (pair) break;  // "F3 B3" takes no third
+    }
+    out.push_back(g);
+    k += g.count;
   }
   return out;
 }
 
-int64_t length(const std::vector<Interval>& v) {
-  int64_t n = 0;
-  for (const Interval& i : v) n += i.second - i.first;
+std::vector<LabelPlace> place_labels(const std::vector<LabelRequest>& requests, float pad) {
+  std::vector<LabelPlace> out(requests.size());
+  float taken = -1e30f;  // right edge of the last label placed outside its block
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const LabelRequest& r = requests[k];
+    LabelPlace& p = out[k];
+    if (r.x1 - r.x0 >= r.width + 2 * pad) {
+      // Centred, or pushed right of the label before it while it still fits.
+      const float x = std::max((r.x0 + r.x1 - r.width) * 0.5f, taken + pad);
+      if (x + r.width + pad <= r.x1) {
+        p = {true, true, x};
+        taken = x + r.width;
+      }
+      continue;
+    }
+    const float x = std::max(r.x1 + pad, taken + pad);
+    if (x + r.width + pad <= r.limit) {
+      p = {true, false, x};
+      taken = x + r.width;
+    }
+  }
+  return out;
+}
+
+std::vector<bool> keep_apart(const std::vector<std::pair<float, float>>& boxes, float gap,
+                             float x_max) {
+  std::vector<bool> keep(boxes.size(), false);
+  float last_end = -1e30f;
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    const auto [x, w] = boxes[k];
+    if (x >= last_end + gap && x + w <= x_max) {
+      keep[k] = true;
+      last_end = x + w;
+    }
+  }
+  return keep;
+}
+
+namespace {
+
+size_t utf8_length(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
   return n;
 }
+
 }  // namespace
 
-StepBreakdown step_breakdown(const RankData& rank, int step, int64_t t_from, int64_t t_to) {
-  StepBreakdown b;
-  const std::vector<Interval> cp = step_union(rank.lane(Lane::compute), step, t_from, t_to);
-  const std::vector<Interval> cm = step_union(rank.lane(Lane::comm), step, t_from, t_to);
-  if (cp.empty() && cm.empty()) return b;
-  b.begin = INT64_MAX;
-  b.end = INT64_MIN;
-  for (const auto* v : {&cp, &cm})
-    if (!v->empty()) {
-      b.begin = std::min(b.begin, v->front().first);
-      b.end = std::max(b.end, v->back().second);
+std::vector<AxisTick> time_ticks(double t_begin, double t_end, float width_px, float char_px) {
+  std::vector<AxisTick> out;
+  const double range = t_end - t_begin;
+  if (!(range > 0) || !(width_px > 0) || !(char_px > 0)) return out;
+  struct Unit {
+    double ns;
+    const char* name;
+  };
+  static constexpr Unit kUnits[] = {{1, "ns"}, {1e3, "\xC2\xB5s"}, {1e6, "ms"}, {1e9, "s"}};
+  const double mag = std::max(std::fabs(t_begin), std::fabs(t_end));
+  for (int target = std::max(1, static_cast<int>(width_px / (char_px * 7))); target >= 1;
+       --target) {
+    // 1-2-5 step for about `target` ticks.
+    const double raw = range / target;
+    const double p10 = std::pow(10.0, std::floor(std::log10(raw)));
+    double step = 10 * p10;
+    for (double m : {1.0, 2.0, 5.0})
+      if (raw <= m * p10 * (1 + 1e-9)) {
+        step = m * p10;
+        break;
+      }
+    // The unit the values read in, then as many decimals as the step needs;
+    // past 3 decimals the next smaller unit reads better.
+    int u = 0;
+    while (u < 3 && mag >= kUnits[u + 1].ns) ++u;
+    auto decimals_for = [&](int unit) {
+      return std::max(0, static_cast<int>(std::ceil(-std::log10(step / kUnits[unit].ns) - 1e-9)));
+    };
+    int dec = decimals_for(u);
+    while (dec > 3 && u > 0) dec = decimals_for(--u);
+    std::vector<AxisTick> ticks;
+    size_t widest = 0;
+    const double first = std::ceil(t_begin / step - 1e-9);
+    for (double k = first; k * step <= t_end + step * 1e-9; k += 1) {
+      const double t = k * step;
+      char buf[48];
+      const double v = std::fabs(t) < step * 1e-6 ? 0.0 : t / kUnits[u].ns;
+      std::snprintf(buf, sizeof buf, "%.*f %s", dec, v, kUnits[u].name);
+      ticks.push_back({t, buf});
+      widest = std::max(widest, utf8_length(ticks.back().label));
+      if (ticks.size() > 1000) break;
     }
-  b.compute = length(cp);
-  b.comm = length(cm);
-  // Both lists are sorted and disjoint: sweep them together for the overlap.
-  size_t i = 0, j = 0;
-  while (i < cp.size() && j < cm.size()) {
-    const int64_t lo = std::max(cp[i].first, cm[j].first),
-                  hi = std::min(cp[i].second, cm[j].second);
-    if (hi > lo) b.overlap += hi - lo;
-    (cp[i].second < cm[j].second) ? ++i : ++j;
+    // Neighbouring labels, centred on their ticks, keep two characters apart.
+    const double px_per_step = step * width_px / range;
+    if (px_per_step >= (static_cast<double>(widest) + 2) * char_px || target == 1) {
+      out = std::move(ticks);
+      break;
+    }
   }
-  return b;
+  return out;
+}
+
+void flow_lines(const std::vector<Flow>& flows, const Viewport& vp, int max_single, float bucket_px,
+                std::vector<FlowLine>& out) {
+  const float x_end = vp.x0 + vp.width;
+  std::vector<FlowLine> lines;
+  for (const Flow& f : flows) {
+    if (f.from_rank < 0 || f.to_rank < 0) continue;
+    const float xa = vp.x_of(static_cast<double>(f.t_send)),
+                xb = vp.x_of(static_cast<double>(f.t_recv));
+    if (std::max(xa, xb) < vp.x0 || std::min(xa, xb) > x_end) continue;
+    lines.push_back({xa, xb, f.from_rank, f.to_rank, 1});
+  }
+  if (static_cast<int>(lines.size()) <= max_single) {
+    out.insert(out.end(), lines.begin(), lines.end());
+    return;
+  }
+  // Bundles: (sender, receiver, column of the send) -> sums of the ends.
+  struct Sum {
+    double xa = 0, xb = 0;
+    uint32_t n = 0;
+    size_t order = 0;
+  };
+  std::unordered_map<int64_t, Sum> bundles;
+  const float b = std::max(1.0f, bucket_px);
+  for (const FlowLine& l : lines) {
+    const int64_t col = static_cast<int64_t>(std::floor((l.xa - vp.x0) / b));
+    const int64_t key = (col * 64 + l.from_rank) * 64 + l.to_rank;
+    Sum& s = bundles[key];
+    if (s.n == 0) s.order = bundles.size();
+    s.xa += l.xa;
+    s.xb += l.xb;
+    ++s.n;
+  }
+  std::vector<std::pair<int64_t, Sum>> sorted(bundles.begin(), bundles.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& c) { return a.second.order < c.second.order; });
+  for (const auto& [key, s] : sorted) {
+    const int to = static_cast<int>(((key % 64) + 64) % 64);
+    const int from = static_cast<int>((((key - to) / 64) % 64 + 64) % 64);
+    out.push_back({static_cast<float>(s.xa / s.n), static_cast<float>(s.xb / s.n), from, to, s.n});
+  }
+}
+
+RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool steps) {
+  RowsLayout l;
+  l.font = font;
+  l.lane_h = lane_h;
+  l.gap = std::max(3.0f, lane_h * 0.3f);
+  l.axis_h = axis ? font + 8 : 0;
+  l.steps_h = steps ? font + 4 : 0;
+  l.world = std::max(1, world);
+  return l;
+}
+
+float lane_height_for(float avail_h, float font, int world, bool axis, bool steps) {
+  const RowsLayout l = rows_layout(font, 0, world, axis, steps);
+  const float per_rank = (avail_h - l.rows_top()) / static_cast<float>(l.world);
+  return std::clamp(per_rank / 2.3f, font + 6, font * 4.0f);
+}
+
+float rows_height(float avail, float font, int world, float tables_h, float peek_h) {
+  const float rows_min = rows_layout(font, font + 6, world, true, true).height();
+  const float rows_max = rows_layout(font, font * 4, world, true, true).height();
+  if (avail - tables_h >= rows_min) return std::min(rows_max, avail - tables_h);
+  return std::max(font * 6, std::min(rows_min, avail - peek_h));
+}
+
+std::pair<double, double> step_range(const RunData& d, int step) {
+  if (step < 0 || static_cast<size_t>(step) >= d.step_begin.size() || d.step_begin[step] < 0)
+    return {0, 0};
+  const auto [lo, hi] = step_window(d, step);
+  if (hi > lo) return {static_cast<double>(lo), static_cast<double>(hi)};
+  const double b = static_cast<double>(d.step_begin[step]);
+  double e = static_cast<double>(d.t_end);
+  if (static_cast<size_t>(step + 1) < d.step_begin.size() && d.step_begin[step + 1] >= 0)
+    e = static_cast<double>(d.step_begin[step + 1]);
+  return {b, std::max(b, e)};
+}
+
+int step_to_show(const RunData& d, double playhead_t, bool live) {
+  const int n = static_cast<int>(d.step_begin.size());
+  if (n == 0) return -1;
+  int at = d.step_at(static_cast<int64_t>(playhead_t));
+  if (live && at > 0) --at;
+  return std::clamp(at, 0, n - 1);
+}
+
+void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t, bool live) {
+  if (one_step) {
+    const auto [b, e] = step_range(d, step_to_show(d, playhead_t, live));
+    if (e > b) {
+      fit(vp, b, e, 0.01);
+      return;
+    }
+  }
+  fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
+}
+
+std::vector<StageRow> stage_rows(const RunResult& r) {
+  std::vector<StageRow> out;
+  for (const StageReport& s : pipeline_stage_reports(r)) {
+    StageRow row;
+    row.stage = s.rank;
+    row.first_layer = s.first_layer;
+    row.last_layer = s.last_layer;
+    row.bubble_measured = s.bubble_measured;
+    row.bubble_formula = s.bubble_formula;
+    row.peak_activation_bytes = s.peak_activation_bytes;
+    row.predicted_peak_activation_bytes = s.predicted_peak_activation_bytes;
+    row.kept_per_micro_batch =
+        r.cfg.recompute ? stage_input_bytes(r.cfg, s.rank) : s.micro_batch_activation_bytes;
+    row.in_flight_measured = row.kept_per_micro_batch > 0
+                                 ? static_cast<double>(row.peak_activation_bytes) /
+                                       static_cast<double>(row.kept_per_micro_batch)
+                                 : 0.0;
+    row.in_flight_expected = s.in_flight_expected;
+    out.push_back(row);
+  }
+  return out;
 }
 
 int hit_test(const std::vector<DrawSpan>& blocks, float x, float slop) {

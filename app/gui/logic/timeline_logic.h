@@ -4,10 +4,15 @@
 // narrower than a few pixels into one block, then draw the short list.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "app/gui/logic/run_data.h"
+
+namespace shardlab {
+struct RunResult;
+}
 
 namespace shardlab::gui {
 
@@ -44,22 +49,135 @@ void visible_spans(const LaneData& lane, const Viewport& vp, float min_px,
 // Index range [first, last) of spans that may intersect [t_begin, t_end).
 std::pair<size_t, size_t> span_window(const LaneData& lane, double t_begin, double t_end);
 
-// "F3"/"B3" for a micro-batch's forward/backward, "F L2" for a layer's,
-// "AR L4" for a collective; `long_form` adds the bytes ("AR L4 · 1.00 MiB").
+// What a pipeline calls a micro-batch's work: "F3" for micro-batch 3's forward,
+// "B3" for its backward, and the same for what moves between stages: the
+// activations a stage sends on (to a later rank) are F3's, the gradients it
+// sends back (to an earlier rank) are B3's. Empty without a micro-batch.
+std::string micro_batch_tag(const Span& s);
+
+// "F3"/"B3" for a micro-batch's forward/backward, "F L2" for a layer's, "AR L4"
+// for a collective, "send F3 →r1" / "recv F3 ←r0" for pipeline messages;
+// `long_form` adds the layer and the bytes ("AR L4 · 1.00 MiB").
 std::string span_label(const Span& s, bool long_form);
 
-// Where one rank's time went in one step: the union of its compute spans and
-// of its comm spans, how much of the comm ran while computing (hidden), and
-// the rest (waiting). Durations in ns.
-struct StepBreakdown {
-  int64_t begin = 0, end = 0;  // the rank's first span begin and last span end in the step
-  int64_t compute = 0, comm = 0, overlap = 0;
-  int64_t duration() const { return end - begin; }
-  int64_t compute_only() const { return compute - overlap; }
-  int64_t comm_only() const { return comm - overlap; }
-  int64_t idle() const { return duration() - compute - comm + overlap; }
+// A run of consecutive compute spans that are one micro-batch's forward,
+// recompute or backward on one stage (its layers, and the data load and loss
+// that go with a forward): what a pipeline diagram draws as one block.
+struct PhaseRun {
+  uint32_t first = 0, count = 0;  // spans [first, first + count) of the lane
+  int64_t t_begin = 0, t_end = 0;
+  char letter = 'F';  // F, R (a forward run again for the backward: --recompute) or B
+  int micro_batch = -1;
+  std::string label() const { return letter + std::to_string(micro_batch); }
 };
-StepBreakdown step_breakdown(const RankData& rank, int step, int64_t t_from, int64_t t_to);
+// The phase runs meeting [t_begin, t_end) of a compute lane; false (and no
+// runs) when more than `max_spans` spans meet it (too small to label anyway).
+bool phase_runs(const LaneData& lane, double t_begin, double t_end, size_t max_spans,
+                std::vector<PhaseRun>& out);
+
+// Runs too narrow for their own label, back to back, share one: "F0-4" for
+// forwards of consecutive micro-batches, "F3 B3" for one micro-batch's forward
+// and backward. `adjacent_px`: the widest gap that still counts as back to back.
+struct RunGroup {
+  size_t first = 0, count = 1;  // runs [first, first + count)
+  std::string label;
+};
+std::vector<RunGroup> group_runs(const std::vector<PhaseRun>& runs, const Viewport& vp,
+                                 float adjacent_px, float pad,
+                                 const std::function<float(const std::string&)>& text_width);
+
+// Label placement along one lane, left to right (requests in order of x0): a
+// label goes centred inside its block when it fits (pushed right of the label
+// before it if need be), else just right of the block when the free space up
+// to `limit` (where the next block starts) holds it; otherwise it is left out.
+// Placed labels never overlap each other or another block.
+struct LabelRequest {
+  float x0 = 0, x1 = 0;  // the block
+  float width = 0;       // the label's
+  float limit = 0;       // the next block's start (or the lane's end)
+};
+struct LabelPlace {
+  bool shown = false;
+  bool inside = false;
+  float x = 0;  // left edge
+};
+std::vector<LabelPlace> place_labels(const std::vector<LabelRequest>& requests, float pad);
+
+// Greedy, left to right: keeps each box [x, x + w) that starts at least `gap`
+// after the last kept one ends and ends before `x_max`.
+std::vector<bool> keep_apart(const std::vector<std::pair<float, float>>& boxes, float gap,
+                             float x_max);
+
+// Axis ticks on 1-2-5 steps, with labels that differ from their neighbours at
+// any zoom: the unit comes from the step, the decimals from the step too
+// ("1.020 s, 1.025 s", not "1.02 s, 1.02 s"). `char_px` is the width of one
+// label character; ticks are spaced so their labels do not touch.
+struct AxisTick {
+  double t = 0;
+  std::string label;
+};
+std::vector<AxisTick> time_ticks(double t_begin, double t_end, float width_px, float char_px);
+
+// Send -> recv lines in view. Up to `max_single` they are drawn one by one; past
+// that they are bundled per (sender, receiver) into columns `bucket_px` wide,
+// one line per bundle, so hundreds of messages read as a few strokes.
+struct FlowLine {
+  float xa = 0, xb = 0;  // the send's begin, the recv's end
+  int from_rank = -1, to_rank = -1;
+  uint32_t count = 1;  // > 1: a bundle
+};
+void flow_lines(const std::vector<Flow>& flows, const Viewport& vp, int max_single, float bucket_px,
+                std::vector<FlowLine>& out);
+
+// Vertical layout of the timeline rows (pixels from the top of the rows): the
+// time axis, a band of step labels under it (labels never fall below the rows,
+// where a short window would clip them), then per rank a compute and a comm lane.
+struct RowsLayout {
+  float font = 13, lane_h = 19, gap = 6, axis_h = 21, steps_h = 15;
+  int world = 1;
+  float rows_top() const { return axis_h + steps_h; }
+  float rank_y(int r) const { return rows_top() + r * (2 * lane_h + gap); }  // its compute lane
+  float lane_y(int r, int lane) const { return rank_y(r) + lane * lane_h; }
+  float height() const { return rows_top() + world * (2 * lane_h + gap); }
+};
+RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool steps);
+// The lane height for rows that get `avail_h` pixels: grows with the space,
+// up to 4 lines of text; never lower than a line of text and its margins, so
+// bigger fonts (presenter mode) get taller lanes.
+float lane_height_for(float avail_h, float font, int world, bool axis, bool steps);
+// How tall the rows are in a view `avail` pixels high that also shows tables
+// `tables_h` high under them: everything when it fits (lanes growing up to 4
+// lines of text); else the rows at their smallest readable lanes, the tables
+// keeping at least `peek_h` (they scroll).
+float rows_height(float avail, float font, int world, float tables_h, float peek_h);
+// A text line's box in a lane: [y, y + font) centred; inside the lane for any
+// lane from lane_height_for.
+inline float text_y_in_lane(const RowsLayout& l, int r, int lane, float text_h) {
+  return l.lane_y(r, lane) + (l.lane_h - text_h) * 0.5f;
+}
+
+// [begin, end) of `step` as the timeline shows it: step_window (wait_logic.h),
+// falling back to the step's start and the next one's. {0, 0}: not recorded.
+std::pair<double, double> step_range(const RunData& d, int step);
+// The step a one-step view shows: the playhead's, or while a live run is
+// followed, the last finished one (the newest is still half done).
+int step_to_show(const RunData& d, double playhead_t, bool live);
+// Fits the viewport to all training steps, or to step_to_show's step.
+void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t, bool live);
+
+// The per-stage table of a finished pipeline run (core/pipeline_analysis.h):
+// the measured bubble beside (P-1)/(M+P-1), and the activations a stage held
+// at its peak beside what the micro-batches expected in flight hold.
+struct StageRow {
+  int stage = 0;
+  int first_layer = 0, last_layer = 0;  // [first, last)
+  double bubble_measured = 0, bubble_formula = 0;
+  int64_t peak_activation_bytes = 0, predicted_peak_activation_bytes = 0;
+  int64_t kept_per_micro_batch = 0;  // with --recompute: the stage input only
+  double in_flight_measured = 0;     // peak / kept per micro-batch
+  int in_flight_expected = 0;
+};
+std::vector<StageRow> stage_rows(const RunResult& r);  // empty: not a pipeline run
 
 // The block under pixel x (with `slop` pixels of tolerance), or -1.
 int hit_test(const std::vector<DrawSpan>& blocks, float x, float slop = 1.0f);

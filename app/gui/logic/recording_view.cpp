@@ -1,0 +1,41 @@
+// Status text for an opened recording (see recording_view.h).
+#include "app/gui/logic/recording_view.h"
+
+#include <cctype>
+
+namespace shardlab::gui {
+
+std::string readable_date(const std::string& s) {
+  // Exactly what describe_origin() writes: YYYY-MM-DDTHH:MM:SSZ.
+  const char* shape = "dddd-dd-ddTdd:dd:ddZ";
+  if (s.size() != 20) return s;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool digit = std::isdigit(static_cast<unsigned char>(s[i])) != 0;
+    if (shape[i] == 'd' ? !digit : s[i] != shape[i]) return s;
+  }
+  return s.substr(0, 10) + " " + s.substr(11, 5) + " UTC";
+}
+
+std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world) {
+  return "recording: " + file + " \xE2\x80\x94 recorded on " + origin.device + ", world " +
+         std::to_string(world) + ", " + readable_date(origin.date);
+}
+
+std::string file_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1);
+}
+
+std::string recording_details(const RunResult& run, const std::string& path,
+                              const RecordingOrigin& origin) {
+  std::string out =
+      "recording " + path + "\nrecorded " + readable_date(origin.date) + " on " + origin.device;
+  if (!origin.cpu.empty()) out += "\nCPU: " + origin.cpu;
+  for (const std::string& g : origin.gpus) out += "\nGPU: " + g;
+  if (!run.placement.summary.empty()) out += "\nplacement: " + run.placement.summary;
+  if (!origin.shardlab.empty()) out += "\nwritten by " + origin.shardlab;
+  out += "\nShown as recorded: nothing runs until Run (R).";
+  return out;
+}
+
+}  // namespace shardlab::gui

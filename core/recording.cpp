@@ -1,0 +1,947 @@
+// Recording files: JSON (readable with jq, self-describing: kinds, lanes and
+// categories by name, so enum order never matters), spans and allocations as
+// one short array per line, final weights as base64 float32 (exact, a third of
+// decimal's size). Loading trusts nothing: every field is checked for type,
+// range and consistency with the run's settings before a RunResult exists.
+#include "core/recording.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <limits>
+#include <numeric>
+
+#include "core/gpu.h"
+#include "core/model.h"
+#include "core/strategy.h"
+
+namespace shardlab {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFormat = "shardlab-recording";
+constexpr int64_t kMaxTimeNs = int64_t{1} << 52;     // ~52 days after the run start
+constexpr int64_t kMaxBytes = int64_t{1} << 50;      // 1 PiB: far above any real buffer
+constexpr int64_t kMaxClockZero = int64_t{1} << 62;  // steady clocks start near boot
+constexpr size_t kMaxText = 4096;                    // names, summaries, dates
+constexpr int kMaxDepth = 32;                        // the format itself needs 6
+constexpr double kMaxStepMs = 1e9;                   // 11 days
+const std::vector<std::string> kSpanColumns = {"t_begin_ns", "t_end_ns",    "lane", "kind",
+                                               "layer",      "micro_batch", "step", "bytes",
+                                               "peer",       "flow_id"};
+const std::vector<std::string> kAllocColumns = {"t_ns",     "delta_bytes", "buffer_id",
+                                                "category", "pool",        "name"};
+
+// A value from the file inside a one-line message: control characters escaped,
+// long values cut.
+std::string shown(const std::string& s) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < 60; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += s[i];
+    }
+  }
+  if (s.size() > 60) out += "...";
+  return out + "'";
+}
+
+std::string describe(const json& v) {
+  if (v.is_string()) return "the string " + shown(v.get_ref<const std::string&>());
+  if (v.is_number() || v.is_boolean() || v.is_null()) return v.dump();
+  return std::string("an ") + v.type_name();
+}
+
+// Every check goes through here: the file, where in it, what is wrong.
+class Checker {
+ public:
+  explicit Checker(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw ConfigError("recording '" + file_ + "': " + (where.empty() ? "" : where + ": ") + what);
+  }
+
+  // `v` must be an object with exactly these keys.
+  void keys(const json& v, const std::string& where, const std::vector<const char*>& want) const {
+    if (!v.is_object()) fail(where, "expected an object, got " + describe(v));
+    for (const char* k : want)
+      if (!v.contains(k)) fail(where, std::string("missing key '") + k + "'");
+    if (v.size() != want.size()) {
+      std::string valid;
+      for (const char* k : want) valid += std::string(valid.empty() ? "" : ", ") + k;
+      for (const auto& [k, _] : v.items())
+        if (std::find_if(want.begin(), want.end(), [&](const char* w) { return k == w; }) ==
+            want.end())
+          fail(where, "unknown key " + shown(k) + " (valid: " + valid + ")");
+    }
+  }
+
+  const json& array(const json& v, const std::string& where, size_t min_size = 0,
+                    size_t max_size = std::numeric_limits<size_t>::max()) const {
+    if (!v.is_array()) fail(where, "expected an array, got " + describe(v));
+    if (v.size() < min_size || v.size() > max_size)
+      fail(where, "has " + std::to_string(v.size()) + " entries (valid: " +
+                      (min_size == max_size
+                           ? std::to_string(min_size)
+                           : std::to_string(min_size) + " to " + std::to_string(max_size)) +
+                      ")");
+    return v;
+  }
+
+  int64_t integer(const json& v, const std::string& where, int64_t lo, int64_t hi) const {
+    if (!v.is_number_integer()) fail(where, "expected an integer, got " + describe(v));
+    bool ok;
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      ok = hi >= 0 && u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo;
+    } else {
+      ok = v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    }
+    if (!ok)
+      fail(where, v.dump() + " is out of range (valid: " + std::to_string(lo) + " to " +
+                      std::to_string(hi) + ")");
+    return v.get<int64_t>();
+  }
+
+  uint64_t unsigned_integer(const json& v, const std::string& where) const {
+    if (!v.is_number_unsigned()) fail(where, "expected a non-negative integer, got " + describe(v));
+    return v.get<uint64_t>();
+  }
+
+  // A finite number in [lo, hi]: NaN cannot even be written in JSON, and
+  // infinities or overflowed literals are refused here.
+  double number(const json& v, const std::string& where, double lo, double hi) const {
+    if (!v.is_number()) fail(where, "expected a number, got " + describe(v));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      fail(where, v.dump() + " is out of range (valid: " + json(lo).dump() + " to " +
+                      json(hi).dump() + ")");
+    return x;
+  }
+
+  bool boolean(const json& v, const std::string& where) const {
+    if (!v.is_boolean()) fail(where, "expected true or false, got " + describe(v));
+    return v.get<bool>();
+  }
+
+  // One line of text (it may end up in a status line or a message).
+  std::string text(const json& v, const std::string& where, bool allow_empty = true) const {
+    if (!v.is_string()) fail(where, "expected a string, got " + describe(v));
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() > kMaxText)
+      fail(where, "is " + std::to_string(s.size()) + " bytes long (valid: up to " +
+                      std::to_string(kMaxText) + ")");
+    if (!allow_empty && s.empty()) fail(where, "is empty");
+    for (unsigned char c : s)
+      if (c < 0x20 || c == 0x7f) fail(where, shown(s) + " contains a control character");
+    return s;
+  }
+
+  // A name from a fixed list, e.g. a span kind.
+  template <typename E, int N>
+  E name(const json& v, const std::string& where, const char* what) const {
+    if (!v.is_string())
+      fail(where, std::string("expected a ") + what + " name, got " + describe(v));
+    const std::string& s = v.get_ref<const std::string&>();
+    std::string valid;
+    for (int i = 0; i < N; ++i) {
+      const char* n = to_string(static_cast<E>(i));
+      if (s == n) return static_cast<E>(i);
+      valid += std::string(i ? ", " : "") + n;
+    }
+    fail(where, shown(s) + " is not a " + what + " (valid: " + valid + ")");
+  }
+
+ private:
+  std::string file_;
+};
+
+std::string at(const std::string& where, const char* key) {
+  return where.empty() ? key : where + "." + key;
+}
+std::string at(const std::string& where, size_t i) {
+  return where + "[" + std::to_string(i) + "]";
+}
+
+// ---- base64 (RFC 4648, padded) for the final weights
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64_encode(const unsigned char* p, size_t n) {
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (uint32_t{p[i]} << 16) | (i + 1 < n ? uint32_t{p[i + 1]} << 8 : 0) |
+                       (i + 2 < n ? uint32_t{p[i + 2]} : 0);
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += i + 1 < n ? kB64[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? kB64[v & 63] : '=';
+  }
+  return out;
+}
+
+// Empty optional-like result: returns false on any malformed input.
+bool base64_decode(const std::string& s, std::vector<unsigned char>& out) {
+  if (s.size() % 4 != 0) return false;
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  out.clear();
+  out.reserve(s.size() / 4 * 3);
+  for (size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    const int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=') : 0;
+    if (pad == 1 && s[i + 2] == '=') return false;  // "x=y=" is not padding
+    int v[4];
+    for (int k = 0; k < 4 - pad; ++k)
+      if ((v[k] = value(s[i + k])) < 0) return false;
+    for (int k = 4 - pad; k < 4; ++k) v[k] = 0;
+    const uint32_t x =
+        (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    out.push_back(static_cast<unsigned char>(x >> 16));
+    if (pad < 2) out.push_back(static_cast<unsigned char>(x >> 8));
+    if (pad < 1) out.push_back(static_cast<unsigned char>(x));
+  }
+  return true;
+}
+
+// CRC-32 (IEEE 802.3, as zlib's crc32): the weights have no range to check, so a
+// flipped bit in them would otherwise load silently.
+uint32_t crc32(const unsigned char* p, size_t n) {
+  uint32_t table[256];
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// YYYY-MM-DDTHH:MM:SSZ, as utc_now() writes it.
+bool is_utc_date(const std::string& s) {
+  const char* shape = "dddd-dd-ddTdd:dd:ddZ";
+  if (s.size() != 20) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool digit = s[i] >= '0' && s[i] <= '9';
+    if (shape[i] == 'd' ? !digit : s[i] != shape[i]) return false;
+  }
+  return true;
+}
+
+// ---- writing
+
+json config_json(const RunConfig& c) {
+  const OptimizerConfig& o = c.optimizer;
+  return {{"model", c.model},
+          {"strategy", c.strategy},
+          {"world", c.world},
+          {"batch", c.batch},
+          {"steps", c.steps},
+          {"optimizer",
+           {{"kind", to_string(o.kind)},
+            {"lr", o.lr},
+            {"beta1", o.beta1},
+            {"beta2", o.beta2},
+            {"eps", o.eps},
+            {"weight_decay", o.weight_decay}}},
+          {"seed", c.seed},
+          {"device", c.device},
+          {"backend", c.backend},
+          {"timeout_ms", c.timeout_ms},
+          {"record", c.record},
+          {"bucket_mb", c.bucket_mb},
+          {"overlap", c.overlap},
+          {"precision", c.precision},
+          {"prefetch", c.prefetch},
+          {"fsdp_unit", c.fsdp_unit},
+          {"reshard_after_forward", c.reshard_after_forward},
+          {"offload", c.offload},
+          {"stages", c.stages},
+          {"micro_batches", c.micro_batches},
+          {"partition", c.partition},
+          {"recompute", c.recompute}};
+}
+
+json pool_json(const PoolStats& p) {
+  json current = json::object(), peak = json::object();
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    current[to_string(static_cast<MemCategory>(c))] = p.current[c];
+    peak[to_string(static_cast<MemCategory>(c))] = p.peak[c];
+  }
+  return {{"current", current},
+          {"peak", peak},
+          {"current_total", p.current_total},
+          {"peak_total", p.peak_total},
+          {"cached", p.cached}};
+}
+
+// A loss can be NaN or infinite (a diverged run); JSON has no literal for them.
+json loss_json(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  return v;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    std::string name = line.substr(colon + 1);
+    name.erase(0, name.find_first_not_of(" \t"));
+    return name;
+  }
+  return "";
+}
+
+// Rows one per line, keys in reading order: a recording is meant to be looked at.
+std::string layout(const json& j) {
+  std::string out = "{";
+  bool first = true;
+  auto key = [&](const std::string& k) {
+    out += first ? "" : ",\n";
+    first = false;
+    out += json(k).dump() + ":";
+  };
+  for (const char* k : {"format", "version", "origin", "config", "placement", "clock_zero_ns",
+                        "losses", "final_params", "span_columns", "alloc_columns"}) {
+    key(k);
+    out += j.at(k).dump();
+  }
+  key("ranks");
+  out += "[";
+  const json& ranks = j.at("ranks");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const json& rank = ranks[r];
+    out += r ? ",\n{" : "\n{";
+    bool first_key = true;
+    for (const char* k : {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"}) {
+      out += first_key ? "" : ",\n";
+      first_key = false;
+      out += json(k).dump() + ":";
+      const json& v = rank.at(k);
+      if (std::string(k) == "spans" || std::string(k) == "allocs") {
+        out += "[";
+        for (size_t i = 0; i < v.size(); ++i) out += (i ? ",\n" : "\n") + v[i].dump();
+        out += "]";
+      } else {
+        out += v.dump();
+      }
+    }
+    out += "}";
+  }
+  out += "]}\n";
+  return out;
+}
+
+// ---- reading
+
+RunConfig config_from_json(const Checker& ck, const json& j, const std::string& w) {
+  ck.keys(j, w,
+          {"model",
+           "strategy",
+           "world",
+           "batch",
+           "steps",
+           "optimizer",
+           "seed",
+           "device",
+           "backend",
+           "timeout_ms",
+           "record",
+           "bucket_mb",
+           "overlap",
+           "precision",
+           "prefetch",
+           "fsdp_unit",
+           "reshard_after_forward",
+           "offload",
+           "stages",
+           "micro_batches",
+           "partition",
+           "recompute"});
+  RunConfig c;
+  const int max_int = std::numeric_limits<int>::max();
+  c.model = ck.text(j["model"], at(w, "model"), false);
+  c.strategy = ck.text(j["strategy"], at(w, "strategy"), false);
+  c.world = static_cast<int>(ck.integer(j["world"], at(w, "world"), 1, 64));
+  c.batch = static_cast<int>(ck.integer(j["batch"], at(w, "batch"), 1, max_int));
+  c.steps = static_cast<int>(ck.integer(j["steps"], at(w, "steps"), 1, 10'000'000));
+  const json& o = j["optimizer"];
+  const std::string ow = at(w, "optimizer");
+  ck.keys(o, ow, {"kind", "lr", "beta1", "beta2", "eps", "weight_decay"});
+  const std::string kind = ck.text(o["kind"], at(ow, "kind"));
+  if (kind != "adamw" && kind != "sgd")
+    ck.fail(at(ow, "kind"), shown(kind) + " is not an optimizer (valid: adamw, sgd)");
+  c.optimizer.kind = kind == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
+  const double fmax = std::numeric_limits<float>::max();
+  c.optimizer.lr = static_cast<float>(ck.number(o["lr"], at(ow, "lr"), 0, fmax));
+  c.optimizer.beta1 = static_cast<float>(ck.number(o["beta1"], at(ow, "beta1"), 0, 1));
+  c.optimizer.beta2 = static_cast<float>(ck.number(o["beta2"], at(ow, "beta2"), 0, 1));
+  c.optimizer.eps = static_cast<float>(ck.number(o["eps"], at(ow, "eps"), 0, fmax));
+  c.optimizer.weight_decay =
+      static_cast<float>(ck.number(o["weight_decay"], at(ow, "weight_decay"), 0, fmax));
+  c.seed = ck.unsigned_integer(j["seed"], at(w, "seed"));
+  c.device = ck.text(j["device"], at(w, "device"));
+  c.backend = ck.text(j["backend"], at(w, "backend"));
+  c.timeout_ms = static_cast<int>(ck.integer(j["timeout_ms"], at(w, "timeout_ms"), 1, max_int));
+  c.record = ck.boolean(j["record"], at(w, "record"));
+  c.bucket_mb = ck.number(j["bucket_mb"], at(w, "bucket_mb"), 0, 1e12);
+  c.overlap = ck.boolean(j["overlap"], at(w, "overlap"));
+  c.precision = ck.text(j["precision"], at(w, "precision"));
+  c.prefetch = ck.boolean(j["prefetch"], at(w, "prefetch"));
+  c.fsdp_unit = static_cast<int>(ck.integer(j["fsdp_unit"], at(w, "fsdp_unit"), -max_int, max_int));
+  c.reshard_after_forward = ck.boolean(j["reshard_after_forward"], at(w, "reshard_after_forward"));
+  c.offload = ck.boolean(j["offload"], at(w, "offload"));
+  c.stages = static_cast<int>(ck.integer(j["stages"], at(w, "stages"), -max_int, max_int));
+  c.micro_batches =
+      static_cast<int>(ck.integer(j["micro_batches"], at(w, "micro_batches"), -max_int, max_int));
+  const json& part = ck.array(j["partition"], at(w, "partition"), 0, 4096);
+  for (size_t i = 0; i < part.size(); ++i)
+    c.partition.push_back(
+        static_cast<int>(ck.integer(part[i], at(at(w, "partition"), i), -1'000'000, 1'000'000)));
+  c.recompute = ck.boolean(j["recompute"], at(w, "recompute"));
+  if (!c.record)
+    ck.fail(at(w, "record"), "false: a recording needs the run's spans (record must be true)");
+  // The settings must be ones shardlab accepts. Device and backend are checked
+  // on their own: a GPU recording must open on a laptop without GPUs.
+  if (c.device != "cpu" && c.device != "cuda" && c.device != "auto" && c.device != "cpu-guarded")
+    ck.fail(at(w, "device"),
+            shown(c.device) + " is not a device (valid: cpu, cuda, auto, cpu-guarded)");
+  if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl")
+    ck.fail(at(w, "backend"), shown(c.backend) + " is not a backend (valid: auto, gloo, nccl)");
+  RunConfig here = c;
+  here.device = "cpu";
+  here.backend = "auto";
+  try {
+    validate(here);
+  } catch (const ConfigError& e) {
+    ck.fail(w, std::string("settings shardlab refuses: ") + e.what());
+  }
+  return c;
+}
+
+Placement placement_from_json(const Checker& ck, const json& j, const std::string& w, int world) {
+  ck.keys(j, w, {"kind", "guarded", "gpu_of_rank", "comm", "device_name", "summary"});
+  Placement p;
+  const std::string kind = ck.text(j["kind"], at(w, "kind"));
+  if (kind != "cpu" && kind != "cuda")
+    ck.fail(at(w, "kind"), shown(kind) + " is not a device kind (valid: cpu, cuda)");
+  p.kind = kind == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  p.guarded = ck.boolean(j["guarded"], at(w, "guarded"));
+  const size_t gpus = p.kind == DeviceKind::cuda ? static_cast<size_t>(world) : 0;
+  const json& g = ck.array(j["gpu_of_rank"], at(w, "gpu_of_rank"), gpus, gpus);
+  for (size_t i = 0; i < g.size(); ++i)
+    p.gpu_of_rank.push_back(
+        static_cast<int>(ck.integer(g[i], at(at(w, "gpu_of_rank"), i), 0, 1023)));
+  const std::string comm = ck.text(j["comm"], at(w, "comm"));
+  bool found = false;
+  for (CommKind k : {CommKind::gloo, CommKind::gloo_staged, CommKind::nccl})
+    if (comm == to_string(k)) {
+      p.comm = k;
+      found = true;
+    }
+  if (!found)
+    ck.fail(at(w, "comm"),
+            shown(comm) + " is not a communicator (valid: gloo, gloo+host-staging, nccl)");
+  p.device_name = ck.text(j["device_name"], at(w, "device_name"));
+  p.summary = ck.text(j["summary"], at(w, "summary"));
+  return p;
+}
+
+PoolStats pool_from_json(const Checker& ck, const json& j, const std::string& w) {
+  ck.keys(j, w, {"current", "peak", "current_total", "peak_total", "cached"});
+  PoolStats p;
+  std::vector<const char*> cats;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    cats.push_back(to_string(static_cast<MemCategory>(c)));
+  for (const char* part : {"current", "peak"}) {
+    const json& o = j[part];
+    ck.keys(o, at(w, part), cats);
+    auto& dst = std::string(part) == "current" ? p.current : p.peak;
+    for (int c = 0; c < kNumMemCategories; ++c)
+      dst[c] = ck.integer(o[cats[c]], at(at(w, part), cats[c]), 0, kMaxBytes);
+  }
+  p.current_total = ck.integer(j["current_total"], at(w, "current_total"), 0, kMaxBytes);
+  p.peak_total = ck.integer(j["peak_total"], at(w, "peak_total"), 0, kMaxBytes);
+  p.cached = ck.integer(j["cached"], at(w, "cached"), 0, kMaxBytes);
+  // What the accounting allocator guarantees, so a file that breaks it was edited.
+  int64_t sum_current = 0, sum_peak = 0;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    if (p.current[c] > p.peak[c])
+      ck.fail(at(at(w, "current"), cats[c]),
+              std::to_string(p.current[c]) + " is above its peak " + std::to_string(p.peak[c]));
+    sum_current += p.current[c];
+    sum_peak += p.peak[c];
+  }
+  if (p.current_total != sum_current)
+    ck.fail(at(w, "current_total"), std::to_string(p.current_total) +
+                                        " is not the sum of the categories (" +
+                                        std::to_string(sum_current) + ")");
+  if (p.peak_total < p.current_total || p.peak_total > sum_peak)
+    ck.fail(at(w, "peak_total"), std::to_string(p.peak_total) +
+                                     " is impossible (valid: " + std::to_string(p.current_total) +
+                                     " to " + std::to_string(sum_peak) + ")");
+  return p;
+}
+
+double loss_from_json(const Checker& ck, const json& v, const std::string& w) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "Infinity") return std::numeric_limits<double>::infinity();
+    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+    ck.fail(w, shown(s) + " is not a loss (valid: a number, \"NaN\", \"Infinity\", \"-Infinity\")");
+  }
+  return ck.number(v, w, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
+}
+
+struct Limits {
+  int world, steps, layers, micro_batches;
+};
+
+Span span_from_json(const Checker& ck, const json& row, const std::string& w, int rank, int64_t t0,
+                    const Limits& lim) {
+  ck.array(row, w, kSpanColumns.size(), kSpanColumns.size());
+  auto col = [&](size_t i) { return at(w, i) + " (" + kSpanColumns[i] + ")"; };
+  Span s;
+  s.rank = rank;
+  const int64_t b = ck.integer(row[0], col(0), 0, kMaxTimeNs);
+  const int64_t e = ck.integer(row[1], col(1), b, kMaxTimeNs);
+  s.t_begin_ns = t0 + b;
+  s.t_end_ns = t0 + e;
+  s.lane = ck.name<Lane, 2>(row[2], col(2), "lane");
+  s.kind = ck.name<SpanKind, kNumSpanKinds>(row[3], col(3), "span kind");
+  s.layer = static_cast<int>(ck.integer(row[4], col(4), -1, lim.layers - 1));
+  s.micro_batch =
+      static_cast<int>(ck.integer(row[5], col(5), -1, std::max(1, lim.micro_batches) - 1));
+  s.step = static_cast<int>(ck.integer(row[6], col(6), -1, lim.steps - 1));
+  s.bytes = ck.integer(row[7], col(7), 0, kMaxBytes);
+  s.peer = static_cast<int>(ck.integer(row[8], col(8), -1, lim.world - 1));
+  s.flow_id = ck.unsigned_integer(row[9], col(9));
+  return s;
+}
+
+AllocEvent alloc_from_json(const Checker& ck, const json& row, const std::string& w, int64_t t0) {
+  ck.array(row, w, kAllocColumns.size(), kAllocColumns.size());
+  auto col = [&](size_t i) { return at(w, i) + " (" + kAllocColumns[i] + ")"; };
+  AllocEvent a;
+  a.t_ns = t0 + ck.integer(row[0], col(0), 0, kMaxTimeNs);
+  a.delta_bytes = ck.integer(row[1], col(1), -kMaxBytes, kMaxBytes);
+  a.buffer_id = ck.unsigned_integer(row[2], col(2));
+  a.category = ck.name<MemCategory, kNumMemCategories>(row[3], col(3), "memory category");
+  a.pool = ck.name<Pool, 2>(row[4], col(4), "memory pool");
+  a.name = ck.text(row[5], col(5));
+  return a;
+}
+
+void check_columns(const Checker& ck, const json& v, const char* key,
+                   const std::vector<std::string>& want) {
+  ck.array(v, key, want.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    if (v[i] != want[i])
+      ck.fail(at(key, i), describe(v[i]) + " (valid: " + json(want).dump() + ")");
+}
+
+[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
+  throw std::runtime_error("cannot write recording '" + path + "': " + what + ": " +
+                           std::strerror(err));
+}
+
+const char* file_type(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
+std::string parent_dir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+RecordingOrigin describe_origin(const RunResult& run) {
+  RecordingOrigin o;
+  o.cpu = cpu_model_name();
+  if (run.placement.kind == DeviceKind::cuda) o.gpus.push_back(cuda_status());
+  const std::string what = run.placement.device_name.empty() ? "cpu" : run.placement.device_name;
+  const std::string name = o.gpus.empty() ? o.cpu : o.gpus.front();
+  o.device = name.empty() ? what : what + " (" + name + ")";
+  o.date = utc_now();
+  utsname u{};
+  const std::string os = ::uname(&u) == 0 ? std::string(" on ") + u.sysname + " " + u.machine : "";
+  o.shardlab = "shardlab, recording format " + std::to_string(kRecordingVersion) + os;
+  return o;
+}
+
+json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
+  if (!r.cfg.record)
+    throw std::runtime_error("cannot record a run made with --no-record (it has no spans)");
+  json ranks = json::array();
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankReport& rr = r.ranks[i];
+    json spans = json::array(), allocs = json::array();
+    if (i < r.recorders.size() && r.recorders[i]) {
+      const Recorder::Snapshot snap = r.recorders[i]->snapshot();
+      for (const Span& s : snap.spans)
+        spans.push_back({s.t_begin_ns - r.t0_ns, s.t_end_ns - r.t0_ns, to_string(s.lane),
+                         to_string(s.kind), s.layer, s.micro_batch, s.step, s.bytes, s.peer,
+                         s.flow_id});
+      for (const AllocEvent& a : snap.allocs)
+        allocs.push_back({a.t_ns - r.t0_ns, a.delta_bytes, a.buffer_id, to_string(a.category),
+                          to_string(a.pool), a.name});
+    }
+    ranks.push_back(
+        {{"rank", i},
+         {"step_ms", rr.step_ms},
+         {"bytes_sent_per_step", rr.bytes_sent_per_step},
+         {"memory", {{"device", pool_json(rr.memory.device)}, {"host", pool_json(rr.memory.host)}}},
+         {"spans", std::move(spans)},
+         {"allocs", std::move(allocs)}});
+  }
+  json losses = json::array();
+  for (double l : r.losses) losses.push_back(loss_json(l));
+  const Placement& p = r.placement;
+  json gpus = origin.gpus;
+  const auto* weights = reinterpret_cast<const unsigned char*>(r.final_params.data());
+  const size_t weight_bytes = r.final_params.size() * sizeof(float);
+  return {{"format", kFormat},
+          {"version", kRecordingVersion},
+          {"origin",
+           {{"device", origin.device},
+            {"cpu", origin.cpu},
+            {"gpus", gpus},
+            {"date", origin.date},
+            {"shardlab", origin.shardlab}}},
+          {"config", config_json(r.cfg)},
+          {"placement",
+           {{"kind", p.kind == DeviceKind::cuda ? "cuda" : "cpu"},
+            {"guarded", p.guarded},
+            {"gpu_of_rank", p.gpu_of_rank},
+            {"comm", to_string(p.comm)},
+            {"device_name", p.device_name},
+            {"summary", p.summary}}},
+          {"clock_zero_ns", r.t0_ns},
+          {"losses", std::move(losses)},
+          {"final_params",
+           {{"dtype", "float32-le"},
+            {"count", r.final_params.size()},
+            {"crc32", hex32(crc32(weights, weight_bytes))},
+            {"base64", base64_encode(weights, weight_bytes)}}},
+          {"span_columns", kSpanColumns},
+          {"alloc_columns", kAllocColumns},
+          {"ranks", std::move(ranks)}};
+}
+
+Recording recording_from_json(const json& j, const std::string& file) {
+  static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559);
+  const Checker ck(file);
+  if (!j.is_object()) ck.fail("", "expected a JSON object at the top, got " + describe(j));
+  // Format and version first, so a wrong file gets the message that explains it.
+  if (!j.contains("format") || j["format"] != kFormat)
+    ck.fail("", std::string("not a shardlab recording (no \"format\": \"") + kFormat + "\")");
+  if (!j.contains("version") || !j["version"].is_number_integer())
+    ck.fail("version", "missing or not an integer");
+  if (j["version"] != kRecordingVersion)
+    ck.fail("version", j["version"].dump() + " is not supported (this shardlab reads version " +
+                           std::to_string(kRecordingVersion) + ")");
+  ck.keys(j, "",
+          {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
+           "final_params", "span_columns", "alloc_columns", "ranks"});
+
+  Recording rec;
+  RunResult& r = rec.run;
+  const json& o = j["origin"];
+  ck.keys(o, "origin", {"device", "cpu", "gpus", "date", "shardlab"});
+  rec.origin.device = ck.text(o["device"], "origin.device", false);
+  rec.origin.cpu = ck.text(o["cpu"], "origin.cpu");
+  const json& gpus = ck.array(o["gpus"], "origin.gpus", 0, 1024);
+  for (size_t i = 0; i < gpus.size(); ++i)
+    rec.origin.gpus.push_back(ck.text(gpus[i], at("origin.gpus", i)));
+  rec.origin.date = ck.text(o["date"], "origin.date", false);
+  if (!is_utc_date(rec.origin.date))
+    ck.fail("origin.date",
+            shown(rec.origin.date) + " is not a UTC date (valid: e.g. " + "2026-11-23T16:40:05Z)");
+  rec.origin.shardlab = ck.text(o["shardlab"], "origin.shardlab");
+
+  r.cfg = config_from_json(ck, j["config"], "config");
+  const RunConfig& c = r.cfg;
+  const ModelLayout layout(ModelSpec::parse(c.model));  // parsed fine in validate()
+  r.placement = placement_from_json(ck, j["placement"], "placement", c.world);
+  r.t0_ns = ck.integer(j["clock_zero_ns"], "clock_zero_ns", 0, kMaxClockZero);
+
+  const size_t steps = static_cast<size_t>(c.steps);
+  const json& losses = ck.array(j["losses"], "losses", steps, steps);
+  for (size_t s = 0; s < steps; ++s)
+    r.losses.push_back(loss_from_json(ck, losses[s], at("losses", s)));
+
+  const json& fp = j["final_params"];
+  ck.keys(fp, "final_params", {"dtype", "count", "crc32", "base64"});
+  if (fp["dtype"] != "float32-le")
+    ck.fail("final_params.dtype", describe(fp["dtype"]) + " (valid: \"float32-le\")");
+  const int64_t total = static_cast<int64_t>(layout.total());
+  ck.integer(fp["count"], "final_params.count", total, total);
+  if (!fp["base64"].is_string())
+    ck.fail("final_params.base64", "expected a string, got " + describe(fp["base64"]));
+  std::vector<unsigned char> bytes;
+  if (!base64_decode(fp["base64"].get_ref<const std::string&>(), bytes))
+    ck.fail("final_params.base64", "is not valid base64");
+  if (bytes.size() != static_cast<size_t>(total) * sizeof(float))
+    ck.fail("final_params.base64", "holds " + std::to_string(bytes.size()) + " bytes, " + c.model +
+                                       " needs " + std::to_string(total * sizeof(float)));
+  const std::string crc = hex32(crc32(bytes.data(), bytes.size()));
+  if (fp["crc32"] != crc)
+    ck.fail("final_params.crc32", describe(fp["crc32"]) + " does not match the weights (crc32 " +
+                                      crc + "): the file was damaged or edited");
+  r.final_params.resize(static_cast<size_t>(total));
+  // Little-endian on disk; every platform shardlab builds on is little-endian.
+  std::memcpy(r.final_params.data(), bytes.data(), bytes.size());
+
+  check_columns(ck, j["span_columns"], "span_columns", kSpanColumns);
+  check_columns(ck, j["alloc_columns"], "alloc_columns", kAllocColumns);
+
+  const Limits lim{c.world, c.steps, layout.num_layers(), c.micro_batches};
+  const json& ranks =
+      ck.array(j["ranks"], "ranks", static_cast<size_t>(c.world), static_cast<size_t>(c.world));
+  r.step_ms.assign(steps, 0.0);
+  for (int rank = 0; rank < c.world; ++rank) {
+    const std::string w = at("ranks", static_cast<size_t>(rank));
+    const json& rj = ranks[rank];
+    ck.keys(rj, w, {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"});
+    ck.integer(rj["rank"], at(w, "rank"), rank, rank);
+    RankReport rr;
+    const json& ms = ck.array(rj["step_ms"], at(w, "step_ms"), steps, steps);
+    for (size_t s = 0; s < steps; ++s) {
+      rr.step_ms.push_back(ck.number(ms[s], at(at(w, "step_ms"), s), 0, kMaxStepMs));
+      // The run's step time is its slowest rank's, as run_training computes it.
+      r.step_ms[s] = std::max(r.step_ms[s], rr.step_ms[s]);
+    }
+    rr.bytes_sent_per_step =
+        ck.number(rj["bytes_sent_per_step"], at(w, "bytes_sent_per_step"), 0, 1e18);
+    const json& mem = rj["memory"];
+    ck.keys(mem, at(w, "memory"), {"device", "host"});
+    rr.memory.device = pool_from_json(ck, mem["device"], at(at(w, "memory"), "device"));
+    rr.memory.host = pool_from_json(ck, mem["host"], at(at(w, "memory"), "host"));
+
+    auto recorder = std::make_shared<Recorder>(rank, true);
+    const json& spans = ck.array(rj["spans"], at(w, "spans"));
+    for (size_t i = 0; i < spans.size(); ++i)
+      recorder->add_span(span_from_json(ck, spans[i], at(at(w, "spans"), i), rank, r.t0_ns, lim));
+    const json& allocs = ck.array(rj["allocs"], at(w, "allocs"));
+    for (size_t i = 0; i < allocs.size(); ++i)
+      recorder->add_alloc(alloc_from_json(ck, allocs[i], at(at(w, "allocs"), i), r.t0_ns));
+    r.ranks.push_back(std::move(rr));
+    r.recorders.push_back(std::move(recorder));
+  }
+  r.median_step_ms = median(r.step_ms);
+  return rec;
+}
+
+void check_recording_path(const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    throw ConfigError("cannot write recording '" + path + "': " + what);
+  };
+  if (path.empty()) bad("empty path (valid: a file path, e.g. run.shardrec)");
+  if (path.back() == '/') bad("it names a directory (valid: a file path, e.g. run.shardrec)");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode))
+      bad("it is a symbolic link, and recordings are never written through one (valid: the "
+          "path it points to, or remove the link)");
+    if (!S_ISREG(st.st_mode))
+      bad(std::string("it is ") + file_type(st.st_mode) + " (valid: a regular file path)");
+  } else if (errno != ENOENT) {
+    bad(std::strerror(errno));
+  }
+  const std::string dir = parent_dir(path);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    bad("directory '" + dir + "' does not exist (valid: a file in an existing directory)");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    bad("directory '" + dir + "': " + std::strerror(errno));
+}
+
+void save_recording(const std::string& path, const RunResult& run, const RecordingOrigin& origin) {
+  check_recording_path(path);
+  const json j = recording_to_json(run, origin);
+  // What is written must load: check it with the loader before touching the disk.
+  try {
+    recording_from_json(j, path);
+  } catch (const ConfigError& e) {
+    throw std::runtime_error(std::string("cannot record this run: ") + e.what());
+  }
+  std::string text;
+  try {
+    text = layout(j);
+  } catch (const json::exception& e) {
+    throw std::runtime_error("cannot record this run: a name is not UTF-8 (" +
+                             std::string(e.what()) + ")");
+  }
+
+  struct stat old {};
+  const bool existed = ::lstat(path.c_str(), &old) == 0;
+  const std::string dir = parent_dir(path);
+  const std::string base =
+      path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  std::string tmp = (dir == "." && path.find('/') == std::string::npos ? "" : dir + "/") + "." +
+                    base + ".tmp-XXXXXX";
+  // mkostemp creates with O_EXCL: a symlink planted at the name makes it pick another.
+  Fd f;
+  f.fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (f.fd < 0) io_fail(path, "cannot create a temporary file in '" + dir + "'", errno);
+  bool renamed = false;
+  struct Cleanup {
+    const std::string& tmp;
+    const bool& renamed;
+    ~Cleanup() {
+      if (!renamed) ::unlink(tmp.c_str());
+    }
+  } cleanup{tmp, renamed};
+
+  const mode_t mode = existed ? (old.st_mode & 07777) : 0644;
+  if (::fchmod(f.fd, mode) != 0) io_fail(path, "fchmod", errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(f.fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) io_fail(path, "write", n < 0 ? errno : EIO);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(f.fd) != 0) io_fail(path, "fsync", errno);
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0) io_fail(path, "close", errno);
+  // Checked again just before the rename: it replaces a regular file or creates
+  // one, never a directory's or a link's target.
+  struct stat now {};
+  if (::lstat(path.c_str(), &now) == 0 && !S_ISREG(now.st_mode))
+    throw ConfigError("cannot write recording '" + path + "': it is " + file_type(now.st_mode) +
+                      " (valid: a regular file path)");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail(path, "rename", errno);
+  renamed = true;
+  Fd d;
+  d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d.fd < 0 || ::fsync(d.fd) != 0)
+    io_fail(path, "written, but syncing directory '" + dir + "' failed", errno);
+}
+
+void save_recording(const std::string& path, const RunResult& run) {
+  save_recording(path, run, describe_origin(run));
+}
+
+Recording load_recording(const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    throw ConfigError("recording '" + path + "': " + what);
+  };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (f.fd < 0) bad(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) bad(std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    bad(std::string("is ") + file_type(st.st_mode) + ", not a recording (valid: a regular file)");
+  if (st.st_size == 0) bad("is empty, not a recording");
+  if (st.st_size > kRecordingMaxBytes)
+    bad("is " + std::to_string(st.st_size >> 20) + " MiB, more than the " +
+        std::to_string(kRecordingMaxBytes >> 20) + " MiB a recording may have");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(f.fd, text.data() + got, text.size() - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) bad(std::string("cannot read: ") + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  char extra;
+  if (got != text.size() || ::read(f.fd, &extra, 1) > 0)
+    bad("changed size while being read (valid: a finished recording)");
+
+  // The format is 6 levels deep; refusing deep nesting up front keeps a hostile
+  // file from costing more than its size.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxDepth)
+        bad("nested more than " + std::to_string(kMaxDepth) + " levels deep, not a recording");
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 3, ..." -> "parse error at line 3, ..."
+    if (const size_t b = what.find("] "); what.rfind("[json.", 0) == 0 && b != std::string::npos)
+      what.erase(0, b + 2);
+    bad("not valid JSON: " + what);
+  }
+  return recording_from_json(j, path);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,371 @@
+// The cluster and camping views' logic without a window: where travelling
+// pieces go (corridors, never over a card), what each rank is doing, the "now"
+// sentences, pipeline notes, arrival tags, and layouts from 1x to 2.5x fonts.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "app/gui/logic/cluster_logic.h"
+#include "app/gui/logic/run_data.h"
+
+using namespace shardlab;
+using namespace shardlab::gui;
+
+namespace {
+
+Span comm(int64_t b, int64_t e, SpanKind k, int layer, int peer = -1, int mb = -1) {
+  Span s;
+  s.t_begin_ns = b;
+  s.t_end_ns = e;
+  s.kind = k;
+  s.lane = Lane::comm;
+  s.layer = layer;
+  s.peer = peer;
+  s.micro_batch = mb;
+  s.step = 0;
+  return s;
+}
+
+RunData make_data(int world, int layers = 4) {
+  RunData d;
+  RunConfig cfg;
+  cfg.model = "mlp:" + std::to_string(layers) + "x16";
+  cfg.world = world;
+  reset_run_data(d, cfg, world, 0);
+  d.num_layers = layers;
+  return d;
+}
+
+Residency res(const std::string& name, MemCategory c, int64_t t0 = 0, int64_t t1 = 1000000) {
+  Residency r;
+  r.name = name;
+  r.category = c;
+  r.bytes = 64;
+  r.t_alloc_ns = t0;
+  r.t_free_ns = t1;
+  return r;
+}
+
+constexpr float kBaseFont = 16.0f;
+const float kScales[] = {1.0f, 1.25f, 1.5f, 2.0f, 2.5f};
+
+}  // namespace
+
+TEST_CASE("cluster layout: pieces travel in corridors and never cover a card", "[cluster-view]") {
+  for (int world : {2, 3, 4, 8}) {
+    for (float scale : kScales) {
+      const float font = kBaseFont * scale;
+      const ClusterLayout L = cluster_layout(world, Rect{0, 0, 1580, 700}, font);
+      INFO("world " << world << ", scale " << scale);
+      REQUIRE(static_cast<int>(L.cards.size()) == world);
+      for (int a = 0; a < world; ++a) {
+        for (int b = a + 1; b < world; ++b) CHECK_FALSE(L.cards[a].overlaps(L.cards[b]));
+        for (const Rect& c : L.corridors) CHECK_FALSE(L.cards[a].overlaps(c));
+      }
+      // Every pair, with the piece leaving the params column of its card.
+      for (int from = 0; from < world; ++from)
+        for (int to = 0; to < world; ++to) {
+          if (from == to) continue;
+          const CardLayout ca = card_layout(L.cards[from], font, 8);
+          const CardLayout cb = card_layout(L.cards[to], font, 8);
+          const std::vector<Vec2> route = piece_route(L, from, to, ca.column_x(0), cb.column_x(0));
+          REQUIRE(route.size() >= 3);
+          // Starts under the source, ends under the destination.
+          CHECK(route.front().y > L.cards[from].y1);
+          CHECK(route.back().y > L.cards[to].y1);
+          CHECK(route.back().x > L.cards[to].x0);
+          CHECK(route.back().x < L.cards[to].x1);
+          const Vec2 sz = piece_size(L, 0.0, 1.0 / world, ca.col_w);
+          CHECK(sz.y <= L.lane_h);
+          const float len = route_length(route);
+          for (int k = 0; k <= 40; ++k) {
+            const Vec2 p = point_along(route, len * static_cast<float>(k) / 40);
+            const Rect chip{p.x - sz.x * 0.5f, p.y - sz.y * 0.5f, p.x + sz.x * 0.5f,
+                            p.y + sz.y * 0.5f};
+            for (int c = 0; c < world; ++c) {
+              INFO("piece " << from << "->" << to << " at " << k << "/40 over card " << c);
+              CHECK_FALSE(chip.overlaps(L.cards[c]));
+            }
+          }
+        }
+      // Lanes of different senders in one corridor are apart by a piece's height.
+      if (L.ncols > 1) CHECK(L.lane_y(0, 1) - L.lane_y(0, 0) >= piece_size(L, 0, 1, 100).y);
+    }
+  }
+}
+
+TEST_CASE("card layout: lines and grid never overlap, 1x to 2.5x", "[cluster-view]") {
+  for (int world : {2, 4, 8})
+    for (float scale : kScales) {
+      const float font = kBaseFont * scale;
+      // The cards' canvas in a 1600x1000 window shrinks as the bars above it grow
+      // (measured: ~640 px at 1x, ~220 px at 2.5x); the layout then grows and scrolls.
+      const float height = 640 - 280 * (scale - 1);
+      for (int rows : {3, 8}) {
+        const ClusterLayout L = cluster_layout_fitting(world, Rect{0, 0, 1580, height}, font, rows);
+        CHECK(L.corridors.back().y1 >= height - 0.5f);
+        for (int a = 0; a < world; ++a)
+          for (int b = a + 1; b < world; ++b) CHECK_FALSE(L.cards[a].overlaps(L.cards[b]));
+        const CardLayout c = card_layout(L.cards[0], font, rows);
+        INFO("world " << world << ", scale " << scale << ", rows " << rows);
+        const std::vector<Rect> parts{c.title, c.held, c.status, c.headers, c.grid, c.footer};
+        for (size_t i = 0; i < parts.size(); ++i) {
+          if (parts[i].h() <= 0) continue;  // a line dropped for room
+          CHECK(c.card.contains(parts[i]));
+          for (size_t j = i + 1; j < parts.size(); ++j)
+            if (parts[j].h() > 0) CHECK_FALSE(parts[i].overlaps(parts[j]));
+        }
+        CHECK(c.row_h >= std::max(6.0f, font * 0.55f) - 0.01f);
+        CHECK(c.status.h() > 0);  // what the rank does is never dropped
+      }
+    }
+}
+
+TEST_CASE("dp: broadcast, scatter and gather pieces come from the receivers' spans",
+          "[cluster-view]") {
+  // dp records each copy once, on the device that is not device 0, peer = 0.
+  RunData d = make_data(3, 4);
+  append(d, 1,
+         {comm(100, 200, SpanKind::broadcast, 2, 0), comm(300, 400, SpanKind::scatter, -1, 0),
+          comm(500, 600, SpanKind::gather, 3, 0)},
+         {});
+  append(d, 2, {comm(100, 200, SpanKind::broadcast, 2, 0)}, {});
+
+  std::vector<Piece> p = pieces_in_flight(d, 150);
+  REQUIRE(p.size() == 2);
+  for (const Piece& q : p) {
+    CHECK(q.kind == SpanKind::broadcast);
+    CHECK(q.from == 0);  // the weights come from device 0 ...
+    CHECK(q.to != 0);    // ... to each other device
+    CHECK(q.layer == 2);
+    CHECK(q.column == 0);
+    CHECK(q.frac_begin == 0.0);
+    CHECK(q.frac_end == 1.0);
+  }
+  // Device 0 records no span, but it is sending: its status must say so.
+  const std::string s0 = rank_status(d, p, 0, 150, Naming{});
+  CHECK(s0 == "sending L2 to ranks 1 and 2 (broadcast)");
+  CHECK(rank_status(d, p, 0, 150, Naming{}, true) == "BC L2 \xE2\x86\x92 1 and 2");
+  CHECK(rank_status(d, p, 1, 150, Naming{}) == "receiving L2 from rank 0 (broadcast)");
+  CHECK(now_line(d, p, 150, Naming{}) ==
+        "Rank 0 sends the weights of L2 to ranks 1 and 2 (broadcast).");
+
+  p = pieces_in_flight(d, 350);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].kind == SpanKind::scatter);
+  CHECK(p[0].from == 0);
+  CHECK(p[0].to == 1);
+  CHECK(now_line(d, p, 350, Naming{}) == "Rank 0 hands rank 1 its slice of the batch (scatter).");
+  CHECK(rank_status(d, p, 0, 350, Naming{}) == "sending batch slice to rank 1 (scatter)");
+
+  p = pieces_in_flight(d, 550);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].kind == SpanKind::gather);
+  CHECK(p[0].from == 1);
+  CHECK(p[0].to == 0);
+  CHECK(rank_status(d, p, 0, 550, Naming{}) == "receiving outputs from rank 1 (gather)");
+  CHECK(arrival_tags(p, Naming{})[0].text == "GA out \xE2\x86\x90 rank 1");
+  CHECK(rank_status(d, p, 1, 550, Naming{}) == "sending outputs to rank 0 (gather)");
+  // Nobody busy at all.
+  CHECK(rank_status(d, pieces_in_flight(d, 700), 0, 700, Naming{}) == "idle");
+
+  // A collective broadcast (Gloo: every rank records it, peer -1) goes out from rank 0 only.
+  RunData c = make_data(3, 4);
+  for (int r = 0; r < 3; ++r) append(c, r, {comm(0, 100, SpanKind::broadcast, 1)}, {});
+  p = pieces_in_flight(c, 50);
+  REQUIRE(p.size() == 2);
+  for (const Piece& q : p) CHECK(q.from == 0);
+}
+
+TEST_CASE("now line: a ZeRO-3 all-gather and pipeline notes, in the camping words",
+          "[cluster-view]") {
+  RunData d = make_data(3, 3);
+  const Naming n = camping_naming(3);
+  CHECK(layer_name(0, n) == "a");
+  CHECK(part_name(2, 1, n) == "c1");
+  CHECK(part_name(2, 1, Naming{}) == "L2 shard 1");
+
+  // Only rank 1's all-gather of layer 0 runs: it hands out its part a1.
+  append(d, 1, {comm(100, 200, SpanKind::all_gather, 0)}, {});
+  std::vector<Piece> p = pieces_in_flight(d, 150);
+  REQUIRE(p.size() == 2);
+  CHECK(piece_part(p[0], 3) == 1);
+  CHECK(now_line(d, p, 150, n) == "Hiker 1 sends a1 to hikers 0 and 2 (all-gather of layer a).");
+  CHECK(rank_status(d, p, 1, 150, n) == "sending a1 to hikers 0 and 2 (all-gather)");
+
+  // Everyone's at once.
+  append(d, 0, {comm(100, 200, SpanKind::all_gather, 0)}, {});
+  append(d, 2, {comm(100, 200, SpanKind::all_gather, 0)}, {});
+  p = pieces_in_flight(d, 150);
+  CHECK(p.size() == 6);
+  CHECK(now_line(d, p, 150, n) ==
+        "Hikers 0, 1 and 2 each send their part of layer a (a0, a1, a2) to the others "
+        "(all-gather).");
+
+  // GPipe: rank 0 sends micro-batch 3's activations on, rank 2 sends a gradient back.
+  RunData g = make_data(3, 6);
+  g.cfg.strategy = "gpipe";
+  append(g, 0, {comm(100, 200, SpanKind::send, 1, 1, 3)}, {});
+  append(g, 2, {comm(100, 200, SpanKind::send, 3, 1, 5)}, {});
+  p = pieces_in_flight(g, 150);
+  REQUIRE(p.size() == 2);
+  for (const Piece& q : p) {
+    CHECK(q.column == -1);  // a message, not a model state
+    CHECK(message_label(q) == (q.from == 0 ? "F3" : "B5"));
+  }
+  const Naming gn = camping_naming(6);
+  CHECK(now_line(g, p, 150, gn) ==
+        "Hiker 0 passes note F3 (micro-batch 3's activations) on to hiker 1; hiker 2 passes note "
+        "B5 (micro-batch 5's gradient) back to hiker 1.");
+  CHECK(rank_status(g, p, 1, 150, gn) == "receiving F3 from hiker 0; receiving B5 from hiker 2");
+  CHECK(rank_status(g, p, 0, 150, gn) == "sending F3 to hiker 1");
+
+  // Nothing in flight: what each hiker computes.
+  Span f;
+  f.t_begin_ns = 300;
+  f.t_end_ns = 400;
+  f.kind = SpanKind::forward;
+  f.lane = Lane::compute;
+  f.micro_batch = 4;
+  append(g, 1, {f}, {});
+  CHECK(now_line(g, pieces_in_flight(g, 350), 350, gn) == "Hiker 1: F4; hikers 0 and 2 wait.");
+}
+
+TEST_CASE("camping: pipeline hikers carry their stage and keep notes, not gear", "[cluster-view]") {
+  CHECK(is_pipeline("gpipe"));
+  CHECK(is_pipeline("1f1b"));
+  CHECK(is_pipeline("naive-mp"));
+  CHECK_FALSE(is_pipeline("zero3"));
+
+  // Stage 1 of a 4-layer pipeline: layers 2 and 3, plus activations of two micro-batches.
+  const std::vector<Residency> stage{
+      res("layers.2.weight", MemCategory::params),
+      res("layers.2.bias", MemCategory::params),
+      res("layers.3.weight", MemCategory::params),
+      res("layers.3.bias", MemCategory::params),
+      res("pipeline.input[mb 1]", MemCategory::activations),
+      res("layers.3.output[mb 1]", MemCategory::activations),
+      res("layers.2.output[mb 0]", MemCategory::activations),
+      res("pipeline.grad_output[mb 0]", MemCategory::temporary),
+  };
+  const std::vector<Holding> h = holdings_at(stage, 10, 0);
+  const CardContents c = card_contents(h, 4);
+  CHECK(carries_text(c, 2, camping_naming(4)) == "layers c, d");
+  CHECK(notes_held(h) == std::vector<int>{0, 1});
+  // The notes are activations: none of them is drawn as gear (no parameter slot).
+  for (int l = 0; l < 4; ++l)
+    for (const SlotPiece& p : c.slots[0][l]) CHECK(p.kind == HoldKind::full);
+
+  // ZeRO-3 on 3 ranks, the classic walk-through: rank 1 holds a1, b1, c1.
+  std::vector<Residency> z;
+  for (int l = 0; l < 3; ++l) {
+    z.push_back(res("layers." + std::to_string(l) + ".weight[shard 1/3]", MemCategory::params));
+    z.push_back(res("layers." + std::to_string(l) + ".bias[shard 1/3]", MemCategory::params));
+  }
+  z.push_back(res("layers.0.weight[gathered]", MemCategory::comm_buffers));
+  const CardContents zc = card_contents(holdings_at(z, 10, 0), 3);
+  CHECK(carries_text(zc, 3, camping_naming(3)) == "a1, b1, c1 (33%)");
+
+  // Full replicas (ddp), and dp's replicas, which are only borrowed.
+  const std::vector<Residency> full{res("layers.0.weight", MemCategory::params),
+                                    res("layers.1.weight", MemCategory::params)};
+  CHECK(carries_text(card_contents(holdings_at(full, 10, 0), 2), 2, camping_naming(2)) ==
+        "all the gear");
+  const std::vector<Residency> replica{res("layers.0.weight[replica]", MemCategory::params)};
+  CHECK(carries_text(card_contents(holdings_at(replica, 10, 0), 1), 2, camping_naming(1)) ==
+        "no gear of its own");
+}
+
+TEST_CASE("arrival tags: one per receiver and layer, never a pile", "[cluster-view]") {
+  RunData d = make_data(4, 4);
+  for (int r = 0; r < 4; ++r) append(d, r, {comm(100, 200, SpanKind::all_gather, 2)}, {});
+  const std::vector<Piece> p = pieces_in_flight(d, 150);
+  REQUIRE(p.size() == 12);
+  const std::vector<ArrivalTag> tags = arrival_tags(p, Naming{});
+  REQUIRE(tags.size() == 4);  // one per receiver, not one per piece
+  for (const ArrivalTag& t : tags) CHECK(t.from.size() == 3);
+  CHECK(tags[0].to == 0);
+  CHECK(tags[0].text == "AG L2 \xE2\x86\x90 ranks 1, 2 and 3");
+  CHECK(arrival_tags(p, camping_naming(4))[1].text == "AG c \xE2\x86\x90 hikers 0, 2 and 3");
+
+  // Two collectives into one rank stay two tags, and a pipeline note names itself.
+  RunData g = make_data(3, 3);
+  append(g, 0, {comm(100, 200, SpanKind::send, 0, 1, 2)}, {});
+  append(g, 2, {comm(100, 200, SpanKind::send, 2, 1, 1)}, {});
+  const std::vector<ArrivalTag> gt = arrival_tags(pieces_in_flight(g, 150), Naming{});
+  REQUIRE(gt.size() == 2);
+  CHECK(gt[0].text == "F2 \xE2\x86\x90 rank 0");
+  CHECK(gt[1].text == "B1 \xE2\x86\x90 rank 2");
+}
+
+TEST_CASE("camping layout: hikers, gear, captions and the fire never overlap, 1x to 2.5x",
+          "[cluster-view]") {
+  for (bool trail : {false, true})
+    for (int world : {1, 2, 3, 4, 8})
+      for (int layers : {2, 3, 8})
+        for (float scale : kScales) {
+          const float font = kBaseFont * scale;
+          // What the camping canvas gets in a 1600x1000 window: less as the
+          // bars and the text above it grow with the font.
+          // (measured: 720 px at 1x, 461 px at 2x, ~290 px at 2.5x with the
+          // introduction folded away); where nothing fits, the scene grows and scrolls.
+          const float height = 720 - 290 * (scale - 1);
+          // Captions of ~40 characters (0.55 font each), wrapped as the panel wraps them.
+          const CaptionSize caption = [&](float wrap) {
+            const float text_w = font * 0.55f * 40;
+            return std::pair{std::min(text_w, wrap),
+                             1 + static_cast<int>(std::ceil(text_w / wrap))};
+          };
+          const Rect area{0, 0, 1580, height};
+          const CampLayout L = camp_layout_fitting(world, layers, area, font, caption, 3, trail);
+          CHECK(L.fits);
+          CHECK(L.area.y1 >= area.y1);
+          // Where it fits as it is, it is not grown.
+          if (camp_layout(world, layers, area, font, caption, 3, trail).fits)
+            CHECK(L.area.y1 == area.y1);
+          INFO("world " << world << ", layers " << layers << ", scale " << scale << ", trail "
+                        << trail);
+          REQUIRE(static_cast<int>(L.hikers.size()) == world);
+          CHECK(L.trail == trail);
+          if (!trail) CHECK(L.fire.w() > 0);
+          for (int a = 0; a < world; ++a) {
+            const HikerLayout& h = L.hikers[a];
+            CHECK(L.area.contains(h.block));
+            if (!trail) CHECK_FALSE(h.block.overlaps(L.fire));
+            for (int b = a + 1; b < world; ++b) CHECK_FALSE(h.block.overlaps(L.hikers[b].block));
+            // Inside one hiker: nothing sits on anything else, captions included.
+            const std::vector<Rect> parts{h.tag, h.figure, h.gear, h.hands, h.caption};
+            for (size_t i = 0; i < parts.size(); ++i) {
+              CHECK(h.block.contains(parts[i]));
+              for (size_t j = i + 1; j < parts.size(); ++j)
+                CHECK_FALSE(parts[i].overlaps(parts[j]));
+            }
+            // Gear grows with the font (presenter mode), and every item has its place.
+            // (crowded big-font scenes may shrink it below the font: never below 20 px
+            // with up to four hikers, 16 px with eight).
+            CHECK(h.item >= (world <= 4 ? 20.0f : 16.0f));
+            if (scale <= 1.5f && world <= 4) CHECK(h.item >= font * 1.1f - 0.01f);
+            for (int l = 0; l < layers; ++l) {
+              const Vec2 g = h.gear_center(l);
+              const Rect icon{g.x - h.item * 0.5f, g.y - h.item * 0.5f, g.x + h.item * 0.5f,
+                              g.y + h.item * 0.5f};
+              CHECK(h.gear.contains(icon));
+              // Its label line under it, inside the gear area, not on the next icon.
+              const Rect label{icon.x0, g.y + h.item * 0.62f, icon.x1,
+                               g.y + h.item * 0.62f + h.label_h};
+              if (!L.compact) CHECK(h.gear.contains(label));
+              if (l + h.per_row < layers) {
+                const Vec2 below = h.gear_center(l + h.per_row);
+                CHECK(label.y1 <= below.y - h.item * 0.5f + 0.01f);
+              }
+            }
+            for (int k = 0; k < 3; ++k) {
+              const Vec2 c = h.hand_center(k);
+              CHECK(h.hands.contains(Rect{c.x - h.item * 0.5f, c.y - h.item * 0.5f,
+                                          c.x + h.item * 0.5f, c.y + h.item * 0.5f}));
+            }
+          }
+        }
+}

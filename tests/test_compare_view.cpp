@@ -1,0 +1,411 @@
+// The compare view's logic without a window: configurations with their own
+// micro-batches and options (the --compare list syntax and its errors), rows
+// that arrive one by one, idle share vs pipeline bubble, the CSV, and memory
+// over time aligned by training step.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "app/gui/logic/compare_logic.h"
+#include "app/gui/logic/run_data.h"
+#include "app/gui/logic/run_session.h"
+#include "core/pipeline_analysis.h"
+#include "core/strategy.h"
+#include "tests/test_util.h"
+
+using namespace shardlab;
+using namespace shardlab::gui;
+
+namespace {
+
+RunConfig small_base() {
+  RunConfig base;
+  base.model = "mlp:4x32";
+  base.batch = 16;
+  base.steps = 3;
+  base.world = 2;
+  return base;
+}
+
+std::string error_of(const std::string& list, const RunConfig& base) {
+  try {
+    parse_compare_slots(list, base);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Runs a batch to the end and returns what the UI would hold.
+std::vector<CompareEntry> run_all(const std::vector<RunConfig>& cfgs) {
+  CompareSession s;
+  std::vector<CompareEntry> entries;
+  s.start(cfgs);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (s.busy() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  s.poll(entries);
+  return entries;
+}
+
+Span compute_span(int64_t b, int64_t e, int step) {
+  Span s;
+  s.t_begin_ns = b;
+  s.t_end_ns = e;
+  s.kind = SpanKind::forward;
+  s.lane = Lane::compute;
+  s.step = step;
+  return s;
+}
+
+AllocEvent alloc(int64_t t, uint64_t id, int64_t delta) {
+  AllocEvent e;
+  e.t_ns = t;
+  e.buffer_id = id;
+  e.delta_bytes = delta;
+  e.category = MemCategory::activations;
+  return e;
+}
+
+// A run of `steps` steps of `step_ns` each, one rank per entry of `bytes`: each
+// rank holds `bytes[r]` from the middle of every step to three quarters of it.
+RunData stepped_run(int64_t step_ns, int steps, const std::vector<int64_t>& bytes) {
+  RunData d;
+  RunConfig cfg;
+  cfg.model = "mlp:4x16";
+  const int world = static_cast<int>(bytes.size());
+  cfg.world = world;
+  reset_run_data(d, cfg, world, 0);
+  for (int r = 0; r < world; ++r) {
+    std::vector<Span> spans;
+    std::vector<AllocEvent> allocs;
+    allocs.push_back(alloc(0, 1, 1000));  // setup: stays for the whole run
+    for (int s = 0; s < steps; ++s) {
+      const int64_t b = 100 + s * step_ns;
+      spans.push_back(compute_span(b, b + step_ns, s));
+      allocs.push_back(alloc(b + step_ns / 2, 10 + s, bytes[r]));
+      allocs.push_back(alloc(b + step_ns * 3 / 4, 10 + s, -bytes[r]));
+    }
+    append(d, r, spans, allocs);
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("compare list: each configuration has its own world, micro-batches and options",
+          "[compare-view]") {
+  RunConfig base;          // ddp ×2, mlp:8x256, batch 64: the app's defaults
+  base.micro_batches = 8;  // as if the run bar said --micro-batches 8
+  const std::vector<CompareSlot> slots =
+      parse_compare_slots("naive-mp:4,gpipe:4/m=8,1f1b:4/m=4", base);
+  REQUIRE(slots.size() == 3);
+  // naive-mp has no micro-batches: the base's 8 is not carried over, so it stays valid.
+  CHECK(config_for(slots[0], base).micro_batches == 1);
+  CHECK(config_for(slots[1], base).micro_batches == 8);
+  CHECK(config_for(slots[2], base).micro_batches == 4);
+  for (const CompareSlot& s : slots) {
+    CHECK(s.world == 4);
+    CHECK_NOTHROW(validate(config_for(s, base)));
+  }
+  // An option left out comes from the base where the strategy reads it.
+  CHECK(config_for(parse_compare_item("gpipe:4", base), base).micro_batches == 8);
+  // A data-parallel configuration never carries pipeline or FSDP settings.
+  base.recompute = true;
+  base.fsdp_unit = 2;
+  base.prefetch = false;
+  base.precision = "bf16";
+  const RunConfig ddp = config_for(parse_compare_item("ddp:4", base), base);
+  CHECK(ddp.micro_batches == 1);
+  CHECK(ddp.recompute == false);
+  CHECK(ddp.fsdp_unit == 1);
+  CHECK(ddp.prefetch == true);
+  CHECK(ddp.precision == "bf16");  // ddp does read --precision
+  const RunConfig z3 = config_for(parse_compare_item("zero3:4/no-prefetch/fp32", base), base);
+  CHECK(z3.prefetch == false);
+  CHECK(z3.precision == "fp32");
+  CHECK(z3.micro_batches == 1);
+  const RunConfig fsdp =
+      config_for(parse_compare_item("fsdp:2/fsdp-unit=4/no-reshard", base), base);
+  CHECK(fsdp.fsdp_unit == 4);
+  CHECK(fsdp.reshard_after_forward == false);
+  // `single` runs on one device whatever the base's world.
+  CHECK(parse_compare_item("single", base).world == 1);
+  // Labels say what differs.
+  CHECK(config_label(config_for(slots[1], base)) ==
+        "gpipe \xC3\x97"
+        "4 M=8");
+  CHECK(config_label(z3) ==
+        "zero3 \xC3\x97"
+        "4 no-prefetch");
+}
+
+TEST_CASE("compare list: the item text gives back the same configuration", "[compare-view]") {
+  const RunConfig base;
+  for (const char* item : {"ddp:2", "gpipe:4/m=8/recompute", "zero3:4/bf16/no-prefetch",
+                           "fsdp:2/fp16/fsdp-unit=2/no-reshard/offload", "1f1b:2/m=4",
+                           "ddp:4/no-overlap/bucket-mb=0.5", "naive-mp:4", "single:1"}) {
+    const CompareSlot s = parse_compare_item(item, base);
+    CHECK(slot_text(s) == item);
+    CHECK(parse_compare_item(slot_text(s), base) == s);
+  }
+}
+
+TEST_CASE("compare list: one-line errors that name the bad item", "[compare-view]") {
+  const RunConfig base;  // batch 64, mlp:8x256
+  const struct {
+    const char* list;
+    const char* says;
+  } cases[] = {
+      {"gpipx:4", "--compare item 'gpipx:4': unknown strategy 'gpipx' (valid: "},
+      {"ddp:0", "--compare item 'ddp:0': world '0' is invalid (valid: 1 to 64"},
+      {"ddp:two", "world 'two' is invalid"},
+      {"ddp:2/m=8", "--compare item 'ddp:2/m=8': 'm=8' does not apply to ddp"},
+      {"naive-mp:4/m=8", "'m=8' does not apply to naive-mp (micro-batches (m=N) is for: "},
+      {"gpipe:4/bf16", "'bf16' does not apply to gpipe"},
+      {"zero1:2/no-prefetch", "'no-prefetch' does not apply to zero1 (no-prefetch is for: "},
+      {"gpipe:4/zap", "--compare item 'gpipe:4/zap': unknown option 'zap' (valid: m=N"},
+      {"gpipe:4/m=x", "'m=x' is invalid (valid: a whole number"},
+      {"gpipe:4/m=4/m=8", "'m=8' sets micro-batches (m=N) a second time"},
+      {"gpipe:4/m=7",
+       "--compare item 'gpipe:4/m=7': --batch 64 is not divisible by --micro-batches 7"},
+      {"single:2", "--compare item 'single:2': --world 2 is invalid for strategy single"},
+      {"gpipe:16", "--compare item 'gpipe:16': --world 16 (one stage per rank) is more stages"},
+      {"ddp,,gpipe:2", "--compare has an empty item"},
+      {"ddp,", "--compare has an empty item"},
+      {"ddp,ddp,ddp,ddp,ddp,ddp,ddp", "names 7 configurations (valid: 1 to 6"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.list);
+    const std::string e = error_of(c.list, base);
+    CHECK(e.find(c.says) != std::string::npos);
+    CHECK(e.find('\n') == std::string::npos);
+  }
+  CHECK(error_of("naive-mp:4, gpipe:4/m=8 ,1f1b:4/m=8", base).empty());  // spaces are fine
+  CHECK(parse_compare_list("ddp,ddp,ddp,ddp,ddp,ddp", base).size() == 6);
+}
+
+TEST_CASE("compare default: what the selector shows, at most six, each valid", "[compare-view]") {
+  RunConfig base;  // ddp ×2
+  const std::vector<CompareSlot> slots = default_compare_slots(base);
+  REQUIRE(!slots.empty());
+  CHECK(static_cast<int>(slots.size()) <= kMaxCompare);
+  CHECK(slots[0] == slot_from(base, "ddp"));  // the run's own configuration first
+  const std::vector<RunConfig> cfgs = default_compare_configs(base);
+  REQUIRE(cfgs.size() == slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    CHECK(config_label(cfgs[i]) == config_label(config_for(slots[i], base)));
+    CHECK_NOTHROW(validate(cfgs[i]));
+    CHECK(cfgs[i].world == 2);
+    // Pipelines get micro-batches of their own; nobody else carries any.
+    if (cfgs[i].strategy == "gpipe" || cfgs[i].strategy == "1f1b")
+      CHECK(cfgs[i].micro_batches == 4);
+    else
+      CHECK(cfgs[i].micro_batches == 1);
+  }
+  // A pipeline run compares pipelines first, with its own micro-batches.
+  base.strategy = "gpipe";
+  base.world = 4;
+  base.micro_batches = 8;
+  const std::vector<RunConfig> pipes = default_compare_configs(base);
+  REQUIRE(pipes.size() >= 3);
+  CHECK(config_label(pipes[0]) ==
+        "gpipe \xC3\x97"
+        "4 M=8");
+  CHECK(pipes[1].strategy == "naive-mp");
+  CHECK(pipes[1].micro_batches == 1);
+  CHECK(pipes[2].strategy == "1f1b");
+  CHECK(pipes[2].micro_batches == 8);
+}
+
+TEST_CASE("compare runs naive-mp M=1 beside gpipe and 1f1b M=8, with a bubble only for pipelines",
+          "[compare-view]") {
+  RunConfig base = small_base();
+  base.micro_batches = 8;
+  std::vector<RunConfig> cfgs = parse_compare_list("naive-mp:4,gpipe:4/m=8,1f1b:4", base);
+  cfgs.push_back(config_for(parse_compare_item("ddp:2", base), base));
+  cfgs.push_back(config_for(parse_compare_item("single", base), base));
+  const std::vector<CompareEntry> entries = run_all(cfgs);
+  REQUIRE(entries.size() == 5);
+  for (const CompareEntry& e : entries) {
+    INFO(config_label(e.cfg) << ": " << e.error);
+    REQUIRE(e.done);
+    REQUIRE(e.error.empty());
+    REQUIRE(e.result);
+    CHECK(e.row.idle_per_rank.size() == static_cast<size_t>(e.cfg.world));
+    CHECK(e.row.idle_share >= 0);
+    CHECK(e.row.idle_share <= 1);
+    CHECK(e.bounds.size() == static_cast<size_t>(e.cfg.steps) + 1);
+  }
+  // Every configuration trains the same model on the same data.
+  for (const CompareEntry& e : entries)
+    CHECK(e.row.final_loss == Approx(entries[0].row.final_loss));
+  const CompareRow& naive = entries[0].row;
+  const CompareRow& gpipe = entries[1].row;
+  const CompareRow& ofob = entries[2].row;
+  CHECK(naive.pipeline);
+  CHECK(naive.micro_batches == 1);
+  CHECK(naive.stages == 4);
+  CHECK(naive.bubble_formula == Approx(3.0 / 4.0));
+  CHECK(gpipe.micro_batches == 8);
+  CHECK(gpipe.bubble_formula == Approx(3.0 / 11.0));
+  CHECK(ofob.micro_batches == 8);
+  CHECK(ofob.label ==
+        "1f1b \xC3\x97"
+        "4 M=8");
+  const CompareRow& ddp = entries[3].row;
+  const CompareRow& single = entries[4].row;
+  CHECK_FALSE(ddp.pipeline);
+  CHECK(ddp.bubble_formula == 0);
+  CHECK(ddp.micro_batches == 0);
+  CHECK_FALSE(single.pipeline);
+  // One device computing alone is hardly ever idle within its own step.
+  CHECK(single.idle_share < 0.25);
+
+  const std::string csv = compare_csv({naive, gpipe, ddp});
+  CHECK(csv.rfind("strategy,world,median_step_ms,peak_mem_bytes_rank0,peak_mem_bytes_rank1,"
+                  "peak_mem_bytes_rank2,peak_mem_bytes_rank3,sent_bytes_per_step,idle_share,"
+                  "bubble_share,bubble_formula,final_loss,configuration,micro_batches,stages,"
+                  "precision\n",
+                  0) == 0);
+  // The pipeline rows carry their bubble and formula; ddp leaves both empty.
+  CHECK(csv.find(",0.7500,") != std::string::npos);
+  CHECK(csv.find(",0.2727,") != std::string::npos);
+  CHECK(csv.find(",\"gpipe \xC3\x97"
+                 "4 M=8\",8,4,fp32\n") != std::string::npos);
+  CHECK(csv.find(",\"ddp \xC3\x97"
+                 "2\",,,fp32\n") != std::string::npos);
+  // After ddp's idle share: two empty fields (bubble, formula), then its loss.
+  char fields[96];
+  std::snprintf(fields, sizeof fields, ",%.4f,,,%.6g,\"ddp", ddp.idle_share, ddp.final_loss);
+  CHECK(csv.find(fields) != std::string::npos);
+  std::snprintf(fields, sizeof fields, ",%.4f,%.4f,%.4f,", gpipe.idle_share, gpipe.idle_share,
+                gpipe.bubble_formula);
+  CHECK(csv.find(fields) != std::string::npos);
+}
+
+TEST_CASE("compare rows arrive one by one: a finished run shows while the next runs",
+          "[compare-view]") {
+  RunConfig quick = small_base();
+  quick.steps = 1;
+  RunConfig slow = quick;
+  slow.steps = 100000;  // cancelled long before the end
+  CompareSession s;
+  std::vector<CompareEntry> entries;
+  s.start({quick, slow, quick});
+  bool seen_first_alone = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    s.poll(entries);
+    if (!entries.empty() && entries[0].done) {
+      seen_first_alone = !entries[1].done && !entries[2].done && s.busy();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(seen_first_alone);
+  REQUIRE(entries.size() == 3);
+  CHECK(entries[0].error.empty());
+  CHECK(entries[0].data.span_count() > 0);
+  CHECK(entries[0].row.peak_bytes.size() == 2);
+  // The second is running (steps counting up) and the third waits its turn.
+  const auto until2 = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (s.running_steps_done() < 2 && std::chrono::steady_clock::now() < until2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK(s.running_index() == 1);
+  CHECK(s.running_steps_done() >= 2);
+  s.cancel();
+  s.poll(entries);
+  CHECK_FALSE(s.busy());
+  CHECK_FALSE(entries[1].done);
+  CHECK_FALSE(entries[2].done);
+}
+
+TEST_CASE("memory over time: runs with different step lengths line up by step", "[compare-view]") {
+  const RunData fast = stepped_run(1000, 4, {500, 700});
+  const RunData slow = stepped_run(3000, 4, {300, 900});
+  const std::vector<int64_t> bf = step_bounds(fast), bs = step_bounds(slow);
+  REQUIRE(bf == std::vector<int64_t>{100, 1100, 2100, 3100, 4100});
+  REQUIRE(bs.size() == 5);
+  CHECK(step_position(bf, 1600) == Approx(1.5));
+  CHECK(step_position(bs, 100 + 3000 + 1500) == Approx(1.5));
+  CHECK(step_position(bf, 0) == 0);      // before step 0
+  CHECK(step_position(bf, 99999) == 4);  // after the last step
+
+  // The busiest rank is rank 1 in both; its activations come at x = k + 0.5 and
+  // go at k + 0.75 in both runs, whatever the step's length.
+  CHECK(busiest_rank(fast) == 1);
+  for (const RunData* d : {&fast, &slow}) {
+    const std::vector<MemoryPoint> c = memory_by_step(*d, kMemoryBusiest, 1, 2);
+    REQUIRE(c.size() == 6);
+    CHECK(c[0].x == 1);
+    CHECK(c[0].bytes == 1000);  // what setup left, in force when step 1 begins
+    CHECK(c[1].x == Approx(1.5));
+    CHECK(c[2].x == Approx(1.75));
+    CHECK(c[2].bytes == 1000);
+    CHECK(c[3].x == Approx(2.5));
+    CHECK(c[5].x == 3);  // the end of the last step shown
+    CHECK(bytes_at_position(c, 1.6) == c[1].bytes);
+    CHECK(bytes_at_position(c, 2.9) == 1000);
+  }
+  CHECK(memory_by_step(fast, kMemoryBusiest, 1, 2)[1].bytes == 1700);
+  CHECK(memory_by_step(slow, kMemoryBusiest, 1, 2)[1].bytes == 1900);
+  // A chosen rank, and all ranks added up.
+  CHECK(memory_by_step(fast, 0, 0, 0)[1].bytes == 1500);
+  const std::vector<MemoryPoint> sum = memory_by_step(fast, kMemorySum, 0, 0);
+  REQUIRE(sum.size() == 4);
+  CHECK(sum[0].bytes == 2000);
+  CHECK(sum[1].bytes == 3200);
+  CHECK(sum[2].bytes == 2000);
+  // Ranks or steps that do not exist give nothing rather than a wrong curve.
+  CHECK(memory_by_step(fast, 5, 0, 1).empty());
+  CHECK(memory_by_step(fast, 0, 7, 8).empty());
+  CHECK(memory_by_step(fast, 0, 2, 99).back().x == 4);  // clamped to the last step
+}
+
+TEST_CASE("memory over time from a real run follows the allocator", "[compare-view]") {
+  RunConfig base = small_base();
+  const std::vector<CompareEntry> e = run_all(parse_compare_list("ddp:2,zero3:2", base));
+  REQUIRE(e.size() == 2);
+  for (const CompareEntry& x : e) {
+    REQUIRE(x.result);
+    const std::vector<MemoryPoint> c = memory_by_step(x.data, x.bounds, kMemoryBusiest, 0, 2);
+    REQUIRE(c.size() > 2);
+    CHECK(c.front().x == 0);
+    CHECK(c.back().x == 3);
+    int64_t peak = 0;
+    for (size_t i = 1; i < c.size(); ++i) CHECK(c[i].x >= c[i - 1].x);
+    for (const MemoryPoint& p : c) peak = std::max(peak, p.bytes);
+    // The steps hold the run's peak (setup allocates less than a step uses).
+    int64_t run_peak = 0;
+    for (int64_t p : x.row.peak_bytes) run_peak = std::max(run_peak, p);
+    CHECK(peak == run_peak);
+  }
+  // ZeRO-3 shards what DDP replicates: its busiest rank holds less.
+  const auto peak_of_curve = [](const CompareEntry& x) {
+    int64_t p = 0;
+    for (const MemoryPoint& m : memory_by_step(x.data, x.bounds, kMemoryBusiest, 0, 2))
+      p = std::max(p, m.bytes);
+    return p;
+  };
+  CHECK(peak_of_curve(e[1]) < peak_of_curve(e[0]));
+}
+
+TEST_CASE("gui --compare: a bad item ends in one line and exit code 2, before any window",
+          "[compare-view]") {
+  const test::CliResult bad = test::run_cli("gui --view compare --compare naive-mp:4,ddp:2/m=8");
+  CHECK(bad.code == 2);
+  CHECK(bad.out ==
+        "error: --compare item 'ddp:2/m=8': 'm=8' does not apply to ddp (micro-batches (m=N) is "
+        "for: " +
+            strategies_using(SlotOption::micro_batches) + ")\n");
+  const test::CliResult show = test::run_cli("gui --compare-show bars");
+  CHECK(show.code == 2);
+  CHECK(show.out.find("--compare-show 'bars' is invalid (valid: timelines, memory, peaks)") !=
+        std::string::npos);
+  const test::CliResult help = test::run_cli("gui --help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find("naive-mp:4,gpipe:4/m=8,1f1b:4/m=8") != std::string::npos);
+}

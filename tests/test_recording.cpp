@@ -1,0 +1,500 @@
+// Recordings: real runs survive save and load exactly; malformed, hostile and
+// non-regular files give one-line errors (never a crash or a hang); writes are
+// atomic; the recording shipped for the lessons is a real zero3 run.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+
+#include "app/gui/logic/recording_view.h"
+#include "app/gui/logic/run_data.h"
+#include "core/recording.h"
+#include "core/strategy.h"
+#include "test_util.h"
+
+using namespace shardlab;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test case, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("shardlab-rec-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+RunConfig small(const std::string& strategy, int world) {
+  RunConfig c;
+  c.model = "mlp:4x32";
+  c.strategy = strategy;
+  c.world = world;
+  c.batch = 8;
+  c.steps = 3;
+  return c;
+}
+
+void require_same_pool(const PoolStats& a, const PoolStats& b) {
+  CHECK(a.current == b.current);
+  CHECK(a.peak == b.peak);
+  CHECK(a.current_total == b.current_total);
+  CHECK(a.peak_total == b.peak_total);
+  CHECK(a.cached == b.cached);
+}
+
+// Everything a RunResult holds, compared exactly.
+void require_same_run(const RunResult& a, const RunResult& b) {
+  CHECK(recording_to_json(a, {}).at("config") == recording_to_json(b, {}).at("config"));
+  CHECK(a.placement.kind == b.placement.kind);
+  CHECK(a.placement.guarded == b.placement.guarded);
+  CHECK(a.placement.gpu_of_rank == b.placement.gpu_of_rank);
+  CHECK(a.placement.comm == b.placement.comm);
+  CHECK(a.placement.device_name == b.placement.device_name);
+  CHECK(a.placement.summary == b.placement.summary);
+  CHECK(a.t0_ns == b.t0_ns);
+  CHECK(a.losses == b.losses);
+  CHECK(a.step_ms == b.step_ms);
+  CHECK(a.median_step_ms == b.median_step_ms);
+  REQUIRE(a.final_params.size() == b.final_params.size());
+  CHECK(std::memcmp(a.final_params.data(), b.final_params.data(),
+                    a.final_params.size() * sizeof(float)) == 0);
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  REQUIRE(a.recorders.size() == b.recorders.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    INFO("rank " << r);
+    require_same_pool(a.ranks[r].memory.device, b.ranks[r].memory.device);
+    require_same_pool(a.ranks[r].memory.host, b.ranks[r].memory.host);
+    CHECK(a.ranks[r].step_ms == b.ranks[r].step_ms);
+    CHECK(a.ranks[r].bytes_sent_per_step == b.ranks[r].bytes_sent_per_step);
+    const Recorder::Snapshot sa = a.recorders[r]->snapshot(), sb = b.recorders[r]->snapshot();
+    CHECK(b.recorders[r]->rank() == static_cast<int>(r));
+    REQUIRE(sa.spans.size() == sb.spans.size());
+    for (size_t i = 0; i < sa.spans.size(); ++i) {
+      const Span &x = sa.spans[i], &y = sb.spans[i];
+      INFO("span " << i);
+      CHECK(x.t_begin_ns == y.t_begin_ns);
+      CHECK(x.t_end_ns == y.t_end_ns);
+      CHECK(x.rank == y.rank);
+      CHECK(x.lane == y.lane);
+      CHECK(x.kind == y.kind);
+      CHECK(x.layer == y.layer);
+      CHECK(x.micro_batch == y.micro_batch);
+      CHECK(x.step == y.step);
+      CHECK(x.bytes == y.bytes);
+      CHECK(x.peer == y.peer);
+      CHECK(x.flow_id == y.flow_id);
+    }
+    REQUIRE(sa.allocs.size() == sb.allocs.size());
+    for (size_t i = 0; i < sa.allocs.size(); ++i) {
+      const AllocEvent &x = sa.allocs[i], &y = sb.allocs[i];
+      INFO("alloc " << i);
+      CHECK(x.t_ns == y.t_ns);
+      CHECK(x.delta_bytes == y.delta_bytes);
+      CHECK(x.buffer_id == y.buffer_id);
+      CHECK(x.category == y.category);
+      CHECK(x.pool == y.pool);
+      CHECK(x.name == y.name);
+    }
+  }
+}
+
+// Loading `path` fails with one line that names the file and contains `what`.
+void require_refused(const std::string& path, const std::string& what) {
+  try {
+    load_recording(path);
+    FAIL("loaded without error; expected: " << what);
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("'" + path + "'") != std::string::npos);
+    CHECK(msg.find(what) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+}
+
+// A small valid recording as JSON, for the malformed-file cases to break.
+json valid_json() {
+  const RunResult r = run_training(small("ddp", 2));
+  return recording_to_json(r, describe_origin(r));
+}
+
+}  // namespace
+
+TEST_CASE("a real ddp run and a gpipe run survive save and load exactly", "[recording]") {
+  RunConfig gpipe = small("gpipe", 2);
+  gpipe.micro_batches = 2;
+  for (const RunConfig& cfg : {small("ddp", 2), gpipe}) {
+    INFO(cfg.strategy);
+    TempDir dir;
+    const RunResult r = run_training(cfg);
+    REQUIRE(r.recorders[0]->span_count() > 0);
+    const RecordingOrigin origin = describe_origin(r);
+    const std::string path = dir.file("run.shardrec");
+    save_recording(path, r, origin);
+    const Recording back = load_recording(path);
+    require_same_run(r, back.run);
+    CHECK(back.origin.device == origin.device);
+    CHECK(back.origin.cpu == origin.cpu);
+    CHECK(back.origin.gpus == origin.gpus);
+    CHECK(back.origin.date == origin.date);
+    CHECK(back.origin.shardlab == origin.shardlab);
+    CHECK(!origin.device.empty());
+    CHECK(origin.date.size() == 20);
+    // Saving what was loaded gives the same file, byte for byte.
+    const std::string again = dir.file("again.shardrec");
+    save_recording(again, back.run, back.origin);
+    CHECK(read_text(again) == read_text(path));
+    // The GUI sees the same data from the recording as from the live run.
+    gui::RunData live, replay;
+    gui::ingest_result(live, r);
+    gui::ingest_result(replay, back.run);
+    CHECK(replay.span_count() == live.span_count());
+    CHECK(replay.event_times == live.event_times);
+    CHECK(replay.step_begin == live.step_begin);
+    CHECK(replay.flows.size() == live.flows.size());
+    CHECK(replay.t_end == live.t_end);
+    if (cfg.strategy == "gpipe") CHECK(!replay.flows.empty());
+  }
+}
+
+TEST_CASE("every strategy's run loads back from its recording", "[recording]") {
+  for (const StrategyInfo& s : all_strategies()) {
+    RunConfig c = small(s.name, s.name == "single" ? 1 : 2);
+    c.steps = 2;
+    if (s.name == "gpipe" || s.name == "1f1b") c.micro_batches = 2;
+    INFO(s.name);
+    const RunResult r = run_training(c);
+    const Recording back = recording_from_json(recording_to_json(r, describe_origin(r)), "x");
+    require_same_run(r, back.run);
+  }
+}
+
+TEST_CASE("a run without recording cannot be saved", "[recording]") {
+  TempDir dir;
+  RunConfig c = small("ddp", 2);
+  c.record = false;
+  const RunResult r = run_training(c);
+  CHECK_THROWS_WITH(save_recording(dir.file("r.shardrec"), r), Catch::Contains("--no-record"));
+  CHECK(!fs::exists(dir.file("r.shardrec")));
+}
+
+TEST_CASE("malformed recordings give one line naming the file and the fault", "[recording]") {
+  TempDir dir;
+  const json good = valid_json();
+  const std::string path = dir.file("bad.shardrec");
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json j = good;
+    edit(j);
+    write_text(path, j.dump());
+    return path;
+  };
+  write_text(path, good.dump());
+  REQUIRE_NOTHROW(load_recording(path));
+
+  const std::string text = good.dump();
+  write_text(path, text.substr(0, text.size() / 2));
+  require_refused(path, "not valid JSON: parse error");
+  write_text(path, "");
+  require_refused(path, "is empty");
+  write_text(path, "[1, 2, 3]");
+  require_refused(path, "expected a JSON object");
+  write_text(path, "{\"format\": \"something else\"}");
+  require_refused(path, "not a shardlab recording");
+  write_text(path, std::string(100, '[') + std::string(100, ']'));
+  require_refused(path, "nested more than 32 levels");
+
+  require_refused(with([](json& j) { j["version"] = 2; }), "version: 2 is not supported");
+  require_refused(with([](json& j) { j["version"] = "1"; }), "version: missing or not an integer");
+  require_refused(with([](json& j) { j["extra"] = 1; }), "unknown key 'extra'");
+  require_refused(with([](json& j) { j.erase("losses"); }), "missing key 'losses'");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][3] = "teleport"; }),
+                  "ranks[0].spans[0][3] (kind): 'teleport' is not a span kind");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][3] = 3; }),
+                  "expected a span kind name, got 3");
+  require_refused(with([](json& j) { j["ranks"][1]["spans"][0][8] = 2; }),
+                  "ranks[1].spans[0][8] (peer): 2 is out of range (valid: -1 to 1)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][4] = 4; }),
+                  "(layer): 4 is out of range (valid: -1 to 3)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][6] = 3; }),
+                  "(step): 3 is out of range (valid: -1 to 2)");
+  require_refused(with([](json& j) {
+                    json& s = j["ranks"][0]["spans"][0];
+                    s[1] = s[0].get<int64_t>() - 1;
+                  }),
+                  "(t_end_ns):");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][0] = -5; }),
+                  "(t_begin_ns): -5 is out of range");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(9); }),
+                  "ranks[0].spans[0]: has 9 entries (valid: 10)");
+  require_refused(with([](json& j) { j["ranks"][0]["allocs"][0][3] = "snacks"; }),
+                  "'snacks' is not a memory category");
+  require_refused(with([](json& j) { j["ranks"][0]["allocs"][0][5] = "a\nb"; }),
+                  "contains a control character");
+  require_refused(with([](json& j) { j["ranks"].push_back(j["ranks"][0]); }),
+                  "ranks: has 3 entries (valid: 2)");
+  require_refused(with([](json& j) { j["ranks"][1]["rank"] = 0; }), "ranks[1].rank: 0 is out");
+  require_refused(with([](json& j) { j["config"]["world"] = 4; }),
+                  "ranks: has 2 entries (valid: 4)");
+  require_refused(with([](json& j) { j["config"]["world"] = 1000000; }),
+                  "config.world: 1000000 is out of range (valid: 1 to 64)");
+  require_refused(with([](json& j) { j["config"]["steps"] = 2000000000; }),
+                  "config.steps: 2000000000 is out of range");
+  require_refused(with([](json& j) { j["config"]["steps"] = 1000000; }),
+                  "losses: has 3 entries (valid: 1000000)");
+  require_refused(with([](json& j) { j["config"]["strategy"] = "magic"; }),
+                  "settings shardlab refuses");
+  require_refused(with([](json& j) { j["config"]["record"] = false; }), "config.record");
+  require_refused(with([](json& j) { j["final_params"]["count"] = 1e15; }),
+                  "final_params.count: expected an integer");
+  require_refused(with([](json& j) { j["final_params"]["count"] = 1000000000000000; }),
+                  "final_params.count: 1000000000000000 is out of range");
+  require_refused(with([](json& j) { j["final_params"]["base64"] = "AAAA"; }),
+                  "holds 3 bytes, mlp:4x32 needs 16896");
+  require_refused(with([](json& j) { j["final_params"]["base64"] = "A*A="; }),
+                  "is not valid base64");
+  require_refused(with([](json& j) {
+                    std::string& b = j["final_params"]["base64"].get_ref<std::string&>();
+                    b[100] = b[100] == 'A' ? 'B' : 'A';  // one weight changed
+                  }),
+                  "final_params.crc32: the string");
+  require_refused(with([](json& j) { j["config"]["model"] = "mlp:4x33"; }),
+                  "final_params.count: 4224 is out of range (valid: 4488 to 4488)");
+  require_refused(with([](json& j) { j["ranks"][0]["step_ms"][1] = "NaN"; }),
+                  "ranks[0].step_ms[1]: expected a number, got the string 'NaN'");
+  require_refused(with([](json& j) { j["ranks"][0]["step_ms"][1] = -1.0; }),
+                  "ranks[0].step_ms[1]: -1.0 is out of range");
+  require_refused(with([](json& j) { j["ranks"][0]["memory"]["device"]["current_total"] = 1; }),
+                  "is not the sum of the categories");
+  require_refused(with([](json& j) { j["ranks"][0]["memory"]["host"]["peak"]["grads"] = -1; }),
+                  "memory.host.peak.grads: -1 is out of range");
+  require_refused(with([](json& j) { j["losses"][0] = "lots"; }), "'lots' is not a loss");
+  require_refused(with([](json& j) { j["origin"]["device"] = "cpu\r\nfake line"; }),
+                  "origin.device: 'cpu\\x0d\\x0afake line' contains a control character");
+  require_refused(with([](json& j) { j["origin"]["date"] = "last Tuesday"; }),
+                  "origin.date: 'last Tuesday' is not a UTC date");
+  require_refused(with([](json& j) { j["placement"]["comm"] = "carrier pigeon"; }),
+                  "is not a communicator");
+  require_refused(with([](json& j) { j["span_columns"][0] = "begin"; }), "span_columns[0]");
+
+  // Literals JSON cannot mean: an infinite time, a step time overflowing to inf.
+  std::string inf_text = good.dump();
+  const std::string key = "\"bytes_sent_per_step\":";
+  const size_t at = inf_text.find(key);
+  REQUIRE(at != std::string::npos);
+  inf_text.insert(at + key.size(), "1e999,\"x\":");
+  write_text(path, inf_text);
+  CHECK_THROWS_AS(load_recording(path), ConfigError);  // unknown key or inf, never accepted
+
+  // Losses may be NaN (a diverged run is worth showing), spelled as JSON can.
+  const Recording nan = load_recording(with([](json& j) { j["losses"][1] = "NaN"; }));
+  CHECK(std::isnan(nan.run.losses[1]));
+}
+
+TEST_CASE("damaged recordings never crash the loader", "[recording]") {
+  TempDir dir;
+  const std::string text = valid_json().dump();
+  const std::string path = dir.file("fuzz.shardrec");
+  std::mt19937 rng(7);
+  int refused = 0, loaded = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string t = text;
+    if (i < 100) {
+      t.resize(std::uniform_int_distribution<size_t>(0, t.size() - 1)(rng));
+    } else {
+      const int flips = 1 + i % 4;
+      for (int k = 0; k < flips; ++k)
+        t[std::uniform_int_distribution<size_t>(0, t.size() - 1)(rng)] =
+            static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+    }
+    write_text(path, t);
+    try {
+      load_recording(path);
+      ++loaded;
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()).find('\n') == std::string::npos);
+      ++refused;
+    }
+  }
+  CHECK(refused + loaded == 300);
+  CHECK(refused > 200);  // almost every flip lands where it changes the meaning
+}
+
+TEST_CASE("non-regular files are refused without reading or blocking", "[recording]") {
+  TempDir dir;
+  require_refused(dir.path.string(), "is a directory");
+  require_refused("/dev/zero", "is a character device");
+  require_refused(dir.file("missing.shardrec"), "cannot open: No such file or directory");
+
+  const std::string fifo = dir.file("pipe.shardrec");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto pending = std::async(std::launch::async, [&] {
+    try {
+      load_recording(fifo);
+      return std::string("loaded");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+  });
+  if (pending.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Unblock the reader so the test ends, then fail.
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    FAIL("loading a FIFO blocked");
+  }
+  const std::string msg = pending.get();
+  CHECK(msg.find("is a FIFO") != std::string::npos);
+
+  // Too large: refused from its size alone (a sparse file, nothing is read).
+  const std::string big = dir.file("big.shardrec");
+  { std::ofstream f(big); }
+  fs::resize_file(big, static_cast<uintmax_t>(kRecordingMaxBytes) + 1);
+  require_refused(big, "MiB a recording may have");
+}
+
+TEST_CASE("writes are atomic and never go through links or onto special files", "[recording]") {
+  TempDir dir;
+  const RunResult r = run_training(small("ddp", 2));
+  const std::string path = dir.file("run.shardrec");
+
+  SECTION("a failed write leaves the old file as it was and no temporary behind") {
+    write_text(path, "old content");
+    // A real write failure: the file-size limit stops write() with EFBIG.
+    struct sigaction ignore {
+    }, old_action{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGXFSZ, &ignore, &old_action);
+    rlimit old_limit{};
+    ::getrlimit(RLIMIT_FSIZE, &old_limit);
+    rlimit tight = old_limit;
+    tight.rlim_cur = 4096;
+    ::setrlimit(RLIMIT_FSIZE, &tight);
+    std::string error;
+    try {
+      save_recording(path, r);
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    ::sigaction(SIGXFSZ, &old_action, nullptr);
+    INFO(error);
+    CHECK(error.find("cannot write recording '" + path + "': write") != std::string::npos);
+    CHECK(read_text(path) == "old content");
+    int entries = 0;
+    for (const auto& e : fs::directory_iterator(dir.path)) {
+      (void)e;
+      ++entries;
+    }
+    CHECK(entries == 1);
+  }
+
+  SECTION("replacing a regular file keeps its permissions") {
+    write_text(path, "old content");
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+    save_recording(path, r);
+    CHECK(load_recording(path).run.losses == r.losses);
+    CHECK((fs::status(path).permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write));
+  }
+
+  SECTION("a symbolic link at the target is refused, and neither it nor its target changes") {
+    const std::string target = dir.file("elsewhere.txt");
+    write_text(target, "keep me");
+    fs::create_symlink(target, path);
+    CHECK_THROWS_WITH(save_recording(path, r), Catch::Contains("is a symbolic link"));
+    CHECK(fs::is_symlink(path));
+    CHECK(read_text(target) == "keep me");
+  }
+
+  SECTION("a directory or a FIFO at the target is refused at once") {
+    fs::create_directory(path);
+    CHECK_THROWS_WITH(save_recording(path, r), Catch::Contains("it is a directory"));
+    const std::string fifo = dir.file("pipe");
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(save_recording(fifo, r), Catch::Contains("it is a FIFO"));
+    CHECK_THROWS_WITH(save_recording(dir.file("no/such/dir/x"), r),
+                      Catch::Contains("does not exist"));
+  }
+}
+
+TEST_CASE("the status line says what was recorded where and when", "[recording]") {
+  RecordingOrigin o;
+  o.device = "cuda (NVIDIA H100 80GB HBM3)";
+  o.date = "2026-11-23T16:40:05Z";
+  CHECK(gui::recording_status("a.shardrec", o, 4) ==
+        "recording: a.shardrec \xE2\x80\x94 recorded on cuda (NVIDIA H100 80GB HBM3), world 4, "
+        "2026-11-23 16:40 UTC");
+  CHECK(gui::readable_date("yesterday") == "yesterday");
+  CHECK(gui::file_name("/a/b/run.shardrec") == "run.shardrec");
+  CHECK(gui::file_name("run.shardrec") == "run.shardrec");
+}
+
+TEST_CASE("the recording shipped for the lessons is a real zero3 run", "[recording]") {
+  const std::string path =
+      std::string(SHARDLAB_SOURCE_DIR) + "/lessons/recordings/zero3-w3-cpu.shardrec";
+  REQUIRE(fs::file_size(path) < 300 * 1024);
+  const Recording rec = load_recording(path);
+  const RunConfig& c = rec.run.cfg;
+  CHECK(c.strategy == "zero3");
+  CHECK(c.world == 3);
+  CHECK(c.model == "mlp:3x96");
+  CHECK(!rec.origin.device.empty());
+  // Its weights and losses are what the same settings compute here: the file
+  // holds a real run, not made-up numbers. (Another CPU's BLAS sums in another
+  // order, and AdamW amplifies that for tiny gradients: 1e-3, not bitwise.)
+  const RunResult again = run_training(c);
+  CHECK(test::max_rel_diff(again.final_params, rec.run.final_params) < 1e-3);
+  for (size_t s = 0; s < again.losses.size(); ++s)
+    CHECK(rec.run.losses[s] == Approx(again.losses[s]).epsilon(1e-4));
+}
+
+TEST_CASE("CLI: --record and --open refuse bad combinations in one line", "[recording]") {
+  TempDir dir;
+  const std::string rec = dir.file("r.shardrec");
+  auto res = test::run_cli("run --steps 1 --record " + rec + " --no-record");
+  CHECK(res.code == 2);
+  CHECK(res.out.find("--record needs recording") != std::string::npos);
+  res = test::run_cli("run --steps 1 --record /dev/null");
+  CHECK(res.code == 2);
+  CHECK(res.out.find("it is a character device") != std::string::npos);
+  res = test::run_cli("run --model mlp:2x16 --batch 4 --steps 2 --record " + rec);
+  CHECK(res.code == 0);
+  CHECK(res.out.find("recording written to " + rec) != std::string::npos);
+  CHECK(load_recording(rec).run.cfg.model == "mlp:2x16");
+  res = test::run_cli("gui --open " + dir.file("missing.shardrec"));
+  CHECK(res.code == 2);
+  CHECK(res.out.find("cannot open") != std::string::npos);
+  res = test::run_cli("gui --open " + rec + " --model mlp:2x8");
+  CHECK(res.code == 2);
+  CHECK(res.out.find("--model cannot be combined with --open") != std::string::npos);
+}
