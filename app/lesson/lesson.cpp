@@ -221,7 +221,7 @@ Text read_text(const Table& parent, const std::string& key) {
 
 // Output options of `shardlab run` that a lesson's run has no use for.
 const std::set<std::string> kNotInLessons = {"trace",     "save-init", "save-final", "save-data",
-                                             "init-from", "json",      "no-record", "record"};
+                                             "init-from", "json",      "no-record",  "record"};
 
 std::string format_double(double v) {
   char buf[64];
@@ -440,7 +440,7 @@ Seek read_seek(const Table& lt, const Step& step) {
   const toml::table& t = lt.table("seek");
   const Table st(lt.ctx, t, lt.path + "seek.", lt.line_at("seek"),
                  {"step", "event", "layer", "nth", "micro_batch", "rank", "peak_memory"});
-  const RunConfig* c = step.run ? &*step.run : nullptr;
+  const RunConfig* c = step.run ? &*step.run : step.recorded ? &*step.recorded : nullptr;
   const int world = c ? c->world : 1 << 20;
   const int steps = c ? c->steps : 1 << 30;
   const int layers = c ? ModelSpec::parse(c->model).layers : 1 << 20;
@@ -490,7 +490,8 @@ Highlight read_highlight(const Table& lt, const std::string& view, const Step& s
   Highlight h;
   if (ht.get("rank")) {
     h.kind = Highlight::Kind::rank;
-    h.rank = ht.small_int("rank", 0, step.run ? step.run->world - 1 : 1 << 20);
+    const RunConfig* c = step.run ? &*step.run : step.recorded ? &*step.recorded : nullptr;
+    h.rank = ht.small_int("rank", 0, c ? c->world - 1 : 1 << 20);
   } else if (ht.get("area")) {
     h.kind = Highlight::Kind::area;
     h.area = ht.string("area");
@@ -669,8 +670,8 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
     try {
       const Recording r = load_recording(s.recording);
       s.recorded = r.run.cfg;
-      s.recorded_where = r.origin.device + ", world " + std::to_string(r.run.cfg.world) + ", " +
-                         r.origin.date;
+      s.recorded_where =
+          r.origin.device + ", world " + std::to_string(r.run.cfg.world) + ", " + r.origin.date;
     } catch (const std::exception& e) {
       st.fail("recording", e.what());
     }
