@@ -122,6 +122,9 @@ TEST_CASE("the example lesson parses into texts, runs, look, prediction and gate
   CHECK(s.compare->strategy == "ddp");
   CHECK(s.compare->model == "mlp:2x32");  // the keys not given come from run
   CHECK(s.compare->batch == 8);
+  // An option compare's strategy does not read is not inherited from run.
+  CHECK_FALSE(s.run->prefetch);
+  CHECK(s.compare->prefetch);
 
   // Markdown: a paragraph with emphasis and strong, three list items (one nested), code.
   const Markdown& en = s.text.en_blocks;
@@ -525,4 +528,53 @@ TEST_CASE("truncated and corrupted lesson files fail with a LessonError, never a
   }
   CHECK(errors > 0);
   CHECK(errors + loaded > static_cast<int>(good.size() / 5));
+}
+
+TEST_CASE("a step with a recording: checked against its settings, replayed by lesson run",
+          "[lessons]") {
+  const fs::path dir = fs::temp_directory_path() / "shardlab-lesson-recording";
+  fs::create_directories(dir);
+  const std::string rec = (dir / "zero3.shardrec").string();
+  auto r = run_cli("run --model mlp:2x32 --strategy zero3 --world 2 --batch 8 --steps 2 --record " +
+                   rec);
+  REQUIRE(r.code == 0);
+  const std::string lesson = R"(format = 1
+id = "recorded"
+title = { en = "Recorded", zh = "录制" }
+summary = { en = "A recorded run.", zh = "一次录制的运行。" }
+
+[[step]]
+title = { en = "Replay", zh = "回放" }
+text = { en = "A run recorded earlier.", zh = "先前录制的运行。" }
+recording = "zero3.shardrec"
+
+[step.look]
+seek = { event = "all_gather", layer = 1 }
+
+[[step.gate]]
+metric = { name = "model_state_bytes", rank = 1 }
+op = "<"
+value = 1e9
+text = { en = "model states are measured", zh = "模型状态已测量" }
+)";
+  std::ofstream(dir / "01-recorded.toml") << lesson;
+  const Lesson l = load_lesson((dir / "01-recorded.toml").string());
+  REQUIRE(l.steps[0].recorded);
+  CHECK(l.steps[0].recorded->strategy == "zero3");
+  r = run_cli("lesson run " + (dir / "01-recorded.toml").string());
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("gate PASS") != std::string::npos);
+  CHECK(r.out.find("seek:     found") != std::string::npos);
+  // Ranks and layers are checked against the recording's settings.
+  std::string bad = lesson;
+  bad.replace(bad.find("rank = 1"), 8, "rank = 2");
+  std::ofstream(dir / "02-bad.toml") << bad;
+  CHECK_THROWS_WITH(load_lesson((dir / "02-bad.toml").string()),
+                    Catch::Contains("02-bad.toml:15: step 1: gate[1].metric.rank"));
+  bad = lesson;
+  bad.replace(bad.find("layer = 1"), 9, "layer = 5");
+  std::ofstream(dir / "03-bad.toml") << bad;
+  CHECK_THROWS_WITH(load_lesson((dir / "03-bad.toml").string()),
+                    Catch::Contains("look.seek.layer"));
 }

@@ -221,7 +221,7 @@ Text read_text(const Table& parent, const std::string& key) {
 
 // Output options of `shardlab run` that a lesson's run has no use for.
 const std::set<std::string> kNotInLessons = {"trace",     "save-init", "save-final", "save-data",
-                                             "init-from", "json",      "no-record", "record"};
+                                             "init-from", "json",      "no-record",  "record"};
 
 std::string format_double(double v) {
   char buf[64];
@@ -316,14 +316,24 @@ std::string key_named_in(const Table& rt, const std::map<std::string, std::strin
   return "";
 }
 
+// The run from its arguments, validated as `shardlab run` validates it. For a
+// compare run, options inherited from `run` that its strategy does not read
+// are dropped (run = zero3 with no-prefetch, compare = ddp): only those the
+// compare table gives itself are held against it.
 RunConfig finish_run(const Table& rt, const std::map<std::string, std::string>& args,
-                     const std::string& what) {
-  std::vector<std::string> list;
-  for (const auto& [k, a] : args) list.push_back(a);
+                     const std::string& what, bool inherits = false) {
+  std::vector<std::string> list, given;
+  for (const auto& [k, a] : args) {
+    list.push_back(a);
+    given.push_back(k);
+  }
   try {
     RunConfig c = config_of(list);
     c.record = true;
-    validate(c);
+    if (inherits)
+      for (StrategyOption o : unread_options(c))
+        if (!rt.get(flag_name(o) + 2)) reset_option(c, o);
+    validate(c, given);
     return c;
   } catch (const ConfigError& e) {
     const std::string key = key_named_in(rt, args, e.what());
@@ -430,7 +440,7 @@ Seek read_seek(const Table& lt, const Step& step) {
   const toml::table& t = lt.table("seek");
   const Table st(lt.ctx, t, lt.path + "seek.", lt.line_at("seek"),
                  {"step", "event", "layer", "nth", "micro_batch", "rank", "peak_memory"});
-  const RunConfig* c = step.run ? &*step.run : nullptr;
+  const RunConfig* c = step.run ? &*step.run : step.recorded ? &*step.recorded : nullptr;
   const int world = c ? c->world : 1 << 20;
   const int steps = c ? c->steps : 1 << 30;
   const int layers = c ? ModelSpec::parse(c->model).layers : 1 << 20;
@@ -480,7 +490,8 @@ Highlight read_highlight(const Table& lt, const std::string& view, const Step& s
   Highlight h;
   if (ht.get("rank")) {
     h.kind = Highlight::Kind::rank;
-    h.rank = ht.small_int("rank", 0, step.run ? step.run->world - 1 : 1 << 20);
+    const RunConfig* c = step.run ? &*step.run : step.recorded ? &*step.recorded : nullptr;
+    h.rank = ht.small_int("rank", 0, c ? c->world - 1 : 1 << 20);
   } else if (ht.get("area")) {
     h.kind = Highlight::Kind::area;
     h.area = ht.string("area");
@@ -641,7 +652,7 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
         merged.erase(key);
       }
       for (const auto& [k, a] : read_run_args(ct)) merged[k] = a;
-      s.compare = finish_run(ct, merged, "compare");
+      s.compare = finish_run(ct, merged, "compare", true);
     }
   } else {
     if (st.get("compare")) st.fail("compare", "goes with a run, not a recording");
@@ -659,8 +670,8 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
     try {
       const Recording r = load_recording(s.recording);
       s.recorded = r.run.cfg;
-      s.recorded_where = r.origin.device + ", world " + std::to_string(r.run.cfg.world) + ", " +
-                         r.origin.date;
+      s.recorded_where =
+          r.origin.device + ", world " + std::to_string(r.run.cfg.world) + ", " + r.origin.date;
     } catch (const std::exception& e) {
       st.fail("recording", e.what());
     }
