@@ -238,10 +238,10 @@ void require_batchnorm_support(const RunConfig& cfg) {
   // single, and the pipelines, where the statistics are per micro-batch. The
   // data-parallel family would need per-rank statistics and DDP's buffer
   // broadcast (or SyncBatchNorm) in each of its files: not yet.
-  std::string supported;
-  for (const StrategyInfo& i : registry())
-    if (i.family != StrategyFamily::data_parallel)
-      supported += (supported.empty() ? "" : ", ") + i.name;
+  std::string supported;  // the reference first, then the pipelines
+  for (StrategyFamily f : {StrategyFamily::single, StrategyFamily::pipeline})
+    for (const StrategyInfo& i : registry())
+      if (i.family == f) supported += (supported.empty() ? "" : ", ") + i.name;
   const std::string what = "--model " + cfg.model + ": ";
   if (in_family(cfg.strategy, StrategyFamily::data_parallel))
     throw ConfigError(what + cfg.strategy + " does not support BatchNorm yet (supported by: " +
