@@ -221,6 +221,15 @@ int text(MD_TEXTTYPE type, const MD_CHAR* data, MD_SIZE size, void* user) {
 
 }  // namespace
 
+namespace {
+// At most `n` bytes of `s`, never cutting a UTF-8 character in two.
+std::string utf8_prefix(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+}  // namespace
+
 Markdown parse_markdown(const std::string& source) {
   Builder b;
   MD_PARSER parser{};
@@ -236,6 +245,16 @@ Markdown parse_markdown(const std::string& source) {
   const int rc = md_parse(source.data(), static_cast<MD_SIZE>(source.size()), &parser, &b);
   if (!b.error.empty()) throw ConfigError(b.error);
   if (rc != 0) throw ConfigError("the Markdown could not be parsed");
+  // Marks md4c left as text would show as literal asterisks. The usual cause in
+  // Chinese: CommonMark does not close ** right after full-width punctuation
+  // when a character follows ("**全局秩（global rank）**在").
+  for (const Block& blk : b.out)
+    for (const TextRun& r : blk.runs)
+      if (!r.code &&
+          (r.text.find("**") != std::string::npos || r.text.find("__") != std::string::npos))
+        throw ConfigError("emphasis marks are left as text near '" + utf8_prefix(r.text, 40) +
+                          "' (put ** outside full-width punctuation, e.g. **全局秩**（global "
+                          "rank）, or add a space after the closing **)");
   // Drop blocks left without text (an empty list item keeps its bullet).
   Markdown out;
   for (Block& blk : b.out)
