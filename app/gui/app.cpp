@@ -319,6 +319,8 @@ void draw_status(App& app) {
   const std::string busy = oversubscription_note(c, cores_available(), true);
   if (!busy.empty()) {
     ImGui::SameLine(0, 16);
+    // Big presenter fonts: the note goes under the line rather than off the screen.
+    if (ImGui::CalcTextSize(busy.c_str()).x > ImGui::GetContentRegionAvail().x) ImGui::NewLine();
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
     ImGui::TextUnformatted(busy.c_str());
     ImGui::PopStyleColor();
@@ -374,6 +376,23 @@ void mark_region(App& app, int rank, const char* area, int category, ImVec2 a, I
 void App::frame(double wall_dt) {
   poll();
   if (auto show = lessons.poll()) show_step(std::move(*show));
+  // A new step: before its run, the run bar shows what will run and the view is
+  // the one the step will point at, so the learner predicts with the settings in sight.
+  if (const lesson::Step* st = lessons.step();
+      st && previewed != std::pair{lessons.lesson_index(), lessons.step_index()}) {
+    previewed = {lessons.lesson_index(), lessons.step_index()};
+    if (lessons.phase() == StepPhase::ask) {
+      if (const auto& cfg = st->run ? st->run : st->recorded) {
+        state.form = *cfg;
+        state.partition_text.clear();
+        for (size_t i = 0; i < cfg->partition.size(); ++i)
+          state.partition_text += (i ? "," : "") + std::to_string(cfg->partition[i]);
+      }
+      if (st->look)
+        if (auto v = view_from_name(st->look->view)) state.view = *v;
+      state.highlight = LessonHighlight{};
+    }
+  }
   if (lessons_loaded && lessons.revision() != progress_saved) {
     progress_saved = lessons.revision();
     if (lessons.save(&progress_error)) progress_error.clear();

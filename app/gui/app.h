@@ -67,10 +67,11 @@ class App {
   std::vector<CompareEntry> compare;
   LessonPlayer lessons;
   bool lessons_loaded = false;
-  std::string lessons_dir;      // empty: lesson::lessons_dir()
-  std::string progress_path;    // empty: progress in memory only
-  uint64_t progress_saved = 0;  // the player's revision last written
-  std::string progress_error;   // the last save's failure, shown in the panel
+  std::string lessons_dir;                   // empty: lesson::lessons_dir()
+  std::string progress_path;                 // empty: progress in memory only
+  uint64_t progress_saved = 0;               // the player's revision last written
+  std::pair<int, int> previewed{-1, -1};     // (lesson, step) whose settings the run bar shows
+  std::string progress_error;                // the last save's failure, shown in the panel
   std::optional<OpenedRecording> recording;  // set while the views show a recording
   // Parses the run bar's --partition text with the CLI's own parser (set by
   // `shardlab gui`; the benchmark leaves it empty and never edits the field).

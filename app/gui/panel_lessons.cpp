@@ -72,7 +72,23 @@ void draw_runs(const std::vector<lesson::TextRun>& runs, float indent, const UiC
   const ImU32 code = high_contrast ? IM_COL32(140, 255, 160, 255) : IM_COL32(150, 230, 160, 255);
   for (const Token& t : tokens) {
     const ImVec2 sz = ImGui::CalcTextSize(t.text.c_str());
-    if (x > left && x + sz.x > right) {
+    // Never start a line with closing punctuation (":" after inline code, "，" in Chinese).
+    static constexpr const char* kNoLineStart[] = {":",
+                                                   ";",
+                                                   ",",
+                                                   ".",
+                                                   ")",
+                                                   "!",
+                                                   "?",
+                                                   "\xEF\xBC\x8C",
+                                                   "\xE3\x80\x82",
+                                                   "\xEF\xBC\x9A",
+                                                   "\xEF\xBC\x9B",
+                                                   "\xEF\xBC\x89",
+                                                   "\xE3\x80\x81"};  // ，。：；）、
+    bool closes = false;
+    for (const char* p : kNoLineStart) closes |= t.text.rfind(p, 0) == 0;
+    if (x > left && x + sz.x > right && !closes) {
       x = left;
       y += line_h;
       if (t.text == " ") continue;
@@ -250,6 +266,8 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
     ImGui::TextUnformatted(tol);
   }
   if (locked) ImGui::EndDisabled();
+  const bool unanswered = pred.is_choice() ? p.choice() < 0 : p.answer().empty();
+  if (!locked && unanswered) ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
 }
 
 void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
@@ -276,7 +294,7 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
         const std::string given = s.predict->is_choice() && check->choice >= 0
                                       ? s.predict->choices[check->choice].label.source(lang)
                                       : value_text(check->value, unit);
-        ImGui::TextUnformatted(given.c_str());
+        ImGui::TextWrapped("%s", given.c_str());
         ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(check->correct ? ui.ok : ui.error), "%s",
                            tr(app, check->correct ? "right" : "not quite"));
       }
@@ -337,15 +355,17 @@ void draw_step(App& app, const UiColors& ui) {
     return;
   }
   ImGui::SameLine();
-  ImGui::TextDisabled("%s \xC2\xB7 %s %d %s %zu", l.title.source(lang).c_str(), tr(app, "Step"),
-                      p.step_index() + 1, tr(app, "of"), l.steps.size());
+  ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
+  ImGui::TextWrapped("%s \xC2\xB7 %s %d %s %zu", l.title.source(lang).c_str(), tr(app, "Step"),
+                     p.step_index() + 1, tr(app, "of"), l.steps.size());
+  ImGui::PopStyleColor();
   ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(255, 214, 110, 255));
   ImGui::TextWrapped("%s", s.title.source(lang).c_str());
   ImGui::PopStyleColor();
   ImGui::Separator();
 
   // Everything between the title and the buttons scrolls.
-  const float buttons_h = ImGui::GetFrameHeightWithSpacing() * 2 + em * 0.5f;
+  const float buttons_h = ImGui::GetFrameHeightWithSpacing() * 1.5f + em * 0.5f;
   ImGui::BeginChild("step_body",
                     ImVec2(0, std::max(em * 4, ImGui::GetContentRegionAvail().y - buttons_h)));
   draw_markdown(s.text.blocks(lang), ui, app.state.presenter.high_contrast);
@@ -389,8 +409,6 @@ void draw_step(App& app, const UiColors& ui) {
           ImGui::EndDisabled();
           ImGui::SameLine();
           if (ImGui::Button(tr(app, "Skip"))) p.run_step();
-          ImGui::SameLine();
-          ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
         }
       }
       break;
@@ -409,10 +427,9 @@ void draw_step(App& app, const UiColors& ui) {
   }
   ImGui::SameLine();
   if (ImGui::Button(tr(app, "Next"))) p.next_step();
-  ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
-  ImGui::TextWrapped(
-      "%s", tr(app, "Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal."));
-  ImGui::PopStyleColor();
+  // The clicker keys, on hover: the panel keeps its height for the lesson's text.
+  ImGui::SameLine();
+  help_marker(tr(app, "Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal."));
 }
 
 }  // namespace
