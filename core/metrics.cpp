@@ -106,7 +106,8 @@ const std::vector<MetricInfo> kRegistry = {
     {"weight_diff_to_single",
      "",
      {},
-     "max |w − w_single| over the final weights, against `single` with the same model, data, "
+     "max |w − w_single| over the final weights (trained parameters; BatchNorm's running "
+     "statistics are buffers, not weights), against `single` with the same model, data, "
      "batch, steps, seed, optimizer and precision",
      "0 (up to float32 reduction order)",
      false},
@@ -152,11 +153,14 @@ void need_spans(const RunResult& r, const std::string& metric) {
     throw RunError(metric + " needs the run's spans, and this run was made without recording");
 }
 
-double max_abs_diff(const std::vector<float>& x, const std::vector<float>& y) {
-  if (x.size() != y.size())
+// Over the first `n` values: the trained parameters. BatchNorm's buffers after
+// them (running statistics, num_batches_tracked) are not weights: a pipeline
+// with M micro-batches updates them M times per step by design.
+double max_abs_diff(const std::vector<float>& x, const std::vector<float>& y, size_t n) {
+  if (x.size() != y.size() || x.size() < n)
     throw RunError("weight_diff_to_single: the runs have different parameter counts");
   double d = 0;
-  for (size_t i = 0; i < x.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     d = std::max(d, std::abs(static_cast<double>(x[i]) - static_cast<double>(y[i])));
   return d;
 }
@@ -387,7 +391,8 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     v.formula = expected_in_flight(c, ref.rank);
     v.formula_text = c.strategy == "gpipe" ? "M" : c.strategy == "1f1b" ? "min(P−rank, M)" : "1";
   } else if (n == "weight_diff_to_single") {
-    v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params);
+    const size_t params = ModelLayout(ModelSpec::parse(c.model)).total();
+    v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params, params);
     v.formula = 0;
     v.formula_text = "0 (up to float32 reduction order)";
   } else if (n == "world_size") {
