@@ -32,6 +32,8 @@
 
 using namespace shardlab;
 using shardlab::test::max_rel_diff;
+using shardlab::test::numeric_grad;
+using shardlab::test::require_close;
 using shardlab::test::run_cli;
 
 namespace {
@@ -41,30 +43,6 @@ std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0, double sh
   std::vector<double> v(n);
   for (double& x : v) x = shift + scale * rng.normal();
   return v;
-}
-
-// Central differences of f with respect to every element of x.
-std::vector<double> numeric_grad(std::vector<double>& x, const std::function<double()>& f) {
-  const double h = 1e-6;
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = f();
-    x[i] = keep - h;
-    const double down = f();
-    x[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
-
-void require_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("element " << i << ": analytic " << a[i] << " numeric " << b[i]);
-    REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
-  }
 }
 
 RunConfig bn_config(const std::string& strategy, int world, int micro_batches) {

@@ -21,29 +21,14 @@
 #include "core/recorder.h"
 #include "core/safetensors.h"
 #include "core/trace.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace shardlab;
+using shardlab::test::TempDir;
 
 namespace {
-
-// A fresh directory per test case, removed afterwards, so runs never see stale files.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("shardlab_test_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -9,8 +9,11 @@
 #include "core/layer_stack.h"
 #include "core/rng.h"
 #include "kernels/cpu.h"
+#include "tests/test_util.h"
 
 using namespace shardlab;
+using shardlab::test::numeric_grad;
+using shardlab::test::require_close;
 
 namespace {
 
@@ -19,30 +22,6 @@ std::vector<double> randn(size_t n, uint64_t seed) {
   std::vector<double> v(n);
   for (double& x : v) x = rng.normal();
   return v;
-}
-
-// Central differences of f with respect to every element of x.
-std::vector<double> numeric_grad(std::vector<double>& x, const std::function<double()>& f) {
-  const double h = 1e-6;
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = f();
-    x[i] = keep - h;
-    const double down = f();
-    x[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
-
-void require_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("element " << i << ": analytic " << a[i] << " numeric " << b[i]);
-    REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
-  }
 }
 
 }  // namespace

@@ -24,26 +24,10 @@
 
 using namespace shardlab;
 using nlohmann::json;
+using shardlab::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory per test case, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("shardlab-rec-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

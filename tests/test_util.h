@@ -5,10 +5,14 @@
 
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,5 +46,48 @@ inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>
   }
   return diff / scale;
 }
+
+// Central differences of f with respect to every element of x.
+inline std::vector<double> numeric_grad(std::vector<double>& x, const std::function<double()>& f) {
+  const double h = 1e-6;
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = f();
+    x[i] = keep - h;
+    const double down = f();
+    x[i] = keep;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+inline void require_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("element " << i << ": analytic " << a[i] << " numeric " << b[i]);
+    REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
+  }
+}
+
+// A fresh directory per test case, removed at the end, so runs never see stale files.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("shardlab-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
 
 }  // namespace shardlab::test
