@@ -206,7 +206,8 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     if (!s.recording.empty())
       std::printf("  recorded run: %s (recorded on %s)\n", s.recording.c_str(),
                   s.recorded_where.c_str());
-    std::printf("  trained: %d steps, final loss %.6g, median step %s\n", runs.a.cfg.steps,
+    std::printf("  %s: %d steps, final loss %.6g, median step %s\n",
+                s.recording.empty() ? "trained" : "replayed", runs.a.cfg.steps,
                 runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
                 format_value(runs.a.median_step_ms, "ms").c_str());
     if (s.predict) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include <imgui.h>
 #include <imgui_stdlib.h>
@@ -377,8 +378,14 @@ void draw_step(App& app, const UiColors& ui) {
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text_dim), "\xE2\x86\x92 %s",
                        look.c_str());
   }
-  if (!s.recording.empty())
-    ImGui::TextDisabled("%s: %s", tr(app, "recorded run"), s.recording.c_str());
+  if (!s.recording.empty()) {
+    // A recording says where it was made: a GPU run shown on a laptop is still a GPU run.
+    ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
+    ImGui::TextWrapped("%s: %s \xE2\x80\x94 %s %s", tr(app, "recorded run"),
+                       std::filesystem::path(s.recording).filename().c_str(),
+                       tr(app, "recorded on"), s.recorded_where.c_str());
+    ImGui::PopStyleColor();
+  }
   if (s.predict) draw_prediction(app, *s.predict, ui);
   if (p.phase() == StepPhase::failed) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);

@@ -50,6 +50,7 @@ constexpr UiWord kWords[] = {
     {"Language", "语言"},
     {"compare run", "对比运行"},
     {"recorded run", "录制的运行"},
+    {"recorded on", "录制于"},
 };
 
 void add_text(std::set<std::string>& out, const lesson::Text& t) {
