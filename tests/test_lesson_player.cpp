@@ -8,25 +8,20 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/lesson_progress.h"
 #include "core/atomic_file.h"
+#include "tests/test_util.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
+using shardlab::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("shardlab-test-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::string read(const fs::path& p) {
   std::ifstream in(p);
@@ -58,7 +53,8 @@ TEST_CASE("progress round-trips through its JSON", "[lesson-player]") {
 }
 
 TEST_CASE("progress is saved under a fresh directory and read back", "[lesson-player]") {
-  const fs::path d = fresh_dir("progress");
+  const TempDir dir;
+  const fs::path d = dir.path;
   const std::string path = (d / "state" / "shardlab" / "lessons.json").string();
   ProgressStore s;
   s.current_lesson = "ddp";
@@ -74,11 +70,11 @@ TEST_CASE("progress is saved under a fresh directory and read back", "[lesson-pl
   for (const auto& e : fs::directory_iterator(d / "state" / "shardlab"))
     files += e.is_regular_file();
   CHECK(files == 1);
-  fs::remove_all(d);
 }
 
 TEST_CASE("an unreadable progress file is set aside, never overwritten", "[lesson-player]") {
-  const fs::path d = fresh_dir("badprogress");
+  const TempDir dir;
+  const fs::path d = dir.path;
   const fs::path path = d / "lessons.json";
   for (const char* bad :
        {"{not json", "[1,2]", "{\"format\": 99}", "{\"format\":1,\"lang\":\"fr\"}",
@@ -100,12 +96,12 @@ TEST_CASE("an unreadable progress file is set aside, never overwritten", "[lesso
   CHECK(fs::is_directory(path));
   CHECK_FALSE(save_progress(path.string(), ProgressStore{}, &error));
   CHECK(error.find("not a regular file") != std::string::npos);
-  fs::remove_all(d);
 }
 
 TEST_CASE("atomic writes replace a symlink, not its target, and refuse devices",
           "[lesson-player]") {
-  const fs::path d = fresh_dir("atomic");
+  const TempDir dir;
+  const fs::path d = dir.path;
   const fs::path target = d / "target.txt";
   { std::ofstream(target) << "keep me"; }
   const fs::path link = d / "out.txt";
@@ -120,7 +116,6 @@ TEST_CASE("atomic writes replace a symlink, not its target, and refuse devices",
   CHECK(fs::is_character_file("/dev/null"));
   CHECK_FALSE(write_file_atomic((d / "missing" / "x.json").string(), "x", &error));
   CHECK(write_file_atomic((d / "made" / "x.json").string(), "x", &error, true));
-  fs::remove_all(d);
 }
 
 TEST_CASE("the player's words exist in both languages", "[lesson-player]") {
@@ -132,4 +127,80 @@ TEST_CASE("the player's words exist in both languages", "[lesson-player]") {
   }
   const std::string g = glyph_text({});
   CHECK(g.find("揭晓") != std::string::npos);
+}
+
+namespace {
+
+// Polls the player the way the app does once per frame, until its step's runs are in.
+std::optional<StepShow> wait_for_runs(LessonPlayer& p) {
+  for (int i = 0; i < 6000 && p.phase() == StepPhase::running; ++i) {
+    if (auto show = p.poll()) return show;
+    usleep(10000);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("the player runs a step for real, reveals it and remembers where the learner is",
+          "[lesson-player]") {
+  const TempDir dir;
+  const fs::path d = dir.path;
+  const std::string progress = (d / "lessons.json").string();
+  LessonPlayer p;
+  p.load(std::string(SHARDLAB_TEST_DIR) + "/lessons_good", progress);
+  REQUIRE(p.load_error().empty());
+  REQUIRE(p.lessons().size() == 1);
+  REQUIRE(p.lesson() == nullptr);  // the list first
+  p.open(0);
+  REQUIRE(p.step_index() == 0);
+  REQUIRE(p.phase() == StepPhase::ask);
+  REQUIRE(p.has_run());
+  const lesson::Step& s = *p.step();
+  REQUIRE(s.predict);
+
+  // Page Down after answering: the run starts.
+  p.answer() = "1 KiB";
+  p.advance();
+  REQUIRE(p.phase() == StepPhase::running);
+  std::optional<StepShow> show = wait_for_runs(p);
+  REQUIRE(show);
+  REQUIRE(show->a);
+  CHECK(show->a->cfg.strategy == s.run->strategy);
+  CHECK(p.phase() == StepPhase::ran);
+  REQUIRE(p.result());
+  CHECK(p.result()->gates.size() == s.gates.size());
+  CHECK(p.result()->gates_pass());
+  CHECK(p.result()->prediction->value);
+  CHECK_FALSE(p.answer_check());  // nothing is judged before the reveal
+
+  p.advance();  // reveal
+  CHECK(p.phase() == StepPhase::revealed);
+  REQUIRE(p.answer_check());
+  CHECK(p.answer_check()->error.empty());
+  CHECK_FALSE(p.answer_check()->correct);  // 1 KiB is far from the model's states
+
+  p.advance();  // next step
+  CHECK(p.step_index() == 1);
+  CHECK(p.phase() == StepPhase::ask);
+  CHECK(p.answer().empty());
+  p.set_lang(lesson::Lang::zh);
+  std::string error;
+  REQUIRE(p.save(&error));
+
+  // A new player (the app started again) resumes on step 2, in Chinese, with the
+  // first step's answer and reveal remembered.
+  LessonPlayer q;
+  q.load(std::string(SHARDLAB_TEST_DIR) + "/lessons_good", progress);
+  REQUIRE(q.lesson());
+  CHECK(q.step_index() == 1);
+  CHECK(q.lang() == lesson::Lang::zh);
+  q.prev_step();
+  CHECK(q.answer() == "1 KiB");
+  const ProgressStore saved = load_progress(progress, nullptr);
+  CHECK(saved.lessons.at("example").revealed.at(0));
+
+  // The atlas is built from the lessons' own characters.
+  const std::string glyphs = glyph_text(q.lessons());
+  CHECK(glyphs.find(q.lessons()[0].title.zh) != std::string::npos);
 }
