@@ -226,7 +226,13 @@ void App::show_step(StepShow show) {
   }
   session.adopt(std::move(show.a));
   session.poll(data, losses);
-  state.playhead = Playhead{data.steps_begin(), false, false, state.playhead.speed};
+  // Without a seek the playhead waits at the start of step 1: by then every rank
+  // has set up and run a whole step (at step 0's start, on a busy machine, some
+  // ranks are still allocating, and their cards would look empty).
+  const double settled_t = data.step_begin.size() > 1 && data.step_begin[1] >= 0
+                               ? static_cast<double>(data.step_begin[1])
+                               : static_cast<double>(data.t_live());
+  state.playhead = Playhead{settled_t, false, false, state.playhead.speed};
   state.highlight = LessonHighlight{};
   if (s && s->look) {
     if (auto v = view_from_name(s->look->view)) state.view = *v;

@@ -264,7 +264,7 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
     else
       std::snprintf(tol, sizeof tol, "%s (right within %g%% of the measured value)",
                     unit_words(lang, pred.unit), pred.tolerance * 100);
-    ImGui::TextUnformatted(tol);
+    ImGui::TextWrapped("%s", tol);
   }
   if (locked) ImGui::EndDisabled();
   const bool unanswered = pred.is_choice() ? p.choice() < 0 : p.answer().empty();
