@@ -204,3 +204,20 @@ TEST_CASE("the player runs a step for real, reveals it and remembers where the l
   const std::string glyphs = glyph_text(q.lessons());
   CHECK(glyphs.find(q.lessons()[0].title.zh) != std::string::npos);
 }
+
+TEST_CASE("bad lesson options in the app are one line and exit 2, before any window",
+          "[lesson-player]") {
+  using shardlab::test::run_cli;
+  auto r = run_cli("gui --lesson nosuch");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("no lesson 'nosuch'") != std::string::npos);
+  r = run_cli("gui --lesson zero --lesson-step 99");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--lesson-step 99 is invalid") != std::string::npos);
+  r = run_cli("gui --reveal");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--reveal needs --lesson") != std::string::npos);
+  r = run_cli("gui --lessons --lang fr");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--lang 'fr'") != std::string::npos);
+}

@@ -179,18 +179,6 @@ int cmd_gui(int argc, char** argv) {
     }
   }
 
-  wopt.vsync = shot.empty();
-  wopt.ignore_mouse = !shot.empty();
-  std::string error;
-  std::unique_ptr<Window> win = Window::open(wopt, &error);
-  if (!win) {
-    std::fprintf(stderr,
-                 "shardlab gui: %s; without a display run it under a virtual one: xvfb-run -a "
-                 "shardlab gui --screenshot out.png (see 'shardlab gui --help')\n",
-                 error.c_str());
-    return 1;
-  }
-
   // Lessons: checked before a window opens, so a bad name is one line and exit 2.
   std::optional<lesson::Lesson> lesson_wanted;
   int lesson_step = 0;
@@ -209,6 +197,18 @@ int cmd_gui(int argc, char** argv) {
   }
   const lesson::Lang lang = lesson::parse_lang(a.str("lang", "en"));
   const bool lesson_run = a.has("run-step") || a.has("reveal");
+  wopt.vsync = shot.empty();
+  wopt.ignore_mouse = !shot.empty();
+  std::string error;
+  std::unique_ptr<Window> win = Window::open(wopt, &error);
+  if (!win) {
+    std::fprintf(stderr,
+                 "shardlab gui: %s; without a display run it under a virtual one: xvfb-run -a "
+                 "shardlab gui --screenshot out.png (see 'shardlab gui --help')\n",
+                 error.c_str());
+    return 1;
+  }
+
 
   App app(cfg);
   app.parse_list = [](const std::string& s) { return parse_int_list(s, "--partition"); };
