@@ -8,74 +8,76 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <vector>
 
 namespace shardlab {
 
-namespace {
-
-bool fail(std::string* error, const std::string& path, const std::string& why) {
-  if (error) *error = "cannot write '" + path + "': " + why;
-  return false;
-}
-
-}  // namespace
-
 bool write_file_atomic(const std::string& path, const std::string& bytes, std::string* error,
-                       bool make_dirs) {
+                       bool make_dirs, const std::string& what) {
   namespace fs = std::filesystem;
-  if (path.empty()) return fail(error, path, "empty path");
+  const auto fail = [&](const std::string& why) {
+    if (error)
+      *error = "cannot write " + (what.empty() ? "" : what + " ") + "'" + path + "': " + why;
+    return false;
+  };
+  if (path.empty()) return fail("empty path");
   const fs::path target(path);
   fs::path dir = target.parent_path();
   if (dir.empty()) dir = ".";
   if (make_dirs) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec)
-      return fail(error, path, "cannot create directory '" + dir.string() + "': " + ec.message());
+    if (ec) return fail("cannot create directory '" + dir.string() + "': " + ec.message());
   }
-  struct stat st {};
-  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
-    return fail(error, path, "it exists and is not a regular file");
+  struct stat old {};
+  const bool existed = ::lstat(path.c_str(), &old) == 0;
+  if (existed && !S_ISREG(old.st_mode) && !S_ISLNK(old.st_mode))
+    return fail("it exists and is not a regular file");
+  mode_t mode = 0;
+  if (existed && S_ISREG(old.st_mode)) {
+    mode = old.st_mode & 07777;
+  } else {
+    mode = ::umask(0);
+    ::umask(mode);
+    mode = 0666 & ~mode;
+  }
 
-  // mkstemp: a fresh name no other writer (or a planted symlink) can hold.
-  std::string tmpl = (dir / (target.filename().string() + ".tmp-XXXXXX")).string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0) return fail(error, path, std::strerror(errno));
-  const std::string tmp(name.data());
+  // mkostemp creates with O_EXCL: a file or link planted at the name makes it pick another.
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0)
+    return fail("cannot create a temporary file in '" + dir.string() +
+                "': " + std::strerror(errno));
+  const auto give_up = [&](const std::string& step, int err, bool close_fd) {
+    if (close_fd) ::close(fd);
+    ::unlink(tmp.c_str());
+    return fail(step + ": " + std::strerror(err));
+  };
+  if (::fchmod(fd, mode) != 0) return give_up("fchmod", errno, true);
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail(error, path, why);
-    }
+    if (n <= 0) return give_up("write", n < 0 ? errno : EIO, true);
     done += static_cast<size_t>(n);
   }
-  // mkstemp creates 0600; a saved file should read like any other the user makes.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
+  if (::fsync(fd) != 0) return give_up("fsync", errno, true);
+  if (::close(fd) != 0) return give_up("close", errno, false);
+  // Checked again just before the rename: something other than a file or link
+  // may have appeared at the name since.
+  struct stat now {};
+  if (::lstat(path.c_str(), &now) == 0 && !S_ISREG(now.st_mode) && !S_ISLNK(now.st_mode)) {
     ::unlink(tmp.c_str());
-    return fail(error, path, why);
+    return fail("it exists and is not a regular file");
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return fail(error, path, why);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return give_up("rename", errno, false);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    return fail("written, but syncing directory '" + dir.string() +
+                "' failed: " + std::strerror(err));
   }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // the rename itself survives a crash
-    ::close(dfd);
-  }
+  ::close(dfd);
   return true;
 }
 

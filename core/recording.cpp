@@ -5,6 +5,8 @@
 // range and consistency with the run's settings before a RunResult exists.
 #include "core/recording.h"
 
+#include "core/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -20,6 +22,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/atomic_file.h"
 #include "core/gpu.h"
 #include "core/model.h"
 #include "core/strategy.h"
@@ -582,11 +585,6 @@ void check_columns(const Checker& ck, const json& v, const char* key,
       ck.fail(at(key, i), describe(v[i]) + " (valid: " + json(want).dump() + ")");
 }
 
-[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
-  throw std::runtime_error("cannot write recording '" + path + "': " + what + ": " +
-                           std::strerror(err));
-}
-
 const char* file_type(mode_t m) {
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO";
@@ -830,51 +828,9 @@ void save_recording(const std::string& path, const RunResult& run, const Recordi
                              std::string(e.what()) + ")");
   }
 
-  struct stat old {};
-  const bool existed = ::lstat(path.c_str(), &old) == 0;
-  const std::string dir = parent_dir(path);
-  const std::string base =
-      path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
-  std::string tmp = (dir == "." && path.find('/') == std::string::npos ? "" : dir + "/") + "." +
-                    base + ".tmp-XXXXXX";
-  // mkostemp creates with O_EXCL: a symlink planted at the name makes it pick another.
-  Fd f;
-  f.fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (f.fd < 0) io_fail(path, "cannot create a temporary file in '" + dir + "'", errno);
-  bool renamed = false;
-  struct Cleanup {
-    const std::string& tmp;
-    const bool& renamed;
-    ~Cleanup() {
-      if (!renamed) ::unlink(tmp.c_str());
-    }
-  } cleanup{tmp, renamed};
-
-  const mode_t mode = existed ? (old.st_mode & 07777) : 0644;
-  if (::fchmod(f.fd, mode) != 0) io_fail(path, "fchmod", errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(f.fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) io_fail(path, "write", n < 0 ? errno : EIO);
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(f.fd) != 0) io_fail(path, "fsync", errno);
-  const int fd = f.fd;
-  f.fd = -1;
-  if (::close(fd) != 0) io_fail(path, "close", errno);
-  // Checked again just before the rename: it replaces a regular file or creates
-  // one, never a directory's or a link's target.
-  struct stat now {};
-  if (::lstat(path.c_str(), &now) == 0 && !S_ISREG(now.st_mode))
-    throw ConfigError("cannot write recording '" + path + "': it is " + file_type(now.st_mode) +
-                      " (valid: a regular file path)");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail(path, "rename", errno);
-  renamed = true;
-  Fd d;
-  d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d.fd < 0 || ::fsync(d.fd) != 0)
-    io_fail(path, "written, but syncing directory '" + dir + "' failed", errno);
+  // A link at `path` was refused above; the shared writer does the rest.
+  std::string error;
+  if (!write_file_atomic(path, text, &error, false, "recording")) throw std::runtime_error(error);
 }
 
 void save_recording(const std::string& path, const RunResult& run) {
