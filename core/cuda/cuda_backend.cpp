@@ -16,10 +16,6 @@
 
 namespace shardlab {
 
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
 // ---------------------------------------------------------------------------
 // GPU discovery
 
@@ -35,7 +31,7 @@ const GpuCensus& census() {
     int n = 0;  // left unwritten when the call fails (seen: error 35, insufficient driver)
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky error so later checks start clean
+      SHARDLAB_CUDA_IGNORE(e);  // cleared, so that later checks start clean
       g.status = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
       return g;
     }
@@ -71,24 +67,24 @@ std::string cuda_status() {
 GpuTimer::GpuTimer(int device_index, Recorder* recorder)
     : device_index_(device_index), recorder_(recorder) {
   if (!recorder_) return;
-  cuda_check(cudaEventCreate(&origin_), "cudaEventCreate");
+  SHARDLAB_CUDA_CHECK(cudaEventCreate(&origin_));
   anchor();
 }
 
 GpuTimer::~GpuTimer() {
   for (Pending& p : pending_) {
-    if (p.begin) cudaEventDestroy(p.begin);
-    if (p.end) cudaEventDestroy(p.end);
+    if (p.begin) SHARDLAB_CUDA_IGNORE(cudaEventDestroy(p.begin));
+    if (p.end) SHARDLAB_CUDA_IGNORE(cudaEventDestroy(p.end));
   }
-  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-  if (origin_) cudaEventDestroy(origin_);
+  for (cudaEvent_t e : free_events_) SHARDLAB_CUDA_IGNORE(cudaEventDestroy(e));
+  if (origin_) SHARDLAB_CUDA_IGNORE(cudaEventDestroy(origin_));
 }
 
 void GpuTimer::anchor() {
   // The origin event is recorded on the legacy stream and waited for; the host
   // clock read right after is its time, to within the wake-up latency (µs).
-  cuda_check(cudaEventRecord(origin_, nullptr), "cudaEventRecord(origin)");
-  cuda_check(cudaEventSynchronize(origin_), "cudaEventSynchronize(origin)");
+  SHARDLAB_CUDA_CHECK(cudaEventRecord(origin_, nullptr));
+  SHARDLAB_CUDA_CHECK(cudaEventSynchronize(origin_));
   origin_ns_ = now_ns();
 }
 
@@ -99,7 +95,7 @@ cudaEvent_t GpuTimer::take_event() {
     return e;
   }
   cudaEvent_t e = nullptr;
-  cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+  SHARDLAB_CUDA_CHECK(cudaEventCreate(&e));
   return e;
 }
 
@@ -108,7 +104,7 @@ int GpuTimer::begin(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   Pending p;
   p.begin = take_event();
-  cuda_check(cudaEventRecord(p.begin, stream), "cudaEventRecord(span begin)");
+  SHARDLAB_CUDA_CHECK(cudaEventRecord(p.begin, stream));
   pending_.push_back(p);
   return static_cast<int>(base_ + pending_.size() - 1);
 }
@@ -127,14 +123,16 @@ void GpuTimer::end(int token, cudaStream_t stream, Span span) noexcept {
   if (!free_events_.empty()) {
     e = free_events_.back();
     free_events_.pop_back();
-  } else if (cudaEventCreate(&e) != cudaSuccess) {
-    (void)cudaGetLastError();
+  } else if (const cudaError_t c = cudaEventCreate(&e); c != cudaSuccess) {
+    SHARDLAB_CUDA_IGNORE(c);
     e = nullptr;
   }
-  if (e && cudaEventRecord(e, stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    free_events_.push_back(e);
-    e = nullptr;
+  if (e) {
+    if (const cudaError_t r = cudaEventRecord(e, stream); r != cudaSuccess) {
+      SHARDLAB_CUDA_IGNORE(r);
+      free_events_.push_back(e);
+      e = nullptr;
+    }
   }
   p.end = e;  // null: the span is dropped when resolved
 }
@@ -153,19 +151,20 @@ void GpuTimer::resolve(bool wait) {
     }
     if (end) {
       if (wait) {
-        cuda_check(cudaEventSynchronize(end), "cudaEventSynchronize(span end)");
+        SHARDLAB_CUDA_CHECK(cudaEventSynchronize(end));
       } else {
         const cudaError_t q = cudaEventQuery(end);
         if (q == cudaErrorNotReady) break;
-        cuda_check(q, "cudaEventQuery(span end)");
+        if (q != cudaSuccess)
+          throw std::runtime_error(SHARDLAB_CUDA_FAILED(q, "cudaEventQuery(end)"));
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = pending_.front();
     if (p.end) {
       float b_ms = 0, e_ms = 0;
-      cuda_check(cudaEventElapsedTime(&b_ms, origin_, p.begin), "cudaEventElapsedTime");
-      cuda_check(cudaEventElapsedTime(&e_ms, origin_, p.end), "cudaEventElapsedTime");
+      SHARDLAB_CUDA_CHECK(cudaEventElapsedTime(&b_ms, origin_, p.begin));
+      SHARDLAB_CUDA_CHECK(cudaEventElapsedTime(&e_ms, origin_, p.end));
       p.span.t_begin_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(b_ms) * 1e6);
       p.span.t_end_ns = origin_ns_ + static_cast<int64_t>(static_cast<double>(e_ms) * 1e6);
       recorder_->add_span(p.span);
@@ -190,9 +189,9 @@ class CudaStream final : public Stream {
  public:
   CudaStream(cudaStream_t s, bool owned) : s_(s), owned_(owned) {}
   ~CudaStream() override {
-    if (owned_) cudaStreamDestroy(s_);
+    if (owned_) SHARDLAB_CUDA_IGNORE(cudaStreamDestroy(s_));
   }
-  void synchronize() override { cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+  void synchronize() override { SHARDLAB_CUDA_CHECK(cudaStreamSynchronize(s_)); }
   cudaStream_t get() const { return s_; }
 
  private:
@@ -206,19 +205,16 @@ cudaStream_t native(Stream& s) {
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { cuda_check(cudaEventCreate(&e_), "cudaEventCreate"); }
-  ~CudaEvent() override { cudaEventDestroy(e_); }
-  void record(Stream& stream) override {
-    cuda_check(cudaEventRecord(e_, native(stream)), "cudaEventRecord");
-  }
+  CudaEvent() { SHARDLAB_CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~CudaEvent() override { SHARDLAB_CUDA_IGNORE(cudaEventDestroy(e_)); }
+  void record(Stream& stream) override { SHARDLAB_CUDA_CHECK(cudaEventRecord(e_, native(stream))); }
   void wait(Stream& stream) override {
-    cuda_check(cudaStreamWaitEvent(native(stream), e_, 0), "cudaStreamWaitEvent");
+    SHARDLAB_CUDA_CHECK(cudaStreamWaitEvent(native(stream), e_, 0));
   }
-  void synchronize() override { cuda_check(cudaEventSynchronize(e_), "cudaEventSynchronize"); }
+  void synchronize() override { SHARDLAB_CUDA_CHECK(cudaEventSynchronize(e_)); }
   double elapsed_ms_since(const Event& start) const override {
     float ms = 0;
-    cuda_check(cudaEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).e_, e_),
-               "cudaEventElapsedTime");
+    SHARDLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).e_, e_));
     return ms;
   }
 
@@ -235,17 +231,16 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     if (index < 0 || index >= cuda_device_count())
       throw std::runtime_error("GPU " + std::to_string(index) + " does not exist (" +
                                cuda_status() + ")");
-    cuda_check(cudaSetDevice(index), "cudaSetDevice");
+    SHARDLAB_CUDA_CHECK(cudaSetDevice(index));
     cudaStream_t s = nullptr;
     // Non-blocking: the rank's stream must not serialise with other ranks' work
     // on the legacy default stream when ranks share a GPU.
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    SHARDLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = std::make_unique<CudaStream>(s, true);
-    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error("cublasCreate failed on GPU " + std::to_string(index));
-    cublasSetStream(blas_, s);
-    cuda_check(cudaMalloc(&scratch_, 64), "cudaMalloc(scratch)");
-    cuda_check(cudaMallocHost(&pinned_, 64), "cudaMallocHost(scratch)");
+    SHARDLAB_CUBLAS_CHECK(cublasCreate(&blas_));
+    SHARDLAB_CUBLAS_CHECK(cublasSetStream(blas_, s));
+    SHARDLAB_CUDA_CHECK(cudaMalloc(&scratch_, 64));
+    SHARDLAB_CUDA_CHECK(cudaMallocHost(&pinned_, 64));
     if (recorder && recorder->enabled()) {
       timer_ = std::make_unique<GpuTimer>(index, recorder);
       recorder_ = recorder;
@@ -254,7 +249,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
 
   ~CudaBackendImpl() override {
-    cudaStreamSynchronize(stream());
+    SHARDLAB_CUDA_IGNORE(cudaStreamSynchronize(stream()));
     if (timer_) {
       try {
         timer_->resolve(true);
@@ -263,9 +258,9 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
       recorder_->set_device_clock(nullptr);
     }
     timer_.reset();
-    if (blas_) cublasDestroy(blas_);
-    cudaFree(scratch_);
-    cudaFreeHost(pinned_);
+    if (blas_) (void)cublasDestroy(blas_);
+    SHARDLAB_CUDA_IGNORE(cudaFree(scratch_));
+    SHARDLAB_CUDA_IGNORE(cudaFreeHost(pinned_));
     stream_.reset();
   }
 
@@ -290,9 +285,9 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
-      cudaGetLastError();
-      throw std::runtime_error("cudaMalloc of " + std::to_string(bytes) + " bytes on GPU " +
-                               std::to_string(index_) + " failed: " + cudaGetErrorString(e));
+      throw std::runtime_error(SHARDLAB_CUDA_FAILED(e, "cudaMalloc of " + std::to_string(bytes) +
+                                                           " bytes on GPU " +
+                                                           std::to_string(index_) + " failed"));
     }
     std::lock_guard<std::mutex> lock(mu_);
     owned_[p] = bytes ? bytes : 1;
@@ -305,22 +300,19 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     }
     ScopedDevice on(index_);
     // cudaFree synchronises the device: the allocator caches blocks so this is rare.
-    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();  // not another call's error
+    SHARDLAB_CUDA_IGNORE(cudaFree(ptr));
   }
   void* raw_alloc_host(size_t bytes) override {
     void* p = nullptr;
     const cudaError_t e =
         cudaMallocHost(&p, bytes ? bytes : 1);  // pinned: async copies, full speed
     if (e != cudaSuccess) {
-      cudaGetLastError();
-      throw std::runtime_error("cudaMallocHost of " + std::to_string(bytes) +
-                               " bytes failed: " + cudaGetErrorString(e));
+      throw std::runtime_error(
+          SHARDLAB_CUDA_FAILED(e, "cudaMallocHost of " + std::to_string(bytes) + " bytes failed"));
     }
     return p;
   }
-  void raw_free_host(void* ptr, size_t) override {
-    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
-  }
+  void raw_free_host(void* ptr, size_t) override { SHARDLAB_CUDA_IGNORE(cudaFreeHost(ptr)); }
 
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override {
     if (!bytes || dst == src) return;
@@ -333,28 +325,27 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
       for (const void* p : {static_cast<const void*>(dst), src}) {
         cudaPointerAttributes a{};
         if (owns(p)) continue;
-        if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-          (void)cudaGetLastError();
+        if (const cudaError_t e = cudaPointerGetAttributes(&a, p); e != cudaSuccess) {
+          SHARDLAB_CUDA_IGNORE(e);
           continue;
         }
         if (a.device >= 0) {
           ScopedDevice peer(a.device);
-          cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(peer)");
+          SHARDLAB_CUDA_CHECK(cudaDeviceSynchronize());
         }
       }
-      cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()),
-                 "cudaMemcpyAsync(peer)");
+      SHARDLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
       stream_->synchronize();
       return;
     }
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync");
+    SHARDLAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
     // The host may read (or reuse) its side as soon as this returns.
     if (kind != CopyKind::device_to_device) stream_->synchronize();
   }
   Stream& compute_stream() override { return *stream_; }
   std::unique_ptr<Stream> create_stream() override {
     cudaStream_t s = nullptr;
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    SHARDLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return std::make_unique<CudaStream>(s, true);
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(); }
@@ -365,8 +356,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   bool is_device_pointer(const void* p) const override {
     if (owns(p)) return true;
     cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      cudaGetLastError();
+    if (const cudaError_t e = cudaPointerGetAttributes(&a, p); e != cudaSuccess) {
+      SHARDLAB_CUDA_IGNORE(e);
       return false;
     }
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
@@ -375,7 +366,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   void fill_zero(void* dst, size_t bytes) override {
     if (!bytes) return;
     ScopedDevice on(index_);
-    cuda_check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
+    SHARDLAB_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream()));
   }
   void upload(void* dst, DType dt, const float* src, size_t n) override {
     if (!n) return;
@@ -428,8 +419,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
                               size_t divisor) override {
     auto* sum = static_cast<double*>(scratch_);
     kernels::cuda::mse_forward_backward(dpred, pred, target, n, divisor, sum, stream());
-    cuda_check(cudaMemcpyAsync(pinned_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()),
-               "cudaMemcpyAsync(loss)");
+    SHARDLAB_CUDA_CHECK(
+        cudaMemcpyAsync(pinned_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()));
     stream_->synchronize();
     return *static_cast<double*>(pinned_) / static_cast<double>(divisor);
   }
@@ -450,10 +441,10 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
   bool all_finite(const void* src, DType dt, size_t n) override {
     auto* flag = static_cast<int*>(scratch_) + 2;  // after the loss's double
-    cuda_check(cudaMemsetAsync(flag, 0, sizeof(int), stream()), "cudaMemsetAsync(flag)");
+    SHARDLAB_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream()));
     kernels::cuda::flag_nonfinite(src, dt, n, flag, stream());
-    cuda_check(cudaMemcpyAsync(pinned_, flag, sizeof(int), cudaMemcpyDeviceToHost, stream()),
-               "cudaMemcpyAsync(flag)");
+    SHARDLAB_CUDA_CHECK(
+        cudaMemcpyAsync(pinned_, flag, sizeof(int), cudaMemcpyDeviceToHost, stream()));
     stream_->synchronize();
     return *static_cast<int*>(pinned_) == 0;
   }

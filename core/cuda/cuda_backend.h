@@ -11,21 +11,20 @@
 
 #include "core/device.h"
 #include "core/recorder.h"
+#include "kernels/cuda/check.h"
 
 namespace shardlab {
-
-// Throws std::runtime_error("<what>: <cudaGetErrorString>") unless e == cudaSuccess.
-void cuda_check(cudaError_t e, const char* what);
 
 // Makes GPU `index` current for a scope and restores the previous one. Backend
 // and communicator calls may come from a thread whose current device is another
 // (a comm's worker thread, a waiter, a destructor). Never throws: used on
-// teardown paths, and a device that cannot be made current fails the next call.
+// teardown paths, and a device that cannot be made current fails the next call
+// (cudaSetDevice's error is left for the next check to see).
 class ScopedDevice {
  public:
   explicit ScopedDevice(int index) : index_(index) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
+    if (const cudaError_t e = cudaGetDevice(&previous_); e != cudaSuccess) {
+      SHARDLAB_CUDA_IGNORE(e);
       previous_ = -1;
     }
     if (previous_ != index_) (void)cudaSetDevice(index_);

@@ -28,7 +28,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   if (n == 0) return;
   adamw_kernel<<<detail::grid_for(n), detail::kBlock, 0, s>>>(param, grad, exp_avg, exp_avg_sq, n,
                                                               sc);
-  detail::check_launch("adamw_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("adamw_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda

@@ -134,7 +134,7 @@ void batchnorm_forward(float* y, float* xhat, float* invstd, const float* x, con
   if (rows <= 0 || cols <= 0) return;
   batchnorm_forward_kernel<<<tiles_grid(cols), dim3(kTile, kTile), 0, s>>>(
       y, xhat, invstd, x, weight, bias, running_mean, running_var, rows, cols, p.momentum, p.eps);
-  detail::check_launch("batchnorm_forward_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("batchnorm_forward_kernel");
 }
 
 void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* xhat,
@@ -143,7 +143,7 @@ void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy
   if (rows <= 0 || cols <= 0) return;
   batchnorm_backward_kernel<<<tiles_grid(cols), dim3(kTile, kTile), 0, s>>>(
       dx, dweight, dbias, dy, xhat, invstd, weight, rows, cols);
-  detail::check_launch("batchnorm_backward_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("batchnorm_backward_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda

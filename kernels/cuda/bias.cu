@@ -44,7 +44,7 @@ void bias_rows(float* out, const float* bias, int rows, int cols, cudaStream_t s
   const size_t total = static_cast<size_t>(rows) * static_cast<size_t>(cols);
   bias_rows_kernel<<<detail::grid_for(total), detail::kBlock, 0, s>>>(out, bias, total,
                                                                       static_cast<size_t>(cols));
-  detail::check_launch("bias_rows_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("bias_rows_kernel");
 }
 
 void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, cudaStream_t s) {
@@ -53,7 +53,7 @@ void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, c
   const unsigned grid =
       static_cast<unsigned>(tiles < detail::kMaxBlocks ? tiles : detail::kMaxBlocks);
   bias_grad_kernel<<<grid, dim3(kTile, kTile), 0, s>>>(dbias, dout, rows, cols);
-  detail::check_launch("bias_grad_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("bias_grad_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda

@@ -79,7 +79,7 @@ size_t dtype_bytes(DType dt) {
 template <DType dst_dt, DType src_dt>
 void launch_cast(void* dst, const void* src, size_t n, cudaStream_t s) {
   cast_kernel<dst_dt, src_dt><<<detail::grid_for(n), detail::kBlock, 0, s>>>(dst, src, n);
-  detail::check_launch("cast_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("cast_kernel");
 }
 
 template <DType dst_dt>
@@ -103,8 +103,8 @@ void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n, cuda
     if (dst_dt != DType::f32 && dst_dt != DType::bf16 && dst_dt != DType::f16)
       bad_dtype("cuda::cast", dst_dt);
     if (dst == src) return;
-    detail::check(cudaMemcpyAsync(dst, src, n * dtype_bytes(dst_dt), cudaMemcpyDeviceToDevice, s),
-                  "cuda::cast: cudaMemcpyAsync");
+    SHARDLAB_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, n * dtype_bytes(dst_dt), cudaMemcpyDeviceToDevice, s));
     return;
   }
   // bf16 <-> fp16 goes through fp32 inside the kernel, with no temporary buffer.
@@ -135,7 +135,7 @@ void add(void* acc, const void* src, DType dt, size_t n, cudaStream_t s) {
     default:
       bad_dtype("cuda::add", dt);
   }
-  detail::check_launch("add_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("add_kernel");
 }
 
 void flag_nonfinite(const void* src, DType dt, size_t n, int* flag, cudaStream_t s) {
@@ -154,7 +154,7 @@ void flag_nonfinite(const void* src, DType dt, size_t n, int* flag, cudaStream_t
     default:
       bad_dtype("cuda::flag_nonfinite", dt);
   }
-  detail::check_launch("nonfinite_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("nonfinite_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda

@@ -25,13 +25,13 @@ __global__ void gelu_backward_kernel(float* din, const float* dout, const float*
 void gelu_forward(float* out, const float* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_forward_kernel<<<detail::grid_for(n), detail::kBlock, 0, s>>>(out, in, n);
-  detail::check_launch("gelu_forward_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("gelu_forward_kernel");
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_backward_kernel<<<detail::grid_for(n), detail::kBlock, 0, s>>>(din, dout, in, n);
-  detail::check_launch("gelu_backward_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("gelu_backward_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda

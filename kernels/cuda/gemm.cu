@@ -10,33 +10,23 @@
 
 namespace shardlab::kernels::cuda {
 
-namespace {
-
-void check_cublas(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuda::gemm: ") + what + ": " + cublasGetStatusName(st));
-}
-
-}  // namespace
-
 void gemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
           const float* A, const float* B, float beta, float* C) {
   if (M <= 0 || N <= 0) return;
   // alpha and beta are host values; a handle left in device pointer mode would
   // read them as device addresses.
   cublasPointerMode_t mode;
-  check_cublas(cublasGetPointerMode(h, &mode), "cublasGetPointerMode");
+  SHARDLAB_CUBLAS_CHECK(cublasGetPointerMode(h, &mode));
   if (mode != CUBLAS_POINTER_MODE_HOST)
     throw std::runtime_error("cuda::gemm: the cuBLAS handle must be in host pointer mode");
   if (K <= 0) {
     // An empty sum: C = beta * C, done here rather than trusting every cuBLAS
     // version with k == 0. As in BLAS, beta == 0 never reads C (it may be NaN).
     cudaStream_t stream;
-    check_cublas(cublasGetStream(h, &stream), "cublasGetStream");
+    SHARDLAB_CUBLAS_CHECK(cublasGetStream(h, &stream));
     const size_t n = static_cast<size_t>(M) * static_cast<size_t>(N);
     if (beta == 0.0f)
-      detail::check(cudaMemsetAsync(C, 0, n * sizeof(float), stream),
-                    "cuda::gemm: cudaMemsetAsync");
+      SHARDLAB_CUDA_CHECK(cudaMemsetAsync(C, 0, n * sizeof(float), stream));
     else if (beta != 1.0f)
       scale(C, n, beta, stream);
     return;
@@ -48,10 +38,9 @@ void gemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, flo
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // PEDANTIC: plain FP32 whatever the handle's math mode or the environment
   // allows (no TF32, no BF16x9 emulation), so results match the CPU to ~1e-6.
-  check_cublas(
-      cublasGemmEx(h, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
-                   CUDA_R_32F, N, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-      "cublasGemmEx");
+  SHARDLAB_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                                     CUDA_R_32F, lda, &beta, C, CUDA_R_32F, N,
+                                     CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace shardlab::kernels::cuda

@@ -1,11 +1,11 @@
-// What every kernels/cuda/*.cu shares: grid sizing for grid-stride loops and
-// turning launch errors into exceptions that name the kernel.
+// What every kernels/cuda/*.cu shares: grid sizing for grid-stride loops, and
+// the error checks (SHARDLAB_CUDA_CHECK_LAUNCH after every launch).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <stdexcept>
-#include <string>
+
+#include "kernels/cuda/check.h"
 
 namespace shardlab::kernels::cuda::detail {
 
@@ -25,14 +25,6 @@ __device__ inline size_t global_index() {
 }
 __device__ inline size_t grid_stride() {
   return static_cast<size_t>(gridDim.x) * blockDim.x;
-}
-
-inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-// Call right after a launch: bad configurations only show up here.
-inline void check_launch(const char* kernel) {
-  check(cudaGetLastError(), kernel);
 }
 
 }  // namespace shardlab::kernels::cuda::detail

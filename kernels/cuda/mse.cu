@@ -35,13 +35,13 @@ void mse_forward_backward(float* dpred, const float* pred, const float* target, 
                           size_t divisor, double* sum_out, cudaStream_t s) {
   if (n == 0) {
     // Still overwrite the sum: an empty slice contributes 0 (all-zero bits are 0.0).
-    detail::check(cudaMemsetAsync(sum_out, 0, sizeof(double), s), "mse_forward_backward");
+    SHARDLAB_CUDA_CHECK(cudaMemsetAsync(sum_out, 0, sizeof(double), s));
     return;
   }
   // The same float as kernels::mse_forward_backward's scale, so dpred matches the CPU.
   const float grad_scale = 2.0f / static_cast<float>(divisor);
   mse_kernel<<<1, kMseThreads, 0, s>>>(dpred, pred, target, n, grad_scale, sum_out);
-  detail::check_launch("mse_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("mse_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda

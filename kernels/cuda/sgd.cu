@@ -22,13 +22,13 @@ __global__ void scale_kernel(float* x, size_t n, float factor) {
 void sgd_step(float* param, const float* grad, size_t n, float lr, cudaStream_t s) {
   if (n == 0) return;
   sgd_kernel<<<detail::grid_for(n), detail::kBlock, 0, s>>>(param, grad, n, lr);
-  detail::check_launch("sgd_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("sgd_kernel");
 }
 
 void scale(float* x, size_t n, float factor, cudaStream_t s) {
   if (n == 0) return;
   scale_kernel<<<detail::grid_for(n), detail::kBlock, 0, s>>>(x, n, factor);
-  detail::check_launch("scale_kernel");
+  SHARDLAB_CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
 }  // namespace shardlab::kernels::cuda
