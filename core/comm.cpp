@@ -2,7 +2,6 @@
 // Work handles and even splits.
 #include "core/comm.h"
 
-#include <sstream>
 #include <stdexcept>
 
 #include "core/work_state.h"
@@ -91,44 +90,6 @@ std::vector<size_t> even_counts(size_t total, int world) {
   std::vector<size_t> counts(world, total / world);
   for (size_t i = 0; i < total % world; ++i) ++counts[i];
   return counts;
-}
-
-std::string op_prefix(int rank, const OpInfo& op) {
-  std::ostringstream os;
-  os << "rank " << rank << ": " << to_string(op.kind) << " of " << op.bytes << " bytes";
-  if (is_p2p(op.kind)) os << " (tag " << op.tag << ")";
-  return os.str();
-}
-
-void check_rank(int rank, int world, const OpInfo& op, int r, const char* what) {
-  if (r < 0 || r >= world) {
-    throw CommError(op_prefix(rank, op) + ": " + what + " " + std::to_string(r) +
-                    " is not a rank of a group of " + std::to_string(world));
-  }
-}
-
-void check_counts(int rank, int world, const char* name, const std::vector<size_t>& counts) {
-  if (counts.size() != static_cast<size_t>(world)) {
-    throw CommError("rank " + std::to_string(rank) + ": " + name + " needs " +
-                    std::to_string(world) + " counts, got " + std::to_string(counts.size()));
-  }
-}
-
-int64_t broadcast_tree_sends(int rank, int root, int world) {
-  const size_t vsize = world;
-  const size_t vrank = (rank - root + world) % world;
-  size_t dim = 0;
-  while ((size_t{1} << dim) < vsize) ++dim;
-  size_t mask = (size_t{1} << dim) - 1;
-  int64_t sends = 0;
-  for (size_t i = 0; i < dim; ++i) {
-    mask ^= size_t{1} << i;
-    if ((vrank & mask) != 0) continue;
-    const size_t vpeer = vrank ^ (size_t{1} << i);
-    if (vpeer >= vsize) continue;
-    if ((vrank & (size_t{1} << i)) == 0) ++sends;
-  }
-  return sends;
 }
 
 }  // namespace shardlab

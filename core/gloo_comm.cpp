@@ -21,11 +21,11 @@
 #include <deque>
 #include <mutex>
 #include <numeric>
-#include <sstream>
 #include <thread>
 
 #include "core/clock.h"
 #include "core/comm.h"
+#include "core/comm_common.h"
 #include "core/work_state.h"
 #include "kernels/precision.h"
 
@@ -81,9 +81,7 @@ std::string clean_gloo_message(std::string msg) {
       open = close;
     }
   }
-  std::replace(msg.begin(), msg.end(), '\n', ' ');
-  while (!msg.empty() && msg.back() == ' ') msg.pop_back();
-  return msg;
+  return one_line(std::move(msg));
 }
 
 bool mentions_timeout(const std::string& msg) {
@@ -135,11 +133,11 @@ class GlooComm final : public Comm {
         world_(world),
         ctx_(std::move(ctx)),
         timeout_(timeout),
+        errors_(rank, timeout, board),
         board_(board),
         recorder_(recorder),
         alloc_(alloc),
-        sent_to_(world, 0),
-        received_from_(world, 0) {
+        p2p_numbers_(world) {
     worker_ = std::thread([this] { worker_loop(); });
   }
 
@@ -150,17 +148,16 @@ class GlooComm final : public Comm {
     }
     cv_.notify_all();
     worker_.join();
-    cancel_unwaited_p2p();
+    // Sends/recvs that were posted but never waited on hold a Gloo buffer and a
+    // pointer to this comm: fail them now so a late wait() cannot touch either.
+    unwaited_p2p_.cancel_all();
   }
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string backend_name() const override { return "gloo"; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
-  CommStats stats() const override {
-    return CommStats{bytes_sent_.load(std::memory_order_relaxed),
-                     ops_.load(std::memory_order_relaxed)};
-  }
+  CommStats stats() const override { return counters_.stats(); }
 
   Work all_reduce_async(void* buf, size_t count, DType dt, CommMeta meta) override {
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
@@ -177,8 +174,7 @@ class GlooComm final : public Comm {
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);
-      // Ring: a reduce-scatter then an all-gather, each sending (W-1)/W of the buffer.
-      add_sent(2 * (world_ - 1) * bytes / world_);
+      counters_.add_sent(all_reduce_sent(world_, bytes));
     });
   }
 
@@ -222,8 +218,7 @@ class GlooComm final : public Comm {
           opts.setTag(static_cast<uint32_t>(seq));
           opts.setTimeout(timeout_);
           gloo::allgatherv(opts);
-          // Ring: every chunk but the next rank's own passes through this rank once.
-          add_sent(static_cast<int64_t>(total - byte_counts[(rank_ + 1) % world_]));
+          counters_.add_sent(all_gather_sent(rank_, world_, byte_counts));
         });
   }
 
@@ -239,7 +234,7 @@ class GlooComm final : public Comm {
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::broadcast(opts);
-      add_sent(broadcast_tree_sends(rank_, root, world_) * static_cast<int64_t>(bytes));
+      counters_.add_sent(broadcast_sent(rank_, root, world_, static_cast<int64_t>(bytes)));
     });
   }
 
@@ -273,9 +268,7 @@ class GlooComm final : public Comm {
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::reduce(opts);
-      // Gloo's reduce is a ring reduce-scatter ((W-1)/W of the buffer) followed by
-      // every non-root sending its reduced chunk (1/W) to the root.
-      add_sent((world_ - 1) * bytes / world_ + (rank_ == root ? 0 : bytes / world_));
+      counters_.add_sent(reduce_sent(rank_, root, world_, bytes));
     });
   }
 
@@ -306,8 +299,6 @@ class GlooComm final : public Comm {
     std::function<void(uint64_t)> body;
   };
 
-  void add_sent(int64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
-
   std::string op_prefix(const OpInfo& op) const { return shardlab::op_prefix(rank_, op); }
 
   void check_rank(const OpInfo& op, int r, const char* what) const {
@@ -318,31 +309,11 @@ class GlooComm final : public Comm {
     shardlab::check_counts(rank_, world_, name, counts);
   }
 
-  // Composes the one-line error for a failed op; waits briefly for a peer's
-  // failure report, since the peer that died usually reports just after we time out.
+  // Composes the one-line error for a failed op (Gloo reports a timeout as an
+  // exception whose text says so).
   std::string describe_failure(const OpInfo& op, const std::string& detail) const {
-    std::ostringstream os;
-    os << op_prefix(op);
-    if (mentions_timeout(detail)) {
-      os << " timed out after " << timeout_.count() << " ms";
-      if (op.peer >= 0) os << " waiting for rank " << op.peer;
-    } else {
-      if (op.peer >= 0) os << (op.kind == SpanKind::send ? " to" : " from") << " rank " << op.peer;
-      os << " failed: " << detail;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (!board_.any() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    const std::string others = board_.describe();
-    const std::string stalled = op.peer < 0 && running_seq_ ? board_.behind(running_seq_) : "";
-    if (!others.empty())
-      os << " (" << others << ")";
-    else if (!stalled.empty())
-      os << " waiting for " << stalled;
-    else
-      os << " (no rank reported a failure)";
-    return os.str();
+    const uint64_t seq = running_seq_.load();
+    return mentions_timeout(detail) ? errors_.timed_out(op, seq) : errors_.failed(op, seq, detail);
   }
 
   // Call inside a catch block: turns whatever Gloo threw into a CommError.
@@ -366,31 +337,11 @@ class GlooComm final : public Comm {
     return describe_failure(op, clean_gloo_message(detail));
   }
 
-  // After a failure the peers' sequence numbers no longer line up with ours, so
-  // a later op could match stale messages: refuse every op that follows.
-  void mark_broken(const std::string& error) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (broken_.empty()) broken_ = error;
-  }
-
-  std::string broken_reason() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return broken_;
-  }
-
   void record(const OpInfo& op, int64_t t_begin, int64_t t_end) {
     if (!recorder_) return;
-    Span span;
+    Span span = comm_span(rank_, op);
     span.t_begin_ns = t_begin;
     span.t_end_ns = t_end;
-    span.rank = rank_;
-    span.lane = Lane::comm;
-    span.kind = op.kind;
-    span.layer = op.meta.layer;
-    span.micro_batch = op.meta.micro_batch;
-    span.bytes = op.bytes;
-    span.peer = op.peer;
-    span.flow_id = op.flow_id;
     recorder_->add_span(span);
   }
 
@@ -400,7 +351,7 @@ class GlooComm final : public Comm {
     auto state = std::make_shared<Work::State>();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) throw CommError(op_prefix(op) + ": comm is being destroyed");
+      if (stopping_) throw CommError(errors_.being_destroyed(op));
       // Every rank issues collectives in the same order, so equal sequence
       // numbers (used as Gloo tags) name the same collective on every rank.
       board_.note_issued(rank_, next_seq_);
@@ -419,7 +370,7 @@ class GlooComm final : public Comm {
         if (stopping_) {
           // Destroyed with work still queued: it never ran, and says so.
           for (auto& t : queue_) {
-            t.state->finish(op_prefix(t.op) + ": not run, the comm was destroyed first");
+            t.state->finish(errors_.destroyed_first(t.op));
           }
           queue_.clear();
           return;
@@ -432,8 +383,8 @@ class GlooComm final : public Comm {
   }
 
   void run(Task& task) {
-    if (const std::string broken = broken_reason(); !broken.empty()) {
-      task.state->finish(op_prefix(task.op) + ": not run, an earlier op failed: " + broken);
+    if (const std::string broken = broken_.get(); !broken.empty()) {
+      task.state->finish(errors_.after_failure(task.op, "not run", broken));
       return;
     }
     std::string error;
@@ -441,12 +392,12 @@ class GlooComm final : public Comm {
     running_seq_.store(task.seq);
     try {
       task.body(task.seq);
-      ops_.fetch_add(1, std::memory_order_relaxed);
+      counters_.add_op();
     } catch (...) {
       error = translate_current(task.op);
     }
     record(task.op, t_begin, now_ns());
-    if (!error.empty()) mark_broken(error);
+    if (!error.empty()) broken_.set(error);
     task.body = nullptr;  // drop captured buffers before anyone is woken
     task.state->finish(error);
   }
@@ -489,7 +440,7 @@ class GlooComm final : public Comm {
         }
         if (send_bytes > 0) {
           if (!in_buf->waitSend(timeout_)) throw CommError(op_name_abort("send"));
-          add_sent(static_cast<int64_t>(send_bytes));
+          counters_.add_sent(static_cast<int64_t>(send_bytes));
         }
       }
     }
@@ -508,12 +459,10 @@ class GlooComm final : public Comm {
   Work post_p2p(SpanKind kind, void* buf, size_t bytes, int peer, int tag, CommMeta meta) {
     const bool is_send = kind == SpanKind::send;
     OpInfo op{kind, static_cast<int64_t>(bytes), meta, peer, tag};
-    check_rank(op, peer, "peer");
-    if (peer == rank_) throw CommError(op_prefix(op) + ": peer is this rank");
-    if (tag < 0) throw CommError(op_prefix(op) + ": tag must be >= 0");
+    check_p2p(rank_, world_, op);
     auto state = std::make_shared<Work::State>();
-    if (const std::string broken = broken_reason(); !broken.empty()) {
-      state->finish(op_prefix(op) + ": not posted, an earlier op failed: " + broken);
+    if (const std::string broken = broken_.get(); !broken.empty()) {
+      state->finish(errors_.after_failure(op, "not posted", broken));
       return Work(state);
     }
     std::shared_ptr<gloo::transport::UnboundBuffer> ubuf = ctx_->createUnboundBuffer(buf, bytes);
@@ -526,9 +475,7 @@ class GlooComm final : public Comm {
       std::lock_guard<std::mutex> lock(p2p_mu_);
       const int src = is_send ? rank_ : peer;
       const int dst = is_send ? peer : rank_;
-      const uint64_t n = is_send ? ++sent_to_[peer] : ++received_from_[peer];
-      op.flow_id = (static_cast<uint64_t>(src + 1) << 48) | (static_cast<uint64_t>(dst + 1) << 32) |
-                   (n & 0xFFFFFFFFull);
+      op.flow_id = p2p_flow_id(src, dst, p2p_numbers_.next(is_send, peer));
       try {
         if (is_send) {
           ubuf->send(peer, slot);
@@ -546,7 +493,7 @@ class GlooComm final : public Comm {
       } catch (...) {
         error = translate_current(op);  // outside p2p_mu_: it may wait for a failure report
       }
-      mark_broken(error);
+      broken_.set(error);
       state->finish(error);
       return Work(state);
     }
@@ -557,75 +504,45 @@ class GlooComm final : public Comm {
         try {
           const bool ok = is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_);
           if (!ok) throw CommError(op_prefix(op) + ": aborted");
-          if (is_send) add_sent(op.bytes);
-          ops_.fetch_add(1, std::memory_order_relaxed);
+          if (is_send) counters_.add_sent(op.bytes);
+          counters_.add_op();
         } catch (...) {
           error = translate_current(op);
         }
         record(op, t_begin, now_ns());
-        if (!error.empty()) mark_broken(error);
+        if (!error.empty()) broken_.set(error);
         return error;
       };
     }
-    {
-      std::lock_guard<std::mutex> lock(p2p_mu_);
-      std::erase_if(unwaited_p2p_, [](const std::weak_ptr<Work::State>& w) { return w.expired(); });
-      unwaited_p2p_.push_back(state);
-    }
+    unwaited_p2p_.add(state, "rank " + std::to_string(rank_) +
+                                 ": send/recv never waited on before the comm was destroyed");
     return Work(state);
-  }
-
-  // Sends/recvs that were posted but never waited on hold a Gloo buffer and a
-  // pointer to this comm: fail them now so a late wait() cannot touch either.
-  void cancel_unwaited_p2p() {
-    std::vector<std::shared_ptr<Work::State>> pending;
-    {
-      std::lock_guard<std::mutex> lock(p2p_mu_);
-      for (auto& w : unwaited_p2p_) {
-        if (auto s = w.lock()) pending.push_back(std::move(s));
-      }
-      unwaited_p2p_.clear();
-    }
-    for (auto& s : pending) {
-      std::function<std::string()> dropped;
-      {
-        std::lock_guard<std::mutex> lock(s->mu);
-        if (s->finished) continue;
-        dropped = std::move(s->complete);
-        s->complete = nullptr;
-        s->error = "rank " + std::to_string(rank_) +
-                   ": send/recv never waited on before the comm was destroyed";
-        s->finished = true;
-      }
-      s->cv.notify_all();
-    }
   }
 
   const int rank_;
   const int world_;
   std::shared_ptr<gloo::Context> ctx_;
   const std::chrono::milliseconds timeout_;
+  const CommErrors errors_;
   FailureBoard& board_;
   std::atomic<uint64_t> running_seq_{
       0};  // the collective the worker is running, for error messages
   Recorder* const recorder_;
   Allocator* const alloc_;
 
-  std::atomic<int64_t> bytes_sent_{0};
-  std::atomic<int64_t> ops_{0};
+  CommCounters counters_;
+  BrokenState broken_;  // the first failure
 
-  // Worker queue; mu_ also guards broken_.
+  // Worker queue.
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
   uint64_t next_seq_ = 1;
-  std::string broken_;
 
-  std::mutex p2p_mu_;
-  std::vector<uint64_t> sent_to_;        // messages posted to each rank
-  std::vector<uint64_t> received_from_;  // receives posted from each rank
-  std::vector<std::weak_ptr<Work::State>> unwaited_p2p_;
+  std::mutex p2p_mu_;        // numbering and posting, as one step
+  P2PCounters p2p_numbers_;  // sends posted to and recvs posted from each rank
+  UnwaitedWorks unwaited_p2p_;
 
   // Touched only by the worker thread.
   Scratch rs_scratch_;

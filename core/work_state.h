@@ -1,7 +1,7 @@
-// What communicator implementations (Gloo, NCCL, host staging) share: the
-// state behind a Work handle (finished with an error string, or completed by a
-// function run in wait() on the waiter's thread), an op's description, and the
-// wording of their errors.
+// The state behind a Work handle, which communicator implementations (Gloo,
+// NCCL, host staging) create: finished with an error string, or completed by a
+// function run in wait() on the waiter's thread. (What else they share is in
+// core/comm_common.h.)
 #pragma once
 #include <condition_variable>
 #include <functional>
@@ -56,32 +56,5 @@ inline Work deferred_work(std::function<std::string()> complete) {
   s->complete = std::move(complete);
   return Work(s);
 }
-
-// One operation as a communicator records and reports it.
-struct OpInfo {
-  SpanKind kind = SpanKind::other;
-  int64_t bytes = 0;  // this rank's payload, as recorded on the span
-  CommMeta meta;
-  int peer = -1;  // send/recv only
-  int tag = -1;
-  uint64_t flow_id = 0;
-};
-
-inline bool is_p2p(SpanKind kind) {
-  return kind == SpanKind::send || kind == SpanKind::recv;
-}
-
-// "rank R: all_reduce of N bytes" (with the tag for send/recv).
-std::string op_prefix(int rank, const OpInfo& op);
-// Throws CommError unless 0 <= r < world ("... peer 5 is not a rank of a group of 4").
-void check_rank(int rank, int world, const OpInfo& op, int r, const char* what);
-// Throws CommError unless there is one count per rank.
-void check_counts(int rank, int world, const char* name, const std::vector<size_t>& counts);
-
-// Sends made by `rank` in Gloo's options-style broadcast. gloo/broadcast.cc is a
-// binomial tree (not one-to-all): the root sends ceil(log2 W) times, inner ranks
-// forward, leaves send nothing, W-1 sends in all. NCCL's broadcast is a chain,
-// but counts the same, so the two backends' numbers compare like with like.
-int64_t broadcast_tree_sends(int rank, int root, int world);
 
 }  // namespace shardlab
