@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -213,8 +214,13 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 
 namespace {
 
+// Owns a descriptor: closed once, whatever throws.
 struct Fd {
   int fd = -1;
+  Fd() = default;
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
