@@ -17,8 +17,9 @@ const std::set<std::string>& run_options() {
 }
 
 const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {"no-overlap", "no-record", "json",     "no-prefetch",
-                                              "no-reshard", "offload",   "recompute"};
+  static const std::set<std::string> flags = {"no-overlap",  "no-record",      "json",
+                                              "no-prefetch", "no-reshard",     "offload",
+                                              "recompute",   "allow-nonfinite"};
   return flags;
 }
 

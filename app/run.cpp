@@ -60,7 +60,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
                       'shardlab gui --open PATH', which shows it without running it
   --save-init PATH    write the initial weights (safetensors, PyTorch names)
   --save-final PATH   write the final weights
-  --init-from PATH    start from these weights instead of the seeded init
+  --init-from PATH    start from these weights instead of the seeded init (weights holding
+                      NaN or Inf are refused, naming the tensor)
+  --allow-nonfinite   with --init-from: load NaN/Inf weights anyway
   --save-data PATH    write the batches used: x, y as [steps, batch, D]
   --json              print the summary as one JSON object
 
@@ -108,9 +110,13 @@ int cmd_run(int argc, char** argv) {
     check_recording_path(*p);
   }
 
+  if (a.has("allow-nonfinite") && !a.has("init-from"))
+    throw ConfigError(
+        "--allow-nonfinite applies to --init-from weights only (add --init-from "
+        "PATH, or remove --allow-nonfinite)");
   std::vector<float> init;
   if (auto p = a.get("init-from"))
-    init = load_params(*p, layout);
+    init = load_params(*p, layout, a.has("allow-nonfinite"));
   else
     init = init_params(layout, cfg.seed);
   if (auto p = a.get("save-init")) save_params(*p, layout, init);

@@ -1,13 +1,10 @@
 // Checkpoint and data files on top of the safetensors reader/writer.
 #include "core/checkpoint.h"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <stdexcept>
 
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/safetensors.h"
 
@@ -44,7 +41,8 @@ void save_params(const std::string& path, const ModelLayout& layout,
   save_safetensors(path, tensors, {{"model", layout.spec().str()}, {"format", "pt"}});
 }
 
-std::vector<float> load_params(const std::string& path, const ModelLayout& layout) {
+std::vector<float> load_params(const std::string& path, const ModelLayout& layout,
+                               bool allow_nonfinite) {
   std::vector<NamedTensor> tensors;
   try {
     tensors = load_safetensors(path);
@@ -70,6 +68,13 @@ std::vector<float> load_params(const std::string& path, const ModelLayout& layou
   if (!by_name.empty())
     throw ConfigError("--init-from '" + path + "' has tensor '" + by_name.begin()->first +
                       "' that model " + layout.spec().str() + " does not have");
+  // Here, not in the reader: a safetensors file may rightly hold NaN or Inf (a
+  // mask, a probe), but weights that do would train to a NaN loss.
+  if (!allow_nonfinite)
+    if (const std::string bad = find_nonfinite(tensors); !bad.empty())
+      throw ConfigError("--init-from '" + path + "': " + bad +
+                        "; training from it would give NaN (valid: finite weights, or "
+                        "--allow-nonfinite to load them anyway)");
   return flat;
 }
 
@@ -86,16 +91,12 @@ void save_data(const std::string& path, const SyntheticData& data, int steps, in
 }
 
 void check_writable(const std::string& path, const std::string& what) {
-  const bool existed = std::filesystem::exists(path);
-  if (existed && std::filesystem::is_directory(path))
-    throw ConfigError("cannot write " + what + " '" + path +
-                      "': it is a directory (valid: a file path)");
-  std::ofstream f(path, std::ios::app);
-  if (!f)
-    throw ConfigError("cannot write " + what + " '" + path + "': " + std::strerror(errno) +
-                      " (valid: a file path in a writable directory)");
-  f.close();
-  if (!existed) std::filesystem::remove(path);
+  // Nothing is created, truncated or removed here: a device such as /dev/null, a
+  // FIFO or a directory is refused, not opened (the writer would refuse it too,
+  // but only after the whole run).
+  std::string reason;
+  if (!check_file_writable(path, &reason))
+    throw ConfigError("cannot write " + what + " '" + path + "': " + reason);
 }
 
 }  // namespace shardlab

@@ -13,13 +13,17 @@ void save_params(const std::string& path, const ModelLayout& layout,
                  const std::vector<float>& flat);
 
 // Throws ConfigError naming the file and the first missing, unexpected or
-// mis-shaped tensor.
-std::vector<float> load_params(const std::string& path, const ModelLayout& layout);
+// mis-shaped tensor, or the first tensor holding NaN or Inf (with its first bad
+// index) unless `allow_nonfinite` (`--allow-nonfinite`).
+std::vector<float> load_params(const std::string& path, const ModelLayout& layout,
+                               bool allow_nonfinite = false);
 
 void save_data(const std::string& path, const SyntheticData& data, int steps, int batch);
 
-// Throws ConfigError("cannot write <what> '<path>': <reason>") when the path
-// cannot be created; leaves no file behind when it did not exist before.
+// Throws ConfigError("cannot write <what> '<path>': <reason>") unless the
+// atomic writer (core/atomic_file.h) could write `path`: a directory, device,
+// FIFO or socket there, or a missing or read-only directory, is refused. Checks
+// without creating, truncating or removing anything.
 void check_writable(const std::string& path, const std::string& what);
 
 }  // namespace shardlab

@@ -1,20 +1,25 @@
 // safetensors writer (F32, I64) and reader (F32, F16, BF16, I64). Every header field is checked
-// before it is used, so a damaged or foreign file gives one clear error, never a bad read.
+// before it is used, and the tensors must tile the data section exactly, so a damaged or foreign
+// file gives one clear error, never a bad read or shifted values; only regular files are read,
+// never more than their size.
 #include "core/safetensors.h"
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <memory>
 #include <set>
-#include <string_view>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
 
 namespace shardlab {
 namespace {
@@ -27,13 +32,6 @@ static_assert(std::endian::native == std::endian::little,
 // The reference implementation's limit; real headers are a few MB at most, and a huge
 // length is far more likely garbage than a header.
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
-
-struct FileCloser {
-  void operator()(std::FILE* f) const {
-    if (f) std::fclose(f);
-  }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
 
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
   throw SafetensorsError("bad safetensors file '" + path + "': " + what);
@@ -78,22 +76,6 @@ float f16_to_float(uint16_t h) {
 // BF16 is the top half of an F32, so widening is exact.
 float bf16_to_float(uint16_t b) {
   return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
-
-std::string read_all(const std::string& path) {
-  std::error_code ec;
-  // fopen succeeds on a directory on Linux and only the read fails, with a vaguer message.
-  if (std::filesystem::is_directory(path, ec))
-    throw SafetensorsError("cannot open '" + path + "': " + std::strerror(EISDIR));
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw SafetensorsError("cannot open '" + path + "': " + std::strerror(errno));
-  std::string bytes;
-  char chunk[1 << 16];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f.get())) > 0) bytes.append(chunk, got);
-  if (std::ferror(f.get()))
-    throw SafetensorsError("cannot read '" + path + "': " + std::strerror(errno));
-  return bytes;
 }
 
 // Reads a JSON array of non-negative integers; false when `v` is anything else.
@@ -209,54 +191,181 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t{text.size()} >> (8 * i));
 
-  // Write beside the target and rename, so a crash or a full disk never leaves a
-  // half-written checkpoint under the real name.
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](int err) {
-    std::remove(tmp.c_str());
-    cannot_write(path, std::strerror(err));
-  };
-  File f(std::fopen(tmp.c_str(), "wb"));
-  if (!f) cannot_write(path, std::strerror(errno));
-  errno = 0;
-  bool ok = std::fwrite(len, 1, 8, f.get()) == 8 &&
-            std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
+  // Streamed through the one atomic writer: the old file stays whole until the new
+  // one is complete on disk, and no checkpoint-sized copy is built in memory.
+  AtomicFile out(path);
+  bool ok = out.write(len, 8) && out.write(text.data(), text.size());
   for (size_t i = 0; ok && i < tensors.size(); ++i) {
     const auto& d = tensors[i].data;
     if (tensors[i].int64) {
-      std::vector<int64_t> ints(d.size());
-      for (size_t k = 0; k < d.size(); ++k) ints[k] = static_cast<int64_t>(d[k]);
-      ok = ints.empty() ||
-           std::fwrite(ints.data(), sizeof(int64_t), ints.size(), f.get()) == ints.size();
+      // Converted a chunk at a time, so the I64 copy stays small.
+      int64_t ints[4096];
+      for (size_t k = 0; ok && k < d.size(); k += std::size(ints)) {
+        const size_t n = std::min(std::size(ints), d.size() - k);
+        for (size_t j = 0; j < n; ++j) ints[j] = static_cast<int64_t>(d[k + j]);
+        ok = out.write(ints, n * sizeof(int64_t));
+      }
     } else {
-      ok = d.empty() || std::fwrite(d.data(), sizeof(float), d.size(), f.get()) == d.size();
+      ok = out.write(d.data(), d.size() * sizeof(float));
     }
   }
-  ok = ok && std::fflush(f.get()) == 0;
-  if (!ok) fail(errno ? errno : EIO);
-  if (std::fclose(f.release()) != 0) fail(errno ? errno : EIO);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(errno);
+  if (!ok || !out.commit()) cannot_write(path, out.reason());
 }
+
+namespace {
+
+// Owns a descriptor: closed once, whatever throws.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+[[noreturn]] void not_regular(const std::string& path, mode_t mode) {
+  const std::string kind =
+      S_ISDIR(mode) ? std::strerror(EISDIR) : std::string("it is ") + file_kind(mode);
+  throw SafetensorsError("cannot read '" + path + "': " + kind +
+                         ", not a regular file (valid: a safetensors file)");
+}
+
+// Opens `path` for reading only if it is a regular file; a directory, device,
+// FIFO or socket is refused before a byte is read. O_NONBLOCK: opening a FIFO
+// must not wait for a writer (fstat then refuses it).
+Fd open_regular(const std::string& path, struct stat& st) {
+  // stat first, so a device is refused without even being opened (opening some
+  // has side effects); fstat below is the check that counts.
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) not_regular(path, st.st_mode);
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (f.fd < 0) throw SafetensorsError("cannot open '" + path + "': " + std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0)
+    throw SafetensorsError("cannot read '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) not_regular(path, st.st_mode);
+  return f;
+}
+
+// Reads exactly `n` bytes; a file that ends early (it shrank since fstat) is an error.
+void read_exact(const Fd& f, void* dst, uint64_t n, const std::string& path, const char* what) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::read(f.fd, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw SafetensorsError("cannot read '" + path + "': " + std::strerror(errno));
+    if (got == 0)
+      bad_file(path, std::string("the file ended inside the ") + what +
+                         " (did it change while being read?)");
+    p += got;
+    n -= static_cast<uint64_t>(got);
+  }
+}
+
+std::string range(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+std::string bytes_word(uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " byte" : " bytes");
+}
+
+// As the reference implementation demands: sorted by offsets, the tensors cover the
+// data section exactly, each starting where the one before ended. A gap, an overlap
+// or bytes after the last tensor mean the header does not describe this data (most
+// often a header length that is off, which shifts every tensor).
+void check_tiling(const std::string& path, const std::vector<Entry>& entries, uint64_t data_size) {
+  const char* hint = " (tensors must cover the data section exactly; wrong header length?)";
+  uint64_t at = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin > at)
+      bad_file(path,
+               "bytes " + range(at, e.begin) + " of the data section belong to no tensor (" +
+                   (prev ? "between '" + prev->name + "' " + range(prev->begin, prev->end) +
+                               " and '" + e.name + "' " + range(e.begin, e.end)
+                         : "before the first tensor '" + e.name + "' " + range(e.begin, e.end)) +
+                   ")" + hint);
+    if (e.begin < at)
+      bad_file(path, "tensors '" + prev->name + "' " + range(prev->begin, prev->end) + " and '" +
+                         e.name + "' " + range(e.begin, e.end) + " overlap in the data section");
+    at = e.end;
+    prev = &e;
+  }
+  if (at != data_size)
+    bad_file(path, "the data section has " + bytes_word(data_size - at) + " " +
+                       range(at, data_size) + " after " +
+                       (prev ? "the last tensor '" + prev->name + "'" : "an empty header") + hint);
+}
+
+// Reads one tensor's bytes (the file position is at its start) into `t`.
+void read_tensor(const Fd& f, const std::string& path, const Entry& e, NamedTensor& t) {
+  const size_t elem = dtype_size(e.dtype);
+  const size_t n = (e.end - e.begin) / elem;
+  t.data.resize(n);
+  const std::string what = "tensor '" + e.name + "'";
+  if (e.dtype == "F32") {
+    read_exact(f, t.data.data(), n * sizeof(float), path, what.c_str());
+    return;
+  }
+  // Other dtypes are widened a chunk at a time, so no second full-size buffer.
+  unsigned char chunk[1 << 15];
+  const size_t per_chunk = sizeof chunk / elem;
+  t.int64 = e.dtype == "I64";
+  const bool bf16 = e.dtype == "BF16";
+  for (size_t k = 0; k < n; k += per_chunk) {
+    const size_t m = std::min(per_chunk, n - k);
+    read_exact(f, chunk, m * elem, path, what.c_str());
+    for (size_t i = 0; i < m; ++i) {
+      if (t.int64) {
+        int64_t v;
+        std::memcpy(&v, chunk + 8 * i, 8);
+        if (v > kMaxExactInt || v < -kMaxExactInt)
+          bad_file(path, "tensor '" + e.name + "' holds I64 value " + std::to_string(v) +
+                             " at index " + std::to_string(k + i) +
+                             ", beyond what Shardlab keeps exactly (±2^24)");
+        t.data[k + i] = static_cast<float>(v);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, chunk + 2 * i, 2);
+        t.data[k + i] = bf16 ? bf16_to_float(h) : f16_to_float(h);
+      }
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<NamedTensor> load_safetensors(const std::string& path,
                                           std::map<std::string, std::string>& metadata) {
   metadata.clear();
-  const std::string bytes = read_all(path);
-  if (bytes.size() < 8)
-    bad_file(path, "only " + std::to_string(bytes.size()) +
-                       " bytes, too short for the 8-byte header length (truncated file?)");
+  // The size comes from fstat and every read is bounded by it: the header length
+  // first, then the header, then (only once the header is found consistent with
+  // that size) exactly the data section.
+  struct stat st {};
+  const Fd f = open_regular(path, st);
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8)
+    bad_file(path, "only " + bytes_word(file_size) +
+                       ", too short for the 8-byte header length (truncated file?)");
+  unsigned char len[8];
+  read_exact(f, len, 8, path, "header length");
   uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i)
-    header_len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (header_len > bytes.size() - 8)
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len[i]) << (8 * i);
+  if (header_len > file_size - 8)
     bad_file(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
-                       std::to_string(bytes.size()) + "-byte file (truncated or not safetensors?)");
+                       std::to_string(file_size) + "-byte file (truncated or not safetensors?)");
   if (header_len > kMaxHeaderBytes)
-    bad_file(path, "header length " + std::to_string(header_len) + " is over the 100 MiB limit");
+    bad_file(path, "header length " + std::to_string(header_len) +
+                       " is over the 100 MiB limit (not a safetensors file?)");
 
+  std::string text(static_cast<size_t>(header_len), '\0');
+  read_exact(f, text.data(), header_len, path, "header");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(std::string_view(bytes).substr(8, header_len));
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     std::string msg = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; the rest says where and why.
@@ -266,8 +375,7 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
   }
   if (!header.is_object()) bad_file(path, "header is not a JSON object");
 
-  const char* data = bytes.data() + 8 + header_len;
-  const uint64_t data_size = bytes.size() - 8 - header_len;
+  const uint64_t data_size = file_size - 8 - header_len;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
@@ -286,48 +394,34 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  const Entry* last = nullptr;  // the non-empty tensor reaching furthest so far
-  for (const Entry& e : entries) {
-    if (e.begin == e.end) continue;  // an empty tensor shares no bytes with anything
-    if (last && e.begin < last->end)
-      bad_file(path,
-               "tensors '" + last->name + "' and '" + e.name + "' overlap in the data section");
-    if (!last || e.end > last->end) last = &e;
-  }
+  check_tiling(path, entries, data_size);
 
+  // Tiled: reading the tensors in offset order reads the data section front to back.
   std::vector<NamedTensor> out;
   out.reserve(entries.size());
   for (const Entry& e : entries) {
     NamedTensor t;
     t.name = e.name;
     t.shape = e.shape;
-    const char* src = data + e.begin;
-    const size_t n = (e.end - e.begin) / dtype_size(e.dtype);
-    t.data.resize(n);
-    if (e.dtype == "F32") {
-      // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
-      if (n) std::memcpy(t.data.data(), src, n * sizeof(float));
-    } else if (e.dtype == "I64") {
-      t.int64 = true;
-      for (size_t i = 0; i < n; ++i) {
-        int64_t v;
-        std::memcpy(&v, src + 8 * i, 8);
-        if (v > kMaxExactInt || v < -kMaxExactInt)
-          bad_file(path, "tensor '" + e.name + "' holds I64 value " + std::to_string(v) +
-                             ", beyond what Shardlab keeps exactly (±2^24)");
-        t.data[i] = static_cast<float>(v);
-      }
-    } else {
-      const bool bf16 = e.dtype == "BF16";
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        t.data[i] = bf16 ? bf16_to_float(h) : f16_to_float(h);
-      }
-    }
+    read_tensor(f, path, e, t);
     out.push_back(std::move(t));
   }
   return out;
+}
+
+std::string find_nonfinite(const std::vector<NamedTensor>& tensors) {
+  for (const NamedTensor& t : tensors) {
+    size_t count = 0, first = 0;
+    for (size_t i = 0; i < t.data.size(); ++i)
+      if (!std::isfinite(t.data[i]) && count++ == 0) first = i;
+    if (count == 0) continue;
+    const float v = t.data[first];
+    const std::string what = std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf");
+    return "tensor '" + t.name + "' holds " + std::to_string(count) + " non-finite value" +
+           (count == 1 ? "" : "s") + " of " + std::to_string(t.data.size()) + ", the first " +
+           what + " at index " + std::to_string(first);
+  }
+  return {};
 }
 
 std::vector<NamedTensor> load_safetensors(const std::string& path) {

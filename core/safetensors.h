@@ -23,16 +23,29 @@ class SafetensorsError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws SafetensorsError("cannot write '<path>': <reason>").
+// Throws SafetensorsError("cannot write '<path>': <reason>"). Written through
+// core/atomic_file: the old file stays whole until the new one is complete.
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Throws SafetensorsError naming the file and what is wrong (missing, truncated,
-// bad header, unsupported dtype, offsets out of range).
+// Throws SafetensorsError naming the file and what is wrong: missing, not a
+// regular file (a directory, device, FIFO or socket is refused before anything
+// is read), truncated, header length over 100 MiB or past the end, bad header,
+// unsupported dtype, shape not matching its byte range, or tensors that do not
+// exactly cover the data section (a gap, an overlap, trailing bytes: what a
+// wrong header length gives). Reads at most the file's size, and the data
+// section only once the header has been found consistent with it. Values are
+// returned as stored, NaN and Inf included (see find_nonfinite).
 std::vector<NamedTensor> load_safetensors(const std::string& path);
 
 // Same, and also returns the file's "__metadata__" strings (empty when it has none).
 std::vector<NamedTensor> load_safetensors(const std::string& path,
                                           std::map<std::string, std::string>& metadata);
+
+// Empty when every value is finite; else names the first tensor holding NaN or
+// Inf: "tensor 'w' holds 3 non-finite values of 16, the first NaN at index 5".
+// The reader keeps such values (a file may rightly hold them); callers that load
+// them as weights refuse them with this (core/checkpoint.cpp).
+std::string find_nonfinite(const std::vector<NamedTensor>& tensors);
 
 }  // namespace shardlab

@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <map>
-#include <memory>
 #include <stdexcept>
+
+#include "core/atomic_file.h"
 
 namespace shardlab {
 namespace {
@@ -180,20 +178,9 @@ void write_trace(const std::string& path, const std::vector<Recorder::Snapshot>&
   // cost the user the whole trace.
   const std::string text =
       trace_to_json(ranks, t0_ns, metadata).dump(-1, ' ', false, json::error_handler_t::replace);
-  auto fail = [&](int err) {
-    throw std::runtime_error("cannot write trace to '" + path + "': " + std::strerror(err));
-  };
-  struct Closer {
-    void operator()(std::FILE* f) const {
-      if (f) std::fclose(f);
-    }
-  };
-  std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "wb"));
-  if (!f) fail(errno);
-  errno = 0;
-  if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size() || std::fflush(f.get()) != 0)
-    fail(errno ? errno : EIO);
-  if (std::fclose(f.release()) != 0) fail(errno ? errno : EIO);
+  AtomicFile out(path);
+  if (!out.write(text.data(), text.size()) || !out.commit())
+    throw std::runtime_error("cannot write trace to '" + path + "': " + out.reason());
 }
 
 }  // namespace shardlab

@@ -16,7 +16,8 @@ namespace shardlab {
 nlohmann::json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns,
                              const nlohmann::json& metadata = nlohmann::json::object());
 
-// Throws std::runtime_error("cannot write trace to '<path>': <reason>") on failure.
+// Writes through core/atomic_file (the old file stays whole until the new one is
+// complete). Throws std::runtime_error("cannot write trace to '<path>': <reason>").
 void write_trace(const std::string& path, const std::vector<Recorder::Snapshot>& ranks,
                  int64_t t0_ns, const nlohmann::json& metadata = nlohmann::json::object());
 

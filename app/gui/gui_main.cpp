@@ -304,6 +304,9 @@ int cmd_gui(int argc, char** argv) {
     if (!win->end_frame(png, &error)) {
       std::fprintf(stderr, "error: %s\n", error.c_str());
       if (done) return 1;
+      // A PNG asked for from the menu: the export line said "saved"; say why not.
+      app.state.exports.message = error;
+      app.state.exports.message_is_error = true;
     }
     if (app.state.request_fullscreen_toggle) {
       app.state.request_fullscreen_toggle = false;

@@ -1,6 +1,5 @@
 // Export (trace JSON through core/trace.h, the same exporter as the CLI; a PNG
 // of the window; the compare table as CSV) and the menu bar that leads there.
-#include <fstream>
 #include <string>
 
 #include <imgui.h>
@@ -9,6 +8,7 @@
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/panels.h"
+#include "core/atomic_file.h"
 #include "core/trace.h"
 
 namespace shardlab::gui {
@@ -50,11 +50,10 @@ void export_csv(App& app) {
     set_message(app, "no comparison to export yet (Compare view, Run comparison)", true);
     return;
   }
-  std::ofstream f(app.state.exports.csv_path);
-  f << compare_csv(rows);
-  f.close();
-  if (!f)
-    set_message(app, "cannot write " + app.state.exports.csv_path, true);
+  std::string error;
+  if (!write_file_atomic(app.state.exports.csv_path, compare_csv(rows), &error, false,
+                         "compare table"))
+    set_message(app, error, true);
   else
     set_message(app, "compare table written to " + app.state.exports.csv_path, false);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include <GLFW/glfw3.h>
@@ -14,6 +15,7 @@
 #include <stb/stb_image_write.h>
 
 #include "app/gui/panels.h"
+#include "core/atomic_file.h"
 
 namespace shardlab::gui {
 
@@ -185,8 +187,17 @@ bool Window::end_frame(const std::string& png_path, std::string* error) {
     glPixelStorei(GL_PACK_ALIGNMENT, 1);
     glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, pixels.data());
     stbi_flip_vertically_on_write(1);
-    if (!stbi_write_png(png_path.c_str(), w, h, 3, pixels.data(), w * 3)) {
-      if (error) *error = "cannot write PNG '" + png_path + "'";
+    // Encoded in memory, then written by the one atomic writer (stb's own file
+    // writer would truncate the old file first and follow a link at the name).
+    std::string png;
+    const auto append = [](void* context, void* data, int size) {
+      static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                                 static_cast<size_t>(size));
+    };
+    if (!stbi_write_png_to_func(append, &png, w, h, 3, pixels.data(), w * 3)) {
+      if (error) *error = "cannot write PNG '" + png_path + "': encoding failed";
+      ok = false;
+    } else if (!write_file_atomic(png_path, png, error, false, "PNG")) {
       ok = false;
     }
   }
