@@ -330,9 +330,16 @@ RunConfig finish_run(const Table& rt, const std::map<std::string, std::string>& 
   try {
     RunConfig c = config_of(list);
     c.record = true;
-    if (inherits)
+    if (inherits) {
       for (StrategyOption o : unread_options(c))
         if (!rt.get(flag_name(o) + 2)) reset_option(c, o);
+      // Inherited keys are not typed here: validate() holds a typed key the
+      // strategy does not read against it even at its default value.
+      const StrategyInfo& info = strategy_info(c.strategy);
+      for (StrategyOption o : kStrategyOptions)
+        if (!info.reads_option(o) && !rt.get(flag_name(o) + 2))
+          given.erase(std::remove(given.begin(), given.end(), flag_name(o) + 2), given.end());
+    }
     validate(c, given);
     return c;
   } catch (const ConfigError& e) {
