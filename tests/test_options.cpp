@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "app/config_args.h"
+#include "app/gui/logic/compare_logic.h"
 #include "core/checkpoint.h"
 #include "core/model.h"
 #include "core/runner.h"
@@ -147,7 +148,7 @@ TEST_CASE("every strategy takes every option it reads from the command line", "[
     }
 }
 
-TEST_CASE("--stages 0 and other stage counts that are not the world size are refused",
+TEST_CASE("stage counts of 0, or other than the world size, are refused (--stages 0)",
           "[options][cli]") {
   for (const StrategyInfo& s : all_strategies()) {
     if (!s.reads_option(StrategyOption::stages)) continue;
@@ -160,6 +161,17 @@ TEST_CASE("--stages 0 and other stage counts that are not the world size are ref
   }
   // A strategy without stages refuses --stages 0 too (it used to pass as "not given").
   expect_refused("run --strategy ddp --stages 0", "--stages 0 is invalid");
+  // The GUI's compare list likewise.
+  RunConfig base;
+  try {
+    gui::parse_compare_slots("gpipe:4/stages=0", base);
+    FAIL("stages=0 accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) ==
+          "--compare item 'gpipe:4/stages=0': 'stages=0' is invalid (valid: stages=4, one per "
+          "rank)");
+  }
+  CHECK(gui::parse_compare_slots("gpipe:4/stages=4", base).size() == 1);
 }
 
 TEST_CASE("every subcommand refuses stray words and unknown options", "[options][cli]") {
