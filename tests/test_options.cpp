@@ -15,10 +15,12 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/config_args.h"
 #include "app/gui/logic/compare_logic.h"
+#include "app/gui/logic/run_session.h"
 #include "core/checkpoint.h"
 #include "core/model.h"
 #include "core/runner.h"
@@ -415,6 +417,30 @@ TEST_CASE("a non-finite loss stops the run on every rank, with the step and the 
         CHECK(reported == 1);
         CHECK(finite);
       }
+}
+
+TEST_CASE("the GUI's run stops on a non-finite loss and says why", "[options][nan][gui]") {
+  RunConfig cfg;
+  cfg.model = "mlp:4x16";
+  cfg.strategy = "1f1b";
+  cfg.world = 2;
+  cfg.batch = 8;
+  cfg.steps = 50;
+  cfg.micro_batches = 2;
+  cfg.optimizer.lr = 1e30f;
+  gui::RunSession session;
+  gui::RunData data;
+  std::vector<double> losses;
+  session.start(cfg, /*paused=*/false);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (session.state() != gui::RunState::failed && std::chrono::steady_clock::now() < until) {
+    session.poll(data, losses);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  session.poll(data, losses);
+  REQUIRE(session.state() == gui::RunState::failed);
+  CHECK(session.error().find("loss became nan at step 2 on rank 1") != std::string::npos);
+  for (double l : losses) CHECK(std::isfinite(l));
 }
 
 TEST_CASE("fp16's loss scaler skipping a step does not stop the run", "[options][nan][mixed]") {
