@@ -46,6 +46,18 @@ std::string example_value(const std::string& key) {
       {"rounds", "2"},
       {"models", "mlp:8x256"},
       {"strategies", "ddp,zero3"},
+      {"sizes", "4K..64M"},
+      {"worlds", "2,4"},
+      {"iters", "20"},
+      {"lang", "en"},
+      {"width", "80"},
+      {"step", "1"},
+      {"answer", "2"},
+      {"record", "run.shardrec"},
+      {"open", "run.shardrec"},
+      {"lesson", "zero"},
+      {"lesson-step", "2"},
+      {"compare-show", "memory"},
   };
   auto it = kExamples.find(key);
   return it == kExamples.end() ? "" : it->second;
@@ -54,7 +66,7 @@ std::string example_value(const std::string& key) {
 }  // namespace
 
 Args::Args(int argc, char** argv, const std::string& command, const std::set<std::string>& options,
-           const std::set<std::string>& flags)
+           const std::set<std::string>& flags, Positionals positionals)
     : command_(command) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -98,6 +110,10 @@ Args::Args(int argc, char** argv, const std::string& command, const std::set<std
                         "' (see 'shardlab " + command + " --help')");
     }
   }
+  // A stray word is a mistake (`demo extra`, a value after a flag): said, not ignored.
+  if (positionals == Positionals::none && !positional_.empty() && !help_)
+    throw ConfigError("unexpected argument '" + positional_[0] + "' (see 'shardlab " + command +
+                      " --help')");
 }
 
 std::optional<std::string> Args::get(const std::string& name) const {
@@ -110,26 +126,45 @@ std::string Args::str(const std::string& name, const std::string& fallback) cons
   return get(name).value_or(fallback);
 }
 
-int Args::integer(const std::string& name, int fallback) const {
+std::string Args::valid_text(const std::string& name, const std::string& valid) const {
+  if (!valid.empty()) return valid;
+  const std::string example = example_value(name);
+  return "e.g. --" + name + " " + (example.empty() ? "4" : example);
+}
+
+int Args::integer(const std::string& name, int fallback, const std::string& valid) const {
   auto v = get(name);
   if (!v) return fallback;
   errno = 0;
   char* end = nullptr;
-  const long x = std::strtol(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno == ERANGE || x < -2147483647L || x > 2147483647L)
-    throw ConfigError("--" + name + " '" + *v + "' is not an integer (valid: e.g. --" + name +
-                      " 4)");
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0')
+    throw ConfigError("--" + name + " '" + *v +
+                      "' is not an integer (valid: " + valid_text(name, valid) + ")");
+  // An integer, but beyond what any option takes: the range, not "not an integer".
+  if (errno == ERANGE || x < -2147483647LL || x > 2147483647LL)
+    throw ConfigError("--" + name + " " + *v + " is out of range (valid: " +
+                      (valid.empty()
+                           ? std::string(x < 0 ? "at least -2147483647" : "at most 2147483647")
+                           : valid) +
+                      ")");
   return static_cast<int>(x);
 }
 
-double Args::number(const std::string& name, double fallback) const {
+double Args::number(const std::string& name, double fallback, const std::string& valid) const {
   auto v = get(name);
   if (!v) return fallback;
   char* end = nullptr;
+  errno = 0;
   const double x = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || !std::isfinite(x))
-    throw ConfigError("--" + name + " '" + *v + "' is not a number (valid: e.g. --" + name +
-                      " 1e-3)");
+  // strtod also reads hex ("0x10"), which no option means.
+  if (v->empty() || *end != '\0' || std::isnan(x) || v->find_first_of("xX") != std::string::npos)
+    throw ConfigError("--" + name + " '" + *v +
+                      "' is not a number (valid: " + valid_text(name, valid) + ")");
+  // "inf", "1e400": a number, but not one any option can use.
+  if (!std::isfinite(x) || errno == ERANGE)
+    throw ConfigError("--" + name + " " + *v +
+                      " is out of range (valid: " + valid_text(name, valid) + ")");
   return x;
 }
 
@@ -139,8 +174,10 @@ uint64_t Args::u64(const std::string& name, uint64_t fallback) const {
   char* end = nullptr;
   errno = 0;
   const unsigned long long x = std::strtoull(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno == ERANGE || (*v)[0] == '-')
-    throw ConfigError("--" + name + " '" + *v + "' is not a non-negative integer");
+  // strtoull takes "-1" as 2^64 - 1: a sign is refused, not wrapped.
+  if (v->empty() || *end != '\0' || errno == ERANGE || v->find('-') != std::string::npos)
+    throw ConfigError("--" + name + " '" + *v +
+                      "' is invalid (valid: an integer from 0 to 18446744073709551615)");
   return x;
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/args.h"
 #include "app/commands.h"
 #include "core/comm.h"
 
@@ -263,69 +264,43 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
   if (what != "comm") {
-    std::fprintf(stderr, "error: unknown benchmark '%s' (valid: comm, step, strategies)\n", what.c_str());
+    std::fprintf(stderr, "error: unknown benchmark '%s' (valid: comm, step, strategies)\n",
+                 what.c_str());
     return 2;
   }
 
+  // The shared parser: unknown options, stray words and missing values are refused
+  // as everywhere else; the values are checked here, each with its own range.
+  const Args a(argc - 1, argv + 1, "bench comm", {"sizes", "worlds", "iters", "timeout-ms"}, {});
+  if (a.help()) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   Options opt;
-  opt.sizes = *parse_sizes("4K..64M");
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    std::string value;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "error: %s needs a value (see --help)\n", arg.c_str());
-      return 2;
-    }
-    if (arg == "--sizes") {
-      const auto sizes = parse_sizes(value);
-      if (!sizes || sizes->empty()) {
-        std::fprintf(stderr,
-                     "error: --sizes '%s' is not a range like 4K..64M or a list like 4K,1M of "
-                     "positive multiples of 4 bytes\n",
-                     value.c_str());
-        return 2;
-      }
-      opt.sizes = *sizes;
-    } else if (arg == "--worlds") {
-      const auto worlds = parse_worlds(value);
-      if (!worlds) {
-        std::fprintf(stderr, "error: --worlds '%s' is not a list like 2,4 of values in 1..64\n",
-                     value.c_str());
-        return 2;
-      }
-      opt.worlds = *worlds;
-    } else if (arg == "--iters") {
-      const auto n = parse_int(value);
-      if (!n || *n < 1 || *n > 100000) {
-        std::fprintf(stderr, "error: --iters '%s' must be an integer in 1..100000\n",
-                     value.c_str());
-        return 2;
-      }
-      opt.iters = static_cast<int>(*n);
-    } else if (arg == "--timeout-ms") {
-      const auto n = parse_int(value);
-      if (!n || *n < 1 || *n > 3600000) {
-        std::fprintf(stderr, "error: --timeout-ms '%s' must be an integer in 1..3600000\n",
-                     value.c_str());
-        return 2;
-      }
-      opt.timeout_ms = static_cast<int>(*n);
-    } else {
-      std::fprintf(stderr,
-                   "error: unknown option '%s' (valid: --sizes, --worlds, --iters, "
-                   "--timeout-ms, --help)\n",
-                   arg.c_str());
-      return 2;
-    }
+  const std::string sizes_text = a.str("sizes", "4K..64M");
+  const auto sizes = parse_sizes(sizes_text);
+  if (!sizes || sizes->empty())
+    throw ConfigError("--sizes '" + sizes_text +
+                      "' is not a range like 4K..64M or a list like 4K,1M of positive multiples "
+                      "of 4 bytes");
+  opt.sizes = *sizes;
+  if (auto w = a.get("worlds")) {
+    const auto worlds = parse_worlds(*w);
+    if (!worlds)
+      throw ConfigError("--worlds '" + *w + "' is not a list like 2,4 of values in 1..64");
+    opt.worlds = *worlds;
+  }
+  if (auto v = a.get("iters")) {
+    const auto n = parse_int(*v);
+    if (!n || *n < 1 || *n > 100000)
+      throw ConfigError("--iters '" + *v + "' must be an integer in 1..100000");
+    opt.iters = static_cast<int>(*n);
+  }
+  if (auto v = a.get("timeout-ms")) {
+    const auto n = parse_int(*v);
+    if (!n || *n < 1 || *n > 3600000)
+      throw ConfigError("--timeout-ms '" + *v + "' must be an integer in 1..3600000");
+    opt.timeout_ms = static_cast<int>(*n);
   }
 
   std::printf(

@@ -42,8 +42,9 @@ int bench_strategies(int argc, char** argv) {
   base.backend = a.str("backend", "auto");
   base.precision = a.str("precision", "fp32");
   const int rounds = a.integer("rounds", 2);
-  if (rounds < 1)
-    throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 or more)");
+  // Each round runs every row again: beyond 1000 a typo, not a benchmark.
+  if (rounds < 1 || rounds > 1000)
+    throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 to 1000)");
   if (base.steps < 2)
     throw ConfigError("--steps " + std::to_string(base.steps) + " is invalid (valid: 2 or more)");
 

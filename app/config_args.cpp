@@ -1,7 +1,9 @@
 // Run settings from `shardlab run`'s options (see config_args.h).
 #include "app/config_args.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "app/args.h"
 
@@ -46,9 +48,11 @@ RunConfig config_from(const Args& a) {
   RunConfig c;
   c.model = a.str("model", c.model);
   c.strategy = a.str("strategy", c.strategy);
-  c.world = a.integer("world", c.world);
-  c.batch = a.integer("batch", c.batch);
-  c.steps = a.integer("steps", c.steps);
+  // The ranges validate_common() and the strategies check, for values that are
+  // not numbers of the option's type at all ("two", "1e300", "nan").
+  c.world = a.integer("world", c.world, "1 to 64");
+  c.batch = a.integer("batch", c.batch, "a positive integer");
+  c.steps = a.integer("steps", c.steps, "1 or more");
   const std::string opt = a.str("optimizer", "adamw");
   if (opt == "adamw")
     c.optimizer.kind = OptimizerKind::adamw;
@@ -56,21 +60,34 @@ RunConfig config_from(const Args& a) {
     c.optimizer.kind = OptimizerKind::sgd;
   else
     throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
-  c.optimizer.lr = static_cast<float>(a.number("lr", c.optimizer.lr));
+  const double lr = a.number("lr", c.optimizer.lr, "a positive number, e.g. 1e-3");
+  // The optimizer keeps lr as a float: 1e39 would become inf, not what was typed.
+  if (std::abs(lr) > std::numeric_limits<float>::max())
+    throw ConfigError("--lr " + a.str("lr", "") +
+                      " is out of range (valid: a positive number below 3.4e38, e.g. 1e-3)");
+  c.optimizer.lr = static_cast<float>(lr);
   c.seed = a.u64("seed", c.seed);
-  c.bucket_mb = a.number("bucket-mb", c.bucket_mb);
+  c.bucket_mb =
+      a.number("bucket-mb", c.bucket_mb, "a positive number of MiB up to 1048576, e.g. 25");
   c.overlap = !a.has("no-overlap");
-  c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
+  c.timeout_ms = a.integer("timeout-ms", c.timeout_ms, "1 or more");
   c.record = !a.has("no-record");
   c.precision = a.str("precision", c.precision);
   c.device = a.str("device", c.device);
   c.backend = a.str("backend", c.backend);
   c.prefetch = !a.has("no-prefetch");
-  c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit);
+  c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit, "1 to the model's layers");
   c.reshard_after_forward = !a.has("no-reshard");
   c.offload = a.has("offload");
-  c.stages = a.integer("stages", c.stages);
-  c.micro_batches = a.integer("micro-batches", c.micro_batches);
+  const std::string stages_valid = "--stages " + std::to_string(c.world) +
+                                   ", one stage per rank of --world " + std::to_string(c.world) +
+                                   ", or leave it out";
+  c.stages = a.integer("stages", c.stages, stages_valid);
+  // RunConfig's 0 means "not given: one stage per rank"; typed, it is no stage count.
+  if (a.has("stages") && c.stages < 1)
+    throw ConfigError("--stages " + std::to_string(c.stages) +
+                      " is invalid (valid: " + stages_valid + ")");
+  c.micro_batches = a.integer("micro-batches", c.micro_batches, "1 to --batch, dividing it");
   c.recompute = a.has("recompute");
   if (auto p = a.get("partition")) c.partition = parse_int_list(*p, "--partition");
   return c;

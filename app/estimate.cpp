@@ -112,9 +112,6 @@ int cmd_estimate(int argc, char** argv) {
     std::printf("%s", kEstimateHelp);
     return 0;
   }
-  if (!a.positional().empty())
-    throw ConfigError("unexpected argument '" + a.positional()[0] +
-                      "' (see 'shardlab estimate --help')");
   ModelStateInput in;
   if (a.has("params") && a.has("model"))
     throw ConfigError("give either --params or --model, not both");

@@ -295,24 +295,28 @@ int cmd_lesson(int argc, char** argv) {
     std::printf(kLessonHelp, lessons_dir().c_str());
     return argc < 2 ? 2 : 0;
   }
+  // `lesson run --help` and the like: the one help text covers every lesson command.
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf(kLessonHelp, lessons_dir().c_str());
+      return 0;
+    }
   const std::string sub = argv[1];
   const std::string name = "lesson " + sub;
   if (sub == "list") {
     const Args a(argc - 1, argv + 1, name, {"lang", "width"}, {});
-    if (!a.positional().empty())
-      throw ConfigError("unexpected argument '" + a.positional()[0] +
-                        "' (see 'shardlab lesson --help')");
     return cmd_list(out_from(a));
   }
   if (sub == "show") {
-    const Args a(argc - 1, argv + 1, name, {"lang", "width"}, {});
+    const Args a(argc - 1, argv + 1, name, {"lang", "width"}, {}, Args::Positionals::allowed);
     if (a.positional().size() != 1)
       throw ConfigError(
           "'shardlab lesson show' takes one lesson NAME (see 'shardlab lesson list')");
     return cmd_show(find_lesson(a.positional()[0], lessons_dir()), out_from(a));
   }
   if (sub == "run") {
-    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer"}, {"all"});
+    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer"}, {"all"},
+                 Args::Positionals::allowed);
     const Out o = out_from(a);
     std::vector<Lesson> lessons;
     if (a.has("all")) {
@@ -364,7 +368,7 @@ int cmd_lesson(int argc, char** argv) {
     return ok ? 0 : 1;
   }
   if (sub == "check") {
-    const Args a(argc - 1, argv + 1, name, {}, {});
+    const Args a(argc - 1, argv + 1, name, {}, {}, Args::Positionals::allowed);
     if (a.positional().empty())
       throw ConfigError("'shardlab lesson check' takes lesson FILEs (e.g. lessons/*.toml)");
     int bad = 0;

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "app/args.h"
 #include "app/commands.h"
 #include "app/gui/gui.h"
 #include "core/config.h"
@@ -31,34 +32,61 @@ strategies: %s
 )";
 }  // namespace
 
+namespace {
+
+// `shardlab devices`: what this build can run on.
+int cmd_devices(int argc, char** argv) {
+  const shardlab::app::Args a(argc, argv, "devices", {}, {});
+  if (a.help()) {
+    std::printf(
+        "usage: shardlab devices\n\n"
+        "The devices this build can use: the CPU, and GPUs when built with CUDA.\n"
+        "Line 2 is for scripts: \"gpus N\".\n");
+    return 0;
+  }
+  // Line 2 is machine-readable for scripts: "gpus N".
+  std::printf("cpu: yes (ranks as threads, Gloo over TCP on 127.0.0.1)\n");
+  std::printf("gpus %d\n", shardlab::cuda_device_count());
+  std::printf("cuda: %s (%s)\n", shardlab::cuda_compiled() ? "compiled in" : "not compiled in",
+              shardlab::cuda_status().c_str());
+  return 0;
+}
+
+// argv[0] is the command's name.
+int dispatch(int argc, char** argv) {
+  const std::string sub = argv[0];
+  if (sub == "run") return shardlab::app::cmd_run(argc, argv);
+  if (sub == "demo") return shardlab::app::cmd_demo(argc, argv);
+  if (sub == "gui") return shardlab::app::cmd_gui(argc, argv);
+  if (sub == "bench") return shardlab::app::cmd_bench(argc, argv);
+  if (sub == "lesson") return shardlab::app::cmd_lesson(argc, argv);
+  if (sub == "estimate") return shardlab::app::cmd_estimate(argc, argv);
+  if (sub == "devices") return cmd_devices(argc, argv);
+  throw shardlab::ConfigError("unknown command '" + sub +
+                              "' (valid: demo, run, gui, lesson, estimate, bench, devices; see "
+                              "'shardlab --help')");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
     if (argc < 2) return shardlab::app::cmd_demo(1, argv);
     const std::string sub = argv[1];
     if (sub == "--help" || sub == "-h" || sub == "help") {
-      std::printf(kHelp, shardlab::strategy_names().c_str());
-      return 0;
+      if (argc == 2) {
+        std::printf(kHelp, shardlab::strategy_names().c_str());
+        return 0;
+      }
+      // `shardlab help run` is `shardlab run --help`.
+      if (argc > 3)
+        throw shardlab::ConfigError("unexpected argument '" + std::string(argv[3]) +
+                                    "' (valid: 'shardlab help COMMAND', e.g. 'shardlab help run')");
+      char help_flag[] = "--help";
+      char* help_argv[] = {argv[2], help_flag, nullptr};
+      return dispatch(2, help_argv);
     }
-    if (sub == "run") return shardlab::app::cmd_run(argc - 1, argv + 1);
-    if (sub == "demo") return shardlab::app::cmd_demo(argc - 1, argv + 1);
-    if (sub == "gui") return shardlab::app::cmd_gui(argc - 1, argv + 1);
-    if (sub == "bench") return shardlab::app::cmd_bench(argc - 1, argv + 1);
-    if (sub == "lesson") return shardlab::app::cmd_lesson(argc - 1, argv + 1);
-    if (sub == "estimate") return shardlab::app::cmd_estimate(argc - 1, argv + 1);
-    if (sub == "devices") {
-      // Line 2 is machine-readable for scripts: "gpus N".
-      std::printf("cpu: yes (ranks as threads, Gloo over TCP on 127.0.0.1)\n");
-      std::printf("gpus %d\n", shardlab::cuda_device_count());
-      std::printf("cuda: %s (%s)\n", shardlab::cuda_compiled() ? "compiled in" : "not compiled in",
-                  shardlab::cuda_status().c_str());
-      return 0;
-    }
-    std::fprintf(
-        stderr,
-        "error: unknown command '%s' (valid: demo, run, gui, lesson, estimate, bench, devices; see "
-        "'shardlab --help')\n",
-        sub.c_str());
-    return 2;
+    return dispatch(argc - 1, argv + 1);
   } catch (const shardlab::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -79,6 +79,41 @@ nlohmann::json trace_metadata(const RunConfig& c) {
           {"batch", c.batch}, {"steps", c.steps},       {"seed", c.seed}};
 }
 
+// Two outputs naming one file would leave only the last one written (and
+// --init-from's checkpoint, replaced by another kind of file, would be lost):
+// refused before the run. Paths compare resolved (symbolic links, "..", "./").
+void check_distinct_paths(const Args& a) {
+  auto resolved = [](const std::string& path) {
+    // Absolute first: weakly_canonical leaves "a.json" relative but resolves "./a.json".
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+    if (ec) return std::filesystem::path(path).lexically_normal();
+    const std::filesystem::path p = std::filesystem::weakly_canonical(absolute, ec);
+    return ec ? absolute.lexically_normal() : p;
+  };
+  struct Seen {
+    std::string key, typed;
+    std::filesystem::path path;
+  };
+  std::vector<Seen> seen;
+  for (const char* key : {"init-from", "save-init", "save-final", "save-data", "trace", "record"}) {
+    const auto path = a.get(key);
+    if (!path) continue;
+    const std::filesystem::path here = resolved(*path);
+    for (const Seen& other : seen) {
+      // Resuming in place (--init-from w --save-final w) and saving the weights
+      // read (--save-init) overwrite a checkpoint with a checkpoint.
+      if (other.key == "init-from" &&
+          (std::string(key) == "save-final" || std::string(key) == "save-init"))
+        continue;
+      if (here == other.path)
+        throw ConfigError("--" + other.key + " '" + other.typed + "' and --" + key + " '" + *path +
+                          "' name the same file (valid: a different path for each)");
+    }
+    seen.push_back({key, *path, here});
+  }
+}
+
 std::vector<Recorder::Snapshot> snapshots(const RunResult& r) {
   std::vector<Recorder::Snapshot> s;
   for (const auto& rec : r.recorders) s.push_back(rec->snapshot());
@@ -93,14 +128,12 @@ int cmd_run(int argc, char** argv) {
     std::printf(kRunHelp, strategy_names().c_str());
     return 0;
   }
-  if (!a.positional().empty())
-    throw ConfigError("unexpected argument '" + a.positional()[0] +
-                      "' (see 'shardlab run --help')");
   const RunConfig cfg = config_from(a);
   validate(cfg, a.given());
   const ModelLayout layout(ModelSpec::parse(cfg.model));
 
   // Check every output path before spending time on the run.
+  check_distinct_paths(a);
   for (const char* key : {"trace", "save-init", "save-final", "save-data"})
     if (auto p = a.get(key)) check_writable(*p, std::string("--") + key);
   if (cfg.record == false && a.has("trace"))

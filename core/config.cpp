@@ -41,9 +41,11 @@ void validate_common(const RunConfig& cfg) {
   if (cfg.timeout_ms < 1)
     throw ConfigError("--timeout-ms " + std::to_string(cfg.timeout_ms) +
                       " is invalid (valid: 1 or more)");
-  if (!(cfg.bucket_mb > 0) || !std::isfinite(cfg.bucket_mb))
+  // The cap becomes a byte count (size_t): 1 TiB is far beyond any model here
+  // and keeps that conversion defined.
+  if (!(cfg.bucket_mb > 0) || !(cfg.bucket_mb <= 1048576))
     throw ConfigError("--bucket-mb " + number(cfg.bucket_mb) +
-                      " is invalid (valid: a positive number of MiB, e.g. 25)");
+                      " is invalid (valid: a positive number of MiB up to 1048576, e.g. 25)");
 }
 
 }  // namespace shardlab

@@ -116,8 +116,9 @@ void validate_pipeline(const RunConfig& cfg) {
                         std::to_string(L) + " layers" + valid);
   }
   const int M = cfg.micro_batches;
-  if (M < 1)
-    throw ConfigError("--micro-batches " + std::to_string(M) + " is invalid (valid: 1 or more)");
+  if (M < 1 || M > cfg.batch)
+    throw ConfigError("--micro-batches " + std::to_string(M) + " is invalid (valid: 1 to --batch " +
+                      std::to_string(cfg.batch) + ", dividing it)");
   if (cfg.batch % M != 0)
     throw ConfigError("--batch " + std::to_string(cfg.batch) +
                       " is not divisible by --micro-batches " + std::to_string(M) +

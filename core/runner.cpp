@@ -5,6 +5,8 @@
 #include "core/runner.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -66,6 +68,26 @@ void RunControl::gate(int step) {
   if (cancelled_) throw RunCancelled();
 }
 
+namespace {
+
+// "loss became nan at step 2 on rank 0; try a smaller --lr (now 1e+30)"
+std::string divergence_message(const RunConfig& cfg, double loss, int step, int rank) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", static_cast<double>(cfg.optimizer.lr));
+  std::string m = std::string("loss became ") +
+                  (std::isnan(loss) ? "nan"
+                   : loss > 0       ? "inf"
+                                    : "-inf") +
+                  " at step " + std::to_string(step + 1) +
+                  (rank >= 0 ? " on rank " + std::to_string(rank) : " (summed over the ranks)") +
+                  "; try a smaller --lr (now " + lr + ")";
+  // fp16's range ends at 65504: activations beyond it are inf whatever the scale.
+  if (cfg.precision == "fp16") m += " or --precision bf16";
+  return m;
+}
+
+}  // namespace
+
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks) {
   validate(cfg);
@@ -96,6 +118,10 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   std::vector<LossShare> shares(static_cast<size_t>(cfg.steps) * world);
   std::vector<std::atomic<int>> reported(cfg.steps);
   std::vector<std::string> errors(world);
+  // Set once, by the rank that finds a step's loss non-finite; the others stop
+  // at their next step boundary, or fail fast in a collective with it.
+  std::atomic<bool> diverged{false};
+  std::string diverged_message;  // written before `diverged` is set
   RunShared shared;
   result.t0_ns = now_ns();
   if (callbacks.on_recorders) callbacks.on_recorders(result.recorders, result.t0_ns);
@@ -133,6 +159,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       RankReport& report = result.ranks[rank];
       for (int s = 0; s < cfg.steps; ++s) {
         rec->set_step(s);
+        if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
         if (callbacks.control) callbacks.control->gate(s);
         if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
@@ -140,15 +167,27 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
         // A GPU runs behind the host: the step ends when its work has run.
         device->synchronize();
         report.step_ms.push_back((now_ns() - t0) / 1e6);
-        // The last rank to finish a step reports its global loss.
-        if (reported[s].fetch_add(1) + 1 == world && callbacks.on_step) {
+        // The last rank to finish a step sees every share: it reports the global
+        // loss, or stops the run when it is not finite. (The fp16 loss scaler's
+        // skipped steps are not stopped: their loss is computed in fp32 before
+        // scaling and is finite; what overflowed were the scaled gradients.)
+        if (reported[s].fetch_add(1) + 1 == world) {
           double sum = 0;
           int64_t count = 0;
+          int bad_rank = -1;  // the lowest rank whose own share is not finite
           for (int r = 0; r < world; ++r) {
-            sum += shares[static_cast<size_t>(s) * world + r].sum;
-            count += shares[static_cast<size_t>(s) * world + r].count;
+            const LossShare& share = shares[static_cast<size_t>(s) * world + r];
+            sum += share.sum;
+            count += share.count;
+            if (bad_rank < 0 && !std::isfinite(share.sum)) bad_rank = r;
           }
-          callbacks.on_step(s, count ? sum / count : 0.0);
+          const double loss = count ? sum / count : 0.0;
+          if (!std::isfinite(loss)) {
+            diverged_message = divergence_message(cfg, loss, s, bad_rank);
+            diverged.store(true);
+            throw LossDiverged(diverged_message);
+          }
+          if (callbacks.on_step) callbacks.on_step(s, loss);
         }
       }
       report.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / cfg.steps;
@@ -177,6 +216,9 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   for (std::thread& t : threads) t.join();
+
+  // The cause, not its echoes (the peers' closed connections).
+  if (diverged.load()) throw LossDiverged(diverged_message);
 
   if (callbacks.control && group.failures().any()) {
     bool all_cancelled = true;

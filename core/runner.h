@@ -24,6 +24,14 @@ class RunError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The step's loss was inf or NaN: every rank stopped at once, and the message
+// names the step (1-based, as the progress lines count), the rank and the
+// learning rate: "loss became nan at step 2 on rank 0; try a smaller --lr (now 1e+30)".
+class LossDiverged : public RunError {
+ public:
+  using RunError::RunError;
+};
+
 struct RankReport {
   MemStats memory;                 // peaks over the whole run
   std::vector<double> step_ms;     // this rank's wall time per step
@@ -85,7 +93,8 @@ struct RunCallbacks {
 double median(std::vector<double> v);
 
 // Validates, then runs. init_params (flat, model order) replaces the seeded
-// init when given. Throws ConfigError for bad settings, RunError on failure.
+// init when given. Throws ConfigError for bad settings, RunError on failure
+// (LossDiverged for a non-finite loss).
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial = nullptr,
                        const RunCallbacks& callbacks = {});
 

@@ -285,6 +285,14 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
   const StrategyInfo& info = strategy_info(cfg.strategy);
   validate_common(cfg);
   std::vector<StrategyOption> unread = unread_options(cfg);
+  // Typed at its default value it is still not read (`--micro-batches 1` with
+  // ddp); only --precision fp32 is what every strategy runs.
+  for (StrategyOption o : kStrategyOptions) {
+    const bool typed = std::find(given.begin(), given.end(), flag_name(o) + 2) != given.end();
+    if (typed && !info.reads_option(o) && !option_set(cfg, o) &&
+        !(o == StrategyOption::precision && cfg.precision == "fp32"))
+      unread.push_back(o);
+  }
   if (!unread.empty()) {
     // The first one the user typed: the one they will look for first.
     auto position = [&](StrategyOption o) {

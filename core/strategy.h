@@ -161,7 +161,9 @@ void require_batchnorm_support(const RunConfig& cfg);
 // validate_common, then options the strategy does not read, then the
 // strategy's own checks; throws ConfigError. `given` lists option names as
 // typed ("micro-batches"), in command-line order: of several unread options
-// the message names the first given (without it, kStrategyOptions order).
+// the message names the first given (without it, kStrategyOptions order). A
+// given option the strategy does not read is refused even at its default
+// value (`--micro-batches 1` with ddp), except --precision fp32.
 void validate(const RunConfig& cfg, const std::vector<std::string>& given = {});
 
 }  // namespace shardlab

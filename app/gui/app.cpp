@@ -7,6 +7,7 @@
 
 #include <imgui.h>
 
+#include "app/config_args.h"
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/format.h"
@@ -49,8 +50,8 @@ App::App(const RunConfig& cfg) {
 void App::validate_form() {
   try {
     state.form.partition.clear();
-    if (!state.partition_text.empty() && parse_list)
-      state.form.partition = parse_list(state.partition_text);
+    if (!state.partition_text.empty())
+      state.form.partition = app::parse_int_list(state.partition_text, "--partition");
     validate(state.form);
     state.form_error.clear();
   } catch (const std::exception& e) {

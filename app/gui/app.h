@@ -2,7 +2,6 @@
 // Panels are free functions over App (panels.h); the window and main loop are
 // in window.cpp / gui_main.cpp.
 #pragma once
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,9 +72,6 @@ class App {
   std::pair<int, int> previewed{-1, -1};     // (lesson, step) whose settings the run bar shows
   std::string progress_error;                // the last save's failure, shown in the panel
   std::optional<OpenedRecording> recording;  // set while the views show a recording
-  // Parses the run bar's --partition text with the CLI's own parser (set by
-  // `shardlab gui`; the benchmark leaves it empty and never edits the field).
-  std::function<std::vector<int>(const std::string&)> parse_list;
 
  private:
   void poll();

@@ -105,9 +105,6 @@ int cmd_gui(int argc, char** argv) {
     std::fputs(kGuiHelp, stdout);
     return 0;
   }
-  if (!a.positional().empty())
-    throw ConfigError("unexpected argument '" + a.positional()[0] +
-                      "' (see 'shardlab gui --help')");
   if (a.has("check-display")) {
     std::string why;
     if (display_available(&why)) return 0;
@@ -173,7 +170,7 @@ int cmd_gui(int argc, char** argv) {
     check_writable(shot, "--screenshot");
     try {
       // A recording is shown, not run: settings this machine cannot run are no error.
-      if (!opened && (*view != View::compare || compare_slots.empty())) validate(cfg);
+      if (!opened && (*view != View::compare || compare_slots.empty())) validate(cfg, a.given());
     } catch (const ConfigError& e) {
       invalid = e.what();
     }
@@ -209,9 +206,7 @@ int cmd_gui(int argc, char** argv) {
     return 1;
   }
 
-
   App app(cfg);
-  app.parse_list = [](const std::string& s) { return parse_int_list(s, "--partition"); };
   app.state.view = *view;
   app.state.presenter.font_scale = static_cast<float>(font_scale);
   if (a.has("presenter")) {

@@ -224,7 +224,8 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
       ok = parse_int(value, 1, 1 << 20, s.micro_batches);
     } else if (key == "stages" && has_value) {
       o = SlotOption::stages;
-      ok = parse_int(value, 0, 64, s.stages);
+      // As --stages: 0 would read as "not given", so it is no stage count.
+      ok = parse_int(value, 1, 64, s.stages);
     } else if ((key == "bf16" || key == "fp16" || key == "fp32") && !has_value) {
       o = SlotOption::precision;
       s.precision = key;
@@ -259,12 +260,13 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
       throw ConfigError(where + "unknown option '" + p + "' (valid: " + kValidOptions + ")");
     }
     if (!ok)
-      throw ConfigError(where + "'" + p + "' is invalid (valid: " +
-                        (o == SlotOption::precision ? std::string("bf16, fp16 or fp32")
-                         : o == SlotOption::bucket_mb
-                             ? std::string("a positive number of MiB, e.g. bucket-mb=4")
-                             : std::string("a whole number, e.g. m=8")) +
-                        ")");
+      throw ConfigError(
+          where + "'" + p + "' is invalid (valid: " +
+          (o == SlotOption::precision ? std::string("bf16, fp16 or fp32")
+           : o == SlotOption::stages  ? "stages=" + std::to_string(stages_of(s)) + ", one per rank"
+           : o == SlotOption::bucket_mb ? std::string("a positive number of MiB, e.g. bucket-mb=4")
+                                        : std::string("a whole number, e.g. m=8")) +
+          ")");
     if (!strategy_uses(strategy, o))
       throw ConfigError(where + "'" + p + "' does not apply to " + strategy + " (" +
                         option_name(o) + " is for: " + strategies_using(o) + ")");

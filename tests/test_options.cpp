@@ -1,0 +1,480 @@
+// Options that cannot be ignored (issue 12, item 4): every strategy × every
+// option it does not read, every subcommand against stray words and unknown
+// options, every numeric option against values out of its range, outputs that
+// name one file, and a loss that stops being finite (every rank stops at once).
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.h"
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/config_args.h"
+#include "app/gui/logic/compare_logic.h"
+#include "app/gui/logic/run_session.h"
+#include "core/checkpoint.h"
+#include "core/model.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+
+using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::run_cli;
+using shardlab::test::TempDir;
+
+namespace {
+
+// One line on stderr, "error: " first, exit code 2.
+void expect_refused(const std::string& args, const std::string& part) {
+  const CliResult r = run_cli(args);
+  INFO("shardlab " << args << "\n" << r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.rfind("error: ", 0) == 0);
+  CHECK(r.out.find('\n') == r.out.size() - 1);
+  CHECK(r.out.find(part) != std::string::npos);
+}
+
+// A small run every strategy accepts: 4 layers, world 2 (single: 1), batch 8.
+std::string run_base(const StrategyInfo& s) {
+  return "run --model mlp:4x16 --batch 8 --steps 1 --strategy " + s.name + " --world " +
+         (s.family == StrategyFamily::single ? "1" : "2") + " ";
+}
+
+// Each option as a user would type it with a value valid where it is read
+// (world 2, 4 layers, batch 8), and typed at RunConfig's default (empty where
+// the default cannot be typed: --stages has none, flags and --partition are
+// never at their default when given, fp32 is what every strategy runs).
+struct Typed {
+  std::string set, at_default;
+};
+const std::map<StrategyOption, Typed>& typed_options() {
+  static const std::map<StrategyOption, Typed> m = {
+      {StrategyOption::precision, {"--precision bf16", ""}},
+      {StrategyOption::bucket_mb, {"--bucket-mb 0.5", "--bucket-mb 25"}},
+      {StrategyOption::no_overlap, {"--no-overlap", ""}},
+      {StrategyOption::no_prefetch, {"--no-prefetch", ""}},
+      {StrategyOption::fsdp_unit, {"--fsdp-unit 2", "--fsdp-unit 1"}},
+      {StrategyOption::no_reshard, {"--no-reshard", ""}},
+      {StrategyOption::offload, {"--offload", ""}},
+      {StrategyOption::stages, {"--stages 2", ""}},
+      {StrategyOption::micro_batches, {"--micro-batches 4", "--micro-batches 1"}},
+      {StrategyOption::partition, {"--partition 3,1", ""}},
+      {StrategyOption::recompute, {"--recompute", ""}},
+  };
+  return m;
+}
+
+// The lessons the commands below name ("ranks"), whatever another test set.
+void use_real_lessons() {
+  setenv("SHARDLAB_LESSONS", SHARDLAB_SOURCE_DIR "/lessons", 1);
+}
+
+// The subcommands as `shardlab --help` lists them.
+std::set<std::string> commands_in_help() {
+  const CliResult r = run_cli("--help");
+  REQUIRE(r.code == 0);
+  std::set<std::string> out;
+  std::istringstream in(r.out);
+  std::string line;
+  bool in_commands = false;
+  while (std::getline(in, line)) {
+    if (line == "commands:") {
+      in_commands = true;
+      continue;
+    }
+    if (in_commands && line.empty()) break;
+    // "  demo     run every ...": a command starts at column 2.
+    if (in_commands && line.size() > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ')
+      out.insert(line.substr(2, line.find(' ', 2) - 2));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every strategy x every option it does not read: exit 2 naming its readers",
+          "[options][cli]") {
+  // Issue 12's example, word for word.
+  const CliResult issue = run_cli(
+      "run --strategy ddp --offload --recompute --micro-batches 4 --stages 2 --fsdp-unit 2 "
+      "--no-prefetch --no-reshard");
+  INFO(issue.out);
+  CHECK(issue.code == 2);
+  CHECK(issue.out == "error: --offload: ddp has no CPU offload; used by fsdp\n");
+
+  // From the registry: a new strategy or option is covered without editing this test.
+  REQUIRE(typed_options().size() == std::size(kStrategyOptions));
+  int refused = 0;
+  for (const StrategyInfo& s : all_strategies()) {
+    for (StrategyOption o : kStrategyOptions) {
+      const Typed& t = typed_options().at(o);
+      if (s.reads_option(o)) continue;
+      const std::string readers = strategies_reading(o);
+      REQUIRE_FALSE(readers.empty());
+      for (const std::string& typed : {t.set, t.at_default}) {
+        if (typed.empty()) continue;
+        const CliResult r = run_cli(run_base(s) + typed);
+        INFO(run_base(s) + typed << "\n" << r.out);
+        CHECK(r.code == 2);
+        // "error: --micro-batches 1: ddp has no micro-batches; used by gpipe, 1f1b"
+        CHECK(r.out.rfind("error: " + typed + ": " + s.name + " has no ", 0) == 0);
+        CHECK(r.out.size() > readers.size());
+        CHECK(r.out.substr(r.out.size() - readers.size() - 11) == "; used by " + readers + "\n");
+        ++refused;
+      }
+    }
+  }
+  CHECK(refused >= 60);
+  // Typed fp32 is what every strategy runs: no error.
+  CHECK(
+      run_cli("run --model mlp:4x16 --batch 8 --steps 1 --strategy gpipe --precision fp32").code ==
+      0);
+}
+
+TEST_CASE("every strategy takes every option it reads from the command line", "[options][cli]") {
+  for (const StrategyInfo& s : all_strategies())
+    for (StrategyOption o : kStrategyOptions) {
+      if (!s.reads_option(o)) continue;
+      const CliResult r = run_cli(run_base(s) + typed_options().at(o).set + " --json");
+      INFO(run_base(s) + typed_options().at(o).set << "\n" << r.out);
+      CHECK(r.code == 0);
+    }
+}
+
+TEST_CASE("stage counts of 0, or other than the world size, are refused (--stages 0)",
+          "[options][cli]") {
+  for (const StrategyInfo& s : all_strategies()) {
+    if (!s.reads_option(StrategyOption::stages)) continue;
+    const std::string base = "run --model mlp:4x16 --batch 8 --world 2 --strategy " + s.name;
+    expect_refused(base + " --stages 0", "--stages 0 is invalid (valid: --stages 2");
+    expect_refused(base + " --stages=0", "--stages 0 is invalid (valid: --stages 2");
+    expect_refused(base + " --stages -1", "--stages -1 is invalid (valid: --stages 2");
+    expect_refused(base + " --stages 3", "--stages 3 does not match --world 2");
+    expect_refused(base + " --stages 99999999999", "--stages 99999999999 is out of range");
+  }
+  // A strategy without stages refuses --stages 0 too (it used to pass as "not given").
+  expect_refused("run --strategy ddp --stages 0", "--stages 0 is invalid");
+  // The GUI's compare list likewise.
+  RunConfig base;
+  try {
+    gui::parse_compare_slots("gpipe:4/stages=0", base);
+    FAIL("stages=0 accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) ==
+          "--compare item 'gpipe:4/stages=0': 'stages=0' is invalid (valid: stages=4, one per "
+          "rank)");
+  }
+  CHECK(gui::parse_compare_slots("gpipe:4/stages=4", base).size() == 1);
+}
+
+TEST_CASE("every subcommand refuses stray words and unknown options", "[options][cli]") {
+  use_real_lessons();
+  // Each subcommand (and each of its own subcommands) as typed before the bad word.
+  const std::vector<std::string> commands = {"run",
+                                             "demo",
+                                             "gui",
+                                             "estimate",
+                                             "devices",
+                                             "bench comm",
+                                             "bench step",
+                                             "bench strategies",
+                                             "lesson list",
+                                             "lesson show ranks",
+                                             "lesson run ranks"};
+  // Every command `shardlab --help` names is covered.
+  for (const std::string& c : commands_in_help()) {
+    bool covered = false;
+    for (const std::string& typed : commands) covered |= typed.rfind(c, 0) == 0;
+    INFO(c);
+    CHECK(covered);
+  }
+  for (const std::string& c : commands) {
+    // lesson show/run take one NAME: a second is named as "takes one lesson NAME".
+    expect_refused(c + " extra",
+                   c.rfind("lesson s", 0) == 0 || c.rfind("lesson r", 0) == 0
+                       ? "takes one lesson NAME"
+                       : "unexpected argument 'extra' (see 'shardlab " + c + " --help')");
+    expect_refused(c + " --bogus", "unknown option '--bogus'");
+    expect_refused(c + " --bogus=1", "unknown option '--bogus=1'");
+  }
+  expect_refused("lesson run --all ranks", "--all runs every step of every lesson");
+  expect_refused("lesson check --bogus", "unknown option '--bogus'");
+  expect_refused("bench --bogus", "unknown benchmark '--bogus'");
+  expect_refused("lesson extra", "unknown lesson command 'extra'");
+  expect_refused("help extra", "unknown command 'extra'");
+  expect_refused("help run extra", "unexpected argument 'extra'");
+  // A value after a flag is a stray word, not the flag's value.
+  expect_refused("run --json 1", "unexpected argument '1'");
+  // --help still answers, whatever else is on the line.
+  for (const char* c : {"run extra --help", "devices --help", "help run", "bench comm --help",
+                        "lesson run --help", "help lesson"}) {
+    const CliResult r = run_cli(c);
+    INFO(c << "\n" << r.out);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("usage") != std::string::npos);
+  }
+}
+
+TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with the range",
+          "[options][cli]") {
+  use_real_lessons();
+  // Every option `shardlab run` takes is here: a new one must say how it is checked.
+  const std::set<std::string> not_numeric = {"model",      "strategy",  "optimizer", "precision",
+                                             "device",     "backend",   "trace",     "save-init",
+                                             "save-final", "init-from", "save-data", "record"};
+  struct Numeric {
+    std::string strategy;            // one that reads it
+    std::vector<std::string> valid;  // of the values below, those the option takes
+  };
+  const std::map<std::string, Numeric> numeric = {
+      {"world", {"ddp", {}}},
+      // --batch and --steps 2147483647 are numbers in range for the parser;
+      // whether they fit in memory is the memory check's answer.
+      {"batch", {"ddp", {"2147483647"}}},
+      {"steps", {"ddp", {"2147483647"}}},
+      // A huge learning rate is a number; a loss it makes non-finite stops the run (below).
+      {"lr", {"ddp", {"99999999999", "2147483647"}}},
+      {"seed", {"ddp", {"0", "99999999999", "2147483647"}}},
+      {"bucket-mb", {"ddp", {}}},
+      {"timeout-ms", {"ddp", {"2147483647"}}},
+      {"fsdp-unit", {"fsdp", {}}},
+      {"stages", {"gpipe", {}}},
+      {"micro-batches", {"gpipe", {}}},
+      {"partition", {"gpipe", {}}},
+  };
+  std::set<std::string> listed = not_numeric;
+  for (const auto& [k, n] : numeric) listed.insert(k);
+  std::set<std::string> takes_value(app::run_options().begin(), app::run_options().end());
+  CHECK(listed == takes_value);
+
+  const std::vector<std::string> values = {"-1",    "0",   "99999999999", "2147483647",
+                                           "1e300", "abc", "nan",         "inf",
+                                           "-inf",  "",    "1x",          "0x10"};
+  for (const auto& [key, n] : numeric)
+    for (const std::string& v : values) {
+      if (std::find(n.valid.begin(), n.valid.end(), v) != n.valid.end()) continue;
+      const std::string args = "run --model mlp:4x16 --batch 8 --steps 1 --strategy " + n.strategy +
+                               " --" + key + "=" + v;
+      const CliResult r = run_cli(args);
+      INFO("shardlab " << args << "\n" << r.out);
+      CHECK(r.code == 2);
+      // "error: --world 99999999999 is out of range (valid: 1 to 64)"
+      CHECK(r.out.rfind("error: --" + key + " ", 0) == 0);
+      CHECK(r.out.find("(valid: ") != std::string::npos);
+      CHECK(r.out.find('\n') == r.out.size() - 1);
+    }
+  // The exact words for the cases that used to be wrong.
+  expect_refused("run --world 99999999999", "--world 99999999999 is out of range (valid: 1 to 64)");
+  expect_refused("run --lr 1e39", "--lr 1e39 is out of range (valid: a positive number below");
+  expect_refused("run --lr nan", "--lr 'nan' is not a number (valid: a positive number");
+  expect_refused("run --bucket-mb 1e300", "(valid: a positive number of MiB up to 1048576");
+  expect_refused("run --seed -1", "--seed '-1' is invalid (valid: an integer from 0 to ");
+
+  // The other commands' numbers.
+  const std::vector<std::pair<std::string, std::string>> others = {
+      {"demo", "steps"},
+      {"bench step", "steps"},
+      {"bench step", "rounds"},
+      {"bench step", "world"},
+      {"bench strategies", "world"},
+      {"bench strategies", "steps"},
+      {"bench strategies", "rounds"},
+      {"bench strategies", "batch"},
+      {"bench comm", "iters"},
+      {"bench comm", "timeout-ms"},
+      {"bench comm", "worlds"},
+      {"bench comm", "sizes"},
+      {"lesson list", "width"},
+      {"gui", "frames"},
+      {"gui", "font-scale"},
+      {"gui", "size"},
+      {"gui --lesson ranks", "lesson-step"},
+      {"estimate --params 1e6 --strategy ddp", "world"},
+      {"estimate --world 2 --strategy ddp", "params"}};
+  for (const auto& [command, key] : others)
+    for (const char* v : {"-1", "0", "1e300", "abc", "nan", "inf", ""}) {
+      const std::string args = command + " --" + key + "=" + v;
+      const CliResult r = run_cli(args);
+      INFO("shardlab " << args << "\n" << r.out);
+      CHECK(r.code == 2);
+      CHECK(r.out.rfind("error: ", 0) == 0);
+      CHECK(r.out.find("--" + key) != std::string::npos);
+      CHECK(r.out.find('\n') == r.out.size() - 1);
+    }
+}
+
+TEST_CASE("two outputs naming one file are refused before the run", "[options][cli]") {
+  TempDir dir;
+  const std::string w = dir.file("w.safetensors");
+  const std::string base = "run --model mlp:2x16 --batch 8 --steps 2 ";
+  expect_refused(base + "--save-init " + w + " --save-final " + w,
+                 "--save-init '" + w + "' and --save-final '" + w +
+                     "' name the same file (valid: a different path for each)");
+  // Spelled differently, the same file: "..", "./", a symbolic link to the directory.
+  std::filesystem::create_directories(dir.path / "sub");
+  std::filesystem::create_directory_symlink(dir.path, dir.path / "link");
+  expect_refused(base + "--save-init " + w + " --save-final " + dir.file("sub/../w.safetensors"),
+                 "name the same file");
+  expect_refused(base + "--save-init " + w + " --save-final " + dir.file("./w.safetensors"),
+                 "name the same file");
+  expect_refused(base + "--save-init " + w + " --save-final " + dir.file("link/w.safetensors"),
+                 "name the same file");
+  expect_refused(base + "--trace " + dir.file("t") + " --record " + dir.file("t"),
+                 "--trace '" + dir.file("t") + "' and --record");
+  expect_refused(base + "--save-data " + w + " --save-final " + w, "--save-data");
+  // Nothing was written: refused before the run.
+  CHECK_FALSE(std::filesystem::exists(w));
+  CHECK_FALSE(std::filesystem::exists(dir.file("t")));
+
+  // Resuming in place overwrites a checkpoint with a checkpoint: allowed.
+  REQUIRE(run_cli(base + "--save-final " + w).code == 0);
+  const CliResult resumed = run_cli(base + "--init-from " + w + " --save-final " + w);
+  INFO(resumed.out);
+  CHECK(resumed.code == 0);
+  // ... but a trace over the checkpoint it starts from is not.
+  expect_refused(base + "--init-from " + w + " --trace " + w,
+                 "--init-from '" + w + "' and --trace");
+}
+
+TEST_CASE("a non-finite loss stops the run on every rank, with the step and the rank",
+          "[options][nan]") {
+  // The command line: one line, a non-zero exit, quickly. A rank left waiting
+  // in a collective would show here as the 60 s timeout.
+  struct Case {
+    std::string args, line;
+  };
+  const std::vector<Case> cases = {
+      {"--strategy ddp --world 2",
+       "error: loss became nan at step 2 on rank 0; try a smaller --lr (now 1e+30)\n"},
+      {"--strategy gpipe --world 2 --micro-batches 2",
+       "error: loss became nan at step 2 on rank 1; try a smaller --lr (now 1e+30)\n"},
+      {"--strategy single --world 1",
+       "error: loss became nan at step 2 on rank 0; try a smaller --lr (now 1e+30)\n"},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CliResult r =
+        run_cli("run --model mlp:4x16 --batch 8 --steps 50 --lr 1e30 --timeout-ms 60000 " + c.args);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.code == 1);
+    // The line on stderr (stdout, a pipe here, may come after it).
+    CHECK(r.out.find(c.line) != std::string::npos);
+    CHECK(r.out.find("error: ") == r.out.rfind("error: "));
+    CHECK(r.out.find("final loss") == std::string::npos);
+    CHECK(s < 20);
+  }
+
+  // The engine, where the GUI's and the lessons' runs go too: every strategy,
+  // the loss going bad on the last step (the others may be in export_params)
+  // and on an early one; more ranks than stages see a loss.
+  for (const StrategyInfo& s : all_strategies())
+    for (int world : {2, 4})
+      for (int steps : {2, 30}) {
+        RunConfig c;
+        c.model = "mlp:4x16";
+        c.strategy = s.name;
+        c.world = s.family == StrategyFamily::single ? 1 : world;
+        c.batch = 16;
+        c.steps = steps;
+        c.optimizer.lr = 1e30f;
+        c.timeout_ms = 60000;
+        if (s.reads_option(StrategyOption::micro_batches)) c.micro_batches = 4;
+        INFO(s.name << " world " << c.world << " steps " << steps);
+        int reported = 0;
+        bool finite = true;
+        RunCallbacks cb;
+        cb.on_step = [&](int, double loss) {
+          ++reported;
+          finite = finite && std::isfinite(loss);
+        };
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          run_training(c, nullptr, cb);
+          FAIL("a loss of nan was not noticed");
+        } catch (const LossDiverged& e) {
+          const std::string m = e.what();
+          INFO(m);
+          CHECK(m.rfind("loss became nan at step 2 on rank ", 0) == 0);
+          // The rank named is one that computes a loss: the last stage of a pipeline.
+          const int last = c.world - 1;
+          if (s.family == StrategyFamily::pipeline)
+            CHECK(m.find("on rank " + std::to_string(last) + ";") != std::string::npos);
+          else
+            CHECK(m.find("on rank 0;") != std::string::npos);
+        }
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+        // Step 1 was reported; the non-finite step 2 never reaches the views.
+        CHECK(reported == 1);
+        CHECK(finite);
+      }
+}
+
+TEST_CASE("the GUI's run stops on a non-finite loss and says why", "[options][nan][gui]") {
+  RunConfig cfg;
+  cfg.model = "mlp:4x16";
+  cfg.strategy = "1f1b";
+  cfg.world = 2;
+  cfg.batch = 8;
+  cfg.steps = 50;
+  cfg.micro_batches = 2;
+  cfg.optimizer.lr = 1e30f;
+  gui::RunSession session;
+  gui::RunData data;
+  std::vector<double> losses;
+  session.start(cfg, /*paused=*/false);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (session.state() != gui::RunState::failed && std::chrono::steady_clock::now() < until) {
+    session.poll(data, losses);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  session.poll(data, losses);
+  REQUIRE(session.state() == gui::RunState::failed);
+  CHECK(session.error().find("loss became nan at step 2 on rank 1") != std::string::npos);
+  for (double l : losses) CHECK(std::isfinite(l));
+}
+
+TEST_CASE("fp16's loss scaler skipping a step does not stop the run", "[options][nan][mixed]") {
+  // Weights 8 times PyTorch's init: the loss (fp32) is finite, but its gradient
+  // times the initial scale 65536 overflows fp16, so the scaler skips steps
+  // and halves its scale until the gradients fit (test_mixed_precision.cpp).
+  RunConfig c;
+  c.model = "mlp:4x32";
+  c.strategy = "ddp";
+  c.world = 2;
+  c.batch = 48;
+  c.seed = 5;
+  c.optimizer.lr = 1e-2f;
+  c.precision = "fp16";
+  const ModelLayout layout(ModelSpec::parse(c.model));
+  std::vector<float> init = init_params(layout, c.seed);
+  for (float& w : init) w *= 8.0f;
+  c.steps = 1;
+  const RunResult one = run_training(c, &init);
+  REQUIRE(one.final_params == init);  // the step was skipped
+  c.steps = 40;
+  const RunResult many = run_training(c, &init);
+  CHECK(many.final_params != init);
+  for (double l : many.losses) CHECK(std::isfinite(l));
+
+  // The same from the command line, the weights from a checkpoint.
+  TempDir dir;
+  const std::string w = dir.file("big.safetensors");
+  save_params(w, layout, init);
+  const CliResult r = run_cli(
+      "run --model mlp:4x32 --batch 48 --seed 5 --lr 1e-2 --steps 40 --precision fp16 "
+      "--init-from " +
+      w);
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("final loss") != std::string::npos);
+}
