@@ -17,8 +17,8 @@ const std::set<std::string>& run_options() {
 }
 
 const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {"no-overlap", "no-record", "json",     "no-prefetch",
-                                              "no-reshard", "offload",   "recompute"};
+  static const std::set<std::string> flags = {"no-overlap", "no-record", "json",      "no-prefetch",
+                                              "no-reshard", "offload",   "recompute", "force"};
   return flags;
 }
 
@@ -61,6 +61,7 @@ RunConfig config_from(const Args& a) {
   c.overlap = !a.has("no-overlap");
   c.timeout_ms = a.integer("timeout-ms", c.timeout_ms);
   c.record = !a.has("no-record");
+  c.force = a.has("force");
   c.precision = a.str("precision", c.precision);
   c.device = a.str("device", c.device);
   c.backend = a.str("backend", c.backend);
