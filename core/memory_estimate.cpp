@@ -711,7 +711,8 @@ void check_memory(const RunConfig& cfg, const RunOutputs& outputs) {
       steps_heavy ? std::string("use fewer --steps") + (cfg.record ? " or --no-record" : "")
       : outputs.save_data && e.shared > e.host_total / 2
           ? std::string("use fewer --steps or a smaller --batch with --save-data")
-          : std::string("use a smaller model, batch or world");
+      : cfg.world == 1 ? std::string("use a smaller model or batch")
+                       : std::string("use a smaller model, batch or world");
 
   const MemoryLimit host = host_memory_limit();
   if (host.bytes >= 0 && e.host_total > host.bytes) {
