@@ -15,6 +15,7 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "core/comm.h"
+#include "core/memory_estimate.h"
 
 namespace shardlab::app {
 namespace {
@@ -23,7 +24,7 @@ constexpr const char* kUsage =
     "usage: shardlab bench step [options]   (see shardlab bench step --help)\n"
     "       shardlab bench strategies [options]   (every strategy on one device; --help)\n"
     "       shardlab bench comm [--sizes 4K..64M | --sizes 4K,1M,...] [--worlds 2,4]\n"
-    "                           [--iters N] [--timeout-ms MS]\n"
+    "                           [--iters N] [--timeout-ms MS] [--force]\n"
     "  Times f32 all_reduce, all_gather and reduce_scatter over Gloo TCP on 127.0.0.1\n"
     "  (ranks are threads of this process) and a plain memcpy of the same size.\n"
     "  --sizes       a range A..B (each step x4) or a comma list; suffixes K, M, G (KiB...)\n"
@@ -32,6 +33,8 @@ constexpr const char* kUsage =
     "  --iters       timed iterations per row; default: 20 for small sizes, down to 3 for\n"
     "                the largest\n"
     "  --timeout-ms  timeout of every collective; default 30000\n"
+    "  --force       run sizes the memory check says will not fit (it refuses, exit 2,\n"
+    "                sizes whose buffers exceed MemAvailable or SHARDLAB_MEMORY_LIMIT)\n"
     "  time = median over iterations of the slowest rank (barrier before each one);\n"
     "  algbw = bytes / time; busbw as in nccl-tests: all_reduce algbw*2(W-1)/W,\n"
     "  all_gather and reduce_scatter algbw*(W-1)/W, bytes being the full buffer.\n";
@@ -41,7 +44,17 @@ struct Options {
   std::vector<int> worlds = {2, 4};
   int iters = 0;  // 0 = by size
   int timeout_ms = 30000;
+  bool force = false;
 };
+
+// Host memory one world of bench_world holds at its largest size: every rank's
+// two buffers and Gloo's own (ring chunks and the reduce-scatter scratch,
+// measured under 1.3 x size / world), and rank 0's memcpy yardstick (two more).
+int64_t bench_bytes(size_t max_bytes, int world) {
+  const double b = static_cast<double>(max_bytes);
+  const double need = world * (2 * b + 2 * b / world) + 2 * b;
+  return need >= 9e18 ? INT64_MAX : static_cast<int64_t>(need);
+}
 
 std::optional<long long> parse_int(const std::string& s) {
   if (s.empty()) return std::nullopt;
@@ -183,7 +196,14 @@ bool bench_world(int world, const Options& opt) {
   auto rank_main = [&](int rank) {
     try {
       auto comm = group.connect(rank, nullptr, nullptr);
-      std::vector<float> a(max_bytes / 4, 0.0f), b(max_bytes / 4, 0.0f);  // zeros never overflow
+      std::vector<float> a, b;
+      try {
+        a.assign(max_bytes / 4, 0.0f);  // zeros never overflow
+        b.assign(max_bytes / 4, 0.0f);
+      } catch (const std::bad_alloc&) {
+        throw std::runtime_error("rank " + std::to_string(rank) + " could not allocate its two " +
+                                 human_size(max_bytes) + " buffers: out of memory");
+      }
       for (size_t bytes : opt.sizes) {
         const size_t n = bytes / 4;
         const auto counts = even_counts(n, world);
@@ -271,7 +291,8 @@ int cmd_bench(int argc, char** argv) {
 
   // The shared parser: unknown options, stray words and missing values are refused
   // as everywhere else; the values are checked here, each with its own range.
-  const Args a(argc - 1, argv + 1, "bench comm", {"sizes", "worlds", "iters", "timeout-ms"}, {});
+  const Args a(argc - 1, argv + 1, "bench comm", {"sizes", "worlds", "iters", "timeout-ms"},
+               {"force"});
   if (a.help()) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -301,6 +322,28 @@ int cmd_bench(int argc, char** argv) {
     if (!n || *n < 1 || *n > 3600000)
       throw ConfigError("--timeout-ms '" + *v + "' must be an integer in 1..3600000");
     opt.timeout_ms = static_cast<int>(*n);
+  }
+  opt.force = a.has("force");
+
+  // Every world's buffers are made for its largest size at once: refuse now what
+  // cannot fit, rather than after the smaller sizes or never (swapping).
+  if (!opt.force) {
+    const size_t max_bytes = *std::max_element(opt.sizes.begin(), opt.sizes.end());
+    int worst = opt.worlds[0];
+    for (int w : opt.worlds)
+      if (bench_bytes(max_bytes, w) > bench_bytes(max_bytes, worst)) worst = w;
+    const int64_t need = bench_bytes(max_bytes, worst);
+    const MemoryLimit limit = host_memory_limit();
+    if (limit.bytes >= 0 && need > limit.bytes) {
+      std::fprintf(stderr,
+                   "error: bench comm --sizes up to %s with --worlds %d needs about %s but %s is "
+                   "available (%s); use smaller --sizes or fewer --worlds, or --force to try "
+                   "anyway\n",
+                   human_size(max_bytes).c_str(), worst,
+                   bytes_string(static_cast<double>(need)).c_str(),
+                   bytes_string(static_cast<double>(limit.bytes)).c_str(), limit.source.c_str());
+      return 2;
+    }
   }
 
   std::printf(

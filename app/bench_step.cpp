@@ -7,19 +7,21 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "core/cores.h"
+#include "core/memory_estimate.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 
 namespace shardlab::app {
 
 int bench_step(int argc, char** argv) {
-  const Args a(argc, argv, "bench step", {"models", "steps", "rounds", "world"}, {});
+  const Args a(argc, argv, "bench step", {"models", "steps", "rounds", "world"}, {"force"});
   if (a.help()) {
     std::printf(
         "usage: shardlab bench step [--models mlp:8x256,mlp:8x1024] [--world 2] [--steps 10] "
-        "[--rounds 3]\n\n"
+        "[--rounds 3] [--force]\n\n"
         "Median step time of single vs ddp (overlap on/off, recording on/off) per model.\n"
-        "Rows run in interleaved rounds; ratios are against single on the same model.\n");
+        "Rows run in interleaved rounds; ratios are against single on the same model.\n"
+        "--force: run rows the memory check says will not fit (see 'shardlab run --help').\n");
     return 0;
   }
   std::vector<std::string> models;
@@ -50,6 +52,7 @@ int bench_step(int argc, char** argv) {
     base.model = m;
     base.steps = steps;
     base.batch = 64;
+    base.force = a.has("force");
     RunConfig single = base, ddp = base, no_overlap = base, no_record = base;
     single.strategy = "single";
     single.world = 1;
@@ -61,7 +64,10 @@ int bench_step(int argc, char** argv) {
     rows.push_back({"ddp --no-overlap", no_overlap, {}});
     rows.push_back({"ddp --no-record", no_record, {}});
   }
-  for (Row& r : rows) validate(r.cfg);
+  for (Row& r : rows) {  // every row is checked before any runs, its memory too
+    validate(r.cfg);
+    check_memory(r.cfg);
+  }
   for (int round = 0; round < rounds; ++round)
     for (Row& r : rows) {
       const RunResult res = run_training(r.cfg);

@@ -10,6 +10,7 @@
 #include "app/commands.h"
 #include "app/summary.h"
 #include "core/cores.h"
+#include "core/memory_estimate.h"
 #include "core/placement.h"
 #include "core/runner.h"
 #include "core/strategy.h"
@@ -20,17 +21,19 @@ int bench_strategies(int argc, char** argv) {
   const Args a(argc, argv, "bench strategies",
                {"model", "world", "steps", "rounds", "device", "backend", "precision", "batch",
                 "strategies"},
-               {});
+               {"force"});
   if (a.help()) {
     std::printf(
         "usage: shardlab bench strategies [--model mlp:8x1024] [--world 2] [--steps 10]\n"
         "                                 [--rounds 2] [--device cpu] [--backend auto]\n"
-        "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n\n"
+        "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n"
+        "                                 [--force]\n\n"
         "Every strategy (default: all) on one model and device. Pipeline strategies run\n"
         "--world stages with 4 micro-batches (naive-mp: 1), in fp32 whatever --precision\n"
         "says. Rows run in interleaved rounds;\n"
         "step time = median over steps 1.. of the slowest rank; memory = the largest peak\n"
-        "of any rank, measured by the allocator (device pool); sent = bytes per step per rank.\n");
+        "of any rank, measured by the allocator (device pool); sent = bytes per step per rank.\n"
+        "--force: run rows the memory check says will not fit (see 'shardlab run --help').\n");
     return 0;
   }
   RunConfig base;
@@ -38,6 +41,7 @@ int bench_strategies(int argc, char** argv) {
   base.world = a.integer("world", 2);
   base.steps = a.integer("steps", 10);
   base.batch = a.integer("batch", 64);
+  base.force = a.has("force");
   base.device = a.str("device", "cpu");
   base.backend = a.str("backend", "auto");
   base.precision = a.str("precision", "fp32");
@@ -85,7 +89,8 @@ int bench_strategies(int argc, char** argv) {
     if (info.family == StrategyFamily::single) c.world = 1;
     if (info.reads_option(StrategyOption::micro_batches)) c.micro_batches = 4;
     if (info.reads_option(StrategyOption::stages)) c.stages = c.world;
-    validate(c);  // every row is checked before any runs
+    validate(c);  // every row is checked before any runs, its memory too
+    check_memory(c);
     rows.push_back({c, {}, 0, 0, ""});
   }
 

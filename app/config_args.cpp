@@ -19,9 +19,9 @@ const std::set<std::string>& run_options() {
 }
 
 const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {"no-overlap",  "no-record",      "json",
-                                              "no-prefetch", "no-reshard",     "offload",
-                                              "recompute",   "allow-nonfinite"};
+  static const std::set<std::string> flags = {"no-overlap",  "no-record",  "json",
+                                              "no-prefetch", "no-reshard", "offload",
+                                              "recompute",   "force",      "allow-nonfinite"};
   return flags;
 }
 
@@ -72,6 +72,7 @@ RunConfig config_from(const Args& a) {
   c.overlap = !a.has("no-overlap");
   c.timeout_ms = a.integer("timeout-ms", c.timeout_ms, "1 or more");
   c.record = !a.has("no-record");
+  c.force = a.has("force");
   c.precision = a.str("precision", c.precision);
   c.device = a.str("device", c.device);
   c.backend = a.str("backend", c.backend);

@@ -1,5 +1,6 @@
 // `shardlab estimate`: predicted model-state memory and communication per rank
 // for the data-parallel family, from the ZeRO paper's accounting (core/model_state.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +9,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "core/memory_estimate.h"
 #include "core/model.h"
 #include "core/model_state.h"
 
@@ -30,6 +32,10 @@ not model states; 'shardlab run' prints these predictions beside what it measure
   --optimizer NAME    adamw | sgd (default adamw)
   --no-reshard        fsdp: keep gathered params from forward to backward (2Ψ traffic)
   --json              print one JSON object
+
+With --model (and --world up to 64), also the peak this implementation reaches
+per rank at 'shardlab run's default batch of 64, everything included: what the
+memory check before every run predicts from the strategy's own allocations.
 
 bytes per parameter (P params + G grads + K optimizer):
   fp32  AdamW 4 + 4 + 8 = 16   SGD 4 + 4 + 0 = 8
@@ -143,6 +149,26 @@ int cmd_estimate(int argc, char** argv) {
                       " applies to strategy fsdp only");
   check_model_state_input(in);
 
+  // With a model: the whole peak per rank as the run's memory check predicts it
+  // (activations, buffers and padding included), where the run would validate.
+  std::vector<int64_t> peaks;
+  if (auto m = a.get("model")) {
+    RunConfig cfg;
+    cfg.model = *m;
+    cfg.strategy = in.strategy;
+    cfg.world = in.world;
+    cfg.precision = in.precision;
+    cfg.optimizer.kind = in.optimizer;
+    cfg.reshard_after_forward = in.reshard_after_forward;
+    cfg.offload = in.offload;
+    try {
+      for (const RankMemoryEstimate& r : estimate_memory(cfg).ranks)
+        peaks.push_back(r.at_report.device.peak_total + r.at_report.host.peak_total);
+    } catch (const ConfigError&) {
+      peaks.clear();  // e.g. --world over 64, or a batch of 64 that does not divide
+    }
+  }
+
   const ModelStateBytes state = predict_model_state(in, 0);
   const CommPrediction comm = predict_comm(in, 0);
   const bool dp = in.strategy == "dp" && in.world > 1;
@@ -163,6 +189,7 @@ int cmd_estimate(int argc, char** argv) {
       j["replica_model_states"] = state_json(predict_model_state(in, 1));
       j["replica_comm_per_step"] = comm_json(predict_comm(in, 1));
     }
+    if (!peaks.empty()) j["run_peak_bytes_per_rank"] = peaks;
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -182,6 +209,17 @@ int cmd_estimate(int argc, char** argv) {
   std::printf(
       "not included: activations, communication buckets and gathered copies, temporaries, "
       "padding of shards\n");
+  if (!peaks.empty()) {
+    std::printf("this implementation at batch 64, everything included (the run's memory check):\n");
+    std::string line;
+    if (std::equal(peaks.begin() + 1, peaks.end(), peaks.begin()))
+      line = gb(static_cast<double>(peaks[0])) + (peaks.size() > 1 ? " on every rank" : "");
+    else
+      for (size_t r = 0; r < peaks.size(); ++r)
+        line +=
+            (r ? ", rank " : "rank ") + std::to_string(r) + " " + gb(static_cast<double>(peaks[r]));
+    std::printf("  peak per rank: %s\n", line.c_str());
+  }
   return 0;
 }
 

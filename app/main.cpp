@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "app/args.h"
@@ -90,6 +91,14 @@ int main(int argc, char** argv) {
   } catch (const shardlab::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    // The ranks name what they could not allocate; this is the rest: the initial
+    // weights, --save-data's batches, the outputs written after the run.
+    std::fprintf(stderr,
+                 "error: out of host memory (std::bad_alloc) outside the training ranks "
+                 "(initial weights, --save-data, traces or recordings); use a smaller model, "
+                 "batch or --steps\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -11,6 +11,7 @@
 #include "app/summary.h"
 #include "core/checkpoint.h"
 #include "core/cores.h"
+#include "core/memory_estimate.h"
 #include "core/placement.h"
 #include "core/recording.h"
 #include "core/runner.h"
@@ -65,6 +66,10 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --allow-nonfinite   with --init-from: load NaN/Inf weights anyway
   --save-data PATH    write the batches used: x, y as [steps, batch, D]
   --json              print the summary as one JSON object
+  --force             run even when the memory check says the run will not fit (the check
+                      estimates every rank's peak from what its strategy allocates and
+                      refuses, exit 2, a run over the memory available: MemAvailable, or
+                      free GPU memory; SHARDLAB_MEMORY_LIMIT=8G sets the limit)
 
 Options a strategy does not read are refused (exit 2), not ignored: --no-overlap
 with zero3, or --micro-batches with ddp, is an error naming who reads it.
@@ -147,6 +152,18 @@ int cmd_run(int argc, char** argv) {
     throw ConfigError(
         "--allow-nonfinite applies to --init-from weights only (add --init-from "
         "PATH, or remove --allow-nonfinite)");
+
+  // Before the initial weights or --save-data take memory: refused in one line
+  // when the run cannot fit (--force runs it anyway).
+  RunOutputs outputs;
+  outputs.save_init = a.has("save-init");
+  outputs.save_final = a.has("save-final");
+  outputs.save_data = a.has("save-data");
+  outputs.trace = a.has("trace");
+  outputs.recording = a.has("record");
+  outputs.json = a.has("json");
+  check_memory(cfg, outputs);
+
   std::vector<float> init;
   if (auto p = a.get("init-from"))
     init = load_params(*p, layout, a.has("allow-nonfinite"));
@@ -196,13 +213,14 @@ int cmd_run(int argc, char** argv) {
 }
 
 int cmd_demo(int argc, char** argv) {
-  const Args a(argc, argv, "demo", {"out", "steps", "model", "device", "backend"}, {});
+  const Args a(argc, argv, "demo", {"out", "steps", "model", "device", "backend"}, {"force"});
   if (a.help()) {
     std::printf(
-        "usage: shardlab demo [--out DIR] [--steps N] [--model SPEC] [--device D] [--backend B]\n\n"
+        "usage: shardlab demo [--out DIR] [--steps N] [--model SPEC] [--device D] [--backend B]\n"
+        "                     [--force]\n\n"
         "Runs every strategy on the same model and data, prints a comparison,\n"
         "and writes one Chrome trace per strategy into DIR (default shardlab-demo).\n"
-        "--device and --backend as for 'shardlab run' (default cpu, auto).\n");
+        "--device, --backend and --force as for 'shardlab run' (default cpu, auto).\n");
     return 0;
   }
   const std::string out = a.str("out", "shardlab-demo");
@@ -216,20 +234,19 @@ int cmd_demo(int argc, char** argv) {
   base.batch = 64;
   base.device = a.str("device", base.device);
   base.backend = a.str("backend", base.backend);
+  base.force = a.has("force");
   validate(base);
-  std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW; world 2: %s\n\n",
-              base.model.c_str(), base.batch, base.steps, plan_placement(base).summary.c_str());
-  const std::string oversubscribed = plan_placement(base).kind == DeviceKind::cpu
-                                         ? oversubscription_note(2, cores_available())
-                                         : "";
-  if (!oversubscribed.empty()) std::printf("Note: %s.\n\n", oversubscribed.c_str());
-  std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
-              "median step", "peak mem/rank", "sent/rank/step", "trace");
   // The reference first, then every other registered strategy.
   std::vector<const StrategyInfo*> order;
   for (const bool reference : {true, false})
     for (const StrategyInfo& s : all_strategies())
       if ((s.family == StrategyFamily::single) == reference) order.push_back(&s);
+  struct Row {
+    const StrategyInfo* info;
+    RunConfig cfg;
+    std::string label;
+  };
+  std::vector<Row> rows;
   for (const StrategyInfo* info : order) {
     const StrategyInfo& s = *info;
     RunConfig cfg = for_strategy(base, s.name);
@@ -241,6 +258,22 @@ int cmd_demo(int argc, char** argv) {
       cfg.micro_batches = 4;
       label += " M=4";
     }
+    // Every run is checked before the first starts: a demo that cannot finish stops now.
+    check_memory(cfg, RunOutputs{.trace = true});
+    rows.push_back({info, cfg, label});
+  }
+  std::printf("Shardlab demo: %s, global batch %d, %d steps, AdamW; world 2: %s\n\n",
+              base.model.c_str(), base.batch, base.steps, plan_placement(base).summary.c_str());
+  const std::string oversubscribed = plan_placement(base).kind == DeviceKind::cpu
+                                         ? oversubscription_note(2, cores_available())
+                                         : "";
+  if (!oversubscribed.empty()) std::printf("Note: %s.\n\n", oversubscribed.c_str());
+  std::printf("%-10s %5s %12s %14s %16s %16s  %s\n", "strategy", "world", "final loss",
+              "median step", "peak mem/rank", "sent/rank/step", "trace");
+  for (const Row& row : rows) {
+    const StrategyInfo& s = *row.info;
+    const RunConfig& cfg = row.cfg;
+    const std::string& label = row.label;
     const RunResult r = run_training(cfg);
     const std::string path = out + "/" + s.name + ".trace.json";
     write_trace(path, snapshots(r), r.t0_ns, trace_metadata(cfg));

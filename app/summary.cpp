@@ -2,9 +2,11 @@
 // category, bytes sent per rank per step, and a word when ranks outnumber cores.
 #include "app/summary.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/cores.h"
+#include "core/memory_estimate.h"
 #include "core/model.h"
 
 namespace shardlab::app {
@@ -27,6 +29,21 @@ std::string oversubscription_line(const RunResult& r, int cores) {
   if (r.placement.kind != DeviceKind::cpu) return "";
   return oversubscription_note(r.cfg.world, cores);
 }
+
+namespace {
+// The memory preflight's predicted peak in use per rank (device pool), or
+// nothing when the run's settings no longer validate here (a GPU run read elsewhere).
+std::vector<int64_t> predicted_peaks(const RunConfig& cfg) {
+  std::vector<int64_t> peaks;
+  try {
+    for (const RankMemoryEstimate& e : estimate_memory(cfg).ranks)
+      peaks.push_back(e.at_report.device.peak_total);
+  } catch (const std::exception&) {
+    peaks.clear();
+  }
+  return peaks;
+}
+}  // namespace
 
 nlohmann::json summary_json(const RunResult& r) {
   const RunConfig& c = r.cfg;
@@ -53,6 +70,7 @@ nlohmann::json summary_json(const RunResult& r) {
   j["median_step_ms"] = r.median_step_ms;
   j["step_ms"] = r.step_ms;
   nlohmann::json ranks = nlohmann::json::array();
+  const std::vector<int64_t> predicted = predicted_peaks(c);
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     const RankReport& rr = r.ranks[i];
     nlohmann::json peak;
@@ -64,6 +82,7 @@ nlohmann::json summary_json(const RunResult& r) {
                      {"host_peak_bytes_total", rr.memory.host.peak_total},
                      {"bytes_sent_per_step", rr.bytes_sent_per_step},
                      {"median_step_ms", median(rr.step_ms)}});
+    if (i < predicted.size()) ranks.back()["predicted_peak_bytes_total"] = predicted[i];
   }
   j["ranks"] = ranks;
   pipeline_report_json(r, j);
@@ -90,6 +109,20 @@ void print_summary(const RunResult& r) {
       std::printf(" %11s", human_bytes(m.peak[k]).c_str());
     std::printf(" %11s %13s\n", human_bytes(m.peak_total).c_str(),
                 human_bytes(r.ranks[i].bytes_sent_per_step).c_str());
+  }
+  // What the memory preflight predicted before the run, beside what was measured.
+  const std::vector<int64_t> predicted = predicted_peaks(c);
+  if (predicted.size() == r.ranks.size()) {
+    std::string line;
+    const bool same = std::equal(predicted.begin() + 1, predicted.end(), predicted.begin());
+    if (same)
+      line = human_bytes(static_cast<double>(predicted[0])) +
+             (predicted.size() > 1 ? " every rank" : "");
+    else
+      for (size_t i = 0; i < predicted.size(); ++i)
+        line += (i ? ", " : "") + std::string("rank ") + std::to_string(i) + " " +
+                human_bytes(static_cast<double>(predicted[i]));
+    std::printf("    predicted peak total (memory preflight, before the run): %s\n", line.c_str());
   }
   print_pipeline_report(r);
   print_model_state_report(r);

@@ -36,8 +36,11 @@ struct RunConfig {
   uint64_t seed = 1;
   std::string device = "cpu";    // cpu | cuda | auto | cpu-guarded (see placement.h)
   std::string backend = "auto";  // auto | gloo | nccl
-  int timeout_ms = 30000;  // every collective gives up after this
-  bool record = true;      // spans and allocation events (memory stats are always kept)
+  int timeout_ms = 30000;        // every collective gives up after this
+  bool record = true;            // spans and allocation events (memory stats are always kept)
+  // --force: run even when the memory preflight (memory_estimate.h) says the
+  // run cannot fit. Not part of what the run computes.
+  bool force = false;
 
   // ddp
   double bucket_mb = 25.0;  // PyTorch DDP's default bucket_cap_mb

@@ -4,6 +4,7 @@
 // and the constructors throw one clear line.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,9 @@ int cuda_device_count();
 // One line on why there are no GPUs ("built without CUDA", "cudaGetDeviceCount: ..."),
 // or the GPU's name when there is one.
 std::string cuda_status();
+// Free and total memory of GPU `index` (cudaMemGetInfo; the calling thread's
+// current GPU is left as it was). False when there is no such GPU or the call fails.
+bool cuda_memory_info(int index, int64_t* free_bytes, int64_t* total_bytes);
 
 // A CUDA device backend on GPU `index`. Call on the rank's own thread: it makes
 // `index` current for that thread. With a recorder, compute spans are timed by

@@ -1,6 +1,8 @@
 // The accounting allocator (see memory.h).
 #include "core/memory.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -49,33 +51,115 @@ void Tensor::reset() {
   numel_ = 0;
 }
 
-Allocator::Allocator(DeviceBackend& backend, Recorder* recorder)
-    : backend_(backend), recorder_(recorder) {}
+void PoolStats::on_alloc(MemCategory c, int64_t bytes, int64_t block, bool from_cache) {
+  if (from_cache) cached -= block;
+  const int k = static_cast<int>(c);
+  current[k] += bytes;
+  peak[k] = std::max(peak[k], current[k]);
+  current_total += bytes;
+  peak_total = std::max(peak_total, current_total);
+  peak_reserved = std::max(peak_reserved, current_total + cached);
+}
+
+void PoolStats::on_free(MemCategory c, int64_t bytes, int64_t block) {
+  current[static_cast<int>(c)] -= bytes;
+  current_total -= bytes;
+  cached += block;
+}
+
+std::string bytes_string(double bytes) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, unit[u]);
+  return buf;
+}
+
+OutOfMemory::OutOfMemory(int rank, const std::string& detail)
+    : std::runtime_error(rank >= 0 ? "rank " + std::to_string(rank) + " " + detail : detail),
+      rank_(rank),
+      detail_(detail) {}
+
+Allocator::Allocator(DeviceBackend& backend, Recorder* recorder, int rank)
+    : backend_(backend), recorder_(recorder), rank_(rank) {}
 
 Allocator::~Allocator() {
   release_cache();
 }
 
+namespace {
+// "could not allocate 'layers.3.weight.grad' (grads, 1.00 GiB of cpu memory)"
+std::string could_not(const std::string& name, MemCategory category, size_t bytes, Pool pool,
+                      const Device& device) {
+  return "could not allocate '" + name + "' (" + to_string(category) + ", " +
+         bytes_string(static_cast<double>(bytes)) + " of " +
+         (pool == Pool::device ? device.str() : std::string("host")) + " memory)";
+}
+}  // namespace
+
+void* Allocator::raw_block(const std::string& name, MemCategory category, size_t bytes, Pool pool) {
+  std::string reason;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      return pool == Pool::device ? backend_.raw_alloc(bytes) : backend_.raw_alloc_host(bytes);
+    } catch (const std::bad_alloc&) {
+      reason = "out of memory";
+    } catch (const std::exception& e) {
+      reason = e.what();  // a GPU's: "cudaMalloc of N bytes on GPU 1: out of memory"
+    }
+    // Cached blocks of other sizes may be what stands in the way: give them back, once.
+    if (attempt == 0) release_cache();
+  }
+  throw OutOfMemory(rank_,
+                    could_not(name, category, bytes, pool, backend_.device()) + ": " + reason);
+}
+
+void Allocator::set_limit(Pool pool, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_[static_cast<int>(pool)] = bytes;
+}
+
 Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int64_t> shape,
                         DType dtype, Pool pool) {
   size_t numel = 1;
-  for (int64_t d : shape) numel *= static_cast<size_t>(d);
-  const size_t bytes = numel * dtype_size(dtype);
-  const size_t block = bytes == 0 ? 64 : bytes;
+  bool overflow = false;
+  for (int64_t d : shape)
+    overflow |= d < 0 || __builtin_mul_overflow(numel, static_cast<size_t>(d), &numel);
+  size_t bytes = 0;
+  overflow |= __builtin_mul_overflow(numel, dtype_size(dtype), &bytes);
+  if (overflow)
+    throw OutOfMemory(rank_, "could not allocate '" + name + "' (" + to_string(category) +
+                                 "): its size overflows 64 bits");
+  const size_t block = block_bytes(bytes);
   const int p = static_cast<int>(pool);
   void* ptr = nullptr;
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    PoolStats& s = pool == Pool::device ? stats_.device : stats_.host;
+    if (limit_[p] >= 0 && s.current_total + static_cast<int64_t>(bytes) > limit_[p])
+      throw OutOfMemory(rank_, could_not(name, category, bytes, pool, backend_.device()) +
+                                   ": out of memory (this pool is limited to " +
+                                   bytes_string(static_cast<double>(limit_[p])) + ", " +
+                                   bytes_string(static_cast<double>(s.current_total)) + " in use)");
     auto it = cache_[p].find(block);
     if (it != cache_[p].end() && !it->second.empty()) {
       ptr = it->second.back();
       it->second.pop_back();
-      (p == 0 ? stats_.device : stats_.host).cached -= static_cast<int64_t>(block);
+      s.on_alloc(category, static_cast<int64_t>(bytes), static_cast<int64_t>(block), true);
     }
     id = next_id_++;
   }
-  if (!ptr) ptr = pool == Pool::device ? backend_.raw_alloc(block) : backend_.raw_alloc_host(block);
+  if (!ptr) {
+    ptr = raw_block(name, category, block, pool);
+    std::lock_guard<std::mutex> lock(mu_);
+    PoolStats& s = pool == Pool::device ? stats_.device : stats_.host;
+    s.on_alloc(category, static_cast<int64_t>(bytes), static_cast<int64_t>(block), false);
+  }
   if (bytes) {
     if (pool == Pool::device)
       backend_.fill_zero(ptr, bytes);
@@ -95,19 +179,9 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
   t.shape_ = std::move(shape);
   t.name_ = name;
 
-  const int64_t now = now_ns();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    PoolStats& s = pool == Pool::device ? stats_.device : stats_.host;
-    const int c = static_cast<int>(category);
-    s.current[c] += static_cast<int64_t>(bytes);
-    s.peak[c] = std::max(s.peak[c], s.current[c]);
-    s.current_total += static_cast<int64_t>(bytes);
-    s.peak_total = std::max(s.peak_total, s.current_total);
-  }
   if (recorder_)
     recorder_->add_alloc(
-        AllocEvent{now, static_cast<int64_t>(bytes), id, category, pool, std::move(name)});
+        AllocEvent{now_ns(), static_cast<int64_t>(bytes), id, category, pool, std::move(name)});
   return t;
 }
 
@@ -117,9 +191,7 @@ void Allocator::free(Tensor& t) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     PoolStats& s = t.pool_ == Pool::device ? stats_.device : stats_.host;
-    s.current[static_cast<int>(t.category_)] -= bytes;
-    s.current_total -= bytes;
-    s.cached += static_cast<int64_t>(t.capacity_);
+    s.on_free(t.category_, bytes, static_cast<int64_t>(t.capacity_));
     cache_[p][t.capacity_].push_back(t.ptr_);
   }
   if (recorder_)
@@ -136,6 +208,7 @@ void Allocator::reset_peaks() {
   for (PoolStats* s : {&stats_.device, &stats_.host}) {
     s->peak = s->current;
     s->peak_total = s->current_total;
+    s->peak_reserved = s->current_total + s->cached;
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/gpu.h"
 #include "core/layer_stack.h"
+#include "core/memory_estimate.h"
 #include "core/staging_comm.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
@@ -91,6 +92,9 @@ std::string divergence_message(const RunConfig& cfg, double loss, int step, int 
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks) {
   validate(cfg);
+  // Before anything is allocated: a run that cannot fit is refused in one line
+  // now, rather than failing minutes later (the caller holds `initial` already).
+  check_memory(cfg, RunOutputs{.caller_holds_init = initial != nullptr});
   const StrategyInfo& info = *find_strategy(cfg.strategy);
   const ModelLayout layout(ModelSpec::parse(cfg.model));
   const SyntheticData data(layout.dim(), cfg.seed);
@@ -115,8 +119,19 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   std::unique_ptr<NcclGroup> nccl;
   if (place.comm == CommKind::nccl) nccl = make_nccl_group(world, timeout, group.failures());
   std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
-  std::vector<LossShare> shares(static_cast<size_t>(cfg.steps) * world);
-  std::vector<std::atomic<int>> reported(cfg.steps);
+  // Per step, every rank's share of the loss and a completion count (a --force
+  // run can ask for more steps than these fit in).
+  std::vector<LossShare> shares;
+  std::vector<std::atomic<int>> reported;
+  try {
+    shares.resize(static_cast<size_t>(cfg.steps) * world);
+    reported = std::vector<std::atomic<int>>(cfg.steps);
+  } catch (const std::bad_alloc&) {
+    throw RunError("could not allocate the loss history of " + std::to_string(cfg.steps) +
+                   " steps x " + std::to_string(world) + " ranks (" +
+                   bytes_string(static_cast<double>(cfg.steps) * (sizeof(LossShare) * world + 4)) +
+                   "): out of memory; use fewer --steps");
+  }
   std::vector<std::string> errors(world);
   // Set once, by the rank that finds a step's loss non-finite; the others stop
   // at their next step boundary, or fail fast in a collective with it.
@@ -133,6 +148,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
     std::unique_ptr<Allocator> alloc_owner;
     std::unique_ptr<Comm> comm;
     std::unique_ptr<Strategy> strategy;
+    std::string phase = "the start of the rank";  // for an allocation failure outside the allocator
     try {
       if (place.kind == DeviceKind::cuda)
         device = make_cuda_backend(place.gpu_of_rank[rank], rec);
@@ -140,9 +156,10 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
         device = make_guarded_cpu_backend(guard);
       else
         device = make_cpu_backend();
-      alloc_owner = std::make_unique<Allocator>(*device, rec);
+      alloc_owner = std::make_unique<Allocator>(*device, rec, rank);
       Allocator& alloc = *alloc_owner;
       if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
+      if (callbacks.on_allocator) callbacks.on_allocator(rank, alloc);
       if (place.comm == CommKind::nccl)
         comm = nccl->connect(rank, *device, rec, &alloc);
       else if (place.comm == CommKind::gloo_staged)
@@ -151,6 +168,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
         comm = group.connect(rank, rec, &alloc);
       RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
       strategy = info.make();
+      phase = "setup";
       strategy->setup(env, init);
       auto sent_so_far = [&] {
         return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
@@ -158,6 +176,7 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       const int64_t sent_before = sent_so_far();
       RankReport& report = result.ranks[rank];
       for (int s = 0; s < cfg.steps; ++s) {
+        phase = "step " + std::to_string(s);
         rec->set_step(s);
         if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
         if (callbacks.control) callbacks.control->gate(s);
@@ -193,8 +212,18 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       report.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / cfg.steps;
       report.memory = alloc.stats();
       rec->set_step(-1);
+      phase = "export of the final weights";
       std::vector<float> params = strategy->export_params();
       if (rank == 0) result.final_params = std::move(params);
+    } catch (const OutOfMemory& e) {
+      // The allocator names the buffer and its size; the board names the rank.
+      errors[rank] = e.what();
+      group.failures().report(rank, e.detail());
+    } catch (const std::bad_alloc&) {
+      // Host memory outside the allocator (a strategy's staging vectors, the records).
+      const std::string what = "ran out of host memory (std::bad_alloc) in " + phase;
+      errors[rank] = what;
+      group.failures().report(rank, what);
     } catch (const std::exception& e) {
       errors[rank] = e.what();
       group.failures().report(rank, e.what());

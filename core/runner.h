@@ -82,6 +82,9 @@ struct RunCallbacks {
   std::function<void(int step, double loss)> on_step;  // from a rank thread, after each step
   // Rank threads call this at their start: a test can make a rank fail.
   std::function<void(int rank)> on_rank_start;
+  // With each rank's allocator, before the strategy allocates anything: a test
+  // can limit it (Allocator::set_limit) to see what a failed allocation reports.
+  std::function<void(int rank, Allocator& alloc)> on_allocator;
   // Rank threads call this before each step (tests: a rank that fails or stalls mid-run).
   std::function<void(int rank, int step)> before_step;
   // Called once, before the rank threads start, with the run's recorders and its
@@ -92,9 +95,11 @@ struct RunCallbacks {
 
 double median(std::vector<double> v);
 
-// Validates, then runs. init_params (flat, model order) replaces the seeded
-// init when given. Throws ConfigError for bad settings, RunError on failure
-// (LossDiverged for a non-finite loss).
+// Validates, checks the run fits in memory (check_memory, memory_estimate.h:
+// MemoryRefused unless cfg.force), then runs. init_params (flat, model order)
+// replaces the seeded init when given. Throws ConfigError for bad settings,
+// RunError on failure (LossDiverged for a non-finite loss; a failed allocation
+// names the rank, buffer and size).
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial = nullptr,
                        const RunCallbacks& callbacks = {});
 

@@ -18,6 +18,8 @@
 
 namespace shardlab {
 
+struct MemoryPlan;  // memory_estimate.h
+
 // Objects shared by the ranks of one in-process run, created on first use.
 // Only a strategy that is not SPMD needs it: `dp`, whose controller thread
 // hands work to the device threads through memory instead of a communicator.
@@ -128,6 +130,10 @@ struct StrategyInfo {
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};
+  // Replays what setup(), step() and export_params() allocate on one rank,
+  // in order, on the memory preflight's tally (memory_estimate.h); without
+  // it a run of this strategy is not checked before it starts.
+  std::function<void(MemoryPlan&)> plan_memory{};
 
   bool reads_option(StrategyOption o) const;
 };

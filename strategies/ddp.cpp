@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "core/layer_stack.h"
+#include "core/memory_estimate.h"
 #include "core/precision.h"
 #include "core/strategy.h"
 
@@ -32,6 +33,27 @@ struct Bucket {
   Tensor buffer;         // flat copy of the gradients, reduced in place
   Work work;
 };
+
+// Buckets fill in the order backward produces gradients: last layer first.
+// As in torch DDP, the first bucket is capped at 1 MiB so that the first
+// all-reduce starts early in backward instead of after most of it.
+// The caps are in bytes, as torch's bucket_cap_mb: a 2-byte bucket holds twice the values.
+std::vector<Bucket> make_buckets(const ModelLayout& layout, double bucket_mb, size_t bytes) {
+  std::vector<Bucket> buckets;
+  const size_t cap = static_cast<size_t>(bucket_mb * 1024 * 1024 / bytes);
+  const size_t first_cap = std::min(cap, size_t{1024 * 1024} / bytes);
+  for (int i = static_cast<int>(layout.params().size()) - 1; i >= 0; --i) {
+    const ParamInfo& p = layout.params()[i];
+    const size_t limit = buckets.size() <= 1 ? first_cap : cap;
+    if (buckets.empty() || (buckets.back().numel > 0 && buckets.back().numel + p.numel > limit))
+      buckets.emplace_back();
+    Bucket& b = buckets.back();
+    b.params.push_back(i);
+    b.numel += p.numel;
+    b.lowest_layer = p.layer;
+  }
+  return buckets;
+}
 
 class Ddp final : public Strategy {
  public:
@@ -54,23 +76,7 @@ class Ddp final : public Strategy {
       env.comm->broadcast(params[i], layout.params()[i].numel, dt, 0,
                           CommMeta{layout.params()[i].layer, -1});
 
-    // Buckets fill in the order backward produces gradients: last layer first.
-    // As in torch DDP, the first bucket is capped at 1 MiB so that the first
-    // all-reduce starts early in backward instead of after most of it.
-    // The caps are in bytes, as torch's bucket_cap_mb: a 2-byte bucket holds twice the values.
-    const size_t cap = static_cast<size_t>(env.cfg.bucket_mb * 1024 * 1024 / mp_->bytes());
-    const size_t first_cap = std::min(cap, size_t{1024 * 1024} / mp_->bytes());
-    for (int i = static_cast<int>(layout.params().size()) - 1; i >= 0; --i) {
-      const ParamInfo& p = layout.params()[i];
-      const size_t limit = buckets_.size() <= 1 ? first_cap : cap;
-      if (buckets_.empty() ||
-          (buckets_.back().numel > 0 && buckets_.back().numel + p.numel > limit))
-        buckets_.emplace_back();
-      Bucket& b = buckets_.back();
-      b.params.push_back(i);
-      b.numel += p.numel;
-      b.lowest_layer = p.layer;
-    }
+    buckets_ = make_buckets(layout, env.cfg.bucket_mb, mp_->bytes());
     for (size_t k = 0; k < buckets_.size(); ++k)
       buckets_[k].buffer = env.alloc.alloc("ddp.bucket." + std::to_string(k),
                                            MemCategory::comm_buffers, buckets_[k].numel, dt);
@@ -176,6 +182,35 @@ class Ddp final : public Strategy {
   std::vector<Bucket> buckets_;
 };
 
+// What Ddp allocates, replayed for the memory preflight: the same buffers in
+// the same order as setup(), step() and export_params() above.
+void plan_memory(MemoryPlan& p) {
+  const ModelLayout& layout = p.layout;
+  const DType dt = precision_dtype(p.cfg.precision);
+  StackMemory model(p, 0, layout.num_layers(), dt);
+  OptimizerMemory optimizer(p, model.ranges(), dt);
+  CommMemory comm(p);
+  for (const ParamInfo& q : layout.params()) comm.all_reduce(q.numel, dt);  // the broadcasts
+  const std::vector<Bucket> buckets = make_buckets(layout, p.cfg.bucket_mb, dtype_size(dt));
+  std::vector<MemBlock> buffers;
+  for (const Bucket& b : buckets)
+    buffers.push_back(p.alloc(MemCategory::comm_buffers, b.numel, dt));
+  p.steps([&](int) {
+    const size_t b = static_cast<size_t>(p.cfg.batch / p.world), n = b * layout.dim();
+    MemBlock x = p.alloc(MemCategory::activations, n);
+    MemBlock y = p.alloc(MemCategory::activations, n);
+    model.forward(b, -1);
+    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
+    plan_mse_loss(p, dt, n);
+    model.backward(-1, false);
+    std::vector<std::vector<MemBlock>> in_flight;  // staging, until every bucket is waited for
+    for (const Bucket& bk : buckets) in_flight.push_back(comm.all_reduce(bk.numel, dt));
+    in_flight.clear();
+    optimizer.step();
+  });
+  if (p.rank == 0) MemBlock flat = p.tally.outside(layout.total() * sizeof(float));
+}
+
 const bool registered = register_strategy({
     .name = "ddp",
     .summary = "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
@@ -192,6 +227,7 @@ const bool registered = register_strategy({
                               " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
                               std::to_string(cfg.world * 16) + ")");
         },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

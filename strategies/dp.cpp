@@ -32,6 +32,7 @@
 #include <mutex>
 
 #include "core/layer_ops.h"
+#include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
@@ -352,6 +353,67 @@ class Dp final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // device 0 only; fp32 masters in mixed precision
 };
 
+// What Dp allocates on device `rank`, replayed for the memory preflight: the
+// same buffers in the same order as setup(), step() and export_params() above.
+void plan_memory(MemoryPlan& p) {
+  const ModelLayout& layout = p.layout;
+  const DType dt = precision_dtype(p.cfg.precision);
+  const bool device0 = p.rank == 0;
+  const int L = layout.num_layers();
+  std::vector<MemBlock> params, grads;
+  std::vector<size_t> ranges;
+  for (const ParamInfo& q : layout.params()) ranges.push_back(q.numel);
+  std::unique_ptr<OptimizerMemory> optimizer;
+  if (device0) {
+    for (size_t n : ranges) {
+      params.push_back(p.alloc(MemCategory::params, n, dt));
+      grads.push_back(p.alloc(MemCategory::grads, n, dt));
+    }
+    optimizer = std::make_unique<OptimizerMemory>(p, ranges, dt);
+  }
+  p.steps([&](int) {
+    const size_t B = static_cast<size_t>(p.cfg.batch), b = B / p.world, D = layout.dim();
+    MemBlock x, y, outputs;
+    if (device0) {
+      x = p.alloc(MemCategory::activations, B * D);
+      y = p.alloc(MemCategory::activations, B * D);
+      outputs = p.alloc(MemCategory::activations, B * D, dt);
+    }
+    std::vector<MemBlock> replica, replica_grads;
+    if (!device0) {
+      for (size_t n : ranges) {
+        replica.push_back(p.alloc(MemCategory::params, n, dt));
+        replica_grads.push_back(p.alloc(MemCategory::grads, n, dt));
+      }
+      p.tally.span(static_cast<int>(ranges.size()));  // the copies from device 0
+    }
+    MemBlock my_x;
+    if (!device0) my_x = p.alloc(MemCategory::activations, b * D);
+    TapeMemory tape(p, dt);
+    tape.begin(b);
+    for (int l = 0; l < L; ++l) tape.forward(l);
+    MemBlock dout;
+    std::vector<MemBlock> inbox;
+    if (device0) {
+      dout = p.alloc(MemCategory::temporary, B * D, dt);
+      plan_mse_loss(p, dt, B * D);
+      for (int j = 1; j < p.world; ++j)
+        inbox.push_back(p.alloc(MemCategory::comm_buffers, layout.total(), dt));
+    }
+    MemBlock my_dout;
+    if (!device0) my_dout = p.alloc(MemCategory::temporary, b * D, dt);
+    tape.begin_backward();
+    for (int l = L - 1; l >= 0; --l) tape.backward(l);
+    replica.clear();
+    replica_grads.clear();
+    if (!device0) return;
+    p.tally.span();  // the reduce
+    inbox.clear();
+    optimizer->step();
+  });
+  if (device0) MemBlock flat = p.tally.outside(layout.total() * sizeof(float));
+}
+
 const bool registered = register_strategy({
     .name = "dp",
     .summary =
@@ -363,6 +425,7 @@ const bool registered = register_strategy({
     .comm_buffers = "device 0's inboxes for every replica's gradients",
     .make = [] { return std::make_unique<Dp>(); },
     .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

@@ -11,6 +11,7 @@
 // M micro-batches at the end of the forwards (the cost 1f1b removes), unless
 // --recompute keeps only each stage's input and runs the forward again, per
 // micro-batch, just before its backward (extra F spans, less memory).
+#include "core/memory_estimate.h"
 #include "core/pipeline.h"
 
 namespace shardlab {
@@ -23,26 +24,31 @@ class GPipe final : public Strategy {
   }
 
   LossShare step(int step) override {
-    const int M = stage_->micro_batches();
     stage_->begin_step(step);
+    schedule(*stage_);
+    // Phase 3 — flush: one optimizer step with the gradient of the whole batch.
+    return stage_->finish_step();
+  }
+
+  // The step's order, on the real stage or on its memory plan (StageMemory).
+  template <class Stage>
+  static void schedule(Stage& stage) {
+    const int M = stage.micro_batches();
 
     // Phase 1 — fill: every micro-batch forward, in order. The receive of the
     // next micro-batch's input is posted before computing this one, so the
     // transfer overlaps the compute.
     for (int mb = 0; mb < M; ++mb) {
-      if (mb + 1 < M) stage_->post_recv_input(mb + 1);
-      stage_->forward(mb);
+      if (mb + 1 < M) stage.post_recv_input(mb + 1);
+      stage.forward(mb);
     }
 
     // Phase 2 — drain: every micro-batch backward, in the same order; each
     // adds its share to the gradients.
     for (int mb = 0; mb < M; ++mb) {
-      if (mb + 1 < M) stage_->post_recv_grad(mb + 1);
-      stage_->backward(mb);
+      if (mb + 1 < M) stage.post_recv_grad(mb + 1);
+      stage.backward(mb);
     }
-
-    // Phase 3 — flush: one optimizer step with the gradient of the whole batch.
-    return stage_->finish_step();
   }
 
   std::vector<float> export_params() override { return stage_->export_params(); }
@@ -50,6 +56,17 @@ class GPipe final : public Strategy {
  private:
   std::unique_ptr<PipelineStage> stage_;
 };
+
+// What a stage allocates, replayed for the memory preflight on the same schedule.
+void plan_memory(MemoryPlan& p) {
+  StageMemory stage(p);
+  p.steps([&](int) {
+    stage.begin_step();
+    GPipe::schedule(stage);
+    stage.finish_step();
+  });
+  stage.export_params();
+}
 
 const bool registered = register_strategy({
     .name = "gpipe",
@@ -62,6 +79,7 @@ const bool registered = register_strategy({
     .in_flight = [](int micro_batches, int, int) { return micro_batches; },
     .make = [] { return std::make_unique<GPipe>(); },
     .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

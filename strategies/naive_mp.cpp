@@ -12,6 +12,7 @@
 //
 // One batch, no micro-batches: --micro-batches must be 1 (gpipe with M = 1 is
 // the same schedule; with more, use gpipe or 1f1b).
+#include "core/memory_estimate.h"
 #include "core/pipeline.h"
 
 namespace shardlab {
@@ -25,14 +26,20 @@ class NaiveMp final : public Strategy {
 
   LossShare step(int step) override {
     stage_->begin_step(step);
-    // Phase 1 — forward: wait for the previous stage, run my layers, pass the
-    // activations on (the last stage computes the loss instead).
-    stage_->forward(0);
-    // Phase 2 — backward: wait for the gradient from the next stage, run my
-    // layers backward, pass the gradient of my input back.
-    stage_->backward(0);
+    schedule(*stage_);
     // Phase 3 — update: each stage steps the optimizer on its own layers.
     return stage_->finish_step();
+  }
+
+  // The step's order, on the real stage or on its memory plan (StageMemory).
+  template <class Stage>
+  static void schedule(Stage& stage) {
+    // Phase 1 — forward: wait for the previous stage, run my layers, pass the
+    // activations on (the last stage computes the loss instead).
+    stage.forward(0);
+    // Phase 2 — backward: wait for the gradient from the next stage, run my
+    // layers backward, pass the gradient of my input back.
+    stage.backward(0);
   }
 
   std::vector<float> export_params() override { return stage_->export_params(); }
@@ -40,6 +47,17 @@ class NaiveMp final : public Strategy {
  private:
   std::unique_ptr<PipelineStage> stage_;
 };
+
+// What a stage allocates, replayed for the memory preflight on the same schedule.
+void plan_memory(MemoryPlan& p) {
+  StageMemory stage(p);
+  p.steps([&](int) {
+    stage.begin_step();
+    NaiveMp::schedule(stage);
+    stage.finish_step();
+  });
+  stage.export_params();
+}
 
 const bool registered = register_strategy({
     .name = "naive-mp",
@@ -50,6 +68,7 @@ const bool registered = register_strategy({
     .in_flight = [](int, int, int) { return 1; },
     .make = [] { return std::make_unique<NaiveMp>(); },
     .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

@@ -11,6 +11,7 @@
 // stage holds one at a time.
 #include <algorithm>
 
+#include "core/memory_estimate.h"
 #include "core/pipeline.h"
 
 namespace shardlab {
@@ -23,17 +24,25 @@ class OneFOneB final : public Strategy {
   }
 
   LossShare step(int step) override {
-    const StageTopology& t = stage_->topology();
-    const int M = stage_->micro_batches();
+    stage_->begin_step(step);
+    schedule(*stage_);
+    // Phase 4 — flush: one optimizer step with the gradient of the whole batch.
+    return stage_->finish_step();
+  }
+
+  // The step's order, on the real stage or on its memory plan (StageMemory).
+  template <class Stage>
+  static void schedule(Stage& stage) {
+    const StageTopology& t = stage.topology();
+    const int M = stage.micro_batches();
     // Stage k starts P − k − 1 micro-batches ahead of its first backward: just
     // enough to keep every later stage busy until the first gradient returns.
     const int warmup = std::min(t.stages - t.rank - 1, M);
-    stage_->begin_step(step);
 
     // Phase 1 — warm-up: forwards only, filling the pipe.
     for (int mb = 0; mb < warmup; ++mb) {
-      stage_->post_recv_input(mb + 1);
-      stage_->forward(mb);
+      stage.post_recv_input(mb + 1);
+      stage.forward(mb);
     }
 
     // Phase 2 — steady 1F1B: forward micro-batch warmup + i, then backward
@@ -41,19 +50,16 @@ class OneFOneB final : public Strategy {
     // (its receive is posted first). Each backward frees the activations one
     // forward added, so P − k micro-batches at most are alive here.
     for (int i = 0; i + warmup < M; ++i) {
-      stage_->post_recv_grad(i);
-      stage_->forward(warmup + i);
-      stage_->backward(i);
+      stage.post_recv_grad(i);
+      stage.forward(warmup + i);
+      stage.backward(i);
     }
 
     // Phase 3 — cool-down: the backwards of the last warm-up micro-batches.
     for (int mb = M - warmup; mb < M; ++mb) {
-      if (mb + 1 < M) stage_->post_recv_grad(mb + 1);
-      stage_->backward(mb);
+      if (mb + 1 < M) stage.post_recv_grad(mb + 1);
+      stage.backward(mb);
     }
-
-    // Phase 4 — flush: one optimizer step with the gradient of the whole batch.
-    return stage_->finish_step();
   }
 
   std::vector<float> export_params() override { return stage_->export_params(); }
@@ -61,6 +67,17 @@ class OneFOneB final : public Strategy {
  private:
   std::unique_ptr<PipelineStage> stage_;
 };
+
+// What a stage allocates, replayed for the memory preflight on the same schedule.
+void plan_memory(MemoryPlan& p) {
+  StageMemory stage(p);
+  p.steps([&](int) {
+    stage.begin_step();
+    OneFOneB::schedule(stage);
+    stage.finish_step();
+  });
+  stage.export_params();
+}
 
 const bool registered = register_strategy({
     .name = "1f1b",
@@ -74,6 +91,7 @@ const bool registered = register_strategy({
                     int rank) { return std::min(micro_batches, stages - rank); },
     .make = [] { return std::make_unique<OneFOneB>(); },
     .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

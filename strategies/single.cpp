@@ -3,6 +3,7 @@
 // With --precision bf16|fp16 it is the mixed-precision reference: 2-byte
 // params, activations and grads, fp32 masters and moments in the optimizer.
 #include "core/layer_stack.h"
+#include "core/memory_estimate.h"
 #include "core/precision.h"
 #include "core/strategy.h"
 
@@ -64,6 +65,25 @@ class Single final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;
 };
 
+// What Single allocates, replayed for the memory preflight: the same buffers
+// in the same order as setup(), step() and export_params() above.
+void plan_memory(MemoryPlan& p) {
+  const DType dt = precision_dtype(p.cfg.precision);
+  StackMemory model(p, 0, p.layout.num_layers(), dt);
+  OptimizerMemory optimizer(p, model.ranges(), dt);
+  p.steps([&](int) {
+    const size_t B = static_cast<size_t>(p.cfg.batch), n = B * p.layout.dim();
+    MemBlock x = p.alloc(MemCategory::activations, n);
+    MemBlock y = p.alloc(MemCategory::activations, n);
+    model.forward(B, -1);
+    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
+    plan_mse_loss(p, dt, n);
+    model.backward(-1, false);
+    optimizer.step();
+  });
+  MemBlock flat = p.tally.outside(p.layout.state_total() * sizeof(float));
+}
+
 const bool registered = register_strategy({
     .name = "single",
     .summary = "the reference: whole model and batch on one device",
@@ -77,6 +97,7 @@ const bool registered = register_strategy({
                 "--world " + std::to_string(cfg.world) +
                 " is invalid for strategy single (valid: 1; it is the one-device reference)");
         },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

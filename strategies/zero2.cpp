@@ -19,6 +19,7 @@
 #include <deque>
 
 #include "core/layer_ops.h"
+#include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
@@ -158,6 +159,54 @@ class Zero2 final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
 };
 
+// What Zero2 allocates, replayed for the memory preflight: the same buffers in
+// the same order as setup(), step() and export_params() above. The unreduced
+// gradients are held as long as free_reduced allows when no reduce-scatter has
+// finished early: the most this rank can hold.
+void plan_memory(MemoryPlan& p) {
+  const std::vector<FlatGroup> groups = make_flat_groups(p.layout, 1, p.world);
+  const DType dt = precision_dtype(p.cfg.precision);
+  const int L = p.layout.num_layers();
+  std::vector<MemBlock> params, grad_shards;
+  std::vector<size_t> shards, padded;
+  for (const FlatGroup& g : groups) {
+    params.push_back(p.alloc(MemCategory::params, g.plan.padded(), dt));
+    MemBlock values = p.tally.outside(g.plan.padded() * sizeof(float));
+    grad_shards.push_back(p.alloc(MemCategory::grads, g.plan.shard, dt));
+    shards.push_back(g.plan.shard);
+    padded.push_back(g.plan.padded());
+  }
+  OptimizerMemory optimizer(p, shards, dt);
+  CommMemory comm(p);
+  p.steps([&](int) {
+    const size_t b = static_cast<size_t>(p.cfg.batch / p.world), n = b * p.layout.dim();
+    MemBlock x = p.alloc(MemCategory::activations, n);
+    MemBlock y = p.alloc(MemCategory::activations, n);
+    TapeMemory tape(p, dt);
+    tape.begin(b);
+    for (int l = 0; l < L; ++l) tape.forward(l);
+    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
+    plan_mse_loss(p, dt, n);
+    tape.begin_backward();
+    std::deque<std::pair<MemBlock, std::vector<MemBlock>>> pending;
+    for (int l = L - 1; l >= 0; --l) {
+      MemBlock full = p.alloc(MemCategory::comm_buffers, padded[l], dt);
+      tape.backward(l);
+      pending.emplace_back(std::move(full), comm.reduce_scatter(padded[l], shards[l], dt));
+      while (pending.size() > 2) pending.pop_front();
+    }
+    pending.clear();
+    optimizer.step();
+    std::vector<std::vector<MemBlock>> gathers;
+    for (const FlatGroup& g : groups)
+      gathers.push_back(comm.all_gather(g.plan.padded(), g.plan.shard, dt, true));
+  });
+  if (dt != DType::f32)
+    plan_gather_model_params(p, padded, shards, false);
+  else if (p.rank == 0)
+    MemBlock flat = p.tally.outside(p.layout.total() * sizeof(float));
+}
+
 const bool registered = register_strategy({
     .name = "zero2",
     .summary =
@@ -169,6 +218,7 @@ const bool registered = register_strategy({
     .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",
     .make = [] { return std::make_unique<Zero2>(); },
     .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+    .plan_memory = plan_memory,
 });
 
 }  // namespace

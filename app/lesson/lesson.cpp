@@ -220,9 +220,9 @@ Text read_text(const Table& parent, const std::string& key) {
 }
 
 // Output options of `shardlab run` that a lesson's run has no use for.
-const std::set<std::string> kNotInLessons = {"trace",     "save-init", "save-final",
-                                             "save-data", "init-from", "json",
-                                             "no-record", "record",    "allow-nonfinite"};
+const std::set<std::string> kNotInLessons = {
+    "trace", "save-init", "save-final", "save-data",       "init-from",
+    "json",  "no-record", "record",     "allow-nonfinite", "force"};
 
 std::string format_double(double v) {
   char buf[64];

@@ -60,6 +60,25 @@ int cuda_device_count() {
 std::string cuda_status() {
   return census().status;
 }
+bool cuda_memory_info(int index, int64_t* free_bytes, int64_t* total_bytes) {
+  if (index < 0 || index >= cuda_device_count()) return false;
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  size_t free_now = 0, total = 0;
+  cudaError_t e = cudaSetDevice(index);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&free_now, &total);
+  cudaSetDevice(current);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it, so later checks start clean
+    return false;
+  }
+  *free_bytes = static_cast<int64_t>(free_now);
+  *total_bytes = static_cast<int64_t>(total);
+  return true;
+}
 
 // ---------------------------------------------------------------------------
 // GpuTimer

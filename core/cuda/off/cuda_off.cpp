@@ -16,6 +16,9 @@ std::string cuda_status() {
   return "this build has no CUDA backend: rebuild with -DSHARDLAB_CUDA=ON where nvcc and NCCL are "
          "installed";
 }
+bool cuda_memory_info(int, int64_t*, int64_t*) {
+  return false;
+}
 std::unique_ptr<DeviceBackend> make_cuda_backend(int, Recorder*) {
   throw std::runtime_error("CUDA device requested, but " + cuda_status());
 }

@@ -1,0 +1,271 @@
+// The memory preflight: each strategy's predicted peak against what its
+// allocator measures, a run over the limit refused at once with the estimate
+// in its one line (--force runs it anyway), and a failed allocation naming
+// the rank, the buffer and its size.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/memory_estimate.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+#include "test_util.h"
+
+using namespace shardlab;
+using shardlab::test::run_cli;
+
+namespace {
+
+// Sets SHARDLAB_MEMORY_LIMIT for one scope.
+struct LimitEnv {
+  explicit LimitEnv(const std::string& value) { setenv("SHARDLAB_MEMORY_LIMIT", value.c_str(), 1); }
+  ~LimitEnv() { unsetenv("SHARDLAB_MEMORY_LIMIT"); }
+};
+
+RunConfig config(const std::string& strategy, int world) {
+  RunConfig c;
+  c.model = "mlp:8x256";
+  c.strategy = strategy;
+  c.world = world;
+  c.steps = 3;
+  c.record = false;
+  return c;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("the estimate is within 10% of the measured peak for every strategy", "[preflight]") {
+  struct Case {
+    std::string strategy, label;
+    int world;
+    void (*tweak)(RunConfig&);
+  };
+  std::vector<Case> cases = {{"single", "single", 1, nullptr}};
+  for (const StrategyInfo& s : all_strategies())
+    if (s.family != StrategyFamily::single)
+      for (int w : {2, 4}) cases.push_back({s.name, s.name, w, nullptr});
+  cases.push_back({"fsdp", "fsdp --offload", 2, [](RunConfig& c) { c.offload = true; }});
+  cases.push_back(
+      {"fsdp", "fsdp --no-reshard", 4, [](RunConfig& c) { c.reshard_after_forward = false; }});
+  cases.push_back({"gpipe", "gpipe M=4", 2, [](RunConfig& c) { c.micro_batches = 4; }});
+  cases.push_back({"gpipe", "gpipe M=4 --recompute", 4, [](RunConfig& c) {
+                     c.micro_batches = 4;
+                     c.recompute = true;
+                   }});
+  cases.push_back({"1f1b", "1f1b M=8", 4, [](RunConfig& c) { c.micro_batches = 8; }});
+  cases.push_back({"ddp", "ddp bf16", 2, [](RunConfig& c) { c.precision = "bf16"; }});
+  cases.push_back({"zero3", "zero3 bf16", 2, [](RunConfig& c) { c.precision = "bf16"; }});
+
+  std::printf("\n%-22s %5s %4s %14s %14s %8s  (mlp:8x256, batch 64, peak in use per rank)\n",
+              "strategy", "world", "rank", "estimated", "measured", "error");
+  for (const Case& k : cases) {
+    RunConfig cfg = config(k.strategy, k.world);
+    if (k.tweak) k.tweak(cfg);
+    const MemoryEstimate e = estimate_memory(cfg);
+    const RunResult r = run_training(cfg);
+    REQUIRE(e.ranks.size() == r.ranks.size());
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      const PoolStats& measured = r.ranks[i].memory.device;
+      const PoolStats& predicted = e.ranks[i].at_report.device;
+      const double err = static_cast<double>(predicted.peak_total - measured.peak_total) /
+                         static_cast<double>(measured.peak_total);
+      std::printf("%-22s %5d %4zu %14lld %14lld %+7.1f%%\n", k.label.c_str(), k.world, i,
+                  static_cast<long long>(predicted.peak_total),
+                  static_cast<long long>(measured.peak_total), 100 * err);
+      INFO(k.label << " world " << k.world << " rank " << i << ": estimated "
+                   << predicted.peak_total << ", measured " << measured.peak_total);
+      CHECK(std::abs(err) <= 0.10);
+      // In use + cached: what the rank takes from its device, which the preflight sums.
+      CHECK(std::abs(static_cast<double>(predicted.peak_reserved - measured.peak_reserved)) <=
+            0.10 * static_cast<double>(measured.peak_reserved));
+      // The host pool too (fsdp --offload keeps the model states there).
+      const PoolStats& host = r.ranks[i].memory.host;
+      if (host.peak_total > 0)
+        CHECK(
+            std::abs(static_cast<double>(e.ranks[i].at_report.host.peak_total - host.peak_total)) <=
+            0.10 * static_cast<double>(host.peak_total));
+    }
+  }
+}
+
+TEST_CASE("a run estimated over the limit is refused at once, naming estimate and limit",
+          "[preflight]") {
+  RunConfig cfg = config("ddp", 2);
+  const MemoryEstimate e = estimate_memory(cfg);
+  REQUIRE(e.host_total > 0);
+  {
+    LimitEnv limit(std::to_string(e.host_total / 2));
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      run_training(cfg);
+      FAIL("the run was not refused");
+    } catch (const MemoryRefused& err) {
+      const std::string msg = err.what();
+      INFO(msg);
+      CHECK(msg.find("mlp:8x256, ddp, world 2 needs about ") == 0);
+      CHECK(msg.find(bytes_string(static_cast<double>(e.host_total))) != std::string::npos);
+      CHECK(msg.find(bytes_string(static_cast<double>(e.host_total / 2)) +
+                     " is available (SHARDLAB_MEMORY_LIMIT)") != std::string::npos);
+      CHECK(msg.find("--force") != std::string::npos);
+      CHECK(msg.find('\n') == std::string::npos);
+    }
+    CHECK(seconds_since(t0) < 1.0);
+  }
+  // With the limit just above the estimate it runs.
+  LimitEnv limit(std::to_string(e.host_total + 1));
+  CHECK_NOTHROW(run_training(cfg));
+}
+
+TEST_CASE("a refused run runs anyway with --force", "[preflight]") {
+  RunConfig cfg = config("zero2", 2);
+  const MemoryEstimate e = estimate_memory(cfg);
+  // Slightly under the estimate: refused, though it fits this machine.
+  LimitEnv limit(std::to_string(e.host_total * 9 / 10));
+  CHECK_THROWS_AS(run_training(cfg), MemoryRefused);
+  cfg.force = true;
+  const RunResult r = run_training(cfg);
+  CHECK(r.losses.size() == 3);
+
+  const auto cli = run_cli("run --model mlp:8x256 --strategy zero2 --steps 3 --no-record");
+  CHECK(cli.code == 2);
+  CHECK(cli.out.find("error: mlp:8x256, zero2, world 2 needs about") != std::string::npos);
+  const auto forced =
+      run_cli("run --model mlp:8x256 --strategy zero2 --steps 3 --no-record --force");
+  INFO(forced.out);
+  CHECK(forced.code == 0);
+  CHECK(forced.out.find("final loss") != std::string::npos);
+}
+
+TEST_CASE("the real machine refuses a model far larger than its memory, quickly", "[preflight]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  // 16 x 16384² parameters: 17 GB of weights, 69 GB with grads and AdamW, per replica.
+  const auto r = run_cli("run --model mlp:16x16384 --strategy ddp --world 2 --steps 2");
+  const double s = seconds_since(t0);
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.rfind("error: mlp:16x16384, ddp, world 2 needs about ", 0) == 0);
+  CHECK(r.out.find(" per rank (") != std::string::npos);
+  CHECK(r.out.find("is available (") != std::string::npos);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  CHECK(s < 1.0);
+}
+
+TEST_CASE("a step count whose records cannot fit is refused, naming the per-step cost",
+          "[preflight]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli("run --steps 2147483647");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.rfind("error: mlp:8x256, ddp, world 2, 2147483647 steps needs about ", 0) == 0);
+  CHECK(r.out.find(" a step)") != std::string::npos);
+  CHECK(r.out.find("use fewer --steps or --no-record") != std::string::npos);
+  CHECK(seconds_since(t0) < 1.0);
+
+  // Records grow with the steps; the history stays when they are off.
+  RunConfig cfg = config("ddp", 2);
+  cfg.record = true;
+  const MemoryEstimate rec = estimate_memory(cfg);
+  cfg.record = false;
+  const MemoryEstimate no_rec = estimate_memory(cfg);
+  CHECK(rec.per_step > 10 * no_rec.per_step);
+  CHECK(no_rec.per_step > 0);
+  // --save-data holds every batch: 2 x steps x batch x D floats.
+  cfg.steps = 1000;
+  const MemoryEstimate data = estimate_memory(cfg, RunOutputs{.save_data = true});
+  CHECK(data.shared - estimate_memory(cfg).shared >= 2LL * 1000 * 64 * 256 * 4);
+}
+
+TEST_CASE("the per-step record estimate is of the size the recorder reaches", "[preflight]") {
+  for (const char* strategy : {"ddp", "zero3", "gpipe"}) {
+    RunConfig cfg = config(strategy, 2);
+    cfg.record = true;
+    cfg.steps = 20;
+    const MemoryEstimate e = estimate_memory(cfg);
+    const RunResult r = run_training(cfg);
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      const auto snap = r.recorders[i]->snapshot();
+      // Everything recorded, setup included, per step.
+      const int64_t bytes = static_cast<int64_t>(snap.allocs.size() * sizeof(AllocEvent) +
+                                                 snap.spans.size() * sizeof(Span)) /
+                            cfg.steps;
+      INFO(strategy << " rank " << i << ": estimated " << e.ranks[i].record_per_step
+                    << " B/step, recorded about " << bytes);
+      // An upper bound, not wildly above: vectors reserve up to twice what they hold.
+      CHECK(e.ranks[i].record_per_step >= bytes);
+      CHECK(e.ranks[i].record_per_step <= 6 * bytes);
+    }
+  }
+}
+
+TEST_CASE("a failed allocation names the rank, the buffer and its size", "[preflight]") {
+  // The allocator on its own: a request no machine has.
+  auto backend = make_cpu_backend();
+  Allocator alloc(*backend, nullptr, 3);
+  try {
+    alloc.alloc("layers.3.weight.grad", MemCategory::grads, {int64_t{1} << 22, int64_t{1} << 22});
+    FAIL("a 64 TiB allocation succeeded");
+  } catch (const OutOfMemory& e) {
+    CHECK(std::string(e.what()) ==
+          "rank 3 could not allocate 'layers.3.weight.grad' (grads, 64.00 TiB of cpu memory): out "
+          "of memory");
+  }
+
+  // In a run: rank 1's allocator limited to 1 MiB fails in setup.
+  RunConfig cfg = config("ddp", 2);
+  RunCallbacks cb;
+  cb.on_allocator = [](int rank, Allocator& a) {
+    if (rank == 1) a.set_limit(Pool::device, 1 << 20);
+  };
+  try {
+    run_training(cfg, nullptr, cb);
+    FAIL("the run did not fail");
+  } catch (const RunError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    // Rank 1 holds layer 0's weight, bias and their gradients and layer 1's
+    // weight (770 KiB) when layer 1's weight gradient would take it past 1 MiB.
+    CHECK(msg.rfind("rank 1 failed: could not allocate 'layers.1.weight.grad' (grads, 256.00 KiB "
+                    "of cpu memory): out of memory (this pool is limited to 1.00 MiB, 770.00 KiB "
+                    "in use)",
+                    0) == 0);
+  }
+}
+
+TEST_CASE("bench comm refuses sizes that cannot fit, at once", "[preflight]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli("bench comm --sizes 4G --worlds 2,4");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.find("error: bench comm --sizes up to 4 GiB with --worlds 4 needs about ") !=
+        std::string::npos);
+  CHECK(seconds_since(t0) < 1.0);
+  LimitEnv limit("1M");
+  const auto small = run_cli("bench comm --sizes 4K..64K --worlds 2");
+  INFO(small.out);
+  CHECK(small.code == 0);
+  const auto over = run_cli("bench comm --sizes 1M --worlds 2");
+  CHECK(over.code == 2);
+  CHECK(over.out.find("is available (SHARDLAB_MEMORY_LIMIT)") != std::string::npos);
+}
+
+TEST_CASE("SHARDLAB_MEMORY_LIMIT sizes parse, and a bad one is refused", "[preflight]") {
+  CHECK(parse_memory_size("1024") == 1024);
+  CHECK(parse_memory_size("512M") == 512LL << 20);
+  CHECK(parse_memory_size("1.5G") == 3LL << 29);
+  CHECK(parse_memory_size("2GiB") == 2LL << 30);
+  CHECK(parse_memory_size("8T") == 8LL << 40);
+  CHECK(parse_memory_size("lots") == -1);
+  CHECK(parse_memory_size("-1G") == -1);
+  CHECK(parse_memory_size("") == -1);
+  LimitEnv limit("lots");
+  CHECK_THROWS_WITH(host_memory_limit(), Catch::Contains("SHARDLAB_MEMORY_LIMIT 'lots'"));
+  const auto r = run_cli("run --steps 2 --no-record");
+  CHECK(r.code == 2);
+}
