@@ -54,6 +54,19 @@ inline void check_heads(const char* op, int C, int H) {
                                 " channels do not split into " + std::to_string(H) + " heads");
 }
 
+template <typename A>
+inline void check_scratch(const char* op, const A* scratch) {
+  if (!scratch)
+    throw std::invalid_argument(std::string(op) +
+                                ": needs the [B,H,T,T] scratch buffer, which is null");
+}
+
+inline void check_divisor(size_t divisor, int rows) {
+  if (divisor == 0 && rows > 0)
+    throw std::invalid_argument("cross-entropy: divisor 0 for " + std::to_string(rows) +
+                                " rows (it counts the global batch's rows, at least 1)");
+}
+
 // A value as it reads back after being stored in S (the rounding a 2-byte
 // buffer applies; the identity for float and double).
 template <typename S>
@@ -265,6 +278,7 @@ void attention_forward(S* y, S* att, const S* qkv, compute_t<S>* scratch, int B,
   constexpr bool direct = std::is_same_v<S, A>;
   std::vector<A> q, k, v, o;
   if constexpr (!direct) {
+    d::check_scratch("attention", scratch);
     q.resize(static_cast<size_t>(T) * hs);
     k.resize(q.size());
     v.resize(q.size());
@@ -311,6 +325,7 @@ void attention_backward(S* dqkv, S* att, compute_t<S>* scratch, const S* dy, con
   using A = compute_t<S>;
   namespace d = transformer_detail;
   d::check_heads("attention backward", C, H);
+  d::check_scratch("attention backward", scratch);
   const int hs = C / H, ld = 3 * C;
   const A scale = static_cast<A>(attention_scale(hs));
   const size_t TT = static_cast<size_t>(T) * T;
@@ -379,6 +394,7 @@ double crossentropy_forward_backward(S* dlogits, const S* logits, const int32_t*
                                      int V, size_t divisor) {
   using A = compute_t<S>;
   const size_t Vs = static_cast<size_t>(V);
+  transformer_detail::check_divisor(divisor, rows);
   transformer_detail::check_ids("cross-entropy", "target", targets, static_cast<size_t>(rows), V,
                                 true);
   const A scale = A(1) / static_cast<A>(divisor);

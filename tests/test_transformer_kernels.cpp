@@ -349,6 +349,18 @@ TEST_CASE("GPT kernels refuse bad ids and shapes with one clear message", "[tran
   CHECK_THROWS_WITH(
       kernels::attention_forward<float>(y.data(), att.data(), qkv.data(), nullptr, 1, 1, 6, 4),
       Catch::Contains("6 channels do not split into 4 heads"));
+  // The scores of a 2-byte forward, and every backward, need the scratch buffer.
+  std::vector<kernels::bf16> q16(3 * 4), y16(4), a16(1);
+  CHECK_THROWS_WITH(kernels::attention_forward<kernels::bf16>(y16.data(), a16.data(), q16.data(),
+                                                              nullptr, 1, 1, 4, 2),
+                    Catch::Contains("scratch"));
+  CHECK_THROWS_WITH(kernels::attention_backward<float>(qkv.data(), att.data(), nullptr, y.data(),
+                                                       qkv.data(), 1, 1, 6, 3),
+                    Catch::Contains("scratch"));
+  const std::vector<int32_t> good_t = {1, 2};
+  CHECK_THROWS_WITH(
+      kernels::crossentropy_forward_backward<float>(nullptr, logits.data(), good_t.data(), 2, 3, 0),
+      Catch::Contains("divisor 0 for 2 rows"));
 }
 
 // ---------------------------------------------------------------------------

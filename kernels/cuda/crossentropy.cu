@@ -4,6 +4,8 @@
 // block in row order and then over the blocks in order, so the result is
 // deterministic.
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda.h"
 #include "kernels/cuda/launch.cuh"
@@ -112,6 +114,9 @@ void crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
     detail::check(cudaMemsetAsync(sum_out, 0, sizeof(double), s), "crossentropy_forward_backward");
     return;
   }
+  if (divisor == 0)
+    throw std::invalid_argument("cuda::crossentropy_forward_backward: divisor 0 for " +
+                                std::to_string(rows) + " rows");
   with_storage(dt, [&](auto tag) {
     launch<decltype(tag)>(dlogits, logits, targets, rows, V, divisor, partials, sum_out, s);
   });
