@@ -10,6 +10,8 @@
 #include "core/precision.h"
 #include "kernels/cpu.h"
 #include "kernels/precision.h"
+#include "kernels/storage.h"
+#include "kernels/transformer.h"
 
 namespace shardlab {
 
@@ -34,6 +36,16 @@ class CpuEvent final : public Event {
  private:
   int64_t t_ns_ = 0;
 };
+
+// A device buffer as the storage type a kernel template is instantiated on.
+template <typename S>
+S* as(void* p) {
+  return static_cast<S*>(p);
+}
+template <typename S>
+const S* as(const void* p) {
+  return static_cast<const S*>(p);
+}
 
 class CpuBackend final : public DeviceBackend {
  public:
@@ -90,6 +102,70 @@ class CpuBackend final : public DeviceBackend {
                               size_t divisor) override {
     return kernels::mse_forward_backward(dpred, pred, target, n, divisor);
   }
+  // The GPT-2 ops: one template per op, instantiated on dt's storage type.
+  void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
+                         const void* wpe, int B, int T, int C, int V) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::embedding_forward(as<S>(out), tokens, as<S>(wte), as<S>(wpe), B, T, C, V);
+    });
+  }
+  void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                          int B, int T, int C, int V) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::embedding_backward(as<S>(dwte), as<S>(dwpe), as<S>(dout), tokens, B, T, C, V);
+    });
+  }
+  void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
+                         const void* weight, const void* bias, int rows, int cols,
+                         double eps) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::layernorm_forward(as<S>(out), mean, rstd, as<S>(in), as<S>(weight), as<S>(bias),
+                                 rows, cols, eps);
+    });
+  }
+  void layernorm_backward(DType dt, void* din, void* dweight, void* dbias, const void* dout,
+                          const void* in, const float* mean, const float* rstd, const void* weight,
+                          int rows, int cols, bool accumulate) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::layernorm_backward(as<S>(din), as<S>(dweight), as<S>(dbias), as<S>(dout), as<S>(in),
+                                  mean, rstd, as<S>(weight), rows, cols, accumulate);
+    });
+  }
+  void attention_forward(DType dt, void* out, void* att, const void* qkv, float* scratch, int B,
+                         int T, int C, int H) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::attention_forward(as<S>(out), as<S>(att), as<S>(qkv), scratch, B, T, C, H);
+    });
+  }
+  void attention_backward(DType dt, void* dqkv, void* att, float* scratch, const void* dout,
+                          const void* qkv, int B, int T, int C, int H) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::attention_backward(as<S>(dqkv), as<S>(att), scratch, as<S>(dout), as<S>(qkv), B, T,
+                                  C, H);
+    });
+  }
+  double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
+                                       const int32_t* targets, int rows, int V,
+                                       size_t divisor) override {
+    return kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      return kernels::crossentropy_forward_backward(as<S>(dlogits), as<S>(logits), targets, rows, V,
+                                                    divisor);
+    });
+  }
+  void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::residual_forward(as<S>(out), as<S>(a), as<S>(b), n);
+    });
+  }
+
   void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
                   const kernels::AdamWParams& h, int64_t t) override {
     kernels::adamw_step(param, grad, exp_avg, exp_avg_sq, n, h, t);

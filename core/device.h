@@ -52,7 +52,8 @@ class Event {
 // Raw memory, copies and kernels on one device. Accounting lives above it, in
 // Allocator. Pointers are this device's memory unless a name says host; every
 // call is ordered on the compute stream, and only the calls that return a value
-// to the host (mse_forward_backward, all_finite, download) wait for it.
+// to the host (mse_forward_backward, crossentropy_forward_backward, all_finite,
+// download) wait for it.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -79,10 +80,10 @@ class DeviceBackend {
   virtual void download(float* host_dst, const void* src, DType dt, size_t n) = 0;
 
   // ---- math in fp32 (the same formulas as kernels/cpu.h)
-  // out[rows,out] = in[rows,in] . w[out,in]^T + b[out]   (nn.Linear)
+  // out[rows,out] = in[rows,in] . w[out,in]^T + b[out]   (nn.Linear; b may be null: no bias)
   virtual void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
                               int in_dim, int out_dim) = 0;
-  // dw += dout^T . in ; db += sum_rows dout ; din = dout . w (din may be null)
+  // dw += dout^T . in ; db += sum_rows dout ; din = dout . w (din and db may be null)
   virtual void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
                                const float* w, int rows, int in_dim, int out_dim) = 0;
   virtual void gelu_forward(float* out, const float* in, size_t n) = 0;
@@ -106,6 +107,53 @@ class DeviceBackend {
   // (dpred may be null). `target` is device memory too.
   virtual double mse_forward_backward(float* dpred, const float* pred, const float* target,
                                       size_t n, size_t divisor) = 0;
+  // ---- GPT-2 ops (kernels/transformer.h has the exact formulas). Tensors are
+  // stored in `dt` (f32, bf16, f16; every void* below), the math is fp32 and
+  // each output is rounded to dt once. B batch, T sequence, C channels, H heads
+  // (C % H == 0), V vocabulary, rows = B*T. tokens and targets: int32 device
+  // arrays; a token id outside [0,V) (a target outside [0,V) and not -1) throws
+  // std::out_of_range on the CPU and makes that row NaN on a GPU, which cannot
+  // throw (the loss turns NaN, which all_finite and the loss checks see).
+  //
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]   (wte [V,C], wpe [>=T,C])
+  virtual void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
+                                 const void* wpe, int B, int T, int C, int V) = 0;
+  // dwte[v] += sum over positions holding v of dout[b,t]; dwpe[t] += sum_b dout[b,t]. Each sum
+  // starts from the stored value, adds in ascending position in fp32, rounds once (the same
+  // bits on every backend). Either gradient may be null (skipped).
+  virtual void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout,
+                                  const int32_t* tokens, int B, int T, int C, int V) = 0;
+  // nn.LayerNorm(cols, eps) per row of in[rows,cols]: writes out (may alias in) and the row
+  // statistics mean[rows], rstd[rows] (fp32 whatever dt) that backward reads.
+  virtual void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
+                                 const void* weight, const void* bias, int rows, int cols,
+                                 double eps) = 0;
+  // dweight += sum_rows dout*xhat ; dbias += sum_rows dout ;
+  // din = rstd*(g - mean(g) - xhat*mean(g*xhat)), g = dout*weight, written (accumulate false)
+  // or added to din (accumulate true: the residual stream's gradient). din may alias dout.
+  virtual void layernorm_backward(DType dt, void* din, void* dweight, void* dbias, const void* dout,
+                                  const void* in, const float* mean, const float* rstd,
+                                  const void* weight, int rows, int cols, bool accumulate) = 0;
+  // Causal self-attention between c_attn and c_proj: qkv[B,T,3C] (q|k|v) -> out[B,T,C], heads
+  // merged; att[B,H,T,T] keeps softmax(mask(q.k^T/sqrt(C/H))) for backward. scratch: fp32
+  // [B,H,T,T] workspace (the fp32 scores under a 2-byte dt; may be null when dt is f32).
+  virtual void attention_forward(DType dt, void* out, void* att, const void* qkv, float* scratch,
+                                 int B, int T, int C, int H) = 0;
+  // dqkv[B,T,3C] (overwritten) from dout[B,T,C], att and qkv; scratch: fp32 [B,H,T,T]
+  // workspace (required). att is spent: it may be overwritten.
+  virtual void attention_backward(DType dt, void* dqkv, void* att, float* scratch, const void* dout,
+                                  const void* qkv, int B, int T, int C, int H) = 0;
+  // F.cross_entropy(logits, targets, ignore_index=-1) of one slice of a global batch of
+  // `divisor` rows: returns sum_rows (logsumexp - logit[target]) / divisor; writes
+  // dlogits = (softmax - onehot) / divisor (may be null, or alias logits). Target -1: no loss,
+  // zero gradient. Waits for the device.
+  virtual double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
+                                               const int32_t* targets, int rows, int V,
+                                               size_t divisor) = 0;
+  // out[n] = a[n] + b[n] (may alias a or b). Its backward is the identity into both inputs
+  // (add() or layernorm_backward's accumulate adds the gradients).
+  virtual void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) = 0;
+
   virtual void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                           size_t n, const kernels::AdamWParams& h, int64_t t) = 0;
   virtual void sgd_step(float* param, const float* grad, size_t n, float lr) = 0;

@@ -133,6 +133,49 @@ class GuardedBackend final : public DeviceBackend {
     Open o(*guard_);
     return cpu_->mse_forward_backward(dpred, pred, target, n, divisor);
   }
+  void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
+                         const void* wpe, int B, int T, int C, int V) override {
+    Open o(*guard_);
+    cpu_->embedding_forward(dt, out, tokens, wte, wpe, B, T, C, V);
+  }
+  void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                          int B, int T, int C, int V) override {
+    Open o(*guard_);
+    cpu_->embedding_backward(dt, dwte, dwpe, dout, tokens, B, T, C, V);
+  }
+  void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
+                         const void* weight, const void* bias, int rows, int cols,
+                         double eps) override {
+    Open o(*guard_);
+    cpu_->layernorm_forward(dt, out, mean, rstd, in, weight, bias, rows, cols, eps);
+  }
+  void layernorm_backward(DType dt, void* din, void* dweight, void* dbias, const void* dout,
+                          const void* in, const float* mean, const float* rstd, const void* weight,
+                          int rows, int cols, bool accumulate) override {
+    Open o(*guard_);
+    cpu_->layernorm_backward(dt, din, dweight, dbias, dout, in, mean, rstd, weight, rows, cols,
+                             accumulate);
+  }
+  void attention_forward(DType dt, void* out, void* att, const void* qkv, float* scratch, int B,
+                         int T, int C, int H) override {
+    Open o(*guard_);
+    cpu_->attention_forward(dt, out, att, qkv, scratch, B, T, C, H);
+  }
+  void attention_backward(DType dt, void* dqkv, void* att, float* scratch, const void* dout,
+                          const void* qkv, int B, int T, int C, int H) override {
+    Open o(*guard_);
+    cpu_->attention_backward(dt, dqkv, att, scratch, dout, qkv, B, T, C, H);
+  }
+  double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
+                                       const int32_t* targets, int rows, int V,
+                                       size_t divisor) override {
+    Open o(*guard_);
+    return cpu_->crossentropy_forward_backward(dt, dlogits, logits, targets, rows, V, divisor);
+  }
+  void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) override {
+    Open o(*guard_);
+    cpu_->residual_forward(dt, out, a, b, n);
+  }
   void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
                   const kernels::AdamWParams& h, int64_t t) override {
     Open o(*guard_);

@@ -23,22 +23,26 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const d
 void set_single_threaded_blas();
 
 // out[rows,out_dim] = in[rows,in_dim] · weight[out_dim,in_dim]ᵀ + bias[out_dim]  (nn.Linear)
+// bias may be null: no bias (GPT's lm_head, logits = x · wteᵀ).
 template <typename T>
 void linear_forward(T* out, const T* in, const T* weight, const T* bias, int rows, int in_dim,
                     int out_dim) {
+  if (!bias) return gemm(false, true, rows, out_dim, in_dim, T(1), in, weight, T(0), out);
   for (int r = 0; r < rows; ++r)
     for (int o = 0; o < out_dim; ++o) out[static_cast<size_t>(r) * out_dim + o] = bias[o];
   gemm(false, true, rows, out_dim, in_dim, T(1), in, weight, T(1), out);
 }
 
 // dweight[out,in] += doutᵀ · in ; dbias[out] += Σ_rows dout ; din[rows,in] = dout · weight
-// (parameter gradients accumulate; din is overwritten and may be null for the first layer).
+// (parameter gradients accumulate; din is overwritten and may be null for the first layer;
+// dbias is null for a layer without bias).
 template <typename T>
 void linear_backward(T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight,
                      int rows, int in_dim, int out_dim) {
   gemm(true, false, out_dim, in_dim, rows, T(1), dout, in, T(1), dweight);
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < out_dim; ++o) dbias[o] += dout[static_cast<size_t>(r) * out_dim + o];
+  if (dbias)
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out_dim; ++o) dbias[o] += dout[static_cast<size_t>(r) * out_dim + o];
   if (din) gemm(false, false, rows, in_dim, out_dim, T(1), dout, weight, T(0), din);
 }
 

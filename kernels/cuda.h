@@ -2,6 +2,7 @@
 // pointers. Plain C++: includable without the CUDA headers, and alongside them.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/math.h"
 #include "kernels/params.h"
@@ -67,5 +68,52 @@ void add(void* acc, const void* src, DType dt, size_t n, cudaStream_t s);
 // Sets *flag (device int) to 1 if any value is inf/NaN; never clears it (the
 // caller zeroes it first).
 void flag_nonfinite(const void* src, DType dt, size_t n, int* flag, cudaStream_t s);
+
+// ---- GPT-2 ops: kernels/transformer.h's formulas, every void* stored in dt
+// (f32, bf16, f16; math in fp32, each output rounded once). Deterministic: no
+// atomics, every sum in a fixed order. A token id outside [0,V) (a target
+// outside [0,V) and not -1) cannot throw here: it makes its row NaN instead.
+
+// out[B,T,C] = wte[tokens[b,t]] + wpe[t]
+void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                       int B, int T, int C, int V, cudaStream_t s);
+// dwte[v] += Σ_{tokens = v} dout ; dwpe[t] += Σ_b dout[b,t] (either may be null). Each
+// (v,c) and (t,c) is owned by one thread that adds in ascending position from the
+// stored value and rounds once: the CPU's order, so the same bits. dwte's kernel scans
+// all B·T ids per vocabulary entry: fine for character vocabularies, slow for 50k.
+void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                        int B, int T, int C, int V, cudaStream_t s);
+
+// nn.LayerNorm per row (one warp per row, statistics in double); mean, rstd [rows] fp32.
+void layernorm_forward(DType dt, void* y, float* mean, float* rstd, const void* x,
+                       const void* weight, const void* bias, int rows, int cols, double eps,
+                       cudaStream_t s);
+// dweight, dbias += (column sums in double); dx = or += the input gradient. dx may alias dy.
+void layernorm_backward(DType dt, void* dx, void* dweight, void* dbias, const void* dy,
+                        const void* x, const float* mean, const float* rstd, const void* weight,
+                        int rows, int cols, bool accumulate, cudaStream_t s);
+
+// The causal attention core on cuBLAS strided-batched GEMMs (one call per batch row and
+// GEMM, over the H heads; heads read and written in place in qkv/y, no permutes) plus
+// masked-softmax kernels, all on the handle's stream. fp32 GEMMs are plain FP32
+// (PEDANTIC, no TF32); 2-byte ones multiply in the storage format and accumulate in fp32.
+// scratch: fp32 [B,H,T,T]: the scores under a 2-byte dt (null allowed for f32).
+void attention_forward(cublasHandle_t h, DType dt, void* y, void* att, const void* qkv,
+                       float* scratch, int B, int T, int C, int H);
+// scratch (required) takes dP, then dS for f32; under a 2-byte dt dS is written over att.
+void attention_backward(cublasHandle_t h, DType dt, void* dqkv, void* att, float* scratch,
+                        const void* dy, const void* qkv, int B, int T, int C, int H);
+
+// Blocks of the cross-entropy kernel: the number of partial sums it needs.
+constexpr int kCrossEntropyBlocks = 256;
+// Softmax cross-entropy with ignore_index -1: dlogits = (softmax − onehot)/divisor (may be
+// null, or alias logits); *sum_out (device double) = Σ row losses, overwritten, summed
+// in double in a fixed order through partials[kCrossEntropyBlocks] (device scratch).
+void crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
+                                   const int32_t* targets, int rows, int V, size_t divisor,
+                                   double* partials, double* sum_out, cudaStream_t s);
+
+// out[n] = a[n] + b[n]; out may alias a or b.
+void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n, cudaStream_t s);
 
 }  // namespace shardlab::kernels::cuda

@@ -259,6 +259,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     SHARDLAB_CUBLAS_CHECK(cublasCreate(&blas_));
     SHARDLAB_CUBLAS_CHECK(cublasSetStream(blas_, s));
     SHARDLAB_CUDA_CHECK(cudaMalloc(&scratch_, 64));
+    SHARDLAB_CUDA_CHECK(
+        cudaMalloc(&partials_, kernels::cuda::kCrossEntropyBlocks * sizeof(double)));
     SHARDLAB_CUDA_CHECK(cudaMallocHost(&pinned_, 64));
     if (recorder && recorder->enabled()) {
       timer_ = std::make_unique<GpuTimer>(index, recorder);
@@ -279,6 +281,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     timer_.reset();
     if (blas_) (void)cublasDestroy(blas_);
     SHARDLAB_CUDA_IGNORE(cudaFree(scratch_));
+    SHARDLAB_CUDA_IGNORE(cudaFree(partials_));
     SHARDLAB_CUDA_IGNORE(cudaFreeHost(pinned_));
     stream_.reset();
   }
@@ -405,13 +408,14 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
 
   void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
                       int in_dim, int out_dim) override {
-    kernels::cuda::bias_rows(out, b, rows, out_dim, stream());
-    kernels::cuda::gemm(blas_, false, true, rows, out_dim, in_dim, 1.0f, in, w, 1.0f, out);
+    if (b) kernels::cuda::bias_rows(out, b, rows, out_dim, stream());
+    kernels::cuda::gemm(blas_, false, true, rows, out_dim, in_dim, 1.0f, in, w, b ? 1.0f : 0.0f,
+                        out);
   }
   void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
                        const float* w, int rows, int in_dim, int out_dim) override {
     kernels::cuda::gemm(blas_, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw);
-    kernels::cuda::bias_grad_accumulate(db, dout, rows, out_dim, stream());
+    if (db) kernels::cuda::bias_grad_accumulate(db, dout, rows, out_dim, stream());
     if (din)
       kernels::cuda::gemm(blas_, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din);
   }
@@ -442,6 +446,48 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
         cudaMemcpyAsync(pinned_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()));
     stream_->synchronize();
     return *static_cast<double*>(pinned_) / static_cast<double>(divisor);
+  }
+  void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
+                         const void* wpe, int B, int T, int C, int V) override {
+    kernels::cuda::embedding_forward(dt, out, tokens, wte, wpe, B, T, C, V, stream());
+  }
+  void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                          int B, int T, int C, int V) override {
+    kernels::cuda::embedding_backward(dt, dwte, dwpe, dout, tokens, B, T, C, V, stream());
+  }
+  void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
+                         const void* weight, const void* bias, int rows, int cols,
+                         double eps) override {
+    kernels::cuda::layernorm_forward(dt, out, mean, rstd, in, weight, bias, rows, cols, eps,
+                                     stream());
+  }
+  void layernorm_backward(DType dt, void* din, void* dweight, void* dbias, const void* dout,
+                          const void* in, const float* mean, const float* rstd, const void* weight,
+                          int rows, int cols, bool accumulate) override {
+    kernels::cuda::layernorm_backward(dt, din, dweight, dbias, dout, in, mean, rstd, weight, rows,
+                                      cols, accumulate, stream());
+  }
+  void attention_forward(DType dt, void* out, void* att, const void* qkv, float* scratch, int B,
+                         int T, int C, int H) override {
+    kernels::cuda::attention_forward(blas_, dt, out, att, qkv, scratch, B, T, C, H);
+  }
+  void attention_backward(DType dt, void* dqkv, void* att, float* scratch, const void* dout,
+                          const void* qkv, int B, int T, int C, int H) override {
+    kernels::cuda::attention_backward(blas_, dt, dqkv, att, scratch, dout, qkv, B, T, C, H);
+  }
+  double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
+                                       const int32_t* targets, int rows, int V,
+                                       size_t divisor) override {
+    auto* sum = static_cast<double*>(scratch_);
+    kernels::cuda::crossentropy_forward_backward(dt, dlogits, logits, targets, rows, V, divisor,
+                                                 partials_, sum, stream());
+    SHARDLAB_CUDA_CHECK(
+        cudaMemcpyAsync(pinned_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()));
+    stream_->synchronize();
+    return *static_cast<double*>(pinned_) / static_cast<double>(divisor);
+  }
+  void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) override {
+    kernels::cuda::residual_forward(dt, out, a, b, n, stream());
   }
   void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
                   const kernels::AdamWParams& h, int64_t t) override {
@@ -478,8 +524,9 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   std::unique_ptr<DeviceBackend> host_;  // host-side rounding for upload/download
   std::unique_ptr<CudaStream> stream_;
   cublasHandle_t blas_ = nullptr;
-  void* scratch_ = nullptr;  // 64 device bytes: the loss sum, the overflow flag
-  void* pinned_ = nullptr;   // 64 pinned host bytes to read them back
+  void* scratch_ = nullptr;     // 64 device bytes: the loss sum, the overflow flag
+  void* pinned_ = nullptr;      // 64 pinned host bytes to read them back
+  double* partials_ = nullptr;  // the cross-entropy's per-block loss sums
   std::unique_ptr<GpuTimer> timer_;
   Recorder* recorder_ = nullptr;
   mutable std::mutex mu_;
