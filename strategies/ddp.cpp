@@ -20,6 +20,7 @@
 #include "core/layer_stack.h"
 #include "core/precision.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -176,23 +177,29 @@ class Ddp final : public Strategy {
   std::vector<Bucket> buckets_;
 };
 
-const bool registered = register_strategy({
-    .name = "ddp",
-    .summary = "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
-               "with backward",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
-    .comm_buffers = "gradient buckets",
-    .make = [] { return std::make_unique<Ddp>(); },
-    .validate =
-        [](const RunConfig& cfg) {
-          if (cfg.batch % cfg.world != 0)
-            throw ConfigError("--batch " + std::to_string(cfg.batch) +
-                              " is not divisible by --world " + std::to_string(cfg.world) +
-                              " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
-                              std::to_string(cfg.world * 16) + ")");
-        },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo ddp_strategy() {
+  return {
+      .name = "ddp",
+      .summary =
+          "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
+          "with backward",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
+      .traffic = Traffic::all_reduce,
+      .comm_buffers = "gradient buckets",
+      .make = [] { return std::make_unique<Ddp>(); },
+      .validate =
+          [](const RunConfig& cfg) {
+            if (cfg.batch % cfg.world != 0)
+              throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                                " is not divisible by --world " + std::to_string(cfg.world) +
+                                " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
+                                std::to_string(cfg.world * 16) + ")");
+          },
+  };
+}
+
 }  // namespace shardlab

@@ -36,6 +36,7 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -352,18 +353,23 @@ class Dp final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // device 0 only; fp32 masters in mixed precision
 };
 
-const bool registered = register_strategy({
-    .name = "dp",
-    .summary =
-        "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
-        "outputs, reduces gradients and updates",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision},
-    .controller = true,
-    .comm_buffers = "device 0's inboxes for every replica's gradients",
-    .make = [] { return std::make_unique<Dp>(); },
-    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo dp_strategy() {
+  return {
+      .name = "dp",
+      .summary =
+          "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
+          "outputs, reduces gradients and updates",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision},
+      .controller = true,
+      .traffic = Traffic::controller_copies,
+      .comm_buffers = "device 0's inboxes for every replica's gradients",
+      .make = [] { return std::make_unique<Dp>(); },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+  };
+}
+
 }  // namespace shardlab

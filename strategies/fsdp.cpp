@@ -29,6 +29,7 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -244,27 +245,32 @@ class Fsdp final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // on the host with --offload; fp32 masters when mixed
 };
 
-const bool registered = register_strategy({
-    .name = "fsdp",
-    .summary =
-        "FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
-        "reshard after forward, backward prefetch, optional CPU offload",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
-              StrategyOption::no_reshard, StrategyOption::offload},
-    .zero_stage = 3,
-    .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",
-    .make = [] { return std::make_unique<Fsdp>(); },
-    .validate =
-        [](const RunConfig& cfg) {
-          require_batch_divisible(cfg);
-          const int layers = ModelSpec::parse(cfg.model).layers;
-          if (cfg.fsdp_unit < 1 || cfg.fsdp_unit > layers)
-            throw ConfigError("--fsdp-unit " + std::to_string(cfg.fsdp_unit) +
-                              " is invalid for model " + cfg.model + " (valid: 1 to " +
-                              std::to_string(layers) + " layers per unit)");
-        },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo fsdp_strategy() {
+  return {
+      .name = "fsdp",
+      .summary =
+          "FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
+          "reshard after forward, backward prefetch, optional CPU offload",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
+                StrategyOption::no_reshard, StrategyOption::offload},
+      .zero_stage = 3,
+      .traffic = Traffic::gather_per_pass,
+      .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",
+      .make = [] { return std::make_unique<Fsdp>(); },
+      .validate =
+          [](const RunConfig& cfg) {
+            require_batch_divisible(cfg);
+            const int layers = ModelSpec::parse(cfg.model).layers;
+            if (cfg.fsdp_unit < 1 || cfg.fsdp_unit > layers)
+              throw ConfigError("--fsdp-unit " + std::to_string(cfg.fsdp_unit) +
+                                " is invalid for model " + cfg.model + " (valid: 1 to " +
+                                std::to_string(layers) + " layers per unit)");
+          },
+  };
+}
+
 }  // namespace shardlab

@@ -12,6 +12,7 @@
 // --recompute keeps only each stage's input and runs the forward again, per
 // micro-batch, just before its backward (extra F spans, less memory).
 #include "core/pipeline.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -51,18 +52,24 @@ class GPipe final : public Strategy {
   std::unique_ptr<PipelineStage> stage_;
 };
 
-const bool registered = register_strategy({
-    .name = "gpipe",
-    .summary =
-        "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
-        "activations)",
-    .family = StrategyFamily::pipeline,
-    .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-              StrategyOption::recompute},
-    .in_flight = [](int micro_batches, int, int) { return micro_batches; },
-    .make = [] { return std::make_unique<GPipe>(); },
-    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo gpipe_strategy() {
+  return {
+      .name = "gpipe",
+      .summary =
+          "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
+          "activations)",
+      .family = StrategyFamily::pipeline,
+      .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
+                StrategyOption::recompute},
+      .traffic = Traffic::activations,
+      .in_flight = [](int micro_batches, int, int) { return micro_batches; },
+      .in_flight_formula = "M",
+      .make = [] { return std::make_unique<GPipe>(); },
+      .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+  };
+}
+
 }  // namespace shardlab

@@ -13,6 +13,7 @@
 // One batch, no micro-batches: --micro-batches must be 1 (gpipe with M = 1 is
 // the same schedule; with more, use gpipe or 1f1b).
 #include "core/pipeline.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -41,16 +42,23 @@ class NaiveMp final : public Strategy {
   std::unique_ptr<PipelineStage> stage_;
 };
 
-const bool registered = register_strategy({
-    .name = "naive-mp",
-    .summary =
-        "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a time",
-    .family = StrategyFamily::pipeline,
-    .reads = {StrategyOption::stages, StrategyOption::partition},
-    .in_flight = [](int, int, int) { return 1; },
-    .make = [] { return std::make_unique<NaiveMp>(); },
-    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo naive_mp_strategy() {
+  return {
+      .name = "naive-mp",
+      .summary =
+          "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a "
+          "time",
+      .family = StrategyFamily::pipeline,
+      .reads = {StrategyOption::stages, StrategyOption::partition},
+      .traffic = Traffic::activations,
+      .in_flight = [](int, int, int) { return 1; },
+      .in_flight_formula = "1",
+      .make = [] { return std::make_unique<NaiveMp>(); },
+      .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+  };
+}
+
 }  // namespace shardlab

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "core/pipeline.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -62,19 +63,25 @@ class OneFOneB final : public Strategy {
   std::unique_ptr<PipelineStage> stage_;
 };
 
-const bool registered = register_strategy({
-    .name = "1f1b",
-    .summary =
-        "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
-        "activations of at most P - rank micro-batches",
-    .family = StrategyFamily::pipeline,
-    .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-              StrategyOption::recompute},
-    .in_flight = [](int micro_batches, int stages,
-                    int rank) { return std::min(micro_batches, stages - rank); },
-    .make = [] { return std::make_unique<OneFOneB>(); },
-    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo one_f_one_b_strategy() {
+  return {
+      .name = "1f1b",
+      .summary =
+          "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
+          "activations of at most P - rank micro-batches",
+      .family = StrategyFamily::pipeline,
+      .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
+                StrategyOption::recompute},
+      .traffic = Traffic::activations,
+      .in_flight = [](int micro_batches, int stages,
+                      int rank) { return std::min(micro_batches, stages - rank); },
+      .in_flight_formula = "min(P−rank, M)",
+      .make = [] { return std::make_unique<OneFOneB>(); },
+      .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+  };
+}
+
 }  // namespace shardlab

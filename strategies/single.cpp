@@ -5,6 +5,7 @@
 #include "core/layer_stack.h"
 #include "core/precision.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -64,20 +65,24 @@ class Single final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-const bool registered = register_strategy({
-    .name = "single",
-    .summary = "the reference: whole model and batch on one device",
-    .family = StrategyFamily::single,
-    .reads = {StrategyOption::precision},
-    .make = [] { return std::make_unique<Single>(); },
-    .validate =
-        [](const RunConfig& cfg) {
-          if (cfg.world != 1)
-            throw ConfigError(
-                "--world " + std::to_string(cfg.world) +
-                " is invalid for strategy single (valid: 1; it is the one-device reference)");
-        },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo single_strategy() {
+  return {
+      .name = "single",
+      .summary = "the reference: whole model and batch on one device",
+      .family = StrategyFamily::single,
+      .reads = {StrategyOption::precision},
+      .make = [] { return std::make_unique<Single>(); },
+      .validate =
+          [](const RunConfig& cfg) {
+            if (cfg.world != 1)
+              throw ConfigError(
+                  "--world " + std::to_string(cfg.world) +
+                  " is invalid for strategy single (valid: 1; it is the one-device reference)");
+          },
+  };
+}
+
 }  // namespace shardlab

@@ -23,6 +23,7 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -147,17 +148,23 @@ class Zero1 final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
 };
 
-const bool registered = register_strategy({
-    .name = "zero1",
-    .summary = "ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "
-               "all-gather params",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision},
-    .zero_stage = 1,
-    .comm_buffers = "reduce-scatter scratch",
-    .make = [] { return std::make_unique<Zero1>(); },
-    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo zero1_strategy() {
+  return {
+      .name = "zero1",
+      .summary =
+          "ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "
+          "all-gather params",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision},
+      .zero_stage = 1,
+      .traffic = Traffic::all_reduce,
+      .comm_buffers = "reduce-scatter scratch",
+      .make = [] { return std::make_unique<Zero1>(); },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+  };
+}
+
 }  // namespace shardlab

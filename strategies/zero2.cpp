@@ -23,6 +23,7 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -158,18 +159,23 @@ class Zero2 final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
 };
 
-const bool registered = register_strategy({
-    .name = "zero2",
-    .summary =
-        "ZeRO stage 2: optimizer state and gradients sharded 1/N; per-layer reduce-scatter frees "
-        "each full gradient",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision},
-    .zero_stage = 2,
-    .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",
-    .make = [] { return std::make_unique<Zero2>(); },
-    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo zero2_strategy() {
+  return {
+      .name = "zero2",
+      .summary =
+          "ZeRO stage 2: optimizer state and gradients sharded 1/N; per-layer reduce-scatter frees "
+          "each full gradient",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision},
+      .zero_stage = 2,
+      .traffic = Traffic::all_reduce,
+      .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",
+      .make = [] { return std::make_unique<Zero2>(); },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+  };
+}
+
 }  // namespace shardlab

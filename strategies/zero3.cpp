@@ -27,6 +27,7 @@
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -182,17 +183,23 @@ class Zero3 final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
 };
 
-const bool registered = register_strategy({
-    .name = "zero3",
-    .summary = "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
-               "before forward and backward, reduce-scatter its gradient",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
-    .zero_stage = 3,
-    .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
-    .make = [] { return std::make_unique<Zero3>(); },
-    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo zero3_strategy() {
+  return {
+      .name = "zero3",
+      .summary =
+          "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
+          "before forward and backward, reduce-scatter its gradient",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
+      .zero_stage = 3,
+      .traffic = Traffic::gather_per_pass,
+      .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
+      .make = [] { return std::make_unique<Zero3>(); },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+  };
+}
+
 }  // namespace shardlab

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "app/gui/logic/palette.h"
+#include "core/strategy.h"
 
 namespace shardlab::gui {
 
@@ -1021,7 +1022,7 @@ std::vector<int> notes_held(const std::vector<Holding>& holdings) {
 }
 
 bool is_pipeline(const std::string& strategy) {
-  return strategy == "naive-mp" || strategy == "gpipe" || strategy == "1f1b";
+  return in_family(strategy, StrategyFamily::pipeline);
 }
 
 }  // namespace shardlab::gui

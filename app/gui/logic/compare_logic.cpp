@@ -119,7 +119,7 @@ CompareSlot slot_from(const RunConfig& base, const std::string& strategy, int wo
   };
   CompareSlot s;
   s.strategy = strategy;
-  s.world = strategy == "single" ? 1 : world > 0 ? world : base.world;
+  s.world = in_family(strategy, StrategyFamily::single) ? 1 : world > 0 ? world : base.world;
   s.micro_batches = pick(SlotOption::micro_batches, base.micro_batches, d.micro_batches);
   // --stages is one per rank in this build; a base's count only fits its own world.
   s.stages =
