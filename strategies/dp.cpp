@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
@@ -179,16 +180,15 @@ class Dp final : public Strategy {
 
     // Phase 0 — device 0 holds the whole batch, as a DataParallel user's loop
     // does, and prepares what the others will copy from or into.
-    Tensor x, y, outputs;
+    Batch batch;
+    Tensor outputs;
     if (device0) {
-      x = env.alloc.alloc("batch.x", MemCategory::activations, {B, D});
-      y = env.alloc.alloc("batch.y", MemCategory::activations, {B, D});
-      load_rows(env.device, env.data, step, 0, B, x.data<float>(), y.data<float>());
+      batch = load_batch(env, step, 0, B);
       outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D}, dt);
       for (Tensor& g : grads_) env.device.fill_zero(g.raw(), g.bytes());
       sh.params.clear();
       for (Tensor& p : params_) sh.params.push_back(p.raw());
-      sh.x = x.data<float>();
+      sh.x = batch.x.data<float>();
       sh.outputs = outputs.raw();
     }
     sh.barrier.arrive_and_wait(k, "broadcast");
@@ -238,17 +238,11 @@ class Dp final : public Strategy {
 
     // Phase 5 — the loss, on device 0 only, over the whole batch; the other
     // devices wait. Device 0 also makes room for the gradients coming back.
-    double loss = 0;
-    Tensor dout;
+    Loss loss;
     std::vector<Tensor> inbox;
     if (device0) {
-      dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {B, D}, dt);
-      {
-        ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
-        const size_t n = static_cast<size_t>(B) * D;
-        loss = mp_->mse_loss(env.alloc, dout.raw(), sh.outputs, y.data<float>(), n, n);
-      }
-      sh.dout = dout.raw();
+      loss = mse_loss(env, *mp_, sh.outputs, batch);
+      sh.dout = loss.grad.raw();
       for (int j = 1; j < W; ++j) {
         inbox.push_back(env.alloc.alloc("grads[from device " + std::to_string(j) + "]",
                                         MemCategory::comm_buffers, layout.total(), dt));
@@ -304,7 +298,7 @@ class Dp final : public Strategy {
       for (Tensor& gr : grads_) grads.push_back(gr.raw());
       mp_->step(*optimizer_, params, grads, 1.0f, nullptr);  // only device 0 updates: no vote
     }
-    return {loss * B, B};
+    return {loss.value * B, B};
   }
 
   std::vector<float> export_params() override {

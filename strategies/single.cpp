@@ -2,6 +2,7 @@
 // strategy is checked against this one: same seed, same data, same weights.
 // With --precision bf16|fp16 it is the mixed-precision reference: 2-byte
 // params, activations and grads, fp32 masters and moments in the optimizer.
+#include "core/data_parallel.h"
 #include "core/layer_stack.h"
 #include "core/precision.h"
 #include "core/strategy.h"
@@ -25,28 +26,19 @@ class Single final : public Strategy {
   }
 
   LossShare step(int step) override {
-    const RunConfig& cfg = env_->cfg;
-    const int B = cfg.batch, D = env_->layout.dim();
-    Tensor x = env_->alloc.alloc("batch.x", MemCategory::activations, {B, D});
-    Tensor y = env_->alloc.alloc("batch.y", MemCategory::activations, {B, D});
-    load_rows(env_->device, env_->data, step, 0, B, x.data<float>(), y.data<float>());
+    const int B = env_->cfg.batch;
+    Batch batch = load_batch(*env_, step, 0, B);  // the whole batch
 
     // Forward, loss, backward, update: the loop every strategy distributes.
     model_->zero_grads();
-    model_->forward(x.data<float>(), B);
-    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {B, D}, mp_->dtype());
-    double loss;
-    {
-      ScopedSpan span(env_->rec, Lane::compute, SpanKind::loss);
-      const size_t n = static_cast<size_t>(B) * D;
-      loss = mp_->mse_loss(env_->alloc, dpred.raw(), model_->output(), y.data<float>(), n, n);
-    }
-    model_->backward(dpred.raw(), -1, false);
+    model_->forward(batch.x.data<float>(), B);
+    Loss loss = mse_loss(*env_, *mp_, model_->output(), batch);
+    model_->backward(loss.grad.raw(), -1, false);
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
       mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), 1.0f, nullptr);
     }
-    return {loss * B, B};
+    return {loss.value * B, B};
   }
 
   std::vector<float> export_params() override {
