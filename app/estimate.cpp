@@ -144,7 +144,8 @@ int cmd_estimate(int argc, char** argv) {
   in.offload = a.has("offload");
   for (const StrategyOption o : {StrategyOption::offload, StrategyOption::no_reshard}) {
     const StrategyInfo* info = find_strategy(in.strategy);
-    if (!a.has(flag_name(o) + 2) || !info || info->reads_option(o)) continue;
+    const std::string key = std::string(flag_name(o)).substr(2);  // without the leading "--"
+    if (!a.has(key) || (info && info->reads_option(o))) continue;
     const std::string readers = strategies_reading(o);
     throw ConfigError(std::string(flag_name(o)) + " applies to strateg" +
                       (readers.find(',') == std::string::npos ? "y " : "ies ") + readers + " only");

@@ -36,8 +36,8 @@ struct RunConfig {
   uint64_t seed = 1;
   std::string device = "cpu";    // cpu | cuda | auto | cpu-guarded (see placement.h)
   std::string backend = "auto";  // auto | gloo | nccl
-  int timeout_ms = 30000;  // every collective gives up after this
-  bool record = true;      // spans and allocation events (memory stats are always kept)
+  int timeout_ms = 30000;        // every collective gives up after this
+  bool record = true;            // spans and allocation events (memory stats are always kept)
 
   // ddp
   double bucket_mb = 25.0;  // PyTorch DDP's default bucket_cap_mb

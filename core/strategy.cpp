@@ -147,7 +147,10 @@ std::string option_text(const RunConfig& c, StrategyOption o) {
       return s + " " + std::to_string(c.micro_batches);
     case StrategyOption::partition: {
       std::string list;
-      for (int n : c.partition) list += (list.empty() ? "" : ",") + std::to_string(n);
+      for (int n : c.partition) {
+        if (!list.empty()) list += ',';
+        list += std::to_string(n);
+      }
       return s + " " + list;
     }
     // The flags: their text is the whole setting.
@@ -314,7 +317,7 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
   if (!unread.empty()) {
     // The first one the user typed: the one they will look for first.
     auto position = [&](StrategyOption o) {
-      const std::string name = flag_name(o) + 2;  // without the leading "--"
+      const std::string name = std::string(flag_name(o)).substr(2);  // without the leading "--"
       return std::find(given.begin(), given.end(), name) - given.begin();
     };
     std::stable_sort(unread.begin(), unread.end(),

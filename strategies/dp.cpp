@@ -24,16 +24,15 @@
 //
 // Here the controller is the thread of rank 0 (which is also device 0); each
 // other rank's thread is that device's worker. They meet at a PhaseBarrier
-// after each phase; what device 0 publishes between two barriers is in DpShared.
-#include <algorithm>
+// (core/phase_barrier.h) after each phase; what device 0 publishes between two
+// barriers is in DpShared.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/optimizer.h"
+#include "core/phase_barrier.h"
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
@@ -42,85 +41,11 @@
 namespace shardlab {
 namespace {
 
-// Where the controller and the device workers meet. A device that fails wakes
-// the others with an error (leave), and a device that stalls makes the others
-// time out naming it, instead of leaving them waiting forever.
-class PhaseBarrier {
- public:
-  PhaseBarrier(int parties, std::chrono::milliseconds timeout)
-      : parties_(parties), timeout_(timeout), arrived_(parties, false), busy_(parties, false) {}
-
-  // `then_busy`: after this barrier the devices work on device 0's memory
-  // again (false for the step's last barrier).
-  void arrive_and_wait(int rank, const char* phase, bool then_busy = true) {
-    std::unique_lock<std::mutex> lock(mu_);
-    busy_[rank] = false;
-    const std::string where = "rank " + std::to_string(rank) + ": dp " + phase;
-    if (!broken_.empty()) {
-      cv_.notify_all();  // a drain may be waiting for this device to stop
-      throw CommError(where + ": " + broken_);
-    }
-    const uint64_t generation = generation_;
-    arrived_[rank] = true;
-    if (++count_ == parties_) {  // the last to arrive opens the barrier for everyone
-      count_ = 0;
-      ++generation_;
-      std::fill(arrived_.begin(), arrived_.end(), false);
-      std::fill(busy_.begin(), busy_.end(), then_busy);
-      cv_.notify_all();
-      return;
-    }
-    const bool woken =
-        cv_.wait_for(lock, timeout_, [&] { return generation_ != generation || !broken_.empty(); });
-    if (generation_ != generation) return;
-    if (woken) throw CommError(where + ": " + broken_);
-    std::string missing;
-    for (int r = 0; r < parties_; ++r)
-      if (!arrived_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    broken_ = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for device(s) " +
-              missing;
-    cv_.notify_all();
-    throw CommError(where + ": " + broken_);
-  }
-
-  // This device will not arrive again: every later or pending wait fails at once.
-  void leave(int rank) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_[rank] = false;
-      if (broken_.empty()) broken_ = "device " + std::to_string(rank) + " left the run";
-    }
-    cv_.notify_all();
-  }
-
-  // Waits (at most the timeout) until no other device is between two
-  // barriers, where it may still be copying from or into device 0's memory.
-  void drain(int rank) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout_, [&] {
-      for (int r = 0; r < parties_; ++r)
-        if (r != rank && busy_[r]) return false;
-      return true;
-    });
-  }
-
- private:
-  const int parties_;
-  const std::chrono::milliseconds timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<bool> arrived_;
-  std::vector<bool> busy_;  // past a barrier and not yet at the next one
-  std::string broken_;
-};
-
 // What device 0 publishes for the other devices; each pointer is written
 // before a barrier and read by the others only after it.
 struct DpShared {
   DpShared(int world, std::chrono::milliseconds timeout)
-      : barrier_world(world), barrier(world, timeout), grad_inbox(world, nullptr) {}
+      : barrier_world(world), barrier("dp", world, timeout), grad_inbox(world, nullptr) {}
   int barrier_world;
   PhaseBarrier barrier;
   // Bytes each device has sent: device 0 sends weights, batch rows and output

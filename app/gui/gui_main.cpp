@@ -209,7 +209,6 @@ int cmd_gui(int argc, char** argv) {
     return 1;
   }
 
-
   App app(cfg);
   app.parse_list = [](const std::string& s) { return parse_int_list(s, "--partition"); };
   app.state.view = *view;

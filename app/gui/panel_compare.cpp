@@ -236,7 +236,10 @@ void draw_selector(App& app) {
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
     std::string list;
-    for (const CompareSlot& s : c.slots) list += (list.empty() ? "" : ",") + slot_text(s);
+    for (const CompareSlot& s : c.slots) {
+      if (!list.empty()) list += ',';
+      list += slot_text(s);
+    }
     ImGui::SetTooltip(
         "runs each configuration in turn with the run bar's model, batch, steps, optimizer, "
         "seed and device\nthe same from the command line: --compare %s",

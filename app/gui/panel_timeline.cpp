@@ -133,7 +133,13 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
     if (static_cast<int>(part.size()) != world) return {};
     int l = 0;
     for (int n : part) {
-      out.push_back("L" + std::to_string(l) + (n > 1 ? "-" + std::to_string(l + n - 1) : ""));
+      std::string name = "L";
+      name += std::to_string(l);
+      if (n > 1) {
+        name += '-';
+        name += std::to_string(l + n - 1);
+      }
+      out.push_back(std::move(name));
       l += n;
     }
   } catch (const std::exception&) {

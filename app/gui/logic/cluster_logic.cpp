@@ -597,8 +597,10 @@ std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Nam
         a.text += " " + layer_name(a.layer, n);
     }
     a.brief = a.text + " \xE2\x86\x90 ";
-    for (size_t i = 0; i < a.from.size(); ++i)
-      a.brief += (i ? "," : "") + std::to_string(a.from[i]);
+    for (size_t i = 0; i < a.from.size(); ++i) {
+      if (i) a.brief += ',';
+      a.brief += std::to_string(a.from[i]);
+    }
     a.text += " \xE2\x86\x90 " + rank_list(a.from, n);
     out.push_back(std::move(a));
   }

@@ -346,8 +346,10 @@ std::string config_label(const RunConfig& c) {
     t += " P=" + std::to_string(c.stages);
   if (is_pipeline_strategy(c.strategy) && !c.partition.empty()) {
     t += " [";
-    for (size_t i = 0; i < c.partition.size(); ++i)
-      t += (i ? "," : "") + std::to_string(c.partition[i]);
+    for (size_t i = 0; i < c.partition.size(); ++i) {
+      if (i) t += ',';
+      t += std::to_string(c.partition[i]);
+    }
     t += "]";
   }
   if (uses(SlotOption::precision) && c.precision != d.precision) t += " " + c.precision;
