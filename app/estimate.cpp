@@ -12,6 +12,7 @@
 #include "core/memory_estimate.h"
 #include "core/model.h"
 #include "core/model_state.h"
+#include "core/strategy.h"
 
 namespace shardlab::app {
 
@@ -129,7 +130,7 @@ int cmd_estimate(int argc, char** argv) {
     throw ConfigError("--params is required (e.g. --params 7.5e9, or --model mlp:8x1024)");
   if (!a.has("world")) throw ConfigError("--world is required (e.g. --world 64)");
   if (!a.has("strategy"))
-    throw ConfigError("--strategy is required (valid: single, ddp, dp, zero1, zero2, zero3, fsdp)");
+    throw ConfigError("--strategy is required (valid: " + model_state_strategy_names() + ")");
   in.world = a.integer("world", 1);
   if (in.world < 1 || in.world > 1000000)
     throw ConfigError("--world " + std::to_string(in.world) + " is invalid (valid: 1 to 1000000)");
@@ -144,9 +145,14 @@ int cmd_estimate(int argc, char** argv) {
     throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
   in.reshard_after_forward = !a.has("no-reshard");
   in.offload = a.has("offload");
-  if ((a.has("no-reshard") || in.offload) && in.strategy != "fsdp")
-    throw ConfigError(std::string(in.offload ? "--offload" : "--no-reshard") +
-                      " applies to strategy fsdp only");
+  for (const StrategyOption o : {StrategyOption::offload, StrategyOption::no_reshard}) {
+    const StrategyInfo* info = find_strategy(in.strategy);
+    const std::string key = std::string(flag_name(o)).substr(2);  // without the leading "--"
+    if (!a.has(key) || (info && info->reads_option(o))) continue;
+    const std::string readers = strategies_reading(o);
+    throw ConfigError(std::string(flag_name(o)) + " applies to strateg" +
+                      (readers.find(',') == std::string::npos ? "y " : "ies ") + readers + " only");
+  }
   check_model_state_input(in);
 
   // With a model: the whole peak per rank as the run's memory check predicts it
@@ -171,7 +177,8 @@ int cmd_estimate(int argc, char** argv) {
 
   const ModelStateBytes state = predict_model_state(in, 0);
   const CommPrediction comm = predict_comm(in, 0);
-  const bool dp = in.strategy == "dp" && in.world > 1;
+  // dp: device 0 and its replicas hold and send different things.
+  const bool dp = is_controller(in.strategy) && in.world > 1;
   const BytesPerParam bpp = bytes_per_param(in.precision, in.optimizer);
 
   if (a.has("json")) {

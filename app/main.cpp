@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/gpu.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace {
 const char* kHelp = R"(usage: shardlab <command> [options]
@@ -72,6 +73,7 @@ int dispatch(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    shardlab::register_builtin_strategies();
     if (argc < 2) return shardlab::app::cmd_demo(1, argv);
     const std::string sub = argv[1];
     if (sub == "--help" || sub == "-h" || sub == "help") {

@@ -17,8 +17,8 @@ namespace {
 
 // Bytes of shard padding in one rank's model states: full flat buffers carry
 // each group's padding, shards carry their share of it (see core/sharding.h).
-double padding_bytes(const RunConfig& c, const ModelLayout& layout) {
-  const BytesPerParam b = bytes_per_param(c.precision, c.optimizer.kind);
+// Strategies without a ZeRO stage keep unpadded per-parameter buffers.
+double padding_bytes(const RunConfig& c, const ModelLayout& layout, const ModelStateInput& in) {
   const StrategyInfo& s = strategy_info(c.strategy);
   if (s.zero_stage == 0) return 0;
   const int unit = s.reads_option(StrategyOption::fsdp_unit) ? c.fsdp_unit : 1;
@@ -26,9 +26,8 @@ double padding_bytes(const RunConfig& c, const ModelLayout& layout) {
   double full = 0;
   for (const FlatGroup& g : groups) full += static_cast<double>(g.plan.padding());
   const double shard = padding_per_rank(groups);
-  if (s.zero_stage == 1) return full * (b.params + b.grads) + shard * b.optimizer;
-  if (s.zero_stage == 2) return full * b.params + shard * (b.grads + b.optimizer);
-  return shard * (b.params + b.grads + b.optimizer);
+  const ModelStateSplit split = model_state_split(in, 0);
+  return full * split.whole + shard * split.sharded;
 }
 
 // dp has no communicator: its copies are spans on the comm lane, recorded by
@@ -65,7 +64,7 @@ std::vector<Row> rows(const RunResult& r) {
   const RunConfig& c = r.cfg;
   const ModelLayout layout(ModelSpec::parse(c.model));
   const ModelStateInput in = model_state_input(c, static_cast<double>(layout.total()));
-  const double pad = padding_bytes(c, layout);
+  const double pad = padding_bytes(c, layout, in);
   const bool controller = strategy_info(c.strategy).controller;
   const bool offload = option_in_effect(c, StrategyOption::offload);
   std::vector<Row> out;

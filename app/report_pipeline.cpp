@@ -15,8 +15,10 @@ namespace {
 
 std::string partition_text(const RunConfig& c) {
   std::string s;
-  for (int n : pipeline_partition(c, ModelLayout(ModelSpec::parse(c.model))))
-    s += (s.empty() ? "" : ",") + std::to_string(n);
+  for (int n : pipeline_partition(c, ModelLayout(ModelSpec::parse(c.model)))) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(n);
+  }
   return s;
 }
 
@@ -43,7 +45,10 @@ void print_pipeline_report(const RunResult& r) {
   };
   for (const StageReport& s : stages) {
     std::string layers = std::to_string(s.first_layer);
-    if (s.last_layer - 1 > s.first_layer) layers += "-" + std::to_string(s.last_layer - 1);
+    if (s.last_layer - 1 > s.first_layer) {
+      layers += '-';
+      layers += std::to_string(s.last_layer - 1);
+    }
     std::printf("    %-5d %-8s %8.1f%% %8.1f%% %13s %13s %12s %10d%s\n", s.rank, layers.c_str(),
                 100 * s.bubble_measured, 100 * s.bubble_formula,
                 human_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),

@@ -12,6 +12,7 @@
 
 #include "app/gui/app.h"
 #include "app/gui/window.h"
+#include "strategies/registry.h"
 
 #include <imgui.h>
 
@@ -83,6 +84,7 @@ Stats stats(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  register_builtin_strategies();
   int ranks = 8, frames = 120;
   size_t spans = 100000;
   for (int i = 1; i + 1 < argc; i += 2) {

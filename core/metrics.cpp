@@ -11,6 +11,7 @@
 #include "core/model_state.h"
 #include "core/pipeline.h"
 #include "core/pipeline_analysis.h"
+#include "core/strategy.h"
 
 namespace shardlab {
 
@@ -276,7 +277,7 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
     throw ConfigError(
         "activations_in_flight is measured on pipeline strategies only (the run's "
         "strategy is '" +
-        c.strategy + "'; valid: naive-mp, gpipe, 1f1b)");
+        c.strategy + "'; valid: " + family_names(StrategyFamily::pipeline) + ")");
 }
 
 const RunResult& MetricRuns::run(char which) const {
@@ -366,7 +367,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     need_spans(r, n);
     v.measured = 100.0 * bubble_share_per_rank(r).at(ref.rank);
     if (n == "bubble_share" && is_pipeline_strategy(c.strategy)) {
-      const int m = c.strategy == "naive-mp" ? 1 : c.micro_batches;
+      const int m = micro_batches_run(c);
       v.formula = 100.0 * bubble_formula(pipeline_stages(c), m);
       v.formula_text =
           "(P−1)/(M+P−1) with P=" + std::to_string(pipeline_stages(c)) + ", M=" + std::to_string(m);
@@ -389,7 +390,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
             r.ranks[ref.rank].memory.device.peak[static_cast<int>(MemCategory::activations)]) /
         one;
     v.formula = expected_in_flight(c, ref.rank);
-    v.formula_text = c.strategy == "gpipe" ? "M" : c.strategy == "1f1b" ? "min(P−rank, M)" : "1";
+    v.formula_text = strategy_info(c.strategy).in_flight_formula;
   } else if (n == "weight_diff_to_single") {
     const size_t params = ModelLayout(ModelSpec::parse(c.model)).total();
     v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params, params);

@@ -40,20 +40,17 @@ bool has_model_state_prediction(const std::string& s) {
   return in_family(s, StrategyFamily::single) || in_family(s, StrategyFamily::data_parallel);
 }
 
-namespace {
-// The names the accounting covers, for messages: every strategy outside the pipeline family.
-std::string predicted_names() {
+std::string model_state_strategy_names() {
   std::string names;
   for (const StrategyInfo& i : all_strategies())
     if (has_model_state_prediction(i.name)) names += (names.empty() ? "" : ", ") + i.name;
   return names;
 }
-}  // namespace
 
 void check_model_state_input(const ModelStateInput& in) {
   if (!has_model_state_prediction(in.strategy))
-    throw ConfigError("--strategy '" + in.strategy +
-                      "' has no model-state estimate (valid: " + predicted_names() + ")");
+    throw ConfigError("--strategy '" + in.strategy + "' has no model-state estimate (valid: " +
+                      model_state_strategy_names() + ")");
   bytes_per_param(in.precision, in.optimizer);
   if (!(in.params > 0) || !std::isfinite(in.params))
     throw ConfigError("--params must be a positive number of parameters (e.g. 7.5e9)");
@@ -75,28 +72,34 @@ ModelStateInput model_state_input(const RunConfig& cfg, double params) {
   return in;
 }
 
-ModelStateBytes predict_model_state(const ModelStateInput& in, int rank) {
+// The ZeRO stages' accounting, worked out here only: which model states one
+// rank keeps whole and which as a 1/N shard, and so the bytes per parameter of
+// each. Stage 1 shards the optimizer state, 2 also the gradients, 3 also the
+// parameters; dp's replicas keep parameters and gradients but no optimizer.
+ModelStateSplit model_state_split(const ModelStateInput& in, int rank) {
   check_model_state_input(in);
   const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
-  const double psi = in.params, n = in.world;
   const StrategyInfo& s = strategy_info(in.strategy);
-  if (s.zero_stage == 1)
-    return state(b.params * psi, b.grads * psi, b.optimizer * psi / n,
-                 formula(b.params + b.grads, b.optimizer));
-  if (s.zero_stage == 2)
-    return state(b.params * psi, b.grads * psi / n, b.optimizer * psi / n,
-                 formula(b.params, b.grads + b.optimizer));
-  if (s.zero_stage == 3) {
-    ModelStateBytes m = state(b.params * psi / n, b.grads * psi / n, b.optimizer * psi / n,
-                              formula(0, b.params + b.grads + b.optimizer));
-    m.on_host = in.offload;
-    return m;
-  }
-  if (s.controller && rank != 0)  // a replica and its gradients; no optimizer
-    return state(b.params * psi, b.grads * psi, 0, formula(b.params + b.grads, 0));
-  // single, ddp, dp's device 0
-  return state(b.params * psi, b.grads * psi, b.optimizer * psi,
-               formula(b.params + b.grads + b.optimizer, 0));
+  ModelStateSplit m;
+  m.params = {b.params, s.zero_stage >= 3};
+  m.grads = {b.grads, s.zero_stage >= 2};
+  m.optimizer = {s.controller && rank != 0 ? 0 : b.optimizer, s.zero_stage >= 1};
+  for (const ModelStateSplit::Share& share : {m.params, m.grads, m.optimizer})
+    (share.sharded ? m.sharded : m.whole) += share.bytes;
+  m.on_host = s.zero_stage >= 3 && in.offload;
+  return m;
+}
+
+ModelStateBytes predict_model_state(const ModelStateInput& in, int rank) {
+  const ModelStateSplit split = model_state_split(in, rank);
+  const double psi = in.params, n = in.world;
+  auto bytes = [&](const ModelStateSplit::Share& s) {
+    return s.sharded ? s.bytes * psi / n : s.bytes * psi;
+  };
+  ModelStateBytes m = state(bytes(split.params), bytes(split.grads), bytes(split.optimizer),
+                            formula(split.whole, split.sharded));
+  m.on_host = split.on_host;
+  return m;
 }
 
 CommPrediction predict_comm(const ModelStateInput& in, int rank) {
@@ -106,13 +109,7 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank) {
   const StrategyInfo& s = strategy_info(in.strategy);
   CommPrediction c;
   c.bytes_per_element = b.comm;
-  // Volume in units of Ψ: an all-reduce (or reduce-scatter + all-gather) of the
-  // gradients, plus one more all-gather when parameters are gathered again in
-  // backward (ZeRO-3 resharding after forward). One device: nothing to send.
-  double times = 0;
-  if (s.family == StrategyFamily::data_parallel)
-    times = s.zero_stage == 3 && in.reshard_after_forward ? 3 : 2;
-  if (s.controller) {
+  if (s.traffic == Traffic::controller_copies) {
     // Point-to-point copies: what a device sends is what the wire carries.
     const double k = in.world == 1 ? 0 : (rank == 0 ? n - 1 : 1);
     c.volume_elements = k * psi;
@@ -121,6 +118,12 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank) {
     c.formula = in.world == 1 ? "0" : (rank == 0 ? "(N−1)Ψ" : "Ψ");
     return c;
   }
+  // Volume in units of Ψ: an all-reduce (or reduce-scatter + all-gather) of the
+  // gradients, plus one more all-gather when parameters are gathered again in
+  // backward (ZeRO-3 resharding after forward). One device: nothing to send.
+  double times = 0;
+  if (s.traffic == Traffic::all_reduce) times = 2;
+  if (s.traffic == Traffic::gather_per_pass) times = in.reshard_after_forward ? 3 : 2;
   c.volume_elements = times * psi;
   c.volume_bytes = c.volume_elements * b.comm;
   c.sent_bytes = c.volume_bytes * (n - 1) / n;

@@ -33,11 +33,30 @@ struct ModelStateInput {
   bool offload = false;               // fsdp: model states live in host memory
 };
 
-// Strategies this accounting covers: single, ddp, dp, zero1, zero2, zero3, fsdp.
+// Strategies this accounting covers: single and the data-parallel family
+// (single, ddp, dp, zero1, zero2, zero3, fsdp). Each one's registration says
+// what it predicts: its ZeRO stage, controller flag and traffic (core/strategy.h).
 bool has_model_state_prediction(const std::string& strategy);
+std::string model_state_strategy_names();  // those, in registration order
 // Throws ConfigError for an unknown strategy or precision, Ψ ≤ 0 or N < 1.
 void check_model_state_input(const ModelStateInput& in);
 ModelStateInput model_state_input(const RunConfig& cfg, double params);
+
+// Bytes per parameter one rank keeps of each model state, and whether it keeps
+// the whole of it or a 1/N shard: the stages' accounting in one place. The
+// sums give the formula: whole·Ψ + sharded·Ψ/N. Shard padding costs the same
+// per padded value (whole buffers carry all of it, shards their share).
+struct ModelStateSplit {
+  struct Share {
+    int bytes = 0;  // per parameter
+    bool sharded = false;
+  };
+  Share params, grads, optimizer;
+  int whole = 0;    // Σ bytes of the states kept whole
+  int sharded = 0;  // Σ bytes of the states kept as a 1/N shard
+  bool on_host = false;
+};
+ModelStateSplit model_state_split(const ModelStateInput& in, int rank);
 
 // Model-state bytes one rank holds. Per rank, with P, G, K the bytes per parameter above:
 //   single, ddp   (P + G + K)Ψ                   fp32 AdamW 16Ψ,        mixed 16Ψ

@@ -182,7 +182,9 @@ std::vector<std::string> schedule_order(const Recorder::Snapshot& snap, int step
     const char* letter = s->kind == SpanKind::backward             ? "B"
                          : forwarded.insert(s->micro_batch).second ? "F"
                                                                    : "R";
-    order.push_back(letter + std::to_string(s->micro_batch));
+    std::string mark = letter;
+    mark += std::to_string(s->micro_batch);
+    order.push_back(std::move(mark));
   }
   return order;
 }

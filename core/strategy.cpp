@@ -3,13 +3,25 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 namespace shardlab {
 
 namespace {
 
-std::vector<StrategyInfo>& registry() {
+std::vector<StrategyInfo>& registry_storage() {
   static std::vector<StrategyInfo> r;
+  return r;
+}
+
+// The registry for lookups: an empty one means start-up forgot
+// register_builtin_strategies(), which would otherwise read as "unknown strategy".
+const std::vector<StrategyInfo>& registry() {
+  const std::vector<StrategyInfo>& r = registry_storage();
+  if (r.empty())
+    throw std::logic_error(
+        "no strategies registered: call register_builtin_strategies() (strategies/registry.h) "
+        "once at start-up");
   return r;
 }
 
@@ -135,7 +147,10 @@ std::string option_text(const RunConfig& c, StrategyOption o) {
       return s + " " + std::to_string(c.micro_batches);
     case StrategyOption::partition: {
       std::string list;
-      for (int n : c.partition) list += (list.empty() ? "" : ",") + std::to_string(n);
+      for (int n : c.partition) {
+        if (!list.empty()) list += ',';
+        list += std::to_string(n);
+      }
       return s + " " + list;
     }
     // The flags: their text is the whole setting.
@@ -192,9 +207,12 @@ bool StrategyInfo::reads_option(StrategyOption o) const {
   return std::find(reads.begin(), reads.end(), o) != reads.end();
 }
 
-bool register_strategy(StrategyInfo info) {
-  registry().push_back(std::move(info));
-  return true;
+void register_strategy(StrategyInfo info) {
+  std::vector<StrategyInfo>& r = registry_storage();
+  for (const StrategyInfo& s : r)
+    if (s.name == info.name)
+      throw std::logic_error("strategy '" + info.name + "' registered twice");
+  r.push_back(std::move(info));
 }
 
 const std::vector<StrategyInfo>& all_strategies() {
@@ -224,6 +242,18 @@ bool in_family(const std::string& strategy, StrategyFamily f) {
   return info && info->family == f;
 }
 
+std::string family_names(StrategyFamily f) {
+  std::string s;
+  for (const StrategyInfo& i : registry())
+    if (i.family == f) s += (s.empty() ? "" : ", ") + i.name;
+  return s;
+}
+
+bool is_controller(const std::string& strategy) {
+  const StrategyInfo* info = find_strategy(strategy);
+  return info && info->controller;
+}
+
 std::string strategies_reading(StrategyOption o) {
   std::string s;
   for (const StrategyInfo& i : registry())
@@ -238,14 +268,13 @@ void require_batchnorm_support(const RunConfig& cfg) {
   // single, and the pipelines, where the statistics are per micro-batch. The
   // data-parallel family would need per-rank statistics and DDP's buffer
   // broadcast (or SyncBatchNorm) in each of its files: not yet.
-  std::string supported;  // the reference first, then the pipelines
-  for (StrategyFamily f : {StrategyFamily::single, StrategyFamily::pipeline})
-    for (const StrategyInfo& i : registry())
-      if (i.family == f) supported += (supported.empty() ? "" : ", ") + i.name;
+  // The reference first, then the pipelines.
+  const std::string supported =
+      family_names(StrategyFamily::single) + ", " + family_names(StrategyFamily::pipeline);
   const std::string what = "--model " + cfg.model + ": ";
   if (in_family(cfg.strategy, StrategyFamily::data_parallel))
-    throw ConfigError(what + cfg.strategy + " does not support BatchNorm yet (supported by: " +
-                      supported + ")");
+    throw ConfigError(what + cfg.strategy +
+                      " does not support BatchNorm yet (supported by: " + supported + ")");
   if (cfg.precision != "fp32")
     throw ConfigError(what + "--precision " + cfg.precision +
                       " does not support BatchNorm yet (valid: fp32)");
@@ -296,7 +325,7 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
   if (!unread.empty()) {
     // The first one the user typed: the one they will look for first.
     auto position = [&](StrategyOption o) {
-      const std::string name = flag_name(o) + 2;  // without the leading "--"
+      const std::string name = std::string(flag_name(o)).substr(2);  // without the leading "--"
       return std::find(given.begin(), given.end(), name) - given.begin();
     };
     std::stable_sort(unread.begin(), unread.end(),

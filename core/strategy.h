@@ -111,22 +111,43 @@ std::string option_text(const RunConfig& cfg, StrategyOption o);
 // Puts o back to RunConfig's default.
 void reset_option(RunConfig& cfg, StrategyOption o);
 
+// How a strategy moves its model states each step, in the ZeRO paper's units
+// of Ψ (core/model_state.h turns it into bytes and the formula shown).
+enum class Traffic {
+  none,               // one device, nothing to send (single)
+  all_reduce,         // the gradients, all-reduced or reduce-scattered and the
+                      // updated parameters all-gathered: 2Ψ (ddp, zero1, zero2)
+  gather_per_pass,    // parameters all-gathered for forward and again for backward,
+                      // gradients reduce-scattered: 3Ψ; 2Ψ when the gathered
+                      // parameters are kept from forward to backward (zero3, fsdp)
+  controller_copies,  // device 0 copies the weights to every other device, each copies
+                      // its gradients back: (N−1)Ψ from device 0, Ψ from the others (dp)
+  activations,        // pipelines send activations and their gradients between stages,
+                      // no model states: nothing for the ZeRO accounting to predict
+};
+
 struct StrategyInfo {
   std::string name{};
   std::string summary{};  // one line for --help and the UI
   StrategyFamily family = StrategyFamily::data_parallel;
   std::vector<StrategyOption> reads{};  // the options above this strategy reads
-  // Data-parallel family, as a ZeRO stage: what each rank keeps only 1/N of.
-  // 0 nothing (full replicas), 1 optimizer state, 2 + gradients, 3 + parameters.
+  // The model-state prediction (core/model_state.h), as a ZeRO stage: what each
+  // rank keeps only 1/N of. 0 nothing (full replicas), 1 optimizer state,
+  // 2 + gradients, 3 + parameters.
   int zero_stage = 0;
   // Not SPMD: a controller on device 0 keeps the optimizer and updates, the
-  // other devices get a fresh replica every step (dp).
+  // other devices get a fresh replica every step (dp). Its replicas hold
+  // parameters and gradients but no optimizer state.
   bool controller = false;
+  // The traffic prediction (core/model_state.h).
+  Traffic traffic = Traffic::none;
   // Data-parallel family: what its comm-buffers category holds, for the reports.
   std::string comm_buffers{};
   // Pipeline family: micro-batches whose activations stage `rank` of `stages`
-  // holds at once with `micro_batches` per batch (the schedule's signature).
+  // holds at once with `micro_batches` per batch (the schedule's signature),
+  // and the same as the formula shown beside the measured value ("M").
   std::function<int(int micro_batches, int stages, int rank)> in_flight{};
+  std::string in_flight_formula{};
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};
@@ -138,14 +159,19 @@ struct StrategyInfo {
   bool reads_option(StrategyOption o) const;
 };
 
-// Registration happens from each strategy file's static initialiser.
-bool register_strategy(StrategyInfo info);
+// Adds a strategy to the registry. The built-in ones are registered by
+// register_builtin_strategies() (strategies/registry.h), which every program
+// calls once at start-up; the lookups below refuse to run before that.
+void register_strategy(StrategyInfo info);
 const std::vector<StrategyInfo>& all_strategies();
 const StrategyInfo* find_strategy(const std::string& name);
 // The registration of a known strategy; throws ConfigError naming the valid ones.
 const StrategyInfo& strategy_info(const std::string& name);
 std::string strategy_names();                                   // "single, ddp, ..."
 bool in_family(const std::string& strategy, StrategyFamily f);  // false for unknown names
+std::string family_names(StrategyFamily f);  // registration order: "naive-mp, gpipe, 1f1b"
+// The registration's flag, false for unknown names.
+bool is_controller(const std::string& strategy);
 // Names of the strategies that read o, registration order: "gpipe, 1f1b".
 std::string strategies_reading(StrategyOption o);
 

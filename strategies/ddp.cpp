@@ -17,10 +17,12 @@
 // needs no vote: every rank reaches the same skip decision on its own.
 #include <algorithm>
 
+#include "core/data_parallel.h"
 #include "core/layer_stack.h"
 #include "core/memory_estimate.h"
 #include "core/precision.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -84,26 +86,16 @@ class Ddp final : public Strategy {
 
   LossShare step(int step) override {
     const RunConfig& cfg = env_->cfg;
-    const int W = env_->world, D = env_->layout.dim();
-    const int b = cfg.batch / W;  // this rank's slice of the global batch, in rank order
-
-    Tensor x = env_->alloc.alloc("batch.x", MemCategory::activations, {b, D});
-    Tensor y = env_->alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    load_rows(env_->device, env_->data, step, env_->rank * b, b, x.data<float>(), y.data<float>());
+    const int W = env_->world;
+    Batch batch = load_rank_slice(*env_, step);  // this rank's slice of the global batch
 
     // Phase 1 — forward and loss on the local slice. The loss is the mean over
     // the local slice; averaging the gradients over ranks then gives exactly
     // the gradient of the mean over the global batch.
     model_->zero_grads();
     for (Bucket& bk : buckets_) bk.pending = static_cast<int>(bk.params.size());
-    model_->forward(x.data<float>(), b);
-    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, mp_->dtype());
-    double loss;
-    {
-      ScopedSpan span(env_->rec, Lane::compute, SpanKind::loss);
-      const size_t n = static_cast<size_t>(b) * D;
-      loss = mp_->mse_loss(env_->alloc, dpred.raw(), model_->output(), y.data<float>(), n, n);
-    }
+    model_->forward(batch.x.data<float>(), batch.rows);
+    Loss loss = mse_loss(*env_, *mp_, model_->output(), batch);
 
     // Phase 2 — backward. With overlap, each layer's completion may fill a
     // bucket, whose all-reduce then starts at once on the comm thread.
@@ -115,7 +107,7 @@ class Ddp final : public Strategy {
         if (bk.pending == 0 && !bk.work.valid()) launch(bk);
       }
     };
-    model_->backward(dpred.raw(), -1, false, on_layer_done);
+    model_->backward(loss.grad.raw(), -1, false, on_layer_done);
     if (!cfg.overlap)
       for (Bucket& bk : buckets_) launch(bk);
 
@@ -135,7 +127,7 @@ class Ddp final : public Strategy {
       mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), mp_->mixed() ? average : 1.0f,
                 nullptr);
     }
-    return {loss * b, b};
+    return {loss.value * batch.rows, batch.rows};
   }
 
   std::vector<float> export_params() override {
@@ -211,24 +203,30 @@ void plan_memory(MemoryPlan& p) {
   if (p.rank == 0) MemBlock flat = p.tally.outside(layout.total() * sizeof(float));
 }
 
-const bool registered = register_strategy({
-    .name = "ddp",
-    .summary = "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
-               "with backward",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
-    .comm_buffers = "gradient buckets",
-    .make = [] { return std::make_unique<Ddp>(); },
-    .validate =
-        [](const RunConfig& cfg) {
-          if (cfg.batch % cfg.world != 0)
-            throw ConfigError("--batch " + std::to_string(cfg.batch) +
-                              " is not divisible by --world " + std::to_string(cfg.world) +
-                              " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
-                              std::to_string(cfg.world * 16) + ")");
-        },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo ddp_strategy() {
+  return {
+      .name = "ddp",
+      .summary =
+          "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
+          "with backward",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
+      .traffic = Traffic::all_reduce,
+      .comm_buffers = "gradient buckets",
+      .make = [] { return std::make_unique<Ddp>(); },
+      .validate =
+          [](const RunConfig& cfg) {
+            if (cfg.batch % cfg.world != 0)
+              throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                                " is not divisible by --world " + std::to_string(cfg.world) +
+                                " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
+                                std::to_string(cfg.world * 16) + ")");
+          },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

@@ -24,102 +24,29 @@
 //
 // Here the controller is the thread of rank 0 (which is also device 0); each
 // other rank's thread is that device's worker. They meet at a PhaseBarrier
-// after each phase; what device 0 publishes between two barriers is in DpShared.
-#include <algorithm>
+// (core/phase_barrier.h) after each phase; what device 0 publishes between two
+// barriers is in DpShared.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 
+#include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/memory_estimate.h"
 #include "core/optimizer.h"
+#include "core/phase_barrier.h"
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
-
-// Where the controller and the device workers meet. A device that fails wakes
-// the others with an error (leave), and a device that stalls makes the others
-// time out naming it, instead of leaving them waiting forever.
-class PhaseBarrier {
- public:
-  PhaseBarrier(int parties, std::chrono::milliseconds timeout)
-      : parties_(parties), timeout_(timeout), arrived_(parties, false), busy_(parties, false) {}
-
-  // `then_busy`: after this barrier the devices work on device 0's memory
-  // again (false for the step's last barrier).
-  void arrive_and_wait(int rank, const char* phase, bool then_busy = true) {
-    std::unique_lock<std::mutex> lock(mu_);
-    busy_[rank] = false;
-    const std::string where = "rank " + std::to_string(rank) + ": dp " + phase;
-    if (!broken_.empty()) {
-      cv_.notify_all();  // a drain may be waiting for this device to stop
-      throw CommError(where + ": " + broken_);
-    }
-    const uint64_t generation = generation_;
-    arrived_[rank] = true;
-    if (++count_ == parties_) {  // the last to arrive opens the barrier for everyone
-      count_ = 0;
-      ++generation_;
-      std::fill(arrived_.begin(), arrived_.end(), false);
-      std::fill(busy_.begin(), busy_.end(), then_busy);
-      cv_.notify_all();
-      return;
-    }
-    const bool woken =
-        cv_.wait_for(lock, timeout_, [&] { return generation_ != generation || !broken_.empty(); });
-    if (generation_ != generation) return;
-    if (woken) throw CommError(where + ": " + broken_);
-    std::string missing;
-    for (int r = 0; r < parties_; ++r)
-      if (!arrived_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    broken_ = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for device(s) " +
-              missing;
-    cv_.notify_all();
-    throw CommError(where + ": " + broken_);
-  }
-
-  // This device will not arrive again: every later or pending wait fails at once.
-  void leave(int rank) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_[rank] = false;
-      if (broken_.empty()) broken_ = "device " + std::to_string(rank) + " left the run";
-    }
-    cv_.notify_all();
-  }
-
-  // Waits (at most the timeout) until no other device is between two
-  // barriers, where it may still be copying from or into device 0's memory.
-  void drain(int rank) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout_, [&] {
-      for (int r = 0; r < parties_; ++r)
-        if (r != rank && busy_[r]) return false;
-      return true;
-    });
-  }
-
- private:
-  const int parties_;
-  const std::chrono::milliseconds timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<bool> arrived_;
-  std::vector<bool> busy_;  // past a barrier and not yet at the next one
-  std::string broken_;
-};
 
 // What device 0 publishes for the other devices; each pointer is written
 // before a barrier and read by the others only after it.
 struct DpShared {
   DpShared(int world, std::chrono::milliseconds timeout)
-      : barrier_world(world), barrier(world, timeout), grad_inbox(world, nullptr) {}
+      : barrier_world(world), barrier("dp", world, timeout), grad_inbox(world, nullptr) {}
   int barrier_world;
   PhaseBarrier barrier;
   // Bytes each device has sent: device 0 sends weights, batch rows and output
@@ -179,16 +106,15 @@ class Dp final : public Strategy {
 
     // Phase 0 — device 0 holds the whole batch, as a DataParallel user's loop
     // does, and prepares what the others will copy from or into.
-    Tensor x, y, outputs;
+    Batch batch;
+    Tensor outputs;
     if (device0) {
-      x = env.alloc.alloc("batch.x", MemCategory::activations, {B, D});
-      y = env.alloc.alloc("batch.y", MemCategory::activations, {B, D});
-      load_rows(env.device, env.data, step, 0, B, x.data<float>(), y.data<float>());
+      batch = load_batch(env, step, 0, B);
       outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D}, dt);
       for (Tensor& g : grads_) env.device.fill_zero(g.raw(), g.bytes());
       sh.params.clear();
       for (Tensor& p : params_) sh.params.push_back(p.raw());
-      sh.x = x.data<float>();
+      sh.x = batch.x.data<float>();
       sh.outputs = outputs.raw();
     }
     sh.barrier.arrive_and_wait(k, "broadcast");
@@ -238,17 +164,11 @@ class Dp final : public Strategy {
 
     // Phase 5 — the loss, on device 0 only, over the whole batch; the other
     // devices wait. Device 0 also makes room for the gradients coming back.
-    double loss = 0;
-    Tensor dout;
+    Loss loss;
     std::vector<Tensor> inbox;
     if (device0) {
-      dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {B, D}, dt);
-      {
-        ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
-        const size_t n = static_cast<size_t>(B) * D;
-        loss = mp_->mse_loss(env.alloc, dout.raw(), sh.outputs, y.data<float>(), n, n);
-      }
-      sh.dout = dout.raw();
+      loss = mse_loss(env, *mp_, sh.outputs, batch);
+      sh.dout = loss.grad.raw();
       for (int j = 1; j < W; ++j) {
         inbox.push_back(env.alloc.alloc("grads[from device " + std::to_string(j) + "]",
                                         MemCategory::comm_buffers, layout.total(), dt));
@@ -304,7 +224,7 @@ class Dp final : public Strategy {
       for (Tensor& gr : grads_) grads.push_back(gr.raw());
       mp_->step(*optimizer_, params, grads, 1.0f, nullptr);  // only device 0 updates: no vote
     }
-    return {loss * B, B};
+    return {loss.value * B, B};
   }
 
   std::vector<float> export_params() override {
@@ -414,19 +334,24 @@ void plan_memory(MemoryPlan& p) {
   if (device0) MemBlock flat = p.tally.outside(layout.total() * sizeof(float));
 }
 
-const bool registered = register_strategy({
-    .name = "dp",
-    .summary =
-        "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
-        "outputs, reduces gradients and updates",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision},
-    .controller = true,
-    .comm_buffers = "device 0's inboxes for every replica's gradients",
-    .make = [] { return std::make_unique<Dp>(); },
-    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo dp_strategy() {
+  return {
+      .name = "dp",
+      .summary =
+          "DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
+          "outputs, reduces gradients and updates",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision},
+      .controller = true,
+      .traffic = Traffic::controller_copies,
+      .comm_buffers = "device 0's inboxes for every replica's gradients",
+      .make = [] { return std::make_unique<Dp>(); },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

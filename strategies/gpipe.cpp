@@ -13,6 +13,7 @@
 // micro-batch, just before its backward (extra F spans, less memory).
 #include "core/memory_estimate.h"
 #include "core/pipeline.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -68,19 +69,25 @@ void plan_memory(MemoryPlan& p) {
   stage.export_params();
 }
 
-const bool registered = register_strategy({
-    .name = "gpipe",
-    .summary =
-        "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
-        "activations)",
-    .family = StrategyFamily::pipeline,
-    .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-              StrategyOption::recompute},
-    .in_flight = [](int micro_batches, int, int) { return micro_batches; },
-    .make = [] { return std::make_unique<GPipe>(); },
-    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo gpipe_strategy() {
+  return {
+      .name = "gpipe",
+      .summary =
+          "GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
+          "activations)",
+      .family = StrategyFamily::pipeline,
+      .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
+                StrategyOption::recompute},
+      .traffic = Traffic::activations,
+      .in_flight = [](int micro_batches, int, int) { return micro_batches; },
+      .in_flight_formula = "M",
+      .make = [] { return std::make_unique<GPipe>(); },
+      .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

@@ -14,6 +14,7 @@
 // the same schedule; with more, use gpipe or 1f1b).
 #include "core/memory_estimate.h"
 #include "core/pipeline.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -59,17 +60,24 @@ void plan_memory(MemoryPlan& p) {
   stage.export_params();
 }
 
-const bool registered = register_strategy({
-    .name = "naive-mp",
-    .summary =
-        "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a time",
-    .family = StrategyFamily::pipeline,
-    .reads = {StrategyOption::stages, StrategyOption::partition},
-    .in_flight = [](int, int, int) { return 1; },
-    .make = [] { return std::make_unique<NaiveMp>(); },
-    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo naive_mp_strategy() {
+  return {
+      .name = "naive-mp",
+      .summary =
+          "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a "
+          "time",
+      .family = StrategyFamily::pipeline,
+      .reads = {StrategyOption::stages, StrategyOption::partition},
+      .traffic = Traffic::activations,
+      .in_flight = [](int, int, int) { return 1; },
+      .in_flight_formula = "1",
+      .make = [] { return std::make_unique<NaiveMp>(); },
+      .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

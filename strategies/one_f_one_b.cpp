@@ -13,6 +13,7 @@
 
 #include "core/memory_estimate.h"
 #include "core/pipeline.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -79,20 +80,26 @@ void plan_memory(MemoryPlan& p) {
   stage.export_params();
 }
 
-const bool registered = register_strategy({
-    .name = "1f1b",
-    .summary =
-        "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
-        "activations of at most P - rank micro-batches",
-    .family = StrategyFamily::pipeline,
-    .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-              StrategyOption::recompute},
-    .in_flight = [](int micro_batches, int stages,
-                    int rank) { return std::min(micro_batches, stages - rank); },
-    .make = [] { return std::make_unique<OneFOneB>(); },
-    .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo one_f_one_b_strategy() {
+  return {
+      .name = "1f1b",
+      .summary =
+          "1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
+          "activations of at most P - rank micro-batches",
+      .family = StrategyFamily::pipeline,
+      .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
+                StrategyOption::recompute},
+      .traffic = Traffic::activations,
+      .in_flight = [](int micro_batches, int stages,
+                      int rank) { return std::min(micro_batches, stages - rank); },
+      .in_flight_formula = "min(P−rank, M)",
+      .make = [] { return std::make_unique<OneFOneB>(); },
+      .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

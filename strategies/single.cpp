@@ -2,10 +2,12 @@
 // strategy is checked against this one: same seed, same data, same weights.
 // With --precision bf16|fp16 it is the mixed-precision reference: 2-byte
 // params, activations and grads, fp32 masters and moments in the optimizer.
+#include "core/data_parallel.h"
 #include "core/layer_stack.h"
 #include "core/memory_estimate.h"
 #include "core/precision.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -25,28 +27,19 @@ class Single final : public Strategy {
   }
 
   LossShare step(int step) override {
-    const RunConfig& cfg = env_->cfg;
-    const int B = cfg.batch, D = env_->layout.dim();
-    Tensor x = env_->alloc.alloc("batch.x", MemCategory::activations, {B, D});
-    Tensor y = env_->alloc.alloc("batch.y", MemCategory::activations, {B, D});
-    load_rows(env_->device, env_->data, step, 0, B, x.data<float>(), y.data<float>());
+    const int B = env_->cfg.batch;
+    Batch batch = load_batch(*env_, step, 0, B);  // the whole batch
 
     // Forward, loss, backward, update: the loop every strategy distributes.
     model_->zero_grads();
-    model_->forward(x.data<float>(), B);
-    Tensor dpred = env_->alloc.alloc("loss.grad", MemCategory::temporary, {B, D}, mp_->dtype());
-    double loss;
-    {
-      ScopedSpan span(env_->rec, Lane::compute, SpanKind::loss);
-      const size_t n = static_cast<size_t>(B) * D;
-      loss = mp_->mse_loss(env_->alloc, dpred.raw(), model_->output(), y.data<float>(), n, n);
-    }
-    model_->backward(dpred.raw(), -1, false);
+    model_->forward(batch.x.data<float>(), B);
+    Loss loss = mse_loss(*env_, *mp_, model_->output(), batch);
+    model_->backward(loss.grad.raw(), -1, false);
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
       mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), 1.0f, nullptr);
     }
-    return {loss * B, B};
+    return {loss.value * B, B};
   }
 
   std::vector<float> export_params() override {
@@ -84,21 +77,25 @@ void plan_memory(MemoryPlan& p) {
   MemBlock flat = p.tally.outside(p.layout.state_total() * sizeof(float));
 }
 
-const bool registered = register_strategy({
-    .name = "single",
-    .summary = "the reference: whole model and batch on one device",
-    .family = StrategyFamily::single,
-    .reads = {StrategyOption::precision},
-    .make = [] { return std::make_unique<Single>(); },
-    .validate =
-        [](const RunConfig& cfg) {
-          if (cfg.world != 1)
-            throw ConfigError(
-                "--world " + std::to_string(cfg.world) +
-                " is invalid for strategy single (valid: 1; it is the one-device reference)");
-        },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo single_strategy() {
+  return {
+      .name = "single",
+      .summary = "the reference: whole model and batch on one device",
+      .family = StrategyFamily::single,
+      .reads = {StrategyOption::precision},
+      .make = [] { return std::make_unique<Single>(); },
+      .validate =
+          [](const RunConfig& cfg) {
+            if (cfg.world != 1)
+              throw ConfigError(
+                  "--world " + std::to_string(cfg.world) +
+                  " is invalid for strategy single (valid: 1; it is the one-device reference)");
+          },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

@@ -20,14 +20,14 @@
 // gradients that are reduce-scattered are 2 bytes a value, so every collective
 // moves half the bytes; the fp32 master of the shard sits in the optimizer
 // state (K = 12): 16Ψ/N in all, like fp32 AdamW, but a third of it is traffic-free.
-#include <deque>
-
+#include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
 #include "core/strategy.h"
+#include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
@@ -39,51 +39,30 @@ struct Gathered {
   Work work;
 };
 
-struct PendingReduce {
-  Tensor unreduced;  // the collective's workspace until `work` completes
-  Work work;
-};
-
 class Zero3 final : public Strategy {
  public:
   void setup(RankEnv& env, const std::vector<float>& init) override {
     env_ = &env;
-    groups_ = make_flat_groups(env.layout, 1, env.world);  // one per layer, padded to N
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
-    const DType dt = mp_->dtype();
-    std::vector<Optimizer::Range> shards;
-    std::vector<std::vector<float>> init_shards;
-    for (const FlatGroup& g : groups_) {
-      // Every rank was handed the same initial weights; it keeps only its slice.
-      std::vector<float>& values = init_shards.emplace_back(g.plan.shard);
-      read_group_values(values.data(), g, init, g.plan.begin(env.rank), g.plan.shard);
-      Tensor p = env.alloc.alloc(g.shard_name(env.rank), MemCategory::params, g.plan.shard, dt);
-      env.device.upload(p.raw(), dt, values.data(), values.size());
-      param_shards_.push_back(std::move(p));
-      grad_shards_.push_back(
-          env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads, g.plan.shard, dt));
-      shards.push_back({g.shard_name(env.rank), g.plan.shard});
-    }
-    optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt);
-    if (optimizer_->mixed())
-      for (const FlatGroup& g : groups_)
-        optimizer_->load_master(g.index, init_shards[g.index].data());
+    // One flat group per layer, padded to N; every rank was handed the same
+    // initial weights and keeps only its slice of each: params, grads and
+    // optimizer state are all shards.
+    states_ = std::make_unique<ShardedStates>(
+        env, init, *mp_, ShardedStatesSpec{.params = Keep::shard, .grads = Keep::shard});
   }
 
   LossShare step(int step) override {
     RankEnv& env = *env_;
-    const int W = env.world, D = env.layout.dim(), L = env.layout.num_layers();
+    ShardedStates& st = *states_;
+    const int W = env.world, L = env.layout.num_layers();
     const bool prefetch = env.cfg.prefetch;
-    const int b = env.cfg.batch / W;  // this rank's slice of the global batch, in rank order
-    Tensor x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
-    Tensor y = env.alloc.alloc("batch.y", MemCategory::activations, {b, D});
-    load_rows(env.device, env.data, step, env.rank * b, b, x.data<float>(), y.data<float>());
+    Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
 
     // Phase 1 — forward, layer by layer: gather, compute, free. The
     // activations stay (backward needs them); the parameters do not.
     const DType dt = mp_->dtype();
     LayerTape tape(env.layout, env.alloc, env.rec, dt);
-    tape.begin(x.data<float>(), b);
+    tape.begin(batch.x.data<float>(), batch.rows);
     Gathered next = gather(0);
     for (int l = 0; l < L; ++l) {
       Gathered cur = std::move(next);
@@ -93,94 +72,70 @@ class Zero3 final : public Strategy {
       cur.params.reset();  // reshard: only the 1/N shard remains
       if (!prefetch && l + 1 < L) next = gather(l + 1);
     }
-    Tensor dpred = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, dt);
-    double loss;
-    {
-      ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
-      const size_t n = static_cast<size_t>(b) * D;
-      loss = mp_->mse_loss(env.alloc, dpred.raw(), tape.output(), y.data<float>(), n, n);
-    }
+    Loss loss = mse_loss(env, *mp_, tape.output(), batch);
 
     // Phase 2 — backward, last layer first: gather the layer again, compute
     // its gradient into a full-size buffer, free the gathered parameters,
     // and reduce-scatter the gradient into this rank's shard; each full
     // gradient is freed as soon as its reduce-scatter has finished.
-    tape.begin_backward(dpred.raw());
-    std::deque<PendingReduce> pending;
+    tape.begin_backward(loss.grad.raw());
+    ReduceScatterQueue reduces;
     next = gather(L - 1);
     for (int l = L - 1; l >= 0; --l) {
       Gathered cur = std::move(next);
       if (prefetch && l > 0) next = gather(l - 1);
       cur.work.wait();
-      const FlatGroup& g = groups_[l];
+      const FlatGroup& g = st.groups()[l];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
                                     g.plan.padded(), dt);
       tape.backward(l, weight(cur), full.raw(), at(full, g.bias_offset(env.layout, l)));
       cur.params.reset();
-      Work w = env.comm->reduce_scatter_async(full.raw(), grad_shards_[l].raw(), g.plan.counts(),
-                                              dt, CommMeta{l, -1});
-      pending.push_back({std::move(full), std::move(w)});
-      free_reduced(pending, /*keep_at_most=*/2);
+      reduces.start(*env.comm, g, std::move(full), st.grad_shard(l), dt);
+      reduces.retire(/*keep_at_most=*/2);
       if (!prefetch && l > 0) next = gather(l - 1);
     }
-    free_reduced(pending, 0);
+    reduces.retire(0);
 
     // Phase 3 — each rank updates its own shard of every layer. No all-gather
     // follows: the next forward gathers each layer when it needs it. (fp16:
     // an overflow on any rank's shard skips the step on all, by a vote.)
     std::vector<void*> params, grads;
-    for (const FlatGroup& g : groups_) {
-      params.push_back(param_shards_[g.index].raw());
-      grads.push_back(grad_shards_[g.index].raw());
+    for (int l = 0; l < L; ++l) {
+      params.push_back(st.param_shard(l));
+      grads.push_back(st.grad_shard(l));
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(*optimizer_, params, grads, 1.0f / static_cast<float>(W), env.comm);
+      mp_->step(st.optimizer(), params, grads, 1.0f / static_cast<float>(W), env.comm);
     }
-    return {loss * b, b};
+    return {loss.value * batch.rows, batch.rows};
   }
 
-  std::vector<float> export_params() override {
-    if (optimizer_->mixed())
-      return gather_master_params(*env_->comm, env_->alloc, env_->layout.total(), groups_,
-                                  *optimizer_, false);
-    std::vector<const float*> shards;
-    for (const Tensor& t : param_shards_) shards.push_back(static_cast<const float*>(t.raw()));
-    return gather_model_params(*env_->comm, env_->alloc, env_->layout.total(), groups_, shards,
-                               false);
-  }
+  std::vector<float> export_params() override { return states_->export_params(); }
 
  private:
   // Starts assembling layer l from every rank's shard.
   Gathered gather(int l) {
-    const FlatGroup& g = groups_[l];
+    const FlatGroup& g = states_->groups()[l];
     Gathered out;
     out.layer = l;
     out.params = env_->alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded(),
                                    mp_->dtype());
-    out.work = env_->comm->all_gather_async(param_shards_[l].raw(), out.params.raw(),
+    out.work = env_->comm->all_gather_async(states_->param_shard(l), out.params.raw(),
                                             g.plan.counts(), mp_->dtype(), CommMeta{l, -1});
     return out;
   }
 
-  static void free_reduced(std::deque<PendingReduce>& pending, size_t keep_at_most) {
-    while (!pending.empty() && (pending.size() > keep_at_most || pending.front().work.done())) {
-      pending.front().work.wait();  // rethrows a failed collective
-      pending.pop_front();          // frees the full gradient
-    }
-  }
-
   const void* weight(Gathered& g) { return g.params.raw(); }
   const void* bias(Gathered& g) {
-    return at(g.params, groups_[g.layer].bias_offset(env_->layout, g.layer));
+    return at(g.params, states_->groups()[g.layer].bias_offset(env_->layout, g.layer));
   }
 
   RankEnv* env_ = nullptr;
-  std::vector<FlatGroup> groups_;     // one per layer
-  std::vector<Tensor> param_shards_;  // layers.L.flat[shard r/N]
-  std::vector<Tensor> grad_shards_;   // layers.L.flat[shard r/N].grad
   std::unique_ptr<MixedPrecision> mp_;
-  std::unique_ptr<Optimizer> optimizer_;  // holds the fp32 masters in mixed precision
+  // layers.L.flat[shard r/N] and its .grad; the optimizer holds the fp32
+  // masters in mixed precision.
+  std::unique_ptr<ShardedStates> states_;
 };
 
 // What Zero3 allocates, replayed for the memory preflight: the same buffers in
@@ -251,18 +206,24 @@ void plan_memory(MemoryPlan& p) {
   plan_gather_model_params(p, padded, shards, false);
 }
 
-const bool registered = register_strategy({
-    .name = "zero3",
-    .summary = "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
-               "before forward and backward, reduce-scatter its gradient",
-    .family = StrategyFamily::data_parallel,
-    .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
-    .zero_stage = 3,
-    .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
-    .make = [] { return std::make_unique<Zero3>(); },
-    .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-    .plan_memory = plan_memory,
-});
-
 }  // namespace
+
+// This strategy's entry in the registry (strategies/registry.cpp).
+StrategyInfo zero3_strategy() {
+  return {
+      .name = "zero3",
+      .summary =
+          "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
+          "before forward and backward, reduce-scatter its gradient",
+      .family = StrategyFamily::data_parallel,
+      .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
+      .zero_stage = 3,
+      .traffic = Traffic::gather_per_pass,
+      .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
+      .make = [] { return std::make_unique<Zero3>(); },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
+      .plan_memory = plan_memory,
+  };
+}
+
 }  // namespace shardlab

@@ -41,8 +41,10 @@ std::optional<View> view_from_name(const std::string& s) {
 
 App::App(const RunConfig& cfg) {
   state.form = cfg;
-  for (size_t i = 0; i < cfg.partition.size(); ++i)
-    state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
+  for (size_t i = 0; i < cfg.partition.size(); ++i) {
+    if (i) state.partition_text += ',';
+    state.partition_text += std::to_string(cfg.partition[i]);
+  }
   state.compare.slots = default_compare_slots(cfg);
   validate_form();
 }
@@ -80,8 +82,10 @@ void App::open_recording(Recording rec, const std::string& path) {
   const RunConfig& cfg = run->cfg;
   state.form = cfg;
   state.partition_text.clear();
-  for (size_t i = 0; i < cfg.partition.size(); ++i)
-    state.partition_text += (i ? "," : "") + std::to_string(cfg.partition[i]);
+  for (size_t i = 0; i < cfg.partition.size(); ++i) {
+    if (i) state.partition_text += ',';
+    state.partition_text += std::to_string(cfg.partition[i]);
+  }
   validate_form();
   ingest_result(data, *run);
   losses = run->losses;
@@ -204,8 +208,10 @@ void App::show_step(StepShow show) {
   // The run bar shows the step's settings, so the learner can change one and run again.
   state.form = show.a->cfg;
   state.partition_text.clear();
-  for (size_t i = 0; i < state.form.partition.size(); ++i)
-    state.partition_text += (i ? "," : "") + std::to_string(state.form.partition[i]);
+  for (size_t i = 0; i < state.form.partition.size(); ++i) {
+    if (i) state.partition_text += ',';
+    state.partition_text += std::to_string(state.form.partition[i]);
+  }
   validate_form();
   recording.reset();
   // A step with a second run fills the compare view with both, side by side.
@@ -392,8 +398,10 @@ void App::frame(double wall_dt) {
       if (const auto& cfg = st->run ? st->run : st->recorded) {
         state.form = *cfg;
         state.partition_text.clear();
-        for (size_t i = 0; i < cfg->partition.size(); ++i)
-          state.partition_text += (i ? "," : "") + std::to_string(cfg->partition[i]);
+        for (size_t i = 0; i < cfg->partition.size(); ++i) {
+          if (i) state.partition_text += ',';
+          state.partition_text += std::to_string(cfg->partition[i]);
+        }
       }
       if (st->look)
         if (auto v = view_from_name(st->look->view)) state.view = *v;

@@ -16,6 +16,7 @@
 #include "app/gui/logic/cluster_logic.h"
 #include "app/gui/logic/format.h"
 #include "app/gui/panels.h"
+#include "core/strategy.h"
 
 namespace shardlab::gui {
 
@@ -265,9 +266,9 @@ void draw_camping(App& app) {
     most = std::max(most, shown[r].size());
   }
   // What a hiker may hold out at once: borrowed gear, dp's whole replica, or notes.
-  const int hand_slots = pipeline                 ? 4
-                         : d.cfg.strategy == "dp" ? std::min(layers, 6)
-                                                  : std::min(layers, 3);
+  const int hand_slots = pipeline                        ? 4
+                         : is_controller(d.cfg.strategy) ? std::min(layers, 6)
+                                                         : std::min(layers, 3);
   CampLayout L = camp_layout_fitting(d.world, static_cast<int>(most), area_for(size.x), font,
                                      caption_size, hand_slots, pipeline);
   if (L.area.y1 > o.y + size.y - font * 0.3f + 0.5f) {  // it scrolls: room for the scrollbar

@@ -97,7 +97,7 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc)
       // The other options stay: a strategy that reads them takes them over.
       if (ImGui::Selectable(info.name.c_str(), info.name == s.strategy)) {
         s.strategy = info.name;
-        if (info.name == "single") s.world = 1;
+        if (info.family == StrategyFamily::single) s.world = 1;
       }
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", info.summary.c_str());
     }
@@ -236,7 +236,10 @@ void draw_selector(App& app) {
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
     std::string list;
-    for (const CompareSlot& s : c.slots) list += (list.empty() ? "" : ",") + slot_text(s);
+    for (const CompareSlot& s : c.slots) {
+      if (!list.empty()) list += ',';
+      list += slot_text(s);
+    }
     ImGui::SetTooltip(
         "runs each configuration in turn with the run bar's model, batch, steps, optimizer, "
         "seed and device\nthe same from the command line: --compare %s",

@@ -133,7 +133,13 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
     if (static_cast<int>(part.size()) != world) return {};
     int l = 0;
     for (int n : part) {
-      out.push_back("L" + std::to_string(l) + (n > 1 ? "-" + std::to_string(l + n - 1) : ""));
+      std::string name = "L";
+      name += std::to_string(l);
+      if (n > 1) {
+        name += '-';
+        name += std::to_string(l + n - 1);
+      }
+      out.push_back(std::move(name));
       l += n;
     }
   } catch (const std::exception&) {
@@ -640,7 +646,7 @@ void draw_stage_table(App& app) {
   if (ts.stage_rows.empty()) return;
   const RunConfig& c = result->cfg;
   const int P = static_cast<int>(ts.stage_rows.size());
-  const int M = c.strategy == "naive-mp" ? 1 : c.micro_batches;
+  const int M = micro_batches_run(c);
   char over[32] = "in step 0";  // a single step is measured as it is
   if (c.steps > 1) std::snprintf(over, sizeof over, "over steps 1..%d", c.steps - 1);
   ImGui::Text("Per stage, %s: P = %d stages, M = %d micro-batch%s", over, P, M, M == 1 ? "" : "es");

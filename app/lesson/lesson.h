@@ -116,8 +116,8 @@ struct Step {
   // The run this step needs, validated as `shardlab run` validates it; none
   // when the step shows a recording.
   std::optional<RunConfig> run;
-  std::optional<RunConfig> compare;  // second run, beside the first
-  std::string recording;             // path (resolved against the lesson file's folder)
+  std::optional<RunConfig> compare;   // second run, beside the first
+  std::string recording;              // path (resolved against the lesson file's folder)
   std::optional<RunConfig> recorded;  // the recording's settings (read when the lesson loads)
   std::string recorded_where;         // "cpu (…), world 3, 2026-11-23 16:40 UTC"
   std::optional<Look> look;

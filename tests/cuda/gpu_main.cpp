@@ -7,6 +7,8 @@
 
 #include <cstdio>
 
+#include "strategies/registry.h"
+
 int main(int argc, char* argv[]) {
   // cudaGetDeviceCount can fail (no driver, driver too old) without writing the count.
   int count = 0;
@@ -16,5 +18,6 @@ int main(int argc, char* argv[]) {
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 77;
   }
+  shardlab::register_builtin_strategies();
   return Catch::Session().run(argc, argv);
 }

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "app/gui/logic/palette.h"
+#include "core/strategy.h"
 
 namespace shardlab::gui {
 
@@ -596,8 +597,10 @@ std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Nam
         a.text += " " + layer_name(a.layer, n);
     }
     a.brief = a.text + " \xE2\x86\x90 ";
-    for (size_t i = 0; i < a.from.size(); ++i)
-      a.brief += (i ? "," : "") + std::to_string(a.from[i]);
+    for (size_t i = 0; i < a.from.size(); ++i) {
+      if (i) a.brief += ',';
+      a.brief += std::to_string(a.from[i]);
+    }
     a.text += " \xE2\x86\x90 " + rank_list(a.from, n);
     out.push_back(std::move(a));
   }
@@ -1021,7 +1024,7 @@ std::vector<int> notes_held(const std::vector<Holding>& holdings) {
 }
 
 bool is_pipeline(const std::string& strategy) {
-  return strategy == "naive-mp" || strategy == "gpipe" || strategy == "1f1b";
+  return in_family(strategy, StrategyFamily::pipeline);
 }
 
 }  // namespace shardlab::gui

@@ -119,7 +119,7 @@ CompareSlot slot_from(const RunConfig& base, const std::string& strategy, int wo
   };
   CompareSlot s;
   s.strategy = strategy;
-  s.world = strategy == "single" ? 1 : world > 0 ? world : base.world;
+  s.world = in_family(strategy, StrategyFamily::single) ? 1 : world > 0 ? world : base.world;
   s.micro_batches = pick(SlotOption::micro_batches, base.micro_batches, d.micro_batches);
   // --stages is one per rank in this build; a base's count only fits its own world.
   s.stages =
@@ -348,8 +348,10 @@ std::string config_label(const RunConfig& c) {
     t += " P=" + std::to_string(c.stages);
   if (is_pipeline_strategy(c.strategy) && !c.partition.empty()) {
     t += " [";
-    for (size_t i = 0; i < c.partition.size(); ++i)
-      t += (i ? "," : "") + std::to_string(c.partition[i]);
+    for (size_t i = 0; i < c.partition.size(); ++i) {
+      if (i) t += ',';
+      t += std::to_string(c.partition[i]);
+    }
     t += "]";
   }
   if (uses(SlotOption::precision) && c.precision != d.precision) t += " " + c.precision;

@@ -4,9 +4,7 @@
 #include <algorithm>
 
 #include "core/model.h"
-#if __has_include("core/model_state.h")
 #include "core/model_state.h"
-#endif
 
 namespace shardlab::gui {
 
@@ -72,9 +70,8 @@ Peak peak_of(const std::vector<CategorySample>& series) {
 
 // The formulas live with the strategies' accounting (core/model_state.h); the
 // GUI carries no copy of them, so the marker can never disagree with
-// `shardlab estimate`. Without that header the marker is simply not drawn.
+// `shardlab estimate`.
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
-#if __has_include("core/model_state.h")
   try {
     if (!has_model_state_prediction(cfg.strategy)) return std::nullopt;
     const double params = static_cast<double>(ModelLayout(ModelSpec::parse(cfg.model)).total());
@@ -83,11 +80,6 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   } catch (const std::exception&) {
     return std::nullopt;  // settings the formula does not cover
   }
-#else
-  (void)cfg;
-  (void)rank;
-  return std::nullopt;
-#endif
 }
 
 }  // namespace shardlab::gui

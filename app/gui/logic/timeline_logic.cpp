@@ -261,9 +261,13 @@ std::vector<RunGroup> group_runs(const std::vector<PhaseRun>& runs, const Viewpo
     const PhaseRun& a = runs[first];
     const PhaseRun& z = runs[first + count - 1];
     if (count == 1) return a.label();
-    if (a.letter == z.letter)
-      return std::string(1, a.letter) + std::to_string(a.micro_batch) + "-" +
-             std::to_string(z.micro_batch);
+    if (a.letter == z.letter) {  // "F3-5"; appended, as GCC 12's -Wrestrict misreads "a" + b
+      std::string s(1, a.letter);
+      s += std::to_string(a.micro_batch);
+      s += '-';
+      s += std::to_string(z.micro_batch);
+      return s;
+    }
     return a.label() + " " + z.label();
   };
   for (size_t k = 0; k < runs.size();) {

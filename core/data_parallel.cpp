@@ -1,0 +1,117 @@
+// What the data-parallel strategies share (see data_parallel.h).
+#include "core/data_parallel.h"
+
+#include "core/layer_ops.h"
+
+namespace shardlab {
+
+Batch load_batch(RankEnv& env, int step, int first_row, int rows) {
+  const int D = env.layout.dim();
+  Batch b;
+  b.rows = rows;
+  b.x = env.alloc.alloc("batch.x", MemCategory::activations, {rows, D});
+  b.y = env.alloc.alloc("batch.y", MemCategory::activations, {rows, D});
+  load_rows(env.device, env.data, step, first_row, rows, b.x.data<float>(), b.y.data<float>());
+  return b;
+}
+
+Batch load_rank_slice(RankEnv& env, int step) {
+  const int b = env.cfg.batch / env.world;
+  return load_batch(env, step, env.rank * b, b);
+}
+
+Loss mse_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch) {
+  const int D = env.layout.dim();
+  Loss loss;
+  loss.grad = env.alloc.alloc("loss.grad", MemCategory::temporary, {batch.rows, D}, mp.dtype());
+  ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
+  const size_t n = static_cast<size_t>(batch.rows) * D;
+  loss.value = mp.mse_loss(env.alloc, loss.grad.raw(), output, batch.y.data<float>(), n, n);
+  return loss;
+}
+
+ShardedStates::ShardedStates(RankEnv& env, const std::vector<float>& init, const MixedPrecision& mp,
+                             ShardedStatesSpec spec)
+    : env_(env), spec_(spec) {
+  groups_ = make_flat_groups(env.layout, spec.layers_per_group, env.world);
+  const DType dt = mp.dtype();
+  std::vector<Optimizer::Range> shards;
+  for (const FlatGroup& g : groups_) {
+    // Every rank was handed the same initial weights; a shard keeps only its slice.
+    const bool whole = spec.params == Keep::whole;
+    const size_t begin = whole ? 0 : g.plan.begin(env.rank);
+    const size_t count = whole ? g.plan.padded() : g.plan.shard;
+    std::vector<float> values(count);
+    read_group_values(values.data(), g, init, begin, count);
+    Tensor p = env.alloc.alloc(whole ? g.name : g.shard_name(env.rank), MemCategory::params, count,
+                               dt, spec.pool);
+    write_from_host(env.device, p, 0, values.data(), values.size());  // either pool
+    params_.push_back(std::move(p));
+    if (spec.grads == Keep::whole)
+      grads_.push_back(
+          env.alloc.alloc(g.name + ".grad", MemCategory::grads, g.plan.padded(), dt, spec.pool));
+    else
+      grads_.push_back(env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads,
+                                       g.plan.shard, dt, spec.pool));
+    shards.push_back({g.shard_name(env.rank), g.plan.shard});
+  }
+  // The optimizer state (and in mixed precision the fp32 master) exists for
+  // this rank's shard of each group only: ZeRO's first saving, in every stage.
+  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool);
+  if (optimizer_->mixed())
+    for (const FlatGroup& g : groups_) {
+      std::vector<float> master(g.plan.shard);
+      read_group_values(master.data(), g, init, g.plan.begin(env.rank), g.plan.shard);
+      optimizer_->load_master(g.index, master.data());
+    }
+}
+
+void* ShardedStates::param_shard(int g) {
+  return spec_.params == Keep::whole ? at(params_[g], groups_[g].plan.begin(env_.rank))
+                                     : params_[g].raw();
+}
+
+void* ShardedStates::grad_shard(int g) {
+  return spec_.grads == Keep::whole ? at(grads_[g], groups_[g].plan.begin(env_.rank))
+                                    : grads_[g].raw();
+}
+
+std::vector<float> ShardedStates::export_params() {
+  const bool on_host = spec_.pool == Pool::host;
+  const size_t total = env_.layout.total();
+  if (optimizer_->mixed())  // the model's weights are the fp32 masters
+    return gather_master_params(*env_.comm, env_.alloc, total, groups_, *optimizer_, on_host);
+  if (spec_.params == Keep::shard) {
+    std::vector<const float*> shards;
+    for (const Tensor& t : params_) shards.push_back(static_cast<const float*>(t.raw()));
+    return gather_model_params(*env_.comm, env_.alloc, total, groups_, shards, on_host);
+  }
+  // Whole parameters: rank 0 already holds every value.
+  if (env_.rank != 0) return {};
+  std::vector<float> flat(total);
+  for (const FlatGroup& g : groups_)
+    env_.device.download(flat.data() + g.offset, params_[g.index].raw(), DType::f32, g.numel());
+  return flat;
+}
+
+void ReduceScatterQueue::start(Comm& comm, const FlatGroup& g, Tensor unreduced, void* out,
+                               DType dt, Tensor staged) {
+  Pending p;
+  p.group = g.index;
+  p.staged = std::move(staged);
+  p.work =
+      comm.reduce_scatter_async(unreduced.raw(), out, g.plan.counts(), dt, CommMeta{g.first, -1});
+  p.unreduced = std::move(unreduced);
+  pending_.push_back(std::move(p));
+}
+
+void ReduceScatterQueue::retire(size_t keep_at_most, const std::function<void(Pending&)>& on_done) {
+  while (!pending_.empty() && (pending_.size() > keep_at_most || pending_.front().work.done())) {
+    Pending& p = pending_.front();
+    p.work.wait();  // rethrows a failed collective
+    if (on_done) on_done(p);
+    pending_.pop_front();  // frees the full gradient (and the staged shard)
+  }
+}
+
+}  // namespace shardlab

@@ -1,0 +1,120 @@
+// The mechanics the data-parallel strategies share, so that each strategy file
+// keeps only its phases: this rank's rows of the batch and their loss, the
+// model states of a sharded rank (zero1/2/3, fsdp), and the reduce-scatters
+// started during backward. (core/pipeline.h is the same for the pipelines.)
+#pragma once
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/optimizer.h"
+#include "core/precision.h"
+#include "core/sharding.h"
+#include "core/strategy.h"
+
+namespace shardlab {
+
+// ---------------------------------------------------------------------------
+// Batch and loss
+// ---------------------------------------------------------------------------
+
+// Rows [first_row, first_row + rows) of step `step`'s global batch: inputs x
+// and targets y [rows, D], fp32 activations named "batch.x" and "batch.y".
+struct Batch {
+  int rows = 0;
+  Tensor x, y;
+};
+Batch load_batch(RankEnv& env, int step, int first_row, int rows);
+// This rank's slice, in rank order: rows [rank·b, (rank + 1)·b), b = batch / world.
+Batch load_rank_slice(RankEnv& env, int step);
+
+// The MSE loss of `output` [rows, D] (stored in mp's dtype) against the
+// batch's targets, as one loss span. `value` is the mean over the batch's
+// rows; `grad` ("loss.grad", a temporary in mp's dtype) is its gradient, the
+// start of backward.
+struct Loss {
+  double value = 0;
+  Tensor grad;
+};
+Loss mse_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch);
+
+// ---------------------------------------------------------------------------
+// Sharded model states (ZeRO stages 1–3, FSDP)
+// ---------------------------------------------------------------------------
+
+// What a rank keeps of a model state: the whole (padded) flat buffer, the
+// same on every rank, or only its own 1/N shard. The ZeRO stages differ in
+// exactly these switches; the optimizer state is always sharded.
+enum class Keep { whole, shard };
+
+struct ShardedStatesSpec {
+  int layers_per_group = 1;  // 1: a flat group per layer (ZeRO); K: FSDP units of K layers
+  Keep params = Keep::shard;
+  Keep grads = Keep::shard;
+  Pool pool = Pool::device;  // Pool::host: the model states live in host memory (offload)
+};
+
+// One rank's model states, a flat buffer per group: parameters and gradients
+// ("layers.3.flat", "layers.3.flat[shard 1/4].grad"; whole or shard as the
+// spec says) and an optimizer over this rank's shards only (its state, and
+// the fp32 masters in mixed precision).
+class ShardedStates {
+ public:
+  // Allocates the buffers group by group (parameters, then gradients), then
+  // the optimizer, and fills them from the full initial parameters `init`.
+  ShardedStates(RankEnv& env, const std::vector<float>& init, const MixedPrecision& mp,
+                ShardedStatesSpec spec);
+
+  const std::vector<FlatGroup>& groups() const { return groups_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  // Group g's parameter and gradient buffers: whole or shard, as allocated.
+  Tensor& params(int g) { return params_[g]; }
+  Tensor& grads(int g) { return grads_[g]; }
+  // Where this rank's shard of group g begins in them.
+  void* param_shard(int g);
+  void* grad_shard(int g);
+
+  // Collective: the model's flat fp32 parameters on rank 0 ({} elsewhere):
+  // the fp32 masters in mixed precision, else the parameters themselves.
+  std::vector<float> export_params();
+
+ private:
+  RankEnv& env_;
+  ShardedStatesSpec spec_;
+  std::vector<FlatGroup> groups_;
+  std::vector<Tensor> params_, grads_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+// ---------------------------------------------------------------------------
+// Reduce-scatters in flight during backward
+// ---------------------------------------------------------------------------
+
+// Reduce-scatters of unreduced gradients, oldest first. Each keeps its
+// full-size gradient (the collective's workspace) until it completes; retiring
+// it frees that buffer, so at most a few layers' full gradients exist at once.
+class ReduceScatterQueue {
+ public:
+  struct Pending {
+    int group = -1;
+    Tensor unreduced;  // the full gradient being reduce-scattered
+    Tensor staged;     // optional: where the reduced shard lands before its home (offload)
+    Work work;
+  };
+
+  // Starts reduce-scattering group g's full gradient `unreduced` into `out`
+  // (this rank's shard of the sum), on the comm thread.
+  void start(Comm& comm, const FlatGroup& g, Tensor unreduced, void* out, DType dt,
+             Tensor staged = {});
+  // Retires the reduce-scatters that are done, oldest first, and waits for the
+  // oldest while more than `keep_at_most` are in flight (memory stays bounded
+  // even when the comm thread falls behind backward). `on_done` runs for each
+  // before its buffers are freed. Rethrows a failed collective.
+  void retire(size_t keep_at_most, const std::function<void(Pending&)>& on_done = {});
+
+ private:
+  std::deque<Pending> pending_;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,97 @@
+// The registry's built-in entries and what they declare (traffic, in-flight
+// formula), the ZeRO accounting's one split, and the shared data-parallel
+// mechanics (core/data_parallel.h, core/phase_barrier.h).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "core/comm.h"
+#include "core/model_state.h"
+#include "core/phase_barrier.h"
+#include "core/sharding.h"
+#include "core/strategy.h"
+#include "strategies/registry.h"
+
+using namespace shardlab;
+
+TEST_CASE("built-in strategies are registered once, each with its traffic", "[structure]") {
+  register_builtin_strategies();  // main() already did: a second call changes nothing
+  const size_t n = all_strategies().size();
+  register_builtin_strategies();
+  CHECK(all_strategies().size() == n);
+  CHECK_THROWS_AS(register_strategy(ddp_strategy()), std::logic_error);
+  CHECK(all_strategies().size() == n);
+
+  const std::map<std::string, Traffic> traffic = {
+      {"single", Traffic::none},          {"ddp", Traffic::all_reduce},
+      {"dp", Traffic::controller_copies}, {"zero1", Traffic::all_reduce},
+      {"zero2", Traffic::all_reduce},     {"zero3", Traffic::gather_per_pass},
+      {"fsdp", Traffic::gather_per_pass}, {"naive-mp", Traffic::activations},
+      {"gpipe", Traffic::activations},    {"1f1b", Traffic::activations}};
+  REQUIRE(n == traffic.size());
+  for (const StrategyInfo& s : all_strategies()) {
+    INFO(s.name);
+    REQUIRE(traffic.count(s.name));
+    CHECK(s.traffic == traffic.at(s.name));
+    CHECK(s.in_flight_formula.empty() == (s.family != StrategyFamily::pipeline));
+    CHECK(is_controller(s.name) == (s.name == "dp"));
+  }
+  CHECK(family_names(StrategyFamily::pipeline) == "gpipe, naive-mp, 1f1b");
+  CHECK(family_names(StrategyFamily::single) == "single");
+  CHECK_FALSE(is_controller("nope"));
+}
+
+TEST_CASE("the model-state split adds up to the predicted bytes and formula", "[structure]") {
+  for (const StrategyInfo& s : all_strategies()) {
+    if (!has_model_state_prediction(s.name)) continue;
+    for (const char* precision : {"fp32", "bf16"})
+      for (int rank : {0, 1}) {
+        ModelStateInput in;
+        in.params = 1e6;
+        in.world = s.family == StrategyFamily::single ? 1 : 4;
+        in.strategy = s.name;
+        in.precision = precision;
+        INFO(s.name << " " << precision << " rank " << rank);
+        const ModelStateSplit split = model_state_split(in, rank);
+        const ModelStateBytes bytes = predict_model_state(in, rank);
+        CHECK(bytes.total() == split.whole * in.params + split.sharded * in.params / in.world);
+        CHECK(split.whole + split.sharded ==
+              split.params.bytes + split.grads.bytes + split.optimizer.bytes);
+        CHECK(split.params.sharded == (s.zero_stage >= 3));
+        CHECK(split.grads.sharded == (s.zero_stage >= 2));
+      }
+  }
+  // Stage 2 in mixed precision: 2Ψ whole, (2 + 12)Ψ/N sharded.
+  ModelStateInput z2;
+  z2.params = 1e6;
+  z2.world = 4;
+  z2.strategy = "zero2";
+  z2.precision = "bf16";
+  const ModelStateSplit split = model_state_split(z2, 0);
+  CHECK(split.whole == 2);
+  CHECK(split.sharded == 14);
+  CHECK(predict_model_state(z2, 0).formula == "2Ψ + 14Ψ/N");
+}
+
+TEST_CASE("a phase barrier names a party that stalls, and fails at once after one leaves",
+          "[structure]") {
+  PhaseBarrier stalled("dp", 2, std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(stalled.arrive_and_wait(0, "gather"),
+                    "rank 0: dp gather: timed out after 200 ms waiting for device(s) 1");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+
+  PhaseBarrier left("dp", 2, std::chrono::milliseconds(10000));
+  std::thread other([&] { left.leave(1); });
+  CHECK_THROWS_WITH(left.arrive_and_wait(0, "reduce"), "rank 0: dp reduce: device 1 left the run");
+  other.join();
+
+  PhaseBarrier ok("dp", 2, std::chrono::milliseconds(10000));
+  std::thread peer([&] { ok.arrive_and_wait(1, "broadcast"); });
+  CHECK_NOTHROW(ok.arrive_and_wait(0, "broadcast"));
+  peer.join();
+}
