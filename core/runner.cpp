@@ -29,7 +29,9 @@ double median(std::vector<double> v) {
 void RunControl::pause() {
   std::lock_guard<std::mutex> lock(mu_);
   paused_ = true;
-  allowed_until_ = highest_seen_;
+  // A step some rank has already entered must be let in for every rank: the
+  // others would otherwise leave it waiting in a collective while paused.
+  allowed_until_ = highest_admitted_ + 1;
 }
 
 void RunControl::resume() {
@@ -44,7 +46,7 @@ void RunControl::step_once() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     paused_ = true;
-    allowed_until_ = std::max(allowed_until_, highest_seen_) + 1;
+    allowed_until_ = std::max(allowed_until_, highest_admitted_ + 1) + 1;
   }
   cv_.notify_all();
 }
@@ -52,7 +54,9 @@ void RunControl::step_once() {
 void RunControl::cancel() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cancelled_ = true;
+    // The same rule as pause: every rank finishes the steps any rank has
+    // entered, and all of them stop at the same boundary, none in a collective.
+    cancel_from_ = std::min(cancel_from_, highest_admitted_ + 1);
   }
   cv_.notify_all();
 }
@@ -64,9 +68,9 @@ bool RunControl::paused() const {
 
 void RunControl::gate(int step) {
   std::unique_lock<std::mutex> lock(mu_);
-  highest_seen_ = std::max(highest_seen_, step);
-  cv_.wait(lock, [&] { return cancelled_ || !paused_ || step < allowed_until_; });
-  if (cancelled_) throw RunCancelled();
+  cv_.wait(lock, [&] { return step >= cancel_from_ || !paused_ || step < allowed_until_; });
+  if (step >= cancel_from_) throw RunCancelled();
+  highest_admitted_ = std::max(highest_admitted_, step);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -67,9 +68,9 @@ class RunControl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool paused_ = false;
-  bool cancelled_ = false;
-  int allowed_until_ = 0;  // while paused, steps below this may run
-  int highest_seen_ = 0;
+  int cancel_from_ = std::numeric_limits<int>::max();  // ranks stop at this step
+  int allowed_until_ = 0;                              // while paused, steps below this may run
+  int highest_admitted_ = -1;                          // the latest step any rank has entered
 };
 
 class RunCancelled : public std::runtime_error {

@@ -319,6 +319,7 @@ TEST_CASE("compare rows arrive one by one: a finished run shows while the next r
   s.cancel();
   s.poll(entries);
   CHECK_FALSE(s.busy());
+  INFO("entry 1 error: " << entries[1].error);
   CHECK_FALSE(entries[1].done);
   CHECK_FALSE(entries[2].done);
 }
