@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -164,7 +165,9 @@ class GlooComm final : public Comm {
     OpInfo op{SpanKind::all_reduce, bytes, meta};
     return enqueue(op, [this, buf, count, bytes, dt](uint64_t seq) {
       if (world_ == 1 || count == 0) return;
-      gloo::AllreduceOptions opts(ctx_);
+      auto opts_owner = std::make_shared<gloo::AllreduceOptions>(ctx_);
+      const KeepOnThrow keep(*this, opts_owner);
+      auto& opts = *opts_owner;
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
       if (dt == DType::f32)
         opts.setOutput(static_cast<float*>(buf), count);
@@ -210,7 +213,9 @@ class GlooComm final : public Comm {
           }
           if (total == 0) return;
           // Gloo's allgatherv takes bytes as elements; the dtype does not matter to a copy.
-          gloo::AllgathervOptions opts(ctx_);
+          auto opts_owner = std::make_shared<gloo::AllgathervOptions>(ctx_);
+          const KeepOnThrow keep(*this, opts_owner);
+          auto& opts = *opts_owner;
           if (!in_place && byte_counts[rank_] > 0) {
             opts.setInput(const_cast<uint8_t*>(in), byte_counts[rank_]);
           }
@@ -228,7 +233,9 @@ class GlooComm final : public Comm {
     check_rank(op, root, "root");
     return enqueue(op, [this, buf, bytes, root](uint64_t seq) {
       if (world_ == 1 || bytes == 0) return;
-      gloo::BroadcastOptions opts(ctx_);
+      auto opts_owner = std::make_shared<gloo::BroadcastOptions>(ctx_);
+      const KeepOnThrow keep(*this, opts_owner);
+      auto& opts = *opts_owner;
       opts.setOutput(static_cast<uint8_t*>(buf), bytes);
       opts.setRoot(root);
       opts.setTag(static_cast<uint32_t>(seq));
@@ -244,7 +251,9 @@ class GlooComm final : public Comm {
     check_rank(op, root, "root");
     return enqueue(op, [this, buf, count, bytes, root, dt](uint64_t seq) {
       if (world_ == 1 || count == 0) return;
-      gloo::ReduceOptions opts(ctx_);
+      auto opts_owner = std::make_shared<gloo::ReduceOptions>(ctx_);
+      const KeepOnThrow keep(*this, opts_owner);
+      auto& opts = *opts_owner;
       // Gloo's typed setters only record the element size: 2-byte types go as uint16_t.
       auto set = [&](auto* data, auto* scratch) {
         if (rank_ == root) {
@@ -276,7 +285,9 @@ class GlooComm final : public Comm {
     OpInfo op{SpanKind::barrier, 0, {}};
     return enqueue(op, [this](uint64_t seq) {
       if (world_ == 1) return;
-      gloo::BarrierOptions opts(ctx_);
+      auto opts_owner = std::make_shared<gloo::BarrierOptions>(ctx_);
+      const KeepOnThrow keep(*this, opts_owner);
+      auto& opts = *opts_owner;
       opts.setTag(static_cast<uint32_t>(seq));
       opts.setTimeout(timeout_);
       gloo::barrier(opts);
@@ -419,8 +430,11 @@ class GlooComm final : public Comm {
       const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
       auto* scratch = static_cast<char*>(
           rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es));
-      auto in_buf = ctx_->createUnboundBuffer(in, total * es);
-      auto tmp_buf = ctx_->createUnboundBuffer(scratch, max_chunk * es);
+      std::shared_ptr<gloo::transport::UnboundBuffer> in_buf =
+          ctx_->createUnboundBuffer(in, total * es);
+      std::shared_ptr<gloo::transport::UnboundBuffer> tmp_buf =
+          ctx_->createUnboundBuffer(scratch, max_chunk * es);
+      const KeepOnThrow keep_in(*this, in_buf), keep_tmp(*this, tmp_buf);
       const int next = (rank_ + 1) % w;
       const int prev = (rank_ + w - 1) % w;
       for (int s = 0; s < w - 1; ++s) {
@@ -518,6 +532,31 @@ class GlooComm final : public Comm {
                                  ": send/recv never waited on before the comm was destroyed");
     return Work(state);
   }
+
+  // When a Gloo op throws (a peer closed its connection, a timeout), Gloo's
+  // transport thread may still be signalling that op's buffers; freeing them at
+  // once races with it (ThreadSanitizer saw pthread_cond_destroy against
+  // UnboundBuffer::signalException). A failed op's buffers are therefore kept
+  // until this communicator is destroyed; a failed comm runs nothing more.
+  class KeepOnThrow {
+   public:
+    KeepOnThrow(GlooComm& comm, std::shared_ptr<void> held)
+        : comm_(comm), held_(std::move(held)), unwinding_(std::uncaught_exceptions()) {}
+    ~KeepOnThrow() {
+      if (std::uncaught_exceptions() <= unwinding_) return;
+      std::lock_guard<std::mutex> lock(comm_.kept_mu_);
+      comm_.kept_.push_back(std::move(held_));
+    }
+    KeepOnThrow(const KeepOnThrow&) = delete;
+    KeepOnThrow& operator=(const KeepOnThrow&) = delete;
+
+   private:
+    GlooComm& comm_;
+    std::shared_ptr<void> held_;
+    const int unwinding_;
+  };
+  std::mutex kept_mu_;
+  std::vector<std::shared_ptr<void>> kept_;  // declared before ctx_: freed after it
 
   const int rank_;
   const int world_;
