@@ -5,8 +5,6 @@
 // range and consistency with the run's settings before a RunResult exists.
 #include "core/recording.h"
 
-#include "core/atomic_file.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -585,16 +583,6 @@ void check_columns(const Checker& ck, const json& v, const char* key,
       ck.fail(at(key, i), describe(v[i]) + " (valid: " + json(want).dump() + ")");
 }
 
-const char* file_type(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISLNK(m)) return "a symbolic link";
-  return "not a regular file";
-}
-
 std::string parent_dir(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -800,7 +788,7 @@ void check_recording_path(const std::string& path) {
       bad("it is a symbolic link, and recordings are never written through one (valid: the "
           "path it points to, or remove the link)");
     if (!S_ISREG(st.st_mode))
-      bad(std::string("it is ") + file_type(st.st_mode) + " (valid: a regular file path)");
+      bad(std::string("it is ") + file_kind(st.st_mode) + " (valid: a regular file path)");
   } else if (errno != ENOENT) {
     bad(std::strerror(errno));
   }
@@ -848,7 +836,7 @@ Recording load_recording(const std::string& path) {
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) bad(std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
-    bad(std::string("is ") + file_type(st.st_mode) + ", not a recording (valid: a regular file)");
+    bad(std::string("is ") + file_kind(st.st_mode) + ", not a recording (valid: a regular file)");
   if (st.st_size == 0) bad("is empty, not a recording");
   if (st.st_size > kRecordingMaxBytes)
     bad("is " + std::to_string(st.st_size >> 20) + " MiB, more than the " +

@@ -27,11 +27,16 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "tests/st_bytes.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace shardlab;
+using shardlab::test::raw;
+using shardlab::test::st_file;
 using shardlab::test::TempDir;
+using shardlab::test::u64_le;
+using shardlab::test::write_bytes;
 
 namespace {
 
@@ -40,28 +45,6 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-void put(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string u64_le(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-
-// A file from a literal header (no padding) and raw data bytes.
-std::string st_file(const std::string& header, const std::string& data) {
-  return u64_le(header.size()) + header + data;
-}
-
-template <typename T>
-std::string raw(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
@@ -94,7 +77,7 @@ void expect_refused(const TempDir& dir, const std::string& bytes,
                     const std::vector<std::string>& parts) {
   static int n = 0;
   const std::string path = dir.file("case" + std::to_string(n++) + ".safetensors");
-  put(path, bytes);
+  write_bytes(path, bytes);
   const std::string msg = refusal(path);
   for (const std::string& p : parts) {
     INFO("message: " << msg);
@@ -147,9 +130,9 @@ TEST_CASE("malformed checkpoints: each refused with one clear line within a seco
   const std::string f32x4 = raw(std::vector<float>{1.f, 2.f, 3.f, 4.f});
 
   SECTION("a good file loads (the control)") {
-    put(dir.file("ok.safetensors"),
-        st_file("{" + entry("w", "F32", "[2]", 0, 8) + "," + entry("v", "F32", "[2]", 8, 16) + "}",
-                f32x4));
+    write_bytes(dir.file("ok.safetensors"), st_file("{" + entry("w", "F32", "[2]", 0, 8) + "," +
+                                                        entry("v", "F32", "[2]", 8, 16) + "}",
+                                                    f32x4));
     CHECK(load_safetensors(dir.file("ok.safetensors")).size() == 2);
   }
   SECTION("0 bytes") {
@@ -170,7 +153,7 @@ TEST_CASE("malformed checkpoints: each refused with one clear line within a seco
     // The first data byte is a space (0x20), so one byte long still parses too, and
     // the data section is then a byte short.
     const std::string good = st_file(header, raw(std::vector<uint32_t>{0x3f800020u, 0x40000000u}));
-    put(dir.file("good.safetensors"), good);
+    write_bytes(dir.file("good.safetensors"), good);
     REQUIRE(load_safetensors(dir.file("good.safetensors"))[0].data.size() == 2);
     expect_refused(dir, u64_le(header.size() - 1) + good.substr(8),
                    {"1 byte [8, 9) after the last tensor 'w'", "wrong header length"});
@@ -182,7 +165,7 @@ TEST_CASE("malformed checkpoints: each refused with one clear line within a seco
     for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(saved[i])} << (8 * i);
     for (const uint64_t wrong : {n - 1, n + 1, n - 8, n + 8}) {
       INFO("header length " << wrong << " instead of " << n);
-      put(dir.file("shifted.safetensors"), u64_le(wrong) + saved.substr(8));
+      write_bytes(dir.file("shifted.safetensors"), u64_le(wrong) + saved.substr(8));
       refusal(dir.file("shifted.safetensors"));
     }
   }
@@ -191,7 +174,7 @@ TEST_CASE("malformed checkpoints: each refused with one clear line within a seco
                    {"header length 18446744073709551615", "runs past the end"});
     // Within the file (a sparse one) but over the reference's limit: refused unread.
     const std::string big = dir.file("bigheader.safetensors");
-    put(big, u64_le(200ull << 20) + "{");
+    write_bytes(big, u64_le(200ull << 20) + "{");
     fs::resize_file(big, 300ull << 20);
     CHECK(refusal(big).find("over the 100 MiB limit") != std::string::npos);
   }
@@ -308,7 +291,7 @@ TEST_CASE("non-regular files are refused before anything is read", "[files][io]"
   SECTION("an 8 GiB sparse file with a small header: refused by its size, not read") {
     const std::string big = dir.file("huge.safetensors");
     const std::string header = "{" + entry("w", "F32", "[2]", 0, 8) + "}";
-    put(big, st_file(header, raw(std::vector<float>{1, 2})));
+    write_bytes(big, st_file(header, raw(std::vector<float>{1, 2})));
     fs::resize_file(big, 8ull << 30);
     const std::string msg = refusal(big);
     const uint64_t data_size = (8ull << 30) - 8 - header.size();
@@ -333,8 +316,8 @@ TEST_CASE("NaN and Inf load as stored; find_nonfinite names the first", "[files]
         "tensor 'n' holds 1 non-finite value of 3, the first NaN at index 2");
   CHECK(find_nonfinite({t[0]}).empty());
   // F16 infinity widens to float infinity and is found the same way.
-  put(path, st_file("{" + entry("h", "F16", "[2]", 0, 4) + "}",
-                    raw(std::vector<uint16_t>{0x3C00, 0xFC00})));
+  write_bytes(path, st_file("{" + entry("h", "F16", "[2]", 0, 4) + "}",
+                            raw(std::vector<uint16_t>{0x3C00, 0xFC00})));
   CHECK(find_nonfinite(load_safetensors(path)) ==
         "tensor 'h' holds 1 non-finite value of 2, the first -Inf at index 1");
 }
@@ -348,7 +331,7 @@ TEST_CASE("atomic writes: links, devices, leftovers", "[files][io]") {
   const auto a = weights(1.f, 10), b = weights(2.f, 10);
 
   SECTION("a symlink at the target is replaced by the file, its target untouched") {
-    put(dir.file("victim"), "keep me");
+    write_bytes(dir.file("victim"), "keep me");
     fs::create_symlink(dir.file("victim"), path);
     save_safetensors(path, a);
     CHECK_FALSE(fs::is_symlink(path));
@@ -356,7 +339,7 @@ TEST_CASE("atomic writes: links, devices, leftovers", "[files][io]") {
     CHECK(slurp(dir.file("victim")) == "keep me");
   }
   SECTION("links at temporary-like names are never written through") {
-    put(dir.file("victim"), "keep me");
+    write_bytes(dir.file("victim"), "keep me");
     // The old fixed name, and hidden names like the writer's own.
     for (const std::string& name :
          {std::string("out.safetensors.tmp"), std::string(".out.safetensors.tmp-AAAAAA"),
@@ -403,7 +386,7 @@ TEST_CASE("atomic writes: links, devices, leftovers", "[files][io]") {
     std::string why;
     CHECK(check_file_writable(path, &why));
     CHECK_FALSE(fs::exists(path));
-    put(path, "old");
+    write_bytes(path, "old");
     CHECK(check_file_writable(path, &why));
     CHECK(slurp(path) == "old");
     CHECK_FALSE(check_file_writable(dir.file("no/such/x"), &why));

@@ -21,12 +21,17 @@
 #include "core/recorder.h"
 #include "core/safetensors.h"
 #include "core/trace.h"
+#include "tests/st_bytes.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace shardlab;
+using shardlab::test::raw;
+using shardlab::test::st_file;
 using shardlab::test::TempDir;
+using shardlab::test::u64_le;
+using shardlab::test::write_bytes;
 
 namespace {
 
@@ -35,28 +40,6 @@ std::string read_bytes(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string u64_le(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-
-// A safetensors file from a literal header and raw data bytes, with no padding.
-std::string st_file(const std::string& header, const std::string& data) {
-  return u64_le(header.size()) + header + data;
-}
-
-template <typename T>
-std::string raw(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
 // The SafetensorsError message from loading `path`; fails the test if it loads.
