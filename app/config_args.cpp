@@ -14,7 +14,7 @@ const std::set<std::string>& run_options() {
       "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
       "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
       "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
-      "backend",   "record"};
+      "backend",   "record",    "seq",        "data"};
   return options;
 }
 
@@ -47,6 +47,12 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& what
 RunConfig config_from(const Args& a) {
   RunConfig c;
   c.model = a.str("model", c.model);
+  if (a.has("seq")) {  // 0 in RunConfig means "not given": the typed value must be valid
+    c.seq = a.integer("seq", c.seq, "1 to 4096");
+    if (c.seq < 1 || c.seq > 4096)
+      throw ConfigError("--seq " + std::to_string(c.seq) + " is invalid (valid: 1 to 4096)");
+  }
+  c.data = a.str("data", c.data);
   c.strategy = a.str("strategy", c.strategy);
   // The ranges validate_common() and the strategies check, for values that are
   // not numbers of the option's type at all ("two", "1e300", "nan").

@@ -124,9 +124,12 @@ int cmd_estimate(int argc, char** argv) {
     throw ConfigError("give either --params or --model, not both");
   if (auto p = a.get("params"))
     in.params = parse_params(*p);
-  else if (auto m = a.get("model"))
-    in.params = static_cast<double>(ModelLayout(ModelSpec::parse(*m)).total());
-  else
+  else if (auto m = a.get("model")) {
+    RunConfig c;
+    c.model = *m;
+    if (auto t = a.get("seq")) c.seq = a.integer("seq", 0, "1 to 65536");
+    in.params = static_cast<double>(make_layout(c).unique_total());
+  } else
     throw ConfigError("--params is required (e.g. --params 7.5e9, or --model mlp:8x1024)");
   if (!a.has("world")) throw ConfigError("--world is required (e.g. --world 64)");
   if (!a.has("strategy"))

@@ -62,7 +62,7 @@ struct Row {
 
 std::vector<Row> rows(const RunResult& r) {
   const RunConfig& c = r.cfg;
-  const ModelLayout layout(ModelSpec::parse(c.model));
+  const ModelLayout layout = make_layout(c);
   const ModelStateInput in = model_state_input(c, static_cast<double>(layout.total()));
   const double pad = padding_bytes(c, layout, in);
   const bool controller = strategy_info(c.strategy).controller;

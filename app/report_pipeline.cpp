@@ -15,7 +15,7 @@ namespace {
 
 std::string partition_text(const RunConfig& c) {
   std::string s;
-  for (int n : pipeline_partition(c, ModelLayout(ModelSpec::parse(c.model)))) {
+  for (int n : pipeline_partition(c, make_layout(c))) {
     if (!s.empty()) s += ',';
     s += std::to_string(n);
   }
@@ -79,7 +79,7 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j) {
   j["pipeline"] = {{"stages", stages.size()},
                    {"micro_batches", M},
                    {"rows_per_micro_batch", c.batch / M},
-                   {"partition", pipeline_partition(c, ModelLayout(ModelSpec::parse(c.model)))},
+                   {"partition", pipeline_partition(c, make_layout(c))},
                    {"recompute", c.recompute},
                    {"bubble_formula", bubble_formula(static_cast<int>(stages.size()), M)},
                    {"per_stage", rows}};

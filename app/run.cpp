@@ -12,6 +12,7 @@
 #include "core/checkpoint.h"
 #include "core/cores.h"
 #include "core/memory_estimate.h"
+#include "core/model_family.h"
 #include "core/placement.h"
 #include "core/recording.h"
 #include "core/runner.h"
@@ -29,7 +30,12 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 
   --model SPEC        mlp:LxD, L Linear(D,D) layers with GELU between (default mlp:8x256);
                       mlp:LxD+bn adds BatchNorm1d(D) between each hidden Linear and its GELU
-                      (batch statistics per micro-batch; single, naive-mp, gpipe, 1f1b; fp32)
+                      (batch statistics per micro-batch; single, naive-mp, gpipe, 1f1b; fp32);
+                      gpt:LxCxH, nanoGPT's GPT-2 with L blocks, C channels, H heads, trained
+                      on characters with cross-entropy (e.g. gpt:2x64x4)
+  --seq T             gpt: context length in characters (default 64)
+  --data FILE         gpt: UTF-8 text to train on (default: assets/corpus.txt, the project's
+                      own English and Chinese lesson and README texts)
   --strategy NAME     %s (default ddp)
   --world N           number of ranks (default 2)
   --batch N           global batch, split across ranks in rank order (default 64)
@@ -135,7 +141,7 @@ int cmd_run(int argc, char** argv) {
   }
   const RunConfig cfg = config_from(a);
   validate(cfg, a.given());
-  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const ModelLayout layout = make_layout(cfg);
 
   // Check every output path before spending time on the run.
   check_distinct_paths(a);
@@ -171,14 +177,15 @@ int cmd_run(int argc, char** argv) {
     init = init_params(layout, cfg.seed);
   if (auto p = a.get("save-init")) save_params(*p, layout, init);
   if (auto p = a.get("save-data"))
-    save_data(*p, SyntheticData(layout.dim(), cfg.seed), cfg.steps, cfg.batch);
+    save_data(*p, layout, *layout.family().dataset(layout, cfg.seed, cfg), cfg.steps, cfg.batch);
 
   const bool json = a.has("json");
   if (!json)
     std::printf(
         "shardlab run: %s (%zu params), %s, world %d, batch %d, %d steps, %s lr %g, seed %llu\n",
-        cfg.model.c_str(), layout.total(), cfg.strategy.c_str(), cfg.world, cfg.batch, cfg.steps,
-        to_string(cfg.optimizer.kind), cfg.optimizer.lr, static_cast<unsigned long long>(cfg.seed));
+        cfg.model.c_str(), layout.unique_total(), cfg.strategy.c_str(), cfg.world, cfg.batch,
+        cfg.steps, to_string(cfg.optimizer.kind), cfg.optimizer.lr,
+        static_cast<unsigned long long>(cfg.seed));
 
   // Progress on stderr, at most once a second, so long runs show they are alive.
   RunCallbacks cb;

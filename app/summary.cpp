@@ -49,7 +49,7 @@ nlohmann::json summary_json(const RunResult& r) {
   const RunConfig& c = r.cfg;
   nlohmann::json j;
   j["model"] = c.model;
-  j["params"] = ModelLayout(ModelSpec::parse(c.model)).total();
+  j["params"] = make_layout(c).unique_total();
   j["strategy"] = c.strategy;
   j["world"] = c.world;
   j["batch"] = c.batch;

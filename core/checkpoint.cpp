@@ -1,6 +1,7 @@
 // Checkpoint and data files on top of the safetensors reader/writer.
 #include "core/checkpoint.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -18,9 +19,12 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 // What a checkpoint holds, as PyTorch's state_dict: parameters, then buffers.
+// A tied parameter is stored once, under its home's name (safetensors keeps
+// shared tensors once; nanoGPT's lm_head.weight is transformer.wte.weight).
 std::vector<const ParamInfo*> state_entries(const ModelLayout& layout) {
   std::vector<const ParamInfo*> v;
-  for (const ParamInfo& p : layout.params()) v.push_back(&p);
+  for (const ParamInfo& p : layout.params())
+    if (p.tied_to < 0) v.push_back(&p);
   for (const ParamInfo& b : layout.buffers()) v.push_back(&b);
   return v;
 }
@@ -38,7 +42,7 @@ void save_params(const std::string& path, const ModelLayout& layout,
         {p->name, p->shape,
          std::vector<float>(flat.begin() + p->offset, flat.begin() + p->offset + p->numel),
          p->int64});
-  save_safetensors(path, tensors, {{"model", layout.spec().str()}, {"format", "pt"}});
+  save_safetensors(path, tensors, checkpoint_metadata(layout.spec()));
 }
 
 std::vector<float> load_params(const std::string& path, const ModelLayout& layout,
@@ -68,6 +72,10 @@ std::vector<float> load_params(const std::string& path, const ModelLayout& layou
   if (!by_name.empty())
     throw ConfigError("--init-from '" + path + "' has tensor '" + by_name.begin()->first +
                       "' that model " + layout.spec().str() + " does not have");
+  for (const ParamInfo& p : layout.params())  // a tied copy starts equal to its home
+    if (p.tied_to >= 0)
+      std::copy_n(flat.begin() + layout.params()[p.tied_to].offset, p.numel,
+                  flat.begin() + p.offset);
   // Here, not in the reader: a safetensors file may rightly hold NaN or Inf (a
   // mask, a probe), but weights that do would train to a NaN loss.
   if (!allow_nonfinite)
@@ -78,16 +86,37 @@ std::vector<float> load_params(const std::string& path, const ModelLayout& layou
   return flat;
 }
 
-void save_data(const std::string& path, const SyntheticData& data, int steps, int batch) {
-  const int64_t d = data.dim();
-  NamedTensor x{"x", {steps, batch, d}, {}}, y{"y", {steps, batch, d}, {}};
-  x.data.resize(static_cast<size_t>(steps) * batch * d);
-  y.data.resize(x.data.size());
+std::map<std::string, std::string> checkpoint_metadata(const ModelSpec& spec) {
+  std::map<std::string, std::string> m{{"model", spec.str()}, {"format", "pt"}};
+  if (spec.seq > 0) m["seq"] = std::to_string(spec.seq);
+  if (!spec.vocabulary.empty()) m["vocabulary"] = spec.vocabulary;
+  return m;
+}
+
+void save_data(const std::string& path, const ModelLayout& layout, const Dataset& data, int steps,
+               int batch) {
+  const auto in = static_cast<int64_t>(layout.act_numel(0));
+  const auto out = static_cast<int64_t>(layout.target_numel());
+  // Token ids are stored as I64, PyTorch's dtype for indices.
+  NamedTensor x{"x", {steps, batch, in}, {}, data.tokens()};
+  NamedTensor y{"y", {steps, batch, out}, {}, data.tokens()};
+  x.data.resize(static_cast<size_t>(steps) * batch * in);
+  y.data.resize(static_cast<size_t>(steps) * batch * out);
+  std::vector<int32_t> xi, yi;
   for (int s = 0; s < steps; ++s) {
-    const size_t off = static_cast<size_t>(s) * batch * d;
-    data.rows(s, 0, batch, x.data.data() + off, y.data.data() + off);
+    float* xs = x.data.data() + static_cast<size_t>(s) * batch * in;
+    float* ys = y.data.data() + static_cast<size_t>(s) * batch * out;
+    if (!data.tokens()) {
+      data.rows(s, 0, batch, xs, ys);
+      continue;
+    }
+    xi.resize(static_cast<size_t>(batch) * in);
+    yi.resize(static_cast<size_t>(batch) * out);
+    data.rows(s, 0, batch, xi.data(), yi.data());
+    std::copy(xi.begin(), xi.end(), xs);
+    std::copy(yi.begin(), yi.end(), ys);
   }
-  save_safetensors(path, {x, y}, {{"generator", "shardlab synthetic: x~N(0,1), y=tanh(x T)"}});
+  save_safetensors(path, {x, y}, {{"generator", data.describe()}});
 }
 
 void check_writable(const std::string& path, const std::string& what) {

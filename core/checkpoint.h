@@ -1,10 +1,12 @@
 // Model weights <-> safetensors with PyTorch names and shapes, and the data
-// file of a run (x, y as [steps, batch, D]) so a run can be replayed in PyTorch.
+// file of a run (x, y as [steps, batch, ...]) so a run can be replayed in PyTorch.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "core/data.h"
+#include <map>
+
+#include "core/layer_call.h"
 #include "core/model.h"
 
 namespace shardlab {
@@ -18,7 +20,13 @@ void save_params(const std::string& path, const ModelLayout& layout,
 std::vector<float> load_params(const std::string& path, const ModelLayout& layout,
                                bool allow_nonfinite = false);
 
-void save_data(const std::string& path, const SyntheticData& data, int steps, int batch);
+// The metadata a checkpoint carries: the model's name, and for gpt its --seq
+// and the tokenizer's vocabulary (what `shardlab sample` needs to decode).
+std::map<std::string, std::string> checkpoint_metadata(const ModelSpec& spec);
+
+// Every step's inputs and targets: fp32 values, or token ids stored as I64.
+void save_data(const std::string& path, const ModelLayout& layout, const Dataset& data, int steps,
+               int batch);
 
 // Throws ConfigError("cannot write <what> '<path>': <reason>") unless the
 // atomic writer (core/atomic_file.h) could write `path`: a directory, device,

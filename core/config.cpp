@@ -24,7 +24,7 @@ std::string number(double v) {
 }  // namespace
 
 void validate_common(const RunConfig& cfg) {
-  ModelSpec::parse(cfg.model);
+  resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
   if (cfg.world < 1 || cfg.world > 64)
     throw ConfigError("--world " + std::to_string(cfg.world) + " is invalid (valid: 1 to 64)");
   if (cfg.batch < 1)

@@ -28,6 +28,10 @@ const char* to_string(OptimizerKind k);
 
 struct RunConfig {
   std::string model = "mlp:8x256";
+  // gpt: context length T (0: the default, 64) and the training text (empty:
+  // the default corpus, assets/corpus.txt). An MLP refuses both.
+  int seq = 0;
+  std::string data;
   std::string strategy = "ddp";
   int world = 2;
   int batch = 64;  // global batch, split across data-parallel ranks in rank order

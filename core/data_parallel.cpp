@@ -2,16 +2,19 @@
 #include "core/data_parallel.h"
 
 #include "core/layer_ops.h"
+#include "core/model_family.h"
 
 namespace shardlab {
 
 Batch load_batch(RankEnv& env, int step, int first_row, int rows) {
-  const int D = env.layout.dim();
+  const auto in = static_cast<int64_t>(env.layout.act_numel(0));
+  const auto out = static_cast<int64_t>(env.layout.target_numel());
   Batch b;
   b.rows = rows;
-  b.x = env.alloc.alloc("batch.x", MemCategory::activations, {rows, D});
-  b.y = env.alloc.alloc("batch.y", MemCategory::activations, {rows, D});
-  load_rows(env.device, env.data, step, first_row, rows, b.x.data<float>(), b.y.data<float>());
+  // Token ids are int32: 4 bytes, like the fp32 values of a regression batch.
+  b.x = env.alloc.alloc("batch.x", MemCategory::activations, {rows, in});
+  b.y = env.alloc.alloc("batch.y", MemCategory::activations, {rows, out});
+  env.data.load(env.device, step, first_row, rows, b.x.raw(), b.y.raw());
   return b;
 }
 
@@ -20,13 +23,15 @@ Batch load_rank_slice(RankEnv& env, int step) {
   return load_batch(env, step, env.rank * b, b);
 }
 
-Loss mse_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch) {
-  const int D = env.layout.dim();
+Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch) {
   Loss loss;
-  loss.grad = env.alloc.alloc("loss.grad", MemCategory::temporary, {batch.rows, D}, mp.dtype());
+  loss.grad = env.alloc.alloc(
+      "loss.grad", MemCategory::temporary,
+      {batch.rows, static_cast<int64_t>(env.layout.act_numel(env.layout.num_layers()))},
+      mp.dtype());
   ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
-  const size_t n = static_cast<size_t>(batch.rows) * D;
-  loss.value = mp.mse_loss(env.alloc, loss.grad.raw(), output, batch.y.data<float>(), n, n);
+  loss.value = env.layout.family().loss(env.alloc, mp, env.layout, loss.grad.raw(), output,
+                                        batch.y.raw(), batch.rows, batch.rows);
   return loss;
 }
 

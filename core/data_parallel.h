@@ -19,8 +19,9 @@ namespace shardlab {
 // Batch and loss
 // ---------------------------------------------------------------------------
 
-// Rows [first_row, first_row + rows) of step `step`'s global batch: inputs x
-// and targets y [rows, D], fp32 activations named "batch.x" and "batch.y".
+// Rows [first_row, first_row + rows) of step `step`'s global batch, from the
+// model's dataset: inputs x [rows, act_numel(0)] and targets y [rows,
+// target_numel()], activations named "batch.x" and "batch.y".
 struct Batch {
   int rows = 0;
   Tensor x, y;
@@ -29,15 +30,15 @@ Batch load_batch(RankEnv& env, int step, int first_row, int rows);
 // This rank's slice, in rank order: rows [rank·b, (rank + 1)·b), b = batch / world.
 Batch load_rank_slice(RankEnv& env, int step);
 
-// The MSE loss of `output` [rows, D] (stored in mp's dtype) against the
-// batch's targets, as one loss span. `value` is the mean over the batch's
-// rows; `grad` ("loss.grad", a temporary in mp's dtype) is its gradient, the
-// start of backward.
+// The model's loss (MSE, cross-entropy: the family's) of `output` (stored in
+// mp's dtype) against the batch's targets, as one loss span. `value` is the
+// mean over the batch's rows; `grad` ("loss.grad", a temporary in mp's dtype)
+// is its gradient, the start of backward.
 struct Loss {
   double value = 0;
   Tensor grad;
 };
-Loss mse_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch);
+Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch);
 
 // ---------------------------------------------------------------------------
 // Sharded model states (ZeRO stages 1–3, FSDP)

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/model_family.h"
 #include "core/precision.h"
 
 namespace shardlab {
@@ -103,66 +104,85 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
 
 LayerTape::LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt)
     : layout_(layout), alloc_(alloc), rec_(rec), dt_(dt) {
-  if (layout.spec().batchnorm)
+  if (layout.has_buffers())
     throw std::logic_error("LayerTape: " + layout.spec().str() +
                            " has BatchNorm1d, which only LayerStack keeps statistics for");
 }
 
-void LayerTape::begin(const float* input, int rows) {
+void LayerTape::begin(const void* input, int rows) {
   if (!layers_.empty()) throw std::logic_error("LayerTape::begin: previous pass not finished");
   rows_ = rows;
   grad_.reset();
   input_ = input;
-  if (dt_ != DType::f32) {
-    cast_input_ = alloc_.alloc(std::string("batch.x[") + to_string(dt_) + "]",
-                               MemCategory::activations, {rows, layout_.dim()}, dt_);
+  if (dt_ != DType::f32 && !layout_.input_is_tokens()) {
+    cast_input_ =
+        alloc_.alloc(std::string("batch.x[") + to_string(dt_) + "]", MemCategory::activations,
+                     {rows, static_cast<int64_t>(layout_.act_numel(0))}, dt_);
     alloc_.backend().cast(cast_input_.raw(), dt_, input, DType::f32, cast_input_.numel());
     input_ = cast_input_.raw();
   }
 }
 
-const void* LayerTape::forward(int layer, const void* weight, const void* bias) {
+const void* LayerTape::forward(int layer, const void* params) {
+  return forward_on(layer, layer_param_ptrs(layout_, layer, params, dt_));
+}
+
+const void* LayerTape::forward(int layer, const std::vector<void*>& params) {
+  return forward_on(layer, {params.begin(), params.end()});
+}
+
+const void* LayerTape::forward_on(int layer, const std::vector<const void*>& params) {
   if (!layers_.empty() && layers_.back().layer + 1 != layer)
     throw std::logic_error("LayerTape::forward: layers must run in order");
   ScopedSpan span(rec_, Lane::compute, SpanKind::forward, layer);
-  const int d = layout_.dim();
-  const void* x = layers_.empty() ? input_ : layers_.back().out.raw();
-  Saved s{layer, Tensor(),
-          alloc_.alloc(act_name(layer, "output"), MemCategory::activations, {rows_, d}, dt_)};
-  if (layout_.has_gelu(layer))
-    s.pre = alloc_.alloc(act_name(layer, "pre_gelu"), MemCategory::activations, {rows_, d}, dt_);
-  layer_forward(alloc_, dt_, s.out.raw(), s.pre.empty() ? nullptr : s.pre.raw(), x, weight, bias,
-                rows_, d);
+  const void* x = layers_.empty() ? input_ : layers_.back().keep.output().raw();
+  Saved s{layer, LayerKeep{}};
+  const LayerCall call{alloc_, dt_, rows_, -1};
+  layout_.family().forward(call, layout_, layer, params, x, s.keep, nullptr);
   layers_.push_back(std::move(s));
-  return layers_.back().out.raw();
+  return layers_.back().keep.output().raw();
 }
 
 const void* LayerTape::output() const {
   if (layers_.empty()) throw std::logic_error("LayerTape::output: no forward");
-  return layers_.back().out.raw();
+  const LayerKeep& k = layers_.back().keep;
+  return k.t[static_cast<size_t>(k.out)].raw();
 }
 
 void LayerTape::begin_backward(const void* dout) {
   if (layers_.empty()) throw std::logic_error("LayerTape::begin_backward: no forward");
-  const int d = layout_.dim();
-  grad_ = alloc_.alloc(act_name(layers_.back().layer, "grad_output"), MemCategory::temporary,
-                       {rows_, d}, dt_);
+  const int last = layers_.back().layer;
+  grad_ = alloc_.alloc(act_name(last, "grad_output"), MemCategory::temporary,
+                       {rows_, static_cast<int64_t>(layout_.act_numel(last + 1))}, dt_);
   alloc_.backend().copy(grad_.raw(), dout, grad_.bytes(), CopyKind::device_to_device);
 }
 
-void LayerTape::backward(int layer, const void* weight, void* dweight, void* dbias) {
+void LayerTape::backward(int layer, const void* params, void* grads) {
+  backward_on(layer, layer_param_ptrs(layout_, layer, params, dt_),
+              layer_param_ptrs(layout_, layer, grads, dt_));
+}
+
+void LayerTape::backward(int layer, const std::vector<void*>& params,
+                         const std::vector<void*>& grads) {
+  backward_on(layer, {params.begin(), params.end()}, grads);
+}
+
+void LayerTape::backward_on(int layer, const std::vector<const void*>& params,
+                            const std::vector<void*>& grads) {
   if (layers_.empty() || layers_.back().layer != layer || grad_.empty())
     throw std::logic_error("LayerTape::backward: layers must run in reverse order of forward");
   ScopedSpan span(rec_, Lane::compute, SpanKind::backward, layer);
-  const int d = layout_.dim();
   Saved& s = layers_.back();
   const bool first = layers_.size() == 1;
-  const void* input = first ? input_ : layers_[layers_.size() - 2].out.raw();
+  const void* input = first ? input_ : layers_[layers_.size() - 2].keep.output().raw();
   Tensor din;
   if (!first)
-    din = alloc_.alloc(act_name(layer, "grad_input"), MemCategory::temporary, {rows_, d}, dt_);
-  layer_backward(alloc_, dt_, grad_.raw(), s.pre.empty() ? nullptr : s.pre.raw(),
-                 first ? nullptr : din.raw(), dweight, dbias, input, weight, rows_, d);
+    din = alloc_.alloc(act_name(layer, "grad_input"), MemCategory::temporary,
+                       {rows_, static_cast<int64_t>(layout_.act_numel(layer))}, dt_);
+  const LayerCall call{alloc_, dt_, rows_, -1};
+  layout_.family().backward(call, layout_, layer, params, grads, input, s.keep, grad_.raw(),
+                            first ? nullptr : din.raw());
+  for (Tensor& t : s.keep.t) t.reset();
   layers_.pop_back();  // this layer's activations drain as backward walks to the input
   grad_ = std::move(din);
 }

@@ -1,9 +1,11 @@
-// Forward and backward of MLP layers on weights the caller supplies, with the
+// Forward and backward of layers on weights the caller supplies, with the
 // activations each layer keeps for its backward. ZeRO-3 and FSDP compute on
-// freshly gathered buffers, dp on per-step replicas: the weights are not owned here.
+// freshly gathered buffers, dp on per-step replicas: the weights are not owned
+// here. Also the MLP layer's math (core/models/mlp.cpp uses it).
 #pragma once
 #include <vector>
 
+#include "core/layer_call.h"
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/recorder.h"
@@ -44,39 +46,46 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
                     const BatchNormArgs* bn = nullptr);
 
 // Layers that compute on gathered or replicated weights (the data-parallel
-// family); BatchNorm's running statistics would need per-rank buffers there,
-// so a +bn layout is refused (validation names the strategies that support it).
+// family), through the model family's forward and backward; BatchNorm's
+// running statistics would need per-rank buffers there, so a +bn layout is
+// refused (validation names the strategies that support it).
 class LayerTape {
  public:
   // `dt`: how weights, activations and gradients are stored (f32, or bf16/f16
   // under mixed precision; then every pointer below points at 2-byte values).
   LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt = DType::f32);
 
-  // Starts a pass over `rows` rows; `input` [rows, D] (fp32, the batch) must stay
-  // valid until the last backward. In mixed precision it is first cast to the
-  // tape's dtype (an activation). The first layer gets no input gradient.
-  void begin(const float* input, int rows);
+  // Starts a pass over `rows` rows; `input` [rows, act_numel(0)] (fp32 values
+  // or int32 token ids, the batch) must stay valid until the last backward. In
+  // mixed precision fp32 values are first cast to the tape's dtype (an
+  // activation). The first layer gets no input gradient.
+  void begin(const void* input, int rows);
 
-  // Layer `layer`, in order: out = gelu(x · Wᵀ + b) (no GELU on the model's
-  // last layer). x is the previous layer's output, or the input. Keeps what
-  // backward needs; returns the output [rows, D].
-  const void* forward(int layer, const void* weight, const void* bias);
+  // Layer `layer`, in order, on its parameters: `params` holds them
+  // contiguously in table order (a flat group's slice). x is the previous
+  // layer's output, or the input. Keeps what backward needs; returns the output.
+  const void* forward(int layer, const void* params);
+  // The same with one pointer per parameter (dp's replicas are separate tensors).
+  const void* forward(int layer, const std::vector<void*>& params);
   const void* output() const;  // the last forward's output
 
-  // dout [rows, D] is the gradient of the last forward's output.
+  // dout [rows, act_numel(L)] is the gradient of the last forward's output.
   void begin_backward(const void* dout);
-  // Layer `layer`, in reverse order: dweight and dbias accumulate (+=); the
-  // layer's activations are freed as soon as it is done.
-  void backward(int layer, const void* weight, void* dweight, void* dbias);
+  // Layer `layer`, in reverse order: its gradients (contiguous like params)
+  // accumulate (+=); the layer's activations are freed as soon as it is done.
+  void backward(int layer, const void* params, void* grads);
+  void backward(int layer, const std::vector<void*>& params, const std::vector<void*>& grads);
   bool done() const { return layers_.empty(); }
   DType dtype() const { return dt_; }
 
  private:
   struct Saved {
     int layer;
-    Tensor pre;  // pre-GELU values (empty for the model's last layer)
-    Tensor out;
+    LayerKeep keep;
   };
+  const void* forward_on(int layer, const std::vector<const void*>& params);
+  void backward_on(int layer, const std::vector<const void*>& params,
+                   const std::vector<void*>& grads);
   const ModelLayout& layout_;
   Allocator& alloc_;
   Recorder* rec_;

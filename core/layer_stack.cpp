@@ -1,11 +1,12 @@
-// Forward and backward of a stack of MLP layers; the backward loop mirrors the forward loop.
+// Forward and backward of a stack of layers through the model family; the
+// backward loop mirrors the forward loop.
 #include "core/layer_stack.h"
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "core/layer_ops.h"
+#include "core/model_family.h"
 
 namespace shardlab {
 
@@ -17,7 +18,7 @@ std::string act_name(int layer, const char* what, int mb) {
 }
 
 // The layer's parameters in model order (ModelLayout: weight, bias[, bn.weight, bn.bias]).
-std::vector<const ParamInfo*> layer_params(const ModelLayout& layout, int l) {
+std::vector<const ParamInfo*> table_params(const ModelLayout& layout, int l) {
   std::vector<const ParamInfo*> v;
   for (int i = 0; i < layout.param_count(l); ++i)
     v.push_back(&layout.params()[layout.first_param(l) + i]);
@@ -28,13 +29,13 @@ std::vector<const ParamInfo*> layer_params(const ModelLayout& layout, int l) {
 LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc,
                        Recorder* rec, const std::vector<float>& init_flat, DType dtype)
     : layout_(layout), first_(first), last_(last), alloc_(alloc), rec_(rec), dtype_(dtype) {
-  if (layout.spec().batchnorm && dtype != DType::f32)
+  if (layout.has_buffers() && dtype != DType::f32)
     throw std::logic_error("LayerStack: BatchNorm1d runs in fp32 only");
   if (init_flat.size() < (layout.has_buffers() ? layout.state_total() : layout.total()))
     throw std::logic_error("LayerStack: the initial state vector is too short for the model");
   for (int l = first; l < last; ++l) {
     first_param_.push_back(static_cast<int>(params_.size()));
-    for (const ParamInfo* p : layer_params(layout, l)) {
+    for (const ParamInfo* p : table_params(layout, l)) {
       Tensor t = alloc.alloc(p->name, MemCategory::params, p->shape, dtype);
       alloc.backend().upload(t.raw(), dtype, init_flat.data() + p->offset, p->numel);
       params_.push_back(std::move(t));
@@ -55,81 +56,75 @@ LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator
   }
 }
 
-const float* LayerStack::forward(const float* in, int rows, int mb) {
+const void* LayerStack::forward(const void* in, int rows, int mb) {
   Saved& s = saved_[mb];
-  if (!s.out.empty()) throw std::logic_error("LayerStack::forward: micro-batch already in flight");
+  if (!s.keep.empty()) throw std::logic_error("LayerStack::forward: micro-batch already in flight");
   s.input = in;
   s.rows = rows;
-  return static_cast<const float*>(forward_saving(s, mb, true));
+  return forward_saving(s, mb, true);
 }
 
 const void* LayerStack::output(int mb) const {
   auto it = saved_.find(mb);
-  if (it == saved_.end() || it->second.out.empty() || it->second.out.back().empty())
+  if (it == saved_.end() || it->second.keep.empty() || it->second.keep.back().out < 0)
     throw std::logic_error("LayerStack::output: no forward for this micro-batch");
-  return it->second.out.back().raw();
+  const LayerKeep& k = it->second.keep.back();
+  return k.t[static_cast<size_t>(k.out)].raw();
 }
 
 const void* LayerStack::stack_input(Saved& s, int mb) {
-  if (dtype_ == DType::f32) return s.input;
+  // Token ids are never cast; fp32 runs on the input itself.
+  if (dtype_ == DType::f32 || (first_ == 0 && layout_.input_is_tokens())) return s.input;
   // Mixed precision: the first layer reads a 2-byte copy of the input (an activation).
   if (s.cast_input.empty()) {
     s.cast_input = alloc_.alloc(act_name(first_, "input", mb), MemCategory::activations,
-                                {s.rows, layout_.dim()}, dtype_);
+                                {s.rows, static_cast<int64_t>(layout_.act_numel(first_))}, dtype_);
     alloc_.backend().cast(s.cast_input.raw(), dtype_, s.input, DType::f32, s.cast_input.numel());
   }
   return s.cast_input.raw();
 }
 
-void LayerStack::layer(int l, const void* x, Tensor& out, Tensor& pre, Tensor& xhat, Tensor& invstd,
-                       int rows, int mb, bool update_stats) {
-  const int d = layout_.dim();
-  const int i = l - first_;
-  // out = gelu(x · Wᵀ + b), or gelu(bn(x · Wᵀ + b)) under +bn; the last model
-  // layer has no GELU (nor BN) and keeps no pre-activation.
-  out = alloc_.alloc(act_name(l, "output", mb), MemCategory::activations, {rows, d}, dtype_);
-  if (layout_.has_gelu(l))
-    pre = alloc_.alloc(act_name(l, "pre_gelu", mb), MemCategory::activations, {rows, d}, dtype_);
-  BatchNormArgs bn;
-  if (layout_.has_bn(l)) {
-    xhat = alloc_.alloc(act_name(l, "bn.xhat", mb), MemCategory::activations, {rows, d});
-    invstd = alloc_.alloc(act_name(l, "bn.invstd", mb), MemCategory::activations,
-                          std::vector<int64_t>{d});
-    const int p = param_index(l);
-    Norm& n = norms_[i];
-    bn.weight = params_[p + 2].raw();
-    bn.bias = params_[p + 3].raw();
-    bn.xhat = xhat.raw();
-    bn.invstd = invstd.raw();
-    if (update_stats) {
-      bn.running_mean = n.running_mean.raw();
-      bn.running_var = n.running_var.raw();
-      ++n.batches_tracked;
-    }
+std::vector<const void*> LayerStack::layer_params(int l) const {
+  std::vector<const void*> v;
+  for (int k = 0; k < layout_.param_count(l); ++k) v.push_back(params_[param_index(l) + k].raw());
+  return v;
+}
+
+std::vector<void*> LayerStack::layer_grads(int l) {
+  std::vector<void*> v;
+  for (int k = 0; k < layout_.param_count(l); ++k) v.push_back(grads_[param_index(l) + k].raw());
+  return v;
+}
+
+void LayerStack::layer(int l, const void* x, LayerKeep& keep, int rows, int mb, bool update_stats) {
+  LayerNorms norms;
+  const LayerNorms* n = nullptr;
+  if (layout_.has_bn(l) && update_stats) {
+    Norm& norm = norms_[l - first_];
+    norms.running_mean = norm.running_mean.raw();
+    norms.running_var = norm.running_var.raw();
+    ++norm.batches_tracked;
+    n = &norms;
   }
-  layer_forward(alloc_, dtype_, out.raw(), pre.empty() ? nullptr : pre.raw(), x,
-                params_[param_index(l)].raw(), params_[param_index(l) + 1].raw(), rows, d,
-                layout_.has_bn(l) ? &bn : nullptr);
+  const LayerCall call{alloc_, dtype_, rows, mb};
+  layout_.family().forward(call, layout_, l, layer_params(l), x, keep, n);
 }
 
 const void* LayerStack::forward_saving(Saved& s, int mb, bool update_stats) {
   const void* x = stack_input(s, mb);
   for (int l = first_; l < last_; ++l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::forward, l, mb);
-    Tensor out, pre, xhat, invstd;
-    layer(l, x, out, pre, xhat, invstd, s.rows, mb, update_stats);
-    s.pre.push_back(std::move(pre));
-    s.xhat.push_back(std::move(xhat));
-    s.invstd.push_back(std::move(invstd));
-    x = out.raw();
-    s.out.push_back(std::move(out));
+    LayerKeep keep;
+    layer(l, x, keep, s.rows, mb, update_stats);
+    x = keep.output().raw();
+    s.keep.push_back(std::move(keep));
   }
   return x;
 }
 
-Tensor LayerStack::forward_keep_input(const float* in, int rows, int mb) {
+Tensor LayerStack::forward_keep_input(const void* in, int rows, int mb) {
   Saved& s = saved_[mb];
-  if (s.input || !s.out.empty())
+  if (s.input || !s.keep.empty())
     throw std::logic_error("LayerStack::forward_keep_input: micro-batch already in flight");
   s.input = in;
   s.rows = rows;
@@ -137,9 +132,26 @@ Tensor LayerStack::forward_keep_input(const float* in, int rows, int mb) {
   const void* x = stack_input(s, mb);
   for (int l = first_; l < last_; ++l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::forward, l, mb);
-    Tensor out, pre, xhat, invstd;
-    layer(l, x, out, pre, xhat, invstd, rows, mb, true);
-    prev = std::move(out);
+    LayerKeep keep;
+    layer(l, x, keep, rows, mb, true);
+    prev = std::move(keep.output());
+    keep.drop_saved();
+    x = prev.raw();
+  }
+  return prev;
+}
+
+Tensor LayerStack::evaluate(const void* in, int rows) {
+  Saved s;  // only for the input cast; never entered in saved_
+  s.input = in;
+  s.rows = rows;
+  Tensor prev;
+  const void* x = stack_input(s, -1);
+  for (int l = first_; l < last_; ++l) {
+    LayerKeep keep;
+    layer(l, x, keep, rows, -1, false);
+    prev = std::move(keep.output());
+    keep.drop_saved();
     x = prev.raw();
   }
   return prev;
@@ -147,7 +159,7 @@ Tensor LayerStack::forward_keep_input(const float* in, int rows, int mb) {
 
 void LayerStack::recompute(int mb) {
   auto it = saved_.find(mb);
-  if (it == saved_.end() || !it->second.input || !it->second.out.empty())
+  if (it == saved_.end() || !it->second.input || !it->second.keep.empty())
     throw std::logic_error("LayerStack::recompute: no forward_keep_input for this micro-batch");
   // The running statistics were updated by the first forward of this micro-batch.
   forward_saving(it->second, mb, false);
@@ -156,42 +168,36 @@ void LayerStack::recompute(int mb) {
 Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
                             const std::function<void(int)>& on_layer_done) {
   auto it = saved_.find(mb);
-  if (it == saved_.end() || it->second.out.empty())
+  if (it == saved_.end() || it->second.keep.empty())
     throw std::logic_error("LayerStack::backward: no forward for this micro-batch");
   Saved& s = it->second;
-  const int d = layout_.dim();
   const int rows = s.rows;
+  auto shape = [&](int boundary) {
+    std::vector<int64_t> v{rows};
+    for (int64_t d : layout_.act_shape(boundary)) v.push_back(d);
+    return v;
+  };
 
   // g holds the gradient flowing backward: first of this stack's output, then of each layer's
   // input.
-  Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary, {rows, d},
-                          dtype_);
+  Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary,
+                          shape(last_), dtype_);
   alloc_.backend().copy(g.raw(), dout, g.bytes(), CopyKind::device_to_device);
+  const LayerCall call{alloc_, dtype_, rows, mb};
   for (int l = last_ - 1; l >= first_; --l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::backward, l, mb);
     const int i = l - first_;
-    const int p = param_index(l);
-    const void* input = i == 0 ? stack_input(s, mb) : s.out[i - 1].raw();
+    const void* input = i == 0 ? stack_input(s, mb) : s.keep[i - 1].output().raw();
+    // Token ids have no gradient: the embedding is where backward ends.
+    const bool tokens_in = l == 0 && layout_.input_is_tokens();
     Tensor din;
-    if (l > first_ || want_dinput)
-      din = alloc_.alloc(act_name(l, "grad_input", mb), MemCategory::temporary, {rows, d}, dtype_);
-    BatchNormArgs bn;
-    if (layout_.has_bn(l)) {
-      bn.weight = params_[p + 2].raw();
-      bn.xhat = s.xhat[i].raw();
-      bn.invstd = s.invstd[i].raw();
-      bn.dweight = grads_[p + 2].raw();
-      bn.dbias = grads_[p + 3].raw();
-    }
-    layer_backward(alloc_, dtype_, g.raw(), s.pre[i].empty() ? nullptr : s.pre[i].raw(),
-                   din.empty() ? nullptr : din.raw(), grads_[p].raw(), grads_[p + 1].raw(), input,
-                   params_[p].raw(), rows, d, layout_.has_bn(l) ? &bn : nullptr);
+    if ((l > first_ || want_dinput) && !tokens_in)
+      din = alloc_.alloc(act_name(l, "grad_input", mb), MemCategory::temporary, shape(l), dtype_);
+    layout_.family().backward(call, layout_, l, layer_params(l), layer_grads(l), input, s.keep[i],
+                              g.raw(), din.empty() ? nullptr : din.raw());
     // This layer's saved activations are no longer needed: the memory panel
     // shows them draining as backward walks toward the input.
-    s.pre[i].reset();
-    s.out[i].reset();
-    s.xhat[i].reset();
-    s.invstd[i].reset();
+    for (Tensor& t : s.keep[i].t) t.reset();
     g = std::move(din);
     span.end();
     if (on_layer_done) on_layer_done(l);
@@ -204,10 +210,20 @@ void LayerStack::zero_grads() {
   for (Tensor& g : grads_) alloc_.backend().fill_zero(g.raw(), g.bytes());
 }
 
+void* LayerStack::grad_of(int index) {
+  const int first = layout_.first_param(first_);
+  const int end = first + static_cast<int>(grads_.size());
+  return index >= first && index < end ? grads_[static_cast<size_t>(index - first)].raw() : nullptr;
+}
+
+void LayerStack::sum_tied_grads() {
+  shardlab::sum_tied_grads(layout_, alloc_.backend(), dtype_, [&](int i) { return grad_of(i); });
+}
+
 std::vector<Optimizer::Range> LayerStack::ranges() const {
   std::vector<Optimizer::Range> r;
   for (int l = first_; l < last_; ++l)
-    for (const ParamInfo* p : layer_params(layout_, l)) r.push_back({p->name, p->numel});
+    for (const ParamInfo* p : table_params(layout_, l)) r.push_back({p->name, p->numel});
   return r;
 }
 
@@ -251,7 +267,7 @@ void LayerStack::copy_params_to(std::vector<float>& flat) const {
 void LayerStack::copy_state_slices(float* params, float* buffers) const {
   size_t k = 0;
   for (int l = first_; l < last_; ++l)
-    for (const ParamInfo* p : layer_params(layout_, l)) {
+    for (const ParamInfo* p : table_params(layout_, l)) {
       alloc_.backend().download(params + (p->offset - layout_.layer_begin(first_)),
                                 params_[k].raw(), dtype_, p->numel);
       ++k;

@@ -1,10 +1,11 @@
-// A run of consecutive layers [first, last) held in full on this rank: their
-// parameters and gradients (one accounted tensor per PyTorch parameter), the
-// BatchNorm buffers of a +bn model, and the activations each micro-batch keeps
-// between its forward and backward. `single` and `ddp` hold the whole model; a
-// pipeline stage holds a slice. Under mixed precision (dtype bf16/f16)
-// parameters, gradients and activations are stored in 2 bytes; the float
-// accessors below are for fp32 only. BatchNorm is fp32 only.
+// A run of consecutive layers [first, last) of the layer table (core/model.h)
+// held in full on this rank: their parameters and gradients (one accounted
+// tensor per PyTorch parameter), the BatchNorm buffers of a +bn model, and the
+// activations each micro-batch keeps between its forward and backward. The
+// math of each layer is the model family's (core/model_family.h). `single` and `ddp` hold the whole
+// model; a pipeline stage holds a slice. Under mixed precision (dtype bf16/f16) parameters,
+// gradients and activations are stored in 2 bytes; the float accessors below are for fp32 only.
+// BatchNorm is fp32 only.
 //
 // BatchNorm1d sees exactly the rows of one forward call: the whole batch in
 // `single`, one micro-batch in a pipeline stage. Each forward (not a
@@ -15,6 +16,7 @@
 #include <map>
 #include <vector>
 
+#include "core/layer_call.h"
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/optimizer.h"
@@ -32,13 +34,14 @@ class LayerStack {
   int first() const { return first_; }
   int last() const { return last_; }
 
-  // Runs the layers on in[rows, D]. `in` must stay valid until backward(mb).
-  // Returns the output [rows, D], kept until backward(mb) frees it (fp32 only;
-  // in any dtype, output(mb) is the same buffer).
-  const float* forward(const float* in, int rows, int mb = -1);
+  // Runs the layers on in[rows, act_numel(first)] (fp32, or int32 token ids
+  // when the stack starts at a token input). `in` must stay valid until
+  // backward(mb). Returns the output [rows, act_numel(last)], kept until
+  // backward(mb) frees it (in the stack's dtype).
+  const void* forward(const void* in, int rows, int mb = -1);
   const void* output(int mb = -1) const;
 
-  // dout[rows, D] is the gradient of the output of forward(mb). Parameter
+  // dout[rows, act_numel(last)] is the gradient of the output of forward(mb). Parameter
   // gradients accumulate (+=). Each layer's activations are freed as soon as
   // its backward is done, then on_layer_done(layer) runs: that is where DDP
   // starts the all-reduce of a full bucket. Returns the gradient of the
@@ -50,16 +53,27 @@ class LayerStack {
   // layers keeping only `in` (valid until backward(mb)): each layer's
   // activations are freed as soon as the next layer has read them. Returns the
   // output, owned by the caller.
-  Tensor forward_keep_input(const float* in, int rows, int mb);
+  Tensor forward_keep_input(const void* in, int rows, int mb);
+  // Inference: runs the layers on `in` keeping nothing for backward (each
+  // layer's activations are freed once the next has read them); returns the
+  // output, owned by the caller. Running statistics are not updated.
+  Tensor evaluate(const void* in, int rows);
   // Runs forward(mb) again from its kept input, so that backward(mb) finds
   // every activation; the spans are forward spans of mb, a second time.
   void recompute(int mb);
 
   void zero_grads();
-  float* weight(int layer) { return params_[param_index(layer)].data<float>(); }
-  float* bias(int layer) { return params_[param_index(layer) + 1].data<float>(); }
-  float* weight_grad(int layer) { return grads_[param_index(layer)].data<float>(); }
-  float* bias_grad(int layer) { return grads_[param_index(layer) + 1].data<float>(); }
+  // Sums the gradients of tied parameters held by this stack (gpt's lm_head
+  // and token embedding), so both copies take the same update.
+  void sum_tied_grads();
+  // The gradient of parameter `index` (in layout.params()), null when the
+  // stack does not hold it.
+  void* grad_of(int index);
+  // Parameter `k` of layer `layer` (table order), and its gradient; fp32 only.
+  float* param(int layer, int k) { return params_[param_index(layer) + k].data<float>(); }
+  float* grad(int layer, int k) { return grads_[param_index(layer) + k].data<float>(); }
+  float* weight_grad(int layer) { return grad(layer, 0); }
+  float* bias_grad(int layer) { return grad(layer, 1); }
 
   // Every parameter of the stack, in model order, for the optimizer.
   std::vector<Optimizer::Range> ranges() const;
@@ -80,13 +94,11 @@ class LayerStack {
   void copy_state_slices(float* params, float* buffers) const;
 
  private:
-  struct Saved {                   // what one micro-batch keeps for backward
-    const float* input = nullptr;  // fp32 (the batch, or the previous stage's output)
-    Tensor cast_input;             // mixed precision: the input in the stack's dtype
+  struct Saved {                  // what one micro-batch keeps for backward
+    const void* input = nullptr;  // the batch (fp32 or token ids), or the previous stage's output
+    Tensor cast_input;            // mixed precision: a float input in the stack's dtype
     int rows = 0;
-    std::vector<Tensor> pre;  // pre-GELU values per layer (empty tensor for the last model layer)
-    std::vector<Tensor> out;  // output per layer
-    std::vector<Tensor> xhat, invstd;  // BatchNorm's normalised values and 1/std (empty: no BN)
+    std::vector<LayerKeep> keep;  // per layer: its output and what its backward reads
   };
   // A BatchNorm layer's buffers: PyTorch's running_mean, running_var (device)
   // and num_batches_tracked (a count the host keeps: nothing on the device reads it).
@@ -98,9 +110,10 @@ class LayerStack {
   // The layers' forward on s.input, keeping every activation in s. update_stats:
   // false for a recomputation, which must not count the micro-batch again.
   const void* forward_saving(Saved& s, int mb, bool update_stats);
-  // One layer's forward on x into the given buffers (xhat/invstd only with BN).
-  void layer(int l, const void* x, Tensor& out, Tensor& pre, Tensor& xhat, Tensor& invstd, int rows,
-             int mb, bool update_stats);
+  // One layer's forward on x into keep.
+  void layer(int l, const void* x, LayerKeep& keep, int rows, int mb, bool update_stats);
+  std::vector<const void*> layer_params(int l) const;
+  std::vector<void*> layer_grads(int l);
   // What the first layer reads: s.input, or its 2-byte copy under mixed precision.
   const void* stack_input(Saved& s, int mb);
 

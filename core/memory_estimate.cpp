@@ -3,6 +3,8 @@
 // from, the process's own share, the memory available, and the refusal.
 #include "core/memory_estimate.h"
 
+#include "core/model_family.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -125,30 +127,47 @@ void plan_mse_loss(MemoryPlan& p, DType dt, size_t n) {
   MemBlock grad = p.alloc(MemCategory::temporary, n);
 }
 
+BatchMemory plan_batch(MemoryPlan& p, size_t rows) {
+  BatchMemory b;
+  b.x = p.alloc(MemCategory::activations, rows * p.layout.act_numel(0));
+  b.y = p.alloc(MemCategory::activations, rows * p.layout.target_numel());
+  return b;
+}
+
+MemBlock plan_loss(MemoryPlan& p, DType dt, size_t rows) {
+  MemBlock grad =
+      p.alloc(MemCategory::temporary, rows * p.layout.act_numel(p.layout.num_layers()), dt);
+  p.layout.family().plan_loss(p, p.layout, dt, rows);
+  return grad;
+}
+
 void TapeMemory::begin(size_t rows) {
   rows_ = rows;
   grad_.reset();
-  if (dt_ != DType::f32) cast_input_ = p_.alloc(MemCategory::activations, rows * dim(p_), dt_);
+  if (dt_ != DType::f32 && !p_.layout.input_is_tokens())
+    cast_input_ = p_.alloc(MemCategory::activations, rows * p_.layout.act_numel(0), dt_);
 }
 
 void TapeMemory::forward(int layer) {
   p_.tally.span();
-  Saved s{layer, MemBlock(), p_.alloc(MemCategory::activations, rows_ * dim(p_), dt_)};
-  if (p_.layout.has_gelu(layer)) s.pre = p_.alloc(MemCategory::activations, rows_ * dim(p_), dt_);
-  plan_layer_forward(p_, dt_, rows_);
+  Saved s{layer, {}};
+  int out = 0;
+  p_.layout.family().plan_forward(p_, p_.layout, layer, rows_, dt_, s.keep, out);
   layers_.push_back(std::move(s));
 }
 
 void TapeMemory::begin_backward() {
-  grad_ = p_.alloc(MemCategory::temporary, rows_ * dim(p_), dt_);
+  const int last = layers_.back().layer;
+  grad_ = p_.alloc(MemCategory::temporary, rows_ * p_.layout.act_numel(last + 1), dt_);
 }
 
-void TapeMemory::backward(int /*layer*/) {
+void TapeMemory::backward(int layer) {
   p_.tally.span();
   const bool first = layers_.size() == 1;
   MemBlock din;
-  if (!first) din = p_.alloc(MemCategory::temporary, rows_ * dim(p_), dt_);
-  plan_layer_backward(p_, dt_, rows_, !layers_.back().pre.empty(), !first);
+  if (!first) din = p_.alloc(MemCategory::temporary, rows_ * p_.layout.act_numel(layer), dt_);
+  p_.layout.family().plan_backward(p_, p_.layout, layer, rows_, dt_, !first);
+  for (MemBlock& b : layers_.back().keep) b.reset();
   layers_.pop_back();
   grad_ = std::move(din);
 }
@@ -167,29 +186,26 @@ StackMemory::StackMemory(MemoryPlan& p, int first, int last, DType dt)
   }
 }
 
-void StackMemory::layer(int l, Saved& s, MemBlock& out, MemBlock& pre, MemBlock& xhat,
-                        MemBlock& invstd) {
-  const size_t n = s.rows * dim(p_);
-  out = p_.alloc(MemCategory::activations, n, dt_);
-  if (p_.layout.has_gelu(l)) pre = p_.alloc(MemCategory::activations, n, dt_);
-  if (p_.layout.has_bn(l)) {
-    xhat = p_.alloc(MemCategory::activations, n);
-    invstd = p_.alloc(MemCategory::activations, dim(p_));
-  }
-  plan_layer_forward(p_, dt_, s.rows);
+int StackMemory::layer(int l, Saved& s, std::vector<MemBlock>& keep) {
+  int out = 0;
+  p_.layout.family().plan_forward(p_, p_.layout, l, s.rows, dt_, keep, out);
+  return out;
 }
 
+namespace {
+bool casts_input(const MemoryPlan& p, int first, DType dt) {
+  return dt != DType::f32 && !(first == 0 && p.layout.input_is_tokens());
+}
+}  // namespace
+
 void StackMemory::forward_saving(Saved& s) {
-  if (dt_ != DType::f32 && s.cast_input.empty())
-    s.cast_input = p_.alloc(MemCategory::activations, s.rows * dim(p_), dt_);
+  if (casts_input(p_, first_, dt_) && s.cast_input.empty())
+    s.cast_input = p_.alloc(MemCategory::activations, s.rows * p_.layout.act_numel(first_), dt_);
   for (int l = first_; l < last_; ++l) {
     p_.tally.span();
-    MemBlock out, pre, xhat, invstd;
-    layer(l, s, out, pre, xhat, invstd);
-    s.pre.push_back(std::move(pre));
-    s.xhat.push_back(std::move(xhat));
-    s.invstd.push_back(std::move(invstd));
-    s.out.push_back(std::move(out));
+    std::vector<MemBlock> keep;
+    layer(l, s, keep);
+    s.keep.push_back(std::move(keep));
   }
 }
 
@@ -203,40 +219,36 @@ MemBlock StackMemory::forward_keep_input(size_t rows, int mb) {
   Saved& s = saved_[mb];
   s.rows = rows;
   MemBlock prev;
-  if (dt_ != DType::f32 && s.cast_input.empty())
-    s.cast_input = p_.alloc(MemCategory::activations, rows * dim(p_), dt_);
+  if (casts_input(p_, first_, dt_) && s.cast_input.empty())
+    s.cast_input = p_.alloc(MemCategory::activations, rows * p_.layout.act_numel(first_), dt_);
   for (int l = first_; l < last_; ++l) {
     p_.tally.span();
-    MemBlock out, pre, xhat, invstd;
-    layer(l, s, out, pre, xhat, invstd);
-    prev = std::move(out);
+    std::vector<MemBlock> keep;
+    const int out = layer(l, s, keep);
+    prev = std::move(keep[static_cast<size_t>(out)]);
+    for (size_t i = keep.size(); i-- > 0;) keep[i].reset();
   }
   return prev;
 }
 
 void StackMemory::recompute(int mb) {
   Saved& s = saved_[mb];
-  s.pre.clear();
-  s.out.clear();
-  s.xhat.clear();
-  s.invstd.clear();
+  s.keep.clear();
   forward_saving(s);
 }
 
 MemBlock StackMemory::backward(int mb, bool want_dinput) {
   Saved& s = saved_[mb];
-  const size_t n = s.rows * dim(p_);
-  MemBlock g = p_.alloc(MemCategory::temporary, n, dt_);
+  MemBlock g = p_.alloc(MemCategory::temporary, s.rows * p_.layout.act_numel(last_), dt_);
   for (int l = last_ - 1; l >= first_; --l) {
     p_.tally.span();
     const size_t i = static_cast<size_t>(l - first_);
+    const bool tokens_in = l == 0 && p_.layout.input_is_tokens();
     MemBlock din;
-    if (l > first_ || want_dinput) din = p_.alloc(MemCategory::temporary, n, dt_);
-    plan_layer_backward(p_, dt_, s.rows, !s.pre[i].empty(), !din.empty());
-    s.pre[i].reset();
-    s.out[i].reset();
-    s.xhat[i].reset();
-    s.invstd[i].reset();
+    if ((l > first_ || want_dinput) && !tokens_in)
+      din = p_.alloc(MemCategory::temporary, s.rows * p_.layout.act_numel(l), dt_);
+    p_.layout.family().plan_backward(p_, p_.layout, l, s.rows, dt_, !din.empty());
+    for (MemBlock& b : s.keep[i]) b.reset();
     g = std::move(din);
   }
   saved_.erase(mb);
@@ -360,7 +372,8 @@ void StageMemory::post_recv_input(int mb) {
   if (topo_.is_first) return;
   for (; next_input_recv_ <= mb && next_input_recv_ < micro_batches_; ++next_input_recv_) {
     Posted& posted = input_recvs_[next_input_recv_];
-    posted.buffer = p_.alloc(MemCategory::activations, rows_ * dim(p_));
+    posted.buffer =
+        p_.alloc(MemCategory::activations, rows_ * p_.layout.act_numel(topo_.first_layer));
     posted.staging = comm_->recv(static_cast<size_t>(posted.buffer.bytes()));
   }
 }
@@ -369,7 +382,7 @@ void StageMemory::post_recv_grad(int mb) {
   if (topo_.is_last) return;
   for (; next_grad_recv_ <= mb && next_grad_recv_ < micro_batches_; ++next_grad_recv_) {
     Posted& posted = grad_recvs_[next_grad_recv_];
-    posted.buffer = p_.alloc(MemCategory::temporary, rows_ * dim(p_));
+    posted.buffer = p_.alloc(MemCategory::temporary, rows_ * p_.layout.act_numel(topo_.last_layer));
     posted.staging = comm_->recv(static_cast<size_t>(posted.buffer.bytes()));
   }
 }
@@ -382,14 +395,14 @@ void StageMemory::forward(int mb) {
   settle_sends();
   MemBlock input;
   if (topo_.is_first) {
-    input = p_.alloc(MemCategory::activations, rows_ * dim(p_));
+    input = p_.alloc(MemCategory::activations, rows_ * p_.layout.act_numel(0));
     p_.tally.span();
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);
   }
   inputs_[mb] = std::move(input);
-  const size_t bytes = rows_ * dim(p_) * sizeof(float);
+  const size_t bytes = rows_ * p_.layout.act_numel(topo_.last_layer) * sizeof(float);
   if (!p_.cfg.recompute) {
     layers_->forward(rows_, mb);
     if (topo_.is_last)
@@ -409,14 +422,14 @@ void StageMemory::forward(int mb) {
 }
 
 void StageMemory::compute_loss(int mb) {
-  const size_t n = rows_ * dim(p_);
-  MemBlock y = p_.alloc(MemCategory::temporary, n);
+  MemBlock y = p_.alloc(MemCategory::temporary, rows_ * p_.layout.target_numel());
   {
     p_.tally.span();
-    MemBlock unused_x = p_.alloc(MemCategory::temporary, n);
+    MemBlock unused_x = p_.alloc(MemCategory::temporary, rows_ * p_.layout.act_numel(0));
   }
-  MemBlock dpred = p_.alloc(MemCategory::temporary, n);
-  p_.tally.span();
+  MemBlock dpred =
+      p_.alloc(MemCategory::temporary, rows_ * p_.layout.act_numel(p_.layout.num_layers()));
+  p_.layout.family().plan_loss(p_, p_.layout, DType::f32, rows_);  // the loss span
   loss_grads_[mb] = std::move(dpred);
 }
 
@@ -523,7 +536,7 @@ int64_t MemoryEstimate::largest_rank() const {
 MemoryEstimate estimate_memory(const RunConfig& cfg, const RunOutputs& outputs) {
   validate(cfg);
   const StrategyInfo& info = strategy_info(cfg.strategy);
-  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const ModelLayout layout = make_layout(cfg);
   const Placement place = plan_placement(cfg);
   MemoryEstimate e;
   e.device = place.kind;
@@ -554,13 +567,19 @@ MemoryEstimate estimate_memory(const RunConfig& cfg, const RunOutputs& outputs) 
 
   const int64_t f32 = sizeof(float);
   const int64_t state = static_cast<int64_t>(layout.state_total()) * f32;
-  const int64_t d = layout.dim();
-  e.shared = d * d * f32;  // the data generator's T
+  // What the dataset holds in host memory (the generator's T, a corpus's tokens).
+  const int64_t d = layout.input_is_tokens() ? 0 : layout.dim();
+  e.shared = layout.family().data_bytes(layout, cfg);
   if (!outputs.caller_holds_init) e.shared += state;
   if (outputs.save_init) e.shared += state;
   if (outputs.save_final) e.shared += state;
   if (outputs.save_data)  // x and y of every step, and the generator that makes them
-    e.shared = add(e.shared, add(mul(mul(2 * f32 * d, cfg.batch), cfg.steps), d * d * f32));
+    e.shared =
+        add(e.shared,
+            add(mul(mul(static_cast<int64_t>(layout.act_numel(0) + layout.target_numel()) * f32,
+                        cfg.batch),
+                    cfg.steps),
+                d * d * f32));
   int64_t output_factor = 1;
   if (outputs.trace) output_factor += kTraceFactor;
   if (outputs.recording) output_factor += kRecordingFactor;

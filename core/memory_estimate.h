@@ -106,6 +106,14 @@ void plan_layer_forward(MemoryPlan& p, DType dt, size_t rows);
 void plan_layer_backward(MemoryPlan& p, DType dt, size_t rows, bool has_pre, bool has_din);
 // MixedPrecision::mse_loss: the prediction and the gradient upcast to fp32.
 void plan_mse_loss(MemoryPlan& p, DType dt, size_t n);
+// load_batch's inputs and targets for `rows` rows (data_parallel.h).
+struct BatchMemory {
+  MemBlock x, y;
+};
+BatchMemory plan_batch(MemoryPlan& p, size_t rows);
+// compute_loss: the loss gradient (returned: the caller holds it through
+// backward) and the loss's own temporaries.
+MemBlock plan_loss(MemoryPlan& p, DType dt, size_t rows);
 
 // Mirrors LayerTape (layer_ops.h): each layer's output and pre-GELU values
 // until its backward, the gradient flowing back, mixed precision's cast input.
@@ -120,7 +128,7 @@ class TapeMemory {
  private:
   struct Saved {
     int layer;
-    MemBlock pre, out;
+    std::vector<MemBlock> keep;
   };
   MemoryPlan& p_;
   DType dt_;
@@ -145,9 +153,10 @@ class StackMemory {
   struct Saved {
     size_t rows = 0;
     MemBlock cast_input;
-    std::vector<MemBlock> pre, out, xhat, invstd;
+    std::vector<std::vector<MemBlock>> keep;  // per layer, as LayerKeep
   };
-  void layer(int l, Saved& s, MemBlock& out, MemBlock& pre, MemBlock& xhat, MemBlock& invstd);
+  // One layer's forward; returns the output's index in keep.
+  int layer(int l, Saved& s, std::vector<MemBlock>& keep);
   void forward_saving(Saved& s);
   MemoryPlan& p_;
   int first_, last_;

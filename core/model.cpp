@@ -1,95 +1,171 @@
-// Model spec parsing, the parameter and buffer size table and PyTorch-style init.
+// The layer table (model.h) and the model family registry (model_family.h).
 #include "core/model.h"
 
-#include <algorithm>
-#include <cmath>
-#include <regex>
+#include <stdexcept>
 
 #include "core/config.h"
-#include "core/rng.h"
+#include "core/device.h"
+#include "core/model_family.h"
 
 namespace shardlab {
 
-ModelSpec ModelSpec::parse(const std::string& text) {
-  static const std::regex re(R"(mlp:(\d{1,6})x(\d{1,6})(\+.*)?)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw ConfigError("unknown model '" + text +
-                      "' (valid: mlp:LxD with L layers of width D, e.g. mlp:8x256, or mlp:LxD+bn "
-                      "with BatchNorm1d after each hidden Linear)");
-  ModelSpec s{std::stoi(m[1]), std::stoi(m[2])};
-  const std::string plain = "mlp:" + std::string(m[1]) + "x" + std::string(m[2]);
-  if (m[3].matched) {
-    if (m[3] != "+bn")
-      throw ConfigError("model '" + text + "' has unknown suffix '" + std::string(m[3]) +
-                        "' (valid: " + plain + ", or " + plain +
-                        "+bn with BatchNorm1d after each hidden Linear)");
-    s.batchnorm = true;
-  }
-  if (s.layers < 1 || s.layers > 1024)
-    throw ConfigError("model '" + text + "' has " + std::to_string(s.layers) +
-                      " layers (valid: 1 to 1024)");
-  if (s.dim < 1 || s.dim > 16384)
-    throw ConfigError("model '" + text + "' has width " + std::to_string(s.dim) +
-                      " (valid: 1 to 16384)");
-  if (s.batchnorm && s.layers < 2)
-    throw ConfigError("model '" + text +
-                      "' has no hidden layer for BatchNorm1d (the output Linear has none; valid: "
-                      "mlp:LxD+bn with L of 2 or more, or " +
-                      plain + ")");
-  return s;
+// Defined in core/models/*.cpp, one per family.
+const ModelFamily& mlp_family();
+const ModelFamily& gpt_family();
+
+const std::vector<const ModelFamily*>& model_families() {
+  static const std::vector<const ModelFamily*> all{&mlp_family(), &gpt_family()};
+  return all;
 }
 
-ModelLayout::ModelLayout(ModelSpec spec) : spec_(spec) {
-  const int64_t d = spec.dim;
-  const size_t n = static_cast<size_t>(d);
-  auto add = [&](std::vector<ParamInfo>& to, size_t& offset, std::string name,
-                 std::vector<int64_t> shape, size_t numel, int layer, bool int64 = false) {
-    to.push_back({std::move(name), std::move(shape), offset, numel, layer, int64});
-    offset += numel;
-  };
-  for (int l = 0; l < spec.layers; ++l) {
-    const std::string prefix = "layers." + std::to_string(l);
-    first_param_.push_back(static_cast<int>(params_.size()));
-    layer_offset_.push_back(total_);
-    add(params_, total_, prefix + ".weight", {d, d}, n * n, l);
-    add(params_, total_, prefix + ".bias", {d}, n, l);
-    if (has_bn(l)) {
-      add(params_, total_, prefix + ".bn.weight", {d}, n, l);
-      add(params_, total_, prefix + ".bn.bias", {d}, n, l);
-    }
-  }
-  first_param_.push_back(static_cast<int>(params_.size()));
+const ModelFamily& find_family(const std::string& name) {
+  for (const ModelFamily* f : model_families())
+    if (f->name() == name) return *f;
+  throw std::logic_error("no model family '" + name + "'");
+}
+
+ModelSpec ModelSpec::parse(const std::string& text) {
+  for (const ModelFamily* f : model_families())
+    if (std::optional<ModelSpec> s = f->parse(text)) return *s;
+  std::string forms;
+  for (const ModelFamily* f : model_families()) forms += (forms.empty() ? "" : "; ") + f->forms();
+  throw ConfigError("unknown model '" + text + "' (valid: " + forms + ")");
+}
+
+std::string ModelSpec::str() const {
+  if (family == "gpt")
+    return "gpt:" + std::to_string(layers) + "x" + std::to_string(dim) + "x" +
+           std::to_string(heads);
+  return "mlp:" + std::to_string(layers) + "x" + std::to_string(dim) + (batchnorm ? "+bn" : "");
+}
+
+ModelLayout::ModelLayout(ModelSpec spec) : spec_(std::move(spec)) {
+  family_ = &find_family(spec_.family);
+  family_->build(*this);
+}
+
+size_t ModelLayout::unique_total() const {
+  size_t n = total_;
+  for (const ParamInfo& p : params_)
+    if (p.tied_to >= 0) n -= p.numel;
+  return n;
+}
+
+bool ModelLayout::has_tied() const {
+  for (const ParamInfo& p : params_)
+    if (p.tied_to >= 0) return true;
+  return false;
+}
+
+size_t ModelLayout::act_numel(int boundary) const {
+  size_t n = 1;
+  for (int64_t d : act_shape_[boundary]) n *= static_cast<size_t>(d);
+  return n;
+}
+
+void ModelLayout::begin_layer(std::string name, std::string kind) {
+  layers_.push_back({std::move(name), std::move(kind), static_cast<int>(params_.size()), 0});
   layer_offset_.push_back(total_);
-  // Buffers follow every parameter, so the parameters stay one contiguous range.
-  state_total_ = total_;
-  for (int l = 0; l < spec.layers; ++l) {
-    const std::string prefix = "layers." + std::to_string(l) + ".bn.";
+}
+
+void ModelLayout::add_param(std::string name, std::vector<int64_t> shape, int tied_to) {
+  size_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<size_t>(d);
+  const int layer = num_layers() - 1;
+  params_.push_back({std::move(name), std::move(shape), total_, numel, layer, false, tied_to});
+  ++layers_.back().param_count;
+  total_ += numel;
+}
+
+void ModelLayout::end_params() {
+  layer_offset_.push_back(total_);
+  state_total_ = total_;  // buffers follow every parameter: the parameters stay one range
+}
+
+void ModelLayout::begin_layer_buffers(int layer) {
+  while (static_cast<int>(first_buffer_.size()) <= layer) {
     first_buffer_.push_back(static_cast<int>(buffers_.size()));
     buffer_offset_.push_back(state_total_);
-    if (!has_bn(l)) continue;
-    add(buffers_, state_total_, prefix + "running_mean", {d}, n, l);
-    add(buffers_, state_total_, prefix + "running_var", {d}, n, l);
-    add(buffers_, state_total_, prefix + "num_batches_tracked", {}, 1, l, true);
   }
-  first_buffer_.push_back(static_cast<int>(buffers_.size()));
-  buffer_offset_.push_back(state_total_);
+}
+
+void ModelLayout::add_buffer(std::string name, std::vector<int64_t> shape, bool int64) {
+  size_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<size_t>(d);
+  const int layer = static_cast<int>(first_buffer_.size()) - 1;
+  buffers_.push_back({std::move(name), std::move(shape), state_total_, numel, layer, int64, -1});
+  state_total_ += numel;
+}
+
+void ModelLayout::end_buffers() {
+  begin_layer_buffers(num_layers());  // every layer, plus one past the end
+}
+
+void ModelLayout::set_activations(std::vector<std::vector<int64_t>> per_boundary, bool input_tokens,
+                                  size_t target_numel) {
+  if (per_boundary.size() != layers_.size() + 1)
+    throw std::logic_error("ModelLayout: one activation shape per boundary");
+  act_shape_ = std::move(per_boundary);
+  input_tokens_ = input_tokens;
+  target_numel_ = target_numel;
 }
 
 std::vector<float> init_params(const ModelLayout& layout, uint64_t seed) {
-  std::vector<float> flat(layout.state_total(), 0.0f);
-  Rng rng(mix_seed(seed, 0x1417));
-  const double bound = 1.0 / std::sqrt(static_cast<double>(layout.dim()));  // 1/√in_features
-  for (int l = 0; l < layout.num_layers(); ++l) {
-    for (const ParamInfo* p : {&layout.weight(l), &layout.bias(l)})
-      for (size_t i = 0; i < p->numel; ++i)
-        flat[p->offset + i] = static_cast<float>(rng.uniform(-bound, bound));
-    if (!layout.has_bn(l)) continue;
-    // nn.BatchNorm1d: weight 1, bias 0; running_mean 0, running_var 1, num_batches_tracked 0.
-    std::fill_n(flat.begin() + layout.bn_weight(l).offset, layout.bn_weight(l).numel, 1.0f);
-    std::fill_n(flat.begin() + layout.running_var(l).offset, layout.running_var(l).numel, 1.0f);
+  return layout.family().init(layout, seed);
+}
+
+ModelSpec resolve_model(const RunConfig& cfg) {
+  ModelSpec spec = ModelSpec::parse(cfg.model);
+  return find_family(spec.family).resolve(spec, cfg);
+}
+
+ModelLayout make_layout(const RunConfig& cfg) {
+  return ModelLayout(resolve_model(cfg));
+}
+
+// ---------------------------------------------------------------------------
+// model_family.h
+
+std::string LayerCall::name(int layer, const std::string& what) const {
+  std::string s = "layers." + std::to_string(layer) + "." + what;
+  if (mb >= 0) s += "[mb " + std::to_string(mb) + "]";
+  return s;
+}
+
+void LayerKeep::drop_saved() {
+  for (size_t i = t.size(); i-- > 0;)
+    if (static_cast<int>(i) != out) t[i].reset();
+}
+
+std::vector<const void*> layer_param_ptrs(const ModelLayout& m, int layer, const void* base,
+                                          DType dt) {
+  std::vector<const void*> v;
+  const size_t begin = m.layer_begin(layer);
+  for (int i = 0; i < m.param_count(layer); ++i) {
+    const ParamInfo& p = m.params()[m.first_param(layer) + i];
+    v.push_back(static_cast<const char*>(base) + (p.offset - begin) * dtype_size(dt));
   }
-  return flat;
+  return v;
+}
+
+std::vector<void*> layer_param_ptrs(const ModelLayout& m, int layer, void* base, DType dt) {
+  std::vector<void*> v;
+  for (const void* p : layer_param_ptrs(m, layer, static_cast<const void*>(base), dt))
+    v.push_back(const_cast<void*>(p));
+  return v;
+}
+
+void sum_tied_grads(const ModelLayout& m, DeviceBackend& dev, DType dt,
+                    const std::function<void*(int param)>& grad) {
+  for (int i = 0; i < static_cast<int>(m.params().size()); ++i) {
+    const ParamInfo& p = m.params()[i];
+    if (p.tied_to < 0) continue;
+    void* copy = grad(i);
+    void* home = grad(p.tied_to);
+    if (!copy || !home) continue;
+    dev.add(home, copy, dt, p.numel);  // what PyTorch's shared .grad accumulates
+    dev.copy(copy, home, p.numel * dtype_size(dt), CopyKind::device_to_device);
+  }
 }
 
 }  // namespace shardlab

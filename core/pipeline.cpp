@@ -3,6 +3,8 @@
 // one micro-batch with its receives posted in order and its sends asynchronous.
 #include "core/pipeline.h"
 
+#include "core/model_family.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -86,7 +88,7 @@ StageTopology stage_topology(int rank, const std::vector<int>& partition) {
 }
 
 void validate_pipeline(const RunConfig& cfg) {
-  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const ModelLayout layout = make_layout(cfg);
   const int L = layout.num_layers();
   const std::string W = std::to_string(cfg.world);
   if (cfg.stages < 0)
@@ -167,8 +169,10 @@ PipelineStage::PendingRecv PipelineStage::post_recv(int mb, PipeDirection direct
                                                     MemCategory category) {
   const bool activation = direction == PipeDirection::activation;
   PendingRecv p;
-  p.buffer = env_.alloc.alloc(mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb),
-                              category, {rows_, env_.layout.dim()});
+  p.buffer = env_.alloc.alloc(
+      mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb), category,
+      {rows_, static_cast<int64_t>(
+                  env_.layout.act_numel(activation ? topo_.first_layer : topo_.last_layer))});
   p.work = env_.comm->recv_async(p.buffer.raw(), p.buffer.bytes(),
                                  activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
                                  CommMeta{activation ? boundary_in_ : boundary_out_, mb});
@@ -202,15 +206,17 @@ Tensor PipelineStage::wait_recv(std::map<int, PendingRecv>& posted, int mb) {
   return t;
 }
 
-void PipelineStage::send(const float* borrowed, Tensor owned, int mb, PipeDirection direction) {
+void PipelineStage::send(const void* borrowed, Tensor owned, int mb, PipeDirection direction) {
   const bool activation = direction == PipeDirection::activation;
   PendingSend s;
   s.buffer = std::move(owned);
-  const float* data = s.buffer.empty() ? borrowed : s.buffer.data<float>();
-  s.work =
-      env_.comm->send_async(data, static_cast<size_t>(rows_) * env_.layout.dim() * sizeof(float),
-                            activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
-                            CommMeta{activation ? boundary_out_ : boundary_in_, mb});
+  const void* data = s.buffer.empty() ? borrowed : s.buffer.raw();
+  // An activation leaves through this stage's output boundary, a gradient
+  // through its input boundary: rows × the activation's size there.
+  const size_t values = env_.layout.act_numel(activation ? topo_.last_layer : topo_.first_layer);
+  s.work = env_.comm->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
+                                 activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
+                                 CommMeta{activation ? boundary_out_ : boundary_in_, mb});
   sends_.push_back(std::move(s));
 }
 
@@ -225,22 +231,22 @@ void PipelineStage::settle_sends() {
 
 void PipelineStage::forward(int mb) {
   settle_sends();
-  const int D = env_.layout.dim();
   Tensor input;
   if (topo_.is_first) {
     // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
-    input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations, {rows_, D});
+    input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
+                             {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
-    load_rows(env_.device, env_.data, step_, mb * rows_, rows_, input.data<float>(), nullptr);
+    env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr);
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);
   }
-  const float* in = input.data<float>();
+  const void* in = input.raw();
   inputs_[mb] = std::move(input);  // the first layer's backward reads it
 
   if (!env_.cfg.recompute) {
-    const float* out = layers_->forward(in, rows_, mb);
+    const void* out = layers_->forward(in, rows_, mb);
     // Sent straight from the layer's output, which lives until backward(mb).
     if (topo_.is_last)
       compute_loss(out, mb);
@@ -251,28 +257,28 @@ void PipelineStage::forward(int mb) {
     // once the loss has read it, or once its send has been waited for.
     Tensor out = layers_->forward_keep_input(in, rows_, mb);
     if (topo_.is_last)
-      compute_loss(out.data<float>(), mb);
+      compute_loss(out.raw(), mb);
     else
       send(nullptr, std::move(out), mb, PipeDirection::activation);
   }
 }
 
-void PipelineStage::compute_loss(const float* pred, int mb) {
-  const int D = env_.layout.dim();
-  const size_t n = static_cast<size_t>(rows_) * D;
-  Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary, {rows_, D});
+void PipelineStage::compute_loss(const void* pred, int mb) {
+  const ModelLayout& m = env_.layout;
+  Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary,
+                              {rows_, static_cast<int64_t>(m.target_numel())});
   {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
-    Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary, {rows_, D});
-    load_rows(env_.device, env_.data, step_, mb * rows_, rows_, unused_x.data<float>(),
-              y.data<float>());
+    Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary,
+                                       {rows_, static_cast<int64_t>(m.act_numel(0))});
+    env_.data.load(env_.device, step_, mb * rows_, rows_, unused_x.raw(), y.raw());
   }
-  // Divided by the global batch's element count, not the micro-batch's: the
+  // Divided by the global batch's size, not the micro-batch's: the
   // micro-batches' gradients then add up to exactly the full-batch gradient.
-  Tensor dpred = env_.alloc.alloc(mb_name("loss.grad", mb), MemCategory::temporary, {rows_, D});
+  Tensor dpred = env_.alloc.alloc(mb_name("loss.grad", mb), MemCategory::temporary,
+                                  {rows_, static_cast<int64_t>(m.act_numel(m.num_layers()))});
   ScopedSpan span(env_.rec, Lane::compute, SpanKind::loss, -1, mb);
-  loss_ += env_.device.mse_forward_backward(dpred.data<float>(), pred, y.data<float>(), n,
-                                            static_cast<size_t>(env_.cfg.batch) * D);
+  loss_ += m.family().loss(env_.alloc, fp32_, m, dpred.raw(), pred, y.raw(), rows_, env_.cfg.batch);
   loss_grads_[mb] = std::move(dpred);
 }
 
@@ -289,7 +295,7 @@ void PipelineStage::backward(int mb) {
     dout = wait_recv(grad_recvs_, mb);
   }
   if (env_.cfg.recompute) layers_->recompute(mb);
-  Tensor din = layers_->backward(dout.data<float>(), mb, !topo_.is_first);
+  Tensor din = layers_->backward(dout.raw(), mb, !topo_.is_first);
   dout.reset();
   inputs_.erase(mb);
   if (!topo_.is_first) send(nullptr, std::move(din), mb, PipeDirection::gradient);
@@ -299,12 +305,48 @@ LossShare PipelineStage::finish_step() {
   if (!inputs_.empty() || !loss_grads_.empty() || !input_recvs_.empty() || !grad_recvs_.empty())
     throw std::logic_error("pipeline: the schedule left micro-batches in flight at the flush");
   settle_sends();
+  sum_tied_grads();
   {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
     optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
   }
   if (!topo_.is_last) return {};
   return {loss_ * env_.cfg.batch, env_.cfg.batch};
+}
+
+// A tied pair (gpt's token embedding on the first stage, lm_head on the last)
+// lives on two stages, as in Megatron: the two stages swap their gradients
+// and each adds the other's, so both copies take the same update. The sum
+// a + b is the same bits on both sides (addition commutes).
+void PipelineStage::sum_tied_grads() {
+  const ModelLayout& m = env_.layout;
+  if (!m.has_tied()) return;
+  const std::vector<int> partition = pipeline_partition(env_.cfg, m);
+  auto stage_of = [&](int layer) {
+    int end = 0;
+    for (size_t s = 0; s < partition.size(); ++s)
+      if (layer < (end += partition[s])) return static_cast<int>(s);
+    throw std::logic_error("pipeline: layer past the partition");
+  };
+  for (int i = 0; i < static_cast<int>(m.params().size()); ++i) {
+    const ParamInfo& p = m.params()[i];
+    if (p.tied_to < 0) continue;
+    const int a = stage_of(m.params()[p.tied_to].layer), b = stage_of(p.layer);
+    if (a == b) {
+      if (a == topo_.rank) layers_->sum_tied_grads();
+      continue;
+    }
+    if (topo_.rank != a && topo_.rank != b) continue;
+    const bool home = topo_.rank == a;
+    float* mine = static_cast<float*>(layers_->grad_of(home ? p.tied_to : i));
+    const int peer = home ? b : a;
+    Tensor theirs = env_.alloc.alloc(p.name + "[tied].grad", MemCategory::comm_buffers, p.numel);
+    Work sent = env_.comm->send_async(mine, p.numel * sizeof(float), peer, kTiedGradTag);
+    Work got = env_.comm->recv_async(theirs.raw(), p.numel * sizeof(float), peer, kTiedGradTag);
+    got.wait();
+    sent.wait();
+    env_.device.add(mine, theirs.raw(), DType::f32, p.numel);
+  }
 }
 
 std::vector<float> PipelineStage::export_params() {

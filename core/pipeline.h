@@ -10,6 +10,7 @@
 
 #include "core/layer_stack.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/strategy.h"
 
 namespace shardlab {
@@ -53,6 +54,8 @@ enum class PipeDirection : int { activation = 0, gradient = 1 };
 int pipe_tag(int micro_batch, PipeDirection direction);
 inline constexpr int kGatherParamsTag = 1 << 30;  // export_params' slices, never a micro-batch
 inline constexpr int kGatherBuffersTag = kGatherParamsTag + 1;  // and its BatchNorm buffers
+inline constexpr int kTiedGradTag =
+    kGatherParamsTag + 2;  // a tied weight's gradient between stages
 
 // One stage of the pipeline on this rank: its layers (a LayerStack holding
 // per-micro-batch activations), their optimizer, and the messages to and from
@@ -68,8 +71,10 @@ inline constexpr int kGatherBuffersTag = kGatherParamsTag + 1;  // and its Batch
 //                 din  = layers'ᵀ(dout)            (parameter gradients accumulate)
 //                 first stage ? done : send din to prev
 //
-// The loss is MSE over the global batch (divisor batch × D), so the gradients
-// of the micro-batches add up to exactly the full-batch gradient.
+// The loss (the model family's: MSE, cross-entropy) is over the global batch
+// (divided by the batch, not the micro-batch), so the gradients of the
+// micro-batches add up to exactly the full-batch gradient. Messages carry the
+// activation of any shape the layer table gives at the stage boundary.
 class PipelineStage {
  public:
   PipelineStage(RankEnv& env, const std::vector<float>& init);
@@ -106,9 +111,10 @@ class PipelineStage {
   PendingRecv post_recv(int mb, PipeDirection direction, MemCategory category);
   Tensor wait_recv(std::map<int, PendingRecv>& posted, int mb);
   // Posts `owned` (kept alive until settled) when given, else `borrowed`.
-  void send(const float* borrowed, Tensor owned, int mb, PipeDirection direction);
+  void send(const void* borrowed, Tensor owned, int mb, PipeDirection direction);
   void settle_sends();
-  void compute_loss(const float* pred, int mb);
+  void compute_loss(const void* pred, int mb);
+  void sum_tied_grads();
 
   RankEnv& env_;
   StageTopology topo_;
@@ -119,7 +125,8 @@ class PipelineStage {
   int step_ = 0;
   int next_input_recv_ = 0;  // receives are posted in micro-batch order (see post_recv_input)
   int next_grad_recv_ = 0;
-  double loss_ = 0;  // Σ over micro-batches of each one's share of the mean loss
+  double loss_ = 0;              // Σ over micro-batches of each one's share of the mean loss
+  MixedPrecision fp32_{"fp32"};  // pipelines train in fp32
   std::unique_ptr<LayerStack> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::map<int, Tensor> inputs_;      // stage input per micro-batch in flight

@@ -51,7 +51,7 @@ struct StageShape {
 };
 
 StageShape stage_shape(const RunConfig& cfg, int rank) {
-  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const ModelLayout layout = make_layout(cfg);
   const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
   const int M = micro_batches_run(cfg);
   StageShape s;
@@ -141,7 +141,7 @@ int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
 std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   const RunConfig& cfg = r.cfg;
   if (!is_pipeline_strategy(cfg.strategy)) return {};
-  const ModelLayout layout(ModelSpec::parse(cfg.model));
+  const ModelLayout layout = make_layout(cfg);
   const std::vector<int> partition = pipeline_partition(cfg, layout);
   const int P = static_cast<int>(partition.size());
   const int M = micro_batches_run(cfg);

@@ -705,7 +705,7 @@ Recording recording_from_json(const json& j, const std::string& file) {
 
   r.cfg = config_from_json(ck, j["config"], "config");
   const RunConfig& c = r.cfg;
-  const ModelLayout layout(ModelSpec::parse(c.model));  // parsed fine in validate()
+  const ModelLayout layout = make_layout(c);  // parsed fine in validate()
   r.placement = placement_from_json(ck, j["placement"], "placement", c.world);
   r.t0_ns = ck.integer(j["clock_zero_ns"], "clock_zero_ns", 0, kMaxClockZero);
 

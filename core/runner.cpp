@@ -4,6 +4,8 @@
 // is shared between ranks but the group and the result slots each rank writes alone.
 #include "core/runner.h"
 
+#include "core/model_family.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -100,8 +102,9 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   // now, rather than failing minutes later (the caller holds `initial` already).
   check_memory(cfg, RunOutputs{.caller_holds_init = initial != nullptr});
   const StrategyInfo& info = *find_strategy(cfg.strategy);
-  const ModelLayout layout(ModelSpec::parse(cfg.model));
-  const SyntheticData data(layout.dim(), cfg.seed);
+  const ModelLayout layout = make_layout(cfg);
+  const std::unique_ptr<Dataset> dataset = layout.family().dataset(layout, cfg.seed, cfg);
+  const Dataset& data = *dataset;
   const std::vector<float> seeded = initial ? std::vector<float>{} : init_params(layout, cfg.seed);
   const std::vector<float>& init = initial ? *initial : seeded;
   if (init.size() != layout.state_total())

@@ -55,12 +55,8 @@ size_t ShardPlan::real(int rank) const {
   return std::min(shard, numel - b);
 }
 
-size_t FlatGroup::weight_offset(const ModelLayout& layout, int layer) const {
+size_t FlatGroup::layer_offset(const ModelLayout& layout, int layer) const {
   return layout.layer_begin(layer) - offset;
-}
-
-size_t FlatGroup::bias_offset(const ModelLayout& layout, int layer) const {
-  return layout.bias(layer).offset - offset;
 }
 
 std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_per_group,

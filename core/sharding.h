@@ -86,7 +86,7 @@ struct ShardPlan {
 };
 
 // Consecutive layers [first, last) flattened into one buffer: each layer's
-// weight [D,D] then bias [D], in model order, then padding to a multiple of N.
+// parameters in table order, then padding to a multiple of N.
 // Layer-wise ZeRO uses one group per layer; FSDP one group per unit.
 struct FlatGroup {
   int index = 0;  // position among the groups
@@ -96,9 +96,9 @@ struct FlatGroup {
   std::string name;  // "layers.3.flat" / "layers.2-3.flat"
 
   size_t numel() const { return plan.numel; }
-  // Where layer l's weight and bias start inside the group's flat buffer.
-  size_t weight_offset(const ModelLayout& layout, int layer) const;
-  size_t bias_offset(const ModelLayout& layout, int layer) const;
+  // Where layer l's parameters start inside the group's flat buffer (they
+  // follow in table order: a layer's forward takes them from there).
+  size_t layer_offset(const ModelLayout& layout, int layer) const;
   std::string shard_name(int rank) const { return name + shard_tag(rank, plan.world); }
 };
 

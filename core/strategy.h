@@ -11,7 +11,7 @@
 
 #include "core/comm.h"
 #include "core/config.h"
-#include "core/data.h"
+#include "core/layer_call.h"
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/recorder.h"
@@ -45,7 +45,7 @@ struct RankEnv {
   int world = 1;
   const RunConfig& cfg;
   const ModelLayout& layout;
-  const SyntheticData& data;
+  const Dataset& data;  // the model family's (model_family.h)
   DeviceBackend& device;
   Allocator& alloc;
   Recorder* rec;  // may be null (recording off)
@@ -141,6 +141,10 @@ struct StrategyInfo {
   bool controller = false;
   // The traffic prediction (core/model_state.h).
   Traffic traffic = Traffic::none;
+  // Sums the two gradients of a tied parameter (gpt's lm_head and token
+  // embedding, core/model.h) before its update; models with one are refused
+  // by the strategies that do not yet.
+  bool tied_weights = false;
   // Data-parallel family: what its comm-buffers category holds, for the reports.
   std::string comm_buffers{};
   // Pipeline family: micro-batches whose activations stage `rank` of `stages`

@@ -94,8 +94,8 @@ class Ddp final : public Strategy {
     // the gradient of the mean over the global batch.
     model_->zero_grads();
     for (Bucket& bk : buckets_) bk.pending = static_cast<int>(bk.params.size());
-    model_->forward(batch.x.data<float>(), batch.rows);
-    Loss loss = mse_loss(*env_, *mp_, model_->output(), batch);
+    model_->forward(batch.x.raw(), batch.rows);
+    Loss loss = compute_loss(*env_, *mp_, model_->output(), batch);
 
     // Phase 2 — backward. With overlap, each layer's completion may fill a
     // bucket, whose all-reduce then starts at once on the comm thread.
@@ -120,6 +120,9 @@ class Ddp final : public Strategy {
       bk.work = Work();
       unpack(bk, average);
     }
+    // A tied weight (gpt's lm_head and token embedding) has a gradient from
+    // each of its uses: summed, so both copies take the same update.
+    model_->sum_tied_grads();
 
     // Phase 4 — every rank applies the same update to its own replica.
     {
@@ -188,12 +191,10 @@ void plan_memory(MemoryPlan& p) {
   for (const Bucket& b : buckets)
     buffers.push_back(p.alloc(MemCategory::comm_buffers, b.numel, dt));
   p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world), n = b * layout.dim();
-    MemBlock x = p.alloc(MemCategory::activations, n);
-    MemBlock y = p.alloc(MemCategory::activations, n);
+    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
+    BatchMemory batch = plan_batch(p, b);
     model.forward(b, -1);
-    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
-    plan_mse_loss(p, dt, n);
+    MemBlock dpred = plan_loss(p, dt, b);
     model.backward(-1, false);
     std::vector<std::vector<MemBlock>> in_flight;  // staging, until every bucket is waited for
     for (const Bucket& bk : buckets) in_flight.push_back(comm.all_reduce(bk.numel, dt));
@@ -215,6 +216,7 @@ StrategyInfo ddp_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
       .traffic = Traffic::all_reduce,
+      .tied_weights = true,
       .comm_buffers = "gradient buckets",
       .make = [] { return std::make_unique<Ddp>(); },
       .validate =

@@ -32,6 +32,7 @@
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/memory_estimate.h"
+#include "core/model_family.h"
 #include "core/optimizer.h"
 #include "core/phase_barrier.h"
 #include "core/precision.h"
@@ -54,7 +55,7 @@ struct DpShared {
   std::vector<std::atomic<int64_t>> sent = std::vector<std::atomic<int64_t>>(barrier_world);
   // Below, every buffer but the batch is in the run's storage dtype (fp32, or 2 bytes).
   std::vector<const void*> params;  // device 0's parameters, in model order
-  const float* x = nullptr;         // the global batch [B, D], fp32
+  const char* x = nullptr;          // the global batch's inputs [B, act_numel(0)], 4 bytes each
   void* outputs = nullptr;          // [B, D]: every device's output, gathered
   const void* dout = nullptr;       // [B, D]: gradient of the loss w.r.t. the outputs
   std::vector<void*> grad_inbox;    // [k]: device k's gradients, flat in model order
@@ -97,10 +98,13 @@ class Dp final : public Strategy {
     RankEnv& env = *env_;
     DpShared& sh = *shared_;
     const ModelLayout& layout = env.layout;
-    const int W = env.world, D = layout.dim(), L = layout.num_layers(), B = env.cfg.batch;
+    const int W = env.world, L = layout.num_layers(), B = env.cfg.batch;
     const int b = B / W, k = env.rank;
     const bool device0 = k == 0;
-    const size_t slice = static_cast<size_t>(b) * D;  // values in one device's rows
+    const auto in_row = static_cast<int64_t>(layout.act_numel(0));   // input values per row
+    const auto out_row = static_cast<int64_t>(layout.act_numel(L));  // output values per row
+    const size_t in_slice = static_cast<size_t>(b) * in_row;         // values in one device's rows
+    const size_t slice = static_cast<size_t>(b) * out_row;
     const DType dt = mp_->dtype();
     const size_t es = mp_->bytes();  // bytes per stored value
 
@@ -110,11 +114,11 @@ class Dp final : public Strategy {
     Tensor outputs;
     if (device0) {
       batch = load_batch(env, step, 0, B);
-      outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, D}, dt);
+      outputs = env.alloc.alloc("output[gathered]", MemCategory::activations, {B, out_row}, dt);
       for (Tensor& g : grads_) env.device.fill_zero(g.raw(), g.bytes());
       sh.params.clear();
       for (Tensor& p : params_) sh.params.push_back(p.raw());
-      sh.x = batch.x.data<float>();
+      sh.x = static_cast<const char*>(batch.x.raw());
       sh.outputs = outputs.raw();
     }
     sh.barrier.arrive_and_wait(k, "broadcast");
@@ -135,24 +139,24 @@ class Dp final : public Strategy {
         dw.push_back(replica_grads.back().raw());
       }
       for (int l = 0; l < L; ++l)
-        for (int i : {2 * l, 2 * l + 1})
+        for (int i = layout.first_param(l); i < layout.first_param(l) + layout.param_count(l); ++i)
           copy(w[i], sh.params[i], layout.params()[i].numel * es, SpanKind::broadcast, l);
     }
 
     // Phase 2 — scatter: device k takes rows [k·b, (k+1)·b) of the batch.
     // Device 0's own slice needs no copy.
     Tensor my_x;
-    const float* in = sh.x;
+    const void* in = sh.x;
     if (!device0) {
-      my_x = env.alloc.alloc("batch.x", MemCategory::activations, {b, D});
-      copy(my_x.data<float>(), sh.x + k * slice, slice * sizeof(float), SpanKind::scatter, -1);
-      in = my_x.data<float>();
+      my_x = env.alloc.alloc("batch.x", MemCategory::activations, {b, in_row});
+      copy(my_x.raw(), sh.x + k * in_slice * 4, in_slice * 4, SpanKind::scatter, -1);
+      in = my_x.raw();
     }
 
     // Phase 3 — forward on every device at once, each on its own rows.
     LayerTape tape(layout, env.alloc, env.rec, dt);
     tape.begin(in, b);
-    for (int l = 0; l < L; ++l) tape.forward(l, w[2 * l], w[2 * l + 1]);
+    for (int l = 0; l < L; ++l) tape.forward(l, of_layer(w, l));
 
     // Phase 4 — gather the outputs onto device 0, in rank order.
     char* outputs_at = static_cast<char*>(sh.outputs) + k * slice * es;
@@ -167,7 +171,7 @@ class Dp final : public Strategy {
     Loss loss;
     std::vector<Tensor> inbox;
     if (device0) {
-      loss = mse_loss(env, *mp_, sh.outputs, batch);
+      loss = compute_loss(env, *mp_, sh.outputs, batch);
       sh.dout = loss.grad.raw();
       for (int j = 1; j < W; ++j) {
         inbox.push_back(env.alloc.alloc("grads[from device " + std::to_string(j) + "]",
@@ -183,18 +187,19 @@ class Dp final : public Strategy {
     Tensor my_dout;
     const void* g = sh.dout;
     if (!device0) {
-      my_dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, D}, dt);
+      my_dout = env.alloc.alloc("loss.grad", MemCategory::temporary, {b, out_row}, dt);
       copy(my_dout.raw(), static_cast<const char*>(sh.dout) + k * slice * es, slice * es,
            SpanKind::scatter, L - 1);
       g = my_dout.raw();
     }
     tape.begin_backward(g);
     for (int l = L - 1; l >= 0; --l) {
-      tape.backward(l, w[2 * l], dw[2 * l], dw[2 * l + 1]);
+      tape.backward(l, of_layer(w, l), of_layer(dw, l));
       // Phase 7 — reduce onto device 0: each replica sends its layer's
       // gradients to device 0's inbox as soon as backward has produced them.
       if (!device0)
-        for (int i : {2 * l + 1, 2 * l}) {
+        for (int i = layout.first_param(l) + layout.param_count(l) - 1; i >= layout.first_param(l);
+             --i) {
           const ParamInfo& p = layout.params()[i];
           copy(static_cast<char*>(sh.grad_inbox[k]) + p.offset * es, dw[i], p.numel * es,
                SpanKind::reduce, l);
@@ -217,6 +222,8 @@ class Dp final : public Strategy {
         }
     }
     inbox.clear();
+    // A tied weight's two gradients (gpt's lm_head and token embedding) are summed.
+    sum_tied_grads(layout, env.device, dt, [&](int i) { return grads_[i].raw(); });
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
       std::vector<void*> params, grads;
@@ -242,6 +249,12 @@ class Dp final : public Strategy {
   }
 
  private:
+  // Layer l's entries of a per-parameter list (model order).
+  std::vector<void*> of_layer(const std::vector<void*>& all, int l) const {
+    const int first = env_->layout.first_param(l);
+    return {all.begin() + first, all.begin() + first + env_->layout.param_count(l)};
+  }
+
   // A copy between this device and device 0, on this device's comm lane: a
   // real memcpy here, a peer-to-peer copy between GPUs.
   void copy(void* dst, const void* src, size_t bytes, SpanKind kind, int layer) {
@@ -292,12 +305,13 @@ void plan_memory(MemoryPlan& p) {
     optimizer = std::make_unique<OptimizerMemory>(p, ranges, dt);
   }
   p.steps([&](int) {
-    const size_t B = static_cast<size_t>(p.cfg.batch), b = B / p.world, D = layout.dim();
-    MemBlock x, y, outputs;
+    const size_t B = static_cast<size_t>(p.cfg.batch), b = B / p.world;
+    const size_t in_row = layout.act_numel(0), out_row = layout.act_numel(L);
+    BatchMemory batch;
+    MemBlock outputs;
     if (device0) {
-      x = p.alloc(MemCategory::activations, B * D);
-      y = p.alloc(MemCategory::activations, B * D);
-      outputs = p.alloc(MemCategory::activations, B * D, dt);
+      batch = plan_batch(p, B);
+      outputs = p.alloc(MemCategory::activations, B * out_row, dt);
     }
     std::vector<MemBlock> replica, replica_grads;
     if (!device0) {
@@ -308,20 +322,19 @@ void plan_memory(MemoryPlan& p) {
       p.tally.span(static_cast<int>(ranges.size()));  // the copies from device 0
     }
     MemBlock my_x;
-    if (!device0) my_x = p.alloc(MemCategory::activations, b * D);
+    if (!device0) my_x = p.alloc(MemCategory::activations, b * in_row);
     TapeMemory tape(p, dt);
     tape.begin(b);
     for (int l = 0; l < L; ++l) tape.forward(l);
     MemBlock dout;
     std::vector<MemBlock> inbox;
     if (device0) {
-      dout = p.alloc(MemCategory::temporary, B * D, dt);
-      plan_mse_loss(p, dt, B * D);
+      dout = plan_loss(p, dt, B);
       for (int j = 1; j < p.world; ++j)
         inbox.push_back(p.alloc(MemCategory::comm_buffers, layout.total(), dt));
     }
     MemBlock my_dout;
-    if (!device0) my_dout = p.alloc(MemCategory::temporary, b * D, dt);
+    if (!device0) my_dout = p.alloc(MemCategory::temporary, b * out_row, dt);
     tape.begin_backward();
     for (int l = L - 1; l >= 0; --l) tape.backward(l);
     replica.clear();
@@ -347,6 +360,7 @@ StrategyInfo dp_strategy() {
       .reads = {StrategyOption::precision},
       .controller = true,
       .traffic = Traffic::controller_copies,
+      .tied_weights = true,
       .comm_buffers = "device 0's inboxes for every replica's gradients",
       .make = [] { return std::make_unique<Dp>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

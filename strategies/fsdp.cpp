@@ -72,16 +72,15 @@ class Fsdp final : public Strategy {
     // its layers, then reshard (free it) or, with --no-reshard, keep it.
     const DType dt = mp_->dtype();
     LayerTape tape(env.layout, env.alloc, env.rec, dt);
-    tape.begin(batch.x.data<float>(), batch.rows);
+    tape.begin(batch.x.raw(), batch.rows);
     std::vector<Gathered> kept(U);
     for (int u = 0; u < U; ++u) {
       Gathered cur = gather(u);
       wait(cur);
-      for (int l = units[u].first; l < units[u].last; ++l)
-        tape.forward(l, weight(cur, l), bias(cur, l));
+      for (int l = units[u].first; l < units[u].last; ++l) tape.forward(l, layer_params(cur, l));
       if (!reshard) kept[u] = std::move(cur);
     }  // a resharded unit's gathered buffer is freed here, at the end of its iteration
-    Loss loss = mse_loss(env, *mp_, tape.output(), batch);
+    Loss loss = compute_loss(env, *mp_, tape.output(), batch);
 
     // Phase 2 — backward, last unit first. The unit must be whole again
     // (kept, or gathered anew); with prefetch the previous unit's all-gather is
@@ -100,8 +99,7 @@ class Fsdp final : public Strategy {
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
                                     g.plan.padded(), dt);
       for (int l = g.last - 1; l >= g.first; --l)
-        tape.backward(l, weight(cur, l), at(full, g.weight_offset(env.layout, l)),
-                      at(full, g.bias_offset(env.layout, l)));
+        tape.backward(l, layer_params(cur, l), at(full, g.layer_offset(env.layout, l)));
       cur.params.reset();
       reduce(u, std::move(full), reduces);
       free_reduced(reduces, /*keep_at_most=*/2);
@@ -185,11 +183,9 @@ class Fsdp final : public Strategy {
     env_->device.copy(dst, src, bytes, kind);
   }
 
-  const void* weight(Gathered& g, int l) {
-    return at(g.params, states_->groups()[g.unit].weight_offset(env_->layout, l));
-  }
-  const void* bias(Gathered& g, int l) {
-    return at(g.params, states_->groups()[g.unit].bias_offset(env_->layout, l));
+  // Layer l's parameters inside its unit's gathered flat buffer.
+  const void* layer_params(Gathered& g, int l) {
+    return at(g.params, states_->groups()[g.unit].layer_offset(env_->layout, l));
   }
 
   RankEnv* env_ = nullptr;
@@ -244,9 +240,8 @@ void plan_memory(MemoryPlan& p) {
     g.staged.reset();
   };
   p.steps([&](int) {
-    const size_t b = static_cast<size_t>(cfg.batch / p.world), n = b * p.layout.dim();
-    MemBlock x = p.alloc(MemCategory::activations, n);
-    MemBlock y = p.alloc(MemCategory::activations, n);
+    const size_t b = static_cast<size_t>(cfg.batch / p.world);
+    BatchMemory batch = plan_batch(p, b);
     TapeMemory tape(p, dt);
     tape.begin(b);
     std::vector<Gathered> kept(U);
@@ -256,8 +251,7 @@ void plan_memory(MemoryPlan& p) {
       for (int l = units[u].first; l < units[u].last; ++l) tape.forward(l);
       if (!cfg.reshard_after_forward) kept[u] = std::move(cur);
     }
-    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
-    plan_mse_loss(p, dt, n);
+    MemBlock dpred = plan_loss(p, dt, b);
     tape.begin_backward();
     auto whole = [&](int u) { return kept[u].valid() ? std::move(kept[u]) : gather(u); };
     struct Pending {
@@ -309,7 +303,7 @@ StrategyInfo fsdp_strategy() {
       .validate =
           [](const RunConfig& cfg) {
             require_batch_divisible(cfg);
-            const int layers = ModelSpec::parse(cfg.model).layers;
+            const int layers = make_layout(cfg).num_layers();
             if (cfg.fsdp_unit < 1 || cfg.fsdp_unit > layers)
               throw ConfigError("--fsdp-unit " + std::to_string(cfg.fsdp_unit) +
                                 " is invalid for model " + cfg.model + " (valid: 1 to " +

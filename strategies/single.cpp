@@ -32,9 +32,10 @@ class Single final : public Strategy {
 
     // Forward, loss, backward, update: the loop every strategy distributes.
     model_->zero_grads();
-    model_->forward(batch.x.data<float>(), B);
-    Loss loss = mse_loss(*env_, *mp_, model_->output(), batch);
+    model_->forward(batch.x.raw(), B);
+    Loss loss = compute_loss(*env_, *mp_, model_->output(), batch);
     model_->backward(loss.grad.raw(), -1, false);
+    model_->sum_tied_grads();  // gpt: lm_head's use of the embedding adds to its gradient
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
       mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), 1.0f, nullptr);
@@ -65,12 +66,10 @@ void plan_memory(MemoryPlan& p) {
   StackMemory model(p, 0, p.layout.num_layers(), dt);
   OptimizerMemory optimizer(p, model.ranges(), dt);
   p.steps([&](int) {
-    const size_t B = static_cast<size_t>(p.cfg.batch), n = B * p.layout.dim();
-    MemBlock x = p.alloc(MemCategory::activations, n);
-    MemBlock y = p.alloc(MemCategory::activations, n);
+    const size_t B = static_cast<size_t>(p.cfg.batch);
+    BatchMemory batch = plan_batch(p, B);
     model.forward(B, -1);
-    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
-    plan_mse_loss(p, dt, n);
+    MemBlock dpred = plan_loss(p, dt, B);
     model.backward(-1, false);
     optimizer.step();
   });
@@ -86,6 +85,7 @@ StrategyInfo single_strategy() {
       .summary = "the reference: whole model and batch on one device",
       .family = StrategyFamily::single,
       .reads = {StrategyOption::precision},
+      .tied_weights = true,
       .make = [] { return std::make_unique<Single>(); },
       .validate =
           [](const RunConfig& cfg) {

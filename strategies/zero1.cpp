@@ -54,9 +54,9 @@ class Zero1 final : public Strategy {
     for (int l = 0; l < L; ++l) env.device.fill_zero(st.grads(l).raw(), st.grads(l).bytes());
     const DType dt = mp_->dtype();
     LayerTape tape(env.layout, env.alloc, env.rec, dt);
-    tape.begin(batch.x.data<float>(), batch.rows);
-    for (int l = 0; l < L; ++l) tape.forward(l, weight(l), bias(l));
-    Loss loss = mse_loss(env, *mp_, tape.output(), batch);
+    tape.begin(batch.x.raw(), batch.rows);
+    for (int l = 0; l < L; ++l) tape.forward(l, states_->params(l).raw());
+    Loss loss = compute_loss(env, *mp_, tape.output(), batch);
 
     // Phase 2 — backward; each layer's gradient is reduce-scattered the moment
     // it is complete. A rank only needs the summed gradient of the shard it
@@ -66,7 +66,7 @@ class Zero1 final : public Strategy {
     tape.begin_backward(loss.grad.raw());
     std::deque<Work> reduces;
     for (int l = L - 1; l >= 0; --l) {
-      tape.backward(l, weight(l), weight_grad(l), bias_grad(l));
+      tape.backward(l, states_->params(l).raw(), states_->grads(l).raw());
       const FlatGroup& g = st.groups()[l];
       reduces.push_back(env.comm->reduce_scatter_async(st.grads(l).raw(), st.grad_shard(l),
                                                        g.plan.counts(), dt, CommMeta{l, -1}));
@@ -102,15 +102,6 @@ class Zero1 final : public Strategy {
   std::vector<float> export_params() override { return states_->export_params(); }
 
  private:
-  void* weight(int l) { return states_->params(l).raw(); }
-  void* bias(int l) {
-    return at(states_->params(l), states_->groups()[l].bias_offset(env_->layout, l));
-  }
-  void* weight_grad(int l) { return states_->grads(l).raw(); }
-  void* bias_grad(int l) {
-    return at(states_->grads(l), states_->groups()[l].bias_offset(env_->layout, l));
-  }
-
   RankEnv* env_ = nullptr;
   std::unique_ptr<MixedPrecision> mp_;
   // layers.L.flat and layers.L.flat.grad, full and padded, on every rank; the
@@ -136,14 +127,12 @@ void plan_memory(MemoryPlan& p) {
   OptimizerMemory optimizer(p, shards, dt);
   CommMemory comm(p);
   p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world), n = b * p.layout.dim();
-    MemBlock x = p.alloc(MemCategory::activations, n);
-    MemBlock y = p.alloc(MemCategory::activations, n);
+    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
+    BatchMemory batch = plan_batch(p, b);
     TapeMemory tape(p, dt);
     tape.begin(b);
     for (int l = 0; l < L; ++l) tape.forward(l);
-    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
-    plan_mse_loss(p, dt, n);
+    MemBlock dpred = plan_loss(p, dt, b);
     tape.begin_backward();
     std::vector<std::vector<MemBlock>> reduces;
     for (int l = L - 1; l >= 0; --l) {

@@ -48,9 +48,9 @@ class Zero2 final : public Strategy {
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
     const DType dt = mp_->dtype();
     LayerTape tape(env.layout, env.alloc, env.rec, dt);
-    tape.begin(batch.x.data<float>(), batch.rows);
-    for (int l = 0; l < L; ++l) tape.forward(l, weight(l), bias(l));
-    Loss loss = mse_loss(env, *mp_, tape.output(), batch);
+    tape.begin(batch.x.raw(), batch.rows);
+    for (int l = 0; l < L; ++l) tape.forward(l, states_->params(l).raw());
+    Loss loss = compute_loss(env, *mp_, tape.output(), batch);
 
     // Phase 2 — backward, one layer at a time: compute the layer's full local
     // gradient into a fresh buffer, start its reduce-scatter into this rank's
@@ -62,7 +62,7 @@ class Zero2 final : public Strategy {
       const FlatGroup& g = st.groups()[l];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
                                     g.plan.padded(), dt);
-      tape.backward(l, weight(l), full.raw(), at(full, g.bias_offset(env.layout, l)));
+      tape.backward(l, states_->params(l).raw(), full.raw());
       reduces.start(*env.comm, g, std::move(full), st.grad_shard(l), dt);
       reduces.retire(/*keep_at_most=*/2);
     }
@@ -96,11 +96,6 @@ class Zero2 final : public Strategy {
   std::vector<float> export_params() override { return states_->export_params(); }
 
  private:
-  void* weight(int l) { return states_->params(l).raw(); }
-  void* bias(int l) {
-    return at(states_->params(l), states_->groups()[l].bias_offset(env_->layout, l));
-  }
-
   RankEnv* env_ = nullptr;
   std::unique_ptr<MixedPrecision> mp_;
   // layers.L.flat, full and padded, on every rank; layers.L.flat[shard r/N].grad;
@@ -128,14 +123,12 @@ void plan_memory(MemoryPlan& p) {
   OptimizerMemory optimizer(p, shards, dt);
   CommMemory comm(p);
   p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world), n = b * p.layout.dim();
-    MemBlock x = p.alloc(MemCategory::activations, n);
-    MemBlock y = p.alloc(MemCategory::activations, n);
+    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
+    BatchMemory batch = plan_batch(p, b);
     TapeMemory tape(p, dt);
     tape.begin(b);
     for (int l = 0; l < L; ++l) tape.forward(l);
-    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
-    plan_mse_loss(p, dt, n);
+    MemBlock dpred = plan_loss(p, dt, b);
     tape.begin_backward();
     std::deque<std::pair<MemBlock, std::vector<MemBlock>>> pending;
     for (int l = L - 1; l >= 0; --l) {

@@ -62,17 +62,17 @@ class Zero3 final : public Strategy {
     // activations stay (backward needs them); the parameters do not.
     const DType dt = mp_->dtype();
     LayerTape tape(env.layout, env.alloc, env.rec, dt);
-    tape.begin(batch.x.data<float>(), batch.rows);
+    tape.begin(batch.x.raw(), batch.rows);
     Gathered next = gather(0);
     for (int l = 0; l < L; ++l) {
       Gathered cur = std::move(next);
       if (prefetch && l + 1 < L) next = gather(l + 1);  // overlaps this layer's compute
       cur.work.wait();
-      tape.forward(l, weight(cur), bias(cur));
+      tape.forward(l, cur.params.raw());
       cur.params.reset();  // reshard: only the 1/N shard remains
       if (!prefetch && l + 1 < L) next = gather(l + 1);
     }
-    Loss loss = mse_loss(env, *mp_, tape.output(), batch);
+    Loss loss = compute_loss(env, *mp_, tape.output(), batch);
 
     // Phase 2 — backward, last layer first: gather the layer again, compute
     // its gradient into a full-size buffer, free the gathered parameters,
@@ -88,7 +88,7 @@ class Zero3 final : public Strategy {
       const FlatGroup& g = st.groups()[l];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
                                     g.plan.padded(), dt);
-      tape.backward(l, weight(cur), full.raw(), at(full, g.bias_offset(env.layout, l)));
+      tape.backward(l, cur.params.raw(), full.raw());
       cur.params.reset();
       reduces.start(*env.comm, g, std::move(full), st.grad_shard(l), dt);
       reduces.retire(/*keep_at_most=*/2);
@@ -124,11 +124,6 @@ class Zero3 final : public Strategy {
     out.work = env_->comm->all_gather_async(states_->param_shard(l), out.params.raw(),
                                             g.plan.counts(), mp_->dtype(), CommMeta{l, -1});
     return out;
-  }
-
-  const void* weight(Gathered& g) { return g.params.raw(); }
-  const void* bias(Gathered& g) {
-    return at(g.params, states_->groups()[g.layer].bias_offset(env_->layout, g.layer));
   }
 
   RankEnv* env_ = nullptr;
@@ -170,9 +165,8 @@ void plan_memory(MemoryPlan& p) {
     return out;
   };
   p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world), n = b * p.layout.dim();
-    MemBlock x = p.alloc(MemCategory::activations, n);
-    MemBlock y = p.alloc(MemCategory::activations, n);
+    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
+    BatchMemory batch = plan_batch(p, b);
     TapeMemory tape(p, dt);
     tape.begin(b);
     Gathered next = gather(0);
@@ -184,8 +178,7 @@ void plan_memory(MemoryPlan& p) {
       cur.params.reset();
       if (!prefetch && l + 1 < L) next = gather(l + 1);
     }
-    MemBlock dpred = p.alloc(MemCategory::temporary, n, dt);
-    plan_mse_loss(p, dt, n);
+    MemBlock dpred = plan_loss(p, dt, b);
     tape.begin_backward();
     std::deque<std::pair<MemBlock, std::vector<MemBlock>>> pending;
     next = gather(L - 1);

@@ -238,7 +238,7 @@ TEST_CASE("LayerStack with BatchNorm: gradients match the same network in double
   const int rows = 6, d = 8;
   auto xd = randn(rows * d, 20), td = randn(rows * d, 21);
   std::vector<float> x(xd.begin(), xd.end()), t(td.begin(), td.end()), dpred(rows * d);
-  const float* pred = stack.forward(x.data(), rows);
+  const auto* pred = static_cast<const float*>(stack.forward(x.data(), rows));
   kernels::mse_forward_backward(dpred.data(), pred, t.data(), dpred.size(), dpred.size());
   stack.backward(dpred.data(), -1, false);
 
@@ -504,7 +504,7 @@ TEST_CASE("BatchNorm trains as PyTorch's nn.BatchNorm1d, per micro-batch too", "
       double loss = 0;
       for (int mb = 0; mb < M; ++mb) {
         const size_t off = (static_cast<size_t>(s) * B + static_cast<size_t>(mb) * rows) * D;
-        const float* pred = stack.forward(x.data.data() + off, rows, mb);
+        const auto* pred = static_cast<const float*>(stack.forward(x.data.data() + off, rows, mb));
         std::vector<float> dpred(static_cast<size_t>(rows) * D);
         loss += kernels::mse_forward_backward(dpred.data(), pred, y.data.data() + off, dpred.size(),
                                               static_cast<size_t>(B) * D);

@@ -104,7 +104,7 @@ TEST_CASE("a full MLP layer (linear + GELU) backward matches finite differences"
 }
 
 TEST_CASE("LayerStack (float) gradients match the same network in double", "[kernels]") {
-  const ModelLayout layout(ModelSpec{3, 8});
+  const ModelLayout layout(ModelSpec::parse("mlp:3x8"));
   const auto init = init_params(layout, 3);
   auto backend = make_cpu_backend();
   Allocator alloc(*backend, nullptr);
@@ -112,7 +112,7 @@ TEST_CASE("LayerStack (float) gradients match the same network in double", "[ker
   const int rows = 4, d = 8;
   auto xd = randn(rows * d, 20), td = randn(rows * d, 21);
   std::vector<float> x(xd.begin(), xd.end()), t(td.begin(), td.end()), dpred(rows * d);
-  const float* pred = stack.forward(x.data(), rows);
+  const auto* pred = static_cast<const float*>(stack.forward(x.data(), rows));
   kernels::mse_forward_backward(dpred.data(), pred, t.data(), dpred.size(), dpred.size());
   std::vector<int> order;
   stack.backward(dpred.data(), -1, false, [&](int l) { order.push_back(l); });

@@ -183,6 +183,7 @@ TEST_CASE("every subcommand refuses stray words and unknown options", "[options]
                                              "demo",
                                              "gui",
                                              "estimate",
+                                             "sample",
                                              "devices",
                                              "bench comm",
                                              "bench step",
@@ -228,9 +229,9 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
           "[options][cli]") {
   use_real_lessons();
   // Every option `shardlab run` takes is here: a new one must say how it is checked.
-  const std::set<std::string> not_numeric = {"model",      "strategy",  "optimizer", "precision",
-                                             "device",     "backend",   "trace",     "save-init",
-                                             "save-final", "init-from", "save-data", "record"};
+  const std::set<std::string> not_numeric = {
+      "model",     "strategy",   "optimizer", "precision", "device", "backend", "trace",
+      "save-init", "save-final", "init-from", "save-data", "record", "data"};
   struct Numeric {
     std::string strategy;            // one that reads it
     std::vector<std::string> valid;  // of the values below, those the option takes
@@ -250,6 +251,7 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
       {"stages", {"gpipe", {}}},
       {"micro-batches", {"gpipe", {}}},
       {"partition", {"gpipe", {}}},
+      {"seq", {"ddp", {}}},  // refused for an MLP whatever its value; gpt's range: 1 to 4096
   };
   std::set<std::string> listed = not_numeric;
   for (const auto& [k, n] : numeric) listed.insert(k);

@@ -117,7 +117,7 @@ TEST_CASE("shard plans pad to equal shards, buffer names parse back", "[zero]") 
   REQUIRE(units[1].name == "layers.2-3.flat");
   REQUIRE(units[2].name == "layers.4.flat");
   REQUIRE(units[1].offset == layout.layer_begin(2));
-  REQUIRE(units[1].bias_offset(layout, 3) == 650 + 625);
+  REQUIRE(units[1].layer_offset(layout, 3) == 650);  // layer 3 after layer 2's 625 + 25
   REQUIRE(units[1].shard_name(1) == "layers.2-3.flat[shard 1/4]");
   // The units of 1300 = 4·325 values pad nothing, the last of 650 pads 2:
   // each rank carries (652 − 650) / 4 values more than its exact share.

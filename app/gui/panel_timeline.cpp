@@ -129,7 +129,7 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
   std::vector<std::string> out;
   if (!is_pipeline_strategy(cfg.strategy)) return out;
   try {
-    const std::vector<int> part = pipeline_partition(cfg, ModelLayout(ModelSpec::parse(cfg.model)));
+    const std::vector<int> part = pipeline_partition(cfg, make_layout(cfg));
     if (static_cast<int>(part.size()) != world) return {};
     int l = 0;
     for (int n : part) {

@@ -453,7 +453,7 @@ Seek read_seek(const Table& lt, const Step& step) {
   const RunConfig* c = step.run ? &*step.run : step.recorded ? &*step.recorded : nullptr;
   const int world = c ? c->world : 1 << 20;
   const int steps = c ? c->steps : 1 << 30;
-  const int layers = c ? ModelSpec::parse(c->model).layers : 1 << 20;
+  const int layers = c ? make_layout(*c).num_layers() : 1 << 20;
   const int micro = c ? std::max(1, c->micro_batches) : 1 << 20;
   Seek s;
   const bool event = st.get("event") != nullptr, peak = st.get("peak_memory") != nullptr;

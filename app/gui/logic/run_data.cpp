@@ -56,7 +56,7 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
   d.ranks.resize(world);
   d.version = version;
   try {
-    d.num_layers = ModelSpec::parse(cfg.model).layers;
+    d.num_layers = make_layout(cfg).num_layers();
   } catch (const std::exception&) {
     d.num_layers = 0;  // names still tell the layers; cards grow to fit them
   }

@@ -1,0 +1,560 @@
+// `gpt:LxCxH` with context `--seq T`: GPT-2 exactly as nanoGPT's model.py
+// with bias=True and dropout 0, trained on characters of a text (--data, or
+// the default corpus assets/corpus.txt) with cross-entropy on the next one.
+//
+// The layer table is [embedding, block 0 … block L−1, head]:
+//   layers.0      transformer.wte [V,C], transformer.wpe [T,C]; out = wte[x] + wpe[t]
+//   layers.1+i    transformer.h.i: x + attn(ln_1(x)), then + mlp(ln_2(·)); the
+//                 attention is causal over H heads (c_attn [3C,C] → softmax(q·kᵀ/√(C/H)) v
+//                 → c_proj [C,C]), the MLP c_fc [4C,C] → GELU (exact erf) → c_proj [C,4C]
+//   layers.L+1    transformer.ln_f, lm_head [V,C] (tied to wte): the logits [T,V]
+// Every activation between layers is [rows, T, C]: a pipeline sends that.
+//
+// What to notice: a block holds 12C² + 13C parameters, and its activations
+// grow with T² (the attention matrix, H·T² per sequence) as well as with T·C
+// — the Korthikanti et al. accounting the memory panel shows beside it.
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <regex>
+
+#include "core/config.h"
+#include "core/memory_estimate.h"
+#include "core/model_family.h"
+#include "core/precision.h"
+#include "core/rng.h"
+#include "core/text_data.h"
+
+namespace shardlab {
+namespace {
+
+constexpr int kDefaultSeq = 64;
+constexpr double kLayerNormEps = 1e-5;  // nn.LayerNorm's default, as nanoGPT's LayerNorm
+
+// A corpus read once per path and process: its tokenizer and its tokens.
+struct Corpus {
+  CharTokenizer tokenizer;
+  std::vector<int32_t> tokens;
+  int64_t bytes = 0;
+};
+
+std::shared_ptr<const Corpus> load_corpus(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Corpus>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(path); it != cache.end()) return it->second;
+  const std::string text = read_text_file(path);
+  auto c = std::make_shared<Corpus>(Corpus{CharTokenizer::from_text(text, path), {}, 0});
+  c->tokens = c->tokenizer.encode(text);
+  c->bytes = static_cast<int64_t>(text.size() + c->tokens.size() * sizeof(int32_t));
+  cache[path] = c;
+  return c;
+}
+
+std::string corpus_path(const RunConfig& cfg) {
+  return cfg.data.empty() ? default_corpus_path() : cfg.data;
+}
+
+// Windows of T+1 characters (core/text_data.h) behind the Dataset interface.
+class TextDataset final : public Dataset {
+ public:
+  TextDataset(std::shared_ptr<const Corpus> corpus, int seq, uint64_t seed, std::string path)
+      : corpus_(std::move(corpus)), data_(corpus_->tokens, seq, seed), path_(std::move(path)) {}
+  void load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
+            void* y_dev) const override {
+    const size_t n = static_cast<size_t>(rows) * data_.seq();
+    std::vector<int32_t> x(n), y(y_dev ? n : 0);
+    data_.rows(step, row_begin, rows, x.data(), y_dev ? y.data() : nullptr);
+    // Token ids travel as 4-byte values: a raw copy, never a conversion.
+    dev.copy(x_dev, x.data(), n * sizeof(int32_t), CopyKind::host_to_device);
+    if (y_dev) dev.copy(y_dev, y.data(), n * sizeof(int32_t), CopyKind::host_to_device);
+  }
+  void rows(int step, int row_begin, int rows, void* x, void* y) const override {
+    data_.rows(step, row_begin, rows, static_cast<int32_t*>(x), static_cast<int32_t*>(y));
+  }
+  bool tokens() const override { return true; }
+  std::string describe() const override {
+    return "shardlab text: windows of seq+1 characters of " + path_;
+  }
+
+ private:
+  std::shared_ptr<const Corpus> corpus_;
+  TextData data_;
+  std::string path_;
+};
+
+float* f32(void* p) {
+  return static_cast<float*>(p);
+}
+
+// nn.Linear on storage of any dtype: out[rows,o] = x[rows,i] · Wᵀ + b (b may be
+// null), in fp32 (2-byte storage is upcast into temporaries, the result rounded once).
+void linear(const LayerCall& c, void* out, const void* x, const void* w, const void* b, int rows,
+            int in, int o) {
+  const size_t r = static_cast<size_t>(rows);
+  AsF32 x32(c.alloc, "upcast.input", x, c.dt, r * in);
+  AsF32 w32(c.alloc, "upcast.weight", w, c.dt, static_cast<size_t>(in) * o);
+  std::optional<AsF32> b32;
+  if (b) b32.emplace(c.alloc, "upcast.bias", b, c.dt, static_cast<size_t>(o));
+  AsF32 y = AsF32::scratch(c.alloc, "upcast.output", out, c.dt, r * o);
+  c.alloc.backend().linear_forward(y.get(), x32.get(), w32.get(), b32 ? b32->get() : nullptr, rows,
+                                   in, o);
+  y.store(out);
+}
+void plan_linear(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool bias) {
+  if (dt == DType::f32) return;
+  MemBlock x32 = p.alloc(MemCategory::temporary, rows * in);
+  MemBlock w32 = p.alloc(MemCategory::temporary, in * o);
+  MemBlock b32;
+  if (bias) b32 = p.alloc(MemCategory::temporary, o);
+  MemBlock y = p.alloc(MemCategory::temporary, rows * o);
+}
+
+// dW += doutᵀ · x; db += Σ_rows dout (db may be null); din = dout · W (din may be null).
+void linear_backward(const LayerCall& c, void* din, void* dw, void* db, const void* dout,
+                     const void* x, const void* w, int rows, int in, int o) {
+  const size_t r = static_cast<size_t>(rows);
+  AsF32 g32(c.alloc, "upcast.grad_output", dout, c.dt, r * o);
+  AsF32 x32(c.alloc, "upcast.input", x, c.dt, r * in);
+  AsF32 w32(c.alloc, "upcast.weight", w, c.dt, static_cast<size_t>(in) * o);
+  // The parameter gradients accumulate in fp32 and are rounded once per call.
+  AsF32 dw32(c.alloc, "upcast.weight_grad", dw, c.dt, static_cast<size_t>(in) * o);
+  std::optional<AsF32> db32, dx;
+  if (db) db32.emplace(c.alloc, "upcast.bias_grad", db, c.dt, static_cast<size_t>(o));
+  if (din) dx.emplace(AsF32::scratch(c.alloc, "upcast.grad_input", din, c.dt, r * in));
+  c.alloc.backend().linear_backward(dx ? dx->get() : nullptr, dw32.get(),
+                                    db32 ? db32->get() : nullptr, g32.get(), x32.get(), w32.get(),
+                                    rows, in, o);
+  dw32.store(dw);
+  if (db32) db32->store(db);
+  if (dx) dx->store(din);
+}
+void plan_linear_backward(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool bias,
+                          bool din) {
+  if (dt == DType::f32) return;
+  MemBlock g32 = p.alloc(MemCategory::temporary, rows * o);
+  MemBlock x32 = p.alloc(MemCategory::temporary, rows * in);
+  MemBlock w32 = p.alloc(MemCategory::temporary, in * o);
+  MemBlock dw32 = p.alloc(MemCategory::temporary, in * o);
+  MemBlock db32, dx;
+  if (bias) db32 = p.alloc(MemCategory::temporary, o);
+  if (din) dx = p.alloc(MemCategory::temporary, rows * in);
+}
+
+void gelu(const LayerCall& c, void* out, const void* in, size_t n) {
+  AsF32 x32(c.alloc, "upcast.pre_gelu", in, c.dt, n);
+  AsF32 y = AsF32::scratch(c.alloc, "upcast.output", out, c.dt, n);
+  c.alloc.backend().gelu_forward(y.get(), x32.get(), n);
+  y.store(out);
+}
+void plan_gelu(MemoryPlan& p, DType dt, size_t n) {
+  if (dt == DType::f32) return;
+  MemBlock x32 = p.alloc(MemCategory::temporary, n);
+  MemBlock y = p.alloc(MemCategory::temporary, n);
+}
+
+// g = g * gelu'(in), in place.
+void gelu_backward(const LayerCall& c, void* g, const void* in, size_t n) {
+  AsF32 g32(c.alloc, "upcast.grad_output", g, c.dt, n);
+  AsF32 x32(c.alloc, "upcast.pre_gelu", in, c.dt, n);
+  c.alloc.backend().gelu_backward(g32.get(), g32.get(), x32.get(), n);
+  g32.store(g);
+}
+void plan_gelu_backward(MemoryPlan& p, DType dt, size_t n) {
+  if (dt == DType::f32) return;
+  MemBlock g32 = p.alloc(MemCategory::temporary, n);
+  MemBlock x32 = p.alloc(MemCategory::temporary, n);
+}
+
+// Indices into a block's parameters (table order, nanoGPT's state_dict order).
+enum BlockParam {
+  ln_1_w,
+  ln_1_b,
+  c_attn_w,
+  c_attn_b,
+  attn_proj_w,
+  attn_proj_b,
+  ln_2_w,
+  ln_2_b,
+  c_fc_w,
+  c_fc_b,
+  mlp_proj_w,
+  mlp_proj_b
+};
+// What a block keeps for backward, in allocation order (the output last).
+enum BlockKeep {
+  k_ln1,
+  k_mean1,
+  k_rstd1,
+  k_qkv,
+  k_att,
+  k_atty,
+  k_x2,
+  k_ln2,
+  k_mean2,
+  k_rstd2,
+  k_h,
+  k_hg,
+  k_out
+};
+// The head's: ln_f's output and statistics, the logits.
+enum HeadKeep { k_lnf, k_meanf, k_rstdf, k_logits };
+
+class Gpt final : public ModelFamily {
+ public:
+  std::string name() const override { return "gpt"; }
+  std::string forms() const override {
+    return "gpt:LxCxH, a GPT-2 of L blocks, C channels and H heads (C divisible by H), e.g. "
+           "gpt:2x64x4, with --seq T";
+  }
+
+  std::optional<ModelSpec> parse(const std::string& text) const override {
+    if (text.rfind("gpt:", 0) != 0) return std::nullopt;
+    static const std::regex re(R"(gpt:(\d{1,6})x(\d{1,6})x(\d{1,6}))");
+    std::smatch m;
+    if (!std::regex_match(text, m, re))
+      throw ConfigError("unknown model '" + text + "' (valid: " + forms() + ")");
+    ModelSpec s;
+    s.family = "gpt";
+    s.layers = std::stoi(m[1]);
+    s.dim = std::stoi(m[2]);
+    s.heads = std::stoi(m[3]);
+    if (s.layers < 1 || s.layers > 256)
+      throw ConfigError("model '" + text + "' has " + std::to_string(s.layers) +
+                        " blocks (valid: 1 to 256)");
+    if (s.dim < 1 || s.dim > 8192)
+      throw ConfigError("model '" + text + "' has " + std::to_string(s.dim) +
+                        " channels (valid: 1 to 8192)");
+    if (s.heads < 1 || s.dim % s.heads != 0)
+      throw ConfigError("model '" + text + "' has " + std::to_string(s.heads) +
+                        " heads (valid: a divisor of its " + std::to_string(s.dim) +
+                        " channels, e.g. gpt:" + std::string(m[1]) + "x" + std::string(m[2]) +
+                        "x1)");
+    return s;
+  }
+
+  ModelSpec resolve(ModelSpec spec, const RunConfig& cfg) const override {
+    spec.seq = cfg.seq == 0 ? kDefaultSeq : cfg.seq;
+    if (spec.seq < 1 || spec.seq > 4096)
+      throw ConfigError("--seq " + std::to_string(cfg.seq) + " is invalid (valid: 1 to 4096)");
+    const std::shared_ptr<const Corpus> corpus = load_corpus(corpus_path(cfg));
+    spec.vocab = corpus->tokenizer.vocab_size();
+    spec.vocabulary = corpus->tokenizer.vocabulary();
+    if (corpus->tokens.size() < static_cast<size_t>(spec.seq) + 1)
+      throw ConfigError("--data '" + corpus_path(cfg) + "' holds " +
+                        std::to_string(corpus->tokens.size()) + " characters, fewer than --seq " +
+                        std::to_string(spec.seq) +
+                        " + 1 (valid: a longer text or a shorter --seq)");
+    return spec;
+  }
+
+  void build(ModelLayout& m) const override {
+    const ModelSpec& s = m.spec();
+    if (s.seq < 1 || s.vocab < 1)
+      throw std::logic_error("gpt layout needs seq and vocab (resolve_model)");
+    const int64_t C = s.dim, T = s.seq, V = s.vocab;
+    m.begin_layer("transformer.wte+wpe", "embedding");
+    m.add_param("transformer.wte.weight", {V, C});
+    m.add_param("transformer.wpe.weight", {T, C});
+    for (int i = 0; i < s.layers; ++i) {
+      const std::string h = "transformer.h." + std::to_string(i);
+      m.begin_layer(h, "block");
+      m.add_param(h + ".ln_1.weight", {C});
+      m.add_param(h + ".ln_1.bias", {C});
+      m.add_param(h + ".attn.c_attn.weight", {3 * C, C});
+      m.add_param(h + ".attn.c_attn.bias", {3 * C});
+      m.add_param(h + ".attn.c_proj.weight", {C, C});
+      m.add_param(h + ".attn.c_proj.bias", {C});
+      m.add_param(h + ".ln_2.weight", {C});
+      m.add_param(h + ".ln_2.bias", {C});
+      m.add_param(h + ".mlp.c_fc.weight", {4 * C, C});
+      m.add_param(h + ".mlp.c_fc.bias", {4 * C});
+      m.add_param(h + ".mlp.c_proj.weight", {C, 4 * C});
+      m.add_param(h + ".mlp.c_proj.bias", {C});
+    }
+    m.begin_layer("lm_head", "head");
+    m.add_param("transformer.ln_f.weight", {C});
+    m.add_param("transformer.ln_f.bias", {C});
+    m.add_param("lm_head.weight", {V, C}, /*tied_to=*/0);  // transformer.wte.weight
+    m.end_params();
+    m.end_buffers();
+    std::vector<std::vector<int64_t>> acts{{T}};
+    for (int i = 0; i <= s.layers; ++i) acts.push_back({T, C});
+    acts.push_back({T, V});
+    m.set_activations(std::move(acts), true, static_cast<size_t>(T));
+  }
+
+  // nanoGPT's _init_weights: every Linear and Embedding weight normal(0, 0.02),
+  // the residual projections (attn.c_proj, mlp.c_proj) normal(0, 0.02/√(2L)),
+  // biases 0, LayerNorm weight 1 and bias 0; drawn in table order from our
+  // generator (not torch's), lm_head a copy of wte.
+  std::vector<float> init(const ModelLayout& m, uint64_t seed) const override {
+    std::vector<float> flat(m.state_total(), 0.0f);
+    Rng rng(mix_seed(seed, 0x6e7));
+    const double proj_std = 0.02 / std::sqrt(2.0 * m.spec().layers);
+    auto ends_with = [](const std::string& s, const std::string& tail) {
+      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    for (const ParamInfo& p : m.params()) {
+      float* v = flat.data() + p.offset;
+      if (p.tied_to >= 0) {
+        std::copy_n(flat.data() + m.params()[p.tied_to].offset, p.numel, v);
+      } else if (p.name.find(".ln_") != std::string::npos ||
+                 p.name.find("ln_f") != std::string::npos) {
+        if (ends_with(p.name, ".weight")) std::fill_n(v, p.numel, 1.0f);
+      } else if (ends_with(p.name, ".weight")) {
+        const double sd = ends_with(p.name, "c_proj.weight") ? proj_std : 0.02;
+        for (size_t i = 0; i < p.numel; ++i) v[i] = static_cast<float>(rng.normal() * sd);
+      }
+    }
+    return flat;
+  }
+
+  void forward(const LayerCall& c, const ModelLayout& m, int l,
+               const std::vector<const void*>& params, const void* x, LayerKeep& keep,
+               const LayerNorms*) const override {
+    const ModelSpec& s = m.spec();
+    const int T = s.seq, C = s.dim, V = s.vocab, R = c.rows * T;
+    DeviceBackend& dev = c.alloc.backend();
+    keep.t.clear();
+    keep.t.reserve(k_out + 1);  // the references act() returns must stay valid
+    auto act = [&](const char* what, std::vector<int64_t> shape, DType dt) -> Tensor& {
+      keep.t.push_back(
+          c.alloc.alloc(c.name(l, what), MemCategory::activations, std::move(shape), dt));
+      return keep.t.back();
+    };
+    if (l == 0) {  // token and position embeddings
+      Tensor& out = act("output", {c.rows, T, C}, c.dt);
+      dev.embedding_forward(c.dt, out.raw(), static_cast<const int32_t*>(x), params[0], params[1],
+                            c.rows, T, C, V);
+      keep.out = 0;
+      return;
+    }
+    if (l == m.num_layers() - 1) {  // ln_f and the tied lm_head
+      Tensor& ln = act("ln_f", {c.rows, T, C}, c.dt);
+      Tensor& mean = act("ln_f.mean", {R}, DType::f32);
+      Tensor& rstd = act("ln_f.rstd", {R}, DType::f32);
+      dev.layernorm_forward(c.dt, ln.raw(), f32(mean.raw()), f32(rstd.raw()), x, params[0],
+                            params[1], R, C, kLayerNormEps);
+      Tensor& logits = act("logits", {c.rows, T, V}, c.dt);
+      linear(c, logits.raw(), ln.raw(), params[2], nullptr, R, C, V);
+      keep.out = k_logits;
+      return;
+    }
+    // A block: x + attn(ln_1(x)) → x2; x2 + mlp(ln_2(x2)) → out.
+    const int H = s.heads;
+    Tensor& ln1 = act("ln_1", {c.rows, T, C}, c.dt);
+    Tensor& mean1 = act("ln_1.mean", {R}, DType::f32);
+    Tensor& rstd1 = act("ln_1.rstd", {R}, DType::f32);
+    dev.layernorm_forward(c.dt, ln1.raw(), f32(mean1.raw()), f32(rstd1.raw()), x, params[ln_1_w],
+                          params[ln_1_b], R, C, kLayerNormEps);
+    Tensor& qkv = act("attn.qkv", {c.rows, T, 3 * C}, c.dt);
+    linear(c, qkv.raw(), ln1.raw(), params[c_attn_w], params[c_attn_b], R, C, 3 * C);
+    Tensor& att = act("attn.att", {c.rows, H, T, T}, c.dt);
+    Tensor& atty = act("attn.y", {c.rows, T, C}, c.dt);
+    {
+      // 2-byte storage: the scores are made in fp32 first.
+      Tensor scratch;
+      if (c.dt != DType::f32)
+        scratch =
+            c.alloc.alloc(c.name(l, "attn.scores"), MemCategory::temporary, {c.rows, H, T, T});
+      dev.attention_forward(c.dt, atty.raw(), att.raw(), qkv.raw(),
+                            scratch.empty() ? nullptr : f32(scratch.raw()), c.rows, T, C, H);
+    }
+    Tensor& x2 = act("residual", {c.rows, T, C}, c.dt);
+    linear(c, x2.raw(), atty.raw(), params[attn_proj_w], params[attn_proj_b], R, C, C);
+    dev.residual_forward(c.dt, x2.raw(), x2.raw(), x, static_cast<size_t>(R) * C);
+    Tensor& ln2 = act("ln_2", {c.rows, T, C}, c.dt);
+    Tensor& mean2 = act("ln_2.mean", {R}, DType::f32);
+    Tensor& rstd2 = act("ln_2.rstd", {R}, DType::f32);
+    dev.layernorm_forward(c.dt, ln2.raw(), f32(mean2.raw()), f32(rstd2.raw()), x2.raw(),
+                          params[ln_2_w], params[ln_2_b], R, C, kLayerNormEps);
+    Tensor& h = act("mlp.pre_gelu", {c.rows, T, 4 * C}, c.dt);
+    linear(c, h.raw(), ln2.raw(), params[c_fc_w], params[c_fc_b], R, C, 4 * C);
+    Tensor& hg = act("mlp.gelu", {c.rows, T, 4 * C}, c.dt);
+    gelu(c, hg.raw(), h.raw(), static_cast<size_t>(R) * 4 * C);
+    Tensor& out = act("output", {c.rows, T, C}, c.dt);
+    linear(c, out.raw(), hg.raw(), params[mlp_proj_w], params[mlp_proj_b], R, 4 * C, C);
+    dev.residual_forward(c.dt, out.raw(), out.raw(), x2.raw(), static_cast<size_t>(R) * C);
+    keep.out = k_out;
+  }
+
+  void backward(const LayerCall& c, const ModelLayout& m, int l,
+                const std::vector<const void*>& params, const std::vector<void*>& grads,
+                const void* x, LayerKeep& keep, void* g, void* din) const override {
+    const ModelSpec& s = m.spec();
+    const int T = s.seq, C = s.dim, V = s.vocab, R = c.rows * T;
+    DeviceBackend& dev = c.alloc.backend();
+    auto temp = [&](const char* what, std::vector<int64_t> shape, DType dt) {
+      return c.alloc.alloc(c.name(l, what), MemCategory::temporary, std::move(shape), dt);
+    };
+    auto kept = [&](int i) { return keep.t[static_cast<size_t>(i)].raw(); };
+    if (l == 0) {
+      dev.embedding_backward(c.dt, grads[0], grads[1], g, static_cast<const int32_t*>(x), c.rows, T,
+                             C, V);
+      return;
+    }
+    if (l == m.num_layers() - 1) {
+      Tensor dln = temp("ln_f.grad", {c.rows, T, C}, c.dt);
+      linear_backward(c, dln.raw(), grads[2], nullptr, g, kept(k_lnf), params[2], R, C, V);
+      Tensor scratch;
+      if (!din) scratch = temp("ln_f.grad_input", {c.rows, T, C}, c.dt);
+      dev.layernorm_backward(c.dt, din ? din : scratch.raw(), grads[0], grads[1], dln.raw(), x,
+                             f32(kept(k_meanf)), f32(kept(k_rstdf)), params[0], R, C, false);
+      return;
+    }
+    const int H = s.heads;
+    // The MLP branch: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
+    {
+      Tensor dh = temp("mlp.grad", {c.rows, T, 4 * C}, c.dt);
+      linear_backward(c, dh.raw(), grads[mlp_proj_w], grads[mlp_proj_b], g, kept(k_hg),
+                      params[mlp_proj_w], R, 4 * C, C);
+      gelu_backward(c, dh.raw(), kept(k_h), static_cast<size_t>(R) * 4 * C);
+      Tensor dln2 = temp("ln_2.grad", {c.rows, T, C}, c.dt);
+      linear_backward(c, dln2.raw(), grads[c_fc_w], grads[c_fc_b], dh.raw(), kept(k_ln2),
+                      params[c_fc_w], R, C, 4 * C);
+      dh.reset();
+      // g becomes the gradient of x2: the residual's own path plus ln_2's.
+      dev.layernorm_backward(c.dt, g, grads[ln_2_w], grads[ln_2_b], dln2.raw(), kept(k_x2),
+                             f32(kept(k_mean2)), f32(kept(k_rstd2)), params[ln_2_w], R, C, true);
+    }
+    // The attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x)))).
+    Tensor datty = temp("attn.grad", {c.rows, T, C}, c.dt);
+    linear_backward(c, datty.raw(), grads[attn_proj_w], grads[attn_proj_b], g, kept(k_atty),
+                    params[attn_proj_w], R, C, C);
+    Tensor dqkv = temp("attn.qkv.grad", {c.rows, T, 3 * C}, c.dt);
+    {
+      Tensor scratch = temp("attn.scores.grad", {c.rows, H, T, T}, DType::f32);
+      dev.attention_backward(c.dt, dqkv.raw(), kept(k_att), f32(scratch.raw()), datty.raw(),
+                             kept(k_qkv), c.rows, T, C, H);
+    }
+    datty.reset();
+    Tensor dln1 = temp("ln_1.grad", {c.rows, T, C}, c.dt);
+    linear_backward(c, dln1.raw(), grads[c_attn_w], grads[c_attn_b], dqkv.raw(), kept(k_ln1),
+                    params[c_attn_w], R, C, 3 * C);
+    dqkv.reset();
+    // din = dx2 (the residual) + ln_1's gradient.
+    void* dx = g;
+    if (din) {
+      dev.copy(din, g, static_cast<size_t>(R) * C * dtype_size(c.dt), CopyKind::device_to_device);
+      dx = din;
+    }
+    dev.layernorm_backward(c.dt, dx, grads[ln_1_w], grads[ln_1_b], dln1.raw(), x,
+                           f32(kept(k_mean1)), f32(kept(k_rstd1)), params[ln_1_w], R, C, true);
+  }
+
+  void plan_forward(MemoryPlan& p, const ModelLayout& m, int l, size_t rows, DType dt,
+                    std::vector<MemBlock>& keep, int& out_index) const override {
+    const ModelSpec& s = m.spec();
+    const size_t T = s.seq, C = s.dim, V = s.vocab, R = rows * T, H = s.heads;
+    keep.clear();
+    auto act = [&](size_t n, DType d) { keep.push_back(p.alloc(MemCategory::activations, n, d)); };
+    if (l == 0) {
+      act(R * C, dt);
+      out_index = 0;
+      return;
+    }
+    if (l == m.num_layers() - 1) {
+      act(R * C, dt);
+      act(R, DType::f32);
+      act(R, DType::f32);
+      act(R * V, dt);
+      plan_linear(p, dt, R, C, V, false);
+      out_index = k_logits;
+      return;
+    }
+    act(R * C, dt);  // ln_1
+    act(R, DType::f32);
+    act(R, DType::f32);
+    act(R * 3 * C, dt);  // qkv
+    plan_linear(p, dt, R, C, 3 * C, true);
+    act(rows * H * T * T, dt);  // att
+    act(R * C, dt);             // attention output
+    if (dt != DType::f32) MemBlock scratch = p.alloc(MemCategory::temporary, rows * H * T * T);
+    act(R * C, dt);  // x2
+    plan_linear(p, dt, R, C, C, true);
+    act(R * C, dt);  // ln_2
+    act(R, DType::f32);
+    act(R, DType::f32);
+    act(R * 4 * C, dt);  // pre-GELU
+    plan_linear(p, dt, R, C, 4 * C, true);
+    act(R * 4 * C, dt);  // GELU
+    plan_gelu(p, dt, R * 4 * C);
+    act(R * C, dt);  // output
+    plan_linear(p, dt, R, 4 * C, C, true);
+    out_index = k_out;
+  }
+
+  void plan_backward(MemoryPlan& p, const ModelLayout& m, int l, size_t rows, DType dt,
+                     bool has_din) const override {
+    const ModelSpec& s = m.spec();
+    const size_t T = s.seq, C = s.dim, V = s.vocab, R = rows * T, H = s.heads;
+    auto temp = [&](size_t n, DType d) { return p.alloc(MemCategory::temporary, n, d); };
+    if (l == 0) return;
+    if (l == m.num_layers() - 1) {
+      MemBlock dln = temp(R * C, dt);
+      plan_linear_backward(p, dt, R, C, V, false, true);
+      MemBlock scratch;
+      if (!has_din) scratch = temp(R * C, dt);
+      return;
+    }
+    {
+      MemBlock dh = temp(R * 4 * C, dt);
+      plan_linear_backward(p, dt, R, 4 * C, C, true, true);
+      plan_gelu_backward(p, dt, R * 4 * C);
+      MemBlock dln2 = temp(R * C, dt);
+      plan_linear_backward(p, dt, R, C, 4 * C, true, true);
+      dh.reset();
+    }
+    MemBlock datty = temp(R * C, dt);
+    plan_linear_backward(p, dt, R, C, C, true, true);
+    MemBlock dqkv = temp(R * 3 * C, dt);
+    { MemBlock scratch = temp(rows * H * T * T, DType::f32); }
+    datty.reset();
+    MemBlock dln1 = temp(R * C, dt);
+    plan_linear_backward(p, dt, R, C, 3 * C, true, true);
+    dqkv.reset();
+  }
+
+  std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,
+                                   const RunConfig& cfg) const override {
+    const std::string path = corpus_path(cfg);
+    return std::make_unique<TextDataset>(load_corpus(path), m.spec().seq, seed, path);
+  }
+
+  // F.cross_entropy over every position: Σ (logsumexp − logit[target]) / (divisor_rows · T).
+  double loss(Allocator& alloc, const MixedPrecision& mp, const ModelLayout& m, void* dout,
+              const void* output, const void* targets, int rows, int divisor_rows) const override {
+    const int T = m.spec().seq, V = m.spec().vocab;
+    const size_t n = static_cast<size_t>(rows) * T * V;
+    AsF32 logits(alloc, "loss.logits[fp32]", output, mp.dtype(), n);
+    AsF32 d = AsF32::scratch(alloc, "loss.grad[fp32]", dout, mp.dtype(), n);
+    DeviceBackend& dev = alloc.backend();
+    const double value = dev.crossentropy_forward_backward(
+        DType::f32, d.get(), logits.get(), static_cast<const int32_t*>(targets), rows * T, V,
+        static_cast<size_t>(divisor_rows) * T);
+    // fp16: the gradient is scaled before it is rounded to 2 bytes (precision.h).
+    if (mp.scaler().scale() != 1.0f) dev.scale(d.get(), n, mp.scaler().scale());
+    d.store(dout);
+    return value;
+  }
+  void plan_loss(MemoryPlan& p, const ModelLayout& m, DType dt, size_t rows) const override {
+    p.tally.span();
+    if (dt == DType::f32) return;
+    const size_t n = rows * m.spec().seq * m.spec().vocab;
+    MemBlock logits = p.alloc(MemCategory::temporary, n);
+    MemBlock grad = p.alloc(MemCategory::temporary, n);
+  }
+  int64_t data_bytes(const ModelLayout&, const RunConfig& cfg) const override {
+    return load_corpus(corpus_path(cfg))->bytes;
+  }
+};
+
+}  // namespace
+
+const ModelFamily& gpt_family() {
+  static const Gpt family;
+  return family;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,256 @@
+// gpt:LxCxH against PyTorch: the layer table against nanoGPT's state_dict, and
+// forward, loss, gradients and 10 AdamW steps of gpt:2x64x4 (T = 32) against
+// tests/data/gpt_2x64x4_reference.safetensors (tests/data/gen_gpt_reference.py),
+// all from the same initial weights. PyTorch is not needed to run these.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/checkpoint.h"
+#include "core/device.h"
+#include "core/layer_stack.h"
+#include "core/model_family.h"
+#include "core/optimizer.h"
+#include "core/precision.h"
+#include "core/safetensors.h"
+
+using namespace shardlab;
+
+namespace {
+
+std::string data_file(const std::string& name) {
+  return std::string(SHARDLAB_TEST_DATA) + "/" + name;
+}
+
+// gpt:2x64x4 with the reference's T = 32 and V = 65.
+ModelLayout reference_layout() {
+  ModelSpec s = ModelSpec::parse("gpt:2x64x4");
+  s.seq = 32;
+  s.vocab = 65;
+  return ModelLayout(s);
+}
+
+struct Reference {
+  std::map<std::string, NamedTensor> t;
+  std::map<std::string, std::string> meta;
+  const NamedTensor& operator[](const std::string& name) const {
+    auto it = t.find(name);
+    if (it == t.end()) FAIL("reference has no tensor " << name);
+    return it->second;
+  }
+};
+
+const Reference& reference() {
+  static const Reference r = [] {
+    Reference out;
+    for (NamedTensor& t : load_safetensors(data_file("gpt_2x64x4_reference.safetensors"), out.meta))
+      out.t.emplace(t.name, std::move(t));
+    return out;
+  }();
+  return r;
+}
+
+// The model's flat state from the reference's tensors named `prefix + name`
+// (a tied copy from its home).
+std::vector<float> flat_from(const ModelLayout& m, const std::string& prefix) {
+  std::vector<float> flat(m.state_total());
+  for (const ParamInfo& p : m.params()) {
+    const ParamInfo& home = p.tied_to >= 0 ? m.params()[p.tied_to] : p;
+    const NamedTensor& t = reference()[prefix + home.name];
+    REQUIRE(t.shape == p.shape);
+    std::copy(t.data.begin(), t.data.end(), flat.begin() + p.offset);
+  }
+  return flat;
+}
+
+std::vector<int32_t> tokens(const NamedTensor& t, size_t begin, size_t n) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(t.data[begin + i]);
+  return v;
+}
+
+double max_abs(const float* a, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(a[i])));
+  return m;
+}
+
+// One training step of the whole model on the CPU: forward, cross-entropy,
+// backward, the tied gradients summed. Returns the loss.
+double forward_backward(LayerStack& stack, const ModelLayout& m, Allocator& alloc,
+                        const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B,
+                        std::vector<float>* logits_out = nullptr) {
+  stack.zero_grads();
+  const void* logits = stack.forward(x.data(), B);
+  if (logits_out) {
+    const size_t n = static_cast<size_t>(B) * m.act_numel(m.num_layers());
+    logits_out->assign(static_cast<const float*>(logits), static_cast<const float*>(logits) + n);
+  }
+  Tensor dlogits = alloc.alloc("loss.grad", MemCategory::temporary,
+                               static_cast<size_t>(B) * m.act_numel(m.num_layers()));
+  const MixedPrecision fp32("fp32");
+  const double loss = m.family().loss(alloc, fp32, m, dlogits.raw(), logits, y.data(), B, B);
+  stack.backward(dlogits.raw(), -1, false);
+  stack.sum_tied_grads();
+  return loss;
+}
+
+}  // namespace
+
+TEST_CASE("gpt's layer table is nanoGPT's state_dict: names, shapes, dtypes, order", "[gpt]") {
+  const ModelLayout m = reference_layout();
+  REQUIRE(m.num_layers() == 4);  // embedding, 2 blocks, head
+  std::vector<float> flat = init_params(m, 1);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "shardlab_gpt_names.safetensors").string();
+  save_params(path, m, flat);
+  std::map<std::string, std::string> meta;
+  const std::vector<NamedTensor> saved = load_safetensors(path, meta);
+  std::filesystem::remove(path);
+  CHECK(meta["model"] == "gpt:2x64x4");
+  CHECK(meta["seq"] == "32");
+
+  // nanoGPT's state_dict() as the generator wrote it: `name dtype shape`.
+  std::ifstream in(data_file("gpt_2x64x4_state_dict.txt"));
+  REQUIRE(in);
+  std::vector<std::pair<std::string, std::string>> expected;  // name, shape
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string name, dtype, shape;
+    ls >> name >> dtype;
+    std::getline(ls, shape);
+    shape.erase(0, shape.find_first_not_of(' '));
+    // The causal mask is a constant buffer (torch < 2.0 only), not a weight.
+    if (name.size() > 10 && name.compare(name.size() - 10, 10, ".attn.bias") == 0) continue;
+    CHECK(dtype == "float32");
+    expected.emplace_back(name, shape);
+  }
+  auto shape_text = [](const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  // The checkpoint holds every tensor but lm_head.weight, which is transformer.wte.weight
+  // (stored once, as safetensors stores shared tensors).
+  std::vector<std::pair<std::string, std::string>> ours;
+  for (const NamedTensor& t : saved) {
+    CHECK_FALSE(t.int64);
+    ours.emplace_back(t.name, shape_text(t.shape));
+  }
+  REQUIRE(!expected.empty());
+  REQUIRE(expected.back().first == "lm_head.weight");
+  CHECK(expected.back().second == shape_text(m.params()[0].shape));
+  expected.pop_back();
+  CHECK(ours == expected);
+  // In the table, lm_head.weight is its own trained copy, tied to the embedding.
+  const ParamInfo& head = m.params().back();
+  CHECK(head.name == "lm_head.weight");
+  CHECK(head.tied_to == 0);
+  CHECK(m.params()[0].name == "transformer.wte.weight");
+  CHECK(m.unique_total() == m.total() - head.numel);
+  // nanoGPT's get_num_params(non_embedding=False): 12·L·C² + 13·L·C + V·C + T·C + 2C.
+  CHECK(m.unique_total() == 12u * 2 * 64 * 64 + 13u * 2 * 64 + 65u * 64 + 32u * 64 + 2u * 64);
+}
+
+TEST_CASE("gpt's init follows nanoGPT: std 0.02, residual projections 0.02/sqrt(2L)", "[gpt]") {
+  const ModelLayout m = reference_layout();
+  const std::vector<float> flat = init_params(m, 7);
+  auto stats = [&](const std::string& name) {
+    for (const ParamInfo& p : m.params())
+      if (p.name == name) {
+        double sum = 0, sq = 0;
+        for (size_t i = 0; i < p.numel; ++i) {
+          sum += flat[p.offset + i];
+          sq += static_cast<double>(flat[p.offset + i]) * flat[p.offset + i];
+        }
+        const double mean = sum / p.numel;
+        return std::pair{mean, std::sqrt(sq / p.numel - mean * mean)};
+      }
+    FAIL("no " << name);
+    return std::pair{0.0, 0.0};
+  };
+  CHECK(std::fabs(stats("transformer.h.0.mlp.c_fc.weight").second - 0.02) < 0.001);
+  CHECK(std::fabs(stats("transformer.h.1.attn.c_proj.weight").second - 0.02 / 2.0) < 0.001);
+  CHECK(stats("transformer.h.0.ln_1.weight") == std::pair{1.0, 0.0});
+  CHECK(stats("transformer.h.0.attn.c_attn.bias") == std::pair{0.0, 0.0});
+  const ParamInfo& wte = m.params()[0];
+  const ParamInfo& head = m.params().back();
+  CHECK(std::equal(flat.begin() + wte.offset, flat.begin() + wte.offset + wte.numel,
+                   flat.begin() + head.offset));
+}
+
+TEST_CASE("gpt:2x64x4 forward, loss and gradients match PyTorch's", "[gpt]") {
+  const ModelLayout m = reference_layout();
+  const Reference& ref = reference();
+  const int B = 4, T = 32, V = 65;
+  const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
+  Allocator alloc(*dev, nullptr);
+  LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, flat_from(m, ""));
+  std::vector<float> logits;
+  const double loss = forward_backward(stack, m, alloc, tokens(ref["x"], 0, B * T),
+                                       tokens(ref["y"], 0, B * T), B, &logits);
+  // Loss: PyTorch's float64 value; its own float32 run differs by 1.1e-7.
+  const double want = std::stod(ref.meta.at("loss.fp64"));
+  INFO("loss " << loss << " vs PyTorch " << want);
+  CHECK(std::fabs(loss - want) < 2e-6);
+  // Logits of row 0 (PyTorch's float32 is within 3.1e-7 of float64).
+  const NamedTensor& row0 = ref["logits.row0"];
+  REQUIRE(row0.data.size() == static_cast<size_t>(T) * V);
+  double worst = 0;
+  for (size_t i = 0; i < row0.data.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(logits[i]) - row0.data[i]));
+  INFO("max |logit - PyTorch| = " << worst);
+  CHECK(worst < 2e-5);
+  // Every gradient, relative to its largest value (PyTorch float32 vs float64: 6e-7).
+  for (int l = 0; l < m.num_layers(); ++l)
+    for (int k = 0; k < m.param_count(l); ++k) {
+      const ParamInfo& p = m.params()[m.first_param(l) + k];
+      const ParamInfo& home = p.tied_to >= 0 ? m.params()[p.tied_to] : p;
+      const NamedTensor& g = ref["grad." + home.name];
+      const float* ours = stack.grad(l, k);
+      const double scale = max_abs(g.data.data(), g.data.size());
+      double diff = 0;
+      for (size_t i = 0; i < p.numel; ++i)
+        diff = std::max(diff, std::fabs(static_cast<double>(ours[i]) - g.data[i]));
+      INFO(p.name << ": max |g - PyTorch| = " << diff << ", max |PyTorch| = " << scale);
+      CHECK(diff <= 2e-5 * scale + 1e-9);
+    }
+}
+
+TEST_CASE("gpt:2x64x4 follows PyTorch's AdamW trajectory for 10 steps", "[gpt]") {
+  const ModelLayout m = reference_layout();
+  const Reference& ref = reference();
+  const int B = 4, T = 32, steps = 10;
+  const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
+  Allocator alloc(*dev, nullptr);
+  LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, flat_from(m, ""));
+  Optimizer opt(OptimizerConfig{}, alloc, stack.ranges());  // AdamW, Shardlab's = the script's
+  std::vector<double> want;
+  {
+    std::stringstream ss(ref.meta.at("steps.loss.fp64"));
+    for (std::string v; std::getline(ss, v, ',');) want.push_back(std::stod(v));
+  }
+  REQUIRE(want.size() == static_cast<size_t>(steps));
+  for (int s = 0; s < steps; ++s) {
+    const size_t at = static_cast<size_t>(s) * B * T;
+    const double loss = forward_backward(stack, m, alloc, tokens(ref["steps.x"], at, B * T),
+                                         tokens(ref["steps.y"], at, B * T), B);
+    INFO("step " << s << ": loss " << loss << " vs PyTorch " << want[s]);
+    CHECK(std::fabs(loss - want[s]) < 1e-5);
+    opt.step(stack.param_ptrs(), stack.grad_ptrs());
+  }
+  std::vector<float> flat(m.state_total());
+  stack.copy_params_to(flat);
+  const std::vector<float> final_ref = flat_from(m, "steps.final.");
+  double worst = 0;
+  for (size_t i = 0; i < flat.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(flat[i]) - final_ref[i]));
+  INFO("max |w - PyTorch| after 10 steps = " << worst << " (PyTorch fp32 vs fp64: 5.9e-6)");
+  CHECK(worst < 5e-5);
+}
