@@ -1,6 +1,9 @@
 // What the data-parallel strategies share (see data_parallel.h).
 #include "core/data_parallel.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "core/layer_ops.h"
 #include "core/model_family.h"
 
@@ -117,6 +120,48 @@ void ReduceScatterQueue::retire(size_t keep_at_most, const std::function<void(Pe
     if (on_done) on_done(p);
     pending_.pop_front();  // frees the full gradient (and the staged shard)
   }
+}
+
+TiedGradients::TiedGradients(const ModelLayout& m, const std::vector<FlatGroup>& groups) {
+  auto group_of = [&](size_t offset) {
+    for (const FlatGroup& g : groups)
+      if (offset >= g.offset && offset < g.offset + g.numel()) return g.index;
+    throw std::logic_error("TiedGradients: a parameter outside every group");
+  };
+  for (const ParamInfo& p : m.params()) {
+    if (p.tied_to < 0) continue;
+    const ParamInfo& home = m.params()[p.tied_to];
+    const int cg = group_of(p.offset), hg = group_of(home.offset);
+    pairs_.push_back(
+        {cg, hg, p.offset - groups[cg].offset, home.offset - groups[hg].offset, p.numel});
+  }
+}
+
+bool TiedGradients::holds_back(int g) const {
+  for (const Pair& p : pairs_)
+    if (p.copy_group == g && p.home_group != g) return true;
+  return false;
+}
+
+void TiedGradients::sum(int g, const std::function<void*(int)>& full, DeviceBackend& dev,
+                        DType dt) const {
+  const size_t es = dtype_size(dt);
+  for (const Pair& p : pairs_) {
+    if (p.home_group != g) continue;
+    char* home = static_cast<char*>(full(p.home_group)) + p.home_offset * es;
+    char* copy = static_cast<char*>(full(p.copy_group)) + p.copy_offset * es;
+    dev.add(home, copy, dt, p.numel);
+    dev.copy(copy, home, p.numel * es, CopyKind::device_to_device);
+  }
+}
+
+std::vector<int> TiedGradients::released_by(int g) const {
+  std::vector<int> out;
+  for (const Pair& p : pairs_)
+    if (p.home_group == g && p.copy_group != g &&
+        std::find(out.begin(), out.end(), p.copy_group) == out.end())
+      out.push_back(p.copy_group);
+  return out;
 }
 
 }  // namespace shardlab

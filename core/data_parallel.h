@@ -89,6 +89,35 @@ class ShardedStates {
 };
 
 // ---------------------------------------------------------------------------
+// Tied weights across flat groups
+// ---------------------------------------------------------------------------
+
+// A tied parameter (gpt's lm_head, a copy of transformer.wte: core/model.h)
+// gets a gradient from each of its two uses, in two flat groups: the head's,
+// computed first in backward, and the embedding's, computed last. Its group's
+// full gradient is held back from its reduce-scatter until the home group's
+// is computed; then the two are summed locally (what PyTorch's one shared
+// .grad accumulates) and both reduced, so both copies take the same update.
+class TiedGradients {
+ public:
+  TiedGradients(const ModelLayout& m, const std::vector<FlatGroup>& groups);
+  // Group g holds a tied copy whose home is in another group, not yet computed.
+  bool holds_back(int g) const;
+  // After group g's backward: sums every pair with its home in g, in the full
+  // (unreduced) gradients full(group) of both groups (dt values).
+  void sum(int g, const std::function<void*(int group)>& full, DeviceBackend& dev, DType dt) const;
+  // The held-back groups whose homes are all in g: to reduce now, after sum(g).
+  std::vector<int> released_by(int g) const;
+
+ private:
+  struct Pair {
+    int copy_group, home_group;
+    size_t copy_offset, home_offset, numel;  // inside the groups' flat buffers
+  };
+  std::vector<Pair> pairs_;
+};
+
+// ---------------------------------------------------------------------------
 // Reduce-scatters in flight during backward
 // ---------------------------------------------------------------------------
 

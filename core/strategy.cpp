@@ -333,15 +333,6 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
     throw ConfigError(unread_option_message(cfg, unread.front()));
   }
   require_batchnorm_support(cfg);
-  if (!info.tied_weights && make_layout(cfg).has_tied()) {
-    std::string supported;
-    for (const StrategyInfo& i : registry())
-      if (i.tied_weights) supported += (supported.empty() ? "" : ", ") + i.name;
-    throw ConfigError("--model " + cfg.model + ": strategy " + cfg.strategy +
-                      " does not yet sum the gradients of a tied weight (lm_head = "
-                      "transformer.wte) (supported by: " +
-                      supported + ")");
-  }
   if (info.validate) info.validate(cfg);
 }
 

@@ -141,10 +141,6 @@ struct StrategyInfo {
   bool controller = false;
   // The traffic prediction (core/model_state.h).
   Traffic traffic = Traffic::none;
-  // Sums the two gradients of a tied parameter (gpt's lm_head and token
-  // embedding, core/model.h) before its update; models with one are refused
-  // by the strategies that do not yet.
-  bool tied_weights = false;
   // Data-parallel family: what its comm-buffers category holds, for the reports.
   std::string comm_buffers{};
   // Pipeline family: micro-batches whose activations stage `rank` of `stages`

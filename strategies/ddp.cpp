@@ -216,7 +216,6 @@ StrategyInfo ddp_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
       .traffic = Traffic::all_reduce,
-      .tied_weights = true,
       .comm_buffers = "gradient buckets",
       .make = [] { return std::make_unique<Ddp>(); },
       .validate =

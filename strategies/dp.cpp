@@ -360,7 +360,6 @@ StrategyInfo dp_strategy() {
       .reads = {StrategyOption::precision},
       .controller = true,
       .traffic = Traffic::controller_copies,
-      .tied_weights = true,
       .comm_buffers = "device 0's inboxes for every replica's gradients",
       .make = [] { return std::make_unique<Dp>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

@@ -22,6 +22,8 @@
 //   gradients, every gather, reduce-scatter and host copy are 2 bytes a value;
 //   the fp32 master shard is optimizer state (K = 12) and, with --offload, is
 //   updated on the host, whose rounded result is what goes back up.
+#include <map>
+
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/memory_estimate.h"
@@ -89,7 +91,10 @@ class Fsdp final : public Strategy {
     // soon as that is done.
     tape.begin_backward(loss.grad.raw());
     auto whole = [&](int u) { return kept[u].valid() ? std::move(kept[u]) : gather(u); };
+    // (A tied weight's copy, gpt's lm_head, waits for its home's gradient: data_parallel.h.)
     ReduceScatterQueue reduces;
+    const TiedGradients tied(env.layout, units);
+    std::map<int, Tensor> held;
     Gathered next = whole(U - 1);
     for (int u = U - 1; u >= 0; --u) {
       Gathered cur = std::move(next);
@@ -101,8 +106,18 @@ class Fsdp final : public Strategy {
       for (int l = g.last - 1; l >= g.first; --l)
         tape.backward(l, layer_params(cur, l), at(full, g.layer_offset(env.layout, l)));
       cur.params.reset();
-      reduce(u, std::move(full), reduces);
-      free_reduced(reduces, /*keep_at_most=*/2);
+      tied.sum(
+          u, [&](int k) { return k == u ? full.raw() : held.at(k).raw(); }, env.device, dt);
+      if (tied.holds_back(u)) {
+        held[u] = std::move(full);
+      } else {
+        reduce(u, std::move(full), reduces);
+        for (int h : tied.released_by(u)) {
+          reduce(h, std::move(held.at(h)), reduces);
+          held.erase(h);
+        }
+        free_reduced(reduces, /*keep_at_most=*/2);
+      }
       if (!prefetch && u > 0) next = whole(u - 1);
     }
     free_reduced(reduces, 0);
@@ -235,6 +250,7 @@ void plan_memory(MemoryPlan& p) {
     out.staging = comm.all_gather(padded[u], shards[u], dt, false);
     return out;
   };
+  const TiedGradients tied(p.layout, units);
   auto wait = [](Gathered& g) {
     g.staging.clear();
     g.staged.reset();
@@ -259,6 +275,7 @@ void plan_memory(MemoryPlan& p) {
       std::vector<MemBlock> staging;
     };
     std::deque<Pending> pending;
+    std::map<int, MemBlock> held;
     Gathered next = whole(U - 1);
     for (int u = U - 1; u >= 0; --u) {
       Gathered cur = std::move(next);
@@ -267,14 +284,25 @@ void plan_memory(MemoryPlan& p) {
       MemBlock full = p.alloc(MemCategory::comm_buffers, padded[u], dt);
       for (int l = units[u].last - 1; l >= units[u].first; --l) tape.backward(l);
       cur.params.reset();
-      Pending r;
-      if (offload) r.staged = p.alloc(MemCategory::comm_buffers, shards[u], dt);
-      r.staging = comm.reduce_scatter(padded[u], shards[u], dt);
-      r.unreduced = std::move(full);
-      pending.push_back(std::move(r));
-      while (pending.size() > 2) {
-        if (offload) p.tally.span();  // copy_d2h
-        pending.pop_front();
+      auto reduce = [&](int k, MemBlock unreduced) {
+        Pending r;
+        if (offload) r.staged = p.alloc(MemCategory::comm_buffers, shards[k], dt);
+        r.staging = comm.reduce_scatter(padded[k], shards[k], dt);
+        r.unreduced = std::move(unreduced);
+        pending.push_back(std::move(r));
+      };
+      if (tied.holds_back(u)) {
+        held[u] = std::move(full);
+      } else {
+        reduce(u, std::move(full));
+        for (int h : tied.released_by(u)) {
+          reduce(h, std::move(held[h]));
+          held.erase(h);
+        }
+        while (pending.size() > 2) {
+          if (offload) p.tally.span();  // copy_d2h
+          pending.pop_front();
+        }
       }
       if (!cfg.prefetch && u > 0) next = whole(u - 1);
     }

@@ -82,7 +82,6 @@ StrategyInfo gpipe_strategy() {
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
                 StrategyOption::recompute},
       .traffic = Traffic::activations,
-      .tied_weights = true,
       .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
       .make = [] { return std::make_unique<GPipe>(); },

@@ -72,7 +72,6 @@ StrategyInfo naive_mp_strategy() {
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::partition},
       .traffic = Traffic::activations,
-      .tied_weights = true,
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
       .make = [] { return std::make_unique<NaiveMp>(); },

@@ -93,7 +93,6 @@ StrategyInfo one_f_one_b_strategy() {
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
                 StrategyOption::recompute},
       .traffic = Traffic::activations,
-      .tied_weights = true,
       .in_flight = [](int micro_batches, int stages,
                       int rank) { return std::min(micro_batches, stages - rank); },
       .in_flight_formula = "min(P−rank, M)",

@@ -85,7 +85,6 @@ StrategyInfo single_strategy() {
       .summary = "the reference: whole model and batch on one device",
       .family = StrategyFamily::single,
       .reads = {StrategyOption::precision},
-      .tied_weights = true,
       .make = [] { return std::make_unique<Single>(); },
       .validate =
           [](const RunConfig& cfg) {

@@ -64,12 +64,20 @@ class Zero1 final : public Strategy {
     // place: this rank's chunk of the full gradient buffer receives the sum;
     // the other chunks are left as workspace (stage 1 keeps them allocated).
     tape.begin_backward(loss.grad.raw());
+    // (A tied weight's copy, gpt's lm_head, waits for its home's gradient: data_parallel.h.)
     std::deque<Work> reduces;
+    const TiedGradients tied(env.layout, st.groups());
+    auto reduce = [&](int l) {
+      reduces.push_back(env.comm->reduce_scatter_async(
+          st.grads(l).raw(), st.grad_shard(l), st.groups()[l].plan.counts(), dt, CommMeta{l, -1}));
+    };
     for (int l = L - 1; l >= 0; --l) {
       tape.backward(l, states_->params(l).raw(), states_->grads(l).raw());
-      const FlatGroup& g = st.groups()[l];
-      reduces.push_back(env.comm->reduce_scatter_async(st.grads(l).raw(), st.grad_shard(l),
-                                                       g.plan.counts(), dt, CommMeta{l, -1}));
+      tied.sum(
+          l, [&](int g) { return st.grads(g).raw(); }, env.device, dt);
+      if (tied.holds_back(l)) continue;
+      reduce(l);
+      for (int h : tied.released_by(l)) reduce(h);
     }
     for (Work& w : reduces) w.wait();
 
@@ -126,6 +134,7 @@ void plan_memory(MemoryPlan& p) {
   }
   OptimizerMemory optimizer(p, shards, dt);
   CommMemory comm(p);
+  const TiedGradients tied(p.layout, groups);
   p.steps([&](int) {
     const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
     BatchMemory batch = plan_batch(p, b);
@@ -137,7 +146,10 @@ void plan_memory(MemoryPlan& p) {
     std::vector<std::vector<MemBlock>> reduces;
     for (int l = L - 1; l >= 0; --l) {
       tape.backward(l);
+      if (tied.holds_back(l)) continue;
       reduces.push_back(comm.reduce_scatter(padded[l], shards[l], dt));
+      for (int h : tied.released_by(l))
+        reduces.push_back(comm.reduce_scatter(padded[h], shards[h], dt));
     }
     reduces.clear();
     optimizer.step();

@@ -16,6 +16,8 @@
 // Mixed precision (--precision bf16|fp16): the replicated params, the gradient
 // shards and all traffic are 2 bytes a value; the fp32 master of this rank's
 // shard joins its optimizer state (K = 12): 2Ψ + 14Ψ/N.
+#include <map>
+
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
 #include "core/memory_estimate.h"
@@ -57,13 +59,26 @@ class Zero2 final : public Strategy {
     // shard, and free every earlier buffer whose reduce-scatter has finished
     // (at most two in flight, so memory stays bounded).
     tape.begin_backward(loss.grad.raw());
+    // (A tied weight's copy, gpt's lm_head, waits for its home's gradient: data_parallel.h.)
     ReduceScatterQueue reduces;
+    const TiedGradients tied(env.layout, st.groups());
+    std::map<int, Tensor> held;
     for (int l = L - 1; l >= 0; --l) {
       const FlatGroup& g = st.groups()[l];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
                                     g.plan.padded(), dt);
       tape.backward(l, states_->params(l).raw(), full.raw());
+      tied.sum(
+          l, [&](int k) { return k == l ? full.raw() : held.at(k).raw(); }, env.device, dt);
+      if (tied.holds_back(l)) {
+        held[l] = std::move(full);
+        continue;
+      }
       reduces.start(*env.comm, g, std::move(full), st.grad_shard(l), dt);
+      for (int h : tied.released_by(l)) {
+        reduces.start(*env.comm, st.groups()[h], std::move(held.at(h)), st.grad_shard(h), dt);
+        held.erase(h);
+      }
       reduces.retire(/*keep_at_most=*/2);
     }
     reduces.retire(0);
@@ -122,6 +137,7 @@ void plan_memory(MemoryPlan& p) {
   }
   OptimizerMemory optimizer(p, shards, dt);
   CommMemory comm(p);
+  const TiedGradients tied(p.layout, groups);
   p.steps([&](int) {
     const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
     BatchMemory batch = plan_batch(p, b);
@@ -131,10 +147,19 @@ void plan_memory(MemoryPlan& p) {
     MemBlock dpred = plan_loss(p, dt, b);
     tape.begin_backward();
     std::deque<std::pair<MemBlock, std::vector<MemBlock>>> pending;
+    std::map<int, MemBlock> held;
     for (int l = L - 1; l >= 0; --l) {
       MemBlock full = p.alloc(MemCategory::comm_buffers, padded[l], dt);
       tape.backward(l);
+      if (tied.holds_back(l)) {
+        held[l] = std::move(full);
+        continue;
+      }
       pending.emplace_back(std::move(full), comm.reduce_scatter(padded[l], shards[l], dt));
+      for (int h : tied.released_by(l)) {
+        pending.emplace_back(std::move(held[h]), comm.reduce_scatter(padded[h], shards[h], dt));
+        held.erase(h);
+      }
       while (pending.size() > 2) pending.pop_front();
     }
     pending.clear();
