@@ -456,7 +456,29 @@ void StageMemory::backward(int mb) {
 
 void StageMemory::finish_step() {
   settle_sends();
+  sum_tied_grads();
   optimizer_->step();
+}
+
+// PipelineStage::sum_tied_grads: the tied copy's gradient swapped between two stages.
+void StageMemory::sum_tied_grads() {
+  const ModelLayout& m = p_.layout;
+  if (!m.has_tied()) return;
+  const std::vector<int> partition = pipeline_partition(p_.cfg, m);
+  auto stage_of = [&](int layer) {
+    int end = 0;
+    for (size_t s = 0; s < partition.size(); ++s)
+      if (layer < (end += partition[s])) return static_cast<int>(s);
+    return -1;
+  };
+  for (const ParamInfo& p : m.params()) {
+    if (p.tied_to < 0) continue;
+    const int a = stage_of(m.params()[p.tied_to].layer), b = stage_of(p.layer);
+    if (a == b || (topo_.rank != a && topo_.rank != b)) continue;
+    MemBlock theirs = p_.alloc(MemCategory::comm_buffers, p.numel);
+    std::vector<MemBlock> sent = comm_->send(p.numel * sizeof(float));
+    std::vector<MemBlock> got = comm_->recv(p.numel * sizeof(float));
+  }
 }
 
 void StageMemory::export_params() {

@@ -224,6 +224,7 @@ class StageMemory {
   void export_params();
 
  private:
+  void sum_tied_grads();
   void settle_sends();
   void compute_loss(int mb);
   MemoryPlan& p_;

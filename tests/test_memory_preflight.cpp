@@ -269,3 +269,43 @@ TEST_CASE("SHARDLAB_MEMORY_LIMIT sizes parse, and a bad one is refused", "[prefl
   const auto r = run_cli("run --steps 2 --no-record");
   CHECK(r.code == 2);
 }
+
+TEST_CASE("the estimate matches the measured peak for every strategy on gpt", "[preflight][gpt]") {
+  std::printf("\n%-22s %5s %4s %14s %14s %8s  (gpt:2x64x4, seq 32, batch 8, peak per rank)\n",
+              "strategy", "world", "rank", "estimated", "measured", "error");
+  struct Case {
+    std::string strategy;
+    int world;
+    std::string precision = "fp32";
+    int micro_batches = 1;
+  };
+  std::vector<Case> cases = {{"single", 1}, {"single", 1, "bf16"}};
+  for (const StrategyInfo& s : all_strategies())
+    if (s.family != StrategyFamily::single)
+      for (int w : {2, 4})
+        cases.push_back({s.name, w, "fp32", s.family == StrategyFamily::pipeline ? 4 : 1});
+  for (const std::string s : {"ddp", "zero2", "zero3", "fsdp"}) cases.push_back({s, 2, "bf16"});
+  for (const Case& k : cases) {
+    RunConfig cfg = config(k.strategy, k.world);
+    cfg.model = "gpt:2x64x4";
+    cfg.seq = 32;
+    cfg.batch = 8;
+    cfg.precision = k.precision;
+    if (k.strategy == "gpipe" || k.strategy == "1f1b") cfg.micro_batches = k.micro_batches;
+    const MemoryEstimate e = estimate_memory(cfg);
+    const RunResult r = run_training(cfg);
+    REQUIRE(e.ranks.size() == r.ranks.size());
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      const PoolStats& measured = r.ranks[i].memory.device;
+      const PoolStats& predicted = e.ranks[i].at_report.device;
+      const double err = static_cast<double>(predicted.peak_total - measured.peak_total) /
+                         static_cast<double>(measured.peak_total);
+      std::printf("%-22s %5d %4zu %14lld %14lld %+7.1f%%\n",
+                  (k.strategy + " " + k.precision).c_str(), k.world, i,
+                  static_cast<long long>(predicted.peak_total),
+                  static_cast<long long>(measured.peak_total), 100 * err);
+      INFO(k.strategy << " " << k.precision << " world " << k.world << " rank " << i);
+      CHECK(std::abs(err) <= 0.02);
+    }
+  }
+}
