@@ -20,24 +20,31 @@ namespace shardlab::app {
 int bench_strategies(int argc, char** argv) {
   const Args a(argc, argv, "bench strategies",
                {"model", "world", "steps", "rounds", "device", "backend", "precision", "batch",
-                "strategies"},
+                "strategies", "seq", "data"},
                {"force"});
   if (a.help()) {
     std::printf(
         "usage: shardlab bench strategies [--model mlp:8x1024] [--world 2] [--steps 10]\n"
         "                                 [--rounds 2] [--device cpu] [--backend auto]\n"
         "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n"
-        "                                 [--force]\n\n"
+        "                                 [--seq T] [--data FILE] [--force]\n\n"
         "Every strategy (default: all) on one model and device. Pipeline strategies run\n"
         "--world stages with 4 micro-batches (naive-mp: 1), in fp32 whatever --precision\n"
         "says. Rows run in interleaved rounds;\n"
         "step time = median over steps 1.. of the slowest rank; memory = the largest peak\n"
         "of any rank, measured by the allocator (device pool); sent = bytes per step per rank.\n"
+        "--seq, --data: a gpt model's context and text (see 'shardlab run --help').\n"
         "--force: run rows the memory check says will not fit (see 'shardlab run --help').\n");
     return 0;
   }
   RunConfig base;
   base.model = a.str("model", "mlp:8x1024");
+  if (a.has("seq")) {
+    base.seq = a.integer("seq", 0, "1 to 4096");
+    if (base.seq < 1 || base.seq > 4096)
+      throw ConfigError("--seq " + std::to_string(base.seq) + " is invalid (valid: 1 to 4096)");
+  }
+  base.data = a.str("data", "");
   base.world = a.integer("world", 2);
   base.steps = a.integer("steps", 10);
   base.batch = a.integer("batch", 64);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/checkpoint.h"
@@ -350,4 +351,49 @@ TEST_CASE("gpt under mixed precision matches single's mixed-precision run", "[gp
       CHECK(diff > 0);
     }
   }
+}
+
+TEST_CASE("gpt learns the default corpus in 200 steps, and sample shows it", "[gpt][cli]") {
+  const auto dir = std::filesystem::temp_directory_path() / "shardlab_gpt_sample";
+  std::filesystem::create_directories(dir);
+  const std::string init = (dir / "init.st").string(), final = (dir / "final.st").string();
+  const test::CliResult r = test::run_cli(
+      "run --model gpt:2x64x4 --seq 64 --batch 16 --steps 200 --lr 3e-3 --strategy single "
+      "--world 1 --no-record --json --save-init " + init + " --save-final " + final);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const double first = j["losses"].front(), last = j["losses"].back();
+  // The default corpus has ~720 distinct characters: ln 720 ≈ 6.6 at the start.
+  std::printf("gpt:2x64x4 on the default corpus: loss %.3f at step 0, %.3f at step 200\n", first,
+              last);
+  CHECK(first > 6.0);
+  CHECK(last < first - 2.0);
+  for (const std::string& ckpt : {init, final}) {
+    const test::CliResult s = test::run_cli("sample --from " + ckpt + " --tokens 80 --seed 3");
+    INFO(s.out);
+    REQUIRE(s.code == 0);
+    std::printf("sample from %s:\n%s\n", ckpt == init ? "step 0" : "step 200", s.out.c_str());
+    CHECK(s.out.size() >= 80);  // 80 characters, most of them multi-byte at step 0
+  }
+  // A checkpoint that is not a gpt's, and a prompt outside the vocabulary: one line each.
+  const test::CliResult bad = test::run_cli("sample --from " + init + " --prompt '\x01'");
+  CHECK(bad.code == 2);
+  CHECK(bad.out.rfind("error: --prompt: ", 0) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpt options are checked: --seq, --data, heads", "[gpt][cli]") {
+  auto refused = [](const std::string& args, const std::string& text) {
+    const test::CliResult r = test::run_cli(args);
+    INFO("shardlab " << args << "\n" << r.out);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(text) != std::string::npos);
+    CHECK(r.out.find('\n') == r.out.size() - 1);
+  };
+  refused("run --model gpt:2x64x5 --steps 1", "has 5 heads (valid: a divisor of its 64 channels");
+  refused("run --model gpt:2x64 --steps 1", "unknown model 'gpt:2x64' (valid: gpt:LxCxH");
+  refused("run --model gpt:2x64x4 --seq 5000 --steps 1", "--seq 5000 is invalid (valid: 1 to 4096)");
+  refused("run --model mlp:2x8 --seq 16 --steps 1", "--seq 16 is invalid for model mlp:2x8");
+  refused("run --model gpt:2x64x4 --data /nonexistent/text.txt --steps 1", "/nonexistent/text.txt");
+  refused("run --model gpt:2x64x4 --data /tmp --steps 1", "/tmp");
 }
