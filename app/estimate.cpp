@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -26,16 +27,20 @@ communication per step, from the ZeRO paper's accounting (Rajbhandari et al.
 not model states; 'shardlab run' prints these predictions beside what it measures.
 
   --params N          number of parameters Ψ, e.g. 7.5e9 (or --model)
-  --model SPEC        take Ψ from a model, e.g. mlp:8x1024
+  --model SPEC        take Ψ from a model, e.g. mlp:8x1024 or gpt:2x64x4
   --world N           data-parallel ranks N
   --strategy S        single, ddp, dp, zero1, zero2, zero3, fsdp
   --precision P       fp32 | bf16 | fp16 (default fp32; bf16/fp16 = mixed precision)
   --optimizer NAME    adamw | sgd (default adamw)
   --no-reshard        fsdp: keep gathered params from forward to backward (2Ψ traffic)
+  --seq T             gpt: context length (default 64); with --model gpt:LxCxH the estimate
+                      adds one transformer block's activations (Korthikanti et al. 2022)
+  --batch B           global batch for the activations and the run's peak (default 64)
+  --data FILE         gpt: the text whose vocabulary sets V (default assets/corpus.txt)
   --json              print one JSON object
 
 With --model (and --world up to 64), also the peak this implementation reaches
-per rank at 'shardlab run's default batch of 64, everything included: what the
+per rank at --batch (default 64, 'shardlab run's default), everything included: what the
 memory check before every run predicts from the strategy's own allocations.
 
 bytes per parameter (P params + G grads + K optimizer):
@@ -112,14 +117,29 @@ void print_comm(const char* who, const CommPrediction& c, bool ring) {
 }  // namespace
 
 int cmd_estimate(int argc, char** argv) {
-  const Args a(argc, argv, "estimate",
-               {"params", "model", "world", "strategy", "precision", "optimizer"},
-               {"json", "no-reshard", "offload"});
+  const Args a(
+      argc, argv, "estimate",
+      {"params", "model", "world", "strategy", "precision", "optimizer", "seq", "batch", "data"},
+      {"json", "no-reshard", "offload"});
   if (a.help()) {
     std::printf("%s", kEstimateHelp);
     return 0;
   }
   ModelStateInput in;
+  int seq = 0;  // gpt: --seq (0: the run's default)
+  if (a.has("seq")) {
+    seq = a.integer("seq", 0, "1 to 4096");
+    if (seq < 1 || seq > 4096)
+      throw ConfigError("--seq " + std::to_string(seq) + " is invalid (valid: 1 to 4096)");
+  }
+  const int batch = a.integer("batch", 64, "a positive integer");
+  if (batch < 1)
+    throw ConfigError("--batch " + std::to_string(batch) +
+                      " is invalid (valid: a positive integer)");
+  if ((a.has("seq") || a.has("data")) && !(a.get("model") && a.get("model")->rfind("gpt:", 0) == 0))
+    throw ConfigError(
+        std::string(a.has("seq") ? "--seq" : "--data") +
+        " applies to --model gpt:LxCxH only (valid: e.g. --model gpt:2x64x4 --seq 64)");
   if (a.has("params") && a.has("model"))
     throw ConfigError("give either --params or --model, not both");
   if (auto p = a.get("params"))
@@ -164,6 +184,9 @@ int cmd_estimate(int argc, char** argv) {
   if (auto m = a.get("model")) {
     RunConfig cfg;
     cfg.model = *m;
+    cfg.seq = seq;
+    cfg.data = a.str("data", "");
+    cfg.batch = batch;
     cfg.strategy = in.strategy;
     cfg.world = in.world;
     cfg.precision = in.precision;
@@ -183,6 +206,20 @@ int cmd_estimate(int argc, char** argv) {
   // dp: device 0 and its replicas hold and send different things.
   const bool dp = is_controller(in.strategy) && in.world > 1;
   const BytesPerParam bpp = bytes_per_param(in.precision, in.optimizer);
+  // gpt: a transformer block's activations (Korthikanti et al. 2022), at the
+  // rows one data-parallel rank computes.
+  std::optional<BlockActivations> acts;
+  std::optional<ModelSpec> spec;
+  int rank_batch = batch;
+  if (auto m = a.get("model"); m && m->rfind("gpt:", 0) == 0) {
+    RunConfig c;
+    c.model = *m;
+    c.seq = seq;
+    c.data = a.str("data", "");
+    spec = resolve_model(c);
+    rank_batch = std::max(1, batch / std::max(1, in.world));
+    acts = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision);
+  }
 
   if (a.has("json")) {
     nlohmann::json j;
@@ -200,6 +237,14 @@ int cmd_estimate(int argc, char** argv) {
       j["replica_comm_per_step"] = comm_json(predict_comm(in, 1));
     }
     if (!peaks.empty()) j["run_peak_bytes_per_rank"] = peaks;
+    if (acts)
+      j["block_activations"] = {{"batch_per_rank", rank_batch},
+                                {"seq", spec->seq},
+                                {"korthikanti_16bit_with_dropout", acts->with_dropout_16bit},
+                                {"without_dropout", acts->without_dropout},
+                                {"layernorm_stats", acts->layernorm_stats},
+                                {"total", acts->total()},
+                                {"formula", acts->formula}};
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -219,8 +264,22 @@ int cmd_estimate(int argc, char** argv) {
   std::printf(
       "not included: activations, communication buckets and gathered copies, temporaries, "
       "padding of shards\n");
+  if (acts) {
+    std::printf(
+        "activations of one transformer block, b = %d sequences per rank, s = %d, h = %d, a = %d "
+        "(Korthikanti et al. 2022):\n",
+        rank_batch, spec->seq, spec->dim, spec->heads);
+    std::printf("  with dropout, 16-bit: s·b·h·(34 + 5·a·s/h) = %s bytes\n",
+                num(acts->with_dropout_16bit).c_str());
+    std::printf("  without dropout (Shardlab, nanoGPT at dropout 0), %s: %s = %s bytes\n",
+                in.precision.c_str(), acts->formula.c_str(), num(acts->without_dropout).c_str());
+    std::printf("  + LayerNorm mean and 1/std in fp32, 16·s·b = %s bytes: %s bytes a block (%s)\n",
+                num(acts->layernorm_stats).c_str(), num(acts->total()).c_str(),
+                gb(acts->total()).c_str());
+  }
   if (!peaks.empty()) {
-    std::printf("this implementation at batch 64, everything included (the run's memory check):\n");
+    std::printf("this implementation at batch %d, everything included (the run's memory check):\n",
+                batch);
     std::string line;
     if (std::equal(peaks.begin() + 1, peaks.end(), peaks.begin()))
       line = gb(static_cast<double>(peaks[0])) + (peaks.size() > 1 ? " on every rank" : "");

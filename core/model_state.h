@@ -96,4 +96,30 @@ struct CommPrediction {
 };
 CommPrediction predict_comm(const ModelStateInput& in, int rank);
 
+// What one transformer block keeps for its backward, per Korthikanti et al.
+// 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+// §4.1), for s tokens of context, b sequences, h channels and a heads:
+//   with dropout, 16-bit:  s·b·h·(34 + 5·a·s/h) bytes
+//     attention 11sbh + 5as²b (QKV input 2sbh, Q and K 4sbh, softmax 2as²b,
+//     its dropout mask as²b and output 2as²b, V 2sbh, projection input 2sbh,
+//     dropout mask sbh); MLP 19sbh (input 2sbh, GELU input 8sbh and output
+//     8sbh, dropout mask sbh); two LayerNorm inputs 4sbh.
+//   without dropout (Shardlab has none; neither does nanoGPT at dropout 0):
+//     the two sbh masks, the as²b mask and the 2as²b dropout output go, and
+//     attention reads the softmax output itself: s·b·h·(32 + 2·a·s/h) bytes.
+// That is 16 values per token and channel plus a·s² per sequence, each in the
+// storage precision (2 bytes in bf16/fp16, 4 in fp32: the fp32 count is
+// twice the 16-bit formula). Shardlab also keeps each LayerNorm's mean and
+// 1/std per token in fp32 (the paper leaves these out): 2 × 2 × 4 = 16·s·b bytes.
+// The block's output counts here as the next block's input.
+struct BlockActivations {
+  double with_dropout_16bit = 0;  // the paper's formula
+  double without_dropout = 0;     // adjusted, in the storage precision
+  double layernorm_stats = 0;     // fp32 statistics
+  std::string formula;            // how without_dropout was computed, as shown to a learner
+  double total() const { return without_dropout + layernorm_stats; }
+};
+BlockActivations block_activations(int seq, int batch, int channels, int heads,
+                                   const std::string& precision);
+
 }  // namespace shardlab

@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "core/layer_stack.h"
 #include "core/model_family.h"
+#include "core/model_state.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/runner.h"
@@ -359,7 +360,8 @@ TEST_CASE("gpt learns the default corpus in 200 steps, and sample shows it", "[g
   const std::string init = (dir / "init.st").string(), final = (dir / "final.st").string();
   const test::CliResult r = test::run_cli(
       "run --model gpt:2x64x4 --seq 64 --batch 16 --steps 200 --lr 3e-3 --strategy single "
-      "--world 1 --no-record --json --save-init " + init + " --save-final " + final);
+      "--world 1 --no-record --json --save-init " +
+      init + " --save-final " + final);
   REQUIRE(r.code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   const double first = j["losses"].front(), last = j["losses"].back();
@@ -392,8 +394,38 @@ TEST_CASE("gpt options are checked: --seq, --data, heads", "[gpt][cli]") {
   };
   refused("run --model gpt:2x64x5 --steps 1", "has 5 heads (valid: a divisor of its 64 channels");
   refused("run --model gpt:2x64 --steps 1", "unknown model 'gpt:2x64' (valid: gpt:LxCxH");
-  refused("run --model gpt:2x64x4 --seq 5000 --steps 1", "--seq 5000 is invalid (valid: 1 to 4096)");
+  refused("run --model gpt:2x64x4 --seq 5000 --steps 1",
+          "--seq 5000 is invalid (valid: 1 to 4096)");
   refused("run --model mlp:2x8 --seq 16 --steps 1", "--seq 16 is invalid for model mlp:2x8");
   refused("run --model gpt:2x64x4 --data /nonexistent/text.txt --steps 1", "/nonexistent/text.txt");
   refused("run --model gpt:2x64x4 --data /tmp --steps 1", "/tmp");
+}
+
+TEST_CASE("a block keeps exactly Korthikanti's activations without dropout", "[gpt][memory]") {
+  // s·b·h·(34 + 5·a·s/h) bytes in 16-bit with dropout (Korthikanti et al. 2022); without
+  // dropout s·b·h·(32 + 2·a·s/h), twice that in fp32, plus the LayerNorms' fp32 statistics.
+  for (const std::string precision : {"fp32", "bf16"}) {
+    ModelSpec spec = ModelSpec::parse("gpt:2x64x4");
+    spec.seq = 32;
+    spec.vocab = 65;
+    const ModelLayout m(spec);
+    const int b = 3;
+    const DType dt = precision == "fp32" ? DType::f32 : DType::bf16;
+    const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
+    Allocator alloc(*dev, nullptr);
+    LayerStack block(m, 1, 2, alloc, nullptr, init_params(m, 3), dt);  // transformer.h.0
+    std::vector<float> x(static_cast<size_t>(b) * 32 * 64, 0.5f);
+    const size_t act = static_cast<size_t>(MemCategory::activations);
+    const int64_t before = alloc.stats().device.current[act];
+    block.forward(x.data(), b);
+    // In bf16 the stack first keeps a 2-byte copy of its fp32 input: not the block's own.
+    const int64_t cast_input = dt == DType::f32 ? 0 : static_cast<int64_t>(x.size()) * 2;
+    const int64_t measured = alloc.stats().device.current[act] - before - cast_input;
+    const BlockActivations f = block_activations(32, b, 64, 4, precision);
+    INFO(precision << ": measured " << measured << " bytes, formula " << f.total() << " ("
+                   << f.formula << " = " << f.without_dropout << " + LayerNorm statistics "
+                   << f.layernorm_stats << "); with dropout in 16-bit " << f.with_dropout_16bit);
+    CHECK(static_cast<double>(measured) == f.total());
+    CHECK(f.with_dropout_16bit == 32.0 * b * 64 * (34 + 5.0 * 4 * 32 / 64));
+  }
 }
