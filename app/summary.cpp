@@ -1,6 +1,8 @@
 // Run summaries: final loss, median step time, peak memory per rank by
 // category, bytes sent per rank per step, and a word when ranks outnumber cores.
 #include "app/summary.h"
+#include "core/model_state.h"
+#include "core/strategy.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -31,6 +33,29 @@ std::string oversubscription_line(const RunResult& r, int cores) {
 }
 
 namespace {
+// gpt, single and the data-parallel family: the transformer blocks' share of
+// the measured activations, from Korthikanti et al.'s formula (model_state.h).
+void print_block_activations(const RunResult& r) {
+  const RunConfig& c = r.cfg;
+  if (c.model.rfind("gpt:", 0) != 0 || r.ranks.empty()) return;
+  const StrategyInfo& info = strategy_info(c.strategy);
+  if (info.family == StrategyFamily::pipeline)
+    return;  // micro-batches in flight: the pipeline report
+  const ModelSpec spec = resolve_model(c);
+  const int rows = info.family == StrategyFamily::single ? c.batch : c.batch / c.world;
+  const BlockActivations b = block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision);
+  const size_t act = static_cast<size_t>(MemCategory::activations);
+  std::printf(
+      "    activations: %d blocks x %s (Korthikanti et al. 2022 without dropout, %s, + LayerNorm "
+      "statistics; s=%d b=%d h=%d a=%d) = %s of rank %s's measured %s\n",
+      spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(), spec.seq, rows, spec.dim,
+      spec.heads, human_bytes(spec.layers * b.total()).c_str(), info.controller ? "1" : "0",
+      human_bytes(
+          static_cast<double>(
+              r.ranks[info.controller && r.ranks.size() > 1 ? 1 : 0].memory.device.peak[act]))
+          .c_str());
+}
+
 // The memory preflight's predicted peak in use per rank (device pool), or
 // nothing when the run's settings no longer validate here (a GPU run read elsewhere).
 std::vector<int64_t> predicted_peaks(const RunConfig& cfg) {
@@ -124,6 +149,7 @@ void print_summary(const RunResult& r) {
                 human_bytes(static_cast<double>(predicted[i]));
     std::printf("    predicted peak total (memory preflight, before the run): %s\n", line.c_str());
   }
+  print_block_activations(r);
   print_pipeline_report(r);
   print_model_state_report(r);
 }
