@@ -145,8 +145,10 @@ std::string kind_names() {
   return s;
 }
 
+// Ψ as the ZeRO accounting counts what a rank holds: every trained tensor,
+// gpt's tied lm_head copy included (ModelLayout::total()).
 double params_of(const RunConfig& c) {
-  return static_cast<double>(make_layout(c).unique_total());
+  return static_cast<double>(make_layout(c).total());
 }
 
 void need_spans(const RunResult& r, const std::string& metric) {
@@ -392,7 +394,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     v.formula = expected_in_flight(c, ref.rank);
     v.formula_text = strategy_info(c.strategy).in_flight_formula;
   } else if (n == "weight_diff_to_single") {
-    const size_t params = make_layout(c).unique_total();
+    const size_t params = make_layout(c).total();
     v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params, params);
     v.formula = 0;
     v.formula_text = "0 (up to float32 reduction order)";

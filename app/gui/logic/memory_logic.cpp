@@ -74,7 +74,7 @@ Peak peak_of(const std::vector<CategorySample>& series) {
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   try {
     if (!has_model_state_prediction(cfg.strategy)) return std::nullopt;
-    const double params = static_cast<double>(make_layout(cfg).unique_total());
+    const double params = static_cast<double>(make_layout(cfg).total());
     const ModelStateBytes b = predict_model_state(model_state_input(cfg, params), rank);
     return Predicted{static_cast<int64_t>(b.total() + 0.5), b.formula, b.on_host};
   } catch (const std::exception&) {
