@@ -6,6 +6,8 @@
 #include <limits>
 
 #include "app/args.h"
+#include "core/pipeline.h"
+#include "core/strategy.h"
 
 namespace shardlab::app {
 
@@ -96,7 +98,24 @@ RunConfig config_from(const Args& a) {
                       " is invalid (valid: " + stages_valid + ")");
   c.micro_batches = a.integer("micro-batches", c.micro_batches, "1 to --batch, dividing it");
   c.recompute = a.has("recompute");
-  if (auto p = a.get("partition")) c.partition = parse_int_list(*p, "--partition");
+  if (auto p = a.get("partition"); p && *p != "cost")
+    c.partition = parse_int_list(*p, "--partition");
+  if (a.get("partition") == "cost") {
+    // Balanced by each layer's measured forward + backward time, once, here:
+    // the run then holds an explicit partition, the same on every rank.
+    const StrategyInfo* info = find_strategy(c.strategy);
+    if (!info) {
+      c.partition = {1};  // validate() names the unknown strategy
+    } else if (!info->reads_option(StrategyOption::partition)) {
+      throw ConfigError("--partition cost: " + c.strategy +
+                        " has no pipeline stages to partition; used by " +
+                        strategies_reading(StrategyOption::partition));
+    } else {
+      RunConfig probe = c;
+      validate(probe);  // the run's own errors first, before any measuring
+      c.partition = balanced_partition(measure_layer_costs(probe), pipeline_stages(probe));
+    }
+  }
   return c;
 }
 

@@ -53,7 +53,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --offload           fsdp: params, grads and optimizer state live in host memory
   --stages P          naive-mp/gpipe/1f1b: pipeline stages (default: one per rank)
   --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)
-  --partition A,B,..  naive-mp/gpipe/1f1b: layers per stage (default: balanced by parameter count)
+  --partition A,B,..  naive-mp/gpipe/1f1b: layers per stage (default: balanced by parameter count);
+                      'cost': balanced by each layer's forward + backward time, measured on one
+                      micro-batch before the run (gpt: embedding, blocks and head differ)
   --recompute         gpipe/1f1b: keep stage inputs only, recompute forward in backward
   --device D          cpu | cuda | auto | cpu-guarded (default cpu). cuda: one GPU per
                       rank over NCCL, or ranks sharing GPUs over Gloo with host staging;

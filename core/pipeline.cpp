@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 
@@ -33,24 +35,29 @@ int pipeline_stages(const RunConfig& cfg) {
   return cfg.stages > 0 ? cfg.stages : cfg.world;
 }
 
-std::vector<int> balanced_partition(const ModelLayout& layout, int stages) {
-  const int L = layout.num_layers();
+namespace {
+// The contiguous split of layers with weights w into `stages` whose largest
+// stage weighs least; among equally good splits the earlier stages take the
+// extra layers.
+template <typename W>
+std::vector<int> balance(const std::vector<W>& w, int stages) {
+  const int L = static_cast<int>(w.size());
   if (stages < 1 || stages > L)
     throw std::invalid_argument("balanced_partition: need 1 to " + std::to_string(L) + " stages");
-  std::vector<size_t> prefix(L + 1, 0);
-  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + layout.layer_numel(l);
+  std::vector<W> prefix(L + 1, W{});
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + w[l];
   auto weight = [&](int begin, int end) { return prefix[end] - prefix[begin]; };
 
   // best[k][j]: the smallest possible largest stage when layers [0, j) form k stages.
-  constexpr size_t kNone = SIZE_MAX;
-  std::vector<std::vector<size_t>> best(stages + 1, std::vector<size_t>(L + 1, kNone));
-  best[0][0] = 0;
+  const W kNone = std::numeric_limits<W>::max();
+  std::vector<std::vector<W>> best(stages + 1, std::vector<W>(L + 1, kNone));
+  best[0][0] = W{};
   for (int k = 1; k <= stages; ++k)
     for (int j = k; j <= L; ++j)
       for (int i = k - 1; i < j; ++i)
         if (best[k - 1][i] != kNone)
           best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], weight(i, j)));
-  const size_t cap = best[stages][L];
+  const W cap = best[stages][L];
 
   // With that cap, each stage takes as many layers as fit while leaving one for
   // each later stage: the earlier stages get the extra layers. (Greedy filling
@@ -66,6 +73,52 @@ std::vector<int> balanced_partition(const ModelLayout& layout, int stages) {
     begin = end;
   }
   return counts;
+}
+}  // namespace
+
+std::vector<int> balanced_partition(const ModelLayout& layout, int stages) {
+  std::vector<size_t> numel;
+  for (int l = 0; l < layout.num_layers(); ++l) numel.push_back(layout.layer_numel(l));
+  return balance(numel, stages);
+}
+
+std::vector<int> balanced_partition(const std::vector<double>& costs, int stages) {
+  return balance(costs, stages);
+}
+
+std::vector<double> measure_layer_costs(const RunConfig& cfg) {
+  const ModelLayout m = make_layout(cfg);
+  const std::unique_ptr<Dataset> data = m.family().dataset(m, cfg.seed, cfg);
+  const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
+  Recorder rec(0, true);
+  Allocator alloc(*dev, &rec);
+  LayerStack stack(m, 0, m.num_layers(), alloc, &rec, init_params(m, cfg.seed));
+  const int rows = std::max(1, cfg.batch / std::max(1, cfg.micro_batches));
+  Tensor x = alloc.alloc("probe.x", MemCategory::activations,
+                         {rows, static_cast<int64_t>(m.act_numel(0))});
+  Tensor y = alloc.alloc("probe.y", MemCategory::activations,
+                         {rows, static_cast<int64_t>(m.target_numel())});
+  data->load(*dev, 0, 0, rows, x.raw(), y.raw());
+  const MixedPrecision fp32("fp32");
+  std::vector<double> cost(m.num_layers(), 0.0);
+  constexpr int kWarmup = 1, kRounds = 3;
+  for (int round = 0; round < kWarmup + kRounds; ++round) {
+    std::vector<Span> spans;
+    rec.spans_since(0, spans);
+    const size_t seen = spans.size();
+    const void* out = stack.forward(x.raw(), rows, 0);
+    Tensor g = alloc.alloc("probe.grad", MemCategory::temporary,
+                           {rows, static_cast<int64_t>(m.act_numel(m.num_layers()))});
+    m.family().loss(alloc, fp32, m, g.raw(), out, y.raw(), rows, rows);
+    stack.backward(g.raw(), 0, false);
+    if (round < kWarmup) continue;
+    spans.clear();
+    rec.spans_since(seen, spans);
+    for (const Span& s : spans)
+      if (s.layer >= 0 && (s.kind == SpanKind::forward || s.kind == SpanKind::backward))
+        cost[s.layer] += static_cast<double>(s.t_end_ns - s.t_begin_ns) / 1e6 / kRounds;
+  }
+  return cost;
 }
 
 std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout) {

@@ -22,6 +22,14 @@ int pipeline_stages(const RunConfig& cfg);
 // largest stage holds the fewest parameters; among equally good splits the
 // earlier stages take the extra layers (mlp:5xD on 3 stages is 2,2,1).
 std::vector<int> balanced_partition(const ModelLayout& layout, int stages);
+// The same over a measured cost per layer (ms).
+std::vector<int> balanced_partition(const std::vector<double>& costs, int stages);
+
+// `--partition cost`: each layer's forward + backward time (ms, the mean of 3
+// timed rounds after one warm-up) on one micro-batch of the run's model, fp32,
+// on this machine's CPU. Measured once, before the ranks start, and then an
+// explicit partition: every rank must cut the model the same way.
+std::vector<double> measure_layer_costs(const RunConfig& cfg);
 
 // --partition when given, else balanced_partition. Assumes validate_pipeline passed.
 std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout);

@@ -17,6 +17,7 @@
 #include "core/model_family.h"
 #include "core/model_state.h"
 #include "core/optimizer.h"
+#include "core/pipeline.h"
 #include "core/precision.h"
 #include "core/runner.h"
 #include "core/safetensors.h"
@@ -428,4 +429,23 @@ TEST_CASE("a block keeps exactly Korthikanti's activations without dropout", "[g
     CHECK(static_cast<double>(measured) == f.total());
     CHECK(f.with_dropout_16bit == 32.0 * b * 64 * (34 + 5.0 * 4 * 32 / 64));
   }
+}
+
+TEST_CASE("--partition cost balances the pipeline by measured layer time", "[gpt][pipeline]") {
+  CHECK(balanced_partition(std::vector<double>{10, 1, 1, 1}, 2) == std::vector<int>{1, 3});
+  CHECK(balanced_partition(std::vector<double>{1, 5, 5, 1}, 2) == std::vector<int>{2, 2});
+  CHECK(balanced_partition(std::vector<double>{1, 1, 1, 9}, 3) == std::vector<int>{2, 1, 1});
+  RunConfig c = gpt_config("gpipe", 2);
+  c.micro_batches = 2;
+  const std::vector<double> costs = measure_layer_costs(c);
+  REQUIRE(costs.size() == 4);  // embedding, two blocks, head
+  for (double ms : costs) CHECK(ms > 0);
+  // A block (attention and a 4C MLP) costs more than the embedding lookup.
+  CHECK(costs[1] > costs[0]);
+  const test::CliResult r = test::run_cli(
+      "run --model gpt:2x64x4 --seq 32 --batch 8 --steps 2 --strategy 1f1b --world 2 "
+      "--micro-batches 2 --partition cost");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("pipeline: 2 stages (layers ") != std::string::npos);
 }
