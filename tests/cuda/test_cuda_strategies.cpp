@@ -117,3 +117,26 @@ TEST_CASE("cuda device placement is reported", "[cuda]") {
   c.backend = "nccl";
   CHECK_THROWS_AS(run_training(c), ConfigError);
 }
+
+TEST_CASE("cuda gpt matches single gpt on the CPU", "[cuda][gpt]") {
+  auto gpt = [](const std::string& strategy, int world) {
+    RunConfig c = base_config(strategy, world);
+    c.model = "gpt:2x64x4";
+    c.seq = 32;
+    c.batch = 8;
+    return c;
+  };
+  RunConfig cpu = gpt("single", 1);
+  cpu.device = "cpu";
+  const RunResult ref = run_training(cpu);
+  for (const std::string s : {"single", "ddp", "zero3", "fsdp", "gpipe", "1f1b"}) {
+    RunConfig c = gpt(s, s == "single" ? 1 : 2);
+    c.device = "cuda";
+    c.backend = s == "single" ? "auto" : "gloo";
+    const RunResult r = run_training(c);
+    INFO(s << ": " << r.placement.summary);
+    REQUIRE(r.placement.kind == DeviceKind::cuda);
+    CHECK(max_rel_diff(ref.final_params, r.final_params) < kTol);
+    CHECK(std::abs(ref.losses.back() - r.losses.back()) <= kTol * ref.losses.back());
+  }
+}
