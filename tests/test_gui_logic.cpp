@@ -16,6 +16,7 @@
 #include "app/gui/logic/run_session.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "app/gui/logic/wait_logic.h"
+#include "core/model_state.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -611,4 +612,27 @@ TEST_CASE("cards follow the naming scheme of core/sharding.h: roles, temporary c
   CHECK(card_column(MemCategory::comm_buffers, parse_buffer_name("gloo.scratch")) == -1);
   CHECK(card_column(MemCategory::comm_buffers, parse_buffer_name("layers.1.flat[shard 0/2]")) ==
         -1);
+}
+
+TEST_CASE("memory panel: a gpt run shows a block's activations by Korthikanti's formula",
+          "[gui][gpt]") {
+  RunConfig c;
+  c.model = "gpt:2x64x4";
+  c.seq = 32;
+  c.batch = 8;
+  c.world = 2;
+  c.strategy = "zero3";
+  std::vector<std::string> lines = gui::block_activation_lines(c);
+  REQUIRE(lines.size() == 4);
+  // 2 × 32·4·64·(32 + 2·4·32/64) + 16·32·4 bytes = 591872 = 578.0 KiB (fp32, b = 8 / 2).
+  CHECK(lines[0] == "activations per block " +
+                        gui::format_bytes(block_activations(32, 4, 64, 4, "fp32").total()));
+  CHECK(block_activations(32, 4, 64, 4, "fp32").total() == 591872.0);
+  CHECK(lines[3] == "b=4 sequences");
+  c.strategy = "gpipe";
+  c.micro_batches = 4;
+  CHECK(gui::block_activation_lines(c)[3] == "b=2 sequences per micro-batch");
+  c.model = "mlp:4x16";
+  c.seq = 0;
+  CHECK(gui::block_activation_lines(c).empty());
 }

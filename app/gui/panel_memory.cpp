@@ -90,6 +90,7 @@ void draw_memory(App& app) {
       names.push_back("rank " + std::to_string(r) + " host");
     }
   }
+  const std::vector<std::string> block_lines = block_activation_lines(d.cfg);
   std::vector<std::optional<Predicted>> predicted;
   double max_bytes = 1024;
   for (size_t i = 0; i < series.size(); ++i)
@@ -208,6 +209,8 @@ void draw_memory(App& app) {
       line(ui.text_dim, "no formula for " + d.cfg.strategy);
     }
     if (model_state == 0 && total(now) == 0) line(ui.text_dim, "(nothing allocated)");
+    if (!host_row)
+      for (const std::string& text : block_lines) line(ui.text_dim, text);
   }
 }
 

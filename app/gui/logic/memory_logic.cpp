@@ -1,5 +1,7 @@
 // Memory stacks and samples (see memory_logic.h).
 #include "app/gui/logic/memory_logic.h"
+#include "app/gui/logic/format.h"
+#include "core/strategy.h"
 
 #include <algorithm>
 
@@ -79,6 +81,30 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
     return Predicted{static_cast<int64_t>(b.total() + 0.5), b.formula, b.on_host};
   } catch (const std::exception&) {
     return std::nullopt;  // settings the formula does not cover
+  }
+}
+
+std::vector<std::string> block_activation_lines(const RunConfig& cfg) {
+  try {
+    if (cfg.model.rfind("gpt:", 0) != 0) return {};
+    const ModelSpec spec = resolve_model(cfg);
+    const StrategyInfo& info = strategy_info(cfg.strategy);
+    int rows = cfg.batch;
+    std::string per;
+    if (info.family == StrategyFamily::data_parallel) rows = cfg.batch / cfg.world;
+    if (info.family == StrategyFamily::pipeline) {
+      rows = cfg.batch / std::max(1, cfg.micro_batches);
+      per = " per micro-batch";
+    }
+    const BlockActivations b =
+        block_activations(spec.seq, rows, spec.dim, spec.heads,
+                          info.family == StrategyFamily::pipeline ? "fp32" : cfg.precision);
+    const bool fp32 = b.formula.rfind("2 ×", 0) == 0;
+    return {"activations per block " + format_bytes(b.total()),
+            std::string("= ") + (fp32 ? "2 × " : "") + "s·b·h·(32 + 2·a·s/h) + LN stats",
+            "(Korthikanti, no dropout)", "b=" + std::to_string(rows) + " sequences" + per};
+  } catch (const std::exception&) {
+    return {};
   }
 }
 

@@ -45,4 +45,11 @@ struct Predicted {
 };
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 
+// gpt: what one transformer block keeps for backward, per Korthikanti et al.
+// 2022 without dropout (core/model_state.h), for the rows one forward sees
+// (the batch, a rank's slice, a pipeline's micro-batch), as short lines for
+// the panel's side: "activations per block 578.0 KiB", "= 2 × s·b·h·(32 +
+// 2·a·s/h) + LN stats", "(Korthikanti, no dropout)", "b=4 sequences".
+std::vector<std::string> block_activation_lines(const RunConfig& cfg);
+
 }  // namespace shardlab::gui
