@@ -1,6 +1,9 @@
 // Measured pipeline numbers (see pipeline_analysis.h): bubble from the spans,
 // activations from the allocator, schedule order from the compute spans.
 #include "core/pipeline_analysis.h"
+#include "core/memory_estimate.h"
+#include "core/model_family.h"
+#include "core/placement.h"
 
 #include <algorithm>
 #include <set>
@@ -40,33 +43,33 @@ int64_t covered(std::vector<Interval> v, int64_t lo, int64_t hi) {
 }
 
 struct StageShape {
-  int64_t unit = 0;    // bytes of rows × D floats for one micro-batch
-  int64_t invstd = 0;  // bytes of one BatchNorm's 1/std (D floats)
-  int layers = 0;
-  int gelus = 0;
-  int bns = 0;                    // BatchNorm layers, each keeping xhat (a unit) and invstd
+  int64_t unit = 0;               // bytes of the stage input for one micro-batch
+  int64_t kept = 0;               // bytes one micro-batch keeps for backward, stage input aside
   int64_t forward_transient = 0;  // bytes a forward that frees as it goes holds at once
-  // Bytes one micro-batch keeps for backward, stage input aside.
-  int64_t saved() const { return (layers + gelus + bns) * unit + bns * invstd; }
+  int64_t saved() const { return kept; }
 };
 
+// From the model family's own memory plan (what LayerStack allocates per
+// layer), for one micro-batch in fp32: the pipelines' precision.
 StageShape stage_shape(const RunConfig& cfg, int rank) {
   const ModelLayout layout = make_layout(cfg);
   const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
-  const int M = micro_batches_run(cfg);
+  const size_t rows = static_cast<size_t>(cfg.batch / micro_batches_run(cfg));
+  MemoryTally tally;
+  const Placement place = plan_placement(cfg);
+  MemoryPlan p{rank, cfg.world, cfg, layout, place, tally, {}, 0, 0};
   StageShape s;
-  s.unit = static_cast<int64_t>(cfg.batch / M) * layout.dim() * static_cast<int64_t>(sizeof(float));
-  s.invstd = layout.dim() * static_cast<int64_t>(sizeof(float));
+  s.unit = static_cast<int64_t>(rows * layout.act_numel(t.first_layer) * sizeof(float));
+  int64_t prev = 0;  // the previous layer's output, freed once this layer has read it
   for (int l = t.first_layer; l < t.last_layer; ++l) {
-    const int gelu = layout.has_gelu(l) ? 1 : 0, bn = layout.has_bn(l) ? 1 : 0;
-    ++s.layers;
-    s.gelus += gelu;
-    s.bns += bn;
-    // The previous layer's output, this layer's output, its pre-GELU values and
-    // BatchNorm's xhat and invstd.
-    s.forward_transient =
-        std::max(s.forward_transient,
-                 ((l > t.first_layer ? 1 : 0) + 1 + gelu + bn) * s.unit + bn * s.invstd);
+    std::vector<MemBlock> keep;
+    int out = 0;
+    layout.family().plan_forward(p, layout, l, rows, DType::f32, keep, out);
+    int64_t kept = 0;
+    for (const MemBlock& b : keep) kept += b.bytes();
+    s.kept += kept;
+    s.forward_transient = std::max(s.forward_transient, (l > t.first_layer ? prev : 0) + kept);
+    prev = keep[static_cast<size_t>(out)].bytes();
   }
   return s;
 }
