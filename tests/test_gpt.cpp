@@ -449,3 +449,16 @@ TEST_CASE("--partition cost balances the pipeline by measured layer time", "[gpt
   CHECK(r.code == 0);
   CHECK(r.out.find("pipeline: 2 stages (layers ") != std::string::npos);
 }
+
+TEST_CASE("gpt on the guarded CPU device touches device memory only through the backend",
+          "[gpt][device]") {
+  for (const std::string s : {"single", "zero3", "1f1b"}) {
+    RunConfig c = gpt_config(s, s == "single" ? 1 : 2);
+    if (s == "1f1b") c.micro_batches = 2;
+    const RunResult plain = run_training(c);
+    c.device = "cpu-guarded";
+    const RunResult guarded = run_training(c);  // a host access to device memory would crash
+    INFO(s);
+    CHECK(guarded.final_params == plain.final_params);  // the same kernels, the same bits
+  }
+}
