@@ -13,10 +13,10 @@
 // What to notice: a block holds 12C² + 13C parameters, and its activations
 // grow with T² (the attention matrix, H·T² per sequence) as well as with T·C
 // — the Korthikanti et al. accounting the memory panel shows beside it.
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <regex>
 
 #include "core/config.h"
 #include "core/memory_estimate.h"
@@ -210,15 +210,23 @@ class Gpt final : public ModelFamily {
 
   std::optional<ModelSpec> parse(const std::string& text) const override {
     if (text.rfind("gpt:", 0) != 0) return std::nullopt;
-    static const std::regex re(R"(gpt:(\d{1,6})x(\d{1,6})x(\d{1,6}))");
-    std::smatch m;
-    if (!std::regex_match(text, m, re))
-      throw ConfigError("unknown model '" + text + "' (valid: " + forms() + ")");
+    // gpt:LxCxH, three numbers of 1 to 6 digits.
+    std::vector<int> n;
+    size_t i = 4;
+    while (n.size() < 3) {
+      size_t j = i;
+      while (j < text.size() && j - i < 7 && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+      const bool last = n.size() == 2;
+      if (j == i || j - i > 6 || (last ? j != text.size() : j >= text.size() || text[j] != 'x'))
+        throw ConfigError("unknown model '" + text + "' (valid: " + forms() + ")");
+      n.push_back(std::stoi(text.substr(i, j - i)));
+      i = j + 1;
+    }
     ModelSpec s;
     s.family = "gpt";
-    s.layers = std::stoi(m[1]);
-    s.dim = std::stoi(m[2]);
-    s.heads = std::stoi(m[3]);
+    s.layers = n[0];
+    s.dim = n[1];
+    s.heads = n[2];
     if (s.layers < 1 || s.layers > 256)
       throw ConfigError("model '" + text + "' has " + std::to_string(s.layers) +
                         " blocks (valid: 1 to 256)");
@@ -228,8 +236,8 @@ class Gpt final : public ModelFamily {
     if (s.heads < 1 || s.dim % s.heads != 0)
       throw ConfigError("model '" + text + "' has " + std::to_string(s.heads) +
                         " heads (valid: a divisor of its " + std::to_string(s.dim) +
-                        " channels, e.g. gpt:" + std::string(m[1]) + "x" + std::string(m[2]) +
-                        "x1)");
+                        " channels, e.g. gpt:" + std::to_string(s.layers) + "x" +
+                        std::to_string(s.dim) + "x1)");
     return s;
   }
 
