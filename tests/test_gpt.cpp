@@ -431,7 +431,7 @@ TEST_CASE("a block keeps exactly Korthikanti's activations without dropout", "[g
   }
 }
 
-TEST_CASE("--partition cost balances the pipeline by measured layer time", "[gpt][pipeline]") {
+TEST_CASE("partition by cost balances the pipeline by measured layer time", "[gpt][pipeline]") {
   CHECK(balanced_partition(std::vector<double>{10, 1, 1, 1}, 2) == std::vector<int>{1, 3});
   CHECK(balanced_partition(std::vector<double>{1, 5, 5, 1}, 2) == std::vector<int>{2, 2});
   CHECK(balanced_partition(std::vector<double>{1, 1, 1, 9}, 3) == std::vector<int>{2, 1, 1});
