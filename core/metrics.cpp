@@ -296,6 +296,8 @@ const RunResult& MetricRuns::single_reference(char which) {
     const RunConfig& c = run(which).cfg;
     RunConfig s;
     s.model = c.model;
+    s.seq = c.seq;  // gpt: the context sizes wpe, the text gives the vocabulary
+    s.data = c.data;
     s.strategy = "single";
     s.world = 1;
     s.batch = c.batch;
@@ -340,12 +342,13 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
                                          ? p.peak_total
                                          : p.peak[static_cast<int>(*parse_category(ref.category))]);
   } else if (n == "model_state_bytes" || n == "bytes_per_param") {
-    const double psi = params_of(c);
-    const double scale = n == "bytes_per_param" ? 1.0 / psi : 1.0;
-    v.measured = measured_model_state(r.ranks[ref.rank]).total() * scale;
+    // Divided, not multiplied by 1/Ψ: 16Ψ bytes must give exactly 16 (a gate
+    // compares with ==), and 3 106 816 × (1/194 176) is 15.999999999999998.
+    const double psi = n == "bytes_per_param" ? params_of(c) : 1.0;
+    v.measured = measured_model_state(r.ranks[ref.rank]).total() / psi;
     if (family) {
       const ModelStateBytes p = predict_model_state(model_state_in(), ref.rank);
-      v.formula = p.total() * scale;
+      v.formula = p.total() / psi;
       v.formula_text = n == "bytes_per_param" ? "(" + p.formula + ") ÷ Ψ" : p.formula;
     }
   } else if (n == "param_count") {

@@ -278,6 +278,47 @@ TEST_CASE("camping: pipeline hikers carry their stage and keep notes, not gear",
         "no gear of its own");
 }
 
+TEST_CASE("gpt: buffers with PyTorch names sit in their table layer, not in 'flat'",
+          "[cluster-view]") {
+  // single/ddp/dp and the pipelines hold gpt's tensors whole under their own
+  // names: the run's layout says which layer each belongs to.
+  RunConfig cfg;
+  cfg.model = "gpt:2x16x2";
+  cfg.seq = 8;
+  cfg.world = 1;
+  RunData d;
+  reset_run_data(d, cfg, 1, 0);
+  REQUIRE(d.num_layers == 4);
+  std::vector<Residency> all;
+  for (const auto& [name, layer] : d.param_layers) {
+    all.push_back(res(name, MemCategory::params));
+    all.push_back(res(name + ".grad", MemCategory::grads));
+    all.push_back(res(name + ".exp_avg", MemCategory::optimizer_state));
+    all.push_back(res(name + ".exp_avg_sq", MemCategory::optimizer_state));
+  }
+  const std::vector<Holding> h = holdings_at(all, 10, 0, d.param_layers);
+  auto layer_of = [&](const std::string& name) {
+    for (const Holding& x : h)
+      if (x.res->name == name) return x.name.layer;
+    return -99;
+  };
+  CHECK(layer_of("transformer.wte.weight") == 0);
+  CHECK(layer_of("transformer.wpe.weight.grad") == 0);
+  CHECK(layer_of("transformer.h.0.attn.c_attn.weight.exp_avg") == 1);
+  CHECK(layer_of("transformer.h.1.mlp.c_proj.bias") == 2);
+  CHECK(layer_of("transformer.ln_f.weight") == 3);
+  CHECK(layer_of("lm_head.weight.exp_avg_sq") == 3);  // the tied copy, held by the head
+  const CardContents c = card_contents(h, d.num_layers);
+  CHECK_FALSE(c.has_unlayered);
+  for (int col = 0; col < kCardColumns; ++col) CHECK(c.held_fraction[col] == Approx(1.0));
+  // Without the layout the same names have no layer (the card's "flat" row).
+  CHECK(card_contents(holdings_at(all, 10, 0), d.num_layers).has_unlayered);
+  // A prefix of another name is not a match: "h.1" is not "h.10".
+  const ParamLayers many{{"transformer.h.1.ln_1.weight", 2}, {"transformer.h.10.ln_1.weight", 11}};
+  CHECK(parse_buffer_name("transformer.h.10.ln_1.weight.grad", many).layer == 11);
+  CHECK(parse_buffer_name("transformer.h.1.ln_1.weightx", many).layer == -1);
+}
+
 TEST_CASE("arrival tags: one per receiver and layer, never a pile", "[cluster-view]") {
   RunData d = make_data(4, 4);
   for (int r = 0; r < 4; ++r) append(d, r, {comm(100, 200, SpanKind::all_gather, 2)}, {});

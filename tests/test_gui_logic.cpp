@@ -414,6 +414,9 @@ TEST_CASE("replay: playhead speed, end, and stepping event by event", "[gui]") {
 }
 
 TEST_CASE("formatting and axis ticks", "[gui]") {
+  CHECK(loss_name("mlp:3x96") == "MSE over the global batch");
+  CHECK(loss_name("gpt:2x64x4") == "cross-entropy over every position of the global batch");
+  CHECK(loss_name("nope:1") == "over the global batch");
   CHECK(format_bytes(512) == "512 B");
   CHECK(format_bytes(1536) == "1.50 KiB");
   CHECK(format_bytes(3 << 20) == "3.00 MiB");

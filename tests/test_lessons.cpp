@@ -366,6 +366,48 @@ TEST_CASE("pipeline metrics: bubble formula and activations in flight on gpipe",
         static_cast<double>(*evaluate_metric(m, runs).formula));
 }
 
+TEST_CASE("gpt metrics: single's reference has the run's --seq and --data", "[lessons]") {
+  // Both change the parameters (wpe is [T,C], the text's characters are V): a
+  // reference trained on the defaults could not be compared at all.
+  const fs::path text = fs::temp_directory_path() / "shardlab-lessons-gpt.txt";
+  std::ofstream(text)
+      << "a small text, 数据并行 and 流水线并行, to train on; a small text again.\n";
+  RunConfig c;
+  c.model = "gpt:1x16x2";
+  c.seq = 8;
+  c.data = text.string();
+  c.strategy = "zero3";
+  c.world = 2;
+  c.batch = 4;
+  c.steps = 2;
+  const RunResult r = run_training(c);
+  MetricRuns runs(r, nullptr);
+  const MetricValue w = evaluate_metric(ref("weight_diff_to_single"), runs);
+  CHECK(w.measured >= 0);
+  CHECK(w.measured < 1e-4);
+  // 16 bytes a parameter exactly, where multiplying by 1/Ψ would round below
+  // 16: Ψ = 7 648 here (gpt:2x16x2, T = 16, V = 25, the tied copy included).
+  RunConfig s = c;
+  s.model = "gpt:2x16x2";
+  s.seq = 16;
+  s.strategy = "single";
+  s.world = 1;
+  s.steps = 1;
+  const RunResult one = run_training(s);
+  MetricRuns single_runs(one, nullptr);
+  const double psi = evaluate_metric(ref("param_count"), single_runs).measured;
+  const double bytes = evaluate_metric(ref("model_state_bytes"), single_runs).measured;
+  CHECK(bytes == 16 * psi);
+  REQUIRE(psi == 7648);
+  CHECK(bytes * (1.0 / psi) != 16);  // the case the division is there for
+  CHECK(evaluate_metric(ref("bytes_per_param"), single_runs).measured == 16);
+  const std::string line = command_line(c);
+  CHECK_THAT(line, Catch::Contains(" --seq 8"));
+  CHECK_THAT(line, Catch::Contains(" --data " + text.string()));
+  CHECK_THAT(command_line(RunConfig{}), !Catch::Contains("--seq") && !Catch::Contains("--data"));
+  fs::remove(text);
+}
+
 TEST_CASE("a step evaluates on its runs: gates, seek, prediction, answers", "[lessons]") {
   const Lesson l = load_lesson(kExample);
   const Step& s = l.steps[0];

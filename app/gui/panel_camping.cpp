@@ -186,7 +186,7 @@ void draw_camping(App& app) {
   std::vector<CardContents> cards;
   std::vector<std::vector<Holding>> holdings;
   for (int r = 0; r < d.world; ++r) {
-    holdings.push_back(holdings_at(d.ranks[r].residency, t, fade));
+    holdings.push_back(holdings_at(d.ranks[r].residency, t, fade, d.param_layers));
     cards.push_back(card_contents(holdings.back(), d.num_layers));
   }
   const int layers = std::max(1, cards[0].num_layers);

@@ -204,7 +204,8 @@ void draw_cluster(App& app) {
   std::vector<Holding> hover_list;
   std::string hover_title;
   for (int r = 0; r < d.world; ++r) {
-    const std::vector<Holding> holdings = holdings_at(d.ranks[r].residency, t, fade);
+    const std::vector<Holding> holdings =
+        holdings_at(d.ranks[r].residency, t, fade, d.param_layers);
     const CardContents c = card_contents(holdings, d.num_layers);
     const Rect& cr = L.cards[r];
     CardLayout& g = geoms[r];

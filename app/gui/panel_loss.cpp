@@ -22,8 +22,8 @@ void draw_loss(App& app) {
         "here after every step.");
     return;
   }
-  ImGui::Text("Training loss (MSE over the global batch), %zu steps; last %.6g", loss.size(),
-              loss.back());
+  ImGui::Text("Training loss (%s), %zu steps; last %.6g", loss_name(app.data.cfg.model).c_str(),
+              loss.size(), loss.back());
   const ImVec2 o = ImGui::GetCursorScreenPos();
   const ImVec2 size = ImGui::GetContentRegionAvail();
   ImGui::InvisibleButton("loss_plot", size);

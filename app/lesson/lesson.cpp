@@ -813,9 +813,11 @@ std::vector<Lesson> load_all_lessons(const std::string& dir, std::vector<std::st
 
 std::string command_line(const RunConfig& c) {
   const RunConfig d;
-  std::string s = "shardlab run --model " + c.model + " --strategy " + c.strategy + " --world " +
-                  std::to_string(c.world) + " --batch " + std::to_string(c.batch) + " --steps " +
-                  std::to_string(c.steps);
+  std::string s = "shardlab run --model " + c.model;
+  if (c.seq != d.seq) s += " --seq " + std::to_string(c.seq);
+  if (!c.data.empty()) s += " --data " + c.data;
+  s += " --strategy " + c.strategy + " --world " + std::to_string(c.world) + " --batch " +
+       std::to_string(c.batch) + " --steps " + std::to_string(c.steps);
   auto num = [](double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v);

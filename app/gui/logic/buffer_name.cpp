@@ -157,4 +157,18 @@ BufferName parse_buffer_name(std::string_view name) {
   return out;
 }
 
+BufferName parse_buffer_name(std::string_view name, const ParamLayers& params) {
+  BufferName out = parse_buffer_name(name);
+  if (out.layer >= 0) return out;
+  const std::string& b = out.base;
+  size_t best = 0;
+  for (const auto& [param, layer] : params) {
+    if (param.size() <= best || b.compare(0, param.size(), param) != 0) continue;
+    if (b.size() > param.size() && b[param.size()] != '.') continue;  // "h.1" is not "h.10"
+    best = param.size();
+    out.layer = out.layer_last = layer;
+  }
+  return out;
+}
+
 }  // namespace shardlab::gui

@@ -5,6 +5,8 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace shardlab::gui {
 
@@ -39,5 +41,13 @@ struct BufferName {
 // Shard indices are read as 0-based ("shard 0/4" .. "shard 3/4"); "shard 4/4" can
 // only be 1-based and is read as the last shard.
 BufferName parse_buffer_name(std::string_view name);
+
+// A model's parameter names and the table layer of each ("transformer.h.0.ln_1.weight"
+// is layer 1 of a gpt), for names that do not say "layers.N": gpt's tensors keep
+// PyTorch's names wherever a strategy holds them whole (single, ddp, dp, pipelines).
+using ParamLayers = std::vector<std::pair<std::string, int>>;
+// As above; when the name has no "layers.N", the layer of the parameter whose
+// name the base starts with, followed by its end or a '.' (".grad", ".exp_avg").
+BufferName parse_buffer_name(std::string_view name, const ParamLayers& params);
 
 }  // namespace shardlab::gui

@@ -18,13 +18,14 @@ float fade_alpha(int64_t t_free, int64_t t, int64_t fade_ns) {
   return 1.0f - static_cast<float>(t - t_free) / static_cast<float>(fade_ns);
 }
 
-std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, int64_t fade_ns) {
+std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, int64_t fade_ns,
+                                 const ParamLayers& params) {
   std::vector<Holding> out;
   for (const Residency& r : res) {
     if (r.t_alloc_ns > t) continue;
     if (!r.alive_at(t) && t - r.t_free_ns >= fade_ns) continue;  // long gone: skip the parse
     float alpha = 1.0f;
-    BufferName name = parse_buffer_name(r.name);
+    BufferName name = parse_buffer_name(r.name, params);
     if (!r.alive_at(t)) {
       // Only temporary full copies linger: they are the ones people should see go.
       if (!is_temporary(name.kind)) continue;

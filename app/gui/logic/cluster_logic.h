@@ -23,7 +23,9 @@ struct Holding {
   BufferName name;
   float alpha = 1.0f;  // < 1 while a freed gathered copy fades out
 };
-std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, int64_t fade_ns);
+// `params` places buffers named after a model's parameters (gpt) in their layer.
+std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, int64_t fade_ns,
+                                 const ParamLayers& params = {});
 float fade_alpha(int64_t t_free, int64_t t, int64_t fade_ns);
 
 // Cards have one column per model state.

@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
+
+#include "core/model.h"
 
 namespace shardlab::gui {
 
@@ -76,6 +79,17 @@ std::vector<ByteTick> byte_ticks(double max_bytes, int target) {
     out.push_back({v * unit, v == 0 ? "0" : buf});
   }
   return out;
+}
+
+std::string loss_name(const std::string& model) {
+  try {
+    if (ModelSpec::parse(model).family == "gpt")
+      return "cross-entropy over every position of the global batch";
+  } catch (const std::exception&) {
+    // A model this build does not know: say nothing wrong about it.
+    return "over the global batch";
+  }
+  return "MSE over the global batch";
 }
 
 }  // namespace shardlab::gui

@@ -23,4 +23,8 @@ struct ByteTick {
 };
 std::vector<ByteTick> byte_ticks(double max_bytes, int target);
 
+// What the loss view's curve is, for the run's --model: mlp trains with MSE,
+// gpt with cross-entropy over every position of every window.
+std::string loss_name(const std::string& model);
+
 }  // namespace shardlab::gui

@@ -56,7 +56,9 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
   d.ranks.resize(world);
   d.version = version;
   try {
-    d.num_layers = make_layout(cfg).num_layers();
+    const ModelLayout layout = make_layout(cfg);
+    d.num_layers = layout.num_layers();
+    for (const ParamInfo& p : layout.params()) d.param_layers.emplace_back(p.name, p.layer);
   } catch (const std::exception&) {
     d.num_layers = 0;  // names still tell the layers; cards grow to fit them
   }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "app/gui/logic/buffer_name.h"
 #include "core/config.h"
 #include "core/memory_timeline.h"
 #include "core/recorder.h"
@@ -47,6 +48,8 @@ struct RunData {
   RunConfig cfg;
   int world = 0;
   int num_layers = 0;
+  // The model's parameter names and layers (buffer_name.h), for names without "layers.N".
+  ParamLayers param_layers;
   int64_t t0_ns = 0;          // the run's clock zero (absolute), subtracted on ingest
   int64_t t_end = 0;          // the latest time seen (including the frees at teardown)
   int64_t t_first_span = -1;  // the earliest span begin (after the ranks connected), -1 = none
