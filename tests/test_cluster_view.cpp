@@ -289,6 +289,12 @@ TEST_CASE("gpt: buffers with PyTorch names sit in their table layer, not in 'fla
   RunData d;
   reset_run_data(d, cfg, 1, 0);
   REQUIRE(d.num_layers == 4);
+  // Card rows say what each layer is; the mlp's rows keep their bare "L3".
+  REQUIRE(d.layer_kinds.size() == 4);
+  CHECK(layer_kind_caption(d.layer_kinds[0]) == "emb");
+  CHECK(layer_kind_caption(d.layer_kinds[2]) == "block");
+  CHECK(layer_kind_caption(d.layer_kinds[3]) == "head");
+  CHECK(layer_kind_caption("linear").empty());
   std::vector<Residency> all;
   for (const auto& [name, layer] : d.param_layers) {
     all.push_back(res(name, MemCategory::params));

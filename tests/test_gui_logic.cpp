@@ -531,6 +531,14 @@ TEST_CASE("compare session runs configurations in turn and reports invalid ones"
   CHECK(entries[0].data.span_count() > 0);
   CHECK(entries[1].done);
   CHECK(entries[1].error.find("--world") != std::string::npos);
+  // Step bounds for the timelines' "from step" and memory over time: one per
+  // step and the end. A lesson's pair of runs goes through the same filler.
+  CHECK(entries[0].bounds.size() == 3);
+  CompareEntry lesson_entry;
+  fill_compare_entry(lesson_entry, std::make_unique<RunResult>(*entries[0].result));
+  CHECK(lesson_entry.done);
+  CHECK(lesson_entry.bounds == entries[0].bounds);
+  CHECK(lesson_entry.row.peak_bytes == entries[0].row.peak_bytes);
 }
 
 TEST_CASE("step breakdown: compute, comm, the part of comm hidden behind compute, idle", "[gui]") {
@@ -625,17 +633,25 @@ TEST_CASE("memory panel: a gpt run shows a block's activations by Korthikanti's 
   c.batch = 8;
   c.world = 2;
   c.strategy = "zero3";
-  std::vector<std::string> lines = gui::block_activation_lines(c);
+  std::vector<std::string> lines = gui::block_activation_lines(c, 0);
   REQUIRE(lines.size() == 4);
   // 2 × 32·4·64·(32 + 2·4·32/64) + 16·32·4 bytes = 591872 = 578.0 KiB (fp32, b = 8 / 2).
-  CHECK(lines[0] == "activations per block " +
-                        gui::format_bytes(block_activations(32, 4, 64, 4, "fp32").total()));
+  CHECK(lines[0] ==
+        "2 blocks \xC3\x97 " + gui::format_bytes(block_activations(32, 4, 64, 4, "fp32").total()));
   CHECK(block_activations(32, 4, 64, 4, "fp32").total() == 591872.0);
+  CHECK(lines[1] == "2\xC2\xB7sbh(32+2as/h)+LN");
   CHECK(lines[3] == "b=4 sequences");
+  // A 4-stage pipeline: embedding | block | block | head, each stage its own count.
   c.strategy = "gpipe";
+  c.world = 4;
   c.micro_batches = 4;
-  CHECK(gui::block_activation_lines(c)[3] == "b=2 sequences per micro-batch");
+  CHECK(gui::block_activation_lines(c, 0) == std::vector<std::string>{"no transformer block here"});
+  CHECK(gui::block_activation_lines(c, 1)[0].rfind("1 block ", 0) == 0);
+  CHECK(gui::block_activation_lines(c, 1)[3] == "b=2 per micro-batch");
+  CHECK(gui::block_activation_lines(c, 3).size() == 1);
+  c.world = 2;  // stages: embedding + block 0 | block 1 + head
+  CHECK(gui::block_activation_lines(c, 0)[0].rfind("1 block ", 0) == 0);
   c.model = "mlp:4x16";
   c.seq = 0;
-  CHECK(gui::block_activation_lines(c).empty());
+  CHECK(gui::block_activation_lines(c, 0).empty());
 }

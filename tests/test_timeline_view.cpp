@@ -516,6 +516,11 @@ TEST_CASE("one step fits the step's window, live shows the last finished step", 
   CHECK(vp.t_begin > 1900);
   CHECK(vp.t_end > 2800);
   CHECK(vp.t_end < 2900);
+  // A playhead just before its step's window (ranks overlapping steps) stays in view.
+  d.step_begin[1] = 1900;
+  fit_steps(vp, d, true, 1950, false);
+  CHECK(vp.t_begin <= 1950);
+  CHECK(vp.t_end > 2800);
   fit_steps(vp, d, false, 2500, false);
   CHECK(vp.t_begin < 1000);
   CHECK(vp.t_end > 3800);

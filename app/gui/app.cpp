@@ -93,11 +93,8 @@ void App::open_recording(Recording rec, const std::string& path) {
   compare.clear();
   compare.resize(1);
   CompareEntry& e = compare[0];
+  fill_compare_entry(e, std::make_unique<RunResult>(*run));
   e.cfg = cfg;
-  e.done = true;
-  e.result = std::make_unique<RunResult>(*run);
-  ingest_result(e.data, *run);
-  e.row = compare_row(*run);
   state.compare.slots = {slot_from(cfg, cfg.strategy, cfg.world)};
   fit(state.compare.vp, 0, e.data.t_end - e.data.view_begin());
 
@@ -221,11 +218,7 @@ void App::show_step(StepShow show) {
     state.compare.slots.clear();
     for (const RunResult* r : {show.a.get(), show.b.get()}) {
       CompareEntry e;
-      e.cfg = r->cfg;
-      e.done = true;
-      e.result = std::make_unique<RunResult>(*r);
-      ingest_result(e.data, *r);
-      e.row = compare_row(*r);
+      fill_compare_entry(e, std::make_unique<RunResult>(*r));
       compare.push_back(std::move(e));
       state.compare.slots.push_back(slot_from(r->cfg, r->cfg.strategy, r->cfg.world));
     }

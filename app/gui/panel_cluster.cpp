@@ -264,10 +264,17 @@ void draw_cluster(App& app) {
       const bool unlayered = row == c.num_layers;
       char lbl[16];
       std::snprintf(lbl, sizeof lbl, unlayered ? "flat" : "L%d", row);
-      if (g.row_h >= font * 0.8f)
-        dl->AddText(ImVec2(g.card.x0 + std::max(6.0f, font * 0.4f),
-                           g.grid.y0 + row * g.row_h + (g.row_h - font) * 0.5f),
-                    ui.text_dim, lbl);
+      // gpt: the row's kind under its number where the row has room for two lines.
+      const std::string kind = unlayered || row >= static_cast<int>(d.layer_kinds.size())
+                                   ? std::string()
+                                   : layer_kind_caption(d.layer_kinds[row]);
+      const bool two = !kind.empty() && g.row_h >= font * 2.4f;
+      const float lx = g.card.x0 + std::max(6.0f, font * 0.4f);
+      const float ly = g.grid.y0 + row * g.row_h + (g.row_h - font * (two ? 2.1f : 1.0f)) * 0.5f;
+      if (g.row_h >= font * 0.8f) dl->AddText(ImVec2(lx, ly), ui.text_dim, lbl);
+      if (two)
+        text_clipped(dl, Rect{lx, ly + font * 1.1f, g.grid.x0 - 2, ly + font * 2.1f}, ui.text_dim,
+                     kind, font * 0.85f);
       const Color lc = unlayered ? rgba(160, 160, 160) : layer_color(row, hc);
       for (int col = 0; col < kCardColumns; ++col) {
         const ImVec2 a = slot_min(g, col, row), b = slot_max(g, col, row);

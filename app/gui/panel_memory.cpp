@@ -90,7 +90,6 @@ void draw_memory(App& app) {
       names.push_back("rank " + std::to_string(r) + " host");
     }
   }
-  const std::vector<std::string> block_lines = block_activation_lines(d.cfg);
   std::vector<std::optional<Predicted>> predicted;
   double max_bytes = 1024;
   for (size_t i = 0; i < series.size(); ++i)
@@ -210,7 +209,7 @@ void draw_memory(App& app) {
     }
     if (model_state == 0 && total(now) == 0) line(ui.text_dim, "(nothing allocated)");
     if (!host_row)
-      for (const std::string& text : block_lines) line(ui.text_dim, text);
+      for (const std::string& text : block_activation_lines(d.cfg, rank)) line(ui.text_dim, text);
   }
 }
 

@@ -271,6 +271,12 @@ std::string layer_name(int layer, const Naming& n) {
   return "L" + std::to_string(layer);
 }
 
+std::string layer_kind_caption(const std::string& kind) {
+  if (kind == "embedding") return "emb";
+  if (kind == "block" || kind == "head") return kind;
+  return "";
+}
+
 std::string part_name(int layer, int part, const Naming& n) {
   if (part < 0) return layer_name(layer, n);
   if (n.letters && layer >= 0 && layer < 26) return layer_name(layer, n) + std::to_string(part);

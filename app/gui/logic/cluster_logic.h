@@ -110,7 +110,10 @@ struct Naming {
   const char* message = "message";  // a pipeline send: "message" or "note"
 };
 Naming camping_naming(int num_layers);
-std::string layer_name(int layer, const Naming& n);                     // "L3" or "d"
+std::string layer_name(int layer, const Naming& n);  // "L3" or "d"
+// A card row's second line for a layer of this kind: "emb", "block", "head";
+// empty for the mlp's linear layers, where "L3" says it all.
+std::string layer_kind_caption(const std::string& kind);
 std::string part_name(int layer, int part, const Naming& n);            // "L3 shard 1" or "d1"
 std::string rank_list(const std::vector<int>& ranks, const Naming& n);  // "ranks 0, 2 and 3"
 // The part index of a piece: which 1/world slice of its layer it carries, -1 = whole.

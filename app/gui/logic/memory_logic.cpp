@@ -7,6 +7,7 @@
 
 #include "core/model.h"
 #include "core/model_state.h"
+#include "core/pipeline.h"
 
 namespace shardlab::gui {
 
@@ -84,25 +85,33 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   }
 }
 
-std::vector<std::string> block_activation_lines(const RunConfig& cfg) {
+std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank) {
   try {
     if (cfg.model.rfind("gpt:", 0) != 0) return {};
     const ModelSpec spec = resolve_model(cfg);
     const StrategyInfo& info = strategy_info(cfg.strategy);
+    const bool pipeline = info.family == StrategyFamily::pipeline;
     int rows = cfg.batch;
-    std::string per;
+    int blocks = spec.layers;
     if (info.family == StrategyFamily::data_parallel) rows = cfg.batch / cfg.world;
-    if (info.family == StrategyFamily::pipeline) {
+    if (pipeline) {
       rows = cfg.batch / std::max(1, cfg.micro_batches);
-      per = " per micro-batch";
+      const ModelLayout layout(spec);
+      const std::vector<int> partition = pipeline_partition(cfg, layout);
+      if (rank < 0 || rank >= static_cast<int>(partition.size())) return {};
+      const StageTopology t = stage_topology(rank, partition);
+      blocks = 0;
+      for (int l = t.first_layer; l < t.last_layer; ++l)
+        blocks += layout.layers()[l].kind == "block";
+      if (blocks == 0) return {"no transformer block here"};
     }
     const BlockActivations b =
-        block_activations(spec.seq, rows, spec.dim, spec.heads,
-                          info.family == StrategyFamily::pipeline ? "fp32" : cfg.precision);
+        block_activations(spec.seq, rows, spec.dim, spec.heads, pipeline ? "fp32" : cfg.precision);
     const bool fp32 = b.formula.rfind("2 ×", 0) == 0;
-    return {"activations per block " + format_bytes(b.total()),
-            std::string("= ") + (fp32 ? "2 × " : "") + "s·b·h·(32 + 2·a·s/h) + LN stats",
-            "(Korthikanti, no dropout)", "b=" + std::to_string(rows) + " sequences" + per};
+    return {std::to_string(blocks) + (blocks == 1 ? " block" : " blocks") + " \xC3\x97 " +
+                format_bytes(b.total()),
+            std::string(fp32 ? "2\xC2\xB7" : "") + "sbh(32+2as/h)+LN", "Korthikanti, no dropout",
+            "b=" + std::to_string(rows) + (pipeline ? " per micro-batch" : " sequences")};
   } catch (const std::exception&) {
     return {};
   }

@@ -48,8 +48,9 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 // gpt: what one transformer block keeps for backward, per Korthikanti et al.
 // 2022 without dropout (core/model_state.h), for the rows one forward sees
 // (the batch, a rank's slice, a pipeline's micro-batch), as short lines for
-// the panel's side: "activations per block 578.0 KiB", "= 2 × s·b·h·(32 +
-// 2·a·s/h) + LN stats", "(Korthikanti, no dropout)", "b=4 sequences".
-std::vector<std::string> block_activation_lines(const RunConfig& cfg);
+// the panel's side of `rank`: "2 blocks × 578.0 KiB", "2·sbh(32+2as/h)+LN",
+// "Korthikanti, no dropout", "b=4 sequences". A pipeline stage counts only its
+// own blocks; one with none (the embedding's, the head's) gets one line.
+std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank);
 
 }  // namespace shardlab::gui

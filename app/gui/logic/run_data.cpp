@@ -59,6 +59,7 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
     const ModelLayout layout = make_layout(cfg);
     d.num_layers = layout.num_layers();
     for (const ParamInfo& p : layout.params()) d.param_layers.emplace_back(p.name, p.layer);
+    for (const LayerInfo& l : layout.layers()) d.layer_kinds.push_back(l.kind);
   } catch (const std::exception&) {
     d.num_layers = 0;  // names still tell the layers; cards grow to fit them
   }

@@ -50,6 +50,8 @@ struct RunData {
   int num_layers = 0;
   // The model's parameter names and layers (buffer_name.h), for names without "layers.N".
   ParamLayers param_layers;
+  // Each table layer's kind ("embedding", "block", "head", "linear"), for row captions.
+  std::vector<std::string> layer_kinds;
   int64_t t0_ns = 0;          // the run's clock zero (absolute), subtracted on ingest
   int64_t t_end = 0;          // the latest time seen (including the frees at teardown)
   int64_t t_first_span = -1;  // the earliest span begin (after the ranks connected), -1 = none

@@ -225,6 +225,15 @@ void CompareSession::start(std::vector<RunConfig> cfgs) {
   });
 }
 
+void fill_compare_entry(CompareEntry& e, std::unique_ptr<RunResult> r) {
+  e.cfg = r->cfg;
+  e.done = true;
+  ingest_result(e.data, *r);
+  e.row = compare_row(*r);
+  e.bounds = step_bounds(e.data);
+  e.result = std::move(r);
+}
+
 bool CompareSession::poll(std::vector<CompareEntry>& entries) {
   std::lock_guard<std::mutex> lock(mu_);
   bool changed = false;
@@ -242,12 +251,7 @@ bool CompareSession::poll(std::vector<CompareEntry>& entries) {
     e.error = errors_[i];
     e.done = true;
     if (results_[i]) {
-      e.result = std::move(results_[i]);
-      const RunResult& r = *e.result;
-      reset_run_data(e.data, r.cfg, r.cfg.world, r.t0_ns);
-      ingest(e.data, r.recorders);
-      e.row = compare_row(r);
-      e.bounds = step_bounds(e.data);
+      fill_compare_entry(e, std::move(results_[i]));
     }
     delivered_[i] = true;
     changed = true;

@@ -75,6 +75,11 @@ struct CompareEntry {
   std::vector<int64_t> bounds;  // step_bounds(data), for memory over time by step
 };
 
+// Fills `e` from a finished run: its result, data, table row and step bounds
+// (every way into the compare view goes through here, so none lacks the
+// bounds that the timelines' "from step" and memory over time need).
+void fill_compare_entry(CompareEntry& e, std::unique_ptr<RunResult> r);
+
 class CompareSession {
  public:
   CompareSession() = default;

@@ -480,8 +480,14 @@ int step_to_show(const RunData& d, double playhead_t, bool live) {
 
 void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t, bool live) {
   if (one_step) {
-    const auto [b, e] = step_range(d, step_to_show(d, playhead_t, live));
+    auto [b, e] = step_range(d, step_to_show(d, playhead_t, live));
     if (e > b) {
+      // Where ranks overlap steps (a pipeline's first stage still swapping the
+      // tied gradient while the next step has begun elsewhere) the playhead can
+      // sit just before the window of the step it counts as: widen the window
+      // back to it so the playhead stays in view. (After the window is the
+      // teardown, which a resting playhead need not pull in.)
+      if (!live && playhead_t >= 0 && playhead_t < b) b = playhead_t;
       fit(vp, b, e, 0.01);
       return;
     }
