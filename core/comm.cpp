@@ -12,16 +12,33 @@ namespace shardlab {
 // FailureBoard, Work, even_counts
 
 void FailureBoard::report(int rank, const std::string& what) {
+  std::function<void(int, const std::string&)> publish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A rank's first report is its cause; a later one (the runner catching the
+    // error the communicator already reported) would only echo it.
+    for (const auto& f : failures_)
+      if (f.first == rank) return;
+    failures_.emplace_back(rank, what);
+    publish = publish_;
+  }
+  if (publish) publish(rank, what);  // outside the lock: it may block on the store
+}
+
+void FailureBoard::set_remote(std::function<void(int, const std::string&)> publish,
+                              std::function<std::string()> remote) {
   std::lock_guard<std::mutex> lock(mu_);
-  // A rank's first report is its cause; a later one (the runner catching the
-  // error the communicator already reported) would only echo it.
-  for (const auto& f : failures_)
-    if (f.first == rank) return;
-  failures_.emplace_back(rank, what);
+  publish_ = std::move(publish);
+  remote_ = std::move(remote);
 }
 
 std::string FailureBoard::describe() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (failures_.empty() && remote_) {
+    const auto remote = remote_;
+    lock.unlock();
+    return remote();
+  }
   if (failures_.empty()) return "";
   // The first report is the root cause; later ones are usually its echoes.
   return "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;

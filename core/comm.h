@@ -41,7 +41,16 @@ class FailureBoard {
   // "rank 2 (it issued 41 collectives, this is #42)" for every rank behind `seq`, or "".
   std::string behind(uint64_t seq) const;
 
+  // One process per rank: peers are not on this board. `publish` sends this
+  // process's failure to them (through the run's store), `remote` tells what
+  // the peers reported ("rank 2 failed: …", or who has not reached this step),
+  // consulted by describe() and behind() when this board knows nothing.
+  void set_remote(std::function<void(int rank, const std::string& what)> publish,
+                  std::function<std::string()> remote);
+
  private:
+  std::function<void(int, const std::string&)> publish_;
+  std::function<std::string()> remote_;
   mutable std::mutex mu_;
   std::vector<std::pair<int, std::string>> failures_;
   std::map<int, uint64_t> issued_;
@@ -131,14 +140,30 @@ class Comm {
   void barrier() { barrier_async().wait(); }
 };
 
-// Everything the ranks of one in-process Gloo group share: the rendezvous
+}  // namespace shardlab
+
+namespace gloo::rendezvous {
+class Store;  // Gloo's key-value store interface (file, redis, ours over TCP: core/rdzv.h)
+}
+
+namespace shardlab {
+
+// Everything the ranks of one Gloo group in this process share: the rendezvous
 // store, the TCP device (one event loop for all ranks), and the failure board.
 struct GlooGroupOptions {
   std::chrono::milliseconds timeout{30000};
+  // The address the TCP device listens on: loopback unless a multi-host run
+  // names the interface's address.
+  std::string bind_host = "127.0.0.1";
 };
 class GlooGroup {
  public:
+  // Ranks as threads of this process: rendezvous through an in-memory store.
   explicit GlooGroup(int world, GlooGroupOptions options = {});
+  // One rank per process: rendezvous through a store every process reaches,
+  // under `prefix` (several groups of one run share the store: "train", "control").
+  GlooGroup(int world, GlooGroupOptions options, gloo::rendezvous::Store& store,
+            const std::string& prefix);
   ~GlooGroup();
   int world() const { return world_; }
   FailureBoard& failures() { return failures_; }

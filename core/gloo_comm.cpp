@@ -638,15 +638,16 @@ class FailFastStore final : public gloo::rendezvous::Store {
 }  // namespace
 
 struct GlooGroup::Impl {
-  gloo::rendezvous::HashStore hash_store;
+  gloo::rendezvous::HashStore hash_store;  // used when the ranks are threads of this process
   std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed;
   std::unique_ptr<FailFastStore> store;
   // One device means one event loop thread for every rank of the process.
   std::shared_ptr<gloo::transport::Device> device;
 };
 
-GlooGroup::GlooGroup(int world, GlooGroupOptions options)
-    : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
+namespace {
+
+void check_world(int world) {
   if (world <= 0)
     throw CommError("GlooGroup: world must be positive, got " + std::to_string(world));
   // Gloo writes to sockets without MSG_NOSIGNAL in places: when a failed rank
@@ -654,19 +655,39 @@ GlooGroup::GlooGroup(int world, GlooGroupOptions options)
   // whole process instead of failing that rank's collective with an error.
   static std::once_flag ignore_sigpipe;
   std::call_once(ignore_sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
+}
+
+std::shared_ptr<gloo::transport::Device> make_device(const std::string& host) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = host;
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw CommError("GlooGroup: cannot create a TCP device on " + host + ": " +
+                    clean_gloo_message(e.what()));
+  }
+}
+
+}  // namespace
+
+GlooGroup::GlooGroup(int world, GlooGroupOptions options)
+    : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
+  check_world(world);
   // A unique prefix per group keeps keys apart if a store is ever shared.
   static std::atomic<uint64_t> next_group{0};
   impl_->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(
       "shardlab.group." + std::to_string(next_group.fetch_add(1)), impl_->hash_store);
   impl_->store = std::make_unique<FailFastStore>(*impl_->prefixed, failures_);
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  try {
-    impl_->device = gloo::transport::tcp::CreateDevice(attr);
-  } catch (const std::exception& e) {
-    throw CommError(std::string("GlooGroup: cannot create a TCP device on 127.0.0.1: ") +
-                    clean_gloo_message(e.what()));
-  }
+  impl_->device = make_device(options_.bind_host);
+}
+
+GlooGroup::GlooGroup(int world, GlooGroupOptions options, gloo::rendezvous::Store& store,
+                     const std::string& prefix)
+    : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
+  check_world(world);
+  impl_->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(prefix, store);
+  impl_->store = std::make_unique<FailFastStore>(*impl_->prefixed, failures_);
+  impl_->device = make_device(options_.bind_host);
 }
 
 GlooGroup::~GlooGroup() = default;

@@ -15,6 +15,7 @@
 #include "core/gpu.h"
 #include "core/layer_stack.h"
 #include "core/memory_estimate.h"
+#include "core/process_link.h"
 #include "core/staging_comm.h"
 #include "core/strategy.h"
 #include "kernels/cpu.h"
@@ -95,9 +96,29 @@ std::string divergence_message(const RunConfig& cfg, double loss, int step, int 
 
 }  // namespace
 
-RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
-                       const RunCallbacks& callbacks) {
+namespace {
+
+void check_process_run(const RunConfig& cfg, const ProcessContext& process) {
+  if (!process.store) throw ConfigError("one process per rank needs a rendezvous store");
+  if (process.rank < 0 || process.rank >= cfg.world)
+    throw ConfigError("rank " + std::to_string(process.rank) + " is not a rank of a world of " +
+                      std::to_string(cfg.world) + " (valid: 0 to " + std::to_string(cfg.world - 1) +
+                      ")");
+  if (cfg.strategy == "dp")
+    throw ConfigError(
+        "dp cannot run one process per rank: its controller thread hands the devices their "
+        "work through shared memory, so it is one process by nature (use ddp, its "
+        "one-process-per-device form)");
+  if (plan_placement(cfg).comm == CommKind::nccl)
+    throw ConfigError(
+        "--backend nccl with one process per rank is not built yet: its unique id and "
+        "point-to-point ledger are shared in memory (run the ranks as threads, or use gloo)");
+}
+
+RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
+                   const RunCallbacks& callbacks, const ProcessContext* process) {
   validate(cfg);
+  if (process) check_process_run(cfg, *process);
   // Before anything is allocated: a run that cannot fit is refused in one line
   // now, rather than failing minutes later (the caller holds `initial` already).
   check_memory(cfg, RunOutputs{.caller_holds_init = initial != nullptr});
@@ -117,12 +138,25 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   result.placement = plan_placement(cfg);
   const Placement& place = result.placement;
   result.ranks.resize(world);
+  // One process per rank: only this process's rank records (the others' are
+  // empty placeholders, so a recorder's index is still its rank).
   for (int r = 0; r < world; ++r)
-    result.recorders.push_back(std::make_shared<Recorder>(r, cfg.record));
+    result.recorders.push_back(
+        std::make_shared<Recorder>(r, cfg.record && (!process || r == process->rank)));
 
   const std::chrono::milliseconds timeout(cfg.timeout_ms);
   // The Gloo group also holds the run's failure board, which NCCL ranks report to.
-  GlooGroup group(world, GlooGroupOptions{timeout});
+  const GlooGroupOptions gloo_options{timeout, process ? process->bind_host : "127.0.0.1"};
+  std::unique_ptr<ProcessLink> link;
+  if (process) {
+    result.process_rank = process->rank;
+    link = std::make_unique<ProcessLink>(*process, world, gloo_options);
+  }
+  std::unique_ptr<GlooGroup> group_owner =
+      link ? std::make_unique<GlooGroup>(world, gloo_options, link->store(), "train")
+           : std::make_unique<GlooGroup>(world, gloo_options);
+  GlooGroup& group = *group_owner;
+  if (link) link->attach(group.failures());
   std::unique_ptr<NcclGroup> nccl;
   if (place.comm == CommKind::nccl) nccl = make_nccl_group(world, timeout, group.failures());
   std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
@@ -167,6 +201,9 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       Allocator& alloc = *alloc_owner;
       if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
       if (callbacks.on_allocator) callbacks.on_allocator(rank, alloc);
+      // One process per rank: the control group first, then the clocks: every
+      // process's trace starts at rank 0's t0, seen through its own clock.
+      if (link) result.t0_ns = link->connect_and_align(result);
       if (place.comm == CommKind::nccl)
         comm = nccl->connect(rank, *device, rec, &alloc);
       else if (place.comm == CommKind::gloo_staged)
@@ -187,12 +224,19 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
         rec->set_step(s);
         if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
         if (callbacks.control) callbacks.control->gate(s);
+        if (link) link->note_step(s);
         if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
         shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
         // A GPU runs behind the host: the step ends when its work has run.
         device->synchronize();
         report.step_ms.push_back((now_ns() - t0) / 1e6);
+        if (link) {
+          // The other ranks' shares arrive as a message; every process then
+          // computes the same global loss and stops alike when it is not finite.
+          link->gather_shares(shares.data() + static_cast<size_t>(s) * world, rank);
+          reported[s].store(world - 1);
+        }
         // The last rank to finish a step sees every share: it reports the global
         // loss, or stops the run when it is not finite. (The fp16 loss scaler's
         // skipped steps are not stopped: their loss is computed in fp32 before
@@ -222,6 +266,10 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
       phase = "export of the final weights";
       std::vector<float> params = strategy->export_params();
       if (rank == 0) result.final_params = std::move(params);
+      if (link) {
+        phase = "the exchange of the ranks' reports";
+        link->gather_reports(result.ranks, rank, cfg.steps);
+      }
     } catch (const OutOfMemory& e) {
       // The allocator names the buffer and its size; the board names the rank.
       errors[rank] = e.what();
@@ -250,8 +298,14 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   };
 
   std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
+  if (link) {
+    link->start_watchdog();
+    threads.emplace_back(rank_main, process->rank);
+  } else {
+    for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
+  }
   for (std::thread& t : threads) t.join();
+  if (link) link->stop_watchdog();
 
   // The cause, not its echoes (the peers' closed connections).
   if (diverged.load()) throw LossDiverged(diverged_message);
@@ -279,6 +333,18 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
   }
   result.median_step_ms = median(result.step_ms);
   return result;
+}
+
+}  // namespace
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks) {
+  return run_impl(cfg, initial, callbacks, nullptr);
+}
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks, const ProcessContext& process) {
+  return run_impl(cfg, initial, callbacks, &process);
 }
 
 }  // namespace shardlab

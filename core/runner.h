@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/comm.h"
@@ -49,6 +50,15 @@ struct RunResult {
   Placement placement;  // devices and communicator actually used
   std::vector<std::shared_ptr<Recorder>> recorders;
   int64_t t0_ns = 0;  // run start, the zero of the trace
+  // One process per rank: the rank this process ran (its recorder is the only
+  // one with spans, and final_params are filled on rank 0 only); -1 when every
+  // rank was a thread of this process.
+  int process_rank = -1;
+  // One process per rank: each rank's clock minus rank 0's (ns), measured at
+  // rendezvous with the round trip below (the best of several), per rank. The
+  // recorders' times are already shifted onto rank 0's clock through t0_ns.
+  std::vector<int64_t> clock_offset_ns;
+  std::vector<int64_t> clock_rtt_ns;
 };
 
 // Pause / single-step / cancel for a running job (the GUI's Run, Pause, Step,
@@ -96,6 +106,23 @@ struct RunCallbacks {
 
 double median(std::vector<double> v);
 
+// One rank of a run whose ranks are processes (shardlab launch, torchrun,
+// mpirun): this process runs `rank` alone and reaches its peers through
+// `store`, which every process of the run can reach (core/rdzv.h). What the
+// threads of one process share in memory travels as messages on a second Gloo
+// group ("control", never recorded or counted): each step's loss shares, the
+// ranks' reports at the end, failures (a "failed/<rank>" key in the store).
+class CheckStore;  // core/check_store.h
+
+struct ProcessContext {
+  int rank = 0;
+  CheckStore* store = nullptr;
+  std::string bind_host = "127.0.0.1";  // where this process's Gloo device listens
+  // How long a rank waits for its own thread after a peer reported a failure,
+  // before the watchdog ends the process (a rank stuck outside a collective).
+  std::chrono::milliseconds watchdog_grace{2000};
+};
+
 // Validates, checks the run fits in memory (check_memory, memory_estimate.h:
 // MemoryRefused unless cfg.force), then runs. init_params (flat, model order)
 // replaces the seeded init when given. Throws ConfigError for bad settings,
@@ -103,5 +130,9 @@ double median(std::vector<double> v);
 // names the rank, buffer and size).
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial = nullptr,
                        const RunCallbacks& callbacks = {});
+// The same, as rank `process.rank` of cfg.world processes. `dp` refuses (its
+// controller hands the devices work through memory: one process by nature).
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks, const ProcessContext& process);
 
 }  // namespace shardlab

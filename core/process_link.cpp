@@ -1,0 +1,238 @@
+// One process per rank: the messages that replace the shared memory of a
+// threaded run (see process_link.h).
+#include "core/process_link.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "core/check_store.h"
+#include "core/clock.h"
+
+namespace shardlab {
+
+namespace {
+
+// The control group moves opaque bytes: an all-gather copies elements without
+// reading them, and f32 is only their size (4 bytes).
+size_t words(size_t bytes) {
+  return (bytes + 3) / 4;
+}
+
+std::vector<char> all_gather_bytes(Comm& c, const void* mine, size_t bytes) {
+  const size_t n = words(bytes);
+  std::vector<char> in(n * 4, 0), out(n * 4 * static_cast<size_t>(c.world()));
+  std::memcpy(in.data(), mine, bytes);
+  c.all_gather(in.data(), out.data(), std::vector<size_t>(c.world(), n), DType::f32);
+  return out;
+}
+
+constexpr int kClockTag = 7;
+constexpr int kClockRounds = 8;
+
+}  // namespace
+
+ProcessLink::ProcessLink(const ProcessContext& process, int world, const GlooGroupOptions& options)
+    : process_(process), world_(world), options_(options) {
+  if (!process.store) throw CommError("one process per rank: no rendezvous store");
+  locked_ = make_locked_store(*process.store);
+}
+
+ProcessLink::~ProcessLink() {
+  stop_watchdog();
+}
+
+CheckStore& ProcessLink::store() {
+  return *locked_;
+}
+
+void ProcessLink::attach(FailureBoard& train_board) {
+  auto publish = [this](int rank, const std::string& what) {
+    try {
+      const std::string v = what;
+      locked_->set(key_failed(rank), std::vector<char>(v.begin(), v.end()));
+    } catch (const std::exception&) {
+      // The store may be what failed; the process's exit code still tells.
+    }
+  };
+  auto remote = [this] { return describe_peers(); };
+  train_board.set_remote(publish, remote);
+  control_group_ = std::make_unique<GlooGroup>(world_, options_, *locked_, "control");
+  control_group_->failures().set_remote(publish, remote);
+}
+
+std::string ProcessLink::key_failed(int rank) const {
+  return "failed/" + std::to_string(rank);
+}
+
+std::string ProcessLink::key_step(int rank, int step) const {
+  return "step/" + std::to_string(rank) + "/" + std::to_string(step);
+}
+
+bool ProcessLink::has_key(const std::string& key) {
+  try {
+    return locked_->check({key});
+  } catch (const std::exception&) {
+    return false;  // the store is unreachable: nothing to learn from it
+  }
+}
+
+std::string ProcessLink::describe_peers() {
+  for (int r = 0; r < world_; ++r) {
+    if (r == process_.rank || !has_key(key_failed(r))) continue;
+    try {
+      const std::vector<char> v = locked_->get(key_failed(r));
+      return "rank " + std::to_string(r) + " failed: " + std::string(v.begin(), v.end());
+    } catch (const std::exception&) {
+    }
+  }
+  const int step = step_.load();
+  if (step < 0) return "";
+  std::string behind;
+  for (int r = 0; r < world_; ++r)
+    if (r != process_.rank && !has_key(key_step(r, step)))
+      behind += (behind.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r);
+  if (behind.empty()) return "";
+  return behind + " had not started step " + std::to_string(step + 1) +
+         " (stuck, or its process died)";
+}
+
+int64_t ProcessLink::connect_and_align(RunResult& result) {
+  const int rank = process_.rank;
+  control_ = control_group_->connect(rank, nullptr, nullptr);
+  Comm& c = *control_;
+  // Cristian's algorithm, rank by rank: a rank asks rank 0 for its time and
+  // takes the round trip with the least delay; its offset is the midpoint of
+  // the round trip minus rank 0's answer.
+  int64_t mine[2] = {0, 0};  // offset, rtt
+  if (rank == 0) {
+    for (int r = 1; r < world_; ++r)
+      for (int i = 0; i < kClockRounds; ++i) {
+        int64_t ping = 0;
+        c.recv(&ping, sizeof ping, r, kClockTag);
+        const int64_t t = now_ns();
+        c.send(&t, sizeof t, r, kClockTag);
+      }
+  } else {
+    int64_t best_rtt = std::numeric_limits<int64_t>::max();
+    for (int i = 0; i < kClockRounds; ++i) {
+      const int64_t t1 = now_ns();
+      c.send(&t1, sizeof t1, 0, kClockTag);
+      int64_t t_root = 0;
+      c.recv(&t_root, sizeof t_root, 0, kClockTag);
+      const int64_t t2 = now_ns();
+      if (t2 - t1 < best_rtt) {
+        best_rtt = t2 - t1;
+        mine[0] = t1 + (t2 - t1) / 2 - t_root;
+        mine[1] = best_rtt;
+      }
+    }
+  }
+  const std::vector<char> all = all_gather_bytes(c, mine, sizeof mine);
+  result.clock_offset_ns.assign(world_, 0);
+  result.clock_rtt_ns.assign(world_, 0);
+  for (int r = 0; r < world_; ++r) {
+    int64_t v[2];
+    std::memcpy(v, all.data() + static_cast<size_t>(r) * words(sizeof mine) * 4, sizeof v);
+    result.clock_offset_ns[r] = v[0];
+    result.clock_rtt_ns[r] = v[1];
+  }
+  // Rank 0's zero, on this clock: every process's trace shares one time axis.
+  int64_t t0[1] = {rank == 0 ? now_ns() : 0};
+  c.broadcast(t0, 2, DType::f32, 0);
+  return t0[0] + mine[0];
+}
+
+void ProcessLink::note_step(int step) {
+  step_.store(step);
+  try {
+    locked_->set(key_step(process_.rank, step), {'1'});
+  } catch (const std::exception&) {
+  }
+}
+
+void ProcessLink::gather_shares(LossShare* row, int rank) {
+  static_assert(std::is_trivially_copyable_v<LossShare>);
+  const std::vector<char> all = all_gather_bytes(*control_, &row[rank], sizeof(LossShare));
+  for (int r = 0; r < world_; ++r)
+    std::memcpy(&row[r], all.data() + static_cast<size_t>(r) * words(sizeof(LossShare)) * 4,
+                sizeof(LossShare));
+}
+
+void ProcessLink::gather_reports(std::vector<RankReport>& ranks, int rank, int steps) {
+  static_assert(std::is_trivially_copyable_v<MemStats>);
+  // [memory | bytes sent per step | step_ms × steps], the same size on every rank.
+  const size_t bytes = sizeof(MemStats) + sizeof(double) * (1 + static_cast<size_t>(steps));
+  std::vector<char> mine(bytes, 0);
+  const RankReport& me = ranks[rank];
+  if (static_cast<int>(me.step_ms.size()) != steps)
+    throw RunError("rank " + std::to_string(rank) + " has " + std::to_string(me.step_ms.size()) +
+                   " step times for " + std::to_string(steps) + " steps");
+  std::memcpy(mine.data(), &me.memory, sizeof(MemStats));
+  std::memcpy(mine.data() + sizeof(MemStats), &me.bytes_sent_per_step, sizeof(double));
+  std::memcpy(mine.data() + sizeof(MemStats) + sizeof(double), me.step_ms.data(),
+              sizeof(double) * steps);
+  const std::vector<char> all = all_gather_bytes(*control_, mine.data(), bytes);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank) continue;
+    const char* p = all.data() + static_cast<size_t>(r) * words(bytes) * 4;
+    RankReport& rep = ranks[r];
+    std::memcpy(&rep.memory, p, sizeof(MemStats));
+    std::memcpy(&rep.bytes_sent_per_step, p + sizeof(MemStats), sizeof(double));
+    rep.step_ms.resize(steps);
+    std::memcpy(rep.step_ms.data(), p + sizeof(MemStats) + sizeof(double), sizeof(double) * steps);
+  }
+}
+
+void ProcessLink::start_watchdog() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_ = false;
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+void ProcessLink::stop_watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void ProcessLink::watch() {
+  using clock = std::chrono::steady_clock;
+  clock::time_point seen{};  // when a peer's failure was first seen
+  std::string cause;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stop_) break;
+    lock.unlock();
+    if (cause.empty()) {
+      for (int r = 0; r < world_ && cause.empty(); ++r)
+        if (r != process_.rank && has_key(key_failed(r))) {
+          cause = describe_peers();
+          if (cause.empty()) cause = "rank " + std::to_string(r) + " failed";
+          seen = clock::now();
+        }
+    } else if (clock::now() - seen > process_.watchdog_grace) {
+      // This rank's thread is stuck outside anything that could fail (a
+      // collective would have): no way to unwind it, so end the process. The
+      // peers' processes have ended or are ending; the launcher reaps this one.
+      const int step = step_.load();
+      std::fprintf(stderr,
+                   "error: rank %d stopped by its watchdog: %s, and this rank's thread did not "
+                   "return within %lld ms (stuck in step %d)\n",
+                   process_.rank, cause.c_str(),
+                   static_cast<long long>(process_.watchdog_grace.count()), step + 1);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace shardlab

@@ -1,0 +1,77 @@
+// What the rank threads of one process share in memory, as messages between
+// processes when each rank is its own process: loss shares and end-of-run
+// reports on a second Gloo group ("control", never recorded or counted), clock
+// offsets measured at rendezvous, and failures and progress as keys in the
+// run's store, read by a watchdog that ends a process whose rank is stuck.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/check_store.h"
+#include "core/comm.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+
+namespace shardlab {
+
+class ProcessLink {
+ public:
+  ProcessLink(const ProcessContext& process, int world, const GlooGroupOptions& options);
+  // The run's store behind a lock (Gloo's Redis store is not thread-safe, and
+  // the rank thread and the watchdog both use it): every group connects through it.
+  CheckStore& store();
+  // The training group's failure board: this rank's failure is published
+  // through it, and it names the peers' failures from the store.
+  void attach(FailureBoard& train_board);
+  ~ProcessLink();
+  ProcessLink(const ProcessLink&) = delete;
+  ProcessLink& operator=(const ProcessLink&) = delete;
+
+  // On the rank's thread, before the training group connects: joins the
+  // control group, measures every rank's clock against rank 0's (the best of
+  // several round trips), fills result.clock_offset_ns/clock_rtt_ns for every
+  // rank, and returns rank 0's t0 read on this process's clock.
+  int64_t connect_and_align(RunResult& result);
+  // This rank has started step `step` (a key in the store; names a stuck rank).
+  void note_step(int step);
+  // `row[r]` becomes rank r's share of this step's loss, for every r.
+  void gather_shares(LossShare* row, int rank);
+  // Every rank's report, from every process, into `ranks`.
+  void gather_reports(std::vector<RankReport>& ranks, int rank, int steps);
+
+  // The watchdog: when a peer has published a failure and this rank's thread
+  // has not returned within the grace period, it ends the process with one line.
+  void start_watchdog();
+  void stop_watchdog();
+
+  // "rank 2 failed: …" from the store, else "rank 1 has not started step 3
+  // (stuck, or its process died)" for the ranks behind this one, else "".
+  std::string describe_peers();
+
+ private:
+  std::string key_failed(int rank) const;
+  std::string key_step(int rank, int step) const;
+  bool has_key(const std::string& key);
+  void watch();
+
+  const ProcessContext process_;
+  const int world_;
+  const GlooGroupOptions options_;
+  std::unique_ptr<CheckStore> locked_;
+  std::unique_ptr<GlooGroup> control_group_;
+  std::unique_ptr<Comm> control_;
+  std::atomic<int> step_{-1};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace shardlab
