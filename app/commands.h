@@ -16,7 +16,8 @@ int cmd_bench(int argc, char** argv);         // `shardlab bench comm|step ...`
 int bench_step(int argc, char** argv);        // argv[0] == "step"
 int bench_strategies(int argc, char** argv);  // argv[0] == "strategies"
 int cmd_estimate(int argc, char** argv);
-int cmd_sample(int argc, char** argv);  // `shardlab sample --from CHECKPOINT` (app/sample.cpp)
+int cmd_sample(int argc, char** argv);
+int cmd_trace(int argc, char** argv);   // `shardlab trace merge` (app/trace_cmd.cpp)  // `shardlab sample --from CHECKPOINT` (app/sample.cpp)
 int cmd_lesson(int argc,
                char** argv);  // `shardlab lesson list|show|run|check` (app/lesson_cmd.cpp)  //
                               // predicted model-state memory and traffic (ZeRO paper)

@@ -22,6 +22,7 @@
 
 #include "core/atomic_file.h"
 #include "core/gpu.h"
+#include "core/json_file.h"
 #include "core/model.h"
 #include "core/strategy.h"
 
@@ -826,65 +827,9 @@ void save_recording(const std::string& path, const RunResult& run) {
 }
 
 Recording load_recording(const std::string& path) {
-  auto bad = [&](const std::string& what) {
-    throw ConfigError("recording '" + path + "': " + what);
-  };
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (f.fd < 0) bad(std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) bad(std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    bad(std::string("is ") + file_kind(st.st_mode) + ", not a recording (valid: a regular file)");
-  if (st.st_size == 0) bad("is empty, not a recording");
-  if (st.st_size > kRecordingMaxBytes)
-    bad("is " + std::to_string(st.st_size >> 20) + " MiB, more than the " +
-        std::to_string(kRecordingMaxBytes >> 20) + " MiB a recording may have");
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(f.fd, text.data() + got, text.size() - got);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n < 0) bad(std::string("cannot read: ") + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  char extra;
-  if (got != text.size() || ::read(f.fd, &extra, 1) > 0)
-    bad("changed size while being read (valid: a finished recording)");
-
-  // The format is 6 levels deep; refusing deep nesting up front keeps a hostile
-  // file from costing more than its size.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char ch : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (ch == '\\')
-        escaped = true;
-      else if (ch == '"')
-        in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > kMaxDepth)
-        bad("nested more than " + std::to_string(kMaxDepth) + " levels deep, not a recording");
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 3, ..." -> "parse error at line 3, ..."
-    if (const size_t b = what.find("] "); what.rfind("[json.", 0) == 0 && b != std::string::npos)
-      what.erase(0, b + 2);
-    bad("not valid JSON: " + what);
-  }
+  // The format is 6 levels deep; read_json_file refuses deep nesting up front,
+  // so a hostile file costs no more than its size.
+  const json j = read_json_file(path, "recording", kRecordingMaxBytes, kMaxDepth);
   return recording_from_json(j, path);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "core/atomic_file.h"
@@ -150,10 +151,11 @@ void add_flows(json& events, const std::vector<Recorder::Snapshot>& ranks, int64
 }  // namespace
 
 json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns,
-                   const json& metadata) {
+                   const json& metadata, int only_rank) {
   json events = json::array();
   for (size_t i = 0; i < ranks.size(); ++i) {
     const int rank = static_cast<int>(i);
+    if (only_rank >= 0 && rank != only_rank) continue;
     const int pid = pid_of(rank);
     events.push_back(
         metadata_event("process_name", pid, {{"name", "rank " + std::to_string(rank)}}));
@@ -173,11 +175,81 @@ json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns,
 }
 
 void write_trace(const std::string& path, const std::vector<Recorder::Snapshot>& ranks,
-                 int64_t t0_ns, const json& metadata) {
+                 int64_t t0_ns, const json& metadata, int only_rank) {
+  write_trace_json(path, trace_to_json(ranks, t0_ns, metadata, only_rank));
+}
+
+json merge_traces(const std::vector<json>& traces, const std::vector<std::string>& names) {
+  json events = json::array();
+  json ranks = json::array();
+  std::set<int> pids;
+  // Arrow ends by flow id: a send's span and a recv's span, in any file.
+  struct End {
+    json span;
+  };
+  std::map<uint64_t, End> sends, recvs;
+  for (size_t f = 0; f < traces.size(); ++f) {
+    const std::string name = f < names.size() ? names[f] : "trace " + std::to_string(f);
+    const json& t = traces[f];
+    if (!t.is_object() || !t.contains("traceEvents") || !t["traceEvents"].is_array())
+      throw std::runtime_error("'" + name + "' is not a Shardlab trace (no traceEvents array)");
+    std::set<int> mine;
+    for (const json& e : t["traceEvents"]) {
+      if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || !e.contains("pid") ||
+          !e["pid"].is_number_integer())
+        throw std::runtime_error("'" + name + "' is not a Shardlab trace (an event without ph/pid)");
+      const std::string ph = e["ph"].get<std::string>();
+      if (ph == "s" || ph == "f") continue;  // rebuilt below, across files
+      mine.insert(e["pid"].get<int>());
+      if (ph == "X" && e.contains("args") && e["args"].is_object() &&
+          e["args"].contains("flow_id") && e["args"]["flow_id"].is_number_unsigned()) {
+        const uint64_t id = e["args"]["flow_id"].get<uint64_t>();
+        const std::string kind = e["args"].value("kind", "");
+        if (kind == "send") sends.emplace(id, End{e});
+        if (kind == "recv") recvs.emplace(id, End{e});
+      }
+      events.push_back(e);
+    }
+    for (int pid : mine)
+      if (!pids.insert(pid).second)
+        throw std::runtime_error("'" + name + "' holds rank " + std::to_string(pid - 1) +
+                                 ", which an earlier file holds too (merge each rank once)");
+    ranks.push_back(t.value("metadata", json::object()));
+  }
+  for (const auto& [id, send] : sends) {
+    auto recv = recvs.find(id);
+    if (recv == recvs.end()) continue;
+    const json& s = send.span;
+    const json& r = recv->second.span;
+    const double s_dur = s.value("dur", 0.0), r_dur = r.value("dur", 0.0);
+    events.push_back({{"ph", "s"},
+                      {"id", id},
+                      {"cat", kFlowCat},
+                      {"name", kFlowName},
+                      {"pid", s["pid"]},
+                      {"tid", s["tid"]},
+                      {"ts", s.value("ts", 0.0) + inside_offset_us(s_dur)}});
+    events.push_back({{"ph", "f"},
+                      {"bp", "e"},
+                      {"id", id},
+                      {"cat", kFlowCat},
+                      {"name", kFlowName},
+                      {"pid", r["pid"]},
+                      {"tid", r["tid"]},
+                      {"ts", r.value("ts", 0.0) + r_dur - inside_offset_us(r_dur)}});
+  }
+  json metadata = ranks.empty() ? json::object() : ranks[0];
+  if (metadata.is_object()) {
+    metadata.erase("rank");
+    metadata["ranks"] = ranks;
+  }
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"metadata", metadata}};
+}
+
+void write_trace_json(const std::string& path, const json& trace) {
   // Replace rather than throw on bad UTF-8: a stray byte in a buffer name should not
   // cost the user the whole trace.
-  const std::string text =
-      trace_to_json(ranks, t0_ns, metadata).dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string text = trace.dump(-1, ' ', false, json::error_handler_t::replace);
   AtomicFile out(path);
   if (!out.write(text.data(), text.size()) || !out.commit())
     throw std::runtime_error("cannot write trace to '" + path + "': " + out.reason());

@@ -12,13 +12,29 @@
 namespace shardlab {
 
 // `ranks[i]` is rank i's snapshot; times are written in microseconds since `t0_ns`.
-// `metadata` (run settings) goes into the top-level "metadata" object.
+// `metadata` (run settings) goes into the top-level "metadata" object. With
+// `only_rank` >= 0 the trace holds that rank alone: one process of a run whose
+// ranks are processes writes its own (merge_traces joins them).
 nlohmann::json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns,
-                             const nlohmann::json& metadata = nlohmann::json::object());
+                             const nlohmann::json& metadata = nlohmann::json::object(),
+                             int only_rank = -1);
+
+// One trace from the traces the processes of one run wrote, a process per
+// rank: events concatenated (their times already share rank 0's clock: each
+// process's t0 is rank 0's, read through the offset measured at rendezvous),
+// send->recv arrows rebuilt across files from the spans' flow ids, metadata
+// from the first with "ranks" listing each file's. Throws std::runtime_error
+// naming the file for a file that is not a Shardlab trace, or two files with
+// the same rank.
+nlohmann::json merge_traces(const std::vector<nlohmann::json>& traces,
+                            const std::vector<std::string>& names);
 
 // Writes through core/atomic_file (the old file stays whole until the new one is
 // complete). Throws std::runtime_error("cannot write trace to '<path>': <reason>").
 void write_trace(const std::string& path, const std::vector<Recorder::Snapshot>& ranks,
-                 int64_t t0_ns, const nlohmann::json& metadata = nlohmann::json::object());
+                 int64_t t0_ns, const nlohmann::json& metadata = nlohmann::json::object(),
+                 int only_rank = -1);
+// Writes `trace` (already built) the same way.
+void write_trace_json(const std::string& path, const nlohmann::json& trace);
 
 }  // namespace shardlab

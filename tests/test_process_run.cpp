@@ -10,6 +10,7 @@
 #include "core/check_store.h"
 #include "core/runner.h"
 #include "core/strategy.h"
+#include "core/trace.h"
 
 using namespace shardlab;
 namespace fs = std::filesystem;
@@ -80,6 +81,30 @@ TEST_CASE("ranks meeting through a store end with the threaded run's bits", "[pr
       for (int q = 0; q < cfg.world; ++q)
         CHECK((procs[r].recorders[q]->span_count() > 0) == (q == r));
     }
+    // Each process's own trace, merged: the same spans and arrows as one
+    // trace of all ranks (the arrows cross files).
+    std::vector<Recorder::Snapshot> all;
+    std::vector<nlohmann::json> parts;
+    for (int r = 0; r < cfg.world; ++r) {
+      all.push_back(procs[r].recorders[r]->snapshot());
+      std::vector<Recorder::Snapshot> own(cfg.world);
+      own[r] = procs[r].recorders[r]->snapshot();
+      parts.push_back(trace_to_json(own, procs[r].t0_ns, {{"rank", r}}, r));
+    }
+    const nlohmann::json merged = merge_traces(parts, {});
+    const nlohmann::json whole = trace_to_json(all, procs[0].t0_ns);
+    auto count = [](const nlohmann::json& t, const char* ph) {
+      int n = 0;
+      for (const auto& e : t["traceEvents"]) n += e["ph"] == ph;
+      return n;
+    };
+    for (const char* ph : {"X", "M", "C", "s", "f"}) CHECK(count(merged, ph) == count(whole, ph));
+    CHECK(merged["metadata"]["ranks"].size() == 4);
+    if (std::string(strategy) == "1f1b") CHECK(count(merged, "s") > 0);
+    CHECK_THROWS_WITH(merge_traces({parts[1], parts[1]}, {"a.json", "b.json"}),
+                      Catch::Contains("'b.json' holds rank 1"));
+    CHECK_THROWS_WITH(merge_traces({nlohmann::json::array()}, {"x.json"}),
+                      Catch::Contains("'x.json' is not a Shardlab trace"));
     fs::remove_all(dir);
   }
 }
