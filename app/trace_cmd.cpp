@@ -48,7 +48,8 @@ int cmd_trace(int argc, char** argv) {
       throw ConfigError("--out '" + *out + "' is also an input (valid: a new file for the merge)");
   check_writable(*out, "--out");
   std::vector<nlohmann::json> traces;
-  for (const std::string& f : files) traces.push_back(read_json_file(f, "trace", kMaxTraceBytes, 64));
+  for (const std::string& f : files)
+    traces.push_back(read_json_file(f, "trace", kMaxTraceBytes, 64));
   nlohmann::json merged;
   try {
     merged = merge_traces(traces, files);

@@ -187,6 +187,107 @@ void ProcessLink::gather_reports(std::vector<RankReport>& ranks, int rank, int s
   }
 }
 
+namespace {
+
+// Allocation events as bytes: the fixed fields, then the name's length and bytes.
+void put(std::vector<char>& out, const void* p, size_t n) {
+  out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+}
+
+std::vector<char> pack_records(const Recorder::Snapshot& snap) {
+  static_assert(std::is_trivially_copyable_v<Span>);
+  std::vector<char> out;
+  const uint64_t spans = snap.spans.size(), allocs = snap.allocs.size();
+  put(out, &spans, sizeof spans);
+  put(out, &allocs, sizeof allocs);
+  put(out, snap.spans.data(), sizeof(Span) * spans);
+  for (const AllocEvent& a : snap.allocs) {
+    put(out, &a.t_ns, sizeof a.t_ns);
+    put(out, &a.delta_bytes, sizeof a.delta_bytes);
+    put(out, &a.buffer_id, sizeof a.buffer_id);
+    put(out, &a.category, sizeof a.category);
+    put(out, &a.pool, sizeof a.pool);
+    const uint64_t n = a.name.size();
+    put(out, &n, sizeof n);
+    put(out, a.name.data(), n);
+  }
+  return out;
+}
+
+// The inverse; `shift` moves every time onto the receiving process's clock.
+// The bytes come from a peer running this same binary; sizes are still checked.
+Recorder::Snapshot unpack_records(const char* p, size_t size, int64_t shift, int from) {
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n) {
+    if (n > size - at)
+      throw RunError("rank " + std::to_string(from) + "'s records are truncated (" +
+                     std::to_string(size) + " bytes)");
+    std::memcpy(dst, p + at, n);
+    at += n;
+  };
+  uint64_t spans = 0, allocs = 0;
+  take(&spans, sizeof spans);
+  take(&allocs, sizeof allocs);
+  if (spans > size / sizeof(Span) || allocs > size)
+    throw RunError("rank " + std::to_string(from) + "'s records are malformed");
+  Recorder::Snapshot snap;
+  snap.spans.resize(spans);
+  take(snap.spans.data(), sizeof(Span) * spans);
+  for (Span& s : snap.spans) {
+    s.t_begin_ns += shift;
+    s.t_end_ns += shift;
+  }
+  snap.allocs.resize(allocs);
+  for (AllocEvent& a : snap.allocs) {
+    take(&a.t_ns, sizeof a.t_ns);
+    take(&a.delta_bytes, sizeof a.delta_bytes);
+    take(&a.buffer_id, sizeof a.buffer_id);
+    take(&a.category, sizeof a.category);
+    take(&a.pool, sizeof a.pool);
+    uint64_t n = 0;
+    take(&n, sizeof n);
+    if (n > size - at) throw RunError("rank " + std::to_string(from) + "'s records are truncated");
+    a.name.assign(p + at, n);
+    at += n;
+    a.t_ns += shift;
+  }
+  return snap;
+}
+
+}  // namespace
+
+void ProcessLink::gather_records(RunResult& result, int rank) {
+  Comm& c = *control_;
+  const std::vector<char> mine = pack_records(result.recorders[rank]->snapshot());
+  // Sizes first (an all-gather of one 8-byte value each), then the records.
+  const uint64_t size = mine.size();
+  const std::vector<char> sizes_raw = all_gather_bytes(c, &size, sizeof size);
+  std::vector<size_t> counts(world_);
+  std::vector<uint64_t> sizes(world_);
+  for (int r = 0; r < world_; ++r) {
+    std::memcpy(&sizes[r], sizes_raw.data() + static_cast<size_t>(r) * 8, 8);
+    counts[r] = words(sizes[r]);
+  }
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  std::vector<char> in(counts[rank] * 4, 0), out(total * 4);
+  std::memcpy(in.data(), mine.data(), mine.size());
+  c.all_gather(in.data(), out.data(), counts, DType::f32);
+  size_t at = 0;
+  for (int r = 0; r < world_; ++r) {
+    const size_t begin = at;
+    at += counts[r] * 4;
+    if (r == rank) continue;
+    // Peer r's clock minus rank 0's is offset[r]; this one's is offset[rank].
+    const int64_t shift = result.clock_offset_ns[rank] - result.clock_offset_ns[r];
+    const Recorder::Snapshot snap = unpack_records(out.data() + begin, sizes[r], shift, r);
+    auto rec = std::make_shared<Recorder>(r, true);
+    for (const Span& s : snap.spans) rec->add_span(s);
+    for (const AllocEvent& a : snap.allocs) rec->add_alloc(a);
+    result.recorders[r] = std::move(rec);
+  }
+}
+
 void ProcessLink::start_watchdog() {
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = false;

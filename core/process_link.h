@@ -44,6 +44,11 @@ class ProcessLink {
   void gather_shares(LossShare* row, int rank);
   // Every rank's report, from every process, into `ranks`.
   void gather_reports(std::vector<RankReport>& ranks, int rank, int steps);
+  // Every rank's spans and allocation events into result.recorders (this
+  // process's own stay; the others' placeholders are replaced), their times
+  // moved onto this process's clock with the offsets measured at rendezvous:
+  // every process ends with the whole run's record, as a threaded run does.
+  void gather_records(RunResult& result, int rank);
 
   // The watchdog: when a peer has published a failure and this rank's thread
   // has not returned within the grace period, it ends the process with one line.

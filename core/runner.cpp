@@ -269,6 +269,10 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       if (link) {
         phase = "the exchange of the ranks' reports";
         link->gather_reports(result.ranks, rank, cfg.steps);
+        if (cfg.record) {
+          phase = "the exchange of the ranks' records";
+          link->gather_records(result, rank);
+        }
       }
     } catch (const OutOfMemory& e) {
       // The allocator names the buffer and its size; the board names the rank.

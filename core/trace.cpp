@@ -197,7 +197,8 @@ json merge_traces(const std::vector<json>& traces, const std::vector<std::string
     for (const json& e : t["traceEvents"]) {
       if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || !e.contains("pid") ||
           !e["pid"].is_number_integer())
-        throw std::runtime_error("'" + name + "' is not a Shardlab trace (an event without ph/pid)");
+        throw std::runtime_error("'" + name +
+                                 "' is not a Shardlab trace (an event without ph/pid)");
       const std::string ph = e["ph"].get<std::string>();
       if (ph == "s" || ph == "f") continue;  // rebuilt below, across files
       mine.insert(e["pid"].get<int>());

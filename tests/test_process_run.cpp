@@ -77,9 +77,14 @@ TEST_CASE("ranks meeting through a store end with the threaded run's bits", "[pr
       if (r > 0) CHECK(procs[r].clock_rtt_ns[r] > 0);
       // One clock on one host: the offset is within the round trip.
       CHECK(std::abs(procs[r].clock_offset_ns[r]) <= procs[r].clock_rtt_ns[r] + 1000000);
-      // Only this process's recorder recorded.
-      for (int q = 0; q < cfg.world; ++q)
-        CHECK((procs[r].recorders[q]->span_count() > 0) == (q == r));
+      // Each process recorded its own rank and received the others' records.
+      for (int q = 0; q < cfg.world; ++q) {
+        CHECK(procs[r].recorders[q]->span_count() == procs[q].recorders[q]->span_count());
+        // All but the frees of the rank's teardown, which come after the exchange.
+        const size_t got = procs[r].recorders[q]->snapshot().allocs.size();
+        CHECK(got > 0);
+        CHECK(got <= procs[q].recorders[q]->snapshot().allocs.size());
+      }
     }
     // Each process's own trace, merged: the same spans and arrows as one
     // trace of all ranks (the arrows cross files).
