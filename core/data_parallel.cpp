@@ -74,6 +74,20 @@ ShardedStates::ShardedStates(RankEnv& env, const std::vector<float>& init, const
     }
 }
 
+RankState ShardedStates::rank_state(MixedPrecision* precision) {
+  RankState st;
+  st.optimizer = optimizer_.get();
+  st.precision = precision;
+  for (const FlatGroup& g : groups_) {
+    const size_t begin = g.plan.begin(env_.rank);
+    st.offset.push_back(g.offset + std::min(begin, g.numel()));
+    st.count.push_back(begin >= g.numel() ? 0 : std::min(g.plan.shard, g.numel() - begin));
+    st.weight.push_back(&params_[g.index]);
+    st.weight_at.push_back(spec_.params == Keep::whole ? begin : 0);
+  }
+  return st;
+}
+
 void* ShardedStates::param_shard(int g) {
   return spec_.params == Keep::whole ? at(params_[g], groups_[g].plan.begin(env_.rank))
                                      : params_[g].raw();

@@ -69,6 +69,8 @@ class ShardedStates {
 
   const std::vector<FlatGroup>& groups() const { return groups_; }
   Optimizer& optimizer() { return *optimizer_; }
+  // This rank's shards as a checkpoint sees them (strategy.h).
+  RankState rank_state(MixedPrecision* precision);
   // Group g's parameter and gradient buffers: whole or shard, as allocated.
   Tensor& params(int g) { return params_[g]; }
   Tensor& grads(int g) { return grads_[g]; }

@@ -227,6 +227,21 @@ std::vector<Optimizer::Range> LayerStack::ranges() const {
   return r;
 }
 
+RankState LayerStack::rank_state(Optimizer* optimizer, MixedPrecision* precision) {
+  RankState st;
+  st.optimizer = optimizer;
+  st.precision = precision;
+  size_t k = 0;
+  for (int l = first_; l < last_; ++l)
+    for (const ParamInfo* p : table_params(layout_, l)) {
+      st.offset.push_back(p->offset);
+      st.count.push_back(p->numel);
+      st.weight.push_back(&params_[k++]);
+      st.weight_at.push_back(0);
+    }
+  return st;
+}
+
 std::vector<float*> LayerStack::param_ptrs() {
   std::vector<float*> v;
   for (Tensor& t : params_) v.push_back(t.data<float>());

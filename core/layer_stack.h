@@ -21,6 +21,7 @@
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/recorder.h"
+#include "core/strategy.h"
 
 namespace shardlab {
 
@@ -77,6 +78,9 @@ class LayerStack {
 
   // Every parameter of the stack, in model order, for the optimizer.
   std::vector<Optimizer::Range> ranges() const;
+  // The same ranges as a checkpoint sees them (strategy.h): each parameter's
+  // offset in the flat vector and its tensor.
+  RankState rank_state(Optimizer* optimizer, MixedPrecision* precision);
   std::vector<float*> param_ptrs();
   std::vector<const float*> grad_ptrs() const;
   std::vector<float*> grad_ptrs_mut();

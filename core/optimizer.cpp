@@ -41,6 +41,14 @@ void Optimizer::read_master(size_t i, float* host_dst) const {
   read_to_host(backend(), host_dst, master_[i], 0, ranges_[i].numel);
 }
 
+void Optimizer::read_moment(size_t i, bool second, float* host_dst, size_t n) const {
+  read_to_host(backend(), host_dst, second ? exp_avg_sq_[i] : exp_avg_[i], 0, n);
+}
+
+void Optimizer::load_moment(size_t i, bool second, const float* host_src, size_t n) {
+  write_from_host(backend(), second ? exp_avg_sq_[i] : exp_avg_[i], 0, host_src, n);
+}
+
 void Optimizer::update(size_t i, float* param, const float* grad) {
   const kernels::AdamWParams h{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay};
   DeviceBackend& dev = backend();

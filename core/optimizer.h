@@ -48,6 +48,14 @@ class Optimizer {
   const std::vector<Range>& ranges() const { return ranges_; }
   int64_t steps_taken() const { return t_; }
 
+  // For checkpoints: AdamW's moments of range i (`second`: exp_avg_sq, else
+  // exp_avg), `n` values from element 0, to or from fp32 host memory; and the
+  // step count AdamW's bias correction reads. SGD has no moments.
+  bool has_moments() const { return !exp_avg_.empty(); }
+  void read_moment(size_t i, bool second, float* host_dst, size_t n) const;
+  void load_moment(size_t i, bool second, const float* host_src, size_t n);
+  void set_steps_taken(int64_t t) { t_ = t; }
+
  private:
   void update(size_t i, float* param, const float* grad);
 

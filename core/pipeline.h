@@ -88,6 +88,8 @@ class PipelineStage {
   PipelineStage(RankEnv& env, const std::vector<float>& init);
 
   const StageTopology& topology() const { return topo_; }
+  // This stage's parameters and optimizer as a checkpoint sees them (fp32 only).
+  RankState rank_state() { return layers_->rank_state(optimizer_.get(), nullptr); }
   int micro_batches() const { return micro_batches_; }
 
   void begin_step(int step);  // zeroes the gradients of the flush

@@ -76,6 +76,19 @@ class LossScaler {
   int64_t skipped_steps() const { return skipped_; }
   // After a step's gradients are known: true to apply the update, false to skip it.
   bool update(bool found_overflow);
+  // What a checkpoint keeps of it, so a resumed fp16 run scales as the
+  // uninterrupted one would.
+  struct State {
+    float scale = 1.0f;
+    int good_steps = 0;
+    int64_t skipped = 0;
+  };
+  State state() const { return {scale_, good_steps_, skipped_}; }
+  void restore(const State& s) {
+    scale_ = s.scale;
+    good_steps_ = s.good_steps;
+    skipped_ = s.skipped;
+  }
 
  private:
   bool dynamic_ = false;
@@ -97,6 +110,7 @@ class MixedPrecision {
   bool mixed() const { return dtype_ != DType::f32; }
   size_t bytes() const { return dtype_size(dtype_); }
   const LossScaler& scaler() const { return scaler_; }
+  LossScaler& scaler() { return scaler_; }
 
   // MSELoss (mean over `divisor` values) of pred[n] (stored in dtype()) against
   // target (fp32); writes dpred[n] (dtype()), the gradient times the loss scale.

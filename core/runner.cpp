@@ -18,6 +18,7 @@
 #include "core/process_link.h"
 #include "core/staging_comm.h"
 #include "core/strategy.h"
+#include "core/train_checkpoint.h"
 #include "kernels/cpu.h"
 
 namespace shardlab {
@@ -116,9 +117,17 @@ void check_process_run(const RunConfig& cfg, const ProcessContext& process) {
 }
 
 RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
-                   const RunCallbacks& callbacks, const ProcessContext* process) {
+                   const RunCallbacks& callbacks, const ProcessContext* process,
+                   const Checkpointing& ckpt) {
   validate(cfg);
   if (process) check_process_run(cfg, *process);
+  const ResumeState* resume = ckpt.resume;
+  if (ckpt.every > 0 || resume) check_checkpointable(cfg);
+  if (resume) {
+    check_resume(cfg, *resume);
+    initial = &resume->weights;
+  }
+  const int first_step = resume ? resume->steps_done : 0;
   // Before anything is allocated: a run that cannot fit is refused in one line
   // now, rather than failing minutes later (the caller holds `initial` already).
   check_memory(cfg, RunOutputs{.caller_holds_init = initial != nullptr});
@@ -214,12 +223,17 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       strategy = info.make();
       phase = "setup";
       strategy->setup(env, init);
+      if (resume) {
+        const RankState state = strategy->rank_state();
+        if (state.empty()) throw RunError(cfg.strategy + " cannot resume from a checkpoint");
+        restore_rank_state(state, *resume);
+      }
       auto sent_so_far = [&] {
         return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
       };
       const int64_t sent_before = sent_so_far();
       RankReport& report = result.ranks[rank];
-      for (int s = 0; s < cfg.steps; ++s) {
+      for (int s = first_step; s < cfg.steps; ++s) {
         phase = "step " + std::to_string(s);
         rec->set_step(s);
         if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
@@ -259,8 +273,33 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
           }
           if (callbacks.on_step) callbacks.on_step(s, loss);
         }
+        if (ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
+          phase = "the checkpoint after step " + std::to_string(s + 1);
+          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), *device);
+          // Every rank has saved (and written its loss share) before rank 0
+          // makes the checkpoint count.
+          if (comm) comm->barrier();
+          if (rank == 0) {
+            std::vector<double> losses(static_cast<size_t>(s) + 1);
+            for (int k = 0; k <= s; ++k) {
+              if (k < first_step) {
+                losses[k] = resume->losses[k];
+                continue;
+              }
+              double sum = 0;
+              int64_t count = 0;
+              for (int r = 0; r < world; ++r) {
+                sum += shares[static_cast<size_t>(k) * world + r].sum;
+                count += shares[static_cast<size_t>(k) * world + r].count;
+              }
+              losses[k] = count ? sum / count : 0.0;
+            }
+            commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses);
+          }
+        }
       }
-      report.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / cfg.steps;
+      report.bytes_sent_per_step =
+          static_cast<double>(sent_so_far() - sent_before) / (cfg.steps - first_step);
       report.memory = alloc.stats();
       rec->set_step(-1);
       phase = "export of the final weights";
@@ -268,7 +307,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       if (rank == 0) result.final_params = std::move(params);
       if (link) {
         phase = "the exchange of the ranks' reports";
-        link->gather_reports(result.ranks, rank, cfg.steps);
+        link->gather_reports(result.ranks, rank, cfg.steps - first_step);
         if (cfg.record) {
           phase = "the exchange of the ranks' records";
           link->gather_records(result, rank);
@@ -321,19 +360,20 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   }
   if (group.failures().any()) throw RunError(group.failures().summary());
 
+  // A resumed run: the steps before the checkpoint have its losses and no times.
   result.losses.resize(cfg.steps);
-  result.step_ms.resize(cfg.steps);
-  for (int s = 0; s < cfg.steps; ++s) {
+  for (int s = 0; s < first_step; ++s) result.losses[s] = resume->losses[s];
+  for (int s = first_step; s < cfg.steps; ++s) {
     double sum = 0;
     int64_t count = 0;
     double slowest = 0;
     for (int r = 0; r < world; ++r) {
       sum += shares[static_cast<size_t>(s) * world + r].sum;
       count += shares[static_cast<size_t>(s) * world + r].count;
-      slowest = std::max(slowest, result.ranks[r].step_ms[s]);
+      slowest = std::max(slowest, result.ranks[r].step_ms[s - first_step]);
     }
     result.losses[s] = count ? sum / count : 0.0;
-    result.step_ms[s] = slowest;
+    result.step_ms.push_back(slowest);
   }
   result.median_step_ms = median(result.step_ms);
   return result;
@@ -343,12 +383,18 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
 
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks) {
-  return run_impl(cfg, initial, callbacks, nullptr);
+  return run_impl(cfg, initial, callbacks, nullptr, {});
 }
 
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks, const ProcessContext& process) {
-  return run_impl(cfg, initial, callbacks, &process);
+  return run_impl(cfg, initial, callbacks, &process, {});
+}
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks, const ProcessContext* process,
+                       const Checkpointing& checkpoints) {
+  return run_impl(cfg, initial, callbacks, process, checkpoints);
 }
 
 }  // namespace shardlab

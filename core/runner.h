@@ -123,6 +123,17 @@ struct ProcessContext {
   std::chrono::milliseconds watchdog_grace{2000};
 };
 
+struct ResumeState;  // core/train_checkpoint.h
+
+// Periodic checkpoints and resuming from one (core/train_checkpoint.h).
+struct Checkpointing {
+  int every = 0;    // save after every `every` steps (0: never)
+  std::string dir;  // where (--checkpoint-dir)
+  // Start from this checkpoint instead of step 0: its weights are the initial
+  // values, its optimizer state is restored after setup.
+  const ResumeState* resume = nullptr;
+};
+
 // Validates, checks the run fits in memory (check_memory, memory_estimate.h:
 // MemoryRefused unless cfg.force), then runs. init_params (flat, model order)
 // replaces the seeded init when given. Throws ConfigError for bad settings,
@@ -134,5 +145,9 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial =
 // controller hands the devices work through memory: one process by nature).
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks, const ProcessContext& process);
+// Either form (`process` null: threads), with checkpoints.
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks, const ProcessContext* process,
+                       const Checkpointing& checkpoints);
 
 }  // namespace shardlab

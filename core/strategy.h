@@ -60,6 +60,25 @@ struct LossShare {
   int64_t count = 0;
 };
 
+class Optimizer;
+class MixedPrecision;
+
+// What a checkpoint saves of one rank, as the rank holds it: each range of its
+// optimizer sits at `offset` in the model's flat parameters with `count` real
+// values (a shard's padding after them is not saved); the rank's fp32 weights
+// for it are `weight` from element `weight_at` (unused in mixed precision,
+// where the optimizer's fp32 masters are the weights). Ranges held by more than
+// one rank (ddp's replicas, a pipeline's tied copy) are saved by each: a
+// resume checks they agree. `precision` carries the fp16 loss scaler.
+struct RankState {
+  Optimizer* optimizer = nullptr;
+  MixedPrecision* precision = nullptr;
+  std::vector<size_t> offset, count;
+  std::vector<const Tensor*> weight;
+  std::vector<size_t> weight_at;
+  bool empty() const { return optimizer == nullptr; }
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -71,6 +90,9 @@ class Strategy {
   // Bytes this rank has sent so far outside its communicator (dp's device
   // copies); the runner adds them to the communicator's count.
   virtual int64_t bytes_sent_outside_comm() const { return 0; }
+  // For --checkpoint-every and --resume (core/train_checkpoint.h); empty when
+  // the strategy cannot be checkpointed.
+  virtual RankState rank_state() { return {}; }
 };
 
 // What a strategy is, for the reports and views that treat strategies alike.

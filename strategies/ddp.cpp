@@ -133,6 +133,7 @@ class Ddp final : public Strategy {
     return {loss.value * batch.rows, batch.rows};
   }
 
+  RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
     if (env_->rank != 0) return {};
     std::vector<float> flat(env_->layout.total());

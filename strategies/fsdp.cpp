@@ -138,6 +138,7 @@ class Fsdp final : public Strategy {
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }
+  RankState rank_state() override { return states_->rank_state(mp_.get()); }
 
  private:
   // Starts assembling unit u from every rank's shard (staging it on the device first with

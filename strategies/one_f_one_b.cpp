@@ -64,6 +64,7 @@ class OneFOneB final : public Strategy {
   }
 
   std::vector<float> export_params() override { return stage_->export_params(); }
+  RankState rank_state() override { return stage_->rank_state(); }
 
  private:
   std::unique_ptr<PipelineStage> stage_;

@@ -43,6 +43,7 @@ class Single final : public Strategy {
     return {loss.value * B, B};
   }
 
+  RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
     std::vector<float> flat(env_->layout.state_total());  // + BatchNorm buffers under +bn
     model_->copy_params_to(flat);

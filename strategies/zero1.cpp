@@ -108,6 +108,7 @@ class Zero1 final : public Strategy {
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }
+  RankState rank_state() override { return states_->rank_state(mp_.get()); }
 
  private:
   RankEnv* env_ = nullptr;

@@ -109,6 +109,7 @@ class Zero2 final : public Strategy {
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }
+  RankState rank_state() override { return states_->rank_state(mp_.get()); }
 
  private:
   RankEnv* env_ = nullptr;

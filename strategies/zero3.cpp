@@ -127,6 +127,7 @@ class Zero3 final : public Strategy {
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }
+  RankState rank_state() override { return states_->rank_state(mp_.get()); }
 
  private:
   // Starts assembling layer l from every rank's shard.
