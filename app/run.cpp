@@ -18,6 +18,7 @@
 #include "core/runner.h"
 #include "core/strategy.h"
 #include "core/trace.h"
+#include "core/train_checkpoint.h"
 
 namespace shardlab::app {
 
@@ -73,6 +74,14 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
                       NaN or Inf are refused, naming the tensor)
   --allow-nonfinite   with --init-from: load NaN/Inf weights anyway
   --save-data PATH    write the batches used: x, y as [steps, batch, D]
+  --checkpoint-every K  save a checkpoint after every K steps into --checkpoint-dir DIR:
+                      each rank its own shards of the weights and of AdamW's moments, then
+                      a manifest (DIR/step-N/); a checkpoint without its manifest never loads
+  --checkpoint-dir DIR  where --checkpoint-every saves
+  --resume DIR        continue from the newest complete checkpoint in DIR (the same model,
+                      data, seed, batch and optimizer; --steps counts from the start): the
+                      final weights equal an uninterrupted run's bit for bit on the same
+                      world, strategy and precision; another world or strategy re-shards
   --json              print the summary as one JSON object
   --force             run even when the memory check says the run will not fit (the check
                       estimates every rank's peak from what its strategy allocates and
@@ -135,8 +144,45 @@ std::vector<Recorder::Snapshot> snapshots(const RunResult& r) {
 
 }  // namespace
 
+namespace {
+
+std::set<std::string> run_command_options() {
+  std::set<std::string> o = run_options();
+  o.insert({"checkpoint-every", "checkpoint-dir", "resume"});
+  return o;
+}
+
+// --checkpoint-every/--checkpoint-dir/--resume, checked before the run.
+Checkpointing checkpointing_from(const Args& a) {
+  Checkpointing ck;
+  if (a.has("checkpoint-every") && !a.has("checkpoint-dir"))
+    throw ConfigError("--checkpoint-every needs --checkpoint-dir DIR (where to save)");
+  if (a.has("checkpoint-dir") && !a.has("checkpoint-every"))
+    throw ConfigError("--checkpoint-dir needs --checkpoint-every K (how often to save)");
+  if (a.has("checkpoint-every")) {
+    ck.every = a.integer("checkpoint-every", 0, "1 or more");
+    if (ck.every < 1)
+      throw ConfigError("--checkpoint-every " + std::to_string(ck.every) +
+                        " is invalid (valid: 1 or more)");
+    ck.dir = *a.get("checkpoint-dir");
+    std::error_code ec;
+    if (std::filesystem::exists(ck.dir, ec) && !std::filesystem::is_directory(ck.dir, ec))
+      throw ConfigError("--checkpoint-dir '" + ck.dir +
+                        "' is not a directory (valid: a directory, created when missing)");
+    std::filesystem::create_directories(ck.dir, ec);
+    if (ec)
+      throw ConfigError("--checkpoint-dir '" + ck.dir + "': cannot create it: " + ec.message());
+  }
+  if (a.has("resume") && a.has("init-from"))
+    throw ConfigError(
+        "--resume and --init-from both name the starting weights (valid: one of them)");
+  return ck;
+}
+
+}  // namespace
+
 int cmd_run(int argc, char** argv) {
-  const Args a(argc, argv, "run", run_options(), run_flags());
+  const Args a(argc, argv, "run", run_command_options(), run_flags());
   if (a.help()) {
     std::printf(kRunHelp, strategy_names().c_str());
     return 0;
@@ -172,11 +218,21 @@ int cmd_run(int argc, char** argv) {
   outputs.json = a.has("json");
   check_memory(cfg, outputs);
 
+  Checkpointing ck = checkpointing_from(a);
+  if (ck.every > 0) check_checkpointable(cfg);
+  ResumeState resume;
   std::vector<float> init;
-  if (auto p = a.get("init-from"))
+  if (auto p = a.get("resume")) {
+    check_checkpointable(cfg);
+    resume = load_checkpoint(*p, layout);
+    check_resume(cfg, resume);
+    ck.resume = &resume;
+    init = resume.weights;
+  } else if (auto p = a.get("init-from")) {
     init = load_params(*p, layout, a.has("allow-nonfinite"));
-  else
+  } else {
     init = init_params(layout, cfg.seed);
+  }
   if (auto p = a.get("save-init")) save_params(*p, layout, init);
   if (auto p = a.get("save-data"))
     save_data(*p, layout, *layout.family().dataset(layout, cfg.seed, cfg), cfg.steps, cfg.batch);
@@ -200,7 +256,11 @@ int cmd_run(int argc, char** argv) {
     last = now;
     std::fprintf(stderr, "  step %d/%d  loss %.6g\n", step + 1, cfg.steps, loss);
   };
-  const RunResult r = run_training(cfg, &init, cb);
+  if (ck.resume && !json)
+    std::printf("  resuming from %s after step %d\n", resume.path.c_str(), resume.steps_done);
+  const RunResult r = run_training(cfg, ck.resume ? nullptr : &init, cb, nullptr, ck);
+  if (ck.every > 0 && !json)
+    std::printf("  checkpoints every %d steps in %s\n", ck.every, ck.dir.c_str());
 
   if (auto p = a.get("save-final")) save_params(*p, layout, r.final_params);
   if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(cfg));
