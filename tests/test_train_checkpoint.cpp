@@ -8,8 +8,11 @@
 
 #include "core/runner.h"
 #include "core/train_checkpoint.h"
+#include "tests/test_util.h"
 
 using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::run_cli;
 namespace fs = std::filesystem;
 
 namespace {
@@ -137,4 +140,37 @@ TEST_CASE("a checkpoint counts only when complete; bad ones are named", "[checkp
   RunConfig bn = cfg;
   bn.model = "mlp:4x32+bn";
   CHECK_THROWS_WITH(check_checkpointable(bn), Catch::Contains("BatchNorm"));
+}
+
+TEST_CASE("the command line: --checkpoint-every, --resume, and what they refuse", "[checkpoint]") {
+  const fs::path dir = fresh_dir("cli");
+  fs::create_directories(dir);
+  const std::string common = " --model mlp:4x32 --strategy fsdp --world 2 --batch 16 ";
+  const std::string ck = (dir / "ck").string(), full = (dir / "full.st").string(),
+                    res = (dir / "res.st").string();
+  REQUIRE(run_cli("run" + common + "--steps 6 --save-final " + full).code == 0);
+  REQUIRE(run_cli("run" + common + "--steps 4 --checkpoint-every 2 --checkpoint-dir " + ck).code ==
+          0);
+  const CliResult r = run_cli("run" + common + "--steps 6 --resume " + ck + " --save-final " + res);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("resuming from"));
+  auto bytes = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  CHECK(bytes(full) == bytes(res));  // the same file, byte for byte
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--checkpoint-every 2", "--checkpoint-every needs --checkpoint-dir"},
+           {"--checkpoint-dir " + ck, "--checkpoint-dir needs --checkpoint-every"},
+           {"--checkpoint-every -1 --checkpoint-dir " + ck, "valid: 1 or more"},
+           {"--checkpoint-every 1 --checkpoint-dir " + full, "is not a directory"},
+           {"--resume " + ck + " --init-from " + full, "--resume and --init-from"},
+           {"--resume " + (dir / "none").string(), "not a directory"},
+       }) {
+    const CliResult bad = run_cli("run" + common + "--steps 6 " + args);
+    INFO(args);
+    CHECK(bad.code == 2);
+    CHECK_THAT(bad.out, Catch::Contains(message));
+  }
+  fs::remove_all(dir);
 }
