@@ -191,10 +191,13 @@ TEST_CASE("every subcommand refuses stray words and unknown options", "[options]
                                              "lesson list",
                                              "lesson show ranks",
                                              "lesson run ranks"};
+  // Commands whose positional words are file names: only unknown options are stray.
+  const std::vector<std::string> takes_files = {"trace merge"};
   // Every command `shardlab --help` names is covered.
   for (const std::string& c : commands_in_help()) {
     bool covered = false;
     for (const std::string& typed : commands) covered |= typed.rfind(c, 0) == 0;
+    for (const std::string& typed : takes_files) covered |= typed.rfind(c, 0) == 0;
     INFO(c);
     CHECK(covered);
   }
@@ -207,6 +210,11 @@ TEST_CASE("every subcommand refuses stray words and unknown options", "[options]
     expect_refused(c + " --bogus", "unknown option '--bogus'");
     expect_refused(c + " --bogus=1", "unknown option '--bogus=1'");
   }
+  for (const std::string& c : takes_files) {
+    expect_refused(c + " --bogus", "unknown option '--bogus'");
+    expect_refused(c + " --bogus=1", "unknown option '--bogus=1'");
+  }
+  expect_refused("trace extra", "'shardlab trace' takes 'merge', not 'extra'");
   expect_refused("lesson run --all ranks", "--all runs every step of every lesson");
   expect_refused("lesson check --bogus", "unknown option '--bogus'");
   expect_refused("bench --bogus", "unknown benchmark '--bogus'");
