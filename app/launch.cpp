@@ -113,6 +113,9 @@ class SignalScope {
     g_signal_count = 0;
     struct sigaction sa {};
     sa.sa_handler = on_signal;
+    // Restart what can be restarted (library calls that do not expect EINTR); poll() is
+    // never restarted, and the wake pipe covers a signal arriving just before it.
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
     // Writing to a closed stdout (`| head`) must fail with EPIPE, not kill the launcher
@@ -447,7 +450,9 @@ void Attempt::start_all() {
   for (int local = 0; local < o_.nproc; ++local) {
     const int rank = o_.node_rank * o_.nproc + local;
     SpawnPlan plan;
-    plan.exe = exe;
+    // This very binary, even if a rebuild has replaced the file since the launcher started:
+    // in the forked child /proc/self/exe still names the launcher's own image.
+    plan.exe = "/proc/self/exe";
     plan.args.push_back(exe);
     plan.args.insert(plan.args.end(), o_.command.begin(), o_.command.end());
     plan.env = base;

@@ -262,7 +262,10 @@ ProcessEnv from_slurm(const EnvLookup& get) {
     r.fail(world_name + "=" + std::to_string(e.world) + " is not a multiple of " + nnodes_name +
            "=" + std::to_string(e.nnodes) + " and SLURM_STEP_TASKS_PER_NODE is not set");
   }
-  check_below(r, "SLURM_LOCALID", e.local_rank, "the node's task count", e.local_world);
+  if (e.local_rank >= e.local_world)
+    r.fail("SLURM_LOCALID=" + std::to_string(e.local_rank) + " is not below " +
+           std::to_string(e.local_world) + ", this node's task count (" +
+           (tpn ? tpn_name + "=" + *tpn : world_name + " / " + nnodes_name) + ")");
   std::string host;
   if (e.nnodes > 1) {
     auto list = r.str("SLURM_STEP_NODELIST");

@@ -190,7 +190,8 @@ TEST_CASE("every subcommand refuses stray words and unknown options", "[options]
                                              "bench strategies",
                                              "lesson list",
                                              "lesson show ranks",
-                                             "lesson run ranks"};
+                                             "lesson run ranks",
+                                             "launch"};
   // Every command `shardlab --help` names is covered.
   for (const std::string& c : commands_in_help()) {
     bool covered = false;
