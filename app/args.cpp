@@ -58,6 +58,14 @@ std::string example_value(const std::string& key) {
       {"lesson", "zero"},
       {"lesson-step", "2"},
       {"compare-show", "memory"},
+      {"nproc-per-node", "4"},
+      {"nnodes", "2"},
+      {"node-rank", "0"},
+      {"master-addr", "127.0.0.1"},
+      {"master-port", "29500"},
+      {"max-restarts", "3"},
+      {"monitor-interval-ms", "100"},
+      {"run-id", "job42"},
   };
   auto it = kExamples.find(key);
   return it == kExamples.end() ? "" : it->second;

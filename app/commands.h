@@ -16,8 +16,12 @@ int cmd_bench(int argc, char** argv);         // `shardlab bench comm|step ...`
 int bench_step(int argc, char** argv);        // argv[0] == "step"
 int bench_strategies(int argc, char** argv);  // argv[0] == "strategies"
 int cmd_estimate(int argc, char** argv);
-int cmd_sample(int argc, char** argv);
-int cmd_trace(int argc, char** argv);   // `shardlab trace merge` (app/trace_cmd.cpp)  // `shardlab sample --from CHECKPOINT` (app/sample.cpp)
+int cmd_sample(int argc, char** argv);  // `shardlab sample --from CHECKPOINT` (app/sample.cpp)
+int cmd_trace(int argc, char** argv);   // `shardlab trace merge` (app/trace_cmd.cpp)
+// `shardlab launch ... -- COMMAND`: one process per rank (app/launch.cpp).
+int cmd_launch(int argc, char** argv);
+// Hidden: prints what detect_process_env() sees and misbehaves on request (app/launch_probe.cpp).
+int cmd_launch_probe(int argc, char** argv);
 int cmd_lesson(int argc,
                char** argv);  // `shardlab lesson list|show|run|check` (app/lesson_cmd.cpp)  //
                               // predicted model-state memory and traffic (ZeRO paper)

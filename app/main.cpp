@@ -1,6 +1,7 @@
 // `shardlab` command line: dispatches to the subcommands and turns errors into
 // one line and an exit code (2 for bad input, 1 for a failed run).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -31,6 +32,8 @@ commands:
   bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times,
            'shardlab bench strategies' every strategy on one device (e.g. --device cuda)
   devices  the devices this build can use: the CPU, and GPUs when built with CUDA
+  launch   one process per rank: 'shardlab launch --nproc-per-node N -- run ...'
+           (see 'shardlab launch --help'; torchrun and mpirun work too)
 
 strategies: %s
 )";
@@ -68,9 +71,12 @@ int dispatch(int argc, char** argv) {
   if (sub == "sample") return shardlab::app::cmd_sample(argc, argv);
   if (sub == "trace") return shardlab::app::cmd_trace(argc, argv);
   if (sub == "devices") return cmd_devices(argc, argv);
-  throw shardlab::ConfigError("unknown command '" + sub +
-                              "' (valid: demo, run, gui, lesson, estimate, sample, trace, bench, devices; see "
-                              "'shardlab --help')");
+  if (sub == "launch") return shardlab::app::cmd_launch(argc, argv);
+  if (sub == "launch-probe") return shardlab::app::cmd_launch_probe(argc, argv);  // tests only
+  throw shardlab::ConfigError(
+      "unknown command '" + sub +
+      "' (valid: demo, run, gui, lesson, estimate, sample, trace, bench, devices, launch; see "
+      "'shardlab --help')");
 }
 
 }  // namespace
@@ -78,6 +84,10 @@ int dispatch(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     shardlab::register_builtin_strategies();
+    // A rank under a launcher writes into a pipe, which stdio buffers fully: its lines
+    // would reach the launcher's console only at exit, or cut mid-line.
+    if (std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID"))
+      std::setvbuf(stdout, nullptr, _IOLBF, 0);
     if (argc < 2) return shardlab::app::cmd_demo(1, argv);
     const std::string sub = argv[1];
     if (sub == "--help" || sub == "-h" || sub == "help") {

@@ -190,7 +190,8 @@ TEST_CASE("every subcommand refuses stray words and unknown options", "[options]
                                              "bench strategies",
                                              "lesson list",
                                              "lesson show ranks",
-                                             "lesson run ranks"};
+                                             "lesson run ranks",
+                                             "launch"};
   // Commands whose positional words are file names: only unknown options are stray.
   const std::vector<std::string> takes_files = {"trace merge"};
   // Every command `shardlab --help` names is covered.
