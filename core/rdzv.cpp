@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "core/comm.h"
-#include "core/comm_common.h"
 #include "core/config.h"
 #include "core/tcp_store.h"
 
@@ -91,7 +90,9 @@ std::string clean(std::string msg) {
     const size_t close = msg.find("] ");
     if (close != std::string::npos) msg.erase(0, close + 2);
   }
-  return one_line(std::move(msg));
+  std::replace(msg.begin(), msg.end(), '\n', ' ');
+  while (!msg.empty() && msg.back() == ' ') msg.pop_back();
+  return msg;
 }
 
 // Marker file names: keys may hold any byte, file names may not hold '/'.
