@@ -715,7 +715,8 @@ TEST_CASE("parse_rdzv names the bad value and the valid forms", "[store]") {
 // 4 ranks through each store kind, then a real Gloo all-reduce
 
 TEST_CASE("4 ranks rendezvous through a file store", "[store]") {
-  const std::string dir = tmp_dir("file") + "/not/yet/there";
+  const std::string root = tmp_dir("file");
+  const std::string dir = root + "/not/yet/there";
   std::vector<std::vector<float>> sums;
   std::vector<std::string> keys;
   auto errors = rendezvous_allreduce(
@@ -753,7 +754,7 @@ TEST_CASE("4 ranks rendezvous through a file store", "[store]") {
       },
       sums);
   check_sums(4, errors, sums);
-  std::filesystem::remove_all(std::filesystem::path(dir).parent_path().parent_path());
+  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("4 ranks rendezvous through env:// and tcp:// (rank 0 hosts the store)", "[store]") {
