@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/check_store.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/tcp_store.h"
@@ -142,9 +143,9 @@ std::string glob_escape(const std::string& s) {
 // marker file named after the key (FileStore names its files by a hash of the key, so the
 // directory alone cannot say which keys exist). The marker is written after the key, so a
 // listed key can always be read.
-class RunStore final : public gloo::rendezvous::Store {
+class RunStore final : public CheckStore {
  public:
-  RunStore(gloo::rendezvous::Store& inner, std::string where, std::string marker_dir)
+  RunStore(CheckStore& inner, std::string where, std::string marker_dir)
       : inner_(inner), where_(std::move(where)), marker_dir_(std::move(marker_dir)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
@@ -166,6 +167,11 @@ class RunStore final : public gloo::rendezvous::Store {
     guard([&] { out = inner_.get(key); });
     return out;
   }
+  bool check(const std::vector<std::string>& keys) override {
+    bool ready = false;
+    guard([&] { ready = inner_.check(keys); });
+    return ready;
+  }
   void wait(const std::vector<std::string>& keys) override {
     guard([&] { inner_.wait(keys); });
   }
@@ -186,7 +192,7 @@ class RunStore final : public gloo::rendezvous::Store {
     }
   }
 
-  gloo::rendezvous::Store& inner_;
+  CheckStore& inner_;
   const std::string where_;
   const std::string marker_dir_;
 };
@@ -226,8 +232,9 @@ struct RdzvStore::Impl {
   bool agent_store = false;
   std::string marker_dir;  // file only
   std::unique_ptr<TcpStoreServer> server;
-  std::unique_ptr<gloo::rendezvous::Store> base;
-  std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed;
+  std::unique_ptr<CheckStore> raw;   // redis: the one hiredis context, behind `base`'s lock
+  std::unique_ptr<CheckStore> base;
+  std::unique_ptr<CheckStore> prefixed;
   std::unique_ptr<RunStore> top;
 };
 
@@ -251,7 +258,7 @@ RdzvStore::RdzvStore(const RdzvSpec& spec, int rank, const std::string& master_a
         throw CommError("rendezvous directory " + spec.path +
                         " cannot be created: " + ec.message());
       try {
-        I.base = std::make_unique<gloo::rendezvous::FileStore>(spec.path);
+        I.base = make_file_store(spec.path);
       } catch (const std::exception& e) {
         throw CommError("rendezvous directory " + spec.path + ": " + clean(e.what()));
       }
@@ -275,7 +282,8 @@ RdzvStore::RdzvStore(const RdzvSpec& spec, int rank, const std::string& master_a
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       try {
-        I.base = std::make_unique<gloo::rendezvous::RedisStore>(I.host, I.port);
+        I.raw = make_redis_store(I.host, I.port);
+        I.base = make_locked_store(*I.raw);
       } catch (const std::exception& e) {
         throw CommError("cannot reach redis at " + I.host + ":" + std::to_string(I.port) + ": " +
                         clean(e.what()));
@@ -294,13 +302,13 @@ RdzvStore::RdzvStore(const RdzvSpec& spec, int rank, const std::string& master_a
       break;
     }
   }
-  I.prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(I.prefix, *I.base);
+  I.prefixed = make_prefix_store(I.prefix, *I.base);
   I.top = std::make_unique<RunStore>(*I.prefixed, describe(), I.marker_dir);
 }
 
 RdzvStore::~RdzvStore() = default;
 
-gloo::rendezvous::Store& RdzvStore::store() {
+CheckStore& RdzvStore::store() {
   return *impl_->top;
 }
 

@@ -6,9 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace gloo::rendezvous {
-class Store;
-}
+#include "core/check_store.h"
 
 namespace shardlab {
 
@@ -43,8 +41,9 @@ class RdzvStore {
   RdzvStore(const RdzvStore&) = delete;
   RdzvStore& operator=(const RdzvStore&) = delete;
 
-  // The run's store, keys already prefixed; give it to connectFullMesh.
-  gloo::rendezvous::Store& store();
+  // The run's store, keys already prefixed; give it to connectFullMesh and to the process
+  // link (which polls it with check()).
+  CheckStore& store();
   // "file:///tmp/x", "redis://127.0.0.1:6379", "env://127.0.0.1:29500 (hosted by rank 0)",
   // "env://127.0.0.1:29500 (torchrun's agent store)".
   std::string describe() const;

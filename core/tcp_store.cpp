@@ -13,6 +13,8 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include "core/check_store.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -780,15 +782,29 @@ bool TcpStore::delete_key(const std::string& key) {
 // Gloo adapter
 
 namespace {
-class GlooTcpStore final : public gloo::rendezvous::Store {
+// Waits poll check() rather than send WAIT: a WAIT holds the client's connection (and its
+// lock) until the keys arrive, which would stall the watchdog's checks on the same client.
+class GlooTcpStore final : public CheckStore {
  public:
   explicit GlooTcpStore(std::shared_ptr<TcpStore> c) : c_(std::move(c)) {}
   void set(const std::string& key, const std::vector<char>& data) override { c_->set(key, data); }
-  std::vector<char> get(const std::string& key) override { return c_->get(key); }
-  void wait(const std::vector<std::string>& keys) override { c_->wait(keys, c_->timeout()); }
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, c_->timeout());
+    return c_->get(key);
+  }
+  bool check(const std::vector<std::string>& keys) override { return c_->check(keys); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, c_->timeout()); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    c_->wait(keys, timeout);
+    try {
+      CheckStore::wait(keys, timeout);
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // the poll's timeout: one line naming the store
+      std::string why = e.what();
+      if (why.rfind("rendezvous: ", 0) == 0) why.erase(0, 12);
+      throw CommError("rendezvous store at " + c_->address() + ": " + why);
+    }
   }
 
  private:
@@ -796,7 +812,7 @@ class GlooTcpStore final : public gloo::rendezvous::Store {
 };
 }  // namespace
 
-std::unique_ptr<gloo::rendezvous::Store> make_gloo_store(std::shared_ptr<TcpStore> client) {
+std::unique_ptr<CheckStore> make_gloo_store(std::shared_ptr<TcpStore> client) {
   return std::make_unique<GlooTcpStore>(std::move(client));
 }
 

@@ -10,11 +10,10 @@
 #include <thread>
 #include <vector>
 
-namespace gloo::rendezvous {
-class Store;
-}
 
 namespace shardlab {
+
+class CheckStore;  // core/check_store.h
 
 // The protocol, as torch 1.13 sends it (checked against the installed torch): one query byte,
 // then its arguments; a string or byte vector is a little-endian uint64 length and the bytes.
@@ -114,7 +113,8 @@ class TcpStore {
   int fd_ = -1;  // -1 after a timed-out WAIT: its late reply must not be read as the next one
 };
 
-// TcpStore as Gloo's rendezvous::Store (set/get/wait), for connectFullMesh. Owns the client.
-std::unique_ptr<gloo::rendezvous::Store> make_gloo_store(std::shared_ptr<TcpStore> client);
+// TcpStore as Gloo's rendezvous::Store (set/get/wait) that can also check, for connectFullMesh
+// and the process link's watchdog. Owns the client.
+std::unique_ptr<CheckStore> make_gloo_store(std::shared_ptr<TcpStore> client);
 
 }  // namespace shardlab
