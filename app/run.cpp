@@ -1,16 +1,23 @@
 // `shardlab run` (one configuration, a summary, optional trace/checkpoints)
 // and `shardlab demo` (every strategy on the default model, side by side).
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <functional>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/config_args.h"
+#include "app/process_run.h"
 #include "app/summary.h"
 #include "core/checkpoint.h"
 #include "core/cores.h"
+#include "core/launch_env.h"
 #include "core/memory_estimate.h"
 #include "core/model_family.h"
 #include "core/placement.h"
@@ -82,6 +89,14 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
                       data, seed, batch and optimizer; --steps counts from the start): the
                       final weights equal an uninterrupted run's bit for bit on the same
                       world, strategy and precision; another world or strategy re-shards
+  --rdzv URL          with one process per rank (under 'shardlab launch', torchrun, mpirun
+                      or Slurm): where the processes meet. env:// (default) is a store on
+                      MASTER_ADDR:MASTER_PORT, served by rank 0 or by torchrun's agent;
+                      file:///shared/dir is Gloo's FileStore; redis://host:port Gloo's
+                      RedisStore; tcp://host:port a store served by rank 0 there
+  --bind-host ADDR    with one process per rank: the address this rank listens on (default
+                      127.0.0.1 when MASTER_ADDR is loopback, else this host's address on
+                      the route to MASTER_ADDR)
   --json              print the summary as one JSON object
   --force             run even when the memory check says the run will not fit (the check
                       estimates every rank's peak from what its strategy allocates and
@@ -90,6 +105,17 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
 
 Options a strategy does not read are refused (exit 2), not ignored: --no-overlap
 with zero3, or --micro-batches with ddp, is an error naming who reads it.
+
+One process per rank: when a launcher has set RANK and WORLD_SIZE (or Open MPI's
+OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID/SLURM_NTASKS), this process runs that
+one rank and the world size is the launcher's. Rank 0 prints the summary and
+writes --save-*, --record and --trace (the whole run, on rank 0's clock); every
+rank also writes its own trace, --trace T.json giving T.rank<R>.json. After a
+restart (shardlab launch --max-restarts, torchrun --max-restarts) the group
+resumes from the newest complete checkpoint in --checkpoint-dir.
+  shardlab launch --nproc-per-node 4 -- run --strategy zero3
+  torchrun --no-python --nproc-per-node 2 --redirects 9:1 --tee 9:1 shardlab run
+  mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 shardlab run
 )";
 
 }  // namespace
@@ -136,6 +162,53 @@ void check_distinct_paths(const Args& a) {
   }
 }
 
+// Tests of one process per rank make a rank misbehave the way real ones do:
+// SHARDLAB_FAULT=RANK:STEP:ACTION[:ATTEMPT], ACTION one of kill (SIGKILL to
+// itself), hang (sleeps forever at the step), exit (exit code 3 mid-run); only
+// on restart ATTEMPT (default 0), so a restarted group runs clean.
+std::function<void(int, int)> fault_injection(const ProcessEnv& env) {
+  const char* text = std::getenv("SHARDLAB_FAULT");
+  if (!text || !*text) return nullptr;
+  int rank = -1, step = -1, attempt = 0;
+  char action[16] = {};
+  const int n = std::sscanf(text, "%d:%d:%15[a-z]:%d", &rank, &step, action, &attempt);
+  const std::string act = action;
+  if (n < 3 || rank < 0 || step < 0 || (act != "kill" && act != "hang" && act != "exit"))
+    throw ConfigError("SHARDLAB_FAULT '" + std::string(text) +
+                      "' is invalid (valid: RANK:STEP:kill|hang|exit[:ATTEMPT])");
+  if (rank != env.rank || attempt != env.restart) return nullptr;
+  return [step, act](int, int s) {
+    if (s != step) return;
+    std::fprintf(stderr, "SHARDLAB_FAULT: %s at step %d\n", act.c_str(), s + 1);
+    std::fflush(stderr);
+    if (act == "kill") raise(SIGKILL);
+    if (act == "exit") std::_Exit(3);
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  };
+}
+
+// "out/t.json" -> "out/t.rank3.json": the trace one process writes of its rank.
+std::string rank_trace_path(const std::string& path, int rank) {
+  const std::filesystem::path p(path);
+  const std::string ext = p.extension().string();
+  const std::string stem = ext.empty() ? path : path.substr(0, path.size() - ext.size());
+  return stem + ".rank" + std::to_string(rank) + (ext.empty() ? ".json" : ext);
+}
+
+// What a rank other than 0 says at the end: its clock against rank 0's, its peak.
+void print_process_line(const RunResult& r, const std::string& trace) {
+  const int rank = r.process_rank;
+  const auto at = [&](const std::vector<int64_t>& v) {
+    return rank >= 0 && static_cast<size_t>(rank) < v.size() ? static_cast<double>(v[rank]) / 1e3
+                                                              : 0.0;
+  };
+  std::printf("rank %d of %d done: %d steps, clock %+.1f us from rank 0's (round trip %.1f us), "
+              "peak %s%s%s\n",
+              rank, r.cfg.world, r.cfg.steps, at(r.clock_offset_ns), at(r.clock_rtt_ns),
+              human_bytes(static_cast<double>(r.ranks[rank].memory.device.peak_total)).c_str(),
+              trace.empty() ? "" : ", trace ", trace.c_str());
+}
+
 std::vector<Recorder::Snapshot> snapshots(const RunResult& r) {
   std::vector<Recorder::Snapshot> s;
   for (const auto& rec : r.recorders) s.push_back(rec->snapshot());
@@ -148,7 +221,7 @@ namespace {
 
 std::set<std::string> run_command_options() {
   std::set<std::string> o = run_options();
-  o.insert({"checkpoint-every", "checkpoint-dir", "resume"});
+  o.insert({"checkpoint-every", "checkpoint-dir", "resume", "rdzv", "bind-host"});
   return o;
 }
 
@@ -187,9 +260,29 @@ int cmd_run(int argc, char** argv) {
     std::printf(kRunHelp, strategy_names().c_str());
     return 0;
   }
-  const RunConfig cfg = config_from(a);
+  // Launched as one rank of a group (shardlab launch, torchrun, mpirun, Slurm)?
+  const ProcessEnv penv = detect_process_env();
+  RunConfig cfg = config_from(a);
+  if (penv.present) {
+    if (a.has("world") && cfg.world != penv.world)
+      throw ConfigError("--world " + std::to_string(cfg.world) + " disagrees with the " +
+                        penv.launcher + " group of " + std::to_string(penv.world) +
+                        " processes (valid: --world " + std::to_string(penv.world) +
+                        ", or leave it out)");
+    cfg.world = penv.world;
+  } else {
+    for (const char* key : {"rdzv", "bind-host"})
+      if (a.has(key))
+        throw ConfigError(std::string("--") + key +
+                          " applies to one process per rank, and no launcher started this one "
+                          "(RANK and WORLD_SIZE are unset; valid: shardlab launch, torchrun, "
+                          "mpirun or srun, or leave it out)");
+  }
+  if (auto url = a.get("rdzv")) parse_rdzv(*url);  // a bad URL before anything else
   validate(cfg, a.given());
   const ModelLayout layout = make_layout(cfg);
+  // Rank 0 of a process group speaks for the run; the other ranks print one line.
+  const bool lead = !penv.present || penv.rank == 0;
 
   // Check every output path before spending time on the run.
   check_distinct_paths(a);
@@ -220,9 +313,14 @@ int cmd_run(int argc, char** argv) {
 
   Checkpointing ck = checkpointing_from(a);
   if (ck.every > 0) check_checkpointable(cfg);
+  // A group restarted after a failure goes on from its last complete checkpoint.
+  std::optional<std::string> resume_from = a.get("resume");
+  if (!resume_from && penv.present && penv.restart > 0 && ck.every > 0 &&
+      has_complete_checkpoint(ck.dir))
+    resume_from = ck.dir;
   ResumeState resume;
   std::vector<float> init;
-  if (auto p = a.get("resume")) {
+  if (auto p = resume_from) {
     check_checkpointable(cfg);
     resume = load_checkpoint(*p, layout);
     check_resume(cfg, resume);
@@ -233,12 +331,20 @@ int cmd_run(int argc, char** argv) {
   } else {
     init = init_params(layout, cfg.seed);
   }
-  if (auto p = a.get("save-init")) save_params(*p, layout, init);
-  if (auto p = a.get("save-data"))
-    save_data(*p, layout, *layout.family().dataset(layout, cfg.seed, cfg), cfg.steps, cfg.batch);
+  if (lead) {
+    if (auto p = a.get("save-init")) save_params(*p, layout, init);
+    if (auto p = a.get("save-data"))
+      save_data(*p, layout, *layout.family().dataset(layout, cfg.seed, cfg), cfg.steps, cfg.batch);
+  }
+
+  // One process per rank: meet the others in the store before training.
+  std::unique_ptr<ProcessRun> proc;
+  if (penv.present)
+    proc = join_process_run(penv, a.str("rdzv", "env://"), a.str("bind-host", ""),
+                            cfg.timeout_ms);
 
   const bool json = a.has("json");
-  if (!json)
+  if (!json && lead)
     std::printf(
         "shardlab run: %s (%zu params), %s, world %d, batch %d, %d steps, %s lr %g, seed %llu\n",
         cfg.model.c_str(), layout.unique_total(), cfg.strategy.c_str(), cfg.world, cfg.batch,
@@ -256,12 +362,41 @@ int cmd_run(int argc, char** argv) {
     last = now;
     std::fprintf(stderr, "  step %d/%d  loss %.6g\n", step + 1, cfg.steps, loss);
   };
-  if (ck.resume && !json)
-    std::printf("  resuming from %s after step %d\n", resume.path.c_str(), resume.steps_done);
-  const RunResult r = run_training(cfg, ck.resume ? nullptr : &init, cb, nullptr, ck);
-  if (ck.every > 0 && !json)
+  if (!lead) cb.on_step = nullptr;
+  if (penv.present) cb.before_step = fault_injection(penv);
+  if (proc && !json && lead)
+    std::printf("  %d processes (%s), rendezvous %s\n", penv.world, penv.launcher.c_str(),
+                proc->rdzv.c_str());
+  if (ck.resume && !json && lead)
+    std::printf("  %sresuming from %s after step %d\n",
+                !a.has("resume") ? ("restart " + std::to_string(penv.restart) + ": ").c_str()
+                                 : "",
+                resume.path.c_str(), resume.steps_done);
+  RunResult r;
+  try {
+    r = run_training(cfg, ck.resume ? nullptr : &init, cb, proc ? &proc->context : nullptr, ck);
+  } catch (const std::exception&) {
+    // The others still read this rank's word (and, with env://, the store
+    // rank 0's process serves) to name the rank that stopped: rank 0 stays a
+    // few seconds for them before its process, and the store, end.
+    if (proc) leave_process_run(*proc, 3000);
+    throw;
+  }
+  if (proc) leave_process_run(*proc, cfg.timeout_ms);
+  if (ck.every > 0 && !json && lead)
     std::printf("  checkpoints every %d steps in %s\n", ck.every, ck.dir.c_str());
 
+  if (proc) {
+    // Every process writes its own rank's trace (what 'shardlab trace merge' joins).
+    if (auto p = a.get("trace"))
+      write_trace(rank_trace_path(*p, penv.rank), snapshots(r), r.t0_ns, trace_metadata(cfg),
+                  penv.rank);
+    if (!lead) {
+      if (!json) print_process_line(r, a.get("trace") ? rank_trace_path(*a.get("trace"), penv.rank)
+                                                      : std::string());
+      return 0;
+    }
+  }
   if (auto p = a.get("save-final")) save_params(*p, layout, r.final_params);
   if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(cfg));
   if (auto p = a.get("record")) save_recording(*p, r);
@@ -273,7 +408,12 @@ int cmd_run(int argc, char** argv) {
     std::cout << j.dump() << "\n";
   } else {
     print_summary(r);
-    if (auto p = a.get("trace")) std::printf("  trace written to %s\n", p->c_str());
+    if (auto p = a.get("trace")) {
+      if (proc)
+        std::printf("  each rank's own trace written to %s (rank 0's here)\n",
+                    rank_trace_path(*p, 0).c_str());
+      std::printf("  trace written to %s\n", p->c_str());
+    }
     if (auto p = a.get("record"))
       std::printf("  recording written to %s (open it with 'shardlab gui --open %s')\n", p->c_str(),
                   p->c_str());

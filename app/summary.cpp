@@ -85,6 +85,11 @@ nlohmann::json summary_json(const RunResult& r) {
   j["device"] = r.placement.device_name;
   j["backend"] = to_string(r.placement.comm);
   j["placement"] = r.placement.summary;
+  if (!r.clock_offset_ns.empty()) {
+    j["process_rank"] = r.process_rank;
+    j["clock_offset_ns"] = r.clock_offset_ns;
+    j["clock_rtt_ns"] = r.clock_rtt_ns;
+  }
   const int cores = cores_available();
   const std::string oversubscribed = oversubscription_line(r, cores);
   j["cores_available"] = cores;
@@ -122,6 +127,19 @@ void print_summary(const RunResult& r) {
   std::printf("  placement         %s\n", r.placement.summary.c_str());
   const std::string oversubscribed = oversubscription_line(r, cores_available());
   if (!oversubscribed.empty()) std::printf("  cores             %s\n", oversubscribed.c_str());
+  if (!r.clock_offset_ns.empty()) {
+    // Each process's clock against rank 0's, measured at rendezvous (the trace
+    // already shows every rank on rank 0's clock).
+    std::string line;
+    for (size_t i = 1; i < r.clock_offset_ns.size(); ++i) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%srank %zu %+.1f us (round trip %.1f us)", i > 1 ? ", " : "",
+                    i, static_cast<double>(r.clock_offset_ns[i]) / 1e3,
+                    i < r.clock_rtt_ns.size() ? static_cast<double>(r.clock_rtt_ns[i]) / 1e3 : 0.0);
+      line += buf;
+    }
+    if (!line.empty()) std::printf("  clocks vs rank 0  %s\n", line.c_str());
+  }
   std::printf("  final loss        %.6g\n", r.losses.empty() ? 0.0 : r.losses.back());
   std::printf("  median step time %8.3f ms\n", r.median_step_ms);
   std::printf("  peak memory per rank (measured by the allocator), and bytes sent per step:\n");

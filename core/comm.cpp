@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "core/clock.h"
 #include "core/work_state.h"
 
 namespace shardlab {
@@ -72,6 +73,18 @@ std::string FailureBoard::behind(uint64_t seq) const {
              " (it issued " + std::to_string(last) + " collectives, this is #" +
              std::to_string(seq) + ")";
   return out;
+}
+
+FailureBoard::FailureBoard() : changed_ns_(now_ns()) {}
+
+void FailureBoard::note_comm(bool inside) {
+  changed_ns_.store(now_ns());
+  inside_.fetch_add(inside ? 1 : -1);
+}
+
+int64_t FailureBoard::outside_comm_ns() const {
+  if (inside_.load() > 0) return 0;
+  return now_ns() - changed_ns_.load();
 }
 
 bool FailureBoard::any() const {

@@ -2,6 +2,7 @@
 // each blocking or asynchronous (a Work handle to wait on). Every call has a
 // timeout and records a span with its byte count on the rank's comm lane.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,7 @@ class CommError : public std::runtime_error {
 // say which peer failed first and why.
 class FailureBoard {
  public:
+  FailureBoard();
   void report(int rank, const std::string& what);
   // "rank 1 failed: <what>" for the first reported failure (the root cause), or "".
   std::string describe() const;
@@ -48,7 +50,17 @@ class FailureBoard {
   void set_remote(std::function<void(int rank, const std::string& what)> publish,
                   std::function<std::string()> remote);
 
+  // One process per rank: whether this process's rank is inside a
+  // communication op (waiting on its peers) or outside, and for how long: a
+  // rank stuck outside every op while its peers time out is the one that stopped.
+  void note_comm(bool inside);
+  // 0 while inside an op; else nanoseconds since the last op ended (or since
+  // the board was made).
+  int64_t outside_comm_ns() const;
+
  private:
+  std::atomic<int> inside_{0};
+  std::atomic<int64_t> changed_ns_;  // made, or the last op began or ended
   std::function<void(int, const std::string&)> publish_;
   std::function<std::string()> remote_;
   mutable std::mutex mu_;

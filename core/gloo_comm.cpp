@@ -401,12 +401,14 @@ class GlooComm final : public Comm {
     std::string error;
     const int64_t t_begin = now_ns();
     running_seq_.store(task.seq);
+    board_.note_comm(true);
     try {
       task.body(task.seq);
       counters_.add_op();
     } catch (...) {
       error = translate_current(task.op);
     }
+    board_.note_comm(false);
     record(task.op, t_begin, now_ns());
     if (!error.empty()) broken_.set(error);
     task.body = nullptr;  // drop captured buffers before anyone is woken
@@ -515,6 +517,7 @@ class GlooComm final : public Comm {
       std::lock_guard<std::mutex> lock(state->mu);
       state->complete = [this, ubuf, op, t_begin, is_send] {
         std::string error;
+        board_.note_comm(true);
         try {
           const bool ok = is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_);
           if (!ok) throw CommError(op_prefix(op) + ": aborted");
@@ -523,6 +526,7 @@ class GlooComm final : public Comm {
         } catch (...) {
           error = translate_current(op);
         }
+        board_.note_comm(false);
         record(op, t_begin, now_ns());
         if (!error.empty()) broken_.set(error);
         return error;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <type_traits>
 
 #include "core/check_store.h"
@@ -31,6 +32,9 @@ std::vector<char> all_gather_bytes(Comm& c, const void* mine, size_t bytes) {
 }
 
 constexpr int kClockTag = 7;
+// How long a rank whose communication broke waits for the others to say
+// theirs broke too (they time out together, give or take the compute skew).
+constexpr std::chrono::milliseconds kPeerWindow{1000};
 constexpr int kClockRounds = 8;
 
 }  // namespace
@@ -50,6 +54,7 @@ CheckStore& ProcessLink::store() {
 }
 
 void ProcessLink::attach(FailureBoard& train_board) {
+  train_board_ = &train_board;
   auto publish = [this](int rank, const std::string& what) {
     try {
       const std::string v = what;
@@ -68,9 +73,6 @@ std::string ProcessLink::key_failed(int rank) const {
   return "failed/" + std::to_string(rank);
 }
 
-std::string ProcessLink::key_step(int rank, int step) const {
-  return "step/" + std::to_string(rank) + "/" + std::to_string(step);
-}
 
 bool ProcessLink::has_key(const std::string& key) {
   try {
@@ -80,24 +82,111 @@ bool ProcessLink::has_key(const std::string& key) {
   }
 }
 
+std::string ProcessLink::key_stalled(int rank) const {
+  return "stalled/" + std::to_string(rank);
+}
+
+std::string ProcessLink::key_alive(int rank) const {
+  return "alive/" + std::to_string(rank);
+}
+
+void ProcessLink::answer_alive() {
+  if (answered_.exchange(true)) return;
+  // "<step> <ms outside communication>": 0 ms while inside an op (waiting on
+  // peers like the one asking); seconds outside every op is a stuck rank.
+  const int64_t outside_ms = train_board_ ? train_board_->outside_comm_ns() / 1000000 : 0;
+  const std::string v = std::to_string(step_.load() + 1) + " " + std::to_string(outside_ms);
+  try {
+    locked_->set(key_alive(process_.rank), std::vector<char>(v.begin(), v.end()));
+  } catch (const std::exception&) {
+  }
+}
+
+std::string ProcessLink::read_key(const std::string& key) {
+  try {
+    const std::vector<char> v = locked_->get(key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+std::string ProcessLink::first_failure() {
+  // A rank that failed without stalling first failed for a reason of its own
+  // (a stalled rank's failure is an echo: its collective timed out or broke).
+  for (int r = 0; r < world_; ++r)
+    if (r != process_.rank && has_key(key_failed(r)) && !has_key(key_stalled(r)))
+      return "rank " + std::to_string(r) + " failed: " + read_key(key_failed(r));
+  return "";
+}
+
 std::string ProcessLink::describe_peers() {
-  for (int r = 0; r < world_; ++r) {
-    if (r == process_.rank || !has_key(key_failed(r))) continue;
+  std::lock_guard<std::mutex> once(describe_mu_);
+  if (described_) return *described_;
+  const int step = step_.load();
+  // This rank's communication broke (a timeout, a closed connection): say so,
+  // then give the others a moment to say the same. A rank that neither says
+  // it is stalled nor reports a failure is the one that stopped: stuck
+  // outside any collective, or its process gone.
+  if (!stalled_published_) {
+    stalled_published_ = true;
     try {
-      const std::vector<char> v = locked_->get(key_failed(r));
-      return "rank " + std::to_string(r) + " failed: " + std::string(v.begin(), v.end());
+      const std::string v = std::to_string(step + 1);
+      locked_->set(key_stalled(process_.rank), std::vector<char>(v.begin(), v.end()));
     } catch (const std::exception&) {
     }
   }
-  const int step = step_.load();
-  if (step < 0) return "";
-  std::string behind;
+  // Every other rank answers: "stalled" or "failed" from its own thread, or
+  // "alive" from its watchdog (which answers for a thread that cannot).
+  std::vector<int> silent;
+  const auto deadline = std::chrono::steady_clock::now() + kPeerWindow;
+  for (;;) {
+    silent.clear();
+    for (int r = 0; r < world_; ++r)
+      if (r != process_.rank && !has_key(key_stalled(r)) && !has_key(key_failed(r)))
+        silent.push_back(r);
+    bool all_answered = true;
+    for (int r : silent) all_answered &= has_key(key_alive(r));
+    if (all_answered || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string out = first_failure();
+  if (out.empty()) {
+    std::string dead, stuck;
+    for (int r : silent) {
+      const std::string who = "rank " + std::to_string(r);
+      if (!has_key(key_alive(r))) {
+        dead += (dead.empty() ? "" : ", ") + who;
+        continue;
+      }
+      // A rank outside every op for most of the timeout is stuck there; one
+      // inside an op is waiting like this one (its timeout comes later).
+      int step = 0;
+      long long outside_ms = 0;
+      const std::string v = read_key(key_alive(r));
+      if (std::sscanf(v.c_str(), "%d %lld", &step, &outside_ms) == 2 &&
+          outside_ms >= options_.timeout.count() / 2)
+        stuck += (stuck.empty() ? "" : "; ") + who + " is stuck in step " + std::to_string(step) +
+                 ", outside any communication for " + std::to_string(outside_ms) + " ms";
+    }
+    if (!dead.empty())
+      out = dead + (dead.find(',') == std::string::npos ? " does" : " do") +
+            " not answer: its process died or cannot be reached (killed, crashed, or its host "
+            "is gone)";
+    if (!stuck.empty()) out += (out.empty() ? "" : "; ") + stuck;
+  }
+  described_ = out;
+  return out;
+}
+
+std::string ProcessLink::peer_failure_for_watchdog() {
   for (int r = 0; r < world_; ++r)
-    if (r != process_.rank && !has_key(key_step(r, step)))
-      behind += (behind.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r);
-  if (behind.empty()) return "";
-  return behind + " had not started step " + std::to_string(step + 1) +
-         " (stuck, or its process died)";
+    if (r != process_.rank && has_key(key_failed(r))) {
+      const std::string cause = first_failure();
+      return cause.empty() ? "rank " + std::to_string(r) + " failed: " + read_key(key_failed(r))
+                           : cause;
+    }
+  return "";
 }
 
 int64_t ProcessLink::connect_and_align(RunResult& result) {
@@ -148,10 +237,6 @@ int64_t ProcessLink::connect_and_align(RunResult& result) {
 
 void ProcessLink::note_step(int step) {
   step_.store(step);
-  try {
-    locked_->set(key_step(process_.rank, step), {'1'});
-  } catch (const std::exception&) {
-  }
 }
 
 void ProcessLink::gather_shares(LossShare* row, int rank) {
@@ -312,13 +397,26 @@ void ProcessLink::watch() {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
     if (stop_) break;
     lock.unlock();
-    if (cause.empty()) {
-      for (int r = 0; r < world_ && cause.empty(); ++r)
-        if (r != process_.rank && has_key(key_failed(r))) {
-          cause = describe_peers();
-          if (cause.empty()) cause = "rank " + std::to_string(r) + " failed";
-          seen = clock::now();
+    if (!answered_.load())
+      for (int r = 0; r < world_; ++r)
+        if (r != process_.rank && (has_key(key_stalled(r)) || has_key(key_failed(r)))) {
+          answer_alive();
+          break;
         }
+    if (cause.empty()) {
+      // Read only: this rank's own thread may be the stuck one, so it must
+      // not say "stalled" on its behalf.
+      cause = peer_failure_for_watchdog();
+      if (cause.empty()) {
+        // A store that stopped answering is a failure too: it lived in rank
+        // 0's process (env://), which has ended, or its server went away.
+        try {
+          locked_->check({key_failed(process_.rank)});
+        } catch (const std::exception& e) {
+          cause = std::string("the run's store stopped answering (") + e.what() + ")";
+        }
+      }
+      if (!cause.empty()) seen = clock::now();
     } else if (clock::now() - seen > process_.watchdog_grace) {
       // This rank's thread is stuck outside anything that could fail (a
       // collective would have): no way to unwind it, so end the process. The

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +39,7 @@ class ProcessLink {
   // several round trips), fills result.clock_offset_ns/clock_rtt_ns for every
   // rank, and returns rank 0's t0 read on this process's clock.
   int64_t connect_and_align(RunResult& result);
-  // This rank has started step `step` (a key in the store; names a stuck rank).
+  // This rank has started step `step` (named when its communication breaks).
   void note_step(int step);
   // `row[r]` becomes rank r's share of this step's loss, for every r.
   void gather_shares(LossShare* row, int rank);
@@ -55,13 +56,26 @@ class ProcessLink {
   void start_watchdog();
   void stop_watchdog();
 
-  // "rank 2 failed: …" from the store, else "rank 1 has not started step 3
-  // (stuck, or its process died)" for the ranks behind this one, else "".
+  // Why this rank's communication broke, from the store, once per run: the
+  // first peer that failed for a reason of its own ("rank 2 failed: …"), else
+  // the peers that went silent: after saying "stalled" itself, this rank waits
+  // up to a second for every other rank to say "stalled" or "failed", or for
+  // its watchdog to say "alive"; it names those whose process does not answer
+  // (killed, crashed) and those alive but outside any communication for half
+  // the timeout or more (stuck); "" when every rank stalled together.
   std::string describe_peers();
 
  private:
   std::string key_failed(int rank) const;
-  std::string key_step(int rank, int step) const;
+  std::string key_stalled(int rank) const;
+  std::string key_alive(int rank) const;
+  // The watchdog's answer to a peer whose communication broke: this process
+  // lives, in which step, and how long its rank has been outside any op.
+  void answer_alive();
+  std::string read_key(const std::string& key);
+  std::string first_failure();
+  // The watchdog's question (no key written): has a peer failed, and why.
+  std::string peer_failure_for_watchdog();
   bool has_key(const std::string& key);
   void watch();
 
@@ -72,6 +86,11 @@ class ProcessLink {
   std::unique_ptr<GlooGroup> control_group_;
   std::unique_ptr<Comm> control_;
   std::atomic<int> step_{-1};
+  FailureBoard* train_board_ = nullptr;
+  std::atomic<bool> answered_{false};
+  std::mutex describe_mu_;  // describe_peers runs once; later calls read its answer
+  bool stalled_published_ = false;
+  std::optional<std::string> described_;
 
   std::mutex mu_;
   std::condition_variable cv_;

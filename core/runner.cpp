@@ -145,6 +145,19 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   RunResult result;
   result.cfg = cfg;
   result.placement = plan_placement(cfg);
+  if (process) {
+    // A process's GPU is its place on its host (LOCAL_RANK), not its global rank.
+    Placement& p = result.placement;
+    if (p.kind == DeviceKind::cuda)
+      p.gpu_of_rank[process->rank] = process->local_rank % std::max(1, cuda_device_count());
+    p.summary = std::to_string(world) + " rank(s), one process each, " +
+                (p.kind == DeviceKind::cuda ? "on GPU " +
+                                                  std::to_string(p.gpu_of_rank[process->rank]) +
+                                                  " here, Gloo with host staging"
+                                            : std::string("Gloo over TCP")) +
+                " (this is rank " + std::to_string(process->rank) + ", listening on " +
+                process->bind_host + ")";
+  }
   const Placement& place = result.placement;
   result.ranks.resize(world);
   // One process per rank: only this process's rank records (the others' are

@@ -116,6 +116,7 @@ class CheckStore;  // core/check_store.h
 
 struct ProcessContext {
   int rank = 0;
+  int local_rank = 0;  // this process's place on its host: its GPU with --device cuda
   CheckStore* store = nullptr;
   std::string bind_host = "127.0.0.1";  // where this process's Gloo device listens
   // How long a rank waits for its own thread after a peer reported a failure,

@@ -172,6 +172,11 @@ std::vector<fs::path> complete_checkpoints(const fs::path& dir) {
 
 }  // namespace
 
+bool has_complete_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && !complete_checkpoints(dir).empty();
+}
+
 ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
   auto bad = [&](const std::string& what) -> ConfigError {
     return ConfigError("--resume '" + dir + "': " + what);

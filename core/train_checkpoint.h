@@ -49,6 +49,8 @@ void commit_checkpoint(const std::string& dir, int steps_done, const RunConfig& 
 // none complete, a missing or malformed rank file, values not covering the
 // model, replicas that disagree.
 ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout);
+// Whether `dir` holds a complete checkpoint (what a restarted group resumes from).
+bool has_complete_checkpoint(const std::string& dir);
 
 // Whether `cfg` may resume from `r`: the same model, data, seed, batch and
 // optimizer settings, and more steps than were done; strategy, world size and
