@@ -20,7 +20,9 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-std::string key_left(int rank) { return "left/" + std::to_string(rank); }
+std::string key_left(int rank) {
+  return "left/" + std::to_string(rank);
+}
 
 }  // namespace
 
@@ -60,12 +62,11 @@ std::unique_ptr<ProcessRun> join_process_run(const ProcessEnv& env, const std::s
   const RdzvSpec spec = parse_rdzv(rdzv_url);
   // A restarted group meets under a new name: the stores that refuse a key
   // set twice (Gloo's file and Redis stores) still hold the last attempt's.
-  const std::string run_id =
-      (env.run_id.empty() ? std::string("shardlab") : env.run_id) + "/attempt-" +
-      std::to_string(env.restart);
-  run->store = std::make_unique<RdzvStore>(spec, env.rank, env.master_addr, env.master_port,
-                                           env.agent_store, run_id,
-                                           std::chrono::milliseconds(timeout_ms));
+  const std::string run_id = (env.run_id.empty() ? std::string("shardlab") : env.run_id) +
+                             "/attempt-" + std::to_string(env.restart);
+  run->store =
+      std::make_unique<RdzvStore>(spec, env.rank, env.master_addr, env.master_port, env.agent_store,
+                                  run_id, std::chrono::milliseconds(timeout_ms));
   run->rdzv = run->store->describe();
   ProcessContext& c = run->context;
   c.rank = env.rank;

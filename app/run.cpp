@@ -2,13 +2,13 @@
 // and `shardlab demo` (every strategy on the default model, side by side).
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
-#include <functional>
-#include <thread>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "app/args.h"
 #include "app/commands.h"
@@ -114,7 +114,7 @@ rank also writes its own trace, --trace T.json giving T.rank<R>.json. After a
 restart (shardlab launch --max-restarts, torchrun --max-restarts) the group
 resumes from the newest complete checkpoint in --checkpoint-dir.
   shardlab launch --nproc-per-node 4 -- run --strategy zero3
-  torchrun --no-python --nproc-per-node 2 --redirects 9:1 --tee 9:1 shardlab run
+  torchrun --no_python --nproc_per_node 2 --redirects 9:1 --tee 9:1 shardlab run
   mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 shardlab run
 )";
 
@@ -200,13 +200,14 @@ void print_process_line(const RunResult& r, const std::string& trace) {
   const int rank = r.process_rank;
   const auto at = [&](const std::vector<int64_t>& v) {
     return rank >= 0 && static_cast<size_t>(rank) < v.size() ? static_cast<double>(v[rank]) / 1e3
-                                                              : 0.0;
+                                                             : 0.0;
   };
-  std::printf("rank %d of %d done: %d steps, clock %+.1f us from rank 0's (round trip %.1f us), "
-              "peak %s%s%s\n",
-              rank, r.cfg.world, r.cfg.steps, at(r.clock_offset_ns), at(r.clock_rtt_ns),
-              human_bytes(static_cast<double>(r.ranks[rank].memory.device.peak_total)).c_str(),
-              trace.empty() ? "" : ", trace ", trace.c_str());
+  std::printf(
+      "rank %d of %d done: %d steps, clock %+.1f us from rank 0's (round trip %.1f us), "
+      "peak %s%s%s\n",
+      rank, r.cfg.world, r.cfg.steps, at(r.clock_offset_ns), at(r.clock_rtt_ns),
+      human_bytes(static_cast<double>(r.ranks[rank].memory.device.peak_total)).c_str(),
+      trace.empty() ? "" : ", trace ", trace.c_str());
 }
 
 std::vector<Recorder::Snapshot> snapshots(const RunResult& r) {
@@ -339,9 +340,13 @@ int cmd_run(int argc, char** argv) {
 
   // One process per rank: meet the others in the store before training.
   std::unique_ptr<ProcessRun> proc;
+  std::function<void(int, int)> fault;
+  if (penv.present) {
+    check_process_config(cfg);
+    fault = fault_injection(penv);
+  }
   if (penv.present)
-    proc = join_process_run(penv, a.str("rdzv", "env://"), a.str("bind-host", ""),
-                            cfg.timeout_ms);
+    proc = join_process_run(penv, a.str("rdzv", "env://"), a.str("bind-host", ""), cfg.timeout_ms);
 
   const bool json = a.has("json");
   if (!json && lead)
@@ -363,14 +368,13 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "  step %d/%d  loss %.6g\n", step + 1, cfg.steps, loss);
   };
   if (!lead) cb.on_step = nullptr;
-  if (penv.present) cb.before_step = fault_injection(penv);
+  cb.before_step = fault;
   if (proc && !json && lead)
     std::printf("  %d processes (%s), rendezvous %s\n", penv.world, penv.launcher.c_str(),
                 proc->rdzv.c_str());
   if (ck.resume && !json && lead)
     std::printf("  %sresuming from %s after step %d\n",
-                !a.has("resume") ? ("restart " + std::to_string(penv.restart) + ": ").c_str()
-                                 : "",
+                !a.has("resume") ? ("restart " + std::to_string(penv.restart) + ": ").c_str() : "",
                 resume.path.c_str(), resume.steps_done);
   RunResult r;
   try {
@@ -392,8 +396,9 @@ int cmd_run(int argc, char** argv) {
       write_trace(rank_trace_path(*p, penv.rank), snapshots(r), r.t0_ns, trace_metadata(cfg),
                   penv.rank);
     if (!lead) {
-      if (!json) print_process_line(r, a.get("trace") ? rank_trace_path(*a.get("trace"), penv.rank)
-                                                      : std::string());
+      if (!json)
+        print_process_line(
+            r, a.get("trace") ? rank_trace_path(*a.get("trace"), penv.rank) : std::string());
       return 0;
     }
   }

@@ -73,7 +73,6 @@ std::string ProcessLink::key_failed(int rank) const {
   return "failed/" + std::to_string(rank);
 }
 
-
 bool ProcessLink::has_key(const std::string& key) {
   try {
     return locked_->check({key});

@@ -232,7 +232,7 @@ struct RdzvStore::Impl {
   bool agent_store = false;
   std::string marker_dir;  // file only
   std::unique_ptr<TcpStoreServer> server;
-  std::unique_ptr<CheckStore> raw;   // redis: the one hiredis context, behind `base`'s lock
+  std::unique_ptr<CheckStore> raw;  // redis: the one hiredis context, behind `base`'s lock
   std::unique_ptr<CheckStore> base;
   std::unique_ptr<CheckStore> prefixed;
   std::unique_ptr<RunStore> top;

@@ -105,6 +105,12 @@ void check_process_run(const RunConfig& cfg, const ProcessContext& process) {
     throw ConfigError("rank " + std::to_string(process.rank) + " is not a rank of a world of " +
                       std::to_string(cfg.world) + " (valid: 0 to " + std::to_string(cfg.world - 1) +
                       ")");
+  check_process_config(cfg);
+}
+
+}  // namespace
+
+void check_process_config(const RunConfig& cfg) {
   if (cfg.strategy == "dp")
     throw ConfigError(
         "dp cannot run one process per rank: its controller thread hands the devices their "
@@ -115,6 +121,8 @@ void check_process_run(const RunConfig& cfg, const ProcessContext& process) {
         "--backend nccl with one process per rank is not built yet: its unique id and "
         "point-to-point ledger are shared in memory (run the ranks as threads, or use gloo)");
 }
+
+namespace {
 
 RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
                    const RunCallbacks& callbacks, const ProcessContext* process,
@@ -150,13 +158,13 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
     Placement& p = result.placement;
     if (p.kind == DeviceKind::cuda)
       p.gpu_of_rank[process->rank] = process->local_rank % std::max(1, cuda_device_count());
-    p.summary = std::to_string(world) + " rank(s), one process each, " +
-                (p.kind == DeviceKind::cuda ? "on GPU " +
-                                                  std::to_string(p.gpu_of_rank[process->rank]) +
-                                                  " here, Gloo with host staging"
-                                            : std::string("Gloo over TCP")) +
-                " (this is rank " + std::to_string(process->rank) + ", listening on " +
-                process->bind_host + ")";
+    p.summary =
+        std::to_string(world) + " rank(s), one process each, " +
+        (p.kind == DeviceKind::cuda ? "on GPU " + std::to_string(p.gpu_of_rank[process->rank]) +
+                                          " here, Gloo with host staging"
+                                    : std::string("Gloo over TCP")) +
+        " (this is rank " + std::to_string(process->rank) + ", listening on " + process->bind_host +
+        ")";
   }
   const Placement& place = result.placement;
   result.ranks.resize(world);

@@ -146,6 +146,9 @@ RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial =
 // controller hands the devices work through memory: one process by nature).
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks, const ProcessContext& process);
+// What one process per rank cannot run (dp; NCCL, not built yet), refused in
+// one line before any rendezvous.
+void check_process_config(const RunConfig& cfg);
 // Either form (`process` null: threads), with checkpoints.
 RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
                        const RunCallbacks& callbacks, const ProcessContext* process,
