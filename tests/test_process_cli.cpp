@@ -143,8 +143,10 @@ TEST_CASE("one process per rank under torchrun (its agent's store) and mpirun", 
   }
   if (have("mpirun")) {
     const std::string want = threaded(d, "--strategy zero3 --world 4", "threads4.st");
+    // One host: no ssh needed (a bare machine has none, and Open MPI looks for it).
     const CliResult r =
-        sh("mpirun --allow-run-as-root --oversubscribe -np 4 -x MASTER_ADDR=127.0.0.1 -x "
+        sh("mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent false -np 4 -x "
+           "MASTER_ADDR=127.0.0.1 -x "
            "MASTER_PORT=" +
            std::to_string(free_port()) + " " + kBin + " run" + kModel +
            " --strategy zero3 --save-final " + (d / "mpirun.st"));
@@ -174,8 +176,8 @@ TEST_CASE("one process per rank meets through Gloo's FileStore and RedisStore", 
     r = sh("redis-server --port " + std::to_string(port) +
            " --bind 127.0.0.1 --save '' --appendonly no >/dev/null & R=$!; " + kBin +
            " launch --nproc-per-node 3 -- run" + kModel +
-           " --strategy zero2 --batch 48 --rdzv redis://127.0.0.1:" + std::to_string(port) + " --save-final " +
-           (d / "redis.st") + "; rc=$?; kill $R; wait $R; exit $rc");
+           " --strategy zero2 --batch 48 --rdzv redis://127.0.0.1:" + std::to_string(port) +
+           " --save-final " + (d / "redis.st") + "; rc=$?; kill $R; wait $R; exit $rc");
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK(slurp(d / "redis.st") == want);
