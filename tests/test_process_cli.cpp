@@ -217,8 +217,8 @@ TEST_CASE("a rank killed or stuck: the others stop, name it, and no process is l
                  Catch::Contains("(rank 2 does not answer: its process died or cannot be reached"));
       CHECK_THAT(rank_out(rank), !Catch::Contains("rank 0, rank 2"));
     }
-    CHECK(elapsed_ms(r) <
-          3000 + 5000);  // well within the timeout (rank 0 stays 3 s for the others)
+    // Rank 0 stays up to 3 s for the others to read the store it serves.
+    CHECK(elapsed_ms(r) < 3000 + 9000);
   }
   SECTION("stuck forever") {
     const CliResult r = by_hand("2:5:hang", "1f1b --micro-batches 4");
@@ -229,7 +229,7 @@ TEST_CASE("a rank killed or stuck: the others stop, name it, and no process is l
     }
     // Its own watchdog ends the stuck process once the others have failed.
     CHECK_THAT(rank_out(2), Catch::Contains("error: rank 2 stopped by its watchdog"));
-    CHECK(elapsed_ms(r) < 3000 + 5000);
+    CHECK(elapsed_ms(r) < 3000 + 9000);
   }
   CHECK_FALSE(leftovers(d));
 }
