@@ -162,7 +162,7 @@ void check_distinct_paths(const Args& a) {
   }
 }
 
-// Tests of one process per rank make a rank misbehave the way real ones do:
+// Tests make a rank (a process, or a thread) misbehave the way real ones do:
 // SHARDLAB_FAULT=RANK:STEP:ACTION[:ATTEMPT], ACTION one of kill (SIGKILL to
 // itself), hang (sleeps forever at the step), exit (exit code 3 mid-run); only
 // on restart ATTEMPT (default 0), so a restarted group runs clean.
@@ -176,9 +176,10 @@ std::function<void(int, int)> fault_injection(const ProcessEnv& env) {
   if (n < 3 || rank < 0 || step < 0 || (act != "kill" && act != "hang" && act != "exit"))
     throw ConfigError("SHARDLAB_FAULT '" + std::string(text) +
                       "' is invalid (valid: RANK:STEP:kill|hang|exit[:ATTEMPT])");
-  if (rank != env.rank || attempt != env.restart) return nullptr;
-  return [step, act](int, int s) {
-    if (s != step) return;
+  if ((env.present && rank != env.rank) || attempt != env.restart) return nullptr;
+  // Ranks as threads: the hook runs on every rank's thread.
+  return [rank, step, act](int r, int s) {
+    if (r != rank || s != step) return;
     std::fprintf(stderr, "SHARDLAB_FAULT: %s at step %d\n", act.c_str(), s + 1);
     std::fflush(stderr);
     if (act == "kill") raise(SIGKILL);
@@ -341,10 +342,8 @@ int cmd_run(int argc, char** argv) {
   // One process per rank: meet the others in the store before training.
   std::unique_ptr<ProcessRun> proc;
   std::function<void(int, int)> fault;
-  if (penv.present) {
-    check_process_config(cfg);
-    fault = fault_injection(penv);
-  }
+  if (penv.present) check_process_config(cfg);
+  fault = fault_injection(penv);
   if (penv.present)
     proc = join_process_run(penv, a.str("rdzv", "env://"), a.str("bind-host", ""), cfg.timeout_ms);
 
@@ -369,6 +368,7 @@ int cmd_run(int argc, char** argv) {
   };
   if (!lead) cb.on_step = nullptr;
   cb.before_step = fault;
+  cb.end_process_if_stuck = true;
   if (proc && !json && lead)
     std::printf("  %d processes (%s), rendezvous %s\n", penv.world, penv.launcher.c_str(),
                 proc->rdzv.c_str());

@@ -124,6 +124,40 @@ void check_process_config(const RunConfig& cfg) {
 
 namespace {
 
+// Ranks as threads: once a rank has failed, every other rank's collective
+// fails within the timeout and its thread returns; one that has not returned
+// a grace period later is stuck outside any communication, and no thread can
+// be unwound from outside. The command line ends the process with one line
+// naming it (RunCallbacks::end_process_if_stuck).
+void watch_threads(const FailureBoard& failures, const std::vector<std::atomic<bool>>& done,
+                   const std::vector<std::atomic<int>>& step) {
+  using clock = std::chrono::steady_clock;
+  constexpr auto kGrace = std::chrono::seconds(2);
+  clock::time_point failed_at{};
+  for (;;) {
+    bool all = true;
+    for (const auto& d : done) all &= d.load();
+    if (all) return;
+    if (failed_at == clock::time_point{} && failures.any()) failed_at = clock::now();
+    if (failed_at != clock::time_point{} && clock::now() - failed_at > kGrace) {
+      std::string stuck;
+      for (size_t r = 0; r < done.size(); ++r)
+        if (!done[r].load())
+          stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
+                   " (step " + std::to_string(step[r].load() + 1) + ")";
+      std::fprintf(stderr,
+                   "error: %s; %s did not return within %lld ms of it: stuck outside any "
+                   "communication, so the run ends here\n",
+                   failures.summary().c_str(), stuck.c_str(),
+                   static_cast<long long>(
+                       std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()));
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
                    const RunCallbacks& callbacks, const ProcessContext* process,
                    const Checkpointing& ckpt) {
@@ -212,6 +246,10 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   result.t0_ns = now_ns();
   if (callbacks.on_recorders) callbacks.on_recorders(result.recorders, result.t0_ns);
 
+  // Which ranks have returned, and the step each last began (the watchdog's view).
+  std::vector<std::atomic<bool>> rank_done(world);
+  std::vector<std::atomic<int>> rank_step(world);
+  for (int r = 0; r < world; ++r) rank_step[r].store(-1);
   auto rank_main = [&](int rank) {
     kernels::set_single_threaded_blas();
     Recorder* rec = result.recorders[rank].get();
@@ -260,6 +298,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
         if (callbacks.control) callbacks.control->gate(s);
         if (link) link->note_step(s);
+        rank_step[rank].store(s);
         if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
         shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
@@ -359,6 +398,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
     }
     alloc_owner.reset();
     device.reset();
+    rank_done[rank].store(true);
   };
 
   std::vector<std::thread> threads;
@@ -368,6 +408,8 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   } else {
     for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   }
+  if (!link && callbacks.end_process_if_stuck)
+    watch_threads(group.failures(), rank_done, rank_step);
   for (std::thread& t : threads) t.join();
   if (link) link->stop_watchdog();
 

@@ -96,6 +96,11 @@ struct RunCallbacks {
   // With each rank's allocator, before the strategy allocates anything: a test
   // can limit it (Allocator::set_limit) to see what a failed allocation reports.
   std::function<void(int rank, Allocator& alloc)> on_allocator;
+  // Ranks as threads: when a rank has failed and another's thread has not
+  // returned 2 s later (stuck outside any communication, where no timeout
+  // reaches it), print one line naming it and end the process (exit code 1).
+  // For the command line; a GUI or a test keeps waiting for the thread.
+  bool end_process_if_stuck = false;
   // Rank threads call this before each step (tests: a rank that fails or stalls mid-run).
   std::function<void(int rank, int step)> before_step;
   // Called once, before the rank threads start, with the run's recorders and its

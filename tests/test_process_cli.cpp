@@ -271,3 +271,16 @@ TEST_CASE("one process per rank: what it refuses, in one line", "[process-cli]")
   refused(env + "SHARDLAB_FAULT=x " + kBin + " run",
           "SHARDLAB_FAULT 'x' is invalid (valid: RANK:STEP:kill|hang|exit[:ATTEMPT])");
 }
+
+TEST_CASE("ranks as threads: a rank stuck forever ends the command within the timeout, named",
+          "[process-cli]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliResult r = sh("SHARDLAB_FAULT=2:5:hang " + kBin + " run" + kModel +
+                         " --strategy ddp --world 4 --timeout-ms 3000");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("rank 2 (step 6) did not return within 2000 ms of it: stuck "
+                                    "outside any communication, so the run ends here"));
+  CHECK(s < 3 + 2 + 5);  // the timeout, the grace, and room for a loaded machine
+}
