@@ -386,6 +386,19 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       errors[rank] = e.what();
       group.failures().report(rank, e.what());
     }
+    if (link && !errors[rank].empty()) {
+      // One process per rank, failed: this process ends in a moment. Gloo's
+      // device thread may still be signalling the failed ops' buffers (and
+      // writing into their memory), so nothing is freed under it: the
+      // communicator, the strategy's tensors and the allocator are left to
+      // the process's exit, which also closes the connections.
+      (void)strategy.release();
+      (void)comm.release();
+      (void)alloc_owner.release();
+      (void)device.release();
+      rank_done[rank].store(true);
+      return;
+    }
     // The strategy's tensors go back to this rank's allocator before it dies;
     // the communicator closes, so peers blocked on this rank fail fast.
     strategy.reset();
