@@ -124,6 +124,10 @@ class Comm {
   virtual Work send_async(const void* buf, size_t bytes, int dst, int tag, CommMeta meta = {}) = 0;
   virtual Work recv_async(void* buf, size_t bytes, int src, int tag, CommMeta meta = {}) = 0;
   virtual Work barrier_async() = 0;
+  // Closes the connections to every peer now (their pending ops fail at
+  // once) without freeing anything: for a failed rank of a process that is
+  // about to end, whose buffers the transport may still touch.
+  virtual void close_connections() {}
 
   // Blocking forms.
   void all_reduce(void* buf, size_t count, DType dt, CommMeta meta = {}) {

@@ -157,6 +157,13 @@ class GlooComm final : public Comm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string backend_name() const override { return "gloo"; }
+  void close_connections() override {
+    try {
+      ctx_->closeConnections();
+    } catch (const std::exception&) {
+      // Already broken: nothing more to close.
+    }
+  }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   CommStats stats() const override { return counters_.stats(); }
 

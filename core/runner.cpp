@@ -391,7 +391,9 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       // device thread may still be signalling the failed ops' buffers (and
       // writing into their memory), so nothing is freed under it: the
       // communicator, the strategy's tensors and the allocator are left to
-      // the process's exit, which also closes the connections.
+      // the process's exit. Its connections close now, so peers blocked on
+      // this rank fail at once.
+      if (comm) comm->close_connections();
       (void)strategy.release();
       (void)comm.release();
       (void)alloc_owner.release();

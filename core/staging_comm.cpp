@@ -43,6 +43,7 @@ class StagingComm final : public Comm {
   int rank() const override { return inner_->rank(); }
   int world() const override { return inner_->world(); }
   std::string backend_name() const override { return inner_->backend_name() + "+host-staging"; }
+  void close_connections() override { inner_->close_connections(); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   CommStats stats() const override { return inner_->stats(); }
 
