@@ -138,6 +138,19 @@ TEST_CASE("one process per rank under torchrun (its agent's store) and mpirun", 
     CHECK(slurp(d / "torchrun.st") == want);
     CHECK_THAT(r.out, Catch::Contains("2 processes (torchrun), rendezvous env://"));
     CHECK_THAT(r.out, Catch::Contains("(torchrun's agent store)"));
+    // torchrun's own restart (TORCHELASTIC_RESTART_COUNT): the group resumes
+    // from its checkpoint through the same agent store, keys kept apart per attempt.
+    const std::string want12 = threaded(d, "--strategy ddp --world 2", "threads2b.st");
+    const CliResult again =
+        sh("SHARDLAB_FAULT=1:7:kill torchrun --no_python --nproc_per_node 2 --max_restarts 1 "
+           "--redirects 9:1 --tee 9:1 " +
+           kBin + " run" + kModel + " --strategy ddp --checkpoint-every 5 --checkpoint-dir " +
+           (d / "ck") + " --save-final " + (d / "torchrun-restarted.st"));
+    INFO(again.out);
+    REQUIRE(again.code == 0);
+    CHECK_THAT(again.out, Catch::Contains("restart 1: resuming from " + (d / "ck") +
+                                          "/step-000005 after step 5"));
+    CHECK(slurp(d / "torchrun-restarted.st") == want12);
   } else {
     WARN("torchrun skipped: not installed (apt-get install python3-torch)");
   }
