@@ -272,6 +272,7 @@ int cmd_run(int argc, char** argv) {
                         " processes (valid: --world " + std::to_string(penv.world) +
                         ", or leave it out)");
     cfg.world = penv.world;
+    cfg.ranks_on_host = penv.local_world;
   } else {
     for (const char* key : {"rdzv", "bind-host"})
       if (a.has(key))

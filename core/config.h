@@ -45,6 +45,10 @@ struct RunConfig {
   // --force: run even when the memory preflight (memory_estimate.h) says the
   // run cannot fit. Not part of what the run computes.
   bool force = false;
+  // One process per rank: how many of the world's ranks run on this host (the
+  // launcher's LOCAL_WORLD_SIZE), what GPUs are counted against; 0: every rank
+  // is a thread of this process. Not part of what the run computes.
+  int ranks_on_host = 0;
 
   // ddp
   double bucket_mb = 25.0;  // PyTorch DDP's default bucket_cap_mb

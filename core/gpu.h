@@ -11,6 +11,10 @@
 #include "core/comm.h"
 #include "core/device.h"
 
+namespace gloo::rendezvous {
+class Store;
+}
+
 namespace shardlab {
 
 // True when this binary was built with the CUDA backend.
@@ -43,5 +47,12 @@ class NcclGroup {
 };
 std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds timeout,
                                            FailureBoard& failures);
+// One process per rank: this process joins as `rank` alone. Rank 0 makes the
+// unique id and puts it in the run's store ("nccl/unique_id"); the others read
+// it there. The cross-rank check of point-to-point order (P2PLedger) needs the
+// ranks in one process and is off.
+std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds timeout,
+                                           FailureBoard& failures, gloo::rendezvous::Store& store,
+                                           int rank);
 
 }  // namespace shardlab

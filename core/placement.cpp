@@ -50,19 +50,23 @@ Placement plan_placement(const RunConfig& cfg) {
   p.device_name = "cuda";
   for (int r = 0; r < cfg.world; ++r) p.gpu_of_rank.push_back(r % gpus);
   const std::string g = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s");
-  if (cfg.world <= gpus && cfg.backend != "gloo") {
+  // One process per rank on several hosts: each host's GPUs serve its own ranks.
+  const int here = cfg.ranks_on_host > 0 ? cfg.ranks_on_host : cfg.world;
+  if (here <= gpus && cfg.backend != "gloo") {
     p.comm = CommKind::nccl;
     p.summary = world + " rank(s), one GPU each (" + cuda_status() + "), NCCL";
     return p;
   }
   if (cfg.backend == "nccl")
     throw ConfigError(
-        "--backend nccl needs one GPU per rank: --world " + world + " but " + g +
+        "--backend nccl needs one GPU per rank: " +
+        (here == cfg.world ? "--world " + world : std::to_string(here) + " ranks on this host") +
+        " but " + g +
         " here, and NCCL refuses two ranks on one GPU (valid: --backend auto or gloo, "
         "or --world " +
         std::to_string(gpus) + " or less)");
   p.comm = CommKind::gloo_staged;
-  p.summary = cfg.world <= gpus
+  p.summary = here <= gpus
                   ? world + " rank(s), one GPU each, Gloo with host staging (--backend gloo)"
                   : world + " ranks share " + g +
                         ": NCCL refuses two ranks on one GPU, so they talk through Gloo with "

@@ -116,10 +116,6 @@ void check_process_config(const RunConfig& cfg) {
         "dp cannot run one process per rank: its controller thread hands the devices their "
         "work through shared memory, so it is one process by nature (use ddp, its "
         "one-process-per-device form)");
-  if (plan_placement(cfg).comm == CommKind::nccl)
-    throw ConfigError(
-        "--backend nccl with one process per rank is not built yet: its unique id and "
-        "point-to-point ledger are shared in memory (run the ranks as threads, or use gloo)");
 }
 
 namespace {
@@ -222,7 +218,9 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   GlooGroup& group = *group_owner;
   if (link) link->attach(group.failures());
   std::unique_ptr<NcclGroup> nccl;
-  if (place.comm == CommKind::nccl) nccl = make_nccl_group(world, timeout, group.failures());
+  if (place.comm == CommKind::nccl)
+    nccl = link ? make_nccl_group(world, timeout, group.failures(), link->store(), process->rank)
+                : make_nccl_group(world, timeout, group.failures());
   std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
   // Per step, every rank's share of the loss and a completion count (a --force
   // run can ask for more steps than these fit in).

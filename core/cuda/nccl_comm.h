@@ -223,7 +223,7 @@ class NcclComm final : public Comm {
  public:
   // Aborts `comm` itself if it fails.
   NcclComm(int rank, int world, ncclComm_t comm, CudaBackend& cuda, GpuTimer* timer,
-           std::chrono::milliseconds timeout, FailureBoard& board, P2PLedger& ledger,
+           std::chrono::milliseconds timeout, FailureBoard& board, P2PLedger* ledger,
            Recorder* recorder, Allocator* alloc);
   ~NcclComm() override;
 
@@ -292,7 +292,7 @@ class NcclComm final : public Comm {
   const std::chrono::milliseconds timeout_;
   FailureBoard& board_;
   const CommErrors errors_;
-  P2PLedger& ledger_;
+  P2PLedger* ledger_;  // null with one process per rank (the peers' posts are elsewhere)
   Recorder* const recorder_;
 
   CommCounters counters_;

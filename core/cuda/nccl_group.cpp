@@ -1,5 +1,10 @@
-// The ranks of one in-process NCCL run (setup and rendezvous): one unique id shared by
-// the rank threads, and each rank joining the group and getting its NcclComm.
+// The ranks of one NCCL run (setup and rendezvous): one unique id shared by the rank
+// threads (or, one process per rank, passed through the run's store), and each rank
+// joining the group and getting its NcclComm.
+#include <gloo/rendezvous/store.h>
+
+#include <cstring>
+
 #include "core/cuda/nccl_comm.h"
 #include "core/gpu.h"
 
@@ -13,11 +18,41 @@ using std::chrono::milliseconds;
 
 class NcclGroupImpl final : public NcclGroup {
  public:
-  NcclGroupImpl(int world, milliseconds timeout, FailureBoard& failures)
-      : world_(world), timeout_(timeout), failures_(failures), joined_(world, false) {
-    // Made once and shared by the rank threads: it names this group to NCCL's bootstrap.
-    if (const std::string e = SHARDLAB_NCCL_ERROR(ncclGetUniqueId(&id_), nullptr); !e.empty()) {
-      throw CommError("make_nccl_group: " + e);
+  // `store` null: the ranks are threads of this process. Else this process is
+  // rank `process_rank` alone and the id travels through the store.
+  NcclGroupImpl(int world, milliseconds timeout, FailureBoard& failures,
+                gloo::rendezvous::Store* store, int process_rank)
+      : world_(world),
+        timeout_(timeout),
+        failures_(failures),
+        joined_(world, false),
+        one_process_per_rank_(store != nullptr) {
+    // Made once and shared by the ranks: it names this group to NCCL's bootstrap.
+    if (!store || process_rank == 0) {
+      if (const std::string e = SHARDLAB_NCCL_ERROR(ncclGetUniqueId(&id_), nullptr); !e.empty()) {
+        throw CommError("make_nccl_group: " + e);
+      }
+    }
+    if (!store) return;
+    const std::string key = "nccl/unique_id";
+    try {
+      if (process_rank == 0) {
+        const char* p = reinterpret_cast<const char*>(&id_);
+        store->set(key, std::vector<char>(p, p + sizeof id_));
+      } else {
+        const std::vector<char> v = store->get(key);
+        if (v.size() != sizeof id_) {
+          throw CommError("make_nccl_group: the unique id in the store has " +
+                          std::to_string(v.size()) + " bytes, NCCL's has " +
+                          std::to_string(sizeof id_));
+        }
+        std::memcpy(&id_, v.data(), sizeof id_);
+      }
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CommError("rank " + std::to_string(process_rank) +
+                      ": NCCL's unique id could not travel through the store: " + e.what());
     }
   }
 
@@ -80,7 +115,8 @@ class NcclGroupImpl final : public NcclGroup {
         throw give_up(joining + " failed: a peer failed while connecting: " + failures_.describe());
       }
       if (SteadyClock::now() >= deadline) {
-        const std::string missing = not_joined();
+        // One process per rank: the others joined (or not) in their own processes.
+        const std::string missing = one_process_per_rank_ ? "" : not_joined();
         throw give_up(joining + " timed out after " + std::to_string(timeout_.count()) + " ms" +
                       (missing.empty() ? "" : " (" + missing + " never connected)"));
       }
@@ -88,7 +124,8 @@ class NcclGroupImpl final : public NcclGroup {
     }
     // The constructor aborts `comm` itself if it fails.
     return std::make_unique<nccl::NcclComm>(rank, world_, comm, *cuda, timer, timeout_, failures_,
-                                            ledger_, recorder, alloc);
+                                            one_process_per_rank_ ? nullptr : &ledger_, recorder,
+                                            alloc);
   }
 
  private:
@@ -114,6 +151,7 @@ class NcclGroupImpl final : public NcclGroup {
   std::mutex mu_;
   std::vector<bool> joined_;
   nccl::P2PLedger ledger_;
+  const bool one_process_per_rank_;
 };
 
 }  // namespace
@@ -123,7 +161,20 @@ std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds 
   if (world <= 0) {
     throw CommError("make_nccl_group: world must be positive, got " + std::to_string(world));
   }
-  return std::make_unique<NcclGroupImpl>(world, timeout, failures);
+  return std::make_unique<NcclGroupImpl>(world, timeout, failures, nullptr, 0);
+}
+
+std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds timeout,
+                                           FailureBoard& failures, gloo::rendezvous::Store& store,
+                                           int rank) {
+  if (world <= 0) {
+    throw CommError("make_nccl_group: world must be positive, got " + std::to_string(world));
+  }
+  if (rank < 0 || rank >= world) {
+    throw CommError("make_nccl_group: rank " + std::to_string(rank) + " is not a rank of " +
+                    std::to_string(world));
+  }
+  return std::make_unique<NcclGroupImpl>(world, timeout, failures, &store, rank);
 }
 
 }  // namespace shardlab

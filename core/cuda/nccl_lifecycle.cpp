@@ -8,7 +8,7 @@ namespace shardlab::nccl {
 using std::chrono::milliseconds;
 
 NcclComm::NcclComm(int rank, int world, ncclComm_t comm, CudaBackend& cuda, GpuTimer* timer,
-                   milliseconds timeout, FailureBoard& board, P2PLedger& ledger, Recorder* recorder,
+                   milliseconds timeout, FailureBoard& board, P2PLedger* ledger, Recorder* recorder,
                    Allocator* alloc)
     : rank_(rank),
       world_(world),

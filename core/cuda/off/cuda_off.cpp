@@ -25,5 +25,9 @@ std::unique_ptr<DeviceBackend> make_cuda_backend(int, Recorder*) {
 std::unique_ptr<NcclGroup> make_nccl_group(int, std::chrono::milliseconds, FailureBoard&) {
   throw std::runtime_error("NCCL requested, but " + cuda_status());
 }
+std::unique_ptr<NcclGroup> make_nccl_group(int, std::chrono::milliseconds, FailureBoard&,
+                                           gloo::rendezvous::Store&, int) {
+  throw std::runtime_error("NCCL requested, but " + cuda_status());
+}
 
 }  // namespace shardlab
