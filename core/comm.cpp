@@ -33,6 +33,16 @@ void FailureBoard::set_remote(std::function<void(int, const std::string&)> publi
   remote_ = std::move(remote);
 }
 
+namespace {
+// "rank 1 failed: rank 1: all_reduce …" says the rank twice: the op's own
+// message already starts with it.
+std::string failure_line(int rank, const std::string& what) {
+  const std::string who = "rank " + std::to_string(rank);
+  if (what.rfind(who + ": ", 0) == 0) return what;
+  return who + " failed: " + what;
+}
+}  // namespace
+
 std::string FailureBoard::describe() const {
   std::unique_lock<std::mutex> lock(mu_);
   if (failures_.empty() && remote_) {
@@ -42,14 +52,13 @@ std::string FailureBoard::describe() const {
   }
   if (failures_.empty()) return "";
   // The first report is the root cause; later ones are usually its echoes.
-  return "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;
+  return failure_line(failures_.front().first, failures_.front().second);
 }
 
 std::string FailureBoard::summary() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (failures_.empty()) return "";
-  std::string out =
-      "rank " + std::to_string(failures_.front().first) + " failed: " + failures_.front().second;
+  std::string out = failure_line(failures_.front().first, failures_.front().second);
   if (failures_.size() > 1) {
     out += " (then ";
     for (size_t i = 1; i < failures_.size(); ++i)
