@@ -111,7 +111,7 @@ OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID/SLURM_NTASKS), this process runs that
 one rank and the world size is the launcher's. Rank 0 prints the summary and
 writes --save-*, --record and --trace (the whole run, on rank 0's clock); every
 rank also writes its own trace, --trace T.json giving T.rank<R>.json. After a
-restart (shardlab launch --max-restarts, torchrun --max-restarts) the group
+restart (shardlab launch --max-restarts, torchrun --max_restarts) the group
 resumes from the newest complete checkpoint in --checkpoint-dir.
   shardlab launch --nproc-per-node 4 -- run --strategy zero3
   torchrun --no_python --nproc_per_node 2 --redirects 9:1 --tee 9:1 shardlab run
