@@ -124,8 +124,9 @@ void print_step_header(const Lesson& l, size_t k, const Out& o) {
   const std::string head = o.lang == Lang::zh ? "第 " + n + " 步：" : "Step " + n + ": ";
   std::printf("\n%s\n", bold(head + one_line(s.title, o.lang), o).c_str());
   std::printf("%s", text_of(s.text, o, 2).c_str());
-  if (s.run) std::printf("  run:      %s\n", command_line(*s.run).c_str());
-  if (s.compare) std::printf("  compare:  %s\n", command_line(*s.compare).c_str());
+  if (s.run) std::printf("  run:      %s\n", command_line(*s.run, s.run_processes).c_str());
+  if (s.compare)
+    std::printf("  compare:  %s\n", command_line(*s.compare, s.compare_processes).c_str());
   if (!s.recording.empty()) std::printf("  recording: %s\n", s.recording.c_str());
   if (s.look) {
     std::string d = s.look->view.empty() ? "" : s.look->view + " view";

@@ -112,6 +112,29 @@ const std::vector<MetricInfo> kRegistry = {
      "batch, steps, seed, optimizer and precision",
      "0 (up to float32 reduction order)",
      false},
+    {"weight_diff_between_runs",
+     "",
+     {},
+     "max |w_a − w_b| over the final weights of run a and run b (trained parameters, as "
+     "weight_diff_to_single counts them); 0 means bit-identical",
+     "",
+     true},
+    {"clock_offset_us",
+     "",
+     {A::rank},
+     "one process per rank: |offset| in µs of the rank's clock from rank 0's, measured at "
+     "rendezvous by Cristian's algorithm: (t_send + t_recv)/2 on the rank − rank 0's answer, "
+     "from the round trip with the least delay; 0 "
+     "when the ranks are threads of one process, which share one clock",
+     "",
+     false},
+    {"resumed_after_step",
+     "count",
+     {},
+     "the steps the run's checkpoint already held when it resumed (it trained steps k.. after a "
+     "restart), 0 when it started fresh",
+     "",
+     false},
     {"world_size", "count", {}, "ranks in the run", "", false},
     {"gpus_available", "count", {}, "usable GPUs on this machine", "", false},
 };
@@ -159,9 +182,10 @@ void need_spans(const RunResult& r, const std::string& metric) {
 // Over the first `n` values: the trained parameters. BatchNorm's buffers after
 // them (running statistics, num_batches_tracked) are not weights: a pipeline
 // with M micro-batches updates them M times per step by design.
-double max_abs_diff(const std::vector<float>& x, const std::vector<float>& y, size_t n) {
+double max_abs_diff(const std::vector<float>& x, const std::vector<float>& y, size_t n,
+                    const std::string& metric = "weight_diff_to_single") {
   if (x.size() != y.size() || x.size() < n)
-    throw RunError("weight_diff_to_single: the runs have different parameter counts");
+    throw RunError(metric + ": the runs have different parameter counts");
   double d = 0;
   for (size_t i = 0; i < n; ++i)
     d = std::max(d, std::abs(static_cast<double>(x[i]) - static_cast<double>(y[i])));
@@ -401,6 +425,17 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params, params);
     v.formula = 0;
     v.formula_text = "0 (up to float32 reduction order)";
+  } else if (n == "weight_diff_between_runs") {
+    const RunResult& ra = runs.run('a');
+    const RunResult& rb = runs.run('b');
+    const size_t params = make_layout(ra.cfg).total();
+    v.measured = max_abs_diff(ra.final_params, rb.final_params, params, n);
+  } else if (n == "clock_offset_us") {
+    v.measured = ref.rank < static_cast<int>(r.clock_offset_ns.size())
+                     ? std::abs(static_cast<double>(r.clock_offset_ns[ref.rank])) / 1e3
+                     : 0.0;
+  } else if (n == "resumed_after_step") {
+    v.measured = r.resumed_after_step;
   } else if (n == "world_size") {
     v.measured = static_cast<double>(r.ranks.size());
   } else if (n == "gpus_available") {

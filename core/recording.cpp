@@ -78,18 +78,23 @@ class Checker {
   }
 
   // `v` must be an object with exactly these keys.
-  void keys(const json& v, const std::string& where, const std::vector<const char*>& want) const {
+  // `want` must all be there; `optional` may be (fields added since version 1
+  // began, so older files still load).
+  void keys(const json& v, const std::string& where, const std::vector<const char*>& want,
+            const std::vector<const char*>& optional = {}) const {
     if (!v.is_object()) fail(where, "expected an object, got " + describe(v));
     for (const char* k : want)
       if (!v.contains(k)) fail(where, std::string("missing key '") + k + "'");
-    if (v.size() != want.size()) {
-      std::string valid;
-      for (const char* k : want) valid += std::string(valid.empty() ? "" : ", ") + k;
-      for (const auto& [k, _] : v.items())
-        if (std::find_if(want.begin(), want.end(), [&](const char* w) { return k == w; }) ==
-            want.end())
-          fail(where, "unknown key " + shown(k) + " (valid: " + valid + ")");
-    }
+    std::string valid;
+    for (const char* k : want) valid += std::string(valid.empty() ? "" : ", ") + k;
+    for (const char* k : optional) valid += std::string(valid.empty() ? "" : ", ") + k;
+    auto named = [](const std::vector<const char*>& list, const std::string& k) {
+      return std::find_if(list.begin(), list.end(), [&](const char* w) { return k == w; }) !=
+             list.end();
+    };
+    for (const auto& [k, _] : v.items())
+      if (!named(want, k) && !named(optional, k))
+        fail(where, "unknown key " + shown(k) + " (valid: " + valid + ")");
   }
 
   const json& array(const json& v, const std::string& where, size_t min_size = 0,
@@ -345,7 +350,8 @@ std::string layout(const json& j) {
     out += json(k).dump() + ":";
   };
   for (const char* k : {"format", "version", "origin", "config", "placement", "clock_zero_ns",
-                        "losses", "final_params", "span_columns", "alloc_columns"}) {
+                        "processes", "losses", "final_params", "span_columns", "alloc_columns"}) {
+    if (!j.contains(k)) continue;  // "processes" is optional
     key(k);
     out += j.at(k).dump();
   }
@@ -645,32 +651,39 @@ json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
   json gpus = origin.gpus;
   const auto* weights = reinterpret_cast<const unsigned char*>(r.final_params.data());
   const size_t weight_bytes = r.final_params.size() * sizeof(float);
-  return {{"format", kFormat},
-          {"version", kRecordingVersion},
-          {"origin",
-           {{"device", origin.device},
-            {"cpu", origin.cpu},
-            {"gpus", gpus},
-            {"date", origin.date},
-            {"shardlab", origin.shardlab}}},
-          {"config", config_json(r.cfg)},
-          {"placement",
-           {{"kind", p.kind == DeviceKind::cuda ? "cuda" : "cpu"},
-            {"guarded", p.guarded},
-            {"gpu_of_rank", p.gpu_of_rank},
-            {"comm", to_string(p.comm)},
-            {"device_name", p.device_name},
-            {"summary", p.summary}}},
-          {"clock_zero_ns", r.t0_ns},
-          {"losses", std::move(losses)},
-          {"final_params",
-           {{"dtype", "float32-le"},
-            {"count", r.final_params.size()},
-            {"crc32", hex32(crc32(weights, weight_bytes))},
-            {"base64", base64_encode(weights, weight_bytes)}}},
-          {"span_columns", kSpanColumns},
-          {"alloc_columns", kAllocColumns},
-          {"ranks", std::move(ranks)}};
+  json out = {{"format", kFormat},
+              {"version", kRecordingVersion},
+              {"origin",
+               {{"device", origin.device},
+                {"cpu", origin.cpu},
+                {"gpus", gpus},
+                {"date", origin.date},
+                {"shardlab", origin.shardlab}}},
+              {"config", config_json(r.cfg)},
+              {"placement",
+               {{"kind", p.kind == DeviceKind::cuda ? "cuda" : "cpu"},
+                {"guarded", p.guarded},
+                {"gpu_of_rank", p.gpu_of_rank},
+                {"comm", to_string(p.comm)},
+                {"device_name", p.device_name},
+                {"summary", p.summary}}},
+              {"clock_zero_ns", r.t0_ns},
+              {"losses", std::move(losses)},
+              {"final_params",
+               {{"dtype", "float32-le"},
+                {"count", r.final_params.size()},
+                {"crc32", hex32(crc32(weights, weight_bytes))},
+                {"base64", base64_encode(weights, weight_bytes)}}},
+              {"span_columns", kSpanColumns},
+              {"alloc_columns", kAllocColumns},
+              {"ranks", std::move(ranks)}};
+  // A run of one process per rank, or one resumed from a checkpoint: what a
+  // threaded fresh run does not have (absent there, as in older recordings).
+  if (!r.clock_offset_ns.empty() || r.resumed_after_step > 0)
+    out["processes"] = {{"clock_offset_ns", r.clock_offset_ns},
+                        {"clock_rtt_ns", r.clock_rtt_ns},
+                        {"resumed_after_step", r.resumed_after_step}};
+  return out;
 }
 
 Recording recording_from_json(const json& j, const std::string& file) {
@@ -687,7 +700,8 @@ Recording recording_from_json(const json& j, const std::string& file) {
                            std::to_string(kRecordingVersion) + ")");
   ck.keys(j, "",
           {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
-           "final_params", "span_columns", "alloc_columns", "ranks"});
+           "final_params", "span_columns", "alloc_columns", "ranks"},
+          {"processes"});
 
   Recording rec;
   RunResult& r = rec.run;
@@ -709,8 +723,29 @@ Recording recording_from_json(const json& j, const std::string& file) {
   const ModelLayout layout = make_layout(c);  // parsed fine in validate()
   r.placement = placement_from_json(ck, j["placement"], "placement", c.world);
   r.t0_ns = ck.integer(j["clock_zero_ns"], "clock_zero_ns", 0, kMaxClockZero);
+  if (j.contains("processes")) {
+    const json& pj = j["processes"];
+    ck.keys(pj, "processes", {"clock_offset_ns", "clock_rtt_ns", "resumed_after_step"});
+    r.resumed_after_step = static_cast<int>(
+        ck.integer(pj["resumed_after_step"], "processes.resumed_after_step", 0, c.steps - 1));
+    const size_t world = static_cast<size_t>(c.world);
+    for (const char* k : {"clock_offset_ns", "clock_rtt_ns"}) {
+      const std::string w = std::string("processes.") + k;
+      // Empty for a threaded run that resumed; else one entry per rank.
+      const json& a = ck.array(pj[k], w, 0, world);
+      if (!a.empty() && a.size() != world)
+        ck.fail(w, "has " + std::to_string(a.size()) + " entries (valid: 0 or " +
+                       std::to_string(world) + ")");
+      std::vector<int64_t>& out =
+          std::string(k) == "clock_offset_ns" ? r.clock_offset_ns : r.clock_rtt_ns;
+      for (size_t i = 0; i < a.size(); ++i)
+        out.push_back(ck.integer(a[i], at(w, i), -kMaxClockZero, kMaxClockZero));
+    }
+  }
 
   const size_t steps = static_cast<size_t>(c.steps);
+  // A resumed run timed only the steps after its checkpoint.
+  const size_t timed = steps - static_cast<size_t>(r.resumed_after_step);
   const json& losses = ck.array(j["losses"], "losses", steps, steps);
   for (size_t s = 0; s < steps; ++s)
     r.losses.push_back(loss_from_json(ck, losses[s], at("losses", s)));
@@ -743,15 +778,15 @@ Recording recording_from_json(const json& j, const std::string& file) {
   const Limits lim{c.world, c.steps, layout.num_layers(), c.micro_batches};
   const json& ranks =
       ck.array(j["ranks"], "ranks", static_cast<size_t>(c.world), static_cast<size_t>(c.world));
-  r.step_ms.assign(steps, 0.0);
+  r.step_ms.assign(timed, 0.0);
   for (int rank = 0; rank < c.world; ++rank) {
     const std::string w = at("ranks", static_cast<size_t>(rank));
     const json& rj = ranks[rank];
     ck.keys(rj, w, {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"});
     ck.integer(rj["rank"], at(w, "rank"), rank, rank);
     RankReport rr;
-    const json& ms = ck.array(rj["step_ms"], at(w, "step_ms"), steps, steps);
-    for (size_t s = 0; s < steps; ++s) {
+    const json& ms = ck.array(rj["step_ms"], at(w, "step_ms"), timed, timed);
+    for (size_t s = 0; s < timed; ++s) {
       rr.step_ms.push_back(ck.number(ms[s], at(at(w, "step_ms"), s), 0, kMaxStepMs));
       // The run's step time is its slowest rank's, as run_training computes it.
       r.step_ms[s] = std::max(r.step_ms[s], rr.step_ms[s]);

@@ -438,6 +438,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
 
   // A resumed run: the steps before the checkpoint have its losses and no times.
   result.losses.resize(cfg.steps);
+  result.resumed_after_step = first_step;
   for (int s = 0; s < first_step; ++s) result.losses[s] = resume->losses[s];
   for (int s = first_step; s < cfg.steps; ++s) {
     double sum = 0;

@@ -59,6 +59,9 @@ struct RunResult {
   // recorders' times are already shifted onto rank 0's clock through t0_ns.
   std::vector<int64_t> clock_offset_ns;
   std::vector<int64_t> clock_rtt_ns;
+  // The steps a checkpoint already held when this run resumed from it (its
+  // steps before this one have losses and no times); 0 for a fresh start.
+  int resumed_after_step = 0;
 };
 
 // Pause / single-step / cancel for a running job (the GUI's Run, Pause, Step,

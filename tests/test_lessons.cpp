@@ -5,6 +5,8 @@
 
 #include "tests/test_util.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -619,4 +621,145 @@ text = { en = "model states are measured", zh = "模型状态已测量" }
   std::ofstream(dir / "03-bad.toml") << bad;
   CHECK_THROWS_WITH(load_lesson((dir / "03-bad.toml").string()),
                     Catch::Contains("look.seek.layer"));
+}
+
+namespace {
+
+// A lesson of one step from its run and compare tables (and gates), in both languages.
+Lesson one_step(const std::string& run, const std::string& compare, const std::string& gates) {
+  const std::string text = R"(format = 1
+id = "p"
+title = { en = "P", zh = "进程" }
+summary = { en = "Processes.", zh = "进程。" }
+[[step]]
+title = { en = "One", zh = "一" }
+text = { en = "Some text.", zh = "一些文字。" }
+run = )" + run + "\n" + (compare.empty() ? "" : "compare = " + compare + "\n") +
+                           gates;
+  return parse_lesson(text, "inline.toml");
+}
+
+std::string gate(const std::string& metric, const std::string& op, double value) {
+  return "[[step.gate]]\nmetric = " + metric + "\nop = \"" + op +
+         "\"\nvalue = " + std::to_string(value) + "\ntext = { en = \"g\", zh = \"门\" }\n";
+}
+
+// Points the launched runs at the real binary and a fresh TMPDIR (to see that
+// nothing is left there), restoring both afterwards.
+struct ProcessEnvScope {
+  std::string old_bin, old_tmp;
+  bool had_bin, had_tmp;
+  fs::path tmp;
+  ProcessEnvScope() {
+    const char* b = std::getenv("SHARDLAB_BIN");
+    const char* t = std::getenv("TMPDIR");
+    had_bin = b;
+    had_tmp = t;
+    if (b) old_bin = b;
+    if (t) old_tmp = t;
+    tmp = fs::temp_directory_path() / ("shardlab-lesson-test-" + std::to_string(::getpid()));
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    ::setenv("SHARDLAB_BIN", SHARDLAB_BIN, 1);
+    ::setenv("TMPDIR", tmp.c_str(), 1);
+  }
+  ~ProcessEnvScope() {
+    had_bin ? ::setenv("SHARDLAB_BIN", old_bin.c_str(), 1) : ::unsetenv("SHARDLAB_BIN");
+    had_tmp ? ::setenv("TMPDIR", old_tmp.c_str(), 1) : ::unsetenv("TMPDIR");
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  }
+  bool tmp_empty() const { return fs::is_empty(tmp); }
+};
+
+}  // namespace
+
+TEST_CASE("process keys: compare inherits them, processes = false runs threads",
+          "[lessons][processes]") {
+  const std::string run =
+      R"({ model = "mlp:2x32", strategy = "zero3", world = 2, batch = 8, steps = 4, )"
+      R"(processes = true, fault = "1:2:kill", max-restarts = 1, checkpoint-every = 2 })";
+  const Lesson inherit = one_step(run, R"({ strategy = "zero2" })", "");
+  const Step& s = inherit.steps[0];
+  CHECK(s.run_processes.on);
+  CHECK(s.run_processes.fault == "1:2:kill");
+  CHECK(s.run_processes.max_restarts == 1);
+  CHECK(s.run_processes.checkpoint_every == 2);
+  CHECK(s.compare_processes.on);
+  CHECK(s.compare_processes.fault == "1:2:kill");
+  CHECK(command_line(*s.run, s.run_processes) ==
+        "SHARDLAB_FAULT=1:2:kill shardlab launch --nproc-per-node 2 --max-restarts 1 -- run "
+        "--model mlp:2x32 --strategy zero3 --world 2 --batch 8 --steps 4 --checkpoint-every 2 "
+        "--checkpoint-dir DIR");
+
+  const Lesson threads = one_step(run, "{ processes = false }", "");
+  CHECK_FALSE(threads.steps[0].compare_processes.on);
+  CHECK(threads.steps[0].compare_processes.fault.empty());
+  CHECK(threads.steps[0].compare_processes.max_restarts == 0);
+  CHECK(command_line(*threads.steps[0].compare, threads.steps[0].compare_processes)
+            .rfind("shardlab run ", 0) == 0);
+  // A step with no process keys is unchanged.
+  const Lesson plain_run = one_step(
+      R"({ model = "mlp:2x32", strategy = "ddp", world = 2, batch = 8, steps = 2 })", "", "");
+  CHECK_FALSE(plain_run.steps[0].run_processes.on);
+}
+
+TEST_CASE("a step run as processes: same weights as threads, clock offsets, nothing left behind",
+          "[lessons][processes]") {
+  ProcessEnvScope env;
+  const std::string run =
+      R"({ model = "mlp:2x32", strategy = "zero3", world = 2, batch = 8, steps = 3, )"
+      R"(processes = true })";
+  const Lesson l = one_step(run, "{ processes = false }",
+                            gate(R"({ name = "weight_diff_between_runs" })", "==", 0) +
+                                gate(R"({ name = "clock_offset_us", rank = 1 })", "<", 5000) +
+                                gate(R"({ name = "resumed_after_step" })", "==", 0));
+  const Step& s = l.steps[0];
+  const StepRuns runs = run_step(s);
+  REQUIRE(runs.b);
+  CHECK(runs.a.clock_offset_ns.size() == 2);  // measured by the processes, kept in the recording
+  CHECK(runs.b->clock_offset_ns.empty());     // threads share one clock
+  CHECK(runs.a.recorders.size() == 2);
+  CHECK(runs.a.final_params == runs.b->final_params);
+  const StepResult r = evaluate_step(s, runs.a, &*runs.b);
+  for (const GateResult& g : r.gates) {
+    INFO(g.left.ref.name << ": " << g.left.error);
+    CHECK(g.pass);
+  }
+  CHECK(env.tmp_empty());
+}
+
+TEST_CASE("a killed rank restarts from its checkpoint; a failed launch is one line",
+          "[lessons][processes]") {
+  ProcessEnvScope env;
+  const std::string base =
+      R"({ model = "mlp:2x32", strategy = "zero3", world = 2, batch = 8, steps = 6, )"
+      R"(processes = true, fault = "1:4:kill", checkpoint-every = 3)";
+  const Lesson l = one_step(base + ", max-restarts = 1 }", "{ processes = false }",
+                            gate(R"({ name = "resumed_after_step" })", "==", 3) +
+                                gate(R"({ name = "weight_diff_between_runs" })", "==", 0));
+  const StepRuns runs = run_step(l.steps[0]);
+  REQUIRE(runs.b);
+  CHECK(runs.a.resumed_after_step == 3);
+  CHECK(runs.a.losses.size() == 6);
+  const StepResult r = evaluate_step(l.steps[0], runs.a, &*runs.b);
+  for (const GateResult& g : r.gates) {
+    INFO(g.left.ref.name << ": " << g.left.error);
+    CHECK(g.pass);
+  }
+  CHECK(env.tmp_empty());
+
+  // No restarts left: the step fails with the launcher's words, on one line.
+  const Lesson dies = one_step(base + " }", "", "");
+  try {
+    run_step(dies.steps[0]);
+    FAIL("the killed group ran to the end");
+  } catch (const RunError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("shardlab launch --nproc-per-node 2 failed") != std::string::npos);
+    CHECK(what.find("rank 1") != std::string::npos);
+    CHECK(what.find('\n') == std::string::npos);
+  }
+  CHECK(env.tmp_empty());
 }

@@ -482,3 +482,43 @@ TEST_CASE("CLI: --record and --open refuse bad combinations in one line", "[reco
   CHECK(res.code == 2);
   CHECK(res.out.find("--model cannot be combined with --open") != std::string::npos);
 }
+
+TEST_CASE("a run of processes keeps its clock offsets and resumed step; old files still load",
+          "[recording][processes]") {
+  RunResult r = run_training(small("ddp", 2));
+  const json old = recording_to_json(r, describe_origin(r));
+  CHECK_FALSE(old.contains("processes"));  // a threaded fresh run writes what version 1 wrote
+  CHECK(recording_from_json(old, "x").run.clock_offset_ns.empty());
+
+  r.clock_offset_ns = {0, -1234};
+  r.clock_rtt_ns = {0, 56};
+  // As a run resumed after step 1 reports it: no times for the steps before.
+  r.resumed_after_step = 1;
+  for (RankReport& rr : r.ranks) rr.step_ms.erase(rr.step_ms.begin());
+  r.step_ms.erase(r.step_ms.begin());
+  json j = recording_to_json(r, describe_origin(r));
+  const Recording back = recording_from_json(j, "x");
+  CHECK(back.run.clock_offset_ns == r.clock_offset_ns);
+  CHECK(back.run.clock_rtt_ns == r.clock_rtt_ns);
+  CHECK(back.run.resumed_after_step == 1);
+  CHECK(back.run.step_ms.size() == r.step_ms.size());
+
+  auto refused = [](const json& bad, const std::string& what) {
+    try {
+      recording_from_json(bad, "f.shardrec");
+      FAIL("loaded");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+    }
+  };
+  json b = j;
+  b["processes"]["clock_offset_ns"] = {1, 2, 3};
+  refused(b, "processes.clock_offset_ns");
+  b = j;
+  b["processes"]["resumed_after_step"] = 99;
+  refused(b, "processes.resumed_after_step");
+  b = j;
+  b["processes"]["extra"] = 1;
+  refused(b, "unknown key");
+}

@@ -322,7 +322,7 @@ void draw_table(App& app) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     swatch(slot_color(i));
-    ImGui::TextUnformatted(config_label(e.cfg).c_str());
+    ImGui::TextUnformatted(run_label(e.cfg, e.result.get()).c_str());
     if (!e.done) {
       ImGui::TableNextColumn();
       if (busy && static_cast<int>(i) == running)
@@ -473,7 +473,8 @@ void draw_timelines(App& app) {
   for (size_t i = 0; i < app.compare.size(); ++i) {
     const CompareEntry& e = app.compare[i];
     swatch(slot_color(i));
-    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text), "%s", config_label(e.cfg).c_str());
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text), "%s",
+                       run_label(e.cfg, e.result.get()).c_str());
     if (!e.result) {
       ImGui::SameLine();
       ImGui::TextDisabled("%s", !e.done           ? "(not finished yet)"
@@ -565,7 +566,7 @@ void draw_memory_over_time(App& app) {
   // Legend: each run's colour, label and its peak over the steps shown.
   for (const Curve& cv : curves) {
     const CompareEntry& e = app.compare[cv.slot];
-    std::string label = config_label(e.cfg);
+    std::string label = run_label(e.cfg, e.result.get());
     if (cv.points.empty())
       label +=
           c.memory_rank >= 0 ? " (no rank " + std::to_string(c.memory_rank) + ")" : " (no steps)";
@@ -649,7 +650,8 @@ void draw_memory_over_time(App& app) {
       for (const Curve& cv : curves) {
         if (cv.points.empty()) continue;
         swatch(slot_color(cv.slot));
-        ImGui::Text("%s: %s", config_label(app.compare[cv.slot].cfg).c_str(),
+        ImGui::Text("%s: %s",
+                    run_label(app.compare[cv.slot].cfg, app.compare[cv.slot].result.get()).c_str(),
                     format_bytes(static_cast<double>(bytes_at_position(cv.points, x))).c_str());
       }
       ImGui::EndTooltip();
@@ -674,7 +676,8 @@ void draw_peaks(App& app) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   float label_w = font * 4;
   for (const CompareEntry& e : app.compare)
-    label_w = std::max(label_w, ImGui::CalcTextSize((config_label(e.cfg) + " r00").c_str()).x);
+    label_w = std::max(label_w,
+                       ImGui::CalcTextSize((run_label(e.cfg, e.result.get()) + " r00").c_str()).x);
   label_w += font;
   const float bar_w = std::max(font * 4, ImGui::GetContentRegionAvail().x - label_w - font * 6);
   const float row_h = font * 1.35f;
@@ -683,7 +686,7 @@ void draw_peaks(App& app) {
     for (int r = 0; r < e.data.world; ++r) {
       const Peak pk = peak_of(e.data.ranks[r].device_series);
       const ImVec2 o = ImGui::GetCursorScreenPos();
-      const std::string label = config_label(e.cfg) + " r" + std::to_string(r);
+      const std::string label = run_label(e.cfg, e.result.get()) + " r" + std::to_string(r);
       dl->AddRectFilled(ImVec2(o.x, o.y + font * 0.15f), ImVec2(o.x + font * 0.3f, o.y + font),
                         slot_color(i));
       dl->AddText(ImVec2(o.x + font * 0.6f, o.y), ui.text_dim, label.c_str());

@@ -1,9 +1,21 @@
 // A lesson step on its finished runs: the prediction's measured metric, the
-// gates, where the seek lands, and whether an answer was right.
+// gates, where the seek lands, and whether an answer was right; and the runs
+// themselves, as threads here or as a launched group of processes.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "app/lesson/lesson.h"
 
@@ -265,10 +277,156 @@ AnswerCheck check_answer(const Prediction& p, const StepResult& result, const st
   return c;
 }
 
+namespace {
+
+// A fresh private directory for one launched run (its recording, its
+// checkpoints, the launcher's output), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/shardlab-lesson-XXXXXX";
+    if (!::mkdtemp(tmpl.data()))
+      throw RunError("cannot make a temporary directory for the processes: " +
+                     std::string(std::strerror(errno)));
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The binary to launch: $SHARDLAB_BIN (tests run from their own binary), else this one.
+std::string shardlab_binary() {
+  if (const char* bin = std::getenv("SHARDLAB_BIN"); bin && *bin) return bin;
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0)
+    throw RunError("cannot find this program (/proc/self/exe): " +
+                   std::string(std::strerror(errno)));
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+// What went wrong, in one line, from the launcher's output: the lines that
+// name an error or a failed rank (the last two), else the last line.
+std::string failure_line(const std::string& output) {
+  std::vector<std::string> lines, errors;
+  std::istringstream in(output);
+  for (std::string l; std::getline(in, l);) {
+    l.erase(l.find_last_not_of(" \r\t") + 1);
+    if (l.empty()) continue;
+    lines.push_back(l);
+    const std::string low = [&] {
+      std::string o;
+      for (char c : l) o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return o;
+    }();
+    if (low.find("error") != std::string::npos || low.find("failed") != std::string::npos ||
+        low.find("killed") != std::string::npos)
+      errors.push_back(l);
+  }
+  if (errors.empty()) return lines.empty() ? "no output" : lines.back();
+  std::string out;
+  for (size_t i = errors.size() > 2 ? errors.size() - 2 : 0; i < errors.size(); ++i)
+    out += (out.empty() ? "" : "; ") + errors[i];
+  return out;
+}
+
+extern "C" char** environ;
+
+RunResult run_processes(const RunConfig& cfg, const ProcessOptions& p) {
+  TempDir dir;
+  const std::string record = dir.path() + "/run.shardrec";
+  const std::string log = dir.path() + "/launch.log";
+  std::vector<std::string> args = {shardlab_binary(), "launch", "--nproc-per-node",
+                                   std::to_string(cfg.world)};
+  if (p.max_restarts > 0) {
+    args.push_back("--max-restarts");
+    args.push_back(std::to_string(p.max_restarts));
+  }
+  args.push_back("--");
+  args.push_back("run");
+  for (const std::string& a : command_args(cfg)) args.push_back(a);
+  if (!cfg.record) args.push_back("--no-record");
+  args.push_back("--record");
+  args.push_back(record);
+  if (p.checkpoint_every > 0) {
+    args.push_back("--checkpoint-every");
+    args.push_back(std::to_string(p.checkpoint_every));
+    args.push_back("--checkpoint-dir");
+    args.push_back(dir.path() + "/checkpoints");
+  }
+
+  // This process's environment, less what would make the launch another one's
+  // (a launcher's variables, a fault meant for someone else), plus the fault.
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string v = *e;
+    const std::string name = v.substr(0, v.find('='));
+    if (name == "SHARDLAB_FAULT" || name == "RANK" || name == "WORLD_SIZE" ||
+        name == "LOCAL_RANK" || name == "LOCAL_WORLD_SIZE" || name == "MASTER_ADDR" ||
+        name == "MASTER_PORT" || name.rfind("OMPI_COMM_WORLD_", 0) == 0 ||
+        name.rfind("SLURM_", 0) == 0)
+      continue;
+    env.push_back(v);
+  }
+  if (!p.fault.empty()) env.push_back("SHARDLAB_FAULT=" + p.fault);
+
+  std::vector<char*> argv, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0)
+    throw RunError("cannot start " + args[0] + " launch: " + std::string(std::strerror(rc)));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      throw RunError("waiting for shardlab launch: " + std::string(std::strerror(errno)));
+
+  std::ifstream in(log, std::ios::binary);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const std::string how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                              : "signal " + std::to_string(WTERMSIG(status));
+    throw RunError("shardlab launch --nproc-per-node " + std::to_string(cfg.world) + " failed (" +
+                   how + "): " + failure_line(output));
+  }
+  try {
+    return load_recording(record).run;
+  } catch (const std::exception& e) {
+    throw RunError(std::string("the processes' recording: ") + e.what());
+  }
+}
+
+}  // namespace
+
+RunResult run_one(const RunConfig& cfg, const ProcessOptions& processes,
+                  const RunCallbacks& callbacks) {
+  if (processes.on) return run_processes(cfg, processes);
+  return run_training(cfg, nullptr, callbacks);
+}
+
 StepRuns run_step(const Step& step, const RunCallbacks& callbacks) {
   if (!step.run) return StepRuns{load_recording(step.recording).run, std::nullopt};
-  StepRuns out{run_training(*step.run, nullptr, callbacks), std::nullopt};
-  if (step.compare) out.b = run_training(*step.compare, nullptr, callbacks);
+  StepRuns out{run_one(*step.run, step.run_processes, callbacks), std::nullopt};
+  if (step.compare) out.b = run_one(*step.compare, step.compare_processes, callbacks);
   return out;
 }
 

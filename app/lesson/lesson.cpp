@@ -271,8 +271,13 @@ RunConfig config_of(const std::vector<std::string>& args) {
   return config_from(a);
 }
 
+// Keys of a lesson's run that are not `shardlab run` options: how the run is
+// made (as separate processes under `shardlab launch`), read by read_processes.
+const std::set<std::string> kProcessKeys = {"processes", "fault", "max-restarts",
+                                            "checkpoint-every"};
+
 std::vector<std::string> allowed_run_keys() {
-  std::vector<std::string> keys;
+  std::vector<std::string> keys(kProcessKeys.begin(), kProcessKeys.end());
   for (const auto& k : run_options())
     if (!kNotInLessons.count(k)) keys.push_back(k);
   for (const auto& k : run_flags())
@@ -286,6 +291,7 @@ std::map<std::string, std::string> read_run_args(const Table& rt) {
   std::map<std::string, std::string> out;
   for (auto&& [k, v] : rt.t) {
     const std::string key(k.str());
+    if (kProcessKeys.count(key)) continue;
     if (kNotInLessons.count(key))
       rt.fail(key, "'" + key +
                        "' is an output option of `shardlab run`, not used in lessons (a "
@@ -350,6 +356,63 @@ RunConfig finish_run(const Table& rt, const std::map<std::string, std::string>& 
     if (!key.empty()) rt.fail(key, e.what());
     rt.ctx.fail(rt.line, what, e.what());
   }
+}
+
+// `processes`, `fault`, `max-restarts`, `checkpoint-every` of a run table (for
+// a compare table, on top of `base`, the run's). The others need processes.
+ProcessOptions read_processes(const Table& rt, const RunConfig& c, const ProcessOptions& base,
+                              bool inherits) {
+  ProcessOptions p = inherits ? base : ProcessOptions{};
+  if (const toml::node* v = rt.get("processes")) {
+    if (!v->is_boolean())
+      rt.fail("processes", std::string("is a flag: true or false, not ") + type_name(*v));
+    p.on = v->as_boolean()->get();
+    // A compare run made as threads keeps none of the run's process settings.
+    if (!p.on) p = ProcessOptions{};
+  }
+  for (const char* k : {"fault", "max-restarts", "checkpoint-every"})
+    if (rt.get(k) && !p.on)
+      rt.fail(k, std::string("'") + k +
+                     "' applies to a run of one process per rank (valid: add processes = true, "
+                     "or leave it out)");
+  if (!p.on) return p;
+  const std::string on_key = rt.get("processes") ? "processes" : "strategy";
+  try {
+    check_process_config(c);
+  } catch (const ConfigError& e) {
+    if (rt.get(on_key)) rt.fail(on_key, e.what());
+    rt.ctx.fail(rt.line, rt.path + "processes", e.what());
+  }
+  if (rt.get("fault")) {
+    const std::string f = rt.string("fault");
+    int rank = -1, step = -1, attempt = 0;
+    char action[16] = {};
+    char extra = 0;
+    const int n =
+        std::sscanf(f.c_str(), "%d:%d:%15[a-z]:%d%c", &rank, &step, action, &attempt, &extra);
+    const std::string act = action;
+    if (n < 3 || n > 4 || (act != "kill" && act != "hang" && act != "exit") ||
+        (n == 3 && f.size() != f.find(act) + act.size()))
+      rt.fail("fault", "'" + f +
+                           "' is not a fault (valid: RANK:STEP:kill|hang|exit[:ATTEMPT], e.g. "
+                           "\"2:7:kill\")");
+    if (rank < 0 || rank >= c.world)
+      rt.fail("fault", "rank " + std::to_string(rank) + " of '" + f +
+                           "' is outside the run's world (valid: 0.." +
+                           std::to_string(c.world - 1) + ")");
+    if (step < 0 || step >= c.steps)
+      rt.fail("fault", "step " + std::to_string(step) + " of '" + f +
+                           "' is outside the run's steps (valid: 0.." +
+                           std::to_string(c.steps - 1) + ", 0-based)");
+    if (attempt < 0 || attempt > 8)
+      rt.fail("fault", "attempt " + std::to_string(attempt) + " of '" + f +
+                           "' is out of range (valid: 0..8)");
+    p.fault = f;
+  }
+  if (rt.get("max-restarts")) p.max_restarts = rt.small_int("max-restarts", 0, 8);
+  if (rt.get("checkpoint-every"))
+    p.checkpoint_every = rt.small_int("checkpoint-every", 1, std::max(1, c.steps));
+  return p;
 }
 
 // The key a check_metric() message is about, from its first word.
@@ -652,6 +715,7 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
                    kNotInLessons);
     const auto args = read_run_args(rt);
     s.run = finish_run(rt, args, "run");
+    s.run_processes = read_processes(rt, *s.run, {}, false);
     if (st.get("compare")) {
       const Table ct(ctx, st.table("compare"), "compare.", st.line_at("compare"),
                      allowed_run_keys(), kNotInLessons);
@@ -663,6 +727,7 @@ Step read_step(const Ctx& ctx, const toml::table& t, int fallback, const fs::pat
       }
       for (const auto& [k, a] : read_run_args(ct)) merged[k] = a;
       s.compare = finish_run(ct, merged, "compare", true);
+      s.compare_processes = read_processes(ct, *s.compare, s.run_processes, true);
     }
   } else {
     if (st.get("compare")) st.fail("compare", "goes with a run, not a recording");
@@ -811,41 +876,67 @@ std::vector<Lesson> load_all_lessons(const std::string& dir, std::vector<std::st
   return out;
 }
 
-std::string command_line(const RunConfig& c) {
+std::vector<std::string> command_args(const RunConfig& c) {
   const RunConfig d;
-  std::string s = "shardlab run --model " + c.model;
-  if (c.seq != d.seq) s += " --seq " + std::to_string(c.seq);
-  if (!c.data.empty()) s += " --data " + c.data;
-  s += " --strategy " + c.strategy + " --world " + std::to_string(c.world) + " --batch " +
-       std::to_string(c.batch) + " --steps " + std::to_string(c.steps);
+  std::vector<std::string> a = {"--model", c.model};
+  auto add = [&](const char* key, const std::string& value) {
+    a.push_back(key);
+    if (!value.empty()) a.push_back(value);
+  };
+  // Short when that is exact ("0.05"), else every digit: a launched run must
+  // train on the very same values.
   auto num = [](double v) {
-    char buf[32];
+    char buf[40];
     std::snprintf(buf, sizeof buf, "%g", v);
+    if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
     return std::string(buf);
   };
-  if (c.optimizer.kind != d.optimizer.kind)
-    s += std::string(" --optimizer ") + to_string(c.optimizer.kind);
-  if (c.optimizer.lr != d.optimizer.lr) s += " --lr " + num(c.optimizer.lr);
-  if (c.seed != d.seed) s += " --seed " + std::to_string(c.seed);
-  if (c.precision != d.precision) s += " --precision " + c.precision;
-  if (c.device != d.device) s += " --device " + c.device;
-  if (c.backend != d.backend) s += " --backend " + c.backend;
-  if (c.timeout_ms != d.timeout_ms) s += " --timeout-ms " + std::to_string(c.timeout_ms);
-  if (c.bucket_mb != d.bucket_mb) s += " --bucket-mb " + num(c.bucket_mb);
-  if (!c.overlap) s += " --no-overlap";
-  if (!c.prefetch) s += " --no-prefetch";
-  if (c.fsdp_unit != d.fsdp_unit) s += " --fsdp-unit " + std::to_string(c.fsdp_unit);
-  if (!c.reshard_after_forward) s += " --no-reshard";
-  if (c.offload) s += " --offload";
-  if (c.stages != d.stages) s += " --stages " + std::to_string(c.stages);
-  if (c.micro_batches != d.micro_batches)
-    s += " --micro-batches " + std::to_string(c.micro_batches);
+  if (c.seq != d.seq) add("--seq", std::to_string(c.seq));
+  if (!c.data.empty()) add("--data", c.data);
+  add("--strategy", c.strategy);
+  add("--world", std::to_string(c.world));
+  add("--batch", std::to_string(c.batch));
+  add("--steps", std::to_string(c.steps));
+  if (c.optimizer.kind != d.optimizer.kind) add("--optimizer", to_string(c.optimizer.kind));
+  if (c.optimizer.lr != d.optimizer.lr) add("--lr", num(c.optimizer.lr));
+  if (c.seed != d.seed) add("--seed", std::to_string(c.seed));
+  if (c.precision != d.precision) add("--precision", c.precision);
+  if (c.device != d.device) add("--device", c.device);
+  if (c.backend != d.backend) add("--backend", c.backend);
+  if (c.timeout_ms != d.timeout_ms) add("--timeout-ms", std::to_string(c.timeout_ms));
+  if (c.bucket_mb != d.bucket_mb) add("--bucket-mb", num(c.bucket_mb));
+  if (!c.overlap) add("--no-overlap", "");
+  if (!c.prefetch) add("--no-prefetch", "");
+  if (c.fsdp_unit != d.fsdp_unit) add("--fsdp-unit", std::to_string(c.fsdp_unit));
+  if (!c.reshard_after_forward) add("--no-reshard", "");
+  if (c.offload) add("--offload", "");
+  if (c.stages != d.stages) add("--stages", std::to_string(c.stages));
+  if (c.micro_batches != d.micro_batches) add("--micro-batches", std::to_string(c.micro_batches));
   if (!c.partition.empty()) {
-    s += " --partition ";
+    std::string p;
     for (size_t i = 0; i < c.partition.size(); ++i)
-      s += (i ? "," : "") + std::to_string(c.partition[i]);
+      p += (i ? "," : "") + std::to_string(c.partition[i]);
+    add("--partition", p);
   }
-  if (c.recompute) s += " --recompute";
+  if (c.recompute) add("--recompute", "");
+  return a;
+}
+
+std::string command_line(const RunConfig& c) {
+  std::string s = "shardlab run";
+  for (const std::string& a : command_args(c)) s += " " + a;
+  return s;
+}
+
+std::string command_line(const RunConfig& c, const ProcessOptions& p) {
+  if (!p.on) return command_line(c);
+  std::string s = p.fault.empty() ? "" : "SHARDLAB_FAULT=" + p.fault + " ";
+  s += "shardlab launch --nproc-per-node " + std::to_string(c.world);
+  if (p.max_restarts > 0) s += " --max-restarts " + std::to_string(p.max_restarts);
+  s += " -- run";
+  for (const std::string& a : command_args(c)) s += " " + a;
+  if (p.checkpoint_every > 0)
+    s += " --checkpoint-every " + std::to_string(p.checkpoint_every) + " --checkpoint-dir DIR";
   return s;
 }
 

@@ -109,6 +109,15 @@ struct Gate {
   int line = 0;
 };
 
+// A run whose ranks are separate processes (run key `processes = true`):
+// `shardlab launch --nproc-per-node <world> -- run …`, its recording read back.
+struct ProcessOptions {
+  bool on = false;
+  std::string fault;         // SHARDLAB_FAULT for the launch ("2:7:kill"); empty: none
+  int max_restarts = 0;      // launch --max-restarts
+  int checkpoint_every = 0;  // run --checkpoint-every into a fresh temporary directory; 0: none
+};
+
 struct Step {
   int line = 0;  // of its [[step]] header
   Text title;
@@ -116,7 +125,8 @@ struct Step {
   // The run this step needs, validated as `shardlab run` validates it; none
   // when the step shows a recording.
   std::optional<RunConfig> run;
-  std::optional<RunConfig> compare;   // second run, beside the first
+  std::optional<RunConfig> compare;                 // second run, beside the first
+  ProcessOptions run_processes, compare_processes;  // how each run is made
   std::string recording;              // path (resolved against the lesson file's folder)
   std::optional<RunConfig> recorded;  // the recording's settings (read when the lesson loads)
   std::string recorded_where;         // "cpu (…), world 3, 2026-11-23 16:40 UTC"
@@ -208,10 +218,18 @@ struct StepRuns {
   RunResult a;
   std::optional<RunResult> b;
 };
+// A run with `processes.on` is launched as separate processes and read back
+// from its recording (throws RunError with the launcher's last error line).
 StepRuns run_step(const Step& step, const RunCallbacks& callbacks = {});
+// One run of a step: threads in this process, or a launched group.
+RunResult run_one(const RunConfig& cfg, const ProcessOptions& processes,
+                  const RunCallbacks& callbacks = {});
 
 // The `shardlab run` command line that makes this run (options that differ from the defaults).
 std::string command_line(const RunConfig& c);
+std::vector<std::string> command_args(const RunConfig& c);  // the same, after "shardlab run"
+// A launched run: "[SHARDLAB_FAULT=…] shardlab launch --nproc-per-node N … -- run …".
+std::string command_line(const RunConfig& c, const ProcessOptions& p);
 
 // "1.50 MiB", "12.3 ms", "25.0 %", "1.32x", "4", "0.0123": a value as a learner reads it.
 std::string format_value(double v, const std::string& unit);

@@ -381,9 +381,13 @@ const char* idle_share_short_definition() {
          "the bubble.";
 }
 
+std::string run_label(const RunConfig& c, const RunResult* r) {
+  return config_label(c) + (r && !r->clock_offset_ns.empty() ? " processes" : "");
+}
+
 CompareRow compare_row(const RunResult& r) {
   CompareRow row;
-  row.label = config_label(r.cfg);
+  row.label = run_label(r.cfg, &r);
   row.strategy = r.cfg.strategy;
   row.world = r.cfg.world;
   row.precision = r.cfg.precision;

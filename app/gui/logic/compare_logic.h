@@ -77,6 +77,10 @@ std::vector<RunConfig> default_compare_configs(const RunConfig& base);
 
 // "gpipe ×4 M=8 recompute", "ddp ×2", "zero3 ×4 no-prefetch bf16".
 std::string config_label(const RunConfig& c);
+// The same, plus " processes" for a finished run whose ranks were processes
+// (a lesson's `processes = true`: it measured clock offsets), so threads and
+// processes of one configuration tell apart.
+std::string run_label(const RunConfig& c, const RunResult* r);
 
 struct CompareRow {
   std::string label;  // config_label
