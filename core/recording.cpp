@@ -267,34 +267,38 @@ bool is_utc_date(const std::string& s) {
 
 json config_json(const RunConfig& c) {
   const OptimizerConfig& o = c.optimizer;
-  return {{"model", c.model},
-          {"strategy", c.strategy},
-          {"world", c.world},
-          {"batch", c.batch},
-          {"steps", c.steps},
-          {"optimizer",
-           {{"kind", to_string(o.kind)},
-            {"lr", o.lr},
-            {"beta1", o.beta1},
-            {"beta2", o.beta2},
-            {"eps", o.eps},
-            {"weight_decay", o.weight_decay}}},
-          {"seed", c.seed},
-          {"device", c.device},
-          {"backend", c.backend},
-          {"timeout_ms", c.timeout_ms},
-          {"record", c.record},
-          {"bucket_mb", c.bucket_mb},
-          {"overlap", c.overlap},
-          {"precision", c.precision},
-          {"prefetch", c.prefetch},
-          {"fsdp_unit", c.fsdp_unit},
-          {"reshard_after_forward", c.reshard_after_forward},
-          {"offload", c.offload},
-          {"stages", c.stages},
-          {"micro_batches", c.micro_batches},
-          {"partition", c.partition},
-          {"recompute", c.recompute}};
+  json j = {{"model", c.model},
+            {"strategy", c.strategy},
+            {"world", c.world},
+            {"batch", c.batch},
+            {"steps", c.steps},
+            {"optimizer",
+             {{"kind", to_string(o.kind)},
+              {"lr", o.lr},
+              {"beta1", o.beta1},
+              {"beta2", o.beta2},
+              {"eps", o.eps},
+              {"weight_decay", o.weight_decay}}},
+            {"seed", c.seed},
+            {"device", c.device},
+            {"backend", c.backend},
+            {"timeout_ms", c.timeout_ms},
+            {"record", c.record},
+            {"bucket_mb", c.bucket_mb},
+            {"overlap", c.overlap},
+            {"precision", c.precision},
+            {"prefetch", c.prefetch},
+            {"fsdp_unit", c.fsdp_unit},
+            {"reshard_after_forward", c.reshard_after_forward},
+            {"offload", c.offload},
+            {"stages", c.stages},
+            {"micro_batches", c.micro_batches},
+            {"partition", c.partition},
+            {"recompute", c.recompute}};
+  // A gpt's context and text decide its vocabulary and activations.
+  if (c.seq != 0) j["seq"] = c.seq;
+  if (!c.data.empty()) j["data"] = c.data;
+  return j;
 }
 
 json pool_json(const PoolStats& p) {
@@ -406,10 +410,13 @@ RunConfig config_from_json(const Checker& ck, const json& j, const std::string& 
            "stages",
            "micro_batches",
            "partition",
-           "recompute"});
+           "recompute"},
+          {"seq", "data"});  // gpt only; absent in MLP recordings
   RunConfig c;
   const int max_int = std::numeric_limits<int>::max();
   c.model = ck.text(j["model"], at(w, "model"), false);
+  if (j.contains("seq")) c.seq = static_cast<int>(ck.integer(j["seq"], at(w, "seq"), 1, 1 << 20));
+  if (j.contains("data")) c.data = ck.text(j["data"], at(w, "data"), false);
   c.strategy = ck.text(j["strategy"], at(w, "strategy"), false);
   c.world = static_cast<int>(ck.integer(j["world"], at(w, "world"), 1, 64));
   c.batch = static_cast<int>(ck.integer(j["batch"], at(w, "batch"), 1, max_int));

@@ -184,6 +184,24 @@ TEST_CASE("every strategy's run loads back from its recording", "[recording]") {
   }
 }
 
+TEST_CASE("a gpt run keeps its context length in its recording", "[recording]") {
+  // Its vocabulary and activations depend on --seq: without it in the file,
+  // the weights would not fit the model the loader rebuilds.
+  RunConfig c = small("ddp", 2);
+  c.model = "gpt:1x32x2";
+  c.seq = 16;
+  c.steps = 2;
+  const RunResult r = run_training(c);
+  const json j = recording_to_json(r, describe_origin(r));
+  CHECK(j.at("config").at("seq") == 16);
+  const Recording back = recording_from_json(j, "x");
+  CHECK(back.run.cfg.seq == 16);
+  require_same_run(r, back.run);
+  // MLP recordings are as before: no gpt keys.
+  const RunResult m = run_training(small("ddp", 2));
+  CHECK_FALSE(recording_to_json(m, describe_origin(m)).at("config").contains("seq"));
+}
+
 TEST_CASE("a run without recording cannot be saved", "[recording]") {
   TempDir dir;
   RunConfig c = small("ddp", 2);
