@@ -212,15 +212,6 @@ redisContext* redis_connect(const std::string& host, int port, std::string& erro
   return c;
 }
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  char buf[32];
-  if (ms.count() % 1000 == 0)
-    std::snprintf(buf, sizeof buf, "%lld s", static_cast<long long>(ms.count() / 1000));
-  else
-    std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
-
 }  // namespace
 
 // Members in construction order; they are destroyed in reverse, so the server goes last.

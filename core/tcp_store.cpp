@@ -30,9 +30,6 @@ namespace shardlab {
 using namespace tcp_store_wire;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// "30 s", "0.25 s": timeouts in messages read as people set them.
 std::string seconds_text(std::chrono::milliseconds ms) {
   char buf[32];
   if (ms.count() % 1000 == 0)
@@ -41,6 +38,8 @@ std::string seconds_text(std::chrono::milliseconds ms) {
     std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(ms.count()) / 1000.0);
   return buf;
 }
+
+namespace {
 
 // Keys come from the network: show them printable and short in log lines and errors.
 std::string shown(const std::string& s) {

@@ -15,6 +15,9 @@ namespace shardlab {
 
 class CheckStore;  // core/check_store.h
 
+// "30 s", "0.25 s": timeouts in messages read as people set them.
+std::string seconds_text(std::chrono::milliseconds ms);
+
 // The protocol, as torch 1.13 sends it (checked against the installed torch): one query byte,
 // then its arguments; a string or byte vector is a little-endian uint64 length and the bytes.
 // No handshake, no magic number (those came with torch 2.x). c10d clients put "/" before
