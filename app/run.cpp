@@ -122,11 +122,6 @@ resumes from the newest complete checkpoint in --checkpoint-dir.
 
 namespace {
 
-nlohmann::json trace_metadata(const RunConfig& c) {
-  return {{"model", c.model}, {"strategy", c.strategy}, {"world", c.world},
-          {"batch", c.batch}, {"steps", c.steps},       {"seed", c.seed}};
-}
-
 // Two outputs naming one file would leave only the last one written (and
 // --init-from's checkpoint, replaced by another kind of file, would be lost):
 // refused before the run. Paths compare resolved (symbolic links, "..", "./").
@@ -394,8 +389,8 @@ int cmd_run(int argc, char** argv) {
   if (proc) {
     // Every process writes its own rank's trace (what 'shardlab trace merge' joins).
     if (auto p = a.get("trace"))
-      write_trace(rank_trace_path(*p, penv.rank), snapshots(r), r.t0_ns, trace_metadata(cfg),
-                  penv.rank);
+      write_trace(rank_trace_path(*p, penv.rank), snapshots(r), r.t0_ns,
+                  trace_metadata(r, penv.rank), penv.rank);
     if (!lead) {
       if (!json)
         print_process_line(
@@ -404,7 +399,7 @@ int cmd_run(int argc, char** argv) {
     }
   }
   if (auto p = a.get("save-final")) save_params(*p, layout, r.final_params);
-  if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(cfg));
+  if (auto p = a.get("trace")) write_trace(*p, snapshots(r), r.t0_ns, trace_metadata(r));
   if (auto p = a.get("record")) save_recording(*p, r);
 
   if (json) {
@@ -491,7 +486,7 @@ int cmd_demo(int argc, char** argv) {
     const std::string& label = row.label;
     const RunResult r = run_training(cfg);
     const std::string path = out + "/" + s.name + ".trace.json";
-    write_trace(path, snapshots(r), r.t0_ns, trace_metadata(cfg));
+    write_trace(path, snapshots(r), r.t0_ns, trace_metadata(r));
     int64_t peak = 0;
     double sent = 0;
     for (size_t k = 0; k < r.ranks.size(); ++k) {

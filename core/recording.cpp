@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "core/atomic_file.h"
@@ -32,12 +34,15 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kFormat = "shardlab-recording";
+// A trace's metadata "run": a recording without events or weights.
+constexpr const char* kTraceRunFormat = "shardlab-trace-run";
 constexpr int64_t kMaxTimeNs = int64_t{1} << 52;     // ~52 days after the run start
 constexpr int64_t kMaxBytes = int64_t{1} << 50;      // 1 PiB: far above any real buffer
 constexpr int64_t kMaxClockZero = int64_t{1} << 62;  // steady clocks start near boot
 constexpr size_t kMaxText = 4096;                    // names, summaries, dates
 constexpr int kMaxDepth = 32;                        // the format itself needs 6
 constexpr double kMaxStepMs = 1e9;                   // 11 days
+constexpr int64_t kMaxRanks = 1 << 20;               // far above any world size
 const std::vector<std::string> kSpanColumns = {"t_begin_ns", "t_end_ns",    "lane", "kind",
                                                "layer",      "micro_batch", "step", "bytes",
                                                "peer",       "flow_id"};
@@ -71,10 +76,12 @@ std::string describe(const json& v) {
 // Every check goes through here: the file, where in it, what is wrong.
 class Checker {
  public:
-  explicit Checker(std::string file) : file_(std::move(file)) {}
+  // `kind` names the file in messages: "recording", or "trace" for a trace read back.
+  explicit Checker(std::string file, std::string kind = "recording")
+      : file_(std::move(file)), kind_(std::move(kind)) {}
 
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
-    throw ConfigError("recording '" + file_ + "': " + (where.empty() ? "" : where + ": ") + what);
+    throw ConfigError(kind_ + " '" + file_ + "': " + (where.empty() ? "" : where + ": ") + what);
   }
 
   // `v` must be an object with exactly these keys.
@@ -175,6 +182,7 @@ class Checker {
 
  private:
   std::string file_;
+  std::string kind_;
 };
 
 std::string at(const std::string& where, const char* key) {
@@ -627,14 +635,18 @@ RecordingOrigin describe_origin(const RunResult& run) {
   return o;
 }
 
-json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
-  if (!r.cfg.record)
-    throw std::runtime_error("cannot record a run made with --no-record (it has no spans)");
+namespace {
+
+// The recording's content; without `events`, the part a trace's metadata carries
+// (no spans, allocations or weights: the trace's events hold the first two), and
+// with `only_rank` >= 0 that rank's report alone.
+json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, int only_rank) {
   json ranks = json::array();
   for (size_t i = 0; i < r.ranks.size(); ++i) {
+    if (only_rank >= 0 && static_cast<int>(i) != only_rank) continue;
     const RankReport& rr = r.ranks[i];
     json spans = json::array(), allocs = json::array();
-    if (i < r.recorders.size() && r.recorders[i]) {
+    if (events && i < r.recorders.size() && r.recorders[i]) {
       const Recorder::Snapshot snap = r.recorders[i]->snapshot();
       for (const Span& s : snap.spans)
         spans.push_back({s.t_begin_ns - r.t0_ns, s.t_end_ns - r.t0_ns, to_string(s.lane),
@@ -644,13 +656,16 @@ json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
         allocs.push_back({a.t_ns - r.t0_ns, a.delta_bytes, a.buffer_id, to_string(a.category),
                           to_string(a.pool), a.name});
     }
-    ranks.push_back(
-        {{"rank", i},
-         {"step_ms", rr.step_ms},
-         {"bytes_sent_per_step", rr.bytes_sent_per_step},
-         {"memory", {{"device", pool_json(rr.memory.device)}, {"host", pool_json(rr.memory.host)}}},
-         {"spans", std::move(spans)},
-         {"allocs", std::move(allocs)}});
+    json row = {
+        {"rank", i},
+        {"step_ms", rr.step_ms},
+        {"bytes_sent_per_step", rr.bytes_sent_per_step},
+        {"memory", {{"device", pool_json(rr.memory.device)}, {"host", pool_json(rr.memory.host)}}}};
+    if (events) {
+      row["spans"] = std::move(spans);
+      row["allocs"] = std::move(allocs);
+    }
+    ranks.push_back(std::move(row));
   }
   json losses = json::array();
   for (double l : r.losses) losses.push_back(loss_json(l));
@@ -676,14 +691,14 @@ json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
                 {"summary", p.summary}}},
               {"clock_zero_ns", r.t0_ns},
               {"losses", std::move(losses)},
-              {"final_params",
-               {{"dtype", "float32-le"},
-                {"count", r.final_params.size()},
-                {"crc32", hex32(crc32(weights, weight_bytes))},
-                {"base64", base64_encode(weights, weight_bytes)}}},
               {"span_columns", kSpanColumns},
               {"alloc_columns", kAllocColumns},
               {"ranks", std::move(ranks)}};
+  if (events)
+    out["final_params"] = {{"dtype", "float32-le"},
+                           {"count", r.final_params.size()},
+                           {"crc32", hex32(crc32(weights, weight_bytes))},
+                           {"base64", base64_encode(weights, weight_bytes)}};
   // A run of one process per rank, or one resumed from a checkpoint: what a
   // threaded fresh run does not have (absent there, as in older recordings).
   if (!r.clock_offset_ns.empty() || r.resumed_after_step > 0)
@@ -693,22 +708,88 @@ json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
   return out;
 }
 
-Recording recording_from_json(const json& j, const std::string& file) {
+}  // namespace
+
+json recording_to_json(const RunResult& r, const RecordingOrigin& origin) {
+  if (!r.cfg.record)
+    throw std::runtime_error("cannot record a run made with --no-record (it has no spans)");
+  return run_json(r, origin, true, -1);
+}
+
+json trace_run_json(const RunResult& r, const RecordingOrigin& origin, int only_rank) {
+  json j = run_json(r, origin, false, only_rank);
+  j["format"] = kTraceRunFormat;
+  return j;
+}
+
+json trace_metadata(const RunResult& r, const RecordingOrigin& origin, int only_rank) {
+  const RunConfig& c = r.cfg;
+  return {{"model", c.model},
+          {"strategy", c.strategy},
+          {"world", c.world},
+          {"batch", c.batch},
+          {"steps", c.steps},
+          {"seed", c.seed},
+          {"run", trace_run_json(r, origin, only_rank)}};
+}
+
+json trace_metadata(const RunResult& r, int only_rank) {
+  return trace_metadata(r, describe_origin(r), only_rank);
+}
+
+namespace {
+
+// The final weights: float32 little-endian in base64, as many as the model has,
+// with a CRC-32 that catches a damaged or edited file.
+void read_weights(const Checker& ck, const json& fp, const RunConfig& c, const ModelLayout& layout,
+                  std::vector<float>& out) {
+  ck.keys(fp, "final_params", {"dtype", "count", "crc32", "base64"});
+  if (fp["dtype"] != "float32-le")
+    ck.fail("final_params.dtype", describe(fp["dtype"]) + " (valid: \"float32-le\")");
+  const int64_t total = static_cast<int64_t>(layout.total());
+  ck.integer(fp["count"], "final_params.count", total, total);
+  if (!fp["base64"].is_string())
+    ck.fail("final_params.base64", "expected a string, got " + describe(fp["base64"]));
+  std::vector<unsigned char> bytes;
+  if (!base64_decode(fp["base64"].get_ref<const std::string&>(), bytes))
+    ck.fail("final_params.base64", "is not valid base64");
+  if (bytes.size() != static_cast<size_t>(total) * sizeof(float))
+    ck.fail("final_params.base64", "holds " + std::to_string(bytes.size()) + " bytes, " + c.model +
+                                       " needs " + std::to_string(total * sizeof(float)));
+  const std::string crc = hex32(crc32(bytes.data(), bytes.size()));
+  if (fp["crc32"] != crc)
+    ck.fail("final_params.crc32", describe(fp["crc32"]) + " does not match the weights (crc32 " +
+                                      crc + "): the file was damaged or edited");
+  out.resize(static_cast<size_t>(total));
+  // Little-endian on disk; every platform shardlab builds on is little-endian.
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+}
+
+// A recording's content, checked (recording_from_json's work); a trace read back
+// has no final weights (`weights` false).
+Recording from_json(const json& j, const Checker& ck, bool weights) {
   static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559);
-  const Checker ck(file);
   if (!j.is_object()) ck.fail("", "expected a JSON object at the top, got " + describe(j));
   // Format and version first, so a wrong file gets the message that explains it.
-  if (!j.contains("format") || j["format"] != kFormat)
-    ck.fail("", std::string("not a shardlab recording (no \"format\": \"") + kFormat + "\")");
+  const char* format = weights ? kFormat : kTraceRunFormat;
+  if (!j.contains("format") || j["format"] != format)
+    ck.fail("", std::string("not a shardlab ") + (weights ? "recording" : "trace's run") +
+                    " (no \"format\": \"" + format + "\")");
   if (!j.contains("version") || !j["version"].is_number_integer())
     ck.fail("version", "missing or not an integer");
   if (j["version"] != kRecordingVersion)
     ck.fail("version", j["version"].dump() + " is not supported (this shardlab reads version " +
                            std::to_string(kRecordingVersion) + ")");
-  ck.keys(j, "",
-          {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
-           "final_params", "span_columns", "alloc_columns", "ranks"},
-          {"processes"});
+  if (weights)
+    ck.keys(j, "",
+            {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
+             "final_params", "span_columns", "alloc_columns", "ranks"},
+            {"processes"});
+  else
+    ck.keys(j, "",
+            {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
+             "span_columns", "alloc_columns", "ranks"},
+            {"processes"});
 
   Recording rec;
   RunResult& r = rec.run;
@@ -757,27 +838,7 @@ Recording recording_from_json(const json& j, const std::string& file) {
   for (size_t s = 0; s < steps; ++s)
     r.losses.push_back(loss_from_json(ck, losses[s], at("losses", s)));
 
-  const json& fp = j["final_params"];
-  ck.keys(fp, "final_params", {"dtype", "count", "crc32", "base64"});
-  if (fp["dtype"] != "float32-le")
-    ck.fail("final_params.dtype", describe(fp["dtype"]) + " (valid: \"float32-le\")");
-  const int64_t total = static_cast<int64_t>(layout.total());
-  ck.integer(fp["count"], "final_params.count", total, total);
-  if (!fp["base64"].is_string())
-    ck.fail("final_params.base64", "expected a string, got " + describe(fp["base64"]));
-  std::vector<unsigned char> bytes;
-  if (!base64_decode(fp["base64"].get_ref<const std::string&>(), bytes))
-    ck.fail("final_params.base64", "is not valid base64");
-  if (bytes.size() != static_cast<size_t>(total) * sizeof(float))
-    ck.fail("final_params.base64", "holds " + std::to_string(bytes.size()) + " bytes, " + c.model +
-                                       " needs " + std::to_string(total * sizeof(float)));
-  const std::string crc = hex32(crc32(bytes.data(), bytes.size()));
-  if (fp["crc32"] != crc)
-    ck.fail("final_params.crc32", describe(fp["crc32"]) + " does not match the weights (crc32 " +
-                                      crc + "): the file was damaged or edited");
-  r.final_params.resize(static_cast<size_t>(total));
-  // Little-endian on disk; every platform shardlab builds on is little-endian.
-  std::memcpy(r.final_params.data(), bytes.data(), bytes.size());
+  if (weights) read_weights(ck, j["final_params"], c, layout, r.final_params);
 
   check_columns(ck, j["span_columns"], "span_columns", kSpanColumns);
   check_columns(ck, j["alloc_columns"], "alloc_columns", kAllocColumns);
@@ -817,6 +878,133 @@ Recording recording_from_json(const json& j, const std::string& file) {
   }
   r.median_step_ms = median(r.step_ms);
   return rec;
+}
+
+}  // namespace
+
+Recording recording_from_json(const json& j, const std::string& file) {
+  return from_json(j, Checker(file), true);
+}
+
+Recording recording_from_trace(const json& t, const std::string& file) {
+  const Checker ck(file, "trace");
+  if (!t.is_object() || !t.contains("traceEvents") || !t["traceEvents"].is_array())
+    ck.fail("", "not a Chrome trace (no traceEvents array)");
+  const json meta = t.contains("metadata") ? t["metadata"] : json::object();
+  if (!meta.is_object() || !meta.contains("run") || !meta["run"].is_object())
+    ck.fail("metadata",
+            "holds no run (valid: a trace written by 'shardlab run --trace' or "
+            "merged by 'shardlab trace merge', from this version on)");
+  json run = meta["run"];
+  // The ranks' reports: this file's, and in a merged trace each merged file's.
+  std::map<int64_t, json> reports;
+  auto take = [&](const json& r, const std::string& w) {
+    if (!r.is_object() || !r.contains("ranks")) ck.fail(w, "missing key 'ranks'");
+    const json& list = ck.array(r["ranks"], w + ".ranks");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string wi = at(w + ".ranks", i);
+      if (!list[i].is_object() || !list[i].contains("rank")) ck.fail(wi, "missing key 'rank'");
+      reports.emplace(ck.integer(list[i]["rank"], at(wi, "rank"), 0, kMaxRanks), list[i]);
+    }
+  };
+  take(run, "metadata.run");
+  if (meta.contains("ranks") && meta["ranks"].is_array())
+    for (size_t i = 0; i < meta["ranks"].size(); ++i) {
+      const json& m = meta["ranks"][i];
+      if (m.is_object() && m.contains("run")) take(m["run"], at("metadata.ranks", i) + ".run");
+    }
+  if (!run.contains("config") || !run["config"].is_object() || !run["config"].contains("world"))
+    ck.fail("metadata.run.config", "missing key 'world'");
+  const int64_t world =
+      ck.integer(run["config"]["world"], "metadata.run.config.world", 1, kMaxRanks);
+  json ranks = json::array();
+  for (int64_t r = 0; r < world; ++r) {
+    auto it = reports.find(r);
+    if (it == reports.end())
+      ck.fail("", "holds no report of rank " + std::to_string(r) + " of " + std::to_string(world) +
+                      " (valid: the whole run's trace, or every rank's merged with 'shardlab "
+                      "trace merge')");
+    json row = it->second;
+    row["spans"] = json::array();
+    row["allocs"] = json::array();
+    ranks.push_back(std::move(row));
+  }
+
+  // Events back into the recording's rows. Slices are spans; memory counters
+  // hold each category's total, which becomes one buffer per category whose
+  // size changes (a free of the old total and an allocation of the new, at one
+  // instant): the totals and peaks are exact, the buffers' names are not in a trace.
+  auto us_to_ns = [](double us) { return static_cast<int64_t>(std::llround(us * 1000.0)); };
+  const double max_us = static_cast<double>(kMaxTimeNs) / 1000.0;
+  struct Held {
+    int64_t bytes = 0;
+    uint64_t id = 0;
+  };
+  std::map<std::pair<int64_t, int>, std::array<Held, kNumMemCategories>> held;  // (rank, pool)
+  uint64_t next_id = 1;
+  const json& events = t["traceEvents"];
+  for (size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    const std::string w = at("traceEvents", i);
+    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string())
+      ck.fail(w, "expected an event object with \"ph\"");
+    const std::string& ph = e["ph"].get_ref<const std::string&>();
+    if (ph != "X" && ph != "C") continue;  // metadata and arrows: rebuilt from the spans
+    if (!e.contains("pid")) ck.fail(w, "missing key 'pid'");
+    const int64_t rank = ck.integer(e["pid"], at(w, "pid"), 1, world) - 1;  // pid = rank + 1
+    if (!e.contains("ts")) ck.fail(w, "missing key 'ts'");
+    // A process's clock, shifted onto rank 0's, may start a few µs before rank 0's zero.
+    const int64_t ts =
+        std::max<int64_t>(0, us_to_ns(ck.number(e["ts"], at(w, "ts"), -max_us, max_us)));
+    if (!e.contains("args") || !e["args"].is_object()) ck.fail(w, "missing object 'args'");
+    const json& args = e["args"];
+    if (ph == "X") {
+      if (!e.contains("dur") || !e.contains("tid")) ck.fail(w, "missing key 'dur' or 'tid'");
+      const double dur = ck.number(e["dur"], at(w, "dur"), 0, max_us);
+      const int64_t tid = ck.integer(e["tid"], at(w, "tid"), 0, kMaxRanks * 10 + 9);
+      if (!args.contains("kind")) ck.fail(at(w, "args"), "missing key 'kind'");
+      auto arg = [&](const char* k, json fallback) {
+        return args.contains(k) ? args[k] : fallback;
+      };
+      // tid = pid * 10 + lane (trace.cpp).
+      const int64_t end_ns = std::max(ts, us_to_ns(e["ts"].get<double>() + dur));
+      ranks[rank]["spans"].push_back({ts, end_ns, tid % 10 == 0 ? "compute" : "comm", args["kind"],
+                                      arg("layer", -1), arg("micro_batch", -1), arg("step", -1),
+                                      arg("bytes", 0), arg("peer", -1),
+                                      arg("flow_id", json(uint64_t{0}))});
+      continue;
+    }
+    if (!e.contains("name") || !e["name"].is_string()) continue;
+    const std::string& name = e["name"].get_ref<const std::string&>();
+    int pool = -1;
+    for (Pool p : {Pool::device, Pool::host})
+      if (name == std::string("memory (") + to_string(p) + ")") pool = static_cast<int>(p);
+    if (pool < 0) continue;  // a counter Shardlab did not write
+    auto& cats = held[{rank, pool}];
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      const char* cat = to_string(static_cast<MemCategory>(c));
+      if (!args.contains(cat)) continue;
+      const int64_t bytes = ck.integer(args[cat], at(at(w, "args"), cat), 0, kMaxBytes);
+      Held& h = cats[c];
+      if (bytes == h.bytes) continue;
+      const char* pool_name = to_string(static_cast<Pool>(pool));
+      const std::string label = std::string(cat) + " (total; a trace names no buffers)";
+      if (h.bytes > 0) ranks[rank]["allocs"].push_back({ts, -h.bytes, h.id, cat, pool_name, label});
+      h = Held{bytes, next_id++};
+      if (bytes > 0) ranks[rank]["allocs"].push_back({ts, bytes, h.id, cat, pool_name, label});
+    }
+  }
+  run["ranks"] = std::move(ranks);
+  Recording rec = from_json(run, ck, false);
+  rec.from_trace = true;
+  return rec;
+}
+
+Recording load_run_file(const std::string& path) {
+  // Traces reach 1 GiB where recordings stop at 64 MiB: events are bigger than rows.
+  const json j = read_json_file(path, "recording or trace", kTraceMaxBytes, kMaxDepth);
+  if (j.is_object() && j.contains("traceEvents")) return recording_from_trace(j, path);
+  return recording_from_json(j, path);
 }
 
 void check_recording_path(const std::string& path) {

@@ -24,6 +24,7 @@ struct RecordingOrigin {
 struct Recording {
   RunResult run;  // recorders re-created from the file, times as recorded
   RecordingOrigin origin;
+  bool from_trace = false;  // read from a Chrome trace: no final weights, no buffer names
 };
 
 // The format version this build writes and reads.
@@ -54,6 +55,34 @@ void check_recording_path(const std::string& path);
 // for a failed write.
 void save_recording(const std::string& path, const RunResult& run, const RecordingOrigin& origin);
 void save_recording(const std::string& path, const RunResult& run);  // origin: this machine, now
+
+// What a trace's metadata carries as "run" (see core/trace.h): the recording's
+// content without spans, allocations and final weights (the trace's events hold
+// the first two); `only_rank` >= 0 keeps that rank's report alone, as one
+// process of a multi-process run writes.
+nlohmann::json trace_run_json(const RunResult& run, const RecordingOrigin& origin,
+                              int only_rank = -1);
+
+// A trace's whole "metadata": the run's main settings at the top (model,
+// strategy, world, batch, steps, seed: what a person reading it in Perfetto
+// looks for) and "run" above.
+nlohmann::json trace_metadata(const RunResult& run, const RecordingOrigin& origin,
+                              int only_rank = -1);
+nlohmann::json trace_metadata(const RunResult& run, int only_rank = -1);  // this machine, now
+
+// A Chrome trace that 'shardlab run --trace' wrote (the whole run, or one
+// process's) or that 'shardlab trace merge' made, read back as a recording:
+// spans from its slices, memory from its counters (each category's total as one
+// buffer: totals and peaks exact, no buffer names), the rest from the metadata's
+// "run" (each merged file's reports). No final weights (final_params empty).
+// Throws ConfigError "trace 'FILE': ..." (one line).
+Recording recording_from_trace(const nlohmann::json& trace, const std::string& file);
+
+// Traces are bigger per span than recordings.
+inline constexpr int64_t kTraceMaxBytes = int64_t{1} << 30;
+
+// A recording or a trace, told apart by content (what 'gui --open' takes).
+Recording load_run_file(const std::string& path);
 
 // Reads and checks a recording. Non-regular files (directories, FIFOs, devices)
 // are refused without reading or blocking; so are files over kRecordingMaxBytes.

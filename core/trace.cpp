@@ -188,6 +188,7 @@ json merge_traces(const std::vector<json>& traces, const std::vector<std::string
     json span;
   };
   std::map<uint64_t, End> sends, recvs;
+  int base = 0;  // the file holding rank 0 gives the merged trace its run settings and losses
   for (size_t f = 0; f < traces.size(); ++f) {
     const std::string name = f < names.size() ? names[f] : "trace " + std::to_string(f);
     const json& t = traces[f];
@@ -211,6 +212,7 @@ json merge_traces(const std::vector<json>& traces, const std::vector<std::string
       }
       events.push_back(e);
     }
+    if (mine.count(pid_of(0))) base = static_cast<int>(f);
     for (int pid : mine)
       if (!pids.insert(pid).second)
         throw std::runtime_error("'" + name + "' holds rank " + std::to_string(pid - 1) +
@@ -239,7 +241,7 @@ json merge_traces(const std::vector<json>& traces, const std::vector<std::string
                       {"tid", r["tid"]},
                       {"ts", r.value("ts", 0.0) + r_dur - inside_offset_us(r_dur)}});
   }
-  json metadata = ranks.empty() ? json::object() : ranks[0];
+  json metadata = ranks.empty() ? json::object() : ranks[static_cast<size_t>(base)];
   if (metadata.is_object()) {
     metadata.erase("rank");
     metadata["ranks"] = ranks;

@@ -23,9 +23,9 @@ nlohmann::json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64
 // rank: events concatenated (their times already share rank 0's clock: each
 // process's t0 is rank 0's, read through the offset measured at rendezvous),
 // send->recv arrows rebuilt across files from the spans' flow ids, metadata
-// from the first with "ranks" listing each file's. Throws std::runtime_error
-// naming the file for a file that is not a Shardlab trace, or two files with
-// the same rank.
+// from the file holding rank 0 (else the first) with "ranks" listing each file's. Throws
+// std::runtime_error naming the file for a file that is not a Shardlab trace, or two files with the
+// same rank.
 nlohmann::json merge_traces(const std::vector<nlohmann::json>& traces,
                             const std::vector<std::string>& names);
 

@@ -8,18 +8,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <random>
 
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/logic/run_data.h"
+#include "core/memory_timeline.h"
 #include "core/recording.h"
 #include "core/strategy.h"
+#include "core/trace.h"
 #include "test_util.h"
 
 using namespace shardlab;
@@ -539,4 +543,148 @@ TEST_CASE("a run of processes keeps its clock offsets and resumed step; old file
   b = j;
   b["processes"]["extra"] = 1;
   refused(b, "unknown key");
+}
+
+namespace {
+
+// A run's trace as 'shardlab run --trace' writes it: whole, or one rank's file
+// as a process of a multi-process run writes it.
+json trace_of(const RunResult& r, int only_rank = -1) {
+  std::vector<Recorder::Snapshot> snaps;
+  for (const auto& rec : r.recorders) snaps.push_back(rec->snapshot());
+  return json::parse(
+      trace_to_json(snaps, r.t0_ns, trace_metadata(r, describe_origin(r), only_rank), only_rank)
+          .dump());
+}
+
+// Per pool, a rank's bytes in use by category after each instant where they
+// change (an allocation freed at the instant it was made changes nothing).
+std::map<std::pair<int, int64_t>, std::array<int64_t, kNumMemCategories>> totals(
+    const std::vector<AllocEvent>& allocs) {
+  std::map<std::pair<int, int64_t>, std::array<int64_t, kNumMemCategories>> out;
+  for (Pool pool : {Pool::device, Pool::host}) {
+    std::array<int64_t, kNumMemCategories> last{};
+    for (const CategorySample& s : category_series(allocs, pool)) {
+      if (s.bytes == last) continue;
+      out[{static_cast<int>(pool), s.t_ns}] = last = s.bytes;
+    }
+  }
+  return out;
+}
+
+// What a trace read back must keep of the run: settings, losses, step times,
+// traffic and peaks exactly; every span (times to the nanosecond); memory per
+// category at every instant. Not kept: buffer names and the final weights.
+void require_same_as_trace(const RunResult& a, const Recording& rec) {
+  const RunResult& b = rec.run;
+  CHECK(rec.from_trace);
+  CHECK(recording_to_json(a, {}).at("config") == json(trace_run_json(b, {})).at("config"));
+  CHECK(a.t0_ns == b.t0_ns);
+  CHECK(a.losses == b.losses);
+  CHECK(a.step_ms == b.step_ms);
+  CHECK(b.final_params.empty());
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    INFO("rank " << r);
+    require_same_pool(a.ranks[r].memory.device, b.ranks[r].memory.device);
+    require_same_pool(a.ranks[r].memory.host, b.ranks[r].memory.host);
+    CHECK(a.ranks[r].step_ms == b.ranks[r].step_ms);
+    CHECK(a.ranks[r].bytes_sent_per_step == b.ranks[r].bytes_sent_per_step);
+    const Recorder::Snapshot sa = a.recorders[r]->snapshot(), sb = b.recorders[r]->snapshot();
+    REQUIRE(sa.spans.size() == sb.spans.size());
+    for (size_t i = 0; i < sa.spans.size(); ++i) {
+      const Span &x = sa.spans[i], &y = sb.spans[i];
+      INFO("span " << i);
+      CHECK(x.t_begin_ns == y.t_begin_ns);
+      CHECK(x.t_end_ns == y.t_end_ns);
+      CHECK(x.lane == y.lane);
+      CHECK(x.kind == y.kind);
+      CHECK(x.layer == y.layer);
+      CHECK(x.micro_batch == y.micro_batch);
+      CHECK(x.step == y.step);
+      CHECK(x.bytes == y.bytes);
+      CHECK(x.peer == y.peer);
+      CHECK(x.flow_id == y.flow_id);
+    }
+    // The counters sample after the last event of an instant; so does category_series.
+    CHECK(totals(sa.allocs) == totals(sb.allocs));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a trace opens as a recording: spans exact, memory per category, no weights",
+          "[recording][trace]") {
+  for (const char* strategy : {"zero3", "1f1b", "fsdp"}) {
+    INFO(strategy);
+    RunConfig c = small(strategy, 2);
+    if (std::string(strategy) == "1f1b") c.micro_batches = 2;
+    const RunResult r = run_training(c);
+    require_same_as_trace(r, recording_from_trace(trace_of(r), "t.json"));
+
+    // One file per rank, as processes write them, merged: the same run.
+    const json merged = merge_traces({trace_of(r, 1), trace_of(r, 0)}, {"r1.json", "r0.json"});
+    require_same_as_trace(r, recording_from_trace(merged, "m.json"));
+  }
+}
+
+TEST_CASE("traces that cannot be shown are refused in one line naming the file",
+          "[recording][trace]") {
+  const RunResult r = run_training(small("ddp", 2));
+  const json good = trace_of(r);
+  auto refused = [](const json& bad, const std::string& what) {
+    try {
+      recording_from_trace(bad, "t.json");
+      FAIL("loaded");
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK(msg.rfind("trace 't.json': ", 0) == 0);
+      CHECK(msg.find(what) != std::string::npos);
+      CHECK(msg.find('\n') == std::string::npos);
+    }
+  };
+  // One process's own file holds one rank: the others must be merged in.
+  refused(trace_of(r, 1), "holds no report of rank 0 of 2");
+  json b = good;
+  b["metadata"].erase("run");  // a trace from an older shardlab, or another program
+  refused(b, "holds no run");
+  b = good;
+  b.erase("traceEvents");
+  refused(b, "no traceEvents");
+  for (const char* key : {"ts", "pid", "dur", "args"}) {
+    b = good;
+    for (json& e : b["traceEvents"])
+      if (e["ph"] == "X") {
+        e.erase(key);
+        break;
+      }
+    refused(b, std::string("'") + key + "'");
+  }
+  b = good;
+  for (json& e : b["traceEvents"])
+    if (e["ph"] == "X") e["pid"] = 7;  // rank 6 of a world of 2
+  refused(b, "pid");
+  b = good;
+  for (json& e : b["traceEvents"])
+    if (e["ph"] == "X") {
+      e["args"]["kind"] = "teleport";
+      break;
+    }
+  refused(b, "is not a span kind");
+  b = good;
+  for (json& e : b["traceEvents"])
+    if (e["ph"] == "C") {
+      e["args"]["params"] = -5;
+      break;
+    }
+  refused(b, "out of range");
+
+  // Through the file loader the GUI uses: a trace and a recording told apart by content.
+  TempDir dir;
+  const std::string path = (dir.path / "t.json").string();
+  write_text(path, good.dump());
+  CHECK(load_run_file(path).from_trace);
+  write_text(path, recording_to_json(r, describe_origin(r)).dump());
+  CHECK_FALSE(load_run_file(path).from_trace);
 }

@@ -103,7 +103,7 @@ void App::open_recording(Recording rec, const std::string& path) {
   state.timeline.follow = true;
   state.timeline.one_step = is_pipeline_strategy(cfg.strategy);  // as a live run opens
   fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t, false);
-  recording = OpenedRecording{path, std::move(rec.origin), std::move(run)};
+  recording = OpenedRecording{path, std::move(rec.origin), std::move(run), rec.from_trace};
 }
 
 void App::run() {
@@ -276,7 +276,8 @@ void draw_status(App& app) {
     case RunState::idle:
       if (app.recording) {
         // Replaying: nothing runs until Run, which runs these settings live here.
-        text = recording_status(file_name(app.recording->path), app.recording->origin, c.world) +
+        text = recording_status(file_name(app.recording->path), app.recording->origin, c.world,
+                                app.recording->trace) +
                (app.state.form_error.empty() ? " \xC2\xB7 replay: Run (R) runs it live"
                                              : " \xC2\xB7 replay only");
         col = ui.ok;
@@ -318,9 +319,9 @@ void draw_status(App& app) {
   ImGui::TextWrapped("%s", text.c_str());
   ImGui::PopStyleColor();
   if (s == RunState::idle && app.recording && ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "%s",
-        recording_details(*app.recording->run, app.recording->path, app.recording->origin).c_str());
+    ImGui::SetTooltip("%s", recording_details(*app.recording->run, app.recording->path,
+                                              app.recording->origin, app.recording->trace)
+                                .c_str());
   // Every timing on screen is stretched when ranks take turns on the cores: say so beside them.
   const std::string busy = oversubscription_note(c, cores_available(), true);
   if (!busy.empty()) {

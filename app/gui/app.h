@@ -20,6 +20,7 @@ struct OpenedRecording {
   std::string path;
   RecordingOrigin origin;
   std::shared_ptr<const RunResult> run;
+  bool trace = false;  // a Chrome trace read back (see load_run_file)
 };
 
 class App {

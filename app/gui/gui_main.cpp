@@ -40,7 +40,9 @@ run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
 gui options:
   --open FILE         show a recording (made with 'shardlab run --record FILE', here or on
                       another machine) in every view without running it; the run bar takes
-                      its settings (no run options beside it), and Run runs them live here
+                      its settings (no run options beside it), and Run runs them live here.
+                      Also a trace from 'shardlab run --trace' or 'shardlab trace merge'
+                      (memory as totals per category, no buffer names)
   --view V            timeline | memory | cluster | camping | compare | loss (default timeline)
   --compare LIST      the compare view's configurations (1 to 6), comma-separated, each
                       STRATEGY[:W][/OPTION]...: ':W' sets the world size, options are m=N
@@ -127,7 +129,7 @@ int cmd_gui(int argc, char** argv) {
       throw ConfigError(
           "--compare cannot be combined with --open (the compare view shows the "
           "recording; Run comparison there compares live runs of its settings)");
-    opened = load_recording(open_path);
+    opened = load_run_file(open_path);
   }
   const RunConfig cfg = opened ? opened->run.cfg : config_from(a);
   if (a.has("no-record"))

@@ -9,6 +9,7 @@
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/panels.h"
 #include "core/atomic_file.h"
+#include "core/recording.h"
 #include "core/trace.h"
 
 namespace shardlab::gui {
@@ -28,10 +29,10 @@ void export_trace(App& app) {
   }
   std::vector<Recorder::Snapshot> snaps;
   for (const auto& rec : r->recorders) snaps.push_back(rec->snapshot());
-  const RunConfig& c = r->cfg;
-  // The same metadata as `shardlab run --trace`.
-  const nlohmann::json meta = {{"model", c.model}, {"strategy", c.strategy}, {"world", c.world},
-                               {"batch", c.batch}, {"steps", c.steps},       {"seed", c.seed}};
+  // The same metadata as `shardlab run --trace` (an opened recording keeps its
+  // origin), so the app opens the trace again.
+  const nlohmann::json meta =
+      app.recording ? trace_metadata(*r, app.recording->origin) : trace_metadata(*r);
   try {
     write_trace(app.state.exports.trace_path, snaps, r->t0_ns, meta);
     set_message(

@@ -630,7 +630,7 @@ void draw_stage_table(App& app) {
   const RunData& d = app.data;
   if (!is_pipeline_strategy(d.cfg.strategy)) return;
   TimelineState& ts = app.state.timeline;
-  const RunResult* result = app.session.result();
+  const RunResult* result = app.shown_result();  // a live run's, or an opened file's
   ImGui::Spacing();
   if (!result || app.run_active()) {
     ImGui::TextDisabled(

@@ -16,9 +16,10 @@ std::string readable_date(const std::string& s) {
   return s.substr(0, 10) + " " + s.substr(11, 5) + " UTC";
 }
 
-std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world) {
-  return "recording: " + file + " \xE2\x80\x94 recorded on " + origin.device + ", world " +
-         std::to_string(world) + ", " + readable_date(origin.date);
+std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world,
+                             bool trace) {
+  return (trace ? "trace: " : "recording: ") + file + " \xE2\x80\x94 recorded on " + origin.device +
+         ", world " + std::to_string(world) + ", " + readable_date(origin.date);
 }
 
 std::string file_name(const std::string& path) {
@@ -27,13 +28,20 @@ std::string file_name(const std::string& path) {
 }
 
 std::string recording_details(const RunResult& run, const std::string& path,
-                              const RecordingOrigin& origin) {
-  std::string out =
-      "recording " + path + "\nrecorded " + readable_date(origin.date) + " on " + origin.device;
+                              const RecordingOrigin& origin, bool trace) {
+  std::string out = (trace ? "trace " : "recording ") + path + "\nrecorded " +
+                    readable_date(origin.date) + " on " + origin.device;
   if (!origin.cpu.empty()) out += "\nCPU: " + origin.cpu;
   for (const std::string& g : origin.gpus) out += "\nGPU: " + g;
   if (!run.placement.summary.empty()) out += "\nplacement: " + run.placement.summary;
   if (!origin.shardlab.empty()) out += "\nwritten by " + origin.shardlab;
+  if (!run.clock_offset_ns.empty())
+    out += "\n" + std::to_string(run.clock_offset_ns.size()) +
+           " processes, their clocks aligned to rank 0's at rendezvous";
+  if (trace)
+    out +=
+        "\nA trace holds memory as totals per category (no buffer names) and no final "
+        "weights.";
   out += "\nShown as recorded: nothing runs until Run (R).";
   return out;
 }
