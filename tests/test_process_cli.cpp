@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "core/recording.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
@@ -120,6 +121,18 @@ TEST_CASE("shardlab launch: 4 processes end bit-identical to 4 threads", "[proce
            (d / "t.rank1.json") + " " + (d / "t.rank2.json") + " " + (d / "t.rank3.json"));
     INFO(m.out);
     CHECK(m.code == 0);
+    // The app opens both: every rank's spans, the run's losses, each rank's peaks.
+    const shardlab::Recording merged = shardlab::load_run_file(d / "m.json");
+    const shardlab::Recording whole = shardlab::load_run_file(d / "t.json");
+    REQUIRE(merged.run.recorders.size() == 4);
+    CHECK(merged.run.losses == whole.run.losses);
+    CHECK(merged.run.losses.size() == 12);
+    for (int rank = 0; rank < 4; ++rank) {
+      CHECK(merged.run.recorders[rank]->span_count() > 0);
+      CHECK(merged.run.ranks[rank].memory.device.peak_total ==
+            whole.run.ranks[rank].memory.device.peak_total);
+    }
+    CHECK(merged.run.clock_offset_ns.size() == 4);
   }
   CHECK_FALSE(leftovers(d));
 }
