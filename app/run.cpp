@@ -18,6 +18,7 @@
 #include "core/checkpoint.h"
 #include "core/cores.h"
 #include "core/launch_env.h"
+#include "core/live_stream.h"
 #include "core/memory_estimate.h"
 #include "core/model_family.h"
 #include "core/placement.h"
@@ -97,6 +98,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --bind-host ADDR    with one process per rank: the address this rank listens on (default
                       127.0.0.1 when MASTER_ADDR is loopback, else this host's address on
                       the route to MASTER_ADDR)
+  --live DIR          with one process per rank: each appends what it records (spans,
+                      allocations, losses) to DIR/rank<R>.live while it runs, for the app
+                      to watch ('shardlab gui' with one process per rank does this)
   --json              print the summary as one JSON object
   --force             run even when the memory check says the run will not fit (the check
                       estimates every rank's peak from what its strategy allocates and
@@ -218,7 +222,7 @@ namespace {
 
 std::set<std::string> run_command_options() {
   std::set<std::string> o = run_options();
-  o.insert({"checkpoint-every", "checkpoint-dir", "resume", "rdzv", "bind-host"});
+  o.insert({"checkpoint-every", "checkpoint-dir", "resume", "rdzv", "bind-host", "live"});
   return o;
 }
 
@@ -269,7 +273,7 @@ int cmd_run(int argc, char** argv) {
     cfg.world = penv.world;
     cfg.ranks_on_host = penv.local_world;
   } else {
-    for (const char* key : {"rdzv", "bind-host"})
+    for (const char* key : {"rdzv", "bind-host", "live"})
       if (a.has(key))
         throw ConfigError(std::string("--") + key +
                           " applies to one process per rank, and no launcher started this one "
@@ -372,9 +376,24 @@ int cmd_run(int argc, char** argv) {
     std::printf("  %sresuming from %s after step %d\n",
                 !a.has("resume") ? ("restart " + std::to_string(penv.restart) + ": ").c_str() : "",
                 resume.path.c_str(), resume.steps_done);
+  // --live: this rank's records appended to its file as they happen (the app watches).
+  std::unique_ptr<LiveWriter> live;
+  if (auto dir = a.get("live")) {
+    const int rank = penv.rank;
+    cb.on_recorders = [&live, dir, rank](const std::vector<std::shared_ptr<Recorder>>& recs,
+                                         int64_t t0) {
+      live = std::make_unique<LiveWriter>(live_file(*dir, rank), recs.at(rank), t0);
+    };
+    auto progress = cb.on_step;
+    cb.on_step = [&live, progress](int step, double loss) {
+      if (live) live->note_loss(step, loss);
+      if (progress) progress(step, loss);
+    };
+  }
   RunResult r;
   try {
     r = run_training(cfg, ck.resume ? nullptr : &init, cb, proc ? &proc->context : nullptr, ck);
+    live.reset();  // the last records appended before the recording is written
   } catch (const std::exception&) {
     // The others still read this rank's word (and, with env://, the store
     // rank 0's process serves) to name the rank that stopped: rank 0 stays a

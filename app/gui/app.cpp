@@ -55,6 +55,7 @@ void App::validate_form() {
     if (!state.partition_text.empty())
       state.form.partition = app::parse_int_list(state.partition_text, "--partition");
     validate(state.form);
+    if (state.processes) check_process_config(state.form);
     state.form_error.clear();
   } catch (const std::exception& e) {
     state.form_error = e.what();  // the CLI's own message, word for word
@@ -114,7 +115,10 @@ void App::run() {
   if (!state.form_error.empty() || run_active()) return;
   losses.clear();
   recording.reset();
-  session.start(state.form, false);
+  if (state.processes)
+    session.start_processes(state.form);
+  else
+    session.start(state.form, false);
   state.playhead = Playhead{0, false, true, state.playhead.speed};
   state.timeline.follow = true;
   state.timeline.one_step = is_pipeline_strategy(state.form.strategy);  // a pipeline is one step
@@ -129,7 +133,8 @@ void App::step() {
     session.step_once();
     return;
   }
-  if (!state.form_error.empty()) return;
+  // Processes run on their own: nothing here can hold them between steps.
+  if (!state.form_error.empty() || state.processes) return;
   losses.clear();
   recording.reset();
   session.start(state.form, true);
@@ -292,11 +297,14 @@ void draw_status(App& app) {
     case RunState::paused:
       text += std::string(s == RunState::paused ? "paused after step " : "running step ") +
               std::to_string(app.session.steps_done()) + "/" + std::to_string(c.steps);
+      if (app.session.processes())
+        text += " \xC2\xB7 " + std::to_string(c.world) + " processes, watched live";
       col = ui.ok;
       break;
     case RunState::finished: {
       const RunResult* r = app.session.result();
       text += "finished " + std::to_string(c.steps) + " steps";
+      if (app.session.processes()) text += " as " + std::to_string(c.world) + " processes";
       if (r) {
         char buf[96];
         std::snprintf(buf, sizeof buf, " \xC2\xB7 median step %.2f ms \xC2\xB7 final loss %.4g",

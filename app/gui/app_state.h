@@ -107,6 +107,9 @@ struct AppState {
   bool show_help = false;
   bool show_options = false;  // the run bar's strategy options row
   bool show_lessons = false;  // the Lessons panel beside the view (L)
+  // Run starts one process per rank (`shardlab launch`), watched live, instead
+  // of one thread per rank.
+  bool processes = false;
   LessonHighlight highlight;
   std::vector<ViewRegion> regions;  // this frame's, cleared before the view is drawn
   bool quit = false;

@@ -56,6 +56,8 @@ gui options:
                       as many as are valid, at most 6: what the compare panel shows.
   --compare-show P    what the compare view draws under its table: timelines | memory (over
                       time, aligned by step) | peaks (peak memory by category); default timelines
+  --processes         run one process per rank ('shardlab launch'), watched live as it runs
+                      (the run bar's 'processes' box); dp is one process by nature
   --presenter         start in presenter mode (full screen, high contrast, big font)
   --font-scale X      font scale, 0.6 to 3 (default 1; Ctrl +/- in the app)
   --size WxH          window size (default 1600x1000)
@@ -90,7 +92,8 @@ const std::set<std::string> kOptions = {
     "seq",          "data"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
                                       "recompute",     "presenter",   "check-display", "no-record",
-                                      "at-collective", "lessons",     "run-step",      "reveal"};
+                                      "at-collective", "lessons",     "run-step",      "reveal",
+                                      "processes"};
 
 // Run settings, which a recording brings itself (--open refuses them beside it).
 const char* const kRunKeys[] = {
@@ -180,6 +183,14 @@ int cmd_gui(int argc, char** argv) {
     }
   }
 
+  if (a.has("processes")) {
+    if (opened)
+      throw ConfigError(
+          "--processes cannot be combined with --open (a recording is shown, "
+          "not run; tick 'processes' in the app before Run)");
+    check_process_config(cfg);
+  }
+
   // Lessons: checked before a window opens, so a bad name is one line and exit 2.
   std::optional<lesson::Lesson> lesson_wanted;
   int lesson_step = 0;
@@ -212,6 +223,7 @@ int cmd_gui(int argc, char** argv) {
 
   App app(cfg);
   app.state.view = *view;
+  app.state.processes = a.has("processes");
   app.state.presenter.font_scale = static_cast<float>(font_scale);
   if (a.has("presenter")) {
     app.state.request_fullscreen_toggle = true;

@@ -160,7 +160,15 @@ void draw_run_bar(App& app) {
     tips.push_back(info.summary);
   }
   combo_strings("Strategy", "##strategy", &f.strategy, names, 6, &tips);
-  int_field("World", "##world", &f.world, 2.5f, "ranks (threads talking through Gloo)");
+  int_field("World", "##world", &f.world, 2.5f,
+            s.processes ? "ranks (processes talking through Gloo)"
+                        : "ranks (threads talking through Gloo)");
+  ImGui::Checkbox("processes", &s.processes);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "one process per rank, started with 'shardlab launch' and watched live (off: one "
+        "thread per rank in this app). Pause and Step need threads.");
+  ImGui::SameLine(0, 12);
   int_field("Batch", "##batch", &f.batch, 3, "global batch, split across data-parallel ranks");
   OptionUse use = begin_option(f, StrategyOption::micro_batches, ui);
   int_field("Micro-batches", "##mb", &f.micro_batches, 2.5f, nullptr);
@@ -190,14 +198,17 @@ void draw_run_bar(App& app) {
   if (ImGui::Button(paused ? "Resume (R)" : "Run (R)")) app.run();
   ImGui::EndDisabled();
   ImGui::SameLine();
-  ImGui::BeginDisabled(rs != RunState::running);
+  const bool processes = app.session.processes() || s.processes;
+  ImGui::BeginDisabled(rs != RunState::running || app.session.processes());
   if (ImGui::Button("Pause (P)")) app.pause();
   ImGui::EndDisabled();
   ImGui::SameLine();
-  ImGui::BeginDisabled(!valid && !app.run_active());
+  ImGui::BeginDisabled((!valid && !app.run_active()) || processes);
   if (ImGui::Button("Step (S)")) app.step();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("run exactly one more training step, then pause");
+    ImGui::SetTooltip(processes ? "processes run on their own: Pause and Step need one thread "
+                                  "per rank (untick 'processes')"
+                                : "run exactly one more training step, then pause");
   ImGui::EndDisabled();
   ImGui::SameLine();
   if (ImGui::Button("Reset")) app.reset();

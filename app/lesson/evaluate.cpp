@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -341,10 +342,15 @@ std::string failure_line(const std::string& output) {
 
 extern "C" char** environ;
 
-RunResult run_processes(const RunConfig& cfg, const ProcessOptions& p) {
-  TempDir dir;
-  const std::string record = dir.path() + "/run.shardrec";
-  const std::string log = dir.path() + "/launch.log";
+}  // namespace
+
+class LaunchedGroup::TempDirHolder : public TempDir {};
+
+LaunchedGroup::LaunchedGroup(const RunConfig& cfg, const ProcessOptions& p, bool live)
+    : dir_(std::make_unique<TempDirHolder>()), world_(cfg.world) {
+  const std::string dir = dir_->path();
+  record_ = dir + "/run.shardrec";
+  log_ = dir + "/launch.log";
   std::vector<std::string> args = {shardlab_binary(), "launch", "--nproc-per-node",
                                    std::to_string(cfg.world)};
   if (p.max_restarts > 0) {
@@ -356,12 +362,16 @@ RunResult run_processes(const RunConfig& cfg, const ProcessOptions& p) {
   for (const std::string& a : command_args(cfg)) args.push_back(a);
   if (!cfg.record) args.push_back("--no-record");
   args.push_back("--record");
-  args.push_back(record);
+  args.push_back(record_);
+  if (live) {
+    args.push_back("--live");
+    args.push_back(dir);
+  }
   if (p.checkpoint_every > 0) {
     args.push_back("--checkpoint-every");
     args.push_back(std::to_string(p.checkpoint_every));
     args.push_back("--checkpoint-dir");
-    args.push_back(dir.path() + "/checkpoints");
+    args.push_back(dir + "/checkpoints");
   }
 
   // This process's environment, less what would make the launch another one's
@@ -388,34 +398,66 @@ RunResult run_processes(const RunConfig& cfg, const ProcessOptions& p) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  const int rc = ::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
     throw RunError("cannot start " + args[0] + " launch: " + std::string(std::strerror(rc)));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      throw RunError("waiting for shardlab launch: " + std::string(std::strerror(errno)));
+}
 
-  std::ifstream in(log, std::ios::binary);
+LaunchedGroup::~LaunchedGroup() {
+  stop();
+}
+
+const std::string& LaunchedGroup::dir() const {
+  return dir_->path();
+}
+
+bool LaunchedGroup::finished() {
+  if (pid_ <= 0) return true;
+  const pid_t got = ::waitpid(pid_, &status_, WNOHANG);
+  if (got == pid_ || (got < 0 && errno != EINTR)) pid_ = 0;
+  return pid_ <= 0;
+}
+
+void LaunchedGroup::wait() {
+  while (pid_ > 0) {
+    if (::waitpid(pid_, &status_, 0) == pid_)
+      pid_ = 0;
+    else if (errno != EINTR)
+      pid_ = 0;
+  }
+}
+
+void LaunchedGroup::stop() {
+  if (pid_ <= 0) return;
+  // The launcher stops its group on SIGTERM (SIGKILL to what is left after 5 s).
+  ::kill(pid_, SIGTERM);
+  wait();
+}
+
+RunResult LaunchedGroup::result() {
+  wait();
+  std::ifstream in(log_, std::ios::binary);
   const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    const std::string how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                              : "signal " + std::to_string(WTERMSIG(status));
-    throw RunError("shardlab launch --nproc-per-node " + std::to_string(cfg.world) + " failed (" +
+  if (!WIFEXITED(status_) || WEXITSTATUS(status_) != 0) {
+    const std::string how = WIFEXITED(status_) ? "exit " + std::to_string(WEXITSTATUS(status_))
+                                               : "signal " + std::to_string(WTERMSIG(status_));
+    throw RunError("shardlab launch --nproc-per-node " + std::to_string(world_) + " failed (" +
                    how + "): " + failure_line(output));
   }
   try {
-    return load_recording(record).run;
+    return load_recording(record_).run;
   } catch (const std::exception& e) {
     throw RunError(std::string("the processes' recording: ") + e.what());
   }
 }
 
-}  // namespace
+static RunResult run_processes(const RunConfig& cfg, const ProcessOptions& p) {
+  LaunchedGroup group(cfg, p, false);
+  return group.result();
+}
 
 RunResult run_one(const RunConfig& cfg, const ProcessOptions& processes,
                   const RunCallbacks& callbacks) {

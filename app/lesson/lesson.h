@@ -2,7 +2,10 @@
 // Chinese side by side; lessons/FORMAT.md) loaded into plain values the command
 // line and the GUI's lesson player share. No ImGui, Gloo or CUDA in here.
 #pragma once
+#include <sys/types.h>
+
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -116,6 +119,34 @@ struct ProcessOptions {
   std::string fault;         // SHARDLAB_FAULT for the launch ("2:7:kill"); empty: none
   int max_restarts = 0;      // launch --max-restarts
   int checkpoint_every = 0;  // run --checkpoint-every into a fresh temporary directory; 0: none
+};
+
+// A run of one process per rank that this process started: `shardlab launch
+// --nproc-per-node <world> -- run …` with its recording (and, with `live`, each
+// rank's live file: core/live_stream.h) in a private directory, removed with it.
+class LaunchedGroup {
+ public:
+  // Starts it; throws RunError when it cannot.
+  LaunchedGroup(const RunConfig& cfg, const ProcessOptions& p, bool live);
+  ~LaunchedGroup();  // stops the group if it still runs
+  LaunchedGroup(const LaunchedGroup&) = delete;
+  LaunchedGroup& operator=(const LaunchedGroup&) = delete;
+
+  const std::string& dir() const;  // where the live files are
+  bool finished();                 // without blocking
+  void stop();                     // SIGTERM to the launcher, which stops its group; waits
+  // Waits for the end; the run read back from its recording, or RunError with
+  // the launcher's error line.
+  RunResult result();
+
+ private:
+  void wait();
+  class TempDirHolder;
+  std::unique_ptr<TempDirHolder> dir_;
+  int world_ = 0;
+  std::string record_, log_;
+  pid_t pid_ = 0;
+  int status_ = 0;
 };
 
 struct Step {

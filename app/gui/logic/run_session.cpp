@@ -2,7 +2,10 @@
 #include "app/gui/logic/run_session.h"
 
 #include <algorithm>
+#include <chrono>
 
+#include "app/lesson/lesson.h"
+#include "core/live_stream.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -33,7 +36,9 @@ RunSession::~RunSession() {
 
 void RunSession::stop_worker() {
   if (control_) control_->cancel();
+  cancel_processes_ = true;
   if (worker_.joinable()) worker_.join();
+  cancel_processes_ = false;
 }
 
 void RunSession::start(const RunConfig& cfg, bool paused) {
@@ -78,6 +83,59 @@ void RunSession::start(const RunConfig& cfg, bool paused) {
   });
 }
 
+void RunSession::start_processes(const RunConfig& cfg) {
+  reset();
+  processes_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = RunState::starting;
+    cfg_ = cfg;
+    pause_requested_ = false;
+  }
+  worker_ = std::thread([this, cfg] {
+    try {
+      lesson::LaunchedGroup group(cfg, {}, true);
+      LiveReader live(group.dir(), cfg.world);
+      {
+        // The live files' times count from the run's start: the clock's zero is 0.
+        std::lock_guard<std::mutex> lock(mu_);
+        recorders_ = live.recorders();
+        t0_ns_ = 0;
+        state_ = RunState::running;
+      }
+      std::vector<double> losses;
+      for (;;) {
+        const bool ended = group.finished();  // before the last read: nothing is missed
+        if (live.poll(losses)) {
+          std::lock_guard<std::mutex> lock(mu_);
+          losses_ = losses;
+        }
+        if (ended) break;
+        if (cancel_processes_) {
+          group.stop();
+          std::lock_guard<std::mutex> lock(mu_);
+          state_ = RunState::cancelled;
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      auto r = std::make_unique<RunResult>(group.result());
+      std::lock_guard<std::mutex> lock(mu_);
+      // The views start again from the recording: every rank's records, exactly.
+      losses_ = r->losses;
+      recorders_ = r->recorders;
+      t0_ns_ = r->t0_ns;
+      data_reset_ = false;
+      finished_ = std::move(r);
+      state_ = RunState::finished;
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = e.what();
+      state_ = RunState::failed;
+    }
+  });
+}
+
 void RunSession::pause() {
   if (control_) control_->pause();
 }
@@ -91,6 +149,7 @@ void RunSession::step_once() {
 void RunSession::reset() {
   stop_worker();
   control_.reset();
+  processes_ = false;
   std::lock_guard<std::mutex> lock(mu_);
   state_ = RunState::idle;
   error_.clear();

@@ -3,6 +3,7 @@
 // thread never blocks on them: it calls poll() once per frame and gets a
 // consistent snapshot of what is new.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,12 @@ class RunSession {
   // Ends any previous run, then starts `cfg` (validated by the caller). With
   // `paused`, ranks set up and wait before step 0 (the Step button's first press).
   void start(const RunConfig& cfg, bool paused);
+  // Starts `cfg` with one process per rank (`shardlab launch`), watched live
+  // through the ranks' live files; when the group ends, the run is its
+  // recording, exactly. No pause or single step: the processes do not wait on
+  // this one. Reset stops the group.
+  void start_processes(const RunConfig& cfg);
+  bool processes() const { return processes_; }
   void pause();
   void resume();
   void step_once();
@@ -51,6 +58,8 @@ class RunSession {
 
   std::thread worker_;
   std::unique_ptr<RunControl> control_;
+  std::atomic<bool> cancel_processes_{false};
+  bool processes_ = false;
   mutable std::mutex mu_;
   RunState state_ = RunState::idle;
   bool pause_requested_ = false;
