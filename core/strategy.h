@@ -76,7 +76,10 @@ struct RankState {
   std::vector<size_t> offset, count;
   std::vector<const Tensor*> weight;
   std::vector<size_t> weight_at;
-  bool empty() const { return optimizer == nullptr; }
+  // The rank keeps nothing between steps (dp's devices other than 0): it saves
+  // an empty file and restores nothing.
+  bool holds_nothing = false;
+  bool empty() const { return optimizer == nullptr && !holds_nothing; }
 };
 
 class Strategy {

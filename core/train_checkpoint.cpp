@@ -68,10 +68,6 @@ void write_atomic(const std::string& path, const std::string& text, const std::s
 }  // namespace
 
 void check_checkpointable(const RunConfig& cfg) {
-  if (cfg.strategy == "dp")
-    throw ConfigError(
-        "--checkpoint-every and --resume with dp are not built yet: its state lives on "
-        "device 0 only (valid: any other strategy)");
   const ModelLayout layout = make_layout(cfg);
   if (layout.state_total() != layout.total())
     throw ConfigError("--checkpoint-every and --resume with " + cfg.model +
@@ -87,10 +83,12 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
                           int world, const RankState& st, DeviceBackend& device) {
   if (st.empty())
     throw RunError(cfg.strategy + " cannot be checkpointed (it does not describe its state)");
-  Optimizer& opt = *st.optimizer;
   std::vector<NamedTensor> tensors;
   json offsets = json::array(), counts = json::array();
-  for (size_t i = 0; i < st.offset.size(); ++i) {
+  int64_t optimizer_steps = 0;
+  if (!st.holds_nothing) optimizer_steps = st.optimizer->steps_taken();
+  for (size_t i = 0; i < st.offset.size() && !st.holds_nothing; ++i) {
+    Optimizer& opt = *st.optimizer;
     const size_t n = st.count[i];
     offsets.push_back(st.offset[i]);
     counts.push_back(n);
@@ -117,7 +115,7 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
                      {"rank", rank},
                      {"world", world},
                      {"steps_done", steps_done},
-                     {"optimizer_steps", opt.steps_taken()},
+                     {"optimizer_steps", optimizer_steps},
                      {"scale", sc.scale},
                      {"good_steps", sc.good_steps},
                      {"skipped", sc.skipped},
@@ -313,6 +311,7 @@ void check_resume(const RunConfig& cfg, const ResumeState& r) {
 }
 
 void restore_rank_state(const RankState& st, const ResumeState& r) {
+  if (st.holds_nothing) return;
   Optimizer& opt = *st.optimizer;
   opt.set_steps_taken(r.optimizer_steps);
   if (st.precision) st.precision->scaler().restore(r.scaler);

@@ -32,8 +32,8 @@ struct ResumeState {
 };
 
 // Refuses (ConfigError, one line) what cannot be checkpointed: a model with
-// buffers (BatchNorm's running statistics are not saved yet), a strategy with
-// no rank_state, a CUDA device (not built yet).
+// buffers (BatchNorm's running statistics are not saved yet), a CUDA device
+// (not built yet).
 void check_checkpointable(const RunConfig& cfg);
 
 // Rank `rank` saves its state after `steps_done` steps.

@@ -273,6 +273,26 @@ class Dp final : public Strategy {
   }
 
  public:
+  // Device 0 holds the whole module and its optimizer; the other devices get
+  // their replicas anew each step, so they save nothing.
+  RankState rank_state() override {
+    RankState st;
+    if (rank_ != 0) {
+      st.holds_nothing = true;
+      return st;
+    }
+    st.optimizer = optimizer_.get();
+    st.precision = mp_.get();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamInfo& p = env_->layout.params()[i];
+      st.offset.push_back(p.offset);
+      st.count.push_back(p.numel);
+      st.weight.push_back(&params_[i]);
+      st.weight_at.push_back(0);
+    }
+    return st;
+  }
+
   int64_t bytes_sent_outside_comm() const override {
     return shared_ ? shared_->sent[rank_].load() : 0;
   }

@@ -56,7 +56,7 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("resume is bit-identical to the uninterrupted run, every strategy", "[checkpoint]") {
   for (const char* s :
-       {"single", "ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}) {
+       {"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}) {
     const int world = std::string(s) == "single" ? 1 : 2;
     const RunConfig cfg = base(s, world);
     INFO(s);
@@ -72,7 +72,7 @@ TEST_CASE("resume is bit-identical to the uninterrupted run, every strategy", "[
 
 TEST_CASE("resume: mixed precision and fp16's loss scale come back too", "[checkpoint]") {
   for (const char* p : {"bf16", "fp16"})
-    for (const char* s : {"ddp", "zero3"}) {
+    for (const char* s : {"dp", "ddp", "zero3"}) {
       RunConfig cfg = base(s, 2);
       cfg.precision = p;
       INFO(s << " " << p);
@@ -95,10 +95,10 @@ TEST_CASE("resume re-shards: another world size or strategy", "[checkpoint]") {
     CHECK(max_diff(resumed.final_params, whole.final_params) < 1e-5f);
     fs::remove_all(dir);
   }
-  // zero3 on 4 ranks to ddp on 2 and to single.
+  // zero3 on 4 ranks to ddp and dp on 2 and to single.
   const RunConfig cfg = base("zero3", 4);
   const RunResult whole = run_training(cfg);
-  for (const char* s : {"ddp", "single"}) {
+  for (const char* s : {"ddp", "dp", "single"}) {
     RunConfig other = base(s, std::string(s) == "single" ? 1 : 2);
     const fs::path dir = fresh_dir(std::string("to-") + s);
     CHECK(max_diff(stop_and_resume(cfg, 4, other, dir).final_params, whole.final_params) < 1e-5f);
