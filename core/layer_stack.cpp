@@ -239,6 +239,15 @@ RankState LayerStack::rank_state(Optimizer* optimizer, MixedPrecision* precision
       st.weight.push_back(&params_[k++]);
       st.weight_at.push_back(0);
     }
+  // A +bn model's running statistics live on the stack that runs the layer.
+  if (!layout_.has_buffers()) return st;
+  st.buffer_offset = layout_.buffer_begin(first_);
+  st.buffer_count = layout_.buffer_begin(last_) - st.buffer_offset;
+  if (st.buffer_count > 0)
+    st.read_buffers = [this](float* dst) {
+      std::vector<float> params(layout_.layer_begin(last_) - layout_.layer_begin(first_));
+      copy_state_slices(params.data(), dst);
+    };
   return st;
 }
 

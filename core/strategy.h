@@ -76,6 +76,10 @@ struct RankState {
   std::vector<size_t> offset, count;
   std::vector<const Tensor*> weight;
   std::vector<size_t> weight_at;
+  // BatchNorm running statistics the rank holds: [buffer_offset, +buffer_count)
+  // of the model's flat state vector (after the parameters), read by read_buffers.
+  size_t buffer_offset = 0, buffer_count = 0;
+  std::function<void(float*)> read_buffers;
   // The rank keeps nothing between steps (dp's devices other than 0): it saves
   // an empty file and restores nothing.
   bool holds_nothing = false;

@@ -68,11 +68,6 @@ void write_atomic(const std::string& path, const std::string& text, const std::s
 }  // namespace
 
 void check_checkpointable(const RunConfig& cfg) {
-  const ModelLayout layout = make_layout(cfg);
-  if (layout.state_total() != layout.total())
-    throw ConfigError("--checkpoint-every and --resume with " + cfg.model +
-                      ": its BatchNorm running statistics are not saved yet (valid: a model "
-                      "without +bn)");
   if (plan_placement(cfg).kind == DeviceKind::cuda)
     throw ConfigError(
         "--checkpoint-every and --resume on a CUDA device are not built yet (valid: --device "
@@ -110,6 +105,14 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
         tensors.push_back(std::move(m));
       }
   }
+  json buffers = json::array();
+  if (st.buffer_count > 0 && st.read_buffers) {
+    NamedTensor b{
+        "buffer/0", {static_cast<int64_t>(st.buffer_count)}, std::vector<float>(st.buffer_count)};
+    st.read_buffers(b.data.data());
+    tensors.push_back(std::move(b));
+    buffers = {st.buffer_offset, st.buffer_count};
+  }
   const LossScaler::State sc = st.precision ? st.precision->scaler().state() : LossScaler::State{};
   const json meta = {{"format", kFormat},
                      {"rank", rank},
@@ -120,7 +123,8 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
                      {"good_steps", sc.good_steps},
                      {"skipped", sc.skipped},
                      {"offsets", offsets},
-                     {"counts", counts}};
+                     {"counts", counts},
+                     {"buffers", buffers}};
   const std::string path =
       (fs::path(dir) / step_dir_name(steps_done) / rank_file_name(rank)).string();
   std::error_code ec;
@@ -217,12 +221,13 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
       throw bad(mpath + ": 'ranks' does not list " + std::to_string(world) + " files");
     const size_t total = layout.total();
     const bool adamw = r.saved.optimizer.kind == OptimizerKind::adamw;
-    r.weights.assign(total, 0.0f);
+    // Parameters, then a +bn model's running statistics (the flat state vector).
+    r.weights.assign(layout.state_total(), 0.0f);
     if (adamw) {
       r.exp_avg.assign(total, 0.0f);
       r.exp_avg_sq.assign(total, 0.0f);
     }
-    std::vector<char> covered(total, 0);
+    std::vector<char> covered(layout.state_total(), 0);
     for (int rank = 0; rank < world; ++rank) {
       const std::string file = m.at("ranks")[rank].get<std::string>();
       if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
@@ -278,11 +283,28 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
         std::fill(covered.begin() + static_cast<std::ptrdiff_t>(off),
                   covered.begin() + static_cast<std::ptrdiff_t>(off + n), 1);
       }
+      // BatchNorm running statistics: [offset, +count) after the parameters.
+      const json buffers = meta.contains("buffers") ? meta["buffers"] : json::array();
+      if (!buffers.empty()) {
+        const size_t off = buffers.at(0).get<size_t>(), n = buffers.at(1).get<size_t>();
+        const size_t state = layout.state_total();
+        if (off < total || off > state || n > state - off)
+          throw bad(path + ": buffers [" + std::to_string(off) + ", +" + std::to_string(n) +
+                    ") lie outside the model's running statistics [" + std::to_string(total) +
+                    ", " + std::to_string(state) + ")");
+        const auto it = by_name.find("buffer/0");
+        if (it == by_name.end() || it->second->data.size() != n)
+          throw bad(path + ": tensor 'buffer/0' is missing or has the wrong size");
+        std::copy(it->second->data.begin(), it->second->data.end(),
+                  r.weights.begin() + static_cast<std::ptrdiff_t>(off));
+        std::fill(covered.begin() + static_cast<std::ptrdiff_t>(off),
+                  covered.begin() + static_cast<std::ptrdiff_t>(off + n), 1);
+      }
     }
     const auto hole = std::find(covered.begin(), covered.end(), 0);
     if (hole != covered.end())
       throw bad("no rank saved the value at offset " + std::to_string(hole - covered.begin()) +
-                " of " + std::to_string(total) + " (an incomplete checkpoint)");
+                " of " + std::to_string(covered.size()) + " (an incomplete checkpoint)");
   } catch (const json::exception& e) {
     throw bad(mpath + " or a rank file is malformed: " + e.what());
   }

@@ -5,7 +5,8 @@
 // the full vectors from the ranks' files, so it may use another world size or
 // strategy (re-sharding, as torch.distributed.checkpoint does).
 //
-//   DIR/step-000050/rank-00000.safetensors   weight/<i>, exp_avg/<i>, exp_avg_sq/<i>
+//   DIR/step-000050/rank-00000.safetensors   weight/<i>, exp_avg/<i>, exp_avg_sq/<i>,
+//                                            buffer/0 (a +bn model's running statistics)
 //   DIR/step-000050/manifest.json            written last: the checkpoint is complete
 //   DIR/latest                               "step-000050", replaced atomically
 #pragma once
@@ -23,16 +24,17 @@ namespace shardlab {
 struct ResumeState {
   std::string path;  // the checkpoint's directory, for messages
   int steps_done = 0;
-  RunConfig saved;                         // the settings it was saved with
-  std::vector<float> weights;              // flat parameters (the fp32 masters in mixed precision)
+  RunConfig saved;  // the settings it was saved with
+  // The flat state: parameters (the fp32 masters in mixed precision), then a
+  // +bn model's BatchNorm running statistics.
+  std::vector<float> weights;
   std::vector<float> exp_avg, exp_avg_sq;  // flat, empty for SGD
   int64_t optimizer_steps = 0;             // AdamW's t
   LossScaler::State scaler;                // fp16's loss scale
   std::vector<double> losses;              // steps 1..steps_done
 };
 
-// Refuses (ConfigError, one line) what cannot be checkpointed: a model with
-// buffers (BatchNorm's running statistics are not saved yet), a CUDA device
+// Refuses (ConfigError, one line) what cannot be checkpointed: a CUDA device
 // (not built yet).
 void check_checkpointable(const RunConfig& cfg);
 
