@@ -207,8 +207,10 @@ void App::open_lessons() {
 
 void App::show_step(StepShow show) {
   const lesson::Step* s = lessons.step();
-  // The run bar shows the step's settings, so the learner can change one and run again.
+  // The run bar shows the step's settings, so the learner can change one and run again
+  // (as processes when the step ran them so).
   state.form = show.a->cfg;
+  state.processes = s && s->run && s->run_processes.on;
   state.partition_text.clear();
   for (size_t i = 0; i < state.form.partition.size(); ++i) {
     if (i) state.partition_text += ',';
