@@ -518,6 +518,19 @@ std::vector<StageRow> stage_rows(const RunResult& r) {
   return out;
 }
 
+float covered_share(const LaneData& lane, size_t first, size_t last, const Viewport& vp, float x0,
+                    float x1) {
+  if (x1 <= x0) return 0;
+  // Spans of one run follow each other in a compute lane; overlaps are counted once.
+  float covered = 0, reached = x0;
+  for (size_t i = first; i < std::min(last, lane.spans.size()); ++i) {
+    const float a = std::max(vp.x_of(static_cast<double>(lane.spans[i].t_begin_ns)), reached);
+    const float b = std::min(vp.x_of(static_cast<double>(lane.spans[i].t_end_ns)), x1);
+    if (b > a) covered += b - a, reached = b;
+  }
+  return covered / (x1 - x0);
+}
+
 int hit_test(const std::vector<DrawSpan>& blocks, float x, float slop) {
   // Blocks are in begin order; prefer an exact hit, else the nearest within slop.
   int best = -1;

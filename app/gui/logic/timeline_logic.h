@@ -103,6 +103,12 @@ struct LabelPlace {
 };
 std::vector<LabelPlace> place_labels(const std::vector<LabelRequest>& requests, float pad);
 
+// The share of pixels [x0, x1) that spans [first, last) of `lane` cover: a
+// label placed inside a pipeline block reads dark on the block's colour only
+// where the block is solid; over the gaps between its spans it needs a patch.
+float covered_share(const LaneData& lane, size_t first, size_t last, const Viewport& vp, float x0,
+                    float x1);
+
 // Greedy, left to right: keeps each box [x, x + w) that starts at least `gap`
 // after the last kept one ends and ends before `x_max`.
 std::vector<bool> keep_apart(const std::vector<std::pair<float, float>>& boxes, float gap,
