@@ -235,10 +235,12 @@ void draw_cluster(App& app) {
     }
     const std::string status = "now: " + rank_status(d, pieces, r, t, naming);
     const bool busy = status != "now: idle";
+    const auto text_w = [](const std::string& x) { return ImGui::CalcTextSize(x.c_str()).x; };
     text_clipped(dl, g.status, busy ? ui.text : ui.text_dim,
-                 fitting({status, "now: " + rank_status(d, pieces, r, t, naming, 1),
-                          rank_status(d, pieces, r, t, naming, 2)},
-                         g.status.w()));
+                 fit_parts(fitting({status, "now: " + rank_status(d, pieces, r, t, naming, 1),
+                                    rank_status(d, pieces, r, t, naming, 2)},
+                                   g.status.w()),
+                           g.status.w(), text_w));
 
     // Column titles: the longest set that fits, with "host" where a column is offloaded.
     std::array<bool, kCardColumns> col_host{};
