@@ -401,10 +401,11 @@ void draw_camping(App& app) {
       for (size_t i = 0; i < borrowed.size(); ++i) {
         const Vec2 hcn = h.hand_center(slot);
         if (slot == hand_slots - 1 && borrowed.size() > i + 1) {
+          // "+2" in its hand slot, shrunk rather than cut where the icons are small.
           text_in(dl,
-                  Rect{hcn.x - h.item * 0.6f, hcn.y - font * 0.5f, hcn.x + h.item * 0.6f,
+                  Rect{hcn.x - h.item * 0.575f, hcn.y - font * 0.5f, hcn.x + h.item * 0.575f,
                        hcn.y + font * 0.6f},
-                  ui.text, "+" + std::to_string(borrowed.size() - i), true);
+                  ui.text, "+" + std::to_string(borrowed.size() - i), true, font);
           break;
         }
         const auto [l, p] = borrowed[i];
