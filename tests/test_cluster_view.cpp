@@ -168,6 +168,7 @@ TEST_CASE("dp: broadcast, scatter and gather pieces come from the receivers' spa
   CHECK(rank_status(d, p, 0, 550, Naming{}) == "receiving outputs from rank 1 (gather)");
   CHECK(arrival_tags(p, Naming{})[0].text == "GA out \xE2\x86\x90 rank 1");
   CHECK(rank_status(d, p, 1, 550, Naming{}) == "sending outputs to rank 0 (gather)");
+  CHECK(now_line(d, p, 550, Naming{}).rfind("Rank 1 sends ", 0) == 0);  // one sender: "sends"
   // Nobody busy at all.
   CHECK(rank_status(d, pieces_in_flight(d, 700), 0, 700, Naming{}) == "idle");
 

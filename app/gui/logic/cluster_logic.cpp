@@ -471,13 +471,9 @@ std::string group_sentence(SpanKind k, int layer, const std::vector<const Piece*
     case SpanKind::broadcast:
       return rank_list(senders, n) + (senders.size() == 1 ? " sends " : " send ") +
              what_of(k, layer, n) + " to " + rank_list(receivers, n) + " (" + label + ")";
-    case SpanKind::gather:
-    case SpanKind::reduce:
-      return rank_list(senders, n) + " send " + what_of(k, layer, n) + " to " +
-             rank_list(receivers, n) + " (" + label + ")";
-    default:
-      return rank_list(senders, n) + " send " + what_of(k, layer, n) + " to " +
-             rank_list(receivers, n) + " (" + label + ")";
+    default:  // gather, reduce: one sender reads "Rank 1 sends", several "Ranks 1 and 2 send"
+      return rank_list(senders, n) + (senders.size() == 1 ? " sends " : " send ") +
+             what_of(k, layer, n) + " to " + rank_list(receivers, n) + " (" + label + ")";
   }
 }
 
