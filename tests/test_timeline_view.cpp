@@ -344,6 +344,25 @@ TEST_CASE("narrow runs back to back share a label", "[timeline-view]") {
   CHECK(g[0].count == 5);
   CHECK(g[1].label == "F7 B7");
   CHECK(g[2].label == "B6");
+
+  // naive-mp (M = 1): one step's B0 and the next step's F0 are back to back,
+  // yet not one block; and a run of forwards stops at the step's end.
+  std::vector<PhaseRun> two = {run(0, 100, 'F', 0), run(100, 105, 'B', 0), run(105, 110, 'F', 0),
+                               run(110, 200, 'B', 0)};
+  two[0].step = two[1].step = 0;
+  two[2].step = two[3].step = 1;
+  const std::vector<RunGroup> t = group_runs(two, vp, 4, 3, width);
+  REQUIRE(t.size() == 4);
+  CHECK(t[1].label == "B0");
+  CHECK(t[2].label == "F0");
+  two[2].step = 0;  // the same step: then they do share a label
+  CHECK(group_runs(two, vp, 4, 3, width)[1].label == "B0 F0");
+  std::vector<PhaseRun> fw = {run(0, 5, 'F', 0), run(5, 10, 'F', 1), run(10, 15, 'F', 0)};
+  fw[2].step = 1;
+  const std::vector<RunGroup> f = group_runs(fw, vp, 4, 3, width);
+  REQUIRE(f.size() == 2);
+  CHECK(f[0].label == "F0-1");
+  CHECK(f[1].label == "F0");
 }
 
 TEST_CASE("labels never overlap each other or another block", "[timeline-view]") {

@@ -68,6 +68,7 @@ struct PhaseRun {
   int64_t t_begin = 0, t_end = 0;
   char letter = 'F';  // F, R (a forward run again for the backward: --recompute) or B
   int micro_batch = -1;
+  int step = -1;  // the training step its spans belong to
   std::string label() const { return letter + std::to_string(micro_batch); }
 };
 // The phase runs meeting [t_begin, t_end) of a compute lane; false (and no
