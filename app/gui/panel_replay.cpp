@@ -67,8 +67,8 @@ void draw_replay_bar(App& app) {
                                   ? full
                                   : "replay: nothing yet");
   } else {
-    // Presenter sizes: the event count goes first, then the line wraps, rather
-    // than running off the window's edge.
+    // Presenter sizes: the event count goes first, then the run's length, then
+    // the line wraps, rather than running off the window's edge.
     char where[128], events[64];
     std::snprintf(where, sizeof where, "t = %s of %s \xC2\xB7 step %d", format_time_ns(p.t).c_str(),
                   format_time_ns(static_cast<double>(d.t_end)).c_str(),
@@ -81,8 +81,12 @@ void draw_replay_bar(App& app) {
       ImGui::TextUnformatted(full.c_str());
     else if (ImGui::CalcTextSize(where).x <= avail)
       ImGui::TextUnformatted(where);
-    else
-      ImGui::TextWrapped("%s", where);
+    else {
+      char brief[96];
+      std::snprintf(brief, sizeof brief, "t = %s \xC2\xB7 step %d", format_time_ns(p.t).c_str(),
+                    d.step_at(static_cast<int64_t>(p.t)));
+      ImGui::TextWrapped("%s", brief);
+    }
   }
 
   // Scrubber: the whole run, with step ticks; click or drag to move the playhead.
