@@ -168,6 +168,7 @@ TEST_CASE("dp: broadcast, scatter and gather pieces come from the receivers' spa
   CHECK(rank_status(d, p, 0, 550, Naming{}) == "receiving outputs from rank 1 (gather)");
   CHECK(arrival_tags(p, Naming{})[0].text == "GA out \xE2\x86\x90 rank 1");
   CHECK(rank_status(d, p, 1, 550, Naming{}) == "sending outputs to rank 0 (gather)");
+  CHECK(now_line(d, p, 550, Naming{}).rfind("Rank 1 sends ", 0) == 0);  // one sender: "sends"
   // Nobody busy at all.
   CHECK(rank_status(d, pieces_in_flight(d, 700), 0, 700, Naming{}) == "idle");
 
@@ -415,4 +416,86 @@ TEST_CASE("camping layout: hikers, gear, captions and the fire never overlap, 1x
             }
           }
         }
+}
+
+TEST_CASE("a card's status too wide for its line keeps whole parts and counts the rest",
+          "[cluster-view]") {
+  const auto width = [](const std::string& s) { return 8.0f * static_cast<float>(s.size()); };
+  const std::string status =
+      "RS L4 \xE2\x86\x92 all; RS L4 \xE2\x86\x90 3; AG L3 \xE2\x86\x90 1 and 2; computing F L4";
+  CHECK(fit_parts(status, 1000, width) == status);  // fits: as it is
+  for (float w = 40; w < width(status); w += 8) {
+    const std::string s = fit_parts(status, w, width);
+    INFO(w << ": " << s);
+    CHECK(status.rfind(s.substr(0, s.find("; +")), 0) == 0);  // whole leading parts
+    if (s.find("; +") != std::string::npos) {
+      CHECK(width(s) <= w);
+      CHECK(s.find(" more") == s.size() - 5);
+    } else {
+      CHECK(s == "RS L4 \xE2\x86\x92 all");  // too narrow even for one part and a count
+    }
+  }
+  CHECK(fit_parts(status, 8.0f * 35, width) ==
+        "RS L4 \xE2\x86\x92 all; RS L4 \xE2\x86\x90 3; +2 more");
+  CHECK(fit_parts("idle", 8, width) == "idle");
+}
+
+TEST_CASE("a pipeline note travels until its recv ends, not until its send's span ends",
+          "[cluster-view]") {
+  RunData d = make_data(2, 2);
+  Span send = comm(100, 500, SpanKind::send, 0, 1, 3);  // its completion came late
+  send.flow_id = 5;
+  Span recv = comm(50, 200, SpanKind::recv, 1, 0, 3);  // posted early, data in at 200
+  recv.flow_id = 5;
+  append(d, 0, {send}, {});
+  append(d, 1, {recv}, {});
+  std::vector<Piece> p = pieces_in_flight(d, 150);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].from == 0);
+  CHECK(p[0].to == 1);
+  CHECK(p[0].micro_batch == 3);
+  CHECK(p[0].progress == Approx(0.5));      // from the send's begin (100) to the recv's end (200)
+  CHECK(pieces_in_flight(d, 300).empty());  // arrived, though the send's span goes on
+
+  // A send that ends at once (its bytes queued) while the receiver is not yet
+  // there: the note waits in between until the recv ends.
+  RunData m = make_data(2, 2);
+  Span quick = comm(100, 110, SpanKind::send, 0, 1, 4);
+  quick.flow_id = 6;
+  Span late = comm(250, 300, SpanKind::recv, 1, 0, 4);
+  late.flow_id = 6;
+  append(m, 0, {quick}, {});
+  append(m, 1, {late}, {});
+  p = pieces_in_flight(m, 200);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].micro_batch == 4);
+  CHECK(p[0].kind == SpanKind::send);
+  CHECK(p[0].progress == Approx(0.5));  // 100 .. 300
+  CHECK(pieces_in_flight(m, 90).empty());
+  CHECK(pieces_in_flight(m, 300).empty());
+
+  // Its recv not recorded yet (a live run): the send's span is all there is.
+  RunData e = make_data(2, 2);
+  append(e, 0, {send}, {});
+  p = pieces_in_flight(e, 300);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].progress == Approx(0.5));
+}
+
+TEST_CASE("camping: an input posted for a note that has not arrived is not a kept note",
+          "[cluster-view]") {
+  RunData d = make_data(2, 2);
+  // Stage 1 posts the receive of micro-batch 1 at 10; the data is in at 200.
+  Span recv = comm(10, 200, SpanKind::recv, 1, 0, 1);
+  append(d, 1, {recv}, {});
+  const std::vector<Residency> stage{
+      res("layers.1.weight", MemCategory::params),
+      res("pipeline.input[mb 0]", MemCategory::activations, 0),  // no recv recorded for it
+      res("pipeline.input[mb 1]", MemCategory::activations, 10),
+      res("layers.1.output[mb 0]", MemCategory::activations, 0),
+  };
+  const std::vector<Holding> early = holdings_at(stage, 100, 0);
+  CHECK(notes_held(early) == std::vector<int>{0, 1});  // by the buffers alone
+  CHECK(notes_held(early, &d, 1, 100) == std::vector<int>{0});
+  CHECK(notes_held(holdings_at(stage, 300, 0), &d, 1, 300) == std::vector<int>{0, 1});
 }

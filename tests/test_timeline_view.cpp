@@ -234,7 +234,9 @@ TEST_CASE("the breakdown of a real pipeline step names its bubble", "[timeline-v
         }
         // Activations go up (rank 0 sends, rank 1 receives), gradients down.
         const bool activation = (s.kind == SpanKind::send) == (rank == 0);
-        CHECK(micro_batch_tag(s) == (activation ? "F" : "B") + std::to_string(s.micro_batch));
+        std::string tag = activation ? "F" : "B";
+        tag += std::to_string(s.micro_batch);
+        CHECK(micro_batch_tag(s) == tag);
       }
     }
   }
@@ -342,6 +344,25 @@ TEST_CASE("narrow runs back to back share a label", "[timeline-view]") {
   CHECK(g[0].count == 5);
   CHECK(g[1].label == "F7 B7");
   CHECK(g[2].label == "B6");
+
+  // naive-mp (M = 1): one step's B0 and the next step's F0 are back to back,
+  // yet not one block; and a run of forwards stops at the step's end.
+  std::vector<PhaseRun> two = {run(0, 100, 'F', 0), run(100, 105, 'B', 0), run(105, 110, 'F', 0),
+                               run(110, 200, 'B', 0)};
+  two[0].step = two[1].step = 0;
+  two[2].step = two[3].step = 1;
+  const std::vector<RunGroup> t = group_runs(two, vp, 4, 3, width);
+  REQUIRE(t.size() == 4);
+  CHECK(t[1].label == "B0");
+  CHECK(t[2].label == "F0");
+  two[2].step = 0;  // the same step: then they do share a label
+  CHECK(group_runs(two, vp, 4, 3, width)[1].label == "B0 F0");
+  std::vector<PhaseRun> fw = {run(0, 5, 'F', 0), run(5, 10, 'F', 1), run(10, 15, 'F', 0)};
+  fw[2].step = 1;
+  const std::vector<RunGroup> f = group_runs(fw, vp, 4, 3, width);
+  REQUIRE(f.size() == 2);
+  CHECK(f[0].label == "F0-1");
+  CHECK(f[1].label == "F0");
 }
 
 TEST_CASE("labels never overlap each other or another block", "[timeline-view]") {
@@ -524,4 +545,71 @@ TEST_CASE("one step fits the step's window, live shows the last finished step", 
   fit_steps(vp, d, false, 2500, false);
   CHECK(vp.t_begin < 1000);
   CHECK(vp.t_end > 3800);
+}
+
+TEST_CASE("idle where two steps' windows overlap is one stretch, drawn and named once",
+          "[timeline-view]") {
+  // Rank 0 starts step 1 (F0, then waits for rank 1) while rank 1 still runs
+  // step 0's optimizer: the steps' windows overlap, and both see rank 0 idle.
+  RunData d = make_data(2, "gpipe");
+  append(
+      d, 0,
+      {compute(0, 100, SpanKind::forward, 0, 0, 0), compute(200, 220, SpanKind::forward, 0, 0, 1),
+       compute(600, 700, SpanKind::backward, 0, 0, 1)},
+      {});
+  append(d, 1,
+         {compute(100, 180, SpanKind::forward, 0, 1, 0),
+          compute(180, 500, SpanKind::optimizer, -1, -1, 0),
+          compute(500, 600, SpanKind::forward, 0, 1, 1)},
+         {});
+  const std::vector<WindowUse> uses = {step_use(d, 0), step_use(d, 1)};
+  REQUIRE(uses[0].end > uses[1].begin);  // the windows overlap
+  // Each window on its own sees rank 0 idle from 220 on: two overlapping stretches.
+  const auto meets = [](const std::vector<Interval>& v, int64_t t) {
+    return std::any_of(v.begin(), v.end(),
+                       [&](const Interval& i) { return i.first <= t && t < i.second; });
+  };
+  CHECK(meets(uses[0].ranks[0].idle_intervals, 300));
+  CHECK(meets(uses[1].ranks[0].idle_intervals, 300));
+  const std::vector<Interval> m = merged_idle(uses, 0);
+  REQUIRE(!m.empty());
+  for (size_t k = 1; k < m.size(); ++k) CHECK(m[k].first > m[k - 1].second);  // apart, in order
+  int covering = 0;
+  for (const Interval& i : m) covering += i.first <= 300 && 300 < i.second;
+  CHECK(covering == 1);
+  CHECK(meets(m, 400));
+  CHECK_FALSE(meets(m, 210));  // computing F0 of step 1
+  CHECK_FALSE(meets(m, 650));
+  // Everything idle in either window is idle in the union, and nothing else.
+  for (int64_t t = 0; t < 700; t += 5) {
+    const bool any =
+        meets(uses[0].ranks[0].idle_intervals, t) || meets(uses[1].ranks[0].idle_intervals, t);
+    CHECK(meets(m, t) == any);
+  }
+  CHECK(merged_idle({}, 0).empty());
+  CHECK(merged_idle(uses, 7).empty());
+}
+
+TEST_CASE("a label on a block of narrow spans knows when it sits over their gaps",
+          "[timeline-view]") {
+  Viewport vp;
+  vp.t_begin = 0;
+  vp.t_end = 1000;
+  vp.x0 = 0;
+  vp.width = 1000;  // 1 px per ns
+  RunData d = make_data(1, "gpipe");
+  // One solid block 0..100, then three slivers with gaps 200..300.
+  append(d, 0,
+         {compute(0, 50, SpanKind::forward, 0, 0), compute(50, 100, SpanKind::forward, 0, 1),
+          compute(200, 210, SpanKind::forward, 1, 0), compute(250, 260, SpanKind::forward, 1, 1),
+          compute(290, 300, SpanKind::loss, 1)},
+         {});
+  const LaneData& lane = d.ranks[0].lane(Lane::compute);
+  CHECK(covered_share(lane, 0, 2, vp, 10, 90) == Approx(1.0f));
+  CHECK(covered_share(lane, 2, 5, vp, 200, 300) == Approx(0.3f));
+  CHECK(covered_share(lane, 2, 5, vp, 230, 245) == Approx(0.0f));
+  CHECK(covered_share(lane, 0, 2, vp, 80, 120) == Approx(0.5f));
+  // Only the block's own spans count.
+  CHECK(covered_share(lane, 0, 1, vp, 40, 60) == Approx(0.5f));
+  CHECK(covered_share(lane, 0, 2, vp, 60, 60) == 0.0f);
 }

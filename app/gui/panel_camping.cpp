@@ -70,7 +70,9 @@ void draw_gear(ImDrawList* dl, Gear g, ImVec2 c, float size, Color col, double f
 }
 
 void draw_hiker(ImDrawList* dl, ImVec2 feet, float s, ImU32 body, ImU32 pack) {
-  const ImVec2 hip(feet.x, feet.y - s * 0.45f), neck(feet.x, feet.y - s * 0.85f);
+  // The head's top is the figure's: s above the feet (it used to reach into the
+  // tag line above the figure, under the arrival tag's text).
+  const ImVec2 hip(feet.x, feet.y - s * 0.45f), neck(feet.x, feet.y - s * 0.8f);
   dl->AddRectFilled(ImVec2(neck.x - s * 0.32f, neck.y - s * 0.02f),
                     ImVec2(neck.x - s * 0.05f, hip.y + s * 0.05f), pack, 4);
   dl->AddLine(hip, neck, body, 3);
@@ -285,8 +287,8 @@ void draw_camping(App& app) {
   const ImU32 sky_top = hc ? IM_COL32(0, 0, 0, 255) : IM_COL32(14, 20, 42, 255);
   const ImU32 sky_low = hc ? IM_COL32(0, 0, 30, 255) : IM_COL32(38, 46, 78, 255);
   dl->AddRectFilledMultiColor(o, ImVec2(o.x + size.x, horizon), sky_top, sky_top, sky_low, sky_low);
-  dl->AddRectFilled(ImVec2(o.x, horizon), ImVec2(o.x + size.x, o.y + size.y),
-                    hc ? IM_COL32(0, 40, 0, 255) : IM_COL32(34, 58, 38, 255));
+  const Color ground = hc ? rgba(0, 40, 0) : rgba(34, 58, 38);
+  dl->AddRectFilled(ImVec2(o.x, horizon), ImVec2(o.x + size.x, o.y + size.y), ground);
   for (int i = 0; i < 40; ++i) {  // fixed pseudo-random stars
     const float sx = o.x + std::fmod(i * 137.5f, size.x);
     const float sy = o.y + std::fmod(i * 53.7f, size.y * 0.07f);
@@ -338,11 +340,6 @@ void draw_camping(App& app) {
     const CardContents& c = cards[r];
     mark_region(app, r, nullptr, -1, ImVec2(h.block.x0, h.block.y0),
                 ImVec2(h.block.x1, h.block.y1));
-    if (tags.count(r) && !L.compact) {
-      const auto& [line, brief] = tags[r];
-      const bool fits = ImGui::CalcTextSize(line.c_str()).x <= h.tag.w();
-      text_in(dl, h.tag, ui.playhead, fits ? line : brief, true);
-    }
     draw_hiker(dl, ImVec2(h.feet.x, h.feet.y), h.size,
                hc ? IM_COL32(255, 255, 255, 255) : IM_COL32(225, 215, 195, 255),
                hc ? IM_COL32(120, 120, 120, 255) : IM_COL32(120, 85, 55, 255));
@@ -377,7 +374,7 @@ void draw_camping(App& app) {
     const Rect label_r{h.hands.x0, h.hands.y0, h.hands.x1, h.hands.y0 + h.label_h};
     int slot = 0;
     if (pipeline) {
-      const std::vector<int> notes = notes_held(holdings[r]);
+      const std::vector<int> notes = notes_held(holdings[r], &d, r, t);
       if (!notes.empty())
         text_in(dl, label_r, ui.text_dim,
                 std::to_string(notes.size()) + (notes.size() == 1 ? " note kept" : " notes kept"),
@@ -404,10 +401,11 @@ void draw_camping(App& app) {
       for (size_t i = 0; i < borrowed.size(); ++i) {
         const Vec2 hcn = h.hand_center(slot);
         if (slot == hand_slots - 1 && borrowed.size() > i + 1) {
+          // "+2" in its hand slot, shrunk rather than cut where the icons are small.
           text_in(dl,
-                  Rect{hcn.x - h.item * 0.6f, hcn.y - font * 0.5f, hcn.x + h.item * 0.6f,
+                  Rect{hcn.x - h.item * 0.575f, hcn.y - font * 0.5f, hcn.x + h.item * 0.575f,
                        hcn.y + font * 0.6f},
-                  ui.text, "+" + std::to_string(borrowed.size() - i), true);
+                  ui.text, "+" + std::to_string(borrowed.size() - i), true, font);
           break;
         }
         const auto [l, p] = borrowed[i];
@@ -466,6 +464,19 @@ void draw_camping(App& app) {
       draw_gear(dl, gear_of_layer(std::max(0, p.layer)), pos, ha.item * 0.9f, col, p.frac_begin,
                 p.frac_end, 1, false, ui.text);
     }
+  }
+  // Arrival tags last, on a patch of the ground's colour: a piece passing under
+  // one does not hide whom it comes from.
+  for (const auto& [r, texts] : tags) {
+    const HikerLayout& h = L.hikers[r];
+    if (L.compact) break;
+    const auto& [line, brief] = texts;
+    const std::string& text = ImGui::CalcTextSize(line.c_str()).x <= h.tag.w() ? line : brief;
+    const float w = std::min(ImGui::CalcTextSize(text.c_str()).x, h.tag.w());
+    const float x = std::max(h.tag.x0, (h.tag.x0 + h.tag.x1 - w) * 0.5f);
+    dl->AddRectFilled(ImVec2(x - 3, h.tag.y0), ImVec2(x + w + 3, h.tag.y0 + font),
+                      with_alpha(ground, 0.85f), 3);
+    text_in(dl, h.tag, ui.playhead, text, true);
   }
   dl->PopClipRect();
   ImGui::EndChild();

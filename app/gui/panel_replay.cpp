@@ -1,6 +1,7 @@
 // The replay bar: a recorded run replayed at 1/1000x to 1x, paused, scrubbed,
 // or stepped event by event; every view shows the state at this playhead.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include <imgui.h>
@@ -60,13 +61,33 @@ void draw_replay_bar(App& app) {
   const auto ev =
       std::upper_bound(d.event_times.begin(), d.event_times.end(), static_cast<int64_t>(p.t));
   ImGui::AlignTextToFramePadding();
-  if (!has_data)
-    ImGui::TextDisabled("replay: nothing recorded yet (Run first)");
-  else
-    ImGui::Text("t = %s of %s \xC2\xB7 step %d \xC2\xB7 event %zu of %zu",
-                format_time_ns(p.t).c_str(), format_time_ns(static_cast<double>(d.t_end)).c_str(),
-                d.step_at(static_cast<int64_t>(p.t)),
-                static_cast<size_t>(ev - d.event_times.begin()), d.event_times.size());
+  if (!has_data) {
+    const char* full = "replay: nothing recorded yet (Run first)";
+    ImGui::TextDisabled("%s", ImGui::CalcTextSize(full).x <= ImGui::GetContentRegionAvail().x
+                                  ? full
+                                  : "replay: nothing yet");
+  } else {
+    // Presenter sizes: the event count goes first, then the run's length, then
+    // the line wraps, rather than running off the window's edge.
+    char where[128], events[64];
+    std::snprintf(where, sizeof where, "t = %s of %s \xC2\xB7 step %d", format_time_ns(p.t).c_str(),
+                  format_time_ns(static_cast<double>(d.t_end)).c_str(),
+                  d.step_at(static_cast<int64_t>(p.t)));
+    std::snprintf(events, sizeof events, " \xC2\xB7 event %zu of %zu",
+                  static_cast<size_t>(ev - d.event_times.begin()), d.event_times.size());
+    const float avail = ImGui::GetContentRegionAvail().x;
+    const std::string full = std::string(where) + events;
+    if (ImGui::CalcTextSize(full.c_str()).x <= avail)
+      ImGui::TextUnformatted(full.c_str());
+    else if (ImGui::CalcTextSize(where).x <= avail)
+      ImGui::TextUnformatted(where);
+    else {
+      char brief[96];
+      std::snprintf(brief, sizeof brief, "t = %s \xC2\xB7 step %d", format_time_ns(p.t).c_str(),
+                    d.step_at(static_cast<int64_t>(p.t)));
+      ImGui::TextWrapped("%s", brief);
+    }
+  }
 
   // Scrubber: the whole run, with step ticks; click or drag to move the playhead.
   const ImVec2 o = ImGui::GetCursorScreenPos();

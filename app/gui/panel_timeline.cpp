@@ -324,21 +324,24 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       std::vector<std::string> texts;
       std::vector<ImU32> text_cols;
       std::vector<bool> on_stripes;
+      // A pipeline block's spans [first, last), to see whether its label sits on
+      // them or on the gaps between them; {0, 0} for other labels.
+      std::vector<std::pair<size_t, size_t>> block_spans;
 
       // Idle first, under the spans: the compute lane shows where the rank
-      // neither computed nor moved bytes.
-      if (l == static_cast<int>(Lane::compute))
-        for (const WindowUse& u : uses)
-          for (const Interval& iv : u.ranks[r].idle_intervals) {
-            const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0 - 2);
-            const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end + 2);
-            if (b - a < 2) continue;
-            draw_idle(dl, ImVec2(a, y0), ImVec2(b, y1), hc);
-            if (mouse_in_lane && mouse.x >= a && mouse.x <= b) {
-              hover_idle_rank = r;
-              hover_idle = iv;
-            }
-          }
+      // neither computed nor moved bytes (once, where two steps' windows overlap).
+      const std::vector<Interval> idle =
+          l == static_cast<int>(Lane::compute) ? merged_idle(uses, r) : std::vector<Interval>{};
+      for (const Interval& iv : idle) {
+        const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0 - 2);
+        const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end + 2);
+        if (b - a < 2) continue;
+        draw_idle(dl, ImVec2(a, y0), ImVec2(b, y1), hc);
+        if (mouse_in_lane && mouse.x >= a && mouse.x <= b) {
+          hover_idle_rank = r;
+          hover_idle = iv;
+        }
+      }
 
       blocks.clear();
       visible_spans(lane, vp, kMinSpanPx, blocks);
@@ -396,6 +399,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         texts.push_back(wl + 4 <= lz - la ? lf : sf);
         text_cols.push_back(training ? ui.label_on_span : ui.text_dim);
         on_stripes.push_back(w != nullptr);
+        block_spans.push_back({0, 0});
       }
 
       // Pipeline blocks: an outline around each micro-batch's run of spans, and
@@ -423,21 +427,21 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         texts.push_back(g.label);
         text_cols.push_back(ui.label_on_span);
         on_stripes.push_back(false);
+        block_spans.push_back({first.first, last.first + last.count});
       }
 
       // Idle gets its name where there is room.
-      if (l == static_cast<int>(Lane::compute))
-        for (const WindowUse& u : uses)
-          for (const Interval& iv : u.ranks[r].idle_intervals) {
-            const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0);
-            const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end);
-            const float w = ImGui::CalcTextSize(idle_word).x;
-            if (b - a < w + 8) continue;
-            requests.push_back({a, b, w, b});
-            texts.push_back(idle_word);
-            text_cols.push_back(ui.text);
-            on_stripes.push_back(false);
-          }
+      for (const Interval& iv : idle) {
+        const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0);
+        const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end);
+        const float w = ImGui::CalcTextSize(idle_word).x;
+        if (b - a < w + 8) continue;
+        requests.push_back({a, b, w, b});
+        texts.push_back(idle_word);
+        text_cols.push_back(ui.text);
+        on_stripes.push_back(false);
+        block_spans.push_back({0, 0});
+      }
 
       // Labels left to right, none over another (place_labels).
       std::vector<size_t> order(requests.size());
@@ -454,9 +458,13 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         const float x = std::floor(placed[k].x);
         // Outside its block, or over the stripes of a wait, dark text would
         // vanish: light text on a patch of the lane's own colour.
-        const bool patch = !placed[k].inside || on_stripes[i];
+        // A block of narrow spans with gaps between them (several micro-batches
+        // grouped, or a rank sharing a core) is no background for dark text either.
+        const float w = ImGui::CalcTextSize(texts[i].c_str()).x;
+        const auto [bf, bl] = block_spans[i];
+        const bool patch = !placed[k].inside || on_stripes[i] ||
+                           (bl > bf && covered_share(lane, bf, bl, vp, x, x + w) < 0.9f);
         if (patch) {
-          const float w = ImGui::CalcTextSize(texts[i].c_str()).x;
           dl->AddRectFilled(ImVec2(x - 1, ty), ImVec2(x + w + 1, ty + font),
                             l ? ui.lane_bg_alt : ui.lane_bg);
         }

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "app/gui/logic/palette.h"
+#include "app/gui/logic/timeline_logic.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -190,7 +191,10 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
           break;
         }
         case SpanKind::send:
-          if (s->peer >= 0 && s->peer < W && s->peer != r) {
+          // A send whose recv is recorded travels as its flow (below); until
+          // then (a live run records a span when it ends) its own span is all there is.
+          if (s->peer >= 0 && s->peer < W && s->peer != r &&
+              (s->flow_id == 0 || d.pending_flows.count(s->flow_id))) {
             Piece q = base;
             q.to = s->peer;
             q.column = -1;  // activations or their gradients: not a model state
@@ -201,6 +205,27 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
           break;
       }
     }
+  }
+  // Messages: from the send's begin to the recv's end. The send's span may end
+  // as soon as its bytes are queued (the note then waits in the mailbox until
+  // the receiver, maybe waiting for a core, takes it) or long after the
+  // receiver has them (its completion waiting for a core): neither is where
+  // the note is.
+  for (const Flow& f : d.flows) {
+    if (t < f.t_send || t >= f.t_recv || f.from_rank < 0 || f.from_rank >= W || f.to_rank < 0 ||
+        f.to_rank >= W)
+      continue;
+    Piece q;
+    q.from = f.from_rank;
+    q.to = f.to_rank;
+    q.layer = f.layer;
+    q.kind = SpanKind::send;
+    q.column = -1;
+    q.bytes = f.bytes;
+    q.micro_batch = f.micro_batch;
+    q.progress = static_cast<float>(static_cast<double>(t - f.t_send) /
+                                    static_cast<double>(std::max<int64_t>(1, f.t_recv - f.t_send)));
+    out.push_back(q);
   }
   return out;
 }
@@ -446,13 +471,9 @@ std::string group_sentence(SpanKind k, int layer, const std::vector<const Piece*
     case SpanKind::broadcast:
       return rank_list(senders, n) + (senders.size() == 1 ? " sends " : " send ") +
              what_of(k, layer, n) + " to " + rank_list(receivers, n) + " (" + label + ")";
-    case SpanKind::gather:
-    case SpanKind::reduce:
-      return rank_list(senders, n) + " send " + what_of(k, layer, n) + " to " +
-             rank_list(receivers, n) + " (" + label + ")";
-    default:
-      return rank_list(senders, n) + " send " + what_of(k, layer, n) + " to " +
-             rank_list(receivers, n) + " (" + label + ")";
+    default:  // gather, reduce: one sender reads "Rank 1 sends", several "Ranks 1 and 2 send"
+      return rank_list(senders, n) + (senders.size() == 1 ? " sends " : " send ") +
+             what_of(k, layer, n) + " to " + rank_list(receivers, n) + " (" + label + ")";
   }
 }
 
@@ -580,6 +601,27 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
         parts.begin() + static_cast<long>(i))
       out += (out.empty() ? "" : "; ") + parts[i];
   return out;
+}
+
+std::string fit_parts(const std::string& joined, float w,
+                      const std::function<float(const std::string&)>& width) {
+  if (width(joined) <= w) return joined;
+  std::vector<std::string> parts;
+  const std::string sep = "; ";
+  for (size_t at = 0;;) {
+    const size_t next = joined.find(sep, at);
+    parts.push_back(joined.substr(at, next == std::string::npos ? next : next - at));
+    if (next == std::string::npos) break;
+    at = next + sep.size();
+  }
+  // The most leading parts that fit with the count of the rest after them.
+  for (size_t keep = parts.size() - 1; keep >= 1; --keep) {
+    std::string s;
+    for (size_t i = 0; i < keep; ++i) s += (i ? sep : "") + parts[i];
+    s += sep + "+" + std::to_string(parts.size() - keep) + " more";
+    if (width(s) <= w) return s;
+  }
+  return parts[0];  // even one part with its count is too wide: the part, clipped
 }
 
 std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Naming& n) {
@@ -1022,11 +1064,37 @@ std::string carries_text(const CardContents& c, int world, const Naming& n) {
   return out;
 }
 
-std::vector<int> notes_held(const std::vector<Holding>& holdings) {
+namespace {
+
+// Whether `rank`'s receive of micro-batch `mb`'s input, posted at `posted`, has
+// its data at t: its recv span (the first of that micro-batch from the stage
+// before, begun once posted) has ended.
+bool received_by(const RunData& d, int rank, int mb, int64_t posted, int64_t t) {
+  const LaneData& lane = d.ranks[rank].lane(Lane::comm);
+  const auto [first, last] =
+      span_window(lane, static_cast<double>(posted), static_cast<double>(t) + 1);
+  for (size_t i = first; i < last; ++i) {
+    const Span& s = lane.spans[i];
+    if (s.kind == SpanKind::recv && s.micro_batch == mb && s.peer == rank - 1 &&
+        s.t_begin_ns >= posted)
+      return s.t_end_ns <= t;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<int> notes_held(const std::vector<Holding>& holdings, const RunData* d, int rank,
+                            int64_t t) {
   std::vector<int> mbs;
-  for (const Holding& h : holdings)
-    if (h.alpha >= 1.0f && h.res->category == MemCategory::activations && h.name.micro_batch >= 0)
-      mbs.push_back(h.name.micro_batch);
+  for (const Holding& h : holdings) {
+    if (h.alpha < 1.0f || h.res->category != MemCategory::activations || h.name.micro_batch < 0)
+      continue;
+    if (d && rank >= 0 && rank < d->world && h.name.base == "pipeline.input" &&
+        !received_by(*d, rank, h.name.micro_batch, h.res->t_alloc_ns, t))
+      continue;  // a receive posted early: the buffer waits for its note, it holds none yet
+    mbs.push_back(h.name.micro_batch);
+  }
   return sorted_unique(mbs);
 }
 

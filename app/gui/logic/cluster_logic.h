@@ -77,7 +77,8 @@ struct Piece {
 // every rank (peer -1, root rank 0), so the root's span sends to all; dp's
 // copies record one span on the receiving device with peer = device 0, so such
 // a span is one piece from the peer to the span's rank. Gather and reduce go
-// from the span's rank to the root.
+// from the span's rank to the root. A pipeline message travels from its send's
+// begin to its recv's end (its flow), whatever its send's span does meanwhile.
 std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t);
 
 // The comm spans running on `rank` at t.
@@ -136,6 +137,12 @@ std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t
 // for narrow cards; 2: also without the part ("AG L4 \u2192 all").
 std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int rank, int64_t t,
                         const Naming& n, int brevity = 0);
+
+// A "; "-separated status that is still too wide for its line keeps its first
+// parts whole and says how many it left out ("RS L4 \u2192 all; +2 more"), so a
+// card never shows a word cut in half. `width` measures a string in pixels.
+std::string fit_parts(const std::string& joined, float w,
+                      const std::function<float(const std::string&)>& width);
 
 // Labels at the receivers, one per (receiver, collective, layer), so that many
 // pieces in slow replay read "AG L2 \u2190 ranks 1, 2" instead of a pile of tags.
@@ -246,7 +253,10 @@ CampLayout camp_layout_fitting(int world, int layers, Rect area, float font,
 // "part 1 of every layer: a1, b1, c1", "all the gear".
 std::string carries_text(const CardContents& c, int world, const Naming& n);
 // The micro-batches whose activations a rank keeps at t (pipeline notes it holds).
-std::vector<int> notes_held(const std::vector<Holding>& holdings);
+// With the run's spans, an input buffer whose receive has not completed by t
+// (posted a micro-batch ahead) is not a note yet: it waits for one.
+std::vector<int> notes_held(const std::vector<Holding>& holdings, const RunData* d = nullptr,
+                            int rank = -1, int64_t t = 0);
 bool is_pipeline(const std::string& strategy);
 
 }  // namespace shardlab::gui

@@ -91,6 +91,8 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
         f.from_rank = rank;
         f.t_send = s.t_begin_ns;
         f.bytes = s.bytes;
+        f.micro_batch = s.micro_batch;
+        f.layer = s.layer;
       } else {
         f.to_rank = rank;
         f.t_recv = s.t_end_ns;

@@ -42,6 +42,7 @@ struct Flow {
   int from_rank = -1, to_rank = -1;
   int64_t t_send = 0, t_recv = 0;  // send's begin, recv's end
   int64_t bytes = 0;
+  int micro_batch = -1, layer = -1;  // the send's: what a pipeline message carries
 };
 
 struct RunData {

@@ -186,6 +186,7 @@ struct RunBuilder {
     run.t_end = s.t_end_ns;
     run.letter = phase_of(s);
     run.micro_batch = s.micro_batch;
+    run.step = s.step;
     step = s.step;
     last_layer = (s.kind == SpanKind::forward || s.kind == SpanKind::backward) ? s.layer : -1;
     open = true;
@@ -276,7 +277,8 @@ std::vector<RunGroup> group_runs(const std::vector<PhaseRun>& runs, const Viewpo
       const PhaseRun& last = runs[k + g.count - 1];
       const PhaseRun& next = runs[k + g.count];
       if (fits(g.label, x0(runs[k]), x1(last)) || fits(next.label(), x0(next), x1(next))) break;
-      if (x0(next) - x1(last) > adjacent_px) break;
+      // One step's blocks only: step 1's B0 beside step 2's F0 is no "B0 F0".
+      if (x0(next) - x1(last) > adjacent_px || next.step != last.step) break;
       const bool run_of_same = next.letter == last.letter &&
                                next.micro_batch == last.micro_batch + 1 &&
                                runs[k].letter == last.letter;
@@ -516,6 +518,19 @@ std::vector<StageRow> stage_rows(const RunResult& r) {
     out.push_back(row);
   }
   return out;
+}
+
+float covered_share(const LaneData& lane, size_t first, size_t last, const Viewport& vp, float x0,
+                    float x1) {
+  if (x1 <= x0) return 0;
+  // Spans of one run follow each other in a compute lane; overlaps are counted once.
+  float covered = 0, reached = x0;
+  for (size_t i = first; i < std::min(last, lane.spans.size()); ++i) {
+    const float a = std::max(vp.x_of(static_cast<double>(lane.spans[i].t_begin_ns)), reached);
+    const float b = std::min(vp.x_of(static_cast<double>(lane.spans[i].t_end_ns)), x1);
+    if (b > a) covered += b - a, reached = b;
+  }
+  return covered / (x1 - x0);
 }
 
 int hit_test(const std::vector<DrawSpan>& blocks, float x, float slop) {

@@ -68,6 +68,7 @@ struct PhaseRun {
   int64_t t_begin = 0, t_end = 0;
   char letter = 'F';  // F, R (a forward run again for the backward: --recompute) or B
   int micro_batch = -1;
+  int step = -1;  // the training step its spans belong to
   std::string label() const { return letter + std::to_string(micro_batch); }
 };
 // The phase runs meeting [t_begin, t_end) of a compute lane; false (and no
@@ -102,6 +103,12 @@ struct LabelPlace {
   float x = 0;  // left edge
 };
 std::vector<LabelPlace> place_labels(const std::vector<LabelRequest>& requests, float pad);
+
+// The share of pixels [x0, x1) that spans [first, last) of `lane` cover: a
+// label placed inside a pipeline block reads dark on the block's colour only
+// where the block is solid; over the gaps between its spans it needs a patch.
+float covered_share(const LaneData& lane, size_t first, size_t last, const Viewport& vp, float x0,
+                    float x1);
 
 // Greedy, left to right: keeps each box [x, x + w) that starts at least `gap`
 // after the last kept one ends and ends before `x_max`.

@@ -81,6 +81,24 @@ const char* idle_name(const std::string& strategy) {
   return is_pipeline_strategy(strategy) ? "bubble" : "waiting";
 }
 
+std::vector<Interval> merged_idle(const std::vector<WindowUse>& uses, int rank) {
+  std::vector<Interval> all;
+  for (const WindowUse& u : uses)
+    if (rank >= 0 && rank < static_cast<int>(u.ranks.size()))
+      all.insert(all.end(), u.ranks[rank].idle_intervals.begin(),
+                 u.ranks[rank].idle_intervals.end());
+  std::sort(all.begin(), all.end());
+  std::vector<Interval> out;
+  for (const Interval& iv : all) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second)
+      out.back().second = std::max(out.back().second, iv.second);
+    else
+      out.push_back(iv);
+  }
+  return out;
+}
+
 namespace {
 
 // Where to look for the spans of `step`: from its first span to the first span

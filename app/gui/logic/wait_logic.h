@@ -65,6 +65,12 @@ std::pair<int64_t, int64_t> step_window(const RunData& d, int step);
 // window_use over step_window(step).
 WindowUse step_use(const RunData& d, int step);
 
+// One rank's idle time over several windows (the timeline classifies each step
+// in view; consecutive steps' windows overlap where one rank starts the next
+// step while another finishes this one): the union, in order, so an idle
+// stretch is drawn and named once.
+std::vector<Interval> merged_idle(const std::vector<WindowUse>& uses, int rank);
+
 // What idle time is called for this strategy: "bubble" for the pipelines, where
 // it is the textbook bubble, "waiting" elsewhere.
 const char* idle_name(const std::string& strategy);
