@@ -3,6 +3,7 @@
 // formula beside the measured value, the reveal and every gate's PASS/FAIL.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -167,9 +168,12 @@ int cmd_list(const Out& o) {
     std::printf("no lessons in %s\n", dir.c_str());
     return 0;
   }
+  // One column for the ids, as wide as the longest ("mixed-precision").
+  int w = 12;
+  for (const Lesson& l : all) w = std::max(w, static_cast<int>(l.id.size()));
   for (const Lesson& l : all)
-    std::printf("%-12s %2zu steps  %s\n%15s%s\n", l.id.c_str(), l.steps.size(),
-                one_line(l.title, o.lang).c_str(), "", one_line(l.summary, o.lang).c_str());
+    std::printf("%-*s %2zu steps  %s\n%*s%s\n", w, l.id.c_str(), l.steps.size(),
+                one_line(l.title, o.lang).c_str(), w + 3, "", one_line(l.summary, o.lang).c_str());
   return 0;
 }
 
@@ -380,7 +384,8 @@ int cmd_lesson(int argc, char** argv) {
         if (auto it = ids.find(l.id); it != ids.end())
           throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
         ids[l.id] = f;
-        std::printf("ok: %s (%s, %zu steps)\n", f.c_str(), l.id.c_str(), l.steps.size());
+        std::printf("ok: %s (%s, %zu step%s)\n", f.c_str(), l.id.c_str(), l.steps.size(),
+                    l.steps.size() == 1 ? "" : "s");
       } catch (const ConfigError& e) {
         std::fprintf(stderr, "%s\n", e.what());
         ++bad;

@@ -197,6 +197,11 @@ TEST_CASE("Markdown: blocks, runs, ordered lists, headings, code, refused constr
   CHECK(parse_markdown("    indented text")[0].kind == BlockKind::paragraph);
   // English across a line break gets a space.
   CHECK(plain(parse_markdown("one\ntwo")[0].runs) == "one two");
+  // Chinese across a line break gets none, nor does full-width punctuation
+  // next to Latin text ("a2" at a line's end, "（这就是" on the next line).
+  CHECK(plain(parse_markdown("中文\n继续")[0].runs) == "中文继续");
+  CHECK(plain(parse_markdown("拿到 a2\n（全收集）")[0].runs) == "拿到 a2（全收集）");
+  CHECK(plain(parse_markdown("全收集，\nall-gather")[0].runs) == "全收集，all-gather");
   CHECK_THROWS_WITH(parse_markdown("[a](b)"), Catch::Contains("links"));
   CHECK_THROWS_WITH(parse_markdown("> quote"), Catch::Contains("quotes"));
   CHECK_THROWS_WITH(parse_markdown("a\n\n---\n\nb"), Catch::Contains("rules"));
@@ -407,6 +412,17 @@ TEST_CASE("gpt metrics: single's reference has the run's --seq and --data", "[le
   CHECK_THAT(line, Catch::Contains(" --seq 8"));
   CHECK_THAT(line, Catch::Contains(" --data " + text.string()));
   CHECK_THAT(command_line(RunConfig{}), !Catch::Contains("--seq") && !Catch::Contains("--data"));
+  // A float learning rate reads as written ("0.05"), not widened to a double's digits.
+  RunConfig l;
+  l.optimizer.lr = 0.05f;
+  CHECK_THAT(command_line(l), Catch::EndsWith(" --lr 0.05"));
+  l.optimizer.lr = 1.0f / 3;
+  const std::string third = command_line(l);
+  CHECK(std::strtof(third.substr(third.rfind(' ') + 1).c_str(), nullptr) == 1.0f / 3);
+  // Bytes: the binary multiple and the exact count the reveal texts write.
+  CHECK(format_value(446976, "B") == "436.50 KiB (446 976 B)");
+  CHECK(format_value(512, "B") == "512 B");
+  CHECK(format_value(5.33, "B") == "5.33 B");
   fs::remove(text);
 }
 
@@ -507,8 +523,9 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   r = run_cli("lesson run example --step 1 --answer 16.5KiB");
   INFO(r.out);
   CHECK(r.code == 0);
-  CHECK(r.out.find("your answer: 16.50 KiB — right") != std::string::npos);
-  CHECK(r.out.find("formula 16Ψ/N: 16.50 KiB") != std::string::npos);
+  // The exact bytes beside the binary multiple, as the reveal texts write them.
+  CHECK(r.out.find("your answer: 16.50 KiB (16 896 B) — right") != std::string::npos);
+  CHECK(r.out.find("formula 16Ψ/N: 16.50 KiB (16 896 B)") != std::string::npos);
   CHECK(r.out.find("measured: 16.50 KiB") != std::string::npos);
   CHECK(r.out.find("gate PASS") != std::string::npos);
   CHECK(r.out.find("Step 2/2") == std::string::npos);

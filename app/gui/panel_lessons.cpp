@@ -147,7 +147,13 @@ void draw_markdown(const lesson::Markdown& blocks, const UiColors& ui, bool high
 
 std::string value_text(double v, const std::string& unit) {
   char buf[64];
-  if (unit == "B") return format_bytes(static_cast<int64_t>(std::llround(v)));
+  if (unit == "B") {
+    // The exact bytes beside "436.50 KiB": the reveal's text writes "446 976 B".
+    const double whole = static_cast<double>(std::llround(v));
+    std::string s = format_bytes(whole);
+    if (std::abs(whole) >= 1024) s += " (" + lesson::exact_bytes(whole) + ")";
+    return s;
+  }
   if (unit == "ms") {
     std::snprintf(buf, sizeof buf, "%.3g ms", v);
   } else if (unit == "%") {
