@@ -241,6 +241,16 @@ TEST_CASE("terminal rendering wraps to the width, bullets lists, keeps emphasis 
     CHECK(display_width(line) <= 20);
     CHECK(line.rfind("，", 0) != 0);
   }
+  // A number grouped by thousands stays on one line ("Ψ = 27 936", never "27" / "936").
+  CHECK(thousands_space("27 936 B", 2));
+  CHECK_FALSE(thousands_space("rank 0 1", 6));
+  CHECK_FALSE(thousands_space("8 × 4 096", 1));
+  for (int width = 12; width <= 24; ++width) {
+    const std::string wrapped = render_terminal(
+        parse_markdown("Here the model holds Ψ = 27 936 parameters."), width, false);
+    INFO(wrapped);
+    CHECK(wrapped.find("27 936") != std::string::npos);
+  }
 }
 
 TEST_CASE("every metric resolves, is documented, and FORMAT.md lists the same names", "[lessons]") {

@@ -243,6 +243,11 @@ void App::show_step(StepShow show) {
       state.highlight.active = true;
       if (h->kind == lesson::Highlight::Kind::rank) state.highlight.rank = h->rank;
       if (h->kind == lesson::Highlight::Kind::area) state.highlight.area = h->area;
+      // The compare view's memory area: each rank's peak by category (activations
+      // beside model states), the picture a step about memory asks for; without
+      // it the outline would point at nothing.
+      if (state.view == View::compare && state.highlight.area == "memory")
+        state.compare.picture = ComparePicture::peaks;
       if (h->kind == lesson::Highlight::Kind::category)
         state.highlight.category = static_cast<int>(h->category);
     }

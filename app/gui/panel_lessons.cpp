@@ -47,6 +47,8 @@ void tokenize(const lesson::TextRun& run, std::vector<Token>& out) {
       if (!cur.empty()) out.push_back({cur, &run});
       cur.clear();
       out.push_back({ch, &run});
+    } else if (ch == " " && !cur.empty() && lesson::thousands_space(s, i - 1)) {
+      cur += ch;  // "27 936" stays on one line
     } else if (ch == " " || ch == "\n") {
       cur += ' ';
       out.push_back({cur, &run});

@@ -249,6 +249,12 @@ std::string utf8_prefix(const std::string& s, size_t n) {
 }
 }  // namespace
 
+bool thousands_space(const std::string& s, size_t i) {
+  auto digit = [&](size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '9'; };
+  return i > 0 && i < s.size() && s[i] == ' ' && digit(i - 1) && digit(i + 1) && digit(i + 2) &&
+         digit(i + 3) && !digit(i + 4);
+}
+
 Markdown parse_markdown(const std::string& source) {
   Builder b;
   MD_PARSER parser{};
