@@ -186,7 +186,7 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
       return zh ? "第 " + std::to_string(k.step) + " 步开始处"
                 : "the start of step " + std::to_string(k.step);
     case lesson::Seek::Kind::peak_memory:
-      return zh ? std::to_string(k.rank) + " 号秩的内存峰值"
+      return zh ? "rank " + std::to_string(k.rank) + " 的内存峰值"
                 : "rank " + std::to_string(k.rank) + "'s memory peak";
     case lesson::Seek::Kind::event:
       break;
@@ -194,7 +194,7 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
   std::string kind = to_string(k.event);
   std::replace(kind.begin(), kind.end(), '_', '-');
   if (zh) {
-    std::string t = std::to_string(k.rank) + " 号秩上";
+    std::string t = "rank " + std::to_string(k.rank) + " 上";
     if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";
     if (k.micro_batch >= 0) t += "微批次 " + std::to_string(k.micro_batch) + " 的";
     if (k.layer >= 0) t += "第 " + std::to_string(k.layer) + " 层的";
@@ -279,6 +279,13 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
   if (!locked && unanswered) ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
 }
 
+// Dim text that wraps at the column's edge (TextDisabled would run past it).
+void text_dim_wrapped(const std::string& s) {
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", s.c_str());
+  ImGui::PopStyleColor();
+}
+
 void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
@@ -309,8 +316,8 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
       }
       ImGui::TableNextColumn();
       if (m.value && m.value->formula) {
-        ImGui::TextUnformatted(value_text(*m.value->formula, unit).c_str());
-        ImGui::TextDisabled("%s", m.value->formula_text.c_str());
+        ImGui::TextWrapped("%s", value_text(*m.value->formula, unit).c_str());
+        text_dim_wrapped(m.value->formula_text);
       } else {
         ImGui::TextDisabled("-");
       }
@@ -346,7 +353,7 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
         detail = g.left.error;
       }
       ImGui::Indent();
-      ImGui::TextDisabled("%s", detail.c_str());
+      text_dim_wrapped(detail);
       ImGui::Unindent();
     }
   }
