@@ -69,9 +69,23 @@ void draw_memory(App& app) {
         "No run yet. Press Run (R): memory is measured from every allocation the ranks make.");
     return;
   }
-  for (MemCategory c : kStackOrder) legend_item(category_color(c, hc), category_label(c));
-  ImGui::SameLine(0, 10);
-  ImGui::TextDisabled("| measured by each rank's accounting allocator (device pool)");
+  for (MemCategory c : kStackOrder) {
+    legend_item(category_color(c, hc), category_label(c));
+    // A lesson's { category = … } outlines the legend's swatch and name (and each
+    // rank's band at the playhead, below).
+    const float sw = ImGui::GetTextLineHeight() * 0.8f + 4;
+    mark_region(app, -1, nullptr, static_cast<int>(c),
+                ImVec2(ImGui::GetItemRectMin().x - sw, ImGui::GetItemRectMin().y),
+                ImGui::GetItemRectMax());
+  }
+  const char* note = "| measured by each rank's accounting allocator (device pool)";
+  // On the legend's line if it fits, else on its own (never cut at the edge).
+  if (ImGui::GetContentRegionAvail().x >
+      ImGui::CalcTextSize(note).x + ImGui::CalcTextSize("(?)").x + 20)
+    ImGui::SameLine(0, 10);
+  else
+    ImGui::NewLine();
+  ImGui::TextDisabled("%s", note);
   ImGui::SameLine();
   help_marker(
       "Left: bytes in use over time, stacked by category, on the timeline's time axis (wheel: "
@@ -183,6 +197,16 @@ void draw_memory(App& app) {
     const float x0 = bx + font * 0.5f;
     dl->AddRect(ImVec2(x0 - 1, top), ImVec2(x0 + bar_w + 1, bottom + 1), ui.grid);
     draw_stack(dl, x0, x0 + bar_w, bottom, row_h, max_bytes, now, hc);
+    // Each category's band in this bar, for a lesson's category highlight.
+    float band = bottom;
+    for (MemCategory c : kStackOrder) {
+      const int64_t v = now[static_cast<int>(c)];
+      if (v <= 0) continue;
+      const float dy = static_cast<float>(v / max_bytes) * row_h;
+      mark_region(app, -1, nullptr, static_cast<int>(c), ImVec2(x0, band - dy),
+                  ImVec2(x0 + bar_w, band));
+      band -= dy;
+    }
     const int64_t model_state = now[0] + now[1] + now[2];
     float ty = top;
     const float tx = x0 + bar_w + font * 1.6f;
