@@ -433,6 +433,8 @@ TEST_CASE("gpt metrics: single's reference has the run's --seq and --data", "[le
   CHECK(format_value(446976, "B") == "436.50 KiB (446 976 B)");
   CHECK(format_value(512, "B") == "512 B");
   CHECK(format_value(5.33, "B") == "5.33 B");
+  CHECK(format_value(194176, "count") == "194 176");
+  CHECK(format_value(6, "count") == "6");
   fs::remove(text);
 }
 

@@ -107,6 +107,9 @@ struct AppState {
   bool show_help = false;
   bool show_options = false;  // the run bar's strategy options row
   bool show_lessons = false;  // the Lessons panel beside the view (L)
+  // The lesson step whose reveal the panel last scrolled into sight (lesson and
+  // step, 1-based, packed; 0: none): it scrolls once, then the learner scrolls.
+  int64_t lesson_reveal_scrolled = 0;
   LessonHighlight highlight;
   std::vector<ViewRegion> regions;  // this frame's, cleared before the view is drawn
   bool quit = false;

@@ -163,7 +163,7 @@ std::string value_text(double v, const std::string& unit) {
   } else if (unit == "x") {
     std::snprintf(buf, sizeof buf, "%.2f\xC3\x97", v);  // ×
   } else if (unit == "count") {
-    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return lesson::format_value(std::round(v), "count");  // 194 176, as the texts write it
   } else {
     std::snprintf(buf, sizeof buf, "%.4g", v);
   }
@@ -408,8 +408,17 @@ void draw_step(App& app, const UiColors& ui) {
     ImGui::PopStyleColor();
   }
   if (p.phase() == StepPhase::revealed) {
+    // Once per revealed step: scroll the reveal into sight (a long text left the
+    // answer, formula and measured value below the fold).
+    const int64_t key = (static_cast<int64_t>(p.lesson_index()) + 1) * 100000 + p.step_index() + 1;
+    if (app.state.lesson_reveal_scrolled != key) {
+      app.state.lesson_reveal_scrolled = key;
+      ImGui::SetScrollHereY(0.0f);
+    }
     ImGui::Separator();
     draw_reveal(app, s, ui);
+  } else {
+    app.state.lesson_reveal_scrolled = 0;
   }
   if (!p.has_run() && p.phase() == StepPhase::ask)
     ImGui::TextDisabled("%s", tr(app, "This step has no run: read, then go on."));

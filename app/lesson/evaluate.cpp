@@ -77,6 +77,11 @@ std::string format_value(double v, const std::string& unit) {
   } else if (unit == "x") {
     std::snprintf(buf, sizeof buf, "%.3gx", v);
   } else if (unit == "count") {
+    // Large counts grouped as the texts write them: Ψ = 194 176.
+    if (v == std::floor(v) && std::abs(v) >= 10000 && std::abs(v) < 1e15) {
+      const std::string b = exact_bytes(v);
+      return b.substr(0, b.size() - 2);  // without " B"
+    }
     if (v == std::floor(v) && std::abs(v) < 1e15)
       std::snprintf(buf, sizeof buf, "%.0f", v);
     else
