@@ -59,14 +59,33 @@ void draw_replay_bar(App& app) {
   ImGui::SameLine(0, 16);
   const auto ev =
       std::upper_bound(d.event_times.begin(), d.event_times.end(), static_cast<int64_t>(p.t));
+  // The longest form that fits beside the buttons (presenter scale cut the full
+  // one at the window's edge): where, of how long, which step, which event.
+  std::string where;
+  if (!has_data) {
+    where = "replay: nothing recorded yet (Run first)";
+  } else {
+    const std::string t = format_time_ns(p.t);
+    const std::string step =
+        " \xC2\xB7 step " + std::to_string(d.step_at(static_cast<int64_t>(p.t)));
+    const std::string forms[] = {
+        "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step +
+            " \xC2\xB7 event " + std::to_string(ev - d.event_times.begin()) + " of " +
+            std::to_string(d.event_times.size()),
+        "t = " + t + step, t};
+    const float room = ImGui::GetContentRegionAvail().x;
+    where = forms[2];
+    for (const std::string& f : forms)
+      if (ImGui::CalcTextSize(f.c_str()).x <= room) {
+        where = f;
+        break;
+      }
+  }
   ImGui::AlignTextToFramePadding();
   if (!has_data)
-    ImGui::TextDisabled("replay: nothing recorded yet (Run first)");
+    ImGui::TextDisabled("%s", where.c_str());
   else
-    ImGui::Text("t = %s of %s \xC2\xB7 step %d \xC2\xB7 event %zu of %zu",
-                format_time_ns(p.t).c_str(), format_time_ns(static_cast<double>(d.t_end)).c_str(),
-                d.step_at(static_cast<int64_t>(p.t)),
-                static_cast<size_t>(ev - d.event_times.begin()), d.event_times.size());
+    ImGui::TextUnformatted(where.c_str());
 
   // Scrubber: the whole run, with step ticks; click or drag to move the playhead.
   const ImVec2 o = ImGui::GetCursorScreenPos();
