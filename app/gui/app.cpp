@@ -362,8 +362,12 @@ namespace {
 
 // The lesson's "look here": a bright outline around every region of the view
 // that the step's highlight names, pulsing gently so the eye finds it.
-void draw_highlight(const AppState& s) {
+void draw_highlight(const AppState& s, ImVec2 view_min, ImVec2 view_max) {
   if (!s.highlight.active) return;
+  // Only inside the view: a region scrolled out of it must not outline the
+  // replay bar or the lessons panel.
+  ImDrawList* fg = ImGui::GetForegroundDrawList();
+  fg->PushClipRect(view_min, view_max, false);
   const LessonHighlight& h = s.highlight;
   const float pulse = 0.6f + 0.4f * static_cast<float>(std::sin(ImGui::GetTime() * 4.0));
   const ImU32 col = IM_COL32(255, 200, 0, static_cast<int>(255 * pulse));
@@ -372,10 +376,9 @@ void draw_highlight(const AppState& s) {
     const bool hit = (h.rank >= 0 && r.rank == h.rank && r.area.empty()) ||
                      (!h.area.empty() && r.area == h.area) ||
                      (h.category >= 0 && r.category == h.category);
-    if (hit)
-      ImGui::GetForegroundDrawList()->AddRect(ImVec2(r.x0 - 3, r.y0 - 3),
-                                              ImVec2(r.x1 + 3, r.y1 + 3), col, 4.0f, 0, w);
+    if (hit) fg->AddRect(ImVec2(r.x0 - 3, r.y0 - 3), ImVec2(r.x1 + 3, r.y1 + 3), col, 4.0f, 0, w);
   }
+  fg->PopClipRect();
 }
 
 }  // namespace
@@ -459,7 +462,7 @@ void App::frame(double wall_dt) {
       break;
   }
   ImGui::EndChild();
-  draw_highlight(state);
+  draw_highlight(state, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
   if (state.show_lessons) {
     ImGui::SameLine();
     ImGui::BeginChild("lessons", ImVec2(0, view_h), true);

@@ -118,7 +118,19 @@ void draw_memory(App& app) {
   const float font = ImGui::GetFontSize();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float bars_w = std::min(avail.x * 0.3f, font * 22);
+  // The right column is as wide as its longest line needs (at presenter scale
+  // its numbers were cut at the view's edge), up to 42 % of the view.
+  float text_w = ImGui::CalcTextSize("rank 00 host: 000.00 KiB").x;
+  for (int r = 0; r < d.world; ++r) {
+    if (const auto& pred = predicted[r])
+      text_w = std::max(
+          text_w, ImGui::CalcTextSize(("predicted 000.00 KiB (" + pred->formula + ")").c_str()).x);
+    for (const std::string& line : block_activation_lines(d.cfg, r))
+      text_w = std::max(text_w, ImGui::CalcTextSize(line.c_str()).x);
+  }
+  const float need =
+      std::max(ImGui::CalcTextSize("at the playhead, t = 000.0 ms").x, font * 4.3f + text_w) + font;
+  const float bars_w = std::min(avail.x * 0.42f, std::max(font * 10, need));
   const float gutter = font * 6.5f;
   const float axis_h = font + 8;
   const float chart_w = avail.x - bars_w - 12;
