@@ -194,11 +194,17 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
   std::string kind = to_string(k.event);
   std::replace(kind.begin(), kind.end(), '_', '-');
   if (zh) {
+    // The field's Chinese names, as the lesson texts use them.
+    static constexpr const char* kZhKinds[kNumSpanKinds] = {
+        "前向",           "反向",           "损失计算", "优化器更新", "全规约",  "规约散射",
+        "全收集",         "广播",           "规约",     "发送",       "接收",    "屏障",
+        "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "其他操作"};
+    kind = kZhKinds[static_cast<int>(k.event)];
     std::string t = "rank " + std::to_string(k.rank) + " 上";
     if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";
     if (k.micro_batch >= 0) t += "微批次 " + std::to_string(k.micro_batch) + " 的";
     if (k.layer >= 0) t += "第 " + std::to_string(k.layer) + " 层的";
-    return t + "第 " + std::to_string(k.nth) + " 次 " + kind;
+    return t + "第 " + std::to_string(k.nth) + " 次" + kind;
   }
   static constexpr const char* kOrdinals[] = {"first", "second", "third"};
   std::string t = "the " +
