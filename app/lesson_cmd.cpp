@@ -63,6 +63,12 @@ std::string bold(const std::string& s, const Out& o) {
   return o.ansi ? "\033[1m" + s + "\033[0m" : s;
 }
 
+// The words around the numbers in the learner's language; PASS/FAIL, metric
+// names and command lines stay as they are (scripts and the GUI match them).
+const char* w(const Out& o, const char* en, const char* zh) {
+  return o.lang == Lang::zh ? zh : en;
+}
+
 std::string verdict(bool pass, const Out& o) {
   if (!o.ansi) return pass ? "PASS" : "FAIL";
   return pass ? "\033[32mPASS\033[0m" : "\033[31mFAIL\033[0m";
@@ -146,6 +152,12 @@ void print_prediction_question(const Prediction& p, const Out& o) {
   if (p.is_choice())
     for (size_t i = 0; i < p.choices.size(); ++i)
       std::printf("    %zu) %s\n", i + 1, one_line(p.choices[i].label, o.lang).c_str());
+  else if (o.lang == Lang::zh)
+    std::printf("    （%s；与实测相差 ±%g %% 以内算对；%s）\n",
+                p.unit.empty()      ? "答一个数"
+                : p.unit == "count" ? "答一个计数"
+                                    : ("单位 " + p.unit).c_str(),
+                100 * p.tolerance, describe_metric(p.metric).c_str());
   else
     std::printf("    (answer %s; right within ±%g %% of the measured value, %s)\n",
                 p.unit.empty()      ? "a plain number"
@@ -211,9 +223,10 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     if (!s.recording.empty())
       std::printf("  recorded run: %s (recorded on %s)\n", s.recording.c_str(),
                   s.recorded_where.c_str());
-    std::printf("  %s: %d steps, final loss %.6g, median step %s\n",
-                s.recording.empty() ? "trained" : "replayed", runs.a.cfg.steps,
-                runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
+    std::printf(w(o, "  %s: %d steps, final loss %.6g, median step %s\n",
+                  "  %s：%d 步，最终损失 %.6g，每步耗时中位数 %s\n"),
+                s.recording.empty() ? w(o, "trained", "已训练") : w(o, "replayed", "已回放"),
+                runs.a.cfg.steps, runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
                 format_value(runs.a.median_step_ms, "ms").c_str());
     if (s.predict) {
       const Prediction& p = *s.predict;
@@ -221,28 +234,33 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
       if (answer) {
         const AnswerCheck c = check_answer(p, r, *answer);
         if (!c.error.empty())
-          std::printf("    your answer: %s (%s)\n", answer->c_str(), c.error.c_str());
+          std::printf("    %s%s (%s)\n", w(o, "your answer: ", "你的答案："), answer->c_str(),
+                      c.error.c_str());
         else if (p.is_choice())
-          std::printf("    your answer: %d) %s — %s\n", c.choice + 1,
+          std::printf("    %s%d) %s — %s\n", w(o, "your answer: ", "你的答案："), c.choice + 1,
                       one_line(p.choices[c.choice].label, o.lang).c_str(),
-                      c.correct ? "right" : "not right");
+                      c.correct ? w(o, "right", "正确") : w(o, "not right", "不对"));
         else
-          std::printf("    your answer: %s — %s\n", format_value(c.value, p.unit).c_str(),
-                      c.correct ? "right (within the tolerance)" : "not right");
+          std::printf("    %s%s — %s\n", w(o, "your answer: ", "你的答案："),
+                      format_value(c.value, p.unit).c_str(),
+                      c.correct ? w(o, "right (within the tolerance)", "正确（在容差之内）")
+                                : w(o, "not right", "不对"));
       } else {
-        std::printf("    your answer: none given (--answer VALUE)\n");
+        std::printf("    %s\n", w(o, "your answer: none given (--answer VALUE)",
+                                  "你的答案：未作答（--answer 值）"));
       }
       if (!m.value) {
         std::printf("    measured: could not be evaluated: %s\n", m.error.c_str());
         ok = false;
       } else {
         if (m.value->formula)
-          std::printf("    formula %s: %s\n", m.value->formula_text.c_str(),
+          std::printf("    %s %s: %s\n", w(o, "formula", "公式"), m.value->formula_text.c_str(),
                       format_value(*m.value->formula, m.value->unit).c_str());
-        std::printf("    measured: %s\n", format_value(m.value->measured, m.value->unit).c_str());
+        std::printf("    %s%s\n", w(o, "measured: ", "实测："),
+                    format_value(m.value->measured, m.value->unit).c_str());
         if (p.is_choice()) {
           if (r.right_choice >= 0)
-            std::printf("    right choice: %d) %s\n", r.right_choice + 1,
+            std::printf("    %s%d) %s\n", w(o, "right choice: ", "正确选项："), r.right_choice + 1,
                         one_line(p.choices[r.right_choice].label, o.lang).c_str());
           else {
             std::printf("    right choice: none of the choices holds for the measured value\n");

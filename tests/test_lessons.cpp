@@ -538,6 +538,11 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   // The exact bytes beside the binary multiple, as the reveal texts write them.
   CHECK(r.out.find("your answer: 16.50 KiB (16 896 B) — right") != std::string::npos);
   CHECK(r.out.find("formula 16Ψ/N: 16.50 KiB (16 896 B)") != std::string::npos);
+  // In Chinese the words around the numbers are Chinese too.
+  const auto zh = run_cli("lesson run example --step 1 --answer 16.5KiB --lang zh");
+  CHECK(zh.code == 0);
+  CHECK(zh.out.find("你的答案：16.50 KiB (16 896 B) — 正确") != std::string::npos);
+  CHECK(zh.out.find("实测：16.50 KiB") != std::string::npos);
   CHECK(r.out.find("measured: 16.50 KiB") != std::string::npos);
   CHECK(r.out.find("gate PASS") != std::string::npos);
   CHECK(r.out.find("Step 2/2") == std::string::npos);
