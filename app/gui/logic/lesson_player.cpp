@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 namespace shardlab::gui {
 
@@ -233,6 +234,31 @@ bool LessonPlayer::prev_step() {
   if (!lesson() || step_ == 0) return false;
   go_to_step(step_ - 1);
   return true;
+}
+
+bool press_lesson_key(LessonPlayer& p, LessonKey key, bool typing) {
+  if (!p.step()) return false;
+  switch (key) {
+    case LessonKey::page_down: {
+      const auto before = std::pair{p.step_index(), p.phase()};
+      p.advance();
+      return before != std::pair{p.step_index(), p.phase()};
+    }
+    case LessonKey::page_up:
+      return p.prev_step();
+    case LessonKey::enter:
+      if (typing) return false;
+      if (p.phase() == StepPhase::ran) {
+        p.reveal();
+        return true;
+      }
+      if (p.phase() == StepPhase::ask && p.has_run()) {
+        p.run_step();
+        return true;
+      }
+      return false;
+  }
+  return false;
 }
 
 void LessonPlayer::advance() {
