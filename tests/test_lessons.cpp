@@ -245,6 +245,16 @@ TEST_CASE("terminal rendering wraps to the width, bullets lists, keeps emphasis 
   CHECK(thousands_space("27 936 B", 2));
   CHECK_FALSE(thousands_space("rank 0 1", 6));
   CHECK_FALSE(thousands_space("8 × 4 096", 1));
+  CHECK(formula_space("(M + P − 1)", 2));
+  CHECK_FALSE(formula_space("a (b) c", 5));
+  CHECK_FALSE(formula_space("(a very long aside that goes on and on)", 7));
+  for (int width = 14; width <= 30; ++width) {
+    const std::string wrapped = render_terminal(
+        parse_markdown("The bubble share becomes (P − 1)/(M + P − 1) with M micro-batches."), width,
+        false);
+    INFO(wrapped);
+    CHECK(wrapped.find("(M + P − 1)") != std::string::npos);
+  }
   for (int width = 12; width <= 24; ++width) {
     const std::string wrapped = render_terminal(
         parse_markdown("Here the model holds Ψ = 27 936 parameters."), width, false);

@@ -43,12 +43,15 @@ void tokenize(const lesson::TextRun& run, std::vector<Token>& out) {
     const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
     const std::string ch = s.substr(i, len);
     i += len;
-    if (len >= 3) {  // CJK and wide punctuation: a break is allowed on both sides
+    // CJK and wide punctuation (U+3000 on): a break is allowed on both sides.
+    // Math and general punctuation below it (−, ≈, →, …) stay inside their word.
+    if (len >= 3 && c >= 0xE3) {
       if (!cur.empty()) out.push_back({cur, &run});
       cur.clear();
       out.push_back({ch, &run});
-    } else if (ch == " " && !cur.empty() && lesson::thousands_space(s, i - 1)) {
-      cur += ch;  // "27 936" stays on one line
+    } else if (ch == " " && !cur.empty() &&
+               (lesson::thousands_space(s, i - 1) || lesson::formula_space(s, i - 1))) {
+      cur += ch;  // "27 936" and "(M + P − 1)" stay on one line
     } else if (ch == " " || ch == "\n") {
       cur += ' ';
       out.push_back({cur, &run});

@@ -255,6 +255,25 @@ bool thousands_space(const std::string& s, size_t i) {
          digit(i + 3) && !digit(i + 4);
 }
 
+bool formula_space(const std::string& s, size_t i) {
+  if (i >= s.size() || s[i] != ' ') return false;
+  constexpr size_t kSpan = 24;
+  size_t open = std::string::npos;
+  for (size_t k = i; k-- > 0 && i - k <= kSpan;) {
+    if (s[k] == ')' || s[k] == '\n') return false;
+    if (s[k] == '(') {
+      open = k;
+      break;
+    }
+  }
+  if (open == std::string::npos) return false;
+  for (size_t k = i + 1; k < s.size() && k - open <= kSpan; ++k) {
+    if (s[k] == '(' || s[k] == '\n') return false;
+    if (s[k] == ')') return true;
+  }
+  return false;
+}
+
 Markdown parse_markdown(const std::string& source) {
   Builder b;
   MD_PARSER parser{};
