@@ -63,7 +63,10 @@ void draw_replay_bar(App& app) {
   // one at the window's edge): where, of how long, which step, which event.
   std::string where;
   if (!has_data) {
-    where = "replay: nothing recorded yet (Run first)";
+    where = ImGui::CalcTextSize("replay: nothing recorded yet (Run first)").x <=
+                    ImGui::GetContentRegionAvail().x
+                ? "replay: nothing recorded yet (Run first)"
+                : "nothing recorded yet";
   } else {
     const std::string t = format_time_ns(p.t);
     const std::string step =
