@@ -4,6 +4,7 @@
 // as a marker where the strategy has a formula.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include <imgui.h>
@@ -222,13 +223,24 @@ void draw_memory(App& app) {
     const int64_t model_state = now[0] + now[1] + now[2];
     float ty = top;
     const float tx = x0 + bar_w + font * 1.6f;
-    auto line = [&](ImU32 col, const std::string& text) {
+    // Each line in the longest wording that fits the view (presenter scale cut
+    // "model states 1.01 MiB" to "model states 1.01 I").
+    const float room = origin.x + avail.x - tx - 4;
+    auto line = [&](ImU32 col, std::initializer_list<std::string> wordings) {
       if (ty + font > bottom + 2) return;
-      dl->AddText(ImVec2(tx, ty), col, text.c_str());
+      const std::string* pick = &*(wordings.end() - 1);
+      for (const std::string& w : wordings)
+        if (ImGui::CalcTextSize(w.c_str()).x <= room) {
+          pick = &w;
+          break;
+        }
+      dl->AddText(ImVec2(tx, ty), col, pick->c_str());
       ty += font + 1;
     };
-    line(ui.text, names[i] + ": " + format_bytes(static_cast<double>(total(now))));
-    line(ui.text_dim, "model states " + format_bytes(static_cast<double>(model_state)));
+    const std::string total_text = format_bytes(static_cast<double>(total(now)));
+    const std::string states_text = format_bytes(static_cast<double>(model_state));
+    line(ui.text, {names[i] + ": " + total_text, total_text});
+    line(ui.text_dim, {"model states " + states_text, "states " + states_text, states_text});
     const bool host_row = d.has_host_memory && i % 2 == 1;
     const int rank = d.has_host_memory ? i / 2 : i;
     const auto& pred = predicted[rank];
@@ -238,14 +250,15 @@ void draw_memory(App& app) {
       dl->AddLine(ImVec2(x0 - 3, y), ImVec2(x0 + bar_w + 3, y), ui.text, 2.0f);
       dl->AddTriangleFilled(ImVec2(x0 + bar_w + 4, y), ImVec2(x0 + bar_w + 12, y - 5),
                             ImVec2(x0 + bar_w + 12, y + 5), ui.text);
-      line(ui.text, "predicted " + format_bytes(static_cast<double>(pred->model_state_bytes)) +
-                        " (" + pred->formula + ")");
+      const std::string predicted_text = format_bytes(static_cast<double>(pred->model_state_bytes));
+      line(ui.text, {"predicted " + predicted_text + " (" + pred->formula + ")",
+                     "predicted " + predicted_text, "pred. " + predicted_text});
     } else if (!pred && !host_row) {
-      line(ui.text_dim, "no formula for " + d.cfg.strategy);
+      line(ui.text_dim, {"no formula for " + d.cfg.strategy, "no formula"});
     }
-    if (model_state == 0 && total(now) == 0) line(ui.text_dim, "(nothing allocated)");
+    if (model_state == 0 && total(now) == 0) line(ui.text_dim, {"(nothing allocated)", "(none)"});
     if (!host_row)
-      for (const std::string& text : block_activation_lines(d.cfg, rank)) line(ui.text_dim, text);
+      for (const std::string& text : block_activation_lines(d.cfg, rank)) line(ui.text_dim, {text});
   }
 }
 
