@@ -404,6 +404,16 @@ void App::frame(double wall_dt) {
           state.partition_text += std::to_string(cfg->partition[i]);
         }
       }
+      // A step with a second run: the compare view lists the two runs it will
+      // set side by side, not the selector's last configurations.
+      const auto& a = st->run ? st->run : st->recorded;
+      if (a && st->compare) {
+        compare_session.cancel();
+        compare.clear();
+        state.compare.slots = {slot_from(*a, a->strategy, a->world),
+                               slot_from(*st->compare, st->compare->strategy, st->compare->world)};
+        state.compare.fitted = false;
+      }
       if (st->look)
         if (auto v = view_from_name(st->look->view)) state.view = *v;
       state.highlight = LessonHighlight{};

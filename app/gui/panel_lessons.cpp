@@ -143,6 +143,7 @@ void draw_markdown(const lesson::Markdown& blocks, const UiColors& ui, bool high
           ImGui::TextUnformatted(r.text.c_str());
           ImGui::PopStyleColor();
         }
+        ImGui::Dummy(ImVec2(1, em * 0.3f));  // the paragraph's gap: text after it does not touch
         break;
     }
   }
