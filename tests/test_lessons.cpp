@@ -246,6 +246,8 @@ TEST_CASE("terminal rendering wraps to the width, bullets lists, keeps emphasis 
   CHECK_FALSE(thousands_space("rank 0 1", 6));
   CHECK_FALSE(thousands_space("8 × 4 096", 1));
   CHECK(formula_space("(M + P − 1)", 2));
+  CHECK(formula_space("V = 719", 1));
+  CHECK(formula_space("V = 719", 3));
   CHECK_FALSE(formula_space("a (b) c", 5));
   CHECK_FALSE(formula_space("(a very long aside that goes on and on)", 7));
   for (int width = 14; width <= 30; ++width) {

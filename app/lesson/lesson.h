@@ -237,7 +237,8 @@ std::string format_value(double v, const std::string& unit);
 // a line is not broken there, in the panel or in a terminal.
 bool thousands_space(const std::string& s, size_t i);
 // True when s[i] is a space inside a short parenthesised formula ("(M + P − 1)",
-// closed within 24 bytes): a formula is not broken across lines either.
+// closed within 24 bytes) or beside an '=' ("V = 719"): a formula is not broken
+// across lines either.
 bool formula_space(const std::string& s, size_t i);
 // Whole bytes grouped by thousands as the lesson texts write them: "446 976 B".
 std::string exact_bytes(double v);

@@ -257,6 +257,8 @@ bool thousands_space(const std::string& s, size_t i) {
 
 bool formula_space(const std::string& s, size_t i) {
   if (i >= s.size() || s[i] != ' ') return false;
+  // Either side of " = " ("V = 719", "M = 4"): a line never starts or ends with '='.
+  if ((i + 1 < s.size() && s[i + 1] == '=') || (i > 0 && s[i - 1] == '=')) return true;
   constexpr size_t kSpan = 24;
   size_t open = std::string::npos;
   for (size_t k = i; k-- > 0 && i - k <= kSpan;) {
