@@ -3,6 +3,7 @@
 // formula beside the measured value, the reveal and every gate's PASS/FAIL.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -60,6 +61,12 @@ std::string one_line(const Text& t, Lang l) {
 
 std::string bold(const std::string& s, const Out& o) {
   return o.ansi ? "\033[1m" + s + "\033[0m" : s;
+}
+
+// The words around the numbers in the learner's language; PASS/FAIL, metric
+// names and command lines stay as they are (scripts and the GUI match them).
+const char* w(const Out& o, const char* en, const char* zh) {
+  return o.lang == Lang::zh ? zh : en;
 }
 
 std::string verdict(bool pass, const Out& o) {
@@ -145,6 +152,12 @@ void print_prediction_question(const Prediction& p, const Out& o) {
   if (p.is_choice())
     for (size_t i = 0; i < p.choices.size(); ++i)
       std::printf("    %zu) %s\n", i + 1, one_line(p.choices[i].label, o.lang).c_str());
+  else if (o.lang == Lang::zh)
+    std::printf("    （%s；与实测相差 ±%g %% 以内算对；%s）\n",
+                p.unit.empty()      ? "答一个数"
+                : p.unit == "count" ? "答一个计数"
+                                    : ("单位 " + p.unit).c_str(),
+                100 * p.tolerance, describe_metric(p.metric).c_str());
   else
     std::printf("    (answer %s; right within ±%g %% of the measured value, %s)\n",
                 p.unit.empty()      ? "a plain number"
@@ -167,9 +180,12 @@ int cmd_list(const Out& o) {
     std::printf("no lessons in %s\n", dir.c_str());
     return 0;
   }
+  // One column for the ids, as wide as the longest ("mixed-precision").
+  int w = 12;
+  for (const Lesson& l : all) w = std::max(w, static_cast<int>(l.id.size()));
   for (const Lesson& l : all)
-    std::printf("%-12s %2zu steps  %s\n%15s%s\n", l.id.c_str(), l.steps.size(),
-                one_line(l.title, o.lang).c_str(), "", one_line(l.summary, o.lang).c_str());
+    std::printf("%-*s %2zu steps  %s\n%*s%s\n", w, l.id.c_str(), l.steps.size(),
+                one_line(l.title, o.lang).c_str(), w + 3, "", one_line(l.summary, o.lang).c_str());
   return 0;
 }
 
@@ -207,9 +223,10 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     if (!s.recording.empty())
       std::printf("  recorded run: %s (recorded on %s)\n", s.recording.c_str(),
                   s.recorded_where.c_str());
-    std::printf("  %s: %d steps, final loss %.6g, median step %s\n",
-                s.recording.empty() ? "trained" : "replayed", runs.a.cfg.steps,
-                runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
+    std::printf(w(o, "  %s: %d steps, final loss %.6g, median step %s\n",
+                  "  %s：%d 步，最终损失 %.6g，每步耗时中位数 %s\n"),
+                s.recording.empty() ? w(o, "trained", "已训练") : w(o, "replayed", "已回放"),
+                runs.a.cfg.steps, runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
                 format_value(runs.a.median_step_ms, "ms").c_str());
     if (s.predict) {
       const Prediction& p = *s.predict;
@@ -217,28 +234,33 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
       if (answer) {
         const AnswerCheck c = check_answer(p, r, *answer);
         if (!c.error.empty())
-          std::printf("    your answer: %s (%s)\n", answer->c_str(), c.error.c_str());
+          std::printf("    %s%s (%s)\n", w(o, "your answer: ", "你的答案："), answer->c_str(),
+                      c.error.c_str());
         else if (p.is_choice())
-          std::printf("    your answer: %d) %s — %s\n", c.choice + 1,
+          std::printf("    %s%d) %s — %s\n", w(o, "your answer: ", "你的答案："), c.choice + 1,
                       one_line(p.choices[c.choice].label, o.lang).c_str(),
-                      c.correct ? "right" : "not right");
+                      c.correct ? w(o, "right", "正确") : w(o, "not right", "不对"));
         else
-          std::printf("    your answer: %s — %s\n", format_value(c.value, p.unit).c_str(),
-                      c.correct ? "right (within the tolerance)" : "not right");
+          std::printf("    %s%s — %s\n", w(o, "your answer: ", "你的答案："),
+                      format_value(c.value, p.unit).c_str(),
+                      c.correct ? w(o, "right (within the tolerance)", "正确（在容差之内）")
+                                : w(o, "not right", "不对"));
       } else {
-        std::printf("    your answer: none given (--answer VALUE)\n");
+        std::printf("    %s\n", w(o, "your answer: none given (--answer VALUE)",
+                                  "你的答案：未作答（--answer 值）"));
       }
       if (!m.value) {
         std::printf("    measured: could not be evaluated: %s\n", m.error.c_str());
         ok = false;
       } else {
         if (m.value->formula)
-          std::printf("    formula %s: %s\n", m.value->formula_text.c_str(),
+          std::printf("    %s %s: %s\n", w(o, "formula", "公式"), m.value->formula_text.c_str(),
                       format_value(*m.value->formula, m.value->unit).c_str());
-        std::printf("    measured: %s\n", format_value(m.value->measured, m.value->unit).c_str());
+        std::printf("    %s%s\n", w(o, "measured: ", "实测："),
+                    format_value(m.value->measured, m.value->unit).c_str());
         if (p.is_choice()) {
           if (r.right_choice >= 0)
-            std::printf("    right choice: %d) %s\n", r.right_choice + 1,
+            std::printf("    %s%d) %s\n", w(o, "right choice: ", "正确选项："), r.right_choice + 1,
                         one_line(p.choices[r.right_choice].label, o.lang).c_str());
           else {
             std::printf("    right choice: none of the choices holds for the measured value\n");
@@ -380,7 +402,8 @@ int cmd_lesson(int argc, char** argv) {
         if (auto it = ids.find(l.id); it != ids.end())
           throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
         ids[l.id] = f;
-        std::printf("ok: %s (%s, %zu steps)\n", f.c_str(), l.id.c_str(), l.steps.size());
+        std::printf("ok: %s (%s, %zu step%s)\n", f.c_str(), l.id.c_str(), l.steps.size(),
+                    l.steps.size() == 1 ? "" : "s");
       } catch (const ConfigError& e) {
         std::fprintf(stderr, "%s\n", e.what());
         ++bad;

@@ -382,8 +382,16 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     if (family) {
       const CommPrediction p = predict_comm(model_state_in(), ref.rank);
       v.formula = p.sent_bytes;
-      v.formula_text = p.formula + " volume, " + std::to_string(c.world - 1) + "/" +
-                       std::to_string(c.world) + " of it on each rank's wire";
+      // DP's copies go point to point, whole; a ring puts (N−1)/N of the volume on
+      // each rank's wire.
+      if (p.volume_bytes == 0)
+        v.formula_text = "0";
+      else if (p.sent_bytes == p.volume_bytes)
+        v.formula_text =
+            p.formula + " × " + std::to_string(p.bytes_per_element) + " B, copied whole";
+      else
+        v.formula_text = p.formula + " volume, " + std::to_string(c.world - 1) + "/" +
+                         std::to_string(c.world) + " of it on each rank's wire";
     }
   } else if (n == "collective_count") {
     need_spans(r, n);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -127,6 +128,23 @@ TEST_CASE("the player's words exist in both languages", "[lesson-player]") {
   }
   const std::string g = glyph_text({});
   CHECK(g.find("揭晓") != std::string::npos);
+  // Every Chinese character the panel writes itself (view names, seeks, units)
+  // is in the atlas even when no lesson uses it: a glyph left out draws as '?'
+  // ("0 号?上" once the lessons stopped using 秩).
+  std::ifstream src(std::string(SHARDLAB_TEST_DIR) + "/../app/gui/panel_lessons.cpp");
+  REQUIRE(src);
+  const std::string code((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
+  int checked = 0;
+  for (size_t i = 0; i + 2 < code.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(code[i]);
+    if (c < 0xE3 || c > 0xEF) continue;  // U+3000..: CJK and full-width forms
+    const std::string ch = code.substr(i, 3);
+    i += 2;
+    INFO(ch);
+    CHECK(g.find(ch) != std::string::npos);
+    ++checked;
+  }
+  CHECK(checked > 20);
 }
 
 namespace {
@@ -203,6 +221,67 @@ TEST_CASE("the player runs a step for real, reveals it and remembers where the l
   // The atlas is built from the lessons' own characters.
   const std::string glyphs = glyph_text(q.lessons());
   CHECK(glyphs.find(q.lessons()[0].title.zh) != std::string::npos);
+}
+
+TEST_CASE("a whole lesson driven by a clicker's keys alone: Page Down, Page Up, Enter",
+          "[lesson-player]") {
+  LessonPlayer p;
+  p.load(std::string(SHARDLAB_TEST_DIR) + "/lessons_good", "");  // progress in memory
+  REQUIRE(p.lessons().size() == 1);
+  CHECK_FALSE(press_lesson_key(p, LessonKey::page_down, false));  // the list: nothing to drive
+  p.open(0);
+  const size_t steps = p.lesson()->steps.size();
+  REQUIRE(steps >= 2);
+  // Page Down only: run, reveal, next, … through every step, the answer field
+  // keeping the keyboard all along (a clicker cannot leave it).
+  for (size_t k = 0; k < steps; ++k) {
+    INFO("step " << k + 1);
+    REQUIRE(p.step_index() == static_cast<int>(k));
+    REQUIRE(p.phase() == StepPhase::ask);
+    CHECK(press_lesson_key(p, LessonKey::page_down, true));
+    REQUIRE(p.phase() == StepPhase::running);
+    REQUIRE(wait_for_runs(p));
+    REQUIRE(p.phase() == StepPhase::ran);
+    CHECK(p.result()->gates_pass());
+    CHECK(press_lesson_key(p, LessonKey::page_down, true));
+    CHECK(p.phase() == StepPhase::revealed);
+    if (k + 1 < steps) CHECK(press_lesson_key(p, LessonKey::page_down, true));
+  }
+  // On the last step's reveal Page Down has nowhere to go.
+  CHECK_FALSE(press_lesson_key(p, LessonKey::page_down, false));
+  CHECK(p.step_index() == static_cast<int>(steps) - 1);
+  // Page Up walks back, a step at a time, and stops at the first.
+  for (size_t k = steps - 1; k > 0; --k) CHECK(press_lesson_key(p, LessonKey::page_up, true));
+  CHECK(p.step_index() == 0);
+  CHECK_FALSE(press_lesson_key(p, LessonKey::page_up, false));
+  // Enter: run, then reveal, but not while a field takes the text.
+  p.go_to_step(1);
+  REQUIRE(p.phase() == StepPhase::ask);
+  CHECK_FALSE(press_lesson_key(p, LessonKey::enter, true));
+  CHECK(p.phase() == StepPhase::ask);
+  CHECK(press_lesson_key(p, LessonKey::enter, false));
+  REQUIRE(wait_for_runs(p));
+  CHECK(press_lesson_key(p, LessonKey::enter, false));
+  CHECK(p.phase() == StepPhase::revealed);
+  CHECK_FALSE(press_lesson_key(p, LessonKey::enter, false));  // Enter never leaves a step
+}
+
+TEST_CASE("progress lives under $XDG_STATE_HOME, else ~/.local/state", "[lesson-player]") {
+  const char* old_xdg = std::getenv("XDG_STATE_HOME");
+  const char* old_home = std::getenv("HOME");
+  const std::string xdg = old_xdg ? old_xdg : "", home = old_home ? old_home : "";
+  setenv("XDG_STATE_HOME", "/srv/state", 1);
+  setenv("HOME", "/home/learner", 1);
+  CHECK(default_progress_path() == "/srv/state/shardlab/lessons.json");
+  setenv("XDG_STATE_HOME", "relative/state", 1);  // the spec ignores relative paths
+  CHECK(default_progress_path() == "/home/learner/.local/state/shardlab/lessons.json");
+  unsetenv("XDG_STATE_HOME");
+  CHECK(default_progress_path() == "/home/learner/.local/state/shardlab/lessons.json");
+  if (old_xdg) setenv("XDG_STATE_HOME", xdg.c_str(), 1);
+  if (old_home)
+    setenv("HOME", home.c_str(), 1);
+  else
+    unsetenv("HOME");
 }
 
 TEST_CASE("bad lesson options in the app are one line and exit 2, before any window",

@@ -197,6 +197,11 @@ TEST_CASE("Markdown: blocks, runs, ordered lists, headings, code, refused constr
   CHECK(parse_markdown("    indented text")[0].kind == BlockKind::paragraph);
   // English across a line break gets a space.
   CHECK(plain(parse_markdown("one\ntwo")[0].runs) == "one two");
+  // Chinese across a line break gets none, nor does full-width punctuation
+  // next to Latin text ("a2" at a line's end, "（这就是" on the next line).
+  CHECK(plain(parse_markdown("中文\n继续")[0].runs) == "中文继续");
+  CHECK(plain(parse_markdown("拿到 a2\n（全收集）")[0].runs) == "拿到 a2（全收集）");
+  CHECK(plain(parse_markdown("全收集，\nall-gather")[0].runs) == "全收集，all-gather");
   CHECK_THROWS_WITH(parse_markdown("[a](b)"), Catch::Contains("links"));
   CHECK_THROWS_WITH(parse_markdown("> quote"), Catch::Contains("quotes"));
   CHECK_THROWS_WITH(parse_markdown("a\n\n---\n\nb"), Catch::Contains("rules"));
@@ -235,6 +240,28 @@ TEST_CASE("terminal rendering wraps to the width, bullets lists, keeps emphasis 
     INFO(line);
     CHECK(display_width(line) <= 20);
     CHECK(line.rfind("，", 0) != 0);
+  }
+  // A number grouped by thousands stays on one line ("Ψ = 27 936", never "27" / "936").
+  CHECK(thousands_space("27 936 B", 2));
+  CHECK_FALSE(thousands_space("rank 0 1", 6));
+  CHECK_FALSE(thousands_space("8 × 4 096", 1));
+  CHECK(formula_space("(M + P − 1)", 2));
+  CHECK(formula_space("V = 719", 1));
+  CHECK(formula_space("V = 719", 3));
+  CHECK_FALSE(formula_space("a (b) c", 5));
+  CHECK_FALSE(formula_space("(a very long aside that goes on and on)", 7));
+  for (int width = 14; width <= 30; ++width) {
+    const std::string wrapped = render_terminal(
+        parse_markdown("The bubble share becomes (P − 1)/(M + P − 1) with M micro-batches."), width,
+        false);
+    INFO(wrapped);
+    CHECK(wrapped.find("(M + P − 1)") != std::string::npos);
+  }
+  for (int width = 12; width <= 24; ++width) {
+    const std::string wrapped = render_terminal(
+        parse_markdown("Here the model holds Ψ = 27 936 parameters."), width, false);
+    INFO(wrapped);
+    CHECK(wrapped.find("27 936") != std::string::npos);
   }
 }
 
@@ -407,6 +434,19 @@ TEST_CASE("gpt metrics: single's reference has the run's --seq and --data", "[le
   CHECK_THAT(line, Catch::Contains(" --seq 8"));
   CHECK_THAT(line, Catch::Contains(" --data " + text.string()));
   CHECK_THAT(command_line(RunConfig{}), !Catch::Contains("--seq") && !Catch::Contains("--data"));
+  // A float learning rate reads as written ("0.05"), not widened to a double's digits.
+  RunConfig l;
+  l.optimizer.lr = 0.05f;
+  CHECK_THAT(command_line(l), Catch::EndsWith(" --lr 0.05"));
+  l.optimizer.lr = 1.0f / 3;
+  const std::string third = command_line(l);
+  CHECK(std::strtof(third.substr(third.rfind(' ') + 1).c_str(), nullptr) == 1.0f / 3);
+  // Bytes: the binary multiple and the exact count the reveal texts write.
+  CHECK(format_value(446976, "B") == "436.50 KiB (446 976 B)");
+  CHECK(format_value(512, "B") == "512 B");
+  CHECK(format_value(5.33, "B") == "5.33 B");
+  CHECK(format_value(194176, "count") == "194 176");
+  CHECK(format_value(6, "count") == "6");
   fs::remove(text);
 }
 
@@ -507,8 +547,14 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   r = run_cli("lesson run example --step 1 --answer 16.5KiB");
   INFO(r.out);
   CHECK(r.code == 0);
-  CHECK(r.out.find("your answer: 16.50 KiB — right") != std::string::npos);
-  CHECK(r.out.find("formula 16Ψ/N: 16.50 KiB") != std::string::npos);
+  // The exact bytes beside the binary multiple, as the reveal texts write them.
+  CHECK(r.out.find("your answer: 16.50 KiB (16 896 B) — right") != std::string::npos);
+  CHECK(r.out.find("formula 16Ψ/N: 16.50 KiB (16 896 B)") != std::string::npos);
+  // In Chinese the words around the numbers are Chinese too.
+  const auto zh = run_cli("lesson run example --step 1 --answer 16.5KiB --lang zh");
+  CHECK(zh.code == 0);
+  CHECK(zh.out.find("你的答案：16.50 KiB (16 896 B) — 正确") != std::string::npos);
+  CHECK(zh.out.find("实测：16.50 KiB") != std::string::npos);
   CHECK(r.out.find("measured: 16.50 KiB") != std::string::npos);
   CHECK(r.out.find("gate PASS") != std::string::npos);
   CHECK(r.out.find("Step 2/2") == std::string::npos);

@@ -250,6 +250,11 @@ void App::show_step(StepShow show) {
       state.highlight.active = true;
       if (h->kind == lesson::Highlight::Kind::rank) state.highlight.rank = h->rank;
       if (h->kind == lesson::Highlight::Kind::area) state.highlight.area = h->area;
+      // The compare view's memory area: each rank's peak by category (activations
+      // beside model states), the picture a step about memory asks for; without
+      // it the outline would point at nothing.
+      if (state.view == View::compare && state.highlight.area == "memory")
+        state.compare.picture = ComparePicture::peaks;
       if (h->kind == lesson::Highlight::Kind::category)
         state.highlight.category = static_cast<int>(h->category);
     }
@@ -368,8 +373,12 @@ namespace {
 
 // The lesson's "look here": a bright outline around every region of the view
 // that the step's highlight names, pulsing gently so the eye finds it.
-void draw_highlight(const AppState& s) {
+void draw_highlight(const AppState& s, ImVec2 view_min, ImVec2 view_max) {
   if (!s.highlight.active) return;
+  // Only inside the view: a region scrolled out of it must not outline the
+  // replay bar or the lessons panel.
+  ImDrawList* fg = ImGui::GetForegroundDrawList();
+  fg->PushClipRect(view_min, view_max, false);
   const LessonHighlight& h = s.highlight;
   const float pulse = 0.6f + 0.4f * static_cast<float>(std::sin(ImGui::GetTime() * 4.0));
   const ImU32 col = IM_COL32(255, 200, 0, static_cast<int>(255 * pulse));
@@ -378,10 +387,9 @@ void draw_highlight(const AppState& s) {
     const bool hit = (h.rank >= 0 && r.rank == h.rank && r.area.empty()) ||
                      (!h.area.empty() && r.area == h.area) ||
                      (h.category >= 0 && r.category == h.category);
-    if (hit)
-      ImGui::GetForegroundDrawList()->AddRect(ImVec2(r.x0 - 3, r.y0 - 3),
-                                              ImVec2(r.x1 + 3, r.y1 + 3), col, 4.0f, 0, w);
+    if (hit) fg->AddRect(ImVec2(r.x0 - 3, r.y0 - 3), ImVec2(r.x1 + 3, r.y1 + 3), col, 4.0f, 0, w);
   }
+  fg->PopClipRect();
 }
 
 }  // namespace
@@ -406,6 +414,16 @@ void App::frame(double wall_dt) {
           if (i) state.partition_text += ',';
           state.partition_text += std::to_string(cfg->partition[i]);
         }
+      }
+      // A step with a second run: the compare view lists the two runs it will
+      // set side by side, not the selector's last configurations.
+      const auto& a = st->run ? st->run : st->recorded;
+      if (a && st->compare) {
+        compare_session.cancel();
+        compare.clear();
+        state.compare.slots = {slot_from(*a, a->strategy, a->world),
+                               slot_from(*st->compare, st->compare->strategy, st->compare->world)};
+        state.compare.fitted = false;
       }
       if (st->look)
         if (auto v = view_from_name(st->look->view)) state.view = *v;
@@ -465,7 +483,7 @@ void App::frame(double wall_dt) {
       break;
   }
   ImGui::EndChild();
-  draw_highlight(state);
+  draw_highlight(state, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
   if (state.show_lessons) {
     ImGui::SameLine();
     ImGui::BeginChild("lessons", ImVec2(0, view_h), true);

@@ -110,6 +110,9 @@ struct AppState {
   // Run starts one process per rank (`shardlab launch`), watched live, instead
   // of one thread per rank.
   bool processes = false;
+  // The lesson step whose reveal the panel last scrolled into sight (lesson and
+  // step, 1-based, packed; 0: none): it scrolls once, then the learner scrolls.
+  int64_t lesson_reveal_scrolled = 0;
   LessonHighlight highlight;
   std::vector<ViewRegion> regions;  // this frame's, cleared before the view is drawn
   bool quit = false;

@@ -303,8 +303,13 @@ void draw_camping(App& app) {
   bool sharing = false;
   for (const Piece& p : pieces) sharing |= p.kind != SpanKind::send;
   if (!L.trail) {
-    const ImVec2 fire((L.fire.x0 + L.fire.x1) * 0.5f, L.fire.y0 + L.fire.h() * 0.55f);
-    const float fs = std::min(L.fire.h() * 0.3f, L.fire.w() * 0.25f);
+    // The fire and its glow (1.3 s below the centre, 2.3 s above) stay above
+    // the caption: in a shallow scene (presenter scale) the caption sat on the fire.
+    const float caption_top = L.fire.y1 - font * 1.3f;
+    float fs = std::min(L.fire.h() * 0.3f, L.fire.w() * 0.25f);
+    fs = std::max(2.0f, std::min(fs, (caption_top - L.fire.y0) / 3.6f));
+    const ImVec2 fire((L.fire.x0 + L.fire.x1) * 0.5f,
+                      std::min(L.fire.y0 + L.fire.h() * 0.55f, caption_top - 1.3f * fs));
     draw_fire(dl, fire, fs, sharing, ImGui::GetTime());
     text_in(dl,
             Rect{L.fire.x0 - font * 3, L.fire.y1 - font * 1.3f, L.fire.x1 + font * 3, L.fire.y1},

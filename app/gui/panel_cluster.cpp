@@ -233,14 +233,23 @@ void draw_cluster(App& app) {
       std::snprintf(held_tiny, sizeof held_tiny, "P %.0f%% G %.0f%% O %.0f%%%s",
                     100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
                     c.any_on_host ? " host" : "");
-      text_clipped(dl, g.held, ui.text_dim, fitting({held, held_short, held_tiny}, g.held.w()));
+      // Narrow cards (presenter scale, many ranks): one number when the three agree.
+      char held_one[48];
+      const bool same =
+          c.held_fraction[0] == c.held_fraction[1] && c.held_fraction[1] == c.held_fraction[2];
+      std::snprintf(held_one, sizeof held_one, same ? "PGO %.0f%%" : "P %.0f%%",
+                    100 * c.held_fraction[0]);
+      text_clipped(dl, g.held, ui.text_dim,
+                   fitting({held, held_short, held_tiny, held_one}, g.held.w()));
     }
     const std::string status = "now: " + rank_status(d, pieces, r, t, naming);
+    // The last resort on a narrow card: the first of its doings ("AR L0 → all").
+    const std::string tiny_status = rank_status(d, pieces, r, t, naming, 2);
     const bool busy = status != "now: idle";
     const auto text_w = [](const std::string& x) { return ImGui::CalcTextSize(x.c_str()).x; };
     text_clipped(dl, g.status, busy ? ui.text : ui.text_dim,
                  fit_parts(fitting({status, "now: " + rank_status(d, pieces, r, t, naming, 1),
-                                    rank_status(d, pieces, r, t, naming, 2)},
+                                    tiny_status, tiny_status.substr(0, tiny_status.find(';'))},
                                    g.status.w()),
                            g.status.w(), text_w));
 
@@ -333,10 +342,13 @@ void draw_cluster(App& app) {
                                       bytes(MemCategory::temporary);
       const int64_t states = c.bytes[0] + c.bytes[1] + c.bytes[2];
       const float lh = g.footer.h() * 0.5f;
+      const std::string states_text = format_bytes(static_cast<double>(states));
       text_clipped(dl, Rect{g.footer.x0, g.footer.y0, g.footer.x1, g.footer.y0 + lh}, ui.text,
-                   "model states " + format_bytes(static_cast<double>(states)));
+                   fitting({"model states " + states_text, "states " + states_text, states_text},
+                           g.footer.w()));
       text_clipped(dl, Rect{g.footer.x0, g.footer.y0 + lh, g.footer.x1, g.footer.y1}, ui.text_dim,
-                   fitting({other_long, other_short}, g.footer.w()));
+                   fitting({other_long, other_short, "act " + bytes(MemCategory::activations)},
+                           g.footer.w()));
     }
   }
 

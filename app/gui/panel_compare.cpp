@@ -681,6 +681,7 @@ void draw_peaks(App& app) {
   label_w += font;
   const float bar_w = std::max(font * 4, ImGui::GetContentRegionAvail().x - label_w - font * 6);
   const float row_h = font * 1.35f;
+  const ImVec2 bars_min = ImGui::GetCursorScreenPos();
   for (size_t i = 0; i < app.compare.size(); ++i) {
     const CompareEntry& e = app.compare[i];
     for (int r = 0; r < e.data.world; ++r) {
@@ -702,6 +703,10 @@ void draw_peaks(App& app) {
       ImGui::Dummy(ImVec2(label_w + bar_w, row_h));
     }
   }
+  // A lesson's { area = "memory" } in the compare view outlines these bars.
+  const ImVec2 end = ImGui::GetCursorScreenPos();
+  mark_region(app, -1, "memory", -1, bars_min,
+              ImVec2(bars_min.x + label_w + bar_w + font * 5, end.y));
 }
 
 }  // namespace

@@ -43,10 +43,15 @@ void tokenize(const lesson::TextRun& run, std::vector<Token>& out) {
     const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
     const std::string ch = s.substr(i, len);
     i += len;
-    if (len >= 3) {  // CJK and wide punctuation: a break is allowed on both sides
+    // CJK and wide punctuation (U+3000 on): a break is allowed on both sides.
+    // Math and general punctuation below it (−, ≈, →, …) stay inside their word.
+    if (len >= 3 && c >= 0xE3) {
       if (!cur.empty()) out.push_back({cur, &run});
       cur.clear();
       out.push_back({ch, &run});
+    } else if (ch == " " && !cur.empty() &&
+               (lesson::thousands_space(s, i - 1) || lesson::formula_space(s, i - 1))) {
+      cur += ch;  // "27 936" and "(M + P − 1)" stay on one line
     } else if (ch == " " || ch == "\n") {
       cur += ' ';
       out.push_back({cur, &run});
@@ -138,6 +143,7 @@ void draw_markdown(const lesson::Markdown& blocks, const UiColors& ui, bool high
           ImGui::TextUnformatted(r.text.c_str());
           ImGui::PopStyleColor();
         }
+        ImGui::Dummy(ImVec2(1, em * 0.3f));  // the paragraph's gap: text after it does not touch
         break;
     }
   }
@@ -147,7 +153,13 @@ void draw_markdown(const lesson::Markdown& blocks, const UiColors& ui, bool high
 
 std::string value_text(double v, const std::string& unit) {
   char buf[64];
-  if (unit == "B") return format_bytes(static_cast<int64_t>(std::llround(v)));
+  if (unit == "B") {
+    // The exact bytes beside "436.50 KiB": the reveal's text writes "446 976 B".
+    const double whole = static_cast<double>(std::llround(v));
+    std::string s = format_bytes(whole);
+    if (std::abs(whole) >= 1024) s += " (" + lesson::exact_bytes(whole) + ")";
+    return s;
+  }
   if (unit == "ms") {
     std::snprintf(buf, sizeof buf, "%.3g ms", v);
   } else if (unit == "%") {
@@ -155,7 +167,7 @@ std::string value_text(double v, const std::string& unit) {
   } else if (unit == "x") {
     std::snprintf(buf, sizeof buf, "%.2f\xC3\x97", v);  // ×
   } else if (unit == "count") {
-    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return lesson::format_value(std::round(v), "count");  // 194 176, as the texts write it
   } else {
     std::snprintf(buf, sizeof buf, "%.4g", v);
   }
@@ -178,7 +190,7 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
       return zh ? "第 " + std::to_string(k.step) + " 步开始处"
                 : "the start of step " + std::to_string(k.step);
     case lesson::Seek::Kind::peak_memory:
-      return zh ? std::to_string(k.rank) + " 号秩的内存峰值"
+      return zh ? "rank " + std::to_string(k.rank) + " 的内存峰值"
                 : "rank " + std::to_string(k.rank) + "'s memory peak";
     case lesson::Seek::Kind::event:
       break;
@@ -186,11 +198,17 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
   std::string kind = to_string(k.event);
   std::replace(kind.begin(), kind.end(), '_', '-');
   if (zh) {
-    std::string t = std::to_string(k.rank) + " 号秩上";
+    // The field's Chinese names, as the lesson texts use them.
+    static constexpr const char* kZhKinds[kNumSpanKinds] = {
+        "前向",           "反向",           "损失计算", "优化器更新", "全规约",  "规约散射",
+        "全收集",         "广播",           "规约",     "发送",       "接收",    "屏障",
+        "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "其他操作"};
+    kind = kZhKinds[static_cast<int>(k.event)];
+    std::string t = "rank " + std::to_string(k.rank) + " 上";
     if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";
     if (k.micro_batch >= 0) t += "微批次 " + std::to_string(k.micro_batch) + " 的";
     if (k.layer >= 0) t += "第 " + std::to_string(k.layer) + " 层的";
-    return t + "第 " + std::to_string(k.nth) + " 次 " + kind;
+    return t + "第 " + std::to_string(k.nth) + " 次" + kind;
   }
   static constexpr const char* kOrdinals[] = {"first", "second", "third"};
   std::string t = "the " +
@@ -271,6 +289,13 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
   if (!locked && unanswered) ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
 }
 
+// Dim text that wraps at the column's edge (TextDisabled would run past it).
+void text_dim_wrapped(const std::string& s) {
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", s.c_str());
+  ImGui::PopStyleColor();
+}
+
 void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
@@ -301,8 +326,8 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
       }
       ImGui::TableNextColumn();
       if (m.value && m.value->formula) {
-        ImGui::TextUnformatted(value_text(*m.value->formula, unit).c_str());
-        ImGui::TextDisabled("%s", m.value->formula_text.c_str());
+        ImGui::TextWrapped("%s", value_text(*m.value->formula, unit).c_str());
+        text_dim_wrapped(m.value->formula_text);
       } else {
         ImGui::TextDisabled("-");
       }
@@ -338,7 +363,7 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
         detail = g.left.error;
       }
       ImGui::Indent();
-      ImGui::TextDisabled("%s", detail.c_str());
+      text_dim_wrapped(detail);
       ImGui::Unindent();
     }
   }
@@ -393,8 +418,17 @@ void draw_step(App& app, const UiColors& ui) {
     ImGui::PopStyleColor();
   }
   if (p.phase() == StepPhase::revealed) {
+    // Once per revealed step: scroll the reveal into sight (a long text left the
+    // answer, formula and measured value below the fold).
+    const int64_t key = (static_cast<int64_t>(p.lesson_index()) + 1) * 100000 + p.step_index() + 1;
+    if (app.state.lesson_reveal_scrolled != key) {
+      app.state.lesson_reveal_scrolled = key;
+      ImGui::SetScrollHereY(0.0f);
+    }
     ImGui::Separator();
     draw_reveal(app, s, ui);
+  } else {
+    app.state.lesson_reveal_scrolled = 0;
   }
   if (!p.has_run() && p.phase() == StepPhase::ask)
     ImGui::TextDisabled("%s", tr(app, "This step has no run: read, then go on."));

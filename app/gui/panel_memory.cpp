@@ -4,6 +4,7 @@
 // as a marker where the strategy has a formula.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include <imgui.h>
@@ -69,9 +70,23 @@ void draw_memory(App& app) {
         "No run yet. Press Run (R): memory is measured from every allocation the ranks make.");
     return;
   }
-  for (MemCategory c : kStackOrder) legend_item(category_color(c, hc), category_label(c));
-  ImGui::SameLine(0, 10);
-  ImGui::TextDisabled("| measured by each rank's accounting allocator (device pool)");
+  for (MemCategory c : kStackOrder) {
+    legend_item(category_color(c, hc), category_label(c));
+    // A lesson's { category = … } outlines the legend's swatch and name (and each
+    // rank's band at the playhead, below).
+    const float sw = ImGui::GetTextLineHeight() * 0.8f + 4;
+    mark_region(app, -1, nullptr, static_cast<int>(c),
+                ImVec2(ImGui::GetItemRectMin().x - sw, ImGui::GetItemRectMin().y),
+                ImGui::GetItemRectMax());
+  }
+  const char* note = "| measured by each rank's accounting allocator (device pool)";
+  // On the legend's line if it fits, else on its own (never cut at the edge).
+  if (ImGui::GetContentRegionAvail().x >
+      ImGui::CalcTextSize(note).x + ImGui::CalcTextSize("(?)").x + 20)
+    ImGui::SameLine(0, 10);
+  else
+    ImGui::NewLine();
+  ImGui::TextDisabled("%s", note);
   ImGui::SameLine();
   help_marker(
       "Left: bytes in use over time, stacked by category, on the timeline's time axis (wheel: "
@@ -104,7 +119,19 @@ void draw_memory(App& app) {
   const float font = ImGui::GetFontSize();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float bars_w = std::min(avail.x * 0.3f, font * 22);
+  // The right column is as wide as its longest line needs (at presenter scale
+  // its numbers were cut at the view's edge), up to 42 % of the view.
+  float text_w = ImGui::CalcTextSize("rank 00 host: 000.00 KiB").x;
+  for (int r = 0; r < d.world; ++r) {
+    if (const auto& pred = predicted[r])
+      text_w = std::max(
+          text_w, ImGui::CalcTextSize(("predicted 000.00 KiB (" + pred->formula + ")").c_str()).x);
+    for (const std::string& line : block_activation_lines(d.cfg, r))
+      text_w = std::max(text_w, ImGui::CalcTextSize(line.c_str()).x);
+  }
+  const float need =
+      std::max(ImGui::CalcTextSize("at the playhead, t = 000.0 ms").x, font * 4.3f + text_w) + font;
+  const float bars_w = std::min(avail.x * 0.42f, std::max(font * 10, need));
   const float gutter = font * 6.5f;
   const float axis_h = font + 8;
   const float chart_w = avail.x - bars_w - 12;
@@ -183,16 +210,37 @@ void draw_memory(App& app) {
     const float x0 = bx + font * 0.5f;
     dl->AddRect(ImVec2(x0 - 1, top), ImVec2(x0 + bar_w + 1, bottom + 1), ui.grid);
     draw_stack(dl, x0, x0 + bar_w, bottom, row_h, max_bytes, now, hc);
+    // Each category's band in this bar, for a lesson's category highlight.
+    float band = bottom;
+    for (MemCategory c : kStackOrder) {
+      const int64_t v = now[static_cast<int>(c)];
+      if (v <= 0) continue;
+      const float dy = static_cast<float>(v / max_bytes) * row_h;
+      mark_region(app, -1, nullptr, static_cast<int>(c), ImVec2(x0, band - dy),
+                  ImVec2(x0 + bar_w, band));
+      band -= dy;
+    }
     const int64_t model_state = now[0] + now[1] + now[2];
     float ty = top;
     const float tx = x0 + bar_w + font * 1.6f;
-    auto line = [&](ImU32 col, const std::string& text) {
+    // Each line in the longest wording that fits the view (presenter scale cut
+    // "model states 1.01 MiB" to "model states 1.01 I").
+    const float room = origin.x + avail.x - tx - 4;
+    auto line = [&](ImU32 col, std::initializer_list<std::string> wordings) {
       if (ty + font > bottom + 2) return;
-      dl->AddText(ImVec2(tx, ty), col, text.c_str());
+      const std::string* pick = &*(wordings.end() - 1);
+      for (const std::string& w : wordings)
+        if (ImGui::CalcTextSize(w.c_str()).x <= room) {
+          pick = &w;
+          break;
+        }
+      dl->AddText(ImVec2(tx, ty), col, pick->c_str());
       ty += font + 1;
     };
-    line(ui.text, names[i] + ": " + format_bytes(static_cast<double>(total(now))));
-    line(ui.text_dim, "model states " + format_bytes(static_cast<double>(model_state)));
+    const std::string total_text = format_bytes(static_cast<double>(total(now)));
+    const std::string states_text = format_bytes(static_cast<double>(model_state));
+    line(ui.text, {names[i] + ": " + total_text, total_text});
+    line(ui.text_dim, {"model states " + states_text, "states " + states_text, states_text});
     const bool host_row = d.has_host_memory && i % 2 == 1;
     const int rank = d.has_host_memory ? i / 2 : i;
     const auto& pred = predicted[rank];
@@ -202,14 +250,15 @@ void draw_memory(App& app) {
       dl->AddLine(ImVec2(x0 - 3, y), ImVec2(x0 + bar_w + 3, y), ui.text, 2.0f);
       dl->AddTriangleFilled(ImVec2(x0 + bar_w + 4, y), ImVec2(x0 + bar_w + 12, y - 5),
                             ImVec2(x0 + bar_w + 12, y + 5), ui.text);
-      line(ui.text, "predicted " + format_bytes(static_cast<double>(pred->model_state_bytes)) +
-                        " (" + pred->formula + ")");
+      const std::string predicted_text = format_bytes(static_cast<double>(pred->model_state_bytes));
+      line(ui.text, {"predicted " + predicted_text + " (" + pred->formula + ")",
+                     "predicted " + predicted_text, "pred. " + predicted_text});
     } else if (!pred && !host_row) {
-      line(ui.text_dim, "no formula for " + d.cfg.strategy);
+      line(ui.text_dim, {"no formula for " + d.cfg.strategy, "no formula"});
     }
-    if (model_state == 0 && total(now) == 0) line(ui.text_dim, "(nothing allocated)");
+    if (model_state == 0 && total(now) == 0) line(ui.text_dim, {"(nothing allocated)", "(none)"});
     if (!host_row)
-      for (const std::string& text : block_activation_lines(d.cfg, rank)) line(ui.text_dim, text);
+      for (const std::string& text : block_activation_lines(d.cfg, rank)) line(ui.text_dim, {text});
   }
 }
 

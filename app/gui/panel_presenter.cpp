@@ -87,18 +87,13 @@ void handle_shortcuts(App& app) {
   if (pressed(GLFW_KEY_F1)) s.show_help = !s.show_help;
   // A presenter's clicker sends Page Down / Page Up: they drive the lesson even
   // while the answer field has the keyboard.
-  if (s.show_lessons && app.lessons.step()) {
-    if (pressed(GLFW_KEY_PAGE_DOWN)) app.lessons.advance();
-    if (pressed(GLFW_KEY_PAGE_UP)) app.lessons.prev_step();
+  if (s.show_lessons) {
+    if (pressed(GLFW_KEY_PAGE_DOWN)) press_lesson_key(app.lessons, LessonKey::page_down, false);
+    if (pressed(GLFW_KEY_PAGE_UP)) press_lesson_key(app.lessons, LessonKey::page_up, false);
+    if (pressed(GLFW_KEY_ENTER) || pressed(GLFW_KEY_KP_ENTER))
+      press_lesson_key(app.lessons, LessonKey::enter, io.WantTextInput);
   }
   if (io.WantTextInput) return;  // typing in a field: letters are text
-  if (s.show_lessons && app.lessons.step() &&
-      (pressed(GLFW_KEY_ENTER) || pressed(GLFW_KEY_KP_ENTER))) {
-    if (app.lessons.phase() == StepPhase::ran)
-      app.lessons.reveal();
-    else if (app.lessons.phase() == StepPhase::ask)
-      app.lessons.run_step();
-  }
   if (pressed(GLFW_KEY_L)) {
     if (s.show_lessons)
       s.show_lessons = false;

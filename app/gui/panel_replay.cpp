@@ -60,34 +60,37 @@ void draw_replay_bar(App& app) {
   ImGui::SameLine(0, 16);
   const auto ev =
       std::upper_bound(d.event_times.begin(), d.event_times.end(), static_cast<int64_t>(p.t));
-  ImGui::AlignTextToFramePadding();
+  // The longest form that fits beside the buttons (presenter scale cut the full
+  // one at the window's edge): where, of how long, which step, which event.
+  std::string where;
   if (!has_data) {
-    const char* full = "replay: nothing recorded yet (Run first)";
-    ImGui::TextDisabled("%s", ImGui::CalcTextSize(full).x <= ImGui::GetContentRegionAvail().x
-                                  ? full
-                                  : "replay: nothing yet");
+    where = ImGui::CalcTextSize("replay: nothing recorded yet (Run first)").x <=
+                    ImGui::GetContentRegionAvail().x
+                ? "replay: nothing recorded yet (Run first)"
+                : "nothing recorded yet";
   } else {
-    // Presenter sizes: the event count goes first, then the run's length, then
-    // the line wraps, rather than running off the window's edge.
-    char where[128], events[64];
-    std::snprintf(where, sizeof where, "t = %s of %s \xC2\xB7 step %d", format_time_ns(p.t).c_str(),
-                  format_time_ns(static_cast<double>(d.t_end)).c_str(),
-                  d.step_at(static_cast<int64_t>(p.t)));
-    std::snprintf(events, sizeof events, " \xC2\xB7 event %zu of %zu",
-                  static_cast<size_t>(ev - d.event_times.begin()), d.event_times.size());
-    const float avail = ImGui::GetContentRegionAvail().x;
-    const std::string full = std::string(where) + events;
-    if (ImGui::CalcTextSize(full.c_str()).x <= avail)
-      ImGui::TextUnformatted(full.c_str());
-    else if (ImGui::CalcTextSize(where).x <= avail)
-      ImGui::TextUnformatted(where);
-    else {
-      char brief[96];
-      std::snprintf(brief, sizeof brief, "t = %s \xC2\xB7 step %d", format_time_ns(p.t).c_str(),
-                    d.step_at(static_cast<int64_t>(p.t)));
-      ImGui::TextWrapped("%s", brief);
-    }
+    const std::string t = format_time_ns(p.t);
+    const std::string step =
+        " \xC2\xB7 step " + std::to_string(d.step_at(static_cast<int64_t>(p.t)));
+    const std::string forms[] = {
+        "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step +
+            " \xC2\xB7 event " + std::to_string(ev - d.event_times.begin()) + " of " +
+            std::to_string(d.event_times.size()),
+        "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step,
+        "t = " + t + step, t};
+    const float room = ImGui::GetContentRegionAvail().x;
+    where = forms[3];
+    for (const std::string& f : forms)
+      if (ImGui::CalcTextSize(f.c_str()).x <= room) {
+        where = f;
+        break;
+      }
   }
+  ImGui::AlignTextToFramePadding();
+  if (!has_data)
+    ImGui::TextDisabled("%s", where.c_str());
+  else
+    ImGui::TextUnformatted(where.c_str());
 
   // Scrubber: the whole run, with step ticks; click or drag to move the playhead.
   const ImVec2 o = ImGui::GetCursorScreenPos();

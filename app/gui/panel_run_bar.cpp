@@ -2,6 +2,8 @@
 // frame (its message shown inline, Run disabled while invalid), and the
 // Run / Pause / Step / Reset buttons. Options the chosen strategy does not
 // read are greyed out; one set anyway is shown in the error colour.
+#include <algorithm>
+
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
@@ -149,9 +151,15 @@ void draw_run_bar(App& app) {
   const UiColors& ui = ui_colors(s.presenter.high_contrast);
 
   label("Model", 6);
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  // Wide enough for the spec it holds ("mlp:4x64+bn", "gpt:2x64x4"), at least 6 em.
+  ImGui::SetNextItemWidth(
+      std::max(ImGui::GetFontSize() * 6,
+               ImGui::CalcTextSize(f.model.c_str()).x + ImGui::GetStyle().FramePadding.x * 2 + 4));
   ImGui::InputText("##model", &f.model);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("mlp:LxD = L Linear(D,D) layers with GELU between");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "mlp:LxD = L Linear(D,D) layers with GELU between; mlp:LxD+bn puts a BatchNorm1d before "
+        "each GELU");
   ImGui::SameLine(0, 12);
 
   std::vector<std::string> names, tips;

@@ -39,6 +39,18 @@ bool holds(const std::string& op, double l, double r) {
   return false;
 }
 
+std::string exact_bytes(double v) {
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%.0f", std::abs(v));
+  const std::string d = digits;
+  std::string out = v < 0 ? "-" : "";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) out += ' ';
+    out += d[i];
+  }
+  return out + " B";
+}
+
 std::string format_value(double v, const std::string& unit) {
   char buf[64];
   if (unit == "B") {
@@ -55,6 +67,10 @@ std::string format_value(double v, const std::string& unit) {
       std::snprintf(buf, sizeof buf, "%.3g B", x);  // bytes per parameter: 5.33 B
     else
       std::snprintf(buf, sizeof buf, "%.2f %s", x, units[u]);
+    // The exact count beside it, grouped as the lesson texts write it, so that
+    // "436.50 KiB" can be read against the reveal's "446 976 B".
+    if (u > 0 && v == std::floor(v) && std::abs(v) < 1e15)
+      return std::string(buf) + " (" + exact_bytes(v) + ")";
   } else if (unit == "ms") {
     std::snprintf(buf, sizeof buf, "%.3g ms", v);
   } else if (unit == "%") {
@@ -62,6 +78,11 @@ std::string format_value(double v, const std::string& unit) {
   } else if (unit == "x") {
     std::snprintf(buf, sizeof buf, "%.3gx", v);
   } else if (unit == "count") {
+    // Large counts grouped as the texts write them: Ψ = 194 176.
+    if (v == std::floor(v) && std::abs(v) >= 10000 && std::abs(v) < 1e15) {
+      const std::string b = exact_bytes(v);
+      return b.substr(0, b.size() - 2);  // without " B"
+    }
     if (v == std::floor(v) && std::abs(v) < 1e15)
       std::snprintf(buf, sizeof buf, "%.0f", v);
     else

@@ -891,6 +891,15 @@ std::vector<std::string> command_args(const RunConfig& c) {
     if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
     return std::string(buf);
   };
+  // A float (the learning rate) is exact when it reads back as the same float:
+  // "0.05", not the double 0.05000000074505806 that the float widens to.
+  auto num_f = [](float v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+    if (std::strtof(buf, nullptr) != v)
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+    return std::string(buf);
+  };
   if (c.seq != d.seq) add("--seq", std::to_string(c.seq));
   if (!c.data.empty()) add("--data", c.data);
   add("--strategy", c.strategy);
@@ -898,7 +907,7 @@ std::vector<std::string> command_args(const RunConfig& c) {
   add("--batch", std::to_string(c.batch));
   add("--steps", std::to_string(c.steps));
   if (c.optimizer.kind != d.optimizer.kind) add("--optimizer", to_string(c.optimizer.kind));
-  if (c.optimizer.lr != d.optimizer.lr) add("--lr", num(c.optimizer.lr));
+  if (c.optimizer.lr != d.optimizer.lr) add("--lr", num_f(c.optimizer.lr));
   if (c.seed != d.seed) add("--seed", std::to_string(c.seed));
   if (c.precision != d.precision) add("--precision", c.precision);
   if (c.device != d.device) add("--device", c.device);

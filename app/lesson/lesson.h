@@ -264,6 +264,15 @@ std::string command_line(const RunConfig& c, const ProcessOptions& p);
 
 // "1.50 MiB", "12.3 ms", "25.0 %", "1.32x", "4", "0.0123": a value as a learner reads it.
 std::string format_value(double v, const std::string& unit);
+// True when s[i] is the space inside a number grouped by thousands ("27 936"):
+// a line is not broken there, in the panel or in a terminal.
+bool thousands_space(const std::string& s, size_t i);
+// True when s[i] is a space inside a short parenthesised formula ("(M + P − 1)",
+// closed within 24 bytes) or beside an '=' ("V = 719"): a formula is not broken
+// across lines either.
+bool formula_space(const std::string& s, size_t i);
+// Whole bytes grouped by thousands as the lesson texts write them: "446 976 B".
+std::string exact_bytes(double v);
 // "<= 1e-05": a gate's or choice's condition; holds(op, left, right) evaluates it.
 bool holds(const std::string& op, double left, double right);
 

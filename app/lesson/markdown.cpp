@@ -25,6 +25,23 @@ bool wide_at_end(const std::string& s) {
 bool wide_at_start(const std::string& s) {
   return !s.empty() && wide_lead(static_cast<unsigned char>(s[0]));
 }
+// The code point of a 3-byte UTF-8 sequence at s[i], or 0.
+char32_t three_byte(const std::string& s, size_t i) {
+  if (i + 2 >= s.size() || (static_cast<unsigned char>(s[i]) & 0xF0) != 0xE0) return 0;
+  return (static_cast<char32_t>(s[i] & 0x0F) << 12) |
+         (static_cast<char32_t>(s[i + 1] & 0x3F) << 6) | static_cast<char32_t>(s[i + 2] & 0x3F);
+}
+// CJK punctuation (U+3000..U+303F) and full-width forms (U+FF00..U+FFEF) carry
+// their own space: "a2" at a line's end and "（这就是" on the next join without one.
+bool full_width_punct(char32_t c) {
+  return (c >= 0x3000 && c <= 0x303F) || (c >= 0xFF00 && c <= 0xFFEF);
+}
+bool punct_at_end(const std::string& s) {
+  return s.size() >= 3 && full_width_punct(three_byte(s, s.size() - 3));
+}
+bool punct_at_start(const std::string& s) {
+  return full_width_punct(three_byte(s, 0));
+}
 
 struct ListLevel {
   bool ordered = false;
@@ -54,7 +71,9 @@ struct Builder {
     if (soft_break) {
       soft_break = false;
       const bool wide = !b.runs.empty() && wide_at_end(b.runs.back().text) && wide_at_start(text);
-      if (!wide) text = " " + text;
+      const bool punct =
+          punct_at_start(text) || (!b.runs.empty() && punct_at_end(b.runs.back().text));
+      if (!wide && !punct) text = " " + text;
     }
     const bool em = emphasis > 0, st = strong > 0, co = code > 0 || b.kind == BlockKind::code;
     if (!b.runs.empty() && b.runs.back().emphasis == em && b.runs.back().strong == st &&
@@ -230,6 +249,33 @@ std::string utf8_prefix(const std::string& s, size_t n) {
 }
 }  // namespace
 
+bool thousands_space(const std::string& s, size_t i) {
+  auto digit = [&](size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '9'; };
+  return i > 0 && i < s.size() && s[i] == ' ' && digit(i - 1) && digit(i + 1) && digit(i + 2) &&
+         digit(i + 3) && !digit(i + 4);
+}
+
+bool formula_space(const std::string& s, size_t i) {
+  if (i >= s.size() || s[i] != ' ') return false;
+  // Either side of " = " ("V = 719", "M = 4"): a line never starts or ends with '='.
+  if ((i + 1 < s.size() && s[i + 1] == '=') || (i > 0 && s[i - 1] == '=')) return true;
+  constexpr size_t kSpan = 24;
+  size_t open = std::string::npos;
+  for (size_t k = i; k-- > 0 && i - k <= kSpan;) {
+    if (s[k] == ')' || s[k] == '\n') return false;
+    if (s[k] == '(') {
+      open = k;
+      break;
+    }
+  }
+  if (open == std::string::npos) return false;
+  for (size_t k = i + 1; k < s.size() && k - open <= kSpan; ++k) {
+    if (s[k] == '(' || s[k] == '\n') return false;
+    if (s[k] == ')') return true;
+  }
+  return false;
+}
+
 Markdown parse_markdown(const std::string& source) {
   Builder b;
   MD_PARSER parser{};
@@ -247,13 +293,13 @@ Markdown parse_markdown(const std::string& source) {
   if (rc != 0) throw ConfigError("the Markdown could not be parsed");
   // Marks md4c left as text would show as literal asterisks. The usual cause in
   // Chinese: CommonMark does not close ** right after full-width punctuation
-  // when a character follows ("**全局秩（global rank）**在").
+  // when a character follows ("**全局 rank（global rank）**在").
   for (const Block& blk : b.out)
     for (const TextRun& r : blk.runs)
       if (!r.code &&
           (r.text.find("**") != std::string::npos || r.text.find("__") != std::string::npos))
         throw ConfigError("emphasis marks are left as text near '" + utf8_prefix(r.text, 40) +
-                          "' (put ** outside full-width punctuation, e.g. **全局秩**（global "
+                          "' (put ** outside full-width punctuation, e.g. **全局 rank**（global "
                           "rank）, or add a space after the closing **)");
   // Drop blocks left without text (an empty list item keeps its bullet).
   Markdown out;

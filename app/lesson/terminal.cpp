@@ -93,6 +93,12 @@ std::vector<Piece> pieces_of(const std::vector<TextRun>& runs) {
         space = false;
         continue;
       }
+      if (cp == ' ' && !cur.text.empty() &&
+          (thousands_space(r.text, at) || formula_space(r.text, at))) {
+        cur.text += ch;  // "27 936" stays on one line
+        cur.width += 1;
+        continue;
+      }
       if (cp == ' ' || cp == '\t') {
         flush();
         space = true;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 namespace shardlab::gui {
 
@@ -71,6 +72,13 @@ std::string glyph_text(const std::vector<lesson::Lesson>& lessons) {
   std::set<std::string> parts;
   for (const UiWord& w : kWords) parts.insert(w.zh);
   parts.insert("EN 中文");
+  // The panel's own sentences around numbers (app/gui/panel_lessons.cpp: views,
+  // seeks, units, the tolerance); a test checks that every Chinese character of
+  // that file is here.
+  parts.insert(
+      "时间线内存集群露营之旅对比损失第步开始处的内存峰值上中微批次层次字节（与实测相差以内算对）"
+      "，；前向反向损失计算优化器更新全规约规约散射全收集广播发送接收屏障主机到设备拷贝设备到主机"
+      "分发收集其他操作");
   for (const lesson::Lesson& l : lessons) {
     add_text(parts, l.title);
     add_text(parts, l.summary);
@@ -226,6 +234,31 @@ bool LessonPlayer::prev_step() {
   if (!lesson() || step_ == 0) return false;
   go_to_step(step_ - 1);
   return true;
+}
+
+bool press_lesson_key(LessonPlayer& p, LessonKey key, bool typing) {
+  if (!p.step()) return false;
+  switch (key) {
+    case LessonKey::page_down: {
+      const auto before = std::pair{p.step_index(), p.phase()};
+      p.advance();
+      return before != std::pair{p.step_index(), p.phase()};
+    }
+    case LessonKey::page_up:
+      return p.prev_step();
+    case LessonKey::enter:
+      if (typing) return false;
+      if (p.phase() == StepPhase::ran) {
+        p.reveal();
+        return true;
+      }
+      if (p.phase() == StepPhase::ask && p.has_run()) {
+        p.run_step();
+        return true;
+      }
+      return false;
+  }
+  return false;
 }
 
 void LessonPlayer::advance() {

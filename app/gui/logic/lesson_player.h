@@ -106,6 +106,14 @@ class LessonPlayer {
   std::string worker_error_;
 };
 
+// What a presenter's clicker and the keyboard send to the player.
+enum class LessonKey { page_down, page_up, enter };
+// One key: Page Down runs the step, reveals it, then goes to the next one; Page
+// Up goes back a step; both work while the answer field has the keyboard (a
+// clicker cannot leave it). Enter runs or reveals, unless a field is taking
+// text (`typing`). Returns whether the key did something.
+bool press_lesson_key(LessonPlayer& p, LessonKey key, bool typing);
+
 // The player's own words in both languages (buttons, headings).
 const char* ui_text(lesson::Lang l, const char* en);
 
