@@ -17,6 +17,7 @@
 #include "core/placement.h"
 #include "core/runner.h"
 #include "core/safetensors.h"
+#include "core/strategy.h"
 
 namespace shardlab {
 
@@ -68,7 +69,7 @@ void write_atomic(const std::string& path, const std::string& text, const std::s
 }  // namespace
 
 void check_checkpointable(const RunConfig& cfg) {
-  if (cfg.strategy == "dp")
+  if (is_controller(cfg.strategy))
     throw ConfigError(
         "--checkpoint-every and --resume with dp are not built yet: its state lives on "
         "device 0 only (valid: any other strategy)");
