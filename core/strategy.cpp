@@ -317,7 +317,9 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
   // Typed at its default value it is still not read (`--micro-batches 1` with
   // ddp); only --precision fp32 is what every strategy runs.
   for (StrategyOption o : kStrategyOptions) {
-    const bool typed = std::find(given.begin(), given.end(), flag_name(o) + 2) != given.end();
+    // given holds names without their dashes; every flag_name starts with "--".
+    const std::string name = std::string(flag_name(o)).substr(2);
+    const bool typed = std::find(given.begin(), given.end(), name) != given.end();
     if (typed && !info.reads_option(o) && !option_set(cfg, o) &&
         !(o == StrategyOption::precision && cfg.precision == "fp32"))
       unread.push_back(o);

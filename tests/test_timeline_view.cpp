@@ -234,7 +234,8 @@ TEST_CASE("the breakdown of a real pipeline step names its bubble", "[timeline-v
         }
         // Activations go up (rank 0 sends, rank 1 receives), gradients down.
         const bool activation = (s.kind == SpanKind::send) == (rank == 0);
-        CHECK(micro_batch_tag(s) == (activation ? "F" : "B") + std::to_string(s.micro_batch));
+        CHECK(micro_batch_tag(s) ==
+              std::string(activation ? "F" : "B").append(std::to_string(s.micro_batch)));
       }
     }
   }
