@@ -96,7 +96,7 @@ Args::Args(int argc, char** argv, const std::string& command, const std::set<std
     if (flags.count(key)) {
       if (inline_value)
         throw ConfigError("option --" + key + " takes no value (got '" + value + "')");
-      values_[key] = "1";
+      values_[key].assign(1, '1');
       given_.push_back(key);
     } else if (options.count(key)) {
       if (!inline_value) {

@@ -111,7 +111,7 @@ void check_process_run(const RunConfig& cfg, const ProcessContext& process) {
 }  // namespace
 
 void check_process_config(const RunConfig& cfg) {
-  if (cfg.strategy == "dp")
+  if (is_controller(cfg.strategy))
     throw ConfigError(
         "dp cannot run one process per rank: its controller thread hands the devices their "
         "work through shared memory, so it is one process by nature (use ddp, its "

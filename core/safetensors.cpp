@@ -265,7 +265,13 @@ void read_exact(const Fd& f, void* dst, uint64_t n, const std::string& path, con
 }
 
 std::string range(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  // Appended, not "[" + ...: GCC 12 warns (-Wrestrict) on prepending to a temporary.
+  std::string s = "[";
+  s += std::to_string(begin);
+  s += ", ";
+  s += std::to_string(end);
+  s += ")";
+  return s;
 }
 
 std::string bytes_word(uint64_t n) {

@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-
 namespace shardlab {
 
 class CheckStore;  // core/check_store.h

@@ -152,7 +152,7 @@ TEST_CASE("1f1b holds fewer activations than gpipe, and each stage runs the expe
   auto with_recompute = [](const std::vector<std::string>& order) {
     std::vector<std::string> out;
     for (const std::string& o : order) {
-      if (o[0] == 'B') out.push_back("R" + o.substr(1));
+      if (o[0] == 'B') out.push_back(std::string("R").append(o, 1));
       out.push_back(o);
     }
     return out;

@@ -4,10 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/comm.h"
 #include "core/model_state.h"
@@ -43,6 +47,36 @@ TEST_CASE("built-in strategies are registered once, each with its traffic", "[st
   CHECK(family_names(StrategyFamily::pipeline) == "gpipe, naive-mp, 1f1b");
   CHECK(family_names(StrategyFamily::single) == "single");
   CHECK_FALSE(is_controller("nope"));
+}
+
+// Issue 12 item 6: what a strategy is lives in its registration, so nothing outside
+// strategies/ asks for one by name (tests and help text may name them).
+TEST_CASE("no strategy is compared by name outside strategies/", "[structure]") {
+  namespace fs = std::filesystem;
+  std::vector<std::string> found;
+  for (const char* dir : {"app", "core", "bench"}) {
+    for (const auto& e : fs::recursive_directory_iterator(fs::path(SHARDLAB_SOURCE_DIR) / dir)) {
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".h")) continue;
+      std::ifstream in(e.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string src = text.str();
+      for (const StrategyInfo& s : all_strategies()) {
+        const std::string q = "\"" + s.name + "\"";
+        for (const std::string& pattern : {"== " + q, "!= " + q, q + " ==", q + " !="})
+          if (src.find(pattern) != std::string::npos)
+            found.push_back(e.path().string() + ": " + pattern);
+      }
+    }
+  }
+  INFO("comparisons by name:\n"
+       << [&] {
+            std::string all;
+            for (const std::string& f : found) all += f + "\n";
+            return all;
+          }());
+  CHECK(found.empty());
 }
 
 TEST_CASE("the model-state split adds up to the predicted bytes and formula", "[structure]") {
