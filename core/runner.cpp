@@ -364,6 +364,15 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       std::vector<float> params = strategy->export_params();
       if (rank == 0) result.final_params = std::move(params);
       if (link) {
+        // Teardown before the exchange, so the records every process receives
+        // hold this rank's frees too (its memory returns to zero at the end,
+        // in rank 0's whole-run trace as in this process's own).
+        phase = "the teardown of the rank";
+        strategy.reset();
+        comm.reset();
+        device->synchronize();  // device-timed spans still in flight reach the recorder
+        alloc_owner.reset();
+        device.reset();
         phase = "the exchange of the ranks' reports";
         link->gather_reports(result.ranks, rank, cfg.steps - first_step);
         if (cfg.record) {
