@@ -368,7 +368,12 @@ int cmd_run(int argc, char** argv) {
   };
   if (!lead) cb.on_step = nullptr;
   cb.before_step = fault;
-  cb.end_process_if_stuck = true;
+  // A rank thread stuck outside any communication cannot be unwound: the command ends here.
+  cb.on_stuck = [](const std::string& message) {
+    std::fprintf(stderr, "error: %s, so the run ends here\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
   if (proc && !json && lead)
     std::printf("  %d processes (%s), rendezvous %s\n", penv.world, penv.launcher.c_str(),
                 proc->rdzv.c_str());

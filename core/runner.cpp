@@ -123,32 +123,31 @@ namespace {
 // Ranks as threads: once a rank has failed, every other rank's collective
 // fails within the timeout and its thread returns; one that has not returned
 // a grace period later is stuck outside any communication, and no thread can
-// be unwound from outside. The command line ends the process with one line
-// naming it (RunCallbacks::end_process_if_stuck).
+// be unwound from outside. The caller hears of it once, in one line naming it
+// (RunCallbacks::on_stuck), and this keeps watching until every thread is back.
 void watch_threads(const FailureBoard& failures, const std::vector<std::atomic<bool>>& done,
-                   const std::vector<std::atomic<int>>& step) {
+                   const std::vector<std::atomic<int>>& step,
+                   const std::function<void(const std::string&)>& on_stuck) {
   using clock = std::chrono::steady_clock;
   constexpr auto kGrace = std::chrono::seconds(2);
   clock::time_point failed_at{};
+  bool told = false;
   for (;;) {
     bool all = true;
     for (const auto& d : done) all &= d.load();
     if (all) return;
     if (failed_at == clock::time_point{} && failures.any()) failed_at = clock::now();
-    if (failed_at != clock::time_point{} && clock::now() - failed_at > kGrace) {
+    if (!told && failed_at != clock::time_point{} && clock::now() - failed_at > kGrace) {
       std::string stuck;
       for (size_t r = 0; r < done.size(); ++r)
         if (!done[r].load())
           stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
                    " (step " + std::to_string(step[r].load() + 1) + ")";
-      std::fprintf(stderr,
-                   "error: %s; %s did not return within %lld ms of it: stuck outside any "
-                   "communication, so the run ends here\n",
-                   failures.summary().c_str(), stuck.c_str(),
-                   static_cast<long long>(
-                       std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()));
-      std::fflush(stderr);
-      std::_Exit(1);
+      on_stuck(failures.summary() + "; " + stuck + " did not return within " +
+               std::to_string(
+                   std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()) +
+               " ms of it: stuck outside any communication");
+      told = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -430,8 +429,8 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   } else {
     for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   }
-  if (!link && callbacks.end_process_if_stuck)
-    watch_threads(group.failures(), rank_done, rank_step);
+  if (!link && callbacks.on_stuck)
+    watch_threads(group.failures(), rank_done, rank_step, callbacks.on_stuck);
   for (std::thread& t : threads) t.join();
   if (link) link->stop_watchdog();
 

@@ -101,9 +101,12 @@ struct RunCallbacks {
   std::function<void(int rank, Allocator& alloc)> on_allocator;
   // Ranks as threads: when a rank has failed and another's thread has not
   // returned 2 s later (stuck outside any communication, where no timeout
-  // reaches it), print one line naming it and end the process (exit code 1).
-  // For the command line; a GUI or a test keeps waiting for the thread.
-  bool end_process_if_stuck = false;
+  // reaches it), this is called once, from the run's own thread, with one line
+  // naming it. No thread can be unwound from outside, so the run still waits
+  // for that thread afterwards; the caller decides what to do meanwhile: the
+  // command line ends the process, the GUI leaves the run behind (its state
+  // stays alive with the waiting call) and is free to start another.
+  std::function<void(const std::string& message)> on_stuck;
   // Rank threads call this before each step (tests: a rank that fails or stalls mid-run).
   std::function<void(int rank, int step)> before_step;
   // Called once, before the rank threads start, with the run's recorders and its

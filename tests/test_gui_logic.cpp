@@ -3,6 +3,7 @@
 // rows, and the worker-thread sessions on real runs.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -507,6 +508,60 @@ TEST_CASE("run session: a real run streams into the UI's data, Step runs one ste
   session.start(cfg, false);
   session.reset();  // cancels at the next step boundary and joins
   CHECK(session.state() == RunState::idle);
+}
+
+TEST_CASE("run session: a rank thread stuck for good fails the run and is left behind", "[gui]") {
+  RunConfig cfg;
+  cfg.model = "mlp:2x16";
+  cfg.strategy = "ddp";
+  cfg.world = 3;
+  cfg.batch = 12;
+  cfg.steps = 6;
+  cfg.timeout_ms = 1000;
+  // Rank 2 blocks before step 3 outside any communication, until the test lets go.
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  RunSession session;
+  session.set_before_step([release](int rank, int step) {
+    if (rank != 2 || step != 2) return;
+    while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  auto wait_for = [&](auto done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  session.start(cfg, false);
+  wait_for([&] { return session.state() == RunState::failed; });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(session.error());
+  REQUIRE(session.state() == RunState::failed);
+  // The peers time out (1 s), then 2 s of grace: well within the timeout + 5 s.
+  CHECK(seconds < 1.0 + 5.0);
+  CHECK_THAT(session.error(), Catch::Contains("rank 2 (step 3) did not return") &&
+                                  Catch::Contains("stuck outside any communication"));
+  CHECK(!release->load());  // the thread is still stuck: nobody waited for it
+
+  // Reset does not wait for it, and the next run is this session's own.
+  const auto t1 = std::chrono::steady_clock::now();
+  session.reset();
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 1.0);
+  CHECK(session.state() == RunState::idle);
+  CHECK(session.left_behind() == 1);
+  session.set_before_step(nullptr);
+  cfg.world = 2;
+  cfg.steps = 2;
+  session.start(cfg, false);
+  wait_for([&] { return session.state() == RunState::finished; });
+  CHECK(session.state() == RunState::finished);
+  CHECK(session.error().empty());
+
+  // Let go: the stuck rank returns into a failed run, and the worker left behind ends.
+  release->store(true);
+  wait_for([&] { return session.left_behind() == 0; });
+  CHECK(session.left_behind() == 0);
+  CHECK(session.state() == RunState::finished);  // its late end changed nothing here
 }
 
 TEST_CASE("compare session runs configurations in turn and reports invalid ones", "[gui]") {

@@ -35,50 +35,71 @@ RunSession::~RunSession() {
 }
 
 void RunSession::stop_worker() {
-  if (control_) control_->cancel();
-  cancel_processes_ = true;
-  if (worker_.joinable()) worker_.join();
-  cancel_processes_ = false;
+  bool stuck;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    stuck = s_->stuck;
+  }
+  s_->control.cancel();
+  s_->cancel_processes = true;
+  if (!worker_.joinable()) return;
+  // A stuck rank thread never returns, nor does the run that waits for it:
+  // the worker holds its own Shared block and everything the run needs.
+  if (stuck) {
+    worker_.detach();
+    left_behind_.push_back(s_);
+  } else
+    worker_.join();
 }
 
 void RunSession::start(const RunConfig& cfg, bool paused) {
   reset();
-  control_ = std::make_unique<RunControl>();
-  if (paused) control_->step_once();  // paused, with exactly step 0 allowed
+  std::shared_ptr<Shared> s = s_;
+  if (paused) s->control.step_once();  // paused, with exactly step 0 allowed
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    state_ = RunState::starting;
-    cfg_ = cfg;
-    pause_requested_ = paused;
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->state = RunState::starting;
+    s->cfg = cfg;
   }
-  RunControl* control = control_.get();
-  worker_ = std::thread([this, cfg, control] {
+  worker_ = std::thread([s, cfg, before_step = before_step_] {
     RunCallbacks cb;
-    cb.control = control;
-    cb.on_recorders = [this](const std::vector<std::shared_ptr<Recorder>>& recs, int64_t t0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      recorders_ = recs;
-      t0_ns_ = t0;
-      state_ = RunState::running;
+    cb.control = &s->control;
+    cb.before_step = before_step;
+    cb.on_recorders = [s](const std::vector<std::shared_ptr<Recorder>>& recs, int64_t t0) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->recorders = recs;
+      s->t0_ns = t0;
+      s->state = RunState::running;
     };
-    cb.on_step = [this](int step, double loss) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (static_cast<size_t>(step) >= losses_.size()) losses_.resize(step + 1, 0.0);
-      losses_[step] = loss;
+    cb.on_step = [s](int step, double loss) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (static_cast<size_t>(step) >= s->losses.size()) s->losses.resize(step + 1, 0.0);
+      s->losses[step] = loss;
+    };
+    // The run has failed, but a rank thread will not come back: the UI shows
+    // the failure now and may start another run while this one still waits.
+    cb.on_stuck = [s](const std::string& message) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->error = message +
+                 "; the app leaves that thread behind (a thread cannot be stopped from outside; "
+                 "tick \"processes\" for ranks that can be killed)";
+      s->state = RunState::failed;
+      s->stuck = true;
     };
     try {
       auto r = std::make_unique<RunResult>(run_training(cfg, nullptr, cb));
-      std::lock_guard<std::mutex> lock(mu_);
-      losses_ = r->losses;
-      finished_ = std::move(r);
-      state_ = RunState::finished;
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->losses = r->losses;
+      s->finished = std::move(r);
+      s->state = RunState::finished;
     } catch (const RunCancelled&) {
-      std::lock_guard<std::mutex> lock(mu_);
-      state_ = RunState::cancelled;
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->state = RunState::cancelled;
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = e.what();
-      state_ = RunState::failed;
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->stuck) return;  // already told; the stuck thread's late end changes nothing
+      s->error = e.what();
+      s->state = RunState::failed;
     }
   });
 }
@@ -86,124 +107,123 @@ void RunSession::start(const RunConfig& cfg, bool paused) {
 void RunSession::start_processes(const RunConfig& cfg) {
   reset();
   processes_ = true;
+  std::shared_ptr<Shared> s = s_;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    state_ = RunState::starting;
-    cfg_ = cfg;
-    pause_requested_ = false;
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->state = RunState::starting;
+    s->cfg = cfg;
   }
-  worker_ = std::thread([this, cfg] {
+  worker_ = std::thread([s, cfg] {
     try {
       lesson::LaunchedGroup group(cfg, {}, true);
       LiveReader live(group.dir(), cfg.world);
       {
         // The live files' times count from the run's start: the clock's zero is 0.
-        std::lock_guard<std::mutex> lock(mu_);
-        recorders_ = live.recorders();
-        t0_ns_ = 0;
-        state_ = RunState::running;
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->recorders = live.recorders();
+        s->t0_ns = 0;
+        s->state = RunState::running;
       }
       std::vector<double> losses;
       for (;;) {
         const bool ended = group.finished();  // before the last read: nothing is missed
         if (live.poll(losses)) {
-          std::lock_guard<std::mutex> lock(mu_);
-          losses_ = losses;
+          std::lock_guard<std::mutex> lock(s->mu);
+          s->losses = losses;
         }
         if (ended) break;
-        if (cancel_processes_) {
+        if (s->cancel_processes) {
           group.stop();
-          std::lock_guard<std::mutex> lock(mu_);
-          state_ = RunState::cancelled;
+          std::lock_guard<std::mutex> lock(s->mu);
+          s->state = RunState::cancelled;
           return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
       auto r = std::make_unique<RunResult>(group.result());
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(s->mu);
       // The views start again from the recording: every rank's records, exactly.
-      losses_ = r->losses;
-      recorders_ = r->recorders;
-      t0_ns_ = r->t0_ns;
-      data_reset_ = false;
-      finished_ = std::move(r);
-      state_ = RunState::finished;
+      s->losses = r->losses;
+      s->recorders = r->recorders;
+      s->t0_ns = r->t0_ns;
+      s->data_reset = false;
+      s->finished = std::move(r);
+      s->state = RunState::finished;
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = e.what();
-      state_ = RunState::failed;
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->error = e.what();
+      s->state = RunState::failed;
     }
   });
 }
 
 void RunSession::pause() {
-  if (control_) control_->pause();
+  s_->control.pause();
 }
 void RunSession::resume() {
-  if (control_) control_->resume();
+  s_->control.resume();
 }
 void RunSession::step_once() {
-  if (control_) control_->step_once();
+  s_->control.step_once();
 }
 
 void RunSession::reset() {
   stop_worker();
-  control_.reset();
   processes_ = false;
-  std::lock_guard<std::mutex> lock(mu_);
-  state_ = RunState::idle;
-  error_.clear();
-  recorders_.clear();
-  losses_.clear();
-  finished_.reset();
+  s_ = std::make_shared<Shared>();  // idle, nothing recorded
   result_.reset();
-  data_reset_ = false;
 }
 
 void RunSession::adopt(std::unique_ptr<RunResult> finished) {
   reset();
-  std::lock_guard<std::mutex> lock(mu_);
-  cfg_ = finished->cfg;
-  recorders_ = finished->recorders;
-  t0_ns_ = finished->t0_ns;
-  losses_ = finished->losses;
-  finished_ = std::move(finished);
-  state_ = RunState::finished;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->cfg = finished->cfg;
+  s_->recorders = finished->recorders;
+  s_->t0_ns = finished->t0_ns;
+  s_->losses = finished->losses;
+  s_->finished = std::move(finished);
+  s_->state = RunState::finished;
+}
+
+int RunSession::left_behind() const {
+  int n = 0;
+  for (const std::weak_ptr<Shared>& w : left_behind_) n += !w.expired();
+  return n;
 }
 
 RunState RunSession::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (state_ == RunState::running && control_ && control_->paused()) return RunState::paused;
-  return state_;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (s_->state == RunState::running && s_->control.paused()) return RunState::paused;
+  return s_->state;
 }
 
 std::string RunSession::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->error;
 }
 
 int RunSession::steps_done() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(losses_.size());
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return static_cast<int>(s_->losses.size());
 }
 
 bool RunSession::poll(RunData& data, std::vector<double>& losses) {
   std::vector<std::shared_ptr<Recorder>> recs;
   bool changed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (recorders_.empty()) return false;
-    if (!data_reset_) {
-      reset_run_data(data, cfg_, cfg_.world, t0_ns_);
-      data_reset_ = true;
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->recorders.empty()) return false;
+    if (!s_->data_reset) {
+      reset_run_data(data, s_->cfg, s_->cfg.world, s_->t0_ns);
+      s_->data_reset = true;
       changed = true;
     }
-    recs = recorders_;
-    if (losses != losses_) {
-      losses = losses_;
+    recs = s_->recorders;
+    if (losses != s_->losses) {
+      losses = s_->losses;
       changed = true;
     }
-    if (finished_) result_ = std::move(finished_);
+    if (s_->finished) result_ = std::move(s_->finished);
   }
   // Recorder reads take each recorder's own lock, not ours: ranks never wait on the UI.
   changed |= ingest(data, recs);

@@ -4,6 +4,7 @@
 // consistent snapshot of what is new.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,10 +39,22 @@ class RunSession {
   void pause();
   void resume();
   void step_once();
-  void reset();  // cancel, wait for the ranks to stop, forget the run
+  // Cancel, wait for the ranks to stop, forget the run. A run whose rank
+  // thread is stuck for good (failed, "stuck outside any communication") is
+  // not waited for: its worker is left behind with its own state.
+  void reset();
   // Shows a run that already finished elsewhere (a lesson step's worker, a
   // recording) exactly as if this session had run it: poll() ingests it.
   void adopt(std::unique_ptr<RunResult> finished);
+  // Tests: called by every rank thread before each step of the runs start()
+  // begins (RunCallbacks::before_step), to make a rank misbehave.
+  void set_before_step(std::function<void(int rank, int step)> hook) {
+    before_step_ = std::move(hook);
+  }
+
+  // Workers left behind by reset() whose stuck rank thread has still not
+  // returned (each holds its run's memory until it does).
+  int left_behind() const;
 
   RunState state() const;
   std::string error() const;
@@ -54,23 +67,30 @@ class RunSession {
   const RunResult* result() const { return result_.get(); }
 
  private:
+  // What one run's worker shares with the session, held by both: a worker
+  // left behind writes into its own block, never into the next run's.
+  struct Shared {
+    std::mutex mu;
+    RunControl control;
+    std::atomic<bool> cancel_processes{false};
+    RunState state = RunState::idle;
+    bool stuck = false;  // a rank thread will not return: nobody waits for the worker
+    std::string error;
+    RunConfig cfg;
+    std::vector<std::shared_ptr<Recorder>> recorders;
+    int64_t t0_ns = 0;
+    std::vector<double> losses;
+    std::unique_ptr<RunResult> finished;  // handed from the worker to the UI
+    bool data_reset = false;              // the UI's RunData belongs to this run
+  };
   void stop_worker();
 
   std::thread worker_;
-  std::unique_ptr<RunControl> control_;
-  std::atomic<bool> cancel_processes_{false};
+  std::shared_ptr<Shared> s_ = std::make_shared<Shared>();
   bool processes_ = false;
-  mutable std::mutex mu_;
-  RunState state_ = RunState::idle;
-  bool pause_requested_ = false;
-  std::string error_;
-  RunConfig cfg_;
-  std::vector<std::shared_ptr<Recorder>> recorders_;
-  int64_t t0_ns_ = 0;
-  std::vector<double> losses_;
-  std::unique_ptr<RunResult> finished_;  // handed from the worker to the UI
-  std::unique_ptr<RunResult> result_;    // UI side
-  bool data_reset_ = false;              // the UI's RunData belongs to this run
+  std::function<void(int, int)> before_step_;
+  std::vector<std::weak_ptr<Shared>> left_behind_;
+  std::unique_ptr<RunResult> result_;  // UI side
 };
 
 // One configuration of a comparison and, once it ran, its data.
