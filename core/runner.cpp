@@ -143,10 +143,10 @@ void watch_threads(const FailureBoard& failures, const std::vector<std::atomic<b
         if (!done[r].load())
           stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
                    " (step " + std::to_string(step[r].load() + 1) + ")";
-      on_stuck(failures.summary() + "; " + stuck + " did not return within " +
-               std::to_string(
-                   std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()) +
-               " ms of it: stuck outside any communication");
+      on_stuck(
+          failures.summary() + "; " + stuck + " did not return within " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()) +
+          " ms of it: stuck outside any communication");
       told = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
