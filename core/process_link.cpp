@@ -421,11 +421,13 @@ void ProcessLink::watch() {
       // collective would have): no way to unwind it, so end the process. The
       // peers' processes have ended or are ending; the launcher reaps this one.
       const int step = step_.load();
+      const std::string where = step < 0 ? std::string("before step 1, connecting to its peers")
+                                         : "stuck in step " + std::to_string(step + 1);
       std::fprintf(stderr,
                    "error: rank %d stopped by its watchdog: %s, and this rank's thread did not "
-                   "return within %lld ms (stuck in step %d)\n",
+                   "return within %lld ms (%s)\n",
                    process_.rank, cause.c_str(),
-                   static_cast<long long>(process_.watchdog_grace.count()), step + 1);
+                   static_cast<long long>(process_.watchdog_grace.count()), where.c_str());
       std::fflush(stderr);
       std::_Exit(1);
     }

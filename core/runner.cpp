@@ -142,7 +142,8 @@ void watch_threads(const FailureBoard& failures, const std::vector<std::atomic<b
       for (size_t r = 0; r < done.size(); ++r)
         if (!done[r].load())
           stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
-                   " (step " + std::to_string(step[r].load() + 1) + ")";
+                   (step[r].load() < 0 ? std::string(" (before step 1)")
+                                       : " (step " + std::to_string(step[r].load() + 1) + ")");
       on_stuck(
           failures.summary() + "; " + stuck + " did not return within " +
           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()) +

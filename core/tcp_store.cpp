@@ -605,6 +605,7 @@ void TcpStore::connect_until(Clock::time_point deadline) {
         set_nodelay(fd);
         fd_ = fd;
         ::freeaddrinfo(res);
+        probe();
         return;
       }
       last = std::strerror(err);
@@ -617,6 +618,26 @@ void TcpStore::connect_until(Clock::time_point deadline) {
   }
   throw CommError("cannot reach the rendezvous store at " + address() + " after " +
                   seconds_text(timeout_) + " (" + last + ")");
+}
+
+// A first CHECK tells a store from another service on that port (an HTTP
+// server answers 'H'): one line naming it now, not a muddled failure later.
+void TcpStore::probe() {
+  std::string msg(1, static_cast<char>(Query::check));
+  append_u64(msg, 1);
+  append_bytes(msg, kKeyPrefix + std::string("probe"));
+  send_all(msg);
+  char reply = 0;
+  recv_exact(&reply, 1, Clock::now() + timeout_, "a first CHECK");
+  if (reply == 0 || reply == 1) return;
+  ::close(fd_);
+  fd_ = -1;
+  const unsigned char b = static_cast<unsigned char>(reply);
+  throw CommError(address() + " is not a rendezvous store: it answered a first CHECK with byte " +
+                  std::to_string(b) +
+                  (b >= 32 && b < 127 ? std::string(" ('") + static_cast<char>(b) + "')" : "") +
+                  " (valid: 0 or 1, as a c10d TCPStore answers; is another service on that "
+                  "port?)");
 }
 
 void TcpStore::ensure_connected() {

@@ -101,6 +101,7 @@ class TcpStore {
 
  private:
   void connect_until(std::chrono::steady_clock::time_point deadline);
+  void probe();
   void ensure_connected();
   void send_all(const std::string& bytes);
   void recv_exact(char* out, size_t n, std::chrono::steady_clock::time_point deadline,

@@ -368,6 +368,9 @@ TEST_CASE("TcpStore turns a garbage-speaking server into one-line errors", "[sto
       const int fd = ::accept(lfd, nullptr, nullptr);
       char buf[256];
       pollfd p{fd, POLLIN, 0};
+      // The client's probe first (a CHECK): "not ready", as a store answers.
+      if (::poll(&p, 1, 2000) == 1) (void)::recv(fd, buf, sizeof buf, 0);
+      ::send(fd, "\x01", 1, MSG_NOSIGNAL);
       if (::poll(&p, 1, 2000) == 1) (void)::recv(fd, buf, sizeof buf, 0);
       ::send(fd, cs.answer.data(), cs.answer.size(), MSG_NOSIGNAL);
       // Stay a while: a client's next request must not meet a closed socket first.
@@ -387,6 +390,46 @@ TEST_CASE("TcpStore turns a garbage-speaking server into one-line errors", "[sto
     CHECK(msg.find("rendezvous store at 127.0.0.1:") == 0);
     CHECK(msg.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("TcpStore names another service on the store's port at once", "[store]") {
+  // An HTTP server (or a proxy) answers anything with "HTTP/1.1 400 ...": the
+  // client's first CHECK reads 'H' and says what it found, before any rank waits.
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(lfd, 4);
+  socklen_t len = sizeof a;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread fake([&] {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    char buf[256];
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 2000) == 1) (void)::recv(fd, buf, sizeof buf, 0);
+    const std::string http = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ::send(fd, http.data(), http.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(300ms);
+    ::close(fd);
+  });
+  const int port = ntohs(a.sin_port);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    TcpStore c("127.0.0.1", port, 5s);
+  } catch (const CommError& e) {
+    msg = e.what();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fake.join();
+  ::close(lfd);
+  CHECK(msg == "127.0.0.1:" + std::to_string(port) +
+                   " is not a rendezvous store: it answered a first CHECK with byte 72 ('H') "
+                   "(valid: 0 or 1, as a c10d TCPStore answers; is another service on that "
+                   "port?)");
+  CHECK(seconds < 2);  // at once, not after the 5 s timeout
 }
 
 // ---------------------------------------------------------------------------
