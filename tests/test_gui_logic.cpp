@@ -562,6 +562,26 @@ TEST_CASE("run session: a rank thread stuck for good fails the run and is left b
   wait_for([&] { return session.left_behind() == 0; });
   CHECK(session.left_behind() == 0);
   CHECK(session.state() == RunState::finished);  // its late end changed nothing here
+
+  // Reset while the run is still in its timeout (nothing failed yet): it
+  // returns once the stuck thread is named, rather than waiting for it forever.
+  auto release2 = std::make_shared<std::atomic<bool>>(false);
+  session.set_before_step([release2](int rank, int step) {
+    if (rank != 2 || step != 2) return;
+    while (!release2->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  cfg.world = 3;
+  cfg.steps = 6;
+  session.start(cfg, false);
+  wait_for([&] { return session.steps_done() >= 2; });
+  const auto t2 = std::chrono::steady_clock::now();
+  session.reset();
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count() < 1.0 + 5.0);
+  CHECK(session.state() == RunState::idle);
+  CHECK(session.left_behind() == 1);
+  release2->store(true);
+  wait_for([&] { return session.left_behind() == 0; });
+  CHECK(session.left_behind() == 0);
 }
 
 TEST_CASE("compare session runs configurations in turn and reports invalid ones", "[gui]") {

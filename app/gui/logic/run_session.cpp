@@ -35,22 +35,35 @@ RunSession::~RunSession() {
 }
 
 void RunSession::stop_worker() {
-  bool stuck;
-  {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    stuck = s_->stuck;
-  }
   s_->control.cancel();
   s_->cancel_processes = true;
   if (!worker_.joinable()) return;
-  // A stuck rank thread never returns, nor does the run that waits for it:
-  // the worker holds its own Shared block and everything the run needs.
+  // Wait for the worker, unless a rank thread turns out to be stuck for good
+  // (a failure, then 2 s of grace): that thread never returns, nor does the
+  // run that waits for it, so the worker is left behind with its own block.
+  bool stuck;
+  {
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->changed.wait(lock, [&] { return s_->done || s_->stuck; });
+    stuck = !s_->done;
+  }
   if (stuck) {
     worker_.detach();
     left_behind_.push_back(s_);
-  } else
+  } else {
     worker_.join();
+  }
 }
+
+namespace {
+
+// Marks the worker's end however it ends, so stop_worker() knows it may join.
+struct WorkerDone {
+  std::function<void()> mark;
+  ~WorkerDone() { mark(); }
+};
+
+}  // namespace
 
 void RunSession::start(const RunConfig& cfg, bool paused) {
   reset();
@@ -62,6 +75,11 @@ void RunSession::start(const RunConfig& cfg, bool paused) {
     s->cfg = cfg;
   }
   worker_ = std::thread([s, cfg, before_step = before_step_] {
+    const WorkerDone done{[s] {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->done = true;
+      s->changed.notify_all();
+    }};
     RunCallbacks cb;
     cb.control = &s->control;
     cb.before_step = before_step;
@@ -85,6 +103,7 @@ void RunSession::start(const RunConfig& cfg, bool paused) {
                  "tick \"processes\" for ranks that can be killed)";
       s->state = RunState::failed;
       s->stuck = true;
+      s->changed.notify_all();
     };
     try {
       auto r = std::make_unique<RunResult>(run_training(cfg, nullptr, cb));
@@ -114,6 +133,11 @@ void RunSession::start_processes(const RunConfig& cfg) {
     s->cfg = cfg;
   }
   worker_ = std::thread([s, cfg] {
+    const WorkerDone done{[s] {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->done = true;
+      s->changed.notify_all();
+    }};
     try {
       lesson::LaunchedGroup group(cfg, {}, true);
       LiveReader live(group.dir(), cfg.world);

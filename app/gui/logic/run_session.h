@@ -4,6 +4,7 @@
 // consistent snapshot of what is new.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -74,7 +75,9 @@ class RunSession {
     RunControl control;
     std::atomic<bool> cancel_processes{false};
     RunState state = RunState::idle;
-    bool stuck = false;  // a rank thread will not return: nobody waits for the worker
+    std::condition_variable changed;  // `done` or `stuck` became true
+    bool done = false;                // the worker has returned
+    bool stuck = false;               // a rank thread will not return: nobody waits for the worker
     std::string error;
     RunConfig cfg;
     std::vector<std::shared_ptr<Recorder>> recorders;
