@@ -363,6 +363,11 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
   if (header_len > file_size - 8)
     bad_file(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
                        std::to_string(file_size) + "-byte file (truncated or not safetensors?)");
+  // The smallest header is "{}": a length below 2 (a file of zeros, say) is not one.
+  if (header_len < 2)
+    bad_file(path, "header length " + std::to_string(header_len) +
+                       " (valid: at least 2, the bytes of a JSON object; is this a safetensors "
+                       "file?)");
   if (header_len > kMaxHeaderBytes)
     bad_file(path, "header length " + std::to_string(header_len) +
                        " is over the 100 MiB limit (not a safetensors file?)");

@@ -169,6 +169,15 @@ TEST_CASE("malformed checkpoints: each refused with one clear line within a seco
       refusal(dir.file("shifted.safetensors"));
     }
   }
+  SECTION("a file of zeros (header length 0)") {
+    expect_refused(dir, std::string(100, '\0'),
+                   {"header length 0 (valid: at least 2", "is this a safetensors file?"});
+    // Sparse and 1 GiB: refused from its first 8 bytes, nothing else read.
+    const std::string zeros = dir.file("zeros.safetensors");
+    write_bytes(zeros, "");
+    fs::resize_file(zeros, 1ull << 30);
+    CHECK(refusal(zeros).find("header length 0 (valid: at least 2") != std::string::npos);
+  }
   SECTION("huge header length") {
     expect_refused(dir, u64_le(~uint64_t{0}) + "{}",
                    {"header length 18446744073709551615", "runs past the end"});
