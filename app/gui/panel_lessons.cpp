@@ -271,10 +271,10 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
         p.choice() = static_cast<int>(i);
     }
   } else {
-    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
+    const float input_w = std::min(ImGui::GetFontSize() * 9, ImGui::GetContentRegionAvail().x);
+    ImGui::SetNextItemWidth(input_w);
     if (ImGui::InputText("##answer", &p.answer(), ImGuiInputTextFlags_EnterReturnsTrue))
       p.run_step();
-    ImGui::SameLine();
     char tol[160];
     if (lang == Lang::zh)
       std::snprintf(tol, sizeof tol, "%s（与实测相差 %g%% 以内算对）", unit_words(lang, pred.unit),
@@ -282,6 +282,12 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
     else
       std::snprintf(tol, sizeof tol, "%s (right within %g%% of the measured value)",
                     unit_words(lang, pred.unit), pred.tolerance * 100);
+    // Beside the box when it fits on the line; under it in a narrow panel or at
+    // presenter scale, rather than a few words per line in a sliver.
+    const ImGuiStyle& style = ImGui::GetStyle();
+    if (ImGui::CalcTextSize(tol).x + style.ItemSpacing.x <=
+        ImGui::GetContentRegionAvail().x - input_w)
+      ImGui::SameLine();
     ImGui::TextWrapped("%s", tol);
   }
   if (locked) ImGui::EndDisabled();
