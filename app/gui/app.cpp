@@ -451,7 +451,8 @@ void App::frame(double wall_dt) {
   draw_view_tabs(*this);
 
   const float replay_h =
-      ImGui::GetFrameHeightWithSpacing() * 2 + ImGui::GetStyle().ItemSpacing.y * 2;
+      ImGui::GetFrameHeightWithSpacing() * static_cast<float>(state.replay_rows) +
+      ImGui::GetStyle().ItemSpacing.y * 2;
   const float view_h = std::max(100.0f, ImGui::GetContentRegionAvail().y - replay_h);
   // The Lessons panel sits beside the view, so the text and what it points at
   // are seen together.

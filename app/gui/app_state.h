@@ -107,6 +107,9 @@ struct AppState {
   bool show_help = false;
   bool show_options = false;  // the run bar's strategy options row
   bool show_lessons = false;  // the Lessons panel beside the view (L)
+  // Rows of the replay bar last frame: 3 when its position line moved under the
+  // buttons (large presenter scales), so the view above leaves it room.
+  int replay_rows = 2;
   // Run starts one process per rank (`shardlab launch`), watched live, instead
   // of one thread per rank.
   bool processes = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <imgui.h>
 
@@ -62,30 +63,32 @@ void draw_replay_bar(App& app) {
       std::upper_bound(d.event_times.begin(), d.event_times.end(), static_cast<int64_t>(p.t));
   // The longest form that fits beside the buttons (presenter scale cut the full
   // one at the window's edge): where, of how long, which step, which event.
-  std::string where;
+  std::vector<std::string> forms;
   if (!has_data) {
-    where = ImGui::CalcTextSize("replay: nothing recorded yet (Run first)").x <=
-                    ImGui::GetContentRegionAvail().x
-                ? "replay: nothing recorded yet (Run first)"
-                : "nothing recorded yet";
+    forms = {"replay: nothing recorded yet (Run first)", "nothing recorded yet"};
   } else {
     const std::string t = format_time_ns(p.t);
     const std::string step =
         " \xC2\xB7 step " + std::to_string(d.step_at(static_cast<int64_t>(p.t)));
-    const std::string forms[] = {
-        "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step +
-            " \xC2\xB7 event " + std::to_string(ev - d.event_times.begin()) + " of " +
-            std::to_string(d.event_times.size()),
-        "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step,
-        "t = " + t + step, t};
-    const float room = ImGui::GetContentRegionAvail().x;
-    where = forms[3];
-    for (const std::string& f : forms)
-      if (ImGui::CalcTextSize(f.c_str()).x <= room) {
-        where = f;
-        break;
-      }
+    forms = {"t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step +
+                 " \xC2\xB7 event " + std::to_string(ev - d.event_times.begin()) + " of " +
+                 std::to_string(d.event_times.size()),
+             "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step,
+             "t = " + t + step, t};
   }
+  auto longest_fitting = [&](float room) -> const std::string* {
+    for (const std::string& f : forms)
+      if (ImGui::CalcTextSize(f.c_str()).x <= room) return &f;
+    return nullptr;
+  };
+  const std::string* fits = longest_fitting(ImGui::GetContentRegionAvail().x);
+  s.replay_rows = fits ? 2 : 3;
+  if (!fits) {
+    // Not even the shortest fits (large presenter scales): a line of its own.
+    ImGui::NewLine();
+    fits = longest_fitting(ImGui::GetContentRegionAvail().x);
+  }
+  const std::string where = fits ? *fits : forms.back();
   ImGui::AlignTextToFramePadding();
   if (!has_data)
     ImGui::TextDisabled("%s", where.c_str());
