@@ -156,12 +156,12 @@ std::vector<std::string> wrap_words(const std::string& text, float w) {
 }
 
 void text_in(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& text, bool centred,
-             float size = 0) {
+             float size = 0, float min_shrink = 0.6f) {
   if (r.h() <= 0) return;
   float fs = size > 0 ? size : ImGui::GetFontSize();
   float tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
   if (size > 0 && tw > r.w() && tw > 0) {  // small labels shrink to fit rather than clip
-    fs = std::max(fs * r.w() / tw, fs * 0.6f);
+    fs = std::max(fs * r.w() / tw, fs * min_shrink);
     tw = ImGui::CalcTextSize(text.c_str()).x * fs / ImGui::GetFontSize();
   }
   const float x = centred ? std::max(r.x0, (r.x0 + r.x1 - tw) * 0.5f) : r.x0;
@@ -402,7 +402,8 @@ void draw_camping(App& app) {
           if (is_temporary(p.kind) && (!most || p.alpha > most->alpha)) most = &p;
         if (most) borrowed.push_back({l, most});
       }
-      if (!borrowed.empty()) text_in(dl, label_r, ui.text_dim, "borrowed", true, small);
+      // Over at most two hand slots: the word shrinks further rather than lose a letter.
+      if (!borrowed.empty()) text_in(dl, label_r, ui.text_dim, "borrowed", true, small, 0.45f);
       for (size_t i = 0; i < borrowed.size(); ++i) {
         const Vec2 hcn = h.hand_center(slot);
         if (slot == hand_slots - 1 && borrowed.size() > i + 1) {
