@@ -255,6 +255,20 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
     std::unique_ptr<Allocator> alloc_owner;
     std::unique_ptr<Comm> comm;
     std::unique_ptr<Strategy> strategy;
+    // The strategy's tensors go back to this rank's allocator before it dies;
+    // the communicator closes, so peers blocked on this rank fail fast.
+    auto teardown = [&] {
+      strategy.reset();
+      comm.reset();
+      if (device) {
+        try {
+          device->synchronize();  // device-timed spans still in flight reach the recorder
+        } catch (const std::exception&) {
+        }
+      }
+      alloc_owner.reset();
+      device.reset();
+    };
     std::string phase = "the start of the rank";  // for an allocation failure outside the allocator
     try {
       if (place.kind == DeviceKind::cuda)
@@ -367,12 +381,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         // Teardown before the exchange, so the records every process receives
         // hold this rank's frees too (its memory returns to zero at the end,
         // in rank 0's whole-run trace as in this process's own).
-        phase = "the teardown of the rank";
-        strategy.reset();
-        comm.reset();
-        device->synchronize();  // device-timed spans still in flight reach the recorder
-        alloc_owner.reset();
-        device.reset();
+        teardown();
         phase = "the exchange of the ranks' reports";
         link->gather_reports(result.ranks, rank, cfg.steps - first_step);
         if (cfg.record) {
@@ -408,18 +417,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       rank_done[rank].store(true);
       return;
     }
-    // The strategy's tensors go back to this rank's allocator before it dies;
-    // the communicator closes, so peers blocked on this rank fail fast.
-    strategy.reset();
-    comm.reset();
-    if (device) {
-      try {
-        device->synchronize();  // device-timed spans still in flight reach the recorder
-      } catch (const std::exception&) {
-      }
-    }
-    alloc_owner.reset();
-    device.reset();
+    teardown();  // already done on a process's successful path (before the exchange)
     rank_done[rank].store(true);
   };
 

@@ -61,6 +61,26 @@ void require_same_pool(const PoolStats& a, const PoolStats& b) {
   CHECK(a.cached == b.cached);
 }
 
+// Two ranks' spans, field by field (`with_rank`: their rank field too).
+void require_same_spans(const std::vector<Span>& a, const std::vector<Span>& b, bool with_rank) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Span &x = a[i], &y = b[i];
+    INFO("span " << i);
+    CHECK(x.t_begin_ns == y.t_begin_ns);
+    CHECK(x.t_end_ns == y.t_end_ns);
+    if (with_rank) CHECK(x.rank == y.rank);
+    CHECK(x.lane == y.lane);
+    CHECK(x.kind == y.kind);
+    CHECK(x.layer == y.layer);
+    CHECK(x.micro_batch == y.micro_batch);
+    CHECK(x.step == y.step);
+    CHECK(x.bytes == y.bytes);
+    CHECK(x.peer == y.peer);
+    CHECK(x.flow_id == y.flow_id);
+  }
+}
+
 // Everything a RunResult holds, compared exactly.
 void require_same_run(const RunResult& a, const RunResult& b) {
   CHECK(recording_to_json(a, {}).at("config") == recording_to_json(b, {}).at("config"));
@@ -87,22 +107,7 @@ void require_same_run(const RunResult& a, const RunResult& b) {
     CHECK(a.ranks[r].bytes_sent_per_step == b.ranks[r].bytes_sent_per_step);
     const Recorder::Snapshot sa = a.recorders[r]->snapshot(), sb = b.recorders[r]->snapshot();
     CHECK(b.recorders[r]->rank() == static_cast<int>(r));
-    REQUIRE(sa.spans.size() == sb.spans.size());
-    for (size_t i = 0; i < sa.spans.size(); ++i) {
-      const Span &x = sa.spans[i], &y = sb.spans[i];
-      INFO("span " << i);
-      CHECK(x.t_begin_ns == y.t_begin_ns);
-      CHECK(x.t_end_ns == y.t_end_ns);
-      CHECK(x.rank == y.rank);
-      CHECK(x.lane == y.lane);
-      CHECK(x.kind == y.kind);
-      CHECK(x.layer == y.layer);
-      CHECK(x.micro_batch == y.micro_batch);
-      CHECK(x.step == y.step);
-      CHECK(x.bytes == y.bytes);
-      CHECK(x.peer == y.peer);
-      CHECK(x.flow_id == y.flow_id);
-    }
+    require_same_spans(sa.spans, sb.spans, /*with_rank=*/true);
     REQUIRE(sa.allocs.size() == sb.allocs.size());
     for (size_t i = 0; i < sa.allocs.size(); ++i) {
       const AllocEvent &x = sa.allocs[i], &y = sb.allocs[i];
@@ -591,21 +596,7 @@ void require_same_as_trace(const RunResult& a, const Recording& rec) {
     CHECK(a.ranks[r].step_ms == b.ranks[r].step_ms);
     CHECK(a.ranks[r].bytes_sent_per_step == b.ranks[r].bytes_sent_per_step);
     const Recorder::Snapshot sa = a.recorders[r]->snapshot(), sb = b.recorders[r]->snapshot();
-    REQUIRE(sa.spans.size() == sb.spans.size());
-    for (size_t i = 0; i < sa.spans.size(); ++i) {
-      const Span &x = sa.spans[i], &y = sb.spans[i];
-      INFO("span " << i);
-      CHECK(x.t_begin_ns == y.t_begin_ns);
-      CHECK(x.t_end_ns == y.t_end_ns);
-      CHECK(x.lane == y.lane);
-      CHECK(x.kind == y.kind);
-      CHECK(x.layer == y.layer);
-      CHECK(x.micro_batch == y.micro_batch);
-      CHECK(x.step == y.step);
-      CHECK(x.bytes == y.bytes);
-      CHECK(x.peer == y.peer);
-      CHECK(x.flow_id == y.flow_id);
-    }
+    require_same_spans(sa.spans, sb.spans, /*with_rank=*/false);
     // The counters sample after the last event of an instant; so does category_series.
     CHECK(totals(sa.allocs) == totals(sb.allocs));
   }

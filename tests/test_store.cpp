@@ -54,6 +54,20 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+// A socket listening on a kernel-picked loopback port, for a fake server.
+int listen_loopback(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(fd, 4);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 std::vector<char> bytes(const std::string& s) {
   return {s.begin(), s.end()};
 }
@@ -356,14 +370,8 @@ TEST_CASE("TcpStore turns a garbage-speaking server into one-line errors", "[sto
   };
   for (const Case& cs : cases) {
     INFO(cs.name);
-    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(lfd, 4);
-    socklen_t len = sizeof a;
-    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+    int port = 0;
+    const int lfd = listen_loopback(&port);
     std::thread fake([&] {
       const int fd = ::accept(lfd, nullptr, nullptr);
       char buf[256];
@@ -377,7 +385,7 @@ TEST_CASE("TcpStore turns a garbage-speaking server into one-line errors", "[sto
       std::this_thread::sleep_for(300ms);
       ::close(fd);
     });
-    TcpStore c("127.0.0.1", ntohs(a.sin_port), 2s);
+    TcpStore c("127.0.0.1", port, 2s);
     std::string msg;
     try {
       cs.op(c);
@@ -395,14 +403,8 @@ TEST_CASE("TcpStore turns a garbage-speaking server into one-line errors", "[sto
 TEST_CASE("TcpStore names another service on the store's port at once", "[store]") {
   // An HTTP server (or a proxy) answers anything with "HTTP/1.1 400 ...": the
   // client's first CHECK reads 'H' and says what it found, before any rank waits.
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::listen(lfd, 4);
-  socklen_t len = sizeof a;
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = 0;
+  const int lfd = listen_loopback(&port);
   std::thread fake([&] {
     const int fd = ::accept(lfd, nullptr, nullptr);
     char buf[256];
@@ -413,7 +415,6 @@ TEST_CASE("TcpStore names another service on the store's port at once", "[store]
     std::this_thread::sleep_for(300ms);
     ::close(fd);
   });
-  const int port = ntohs(a.sin_port);
   const auto t0 = std::chrono::steady_clock::now();
   std::string msg;
   try {
