@@ -18,6 +18,8 @@ int bench_strategies(int argc, char** argv);  // argv[0] == "strategies"
 int cmd_estimate(int argc, char** argv);
 int cmd_sample(int argc, char** argv);  // `shardlab sample --from CHECKPOINT` (app/sample.cpp)
 int cmd_trace(int argc, char** argv);   // `shardlab trace merge` (app/trace_cmd.cpp)
+// `shardlab project RUN`: the run as on N dedicated devices (app/project_cmd.cpp).
+int cmd_project(int argc, char** argv);
 // `shardlab launch ... -- COMMAND`: one process per rank (app/launch.cpp).
 int cmd_launch(int argc, char** argv);
 // Hidden: prints what detect_process_env() sees and misbehaves on request (app/launch_probe.cpp).

@@ -2,6 +2,7 @@
 // Work handles and even splits.
 #include "core/comm.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include "core/clock.h"
@@ -103,6 +104,15 @@ bool FailureBoard::any() const {
 
 void Work::wait() {
   if (!state_) return;
+  // The first wait is where the program needed the result: marked, so a
+  // projection knows what the strategy overlapped and what it waited for.
+  std::optional<ScopedMark> mark;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->recorder && !state_->waited)
+      mark.emplace(state_->recorder, MarkKind::wait, state_->op);
+    state_->waited = true;
+  }
   std::unique_lock<std::mutex> lock(state_->mu);
   if (state_->complete) {
     // Completed under the lock so that a second waiter blocks until it is done.
@@ -113,7 +123,12 @@ void Work::wait() {
     state_->cv.notify_all();
   }
   state_->cv.wait(lock, [&] { return state_->finished; });
-  if (!state_->error.empty()) throw CommError(state_->error);
+  if (!state_->error.empty()) {
+    if (mark) mark->cancel();
+    throw CommError(state_->error);
+  }
+  lock.unlock();
+  if (mark) mark->done();
 }
 
 // A send/recv reports done only once waited on: Gloo's unbound buffers have no

@@ -179,6 +179,24 @@ void UnwaitedWorks::cancel_all() {
   }
 }
 
+uint64_t next_comm_op_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void track_issue(Recorder* recorder, const OpInfo& op, Work::State& state) {
+  if (!recorder || !recorder->enabled()) return;
+  Mark m;
+  m.kind = MarkKind::issue;
+  m.id = op.id;
+  m.t_begin_ns = m.t_end_ns = op.issued_ns;
+  m.cpu_begin_ns = m.cpu_end_ns = op.issued_cpu_ns;
+  recorder->add_mark(m);
+  std::lock_guard<std::mutex> lock(state.mu);
+  state.recorder = recorder;
+  state.op = op.id;
+}
+
 Span comm_span(int rank, const OpInfo& op) {
   Span span;
   span.rank = rank;
@@ -189,6 +207,7 @@ Span comm_span(int rank, const OpInfo& op) {
   span.bytes = op.bytes;
   span.peer = op.peer;
   span.flow_id = op.flow_id;
+  span.op = op.id;
   return span;
 }
 

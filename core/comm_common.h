@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/work_state.h"
 
@@ -21,7 +22,12 @@ namespace shardlab {
 // ---------------------------------------------------------------------------
 // An op and the wording of its errors
 
-// One operation as a communicator records and reports it.
+// A fresh id for a communication op, unique within this process (so within a rank).
+uint64_t next_comm_op_id();
+
+// One operation as a communicator records and reports it. An op is described
+// where it is issued, on the issuing thread: the id and issue stamps below are
+// taken then (default member initialisers run at that aggregate initialisation).
 struct OpInfo {
   SpanKind kind = SpanKind::other;
   int64_t bytes = 0;  // this rank's payload, as recorded on the span
@@ -29,7 +35,14 @@ struct OpInfo {
   int peer = -1;  // send/recv only
   int tag = -1;
   uint64_t flow_id = 0;
+  uint64_t id = next_comm_op_id();
+  int64_t issued_ns = now_ns();
+  int64_t issued_cpu_ns = thread_cpu_ns();
 };
+
+// Marks the op's issue on `recorder` (when not null) and has the first wait on
+// `state` marked there too. Call where the op's Work is made.
+void track_issue(Recorder* recorder, const OpInfo& op, Work::State& state);
 
 inline bool is_p2p(SpanKind kind) {
   return kind == SpanKind::send || kind == SpanKind::recv;

@@ -367,6 +367,7 @@ class GlooComm final : public Comm {
 
   Work enqueue(const OpInfo& op, std::function<void(uint64_t)> body) {
     auto state = std::make_shared<Work::State>();
+    track_issue(recorder_, op, *state);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) throw CommError(errors_.being_destroyed(op));
@@ -539,6 +540,7 @@ class GlooComm final : public Comm {
         return error;
       };
     }
+    track_issue(recorder_, op, *state);
     unwaited_p2p_.add(state, "rank " + std::to_string(rank_) +
                                  ": send/recv never waited on before the comm was destroyed");
     return Work(state);

@@ -289,7 +289,7 @@ void PipelineStage::forward(int mb) {
     // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
                              {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
-    ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
     env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr);
   } else {
     post_recv_input(mb);
@@ -321,7 +321,7 @@ void PipelineStage::compute_loss(const void* pred, int mb) {
   Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary,
                               {rows_, static_cast<int64_t>(m.target_numel())});
   {
-    ScopedSpan span(env_.rec, Lane::compute, SpanKind::other, -1, mb);  // data
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
     Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary,
                                        {rows_, static_cast<int64_t>(m.act_numel(0))});
     env_.data.load(env_.device, step_, mb * rows_, rows_, unused_x.raw(), y.raw());

@@ -295,6 +295,10 @@ std::vector<char> pack_records(const Recorder::Snapshot& snap) {
     put(out, &n, sizeof n);
     put(out, a.name.data(), n);
   }
+  static_assert(std::is_trivially_copyable_v<Mark>);
+  const uint64_t marks = snap.marks.size();
+  put(out, &marks, sizeof marks);
+  put(out, snap.marks.data(), sizeof(Mark) * marks);
   return out;
 }
 
@@ -335,6 +339,16 @@ Recorder::Snapshot unpack_records(const char* p, size_t size, int64_t shift, int
     at += n;
     a.t_ns += shift;
   }
+  uint64_t marks = 0;
+  take(&marks, sizeof marks);
+  if (marks > size / sizeof(Mark))
+    throw RunError("rank " + std::to_string(from) + "'s records are malformed");
+  snap.marks.resize(marks);
+  take(snap.marks.data(), sizeof(Mark) * marks);
+  for (Mark& m : snap.marks) {  // CPU clocks are the rank's own: not shifted
+    m.t_begin_ns += shift;
+    m.t_end_ns += shift;
+  }
   return snap;
 }
 
@@ -368,6 +382,7 @@ void ProcessLink::gather_records(RunResult& result, int rank) {
     auto rec = std::make_shared<Recorder>(r, true);
     for (const Span& s : snap.spans) rec->add_span(s);
     for (const AllocEvent& a : snap.allocs) rec->add_alloc(a);
+    for (const Mark& m : snap.marks) rec->add_mark(m);
     result.recorders[r] = std::move(rec);
   }
 }

@@ -38,8 +38,24 @@ const char* to_string(SpanKind kind) {
       return "scatter";
     case SpanKind::gather:
       return "gather";
+    case SpanKind::data:
+      return "data";
     case SpanKind::other:
       return "other";
+  }
+  return "?";
+}
+
+const char* to_string(MarkKind kind) {
+  switch (kind) {
+    case MarkKind::step:
+      return "step";
+    case MarkKind::issue:
+      return "issue";
+    case MarkKind::wait:
+      return "wait";
+    case MarkKind::sync:
+      return "sync";
   }
   return "?";
 }
@@ -84,9 +100,15 @@ void Recorder::add_alloc(AllocEvent event) {
   allocs_.push_back(std::move(event));
 }
 
+void Recorder::add_mark(const Mark& mark) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  marks_.push_back(mark);
+}
+
 Recorder::Snapshot Recorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return Snapshot{spans_, allocs_};
+  return Snapshot{spans_, allocs_, marks_};
 }
 
 size_t Recorder::span_count() const {

@@ -31,6 +31,7 @@ enum class SpanKind : uint8_t {
   copy_d2h,
   scatter,  // dp: device 0 hands each device its slice (batch rows, output gradients)
   gather,   // dp: each device's outputs collected onto device 0
+  data,     // making a batch (a data loader's work; a projection takes it as prefetched)
   other,
 };
 inline constexpr int kNumSpanKinds = static_cast<int>(SpanKind::other) + 1;
@@ -49,6 +50,36 @@ struct Span {
   int64_t bytes = 0;     // payload of a communication or copy
   int peer = -1;         // the other rank of a send/recv
   uint64_t flow_id = 0;  // links a send to its recv (same id on both), 0 = none
+  // The recording thread's CPU clock (thread_cpu_ns) at the span's begin and
+  // end, -1 when not measured (device-timed spans, older files). For a compute
+  // span, cpu_end_ns - cpu_begin_ns is its cost on a core of its own.
+  int64_t cpu_begin_ns = -1;
+  int64_t cpu_end_ns = -1;
+  // A communication op issued through a Comm: its id on this rank, which its
+  // issue and wait marks name (0 = not an op of a Comm).
+  uint64_t op = 0;
+};
+
+// Points in a rank's program that a span does not show, each stamped with the
+// wall clock and the program thread's CPU clock. With them, a run can be
+// replayed on other hardware (core/projection.h): where each op was issued,
+// where the program waited for it, and where each step began and ended.
+enum class MarkKind : uint8_t {
+  step,   // a training step: `id` is the step, [t_begin, t_end] its extent on this rank
+  issue,  // a Comm op was issued (`id` = Span::op); t_begin == t_end
+  wait,   // the program waited on op `id` from t_begin until it completed, t_end
+  sync,   // a barrier of shared memory (dp's phases): every rank's n-th sync meets
+};
+inline constexpr int kNumMarkKinds = static_cast<int>(MarkKind::sync) + 1;
+const char* to_string(MarkKind kind);
+
+struct Mark {
+  MarkKind kind = MarkKind::issue;
+  uint64_t id = 0;
+  int64_t t_begin_ns = 0;
+  int64_t t_end_ns = 0;
+  int64_t cpu_begin_ns = -1;  // the marking thread's CPU clock; -1 unknown
+  int64_t cpu_end_ns = -1;
 };
 
 enum class MemCategory : uint8_t {
@@ -98,6 +129,7 @@ class Recorder {
 
   void add_span(Span span);
   void add_alloc(AllocEvent event);
+  void add_mark(const Mark& mark);
 
   // Set by a GPU backend for the rank's lifetime; compute spans then take their
   // times from the device (see ScopedSpan).
@@ -107,6 +139,7 @@ class Recorder {
   struct Snapshot {
     std::vector<Span> spans;
     std::vector<AllocEvent> allocs;
+    std::vector<Mark> marks;
   };
   Snapshot snapshot() const;
   // Incremental reads for a viewer that already holds the first `from` items.
@@ -122,12 +155,43 @@ class Recorder {
   mutable std::mutex mu_;
   std::vector<Span> spans_;
   std::vector<AllocEvent> allocs_;
+  std::vector<Mark> marks_;
 };
 
 // Records a span from construction to destruction (or to end()). A compute
 // span on a device with a DeviceClock is timed by the device, not the host:
 // on a GPU the host only queues the kernels, and the queueing time is not
 // what a learner wants to see.
+// Marks the extent of something on the calling thread (a step, a wait): wall
+// and CPU clocks at construction and at done().
+class ScopedMark {
+ public:
+  ScopedMark(Recorder* rec, MarkKind kind, uint64_t id)
+      : rec_(rec && rec->enabled() ? rec : nullptr) {
+    if (!rec_) return;
+    mark_.kind = kind;
+    mark_.id = id;
+    mark_.t_begin_ns = now_ns();
+    mark_.cpu_begin_ns = thread_cpu_ns();
+  }
+  ScopedMark(const ScopedMark&) = delete;
+  ScopedMark& operator=(const ScopedMark&) = delete;
+  ~ScopedMark() { done(); }
+  void done() {
+    if (!rec_) return;
+    mark_.t_end_ns = now_ns();
+    mark_.cpu_end_ns = thread_cpu_ns();
+    rec_->add_mark(mark_);
+    rec_ = nullptr;
+  }
+  // Forgets the mark (its extent ended in an error, not where the program went on).
+  void cancel() { rec_ = nullptr; }
+
+ private:
+  Recorder* rec_;
+  Mark mark_;
+};
+
 class ScopedSpan {
  public:
   ScopedSpan(Recorder* rec, Lane lane, SpanKind kind, int layer = -1, int micro_batch = -1,
@@ -136,6 +200,7 @@ class ScopedSpan {
     if (rec_ && rec_->enabled() && lane == Lane::compute && rec_->device_clock())
       token_ = rec_->device_clock()->begin();
     span_.t_begin_ns = now_ns();
+    if (token_ < 0 && rec_ && rec_->enabled()) span_.cpu_begin_ns = thread_cpu_ns();
     span_.lane = lane;
     span_.kind = kind;
     span_.layer = layer;
@@ -148,6 +213,7 @@ class ScopedSpan {
   void end() {
     if (!rec_) return;
     span_.t_end_ns = now_ns();
+    if (span_.cpu_begin_ns >= 0) span_.cpu_end_ns = thread_cpu_ns();
     if (token_ >= 0) {
       if (span_.step < 0) span_.step = rec_->step();  // resolved after the step moves on
       rec_->device_clock()->end(token_, span_);

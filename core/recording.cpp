@@ -43,9 +43,13 @@ constexpr size_t kMaxText = 4096;                    // names, summaries, dates
 constexpr int kMaxDepth = 32;                        // the format itself needs 6
 constexpr double kMaxStepMs = 1e9;                   // 11 days
 constexpr int64_t kMaxRanks = 1 << 20;               // far above any world size
-const std::vector<std::string> kSpanColumns = {"t_begin_ns", "t_end_ns",    "lane", "kind",
-                                               "layer",      "micro_batch", "step", "bytes",
-                                               "peer",       "flow_id"};
+const std::vector<std::string> kSpanColumns = {
+    "t_begin_ns", "t_end_ns", "lane",    "kind",         "layer",      "micro_batch", "step",
+    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op"};
+// Files written before spans had CPU clocks and op ids: the first ten columns.
+constexpr size_t kSpanColumnsV1 = 10;
+const std::vector<std::string> kMarkColumns = {"kind",     "id",           "t_begin_ns",
+                                               "t_end_ns", "cpu_begin_ns", "cpu_end_ns"};
 const std::vector<std::string> kAllocColumns = {"t_ns",     "delta_bytes", "buffer_id",
                                                 "category", "pool",        "name"};
 
@@ -361,8 +365,9 @@ std::string layout(const json& j) {
     first = false;
     out += json(k).dump() + ":";
   };
-  for (const char* k : {"format", "version", "origin", "config", "placement", "clock_zero_ns",
-                        "processes", "losses", "final_params", "span_columns", "alloc_columns"}) {
+  for (const char* k :
+       {"format", "version", "origin", "config", "placement", "clock_zero_ns", "processes",
+        "losses", "final_params", "span_columns", "alloc_columns", "mark_columns"}) {
     if (!j.contains(k)) continue;  // "processes" is optional
     key(k);
     out += j.at(k).dump();
@@ -374,12 +379,14 @@ std::string layout(const json& j) {
     const json& rank = ranks[r];
     out += r ? ",\n{" : "\n{";
     bool first_key = true;
-    for (const char* k : {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"}) {
+    for (const char* k :
+         {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs", "marks"}) {
+      if (!rank.contains(k)) continue;  // older content had no marks
       out += first_key ? "" : ",\n";
       first_key = false;
       out += json(k).dump() + ":";
       const json& v = rank.at(k);
-      if (std::string(k) == "spans" || std::string(k) == "allocs") {
+      if (std::string(k) == "spans" || std::string(k) == "allocs" || std::string(k) == "marks") {
         out += "[";
         for (size_t i = 0; i < v.size(); ++i) out += (i ? ",\n" : "\n") + v[i].dump();
         out += "]";
@@ -563,8 +570,8 @@ struct Limits {
 };
 
 Span span_from_json(const Checker& ck, const json& row, const std::string& w, int rank, int64_t t0,
-                    const Limits& lim) {
-  ck.array(row, w, kSpanColumns.size(), kSpanColumns.size());
+                    const Limits& lim, size_t columns) {
+  ck.array(row, w, columns, columns);
   auto col = [&](size_t i) { return at(w, i) + " (" + kSpanColumns[i] + ")"; };
   Span s;
   s.rank = rank;
@@ -581,7 +588,30 @@ Span span_from_json(const Checker& ck, const json& row, const std::string& w, in
   s.bytes = ck.integer(row[7], col(7), 0, kMaxBytes);
   s.peer = static_cast<int>(ck.integer(row[8], col(8), -1, lim.world - 1));
   s.flow_id = ck.unsigned_integer(row[9], col(9));
+  if (columns > kSpanColumnsV1) {
+    s.cpu_begin_ns = ck.integer(row[10], col(10), -1, kMaxClockZero);
+    s.cpu_end_ns =
+        ck.integer(row[11], col(11), s.cpu_begin_ns < 0 ? -1 : s.cpu_begin_ns, kMaxClockZero);
+    if ((s.cpu_begin_ns < 0) != (s.cpu_end_ns < 0))
+      ck.fail(col(11), "is known while cpu_begin_ns is not (valid: both -1, or both >= 0)");
+    s.op = ck.unsigned_integer(row[12], col(12));
+  }
   return s;
+}
+
+Mark mark_from_json(const Checker& ck, const json& row, const std::string& w, int64_t t0) {
+  ck.array(row, w, kMarkColumns.size(), kMarkColumns.size());
+  auto col = [&](size_t i) { return at(w, i) + " (" + kMarkColumns[i] + ")"; };
+  Mark m;
+  m.kind = ck.name<MarkKind, kNumMarkKinds>(row[0], col(0), "mark kind");
+  m.id = ck.unsigned_integer(row[1], col(1));
+  const int64_t b = ck.integer(row[2], col(2), 0, kMaxTimeNs);
+  m.t_begin_ns = t0 + b;
+  m.t_end_ns = t0 + ck.integer(row[3], col(3), b, kMaxTimeNs);
+  m.cpu_begin_ns = ck.integer(row[4], col(4), -1, kMaxClockZero);
+  m.cpu_end_ns =
+      ck.integer(row[5], col(5), m.cpu_begin_ns < 0 ? -1 : m.cpu_begin_ns, kMaxClockZero);
+  return m;
 }
 
 AllocEvent alloc_from_json(const Checker& ck, const json& row, const std::string& w, int64_t t0) {
@@ -645,13 +675,20 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     if (only_rank >= 0 && static_cast<int>(i) != only_rank) continue;
     const RankReport& rr = r.ranks[i];
-    json spans = json::array(), allocs = json::array();
+    json spans = json::array(), allocs = json::array(), marks = json::array();
+    if (i < r.recorders.size() && r.recorders[i]) {
+      const Recorder::Snapshot snap = r.recorders[i]->snapshot();
+      // A trace's events cannot hold the marks: its metadata carries them.
+      for (const Mark& m : snap.marks)
+        marks.push_back({to_string(m.kind), m.id, m.t_begin_ns - r.t0_ns, m.t_end_ns - r.t0_ns,
+                         m.cpu_begin_ns, m.cpu_end_ns});
+    }
     if (events && i < r.recorders.size() && r.recorders[i]) {
       const Recorder::Snapshot snap = r.recorders[i]->snapshot();
       for (const Span& s : snap.spans)
         spans.push_back({s.t_begin_ns - r.t0_ns, s.t_end_ns - r.t0_ns, to_string(s.lane),
                          to_string(s.kind), s.layer, s.micro_batch, s.step, s.bytes, s.peer,
-                         s.flow_id});
+                         s.flow_id, s.cpu_begin_ns, s.cpu_end_ns, s.op});
       for (const AllocEvent& a : snap.allocs)
         allocs.push_back({a.t_ns - r.t0_ns, a.delta_bytes, a.buffer_id, to_string(a.category),
                           to_string(a.pool), a.name});
@@ -665,6 +702,7 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
       row["spans"] = std::move(spans);
       row["allocs"] = std::move(allocs);
     }
+    row["marks"] = std::move(marks);
     ranks.push_back(std::move(row));
   }
   json losses = json::array();
@@ -693,6 +731,7 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
               {"losses", std::move(losses)},
               {"span_columns", kSpanColumns},
               {"alloc_columns", kAllocColumns},
+              {"mark_columns", kMarkColumns},
               {"ranks", std::move(ranks)}};
   if (events)
     out["final_params"] = {{"dtype", "float32-le"},
@@ -784,12 +823,12 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
     ck.keys(j, "",
             {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
              "final_params", "span_columns", "alloc_columns", "ranks"},
-            {"processes"});
+            {"processes", "mark_columns"});
   else
     ck.keys(j, "",
             {"format", "version", "origin", "config", "placement", "clock_zero_ns", "losses",
              "span_columns", "alloc_columns", "ranks"},
-            {"processes"});
+            {"processes", "mark_columns"});
 
   Recording rec;
   RunResult& r = rec.run;
@@ -840,8 +879,17 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
 
   if (weights) read_weights(ck, j["final_params"], c, layout, r.final_params);
 
-  check_columns(ck, j["span_columns"], "span_columns", kSpanColumns);
+  // Spans of older files have the first ten columns; the marks are newer still.
+  const size_t span_columns =
+      j["span_columns"].is_array() && j["span_columns"].size() == kSpanColumnsV1
+          ? kSpanColumnsV1
+          : kSpanColumns.size();
+  check_columns(
+      ck, j["span_columns"], "span_columns",
+      std::vector<std::string>(kSpanColumns.begin(), kSpanColumns.begin() + span_columns));
   check_columns(ck, j["alloc_columns"], "alloc_columns", kAllocColumns);
+  const bool has_marks = j.contains("mark_columns");
+  if (has_marks) check_columns(ck, j["mark_columns"], "mark_columns", kMarkColumns);
 
   const Limits lim{c.world, c.steps, layout.num_layers(), c.micro_batches};
   const json& ranks =
@@ -850,7 +898,10 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
   for (int rank = 0; rank < c.world; ++rank) {
     const std::string w = at("ranks", static_cast<size_t>(rank));
     const json& rj = ranks[rank];
-    ck.keys(rj, w, {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"});
+    ck.keys(rj, w, {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"},
+            {"marks"});
+    if (rj.contains("marks") && !has_marks)
+      ck.fail(at(w, "marks"), "present, but the file has no \"mark_columns\"");
     ck.integer(rj["rank"], at(w, "rank"), rank, rank);
     RankReport rr;
     const json& ms = ck.array(rj["step_ms"], at(w, "step_ms"), timed, timed);
@@ -869,7 +920,13 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
     auto recorder = std::make_shared<Recorder>(rank, true);
     const json& spans = ck.array(rj["spans"], at(w, "spans"));
     for (size_t i = 0; i < spans.size(); ++i)
-      recorder->add_span(span_from_json(ck, spans[i], at(at(w, "spans"), i), rank, r.t0_ns, lim));
+      recorder->add_span(
+          span_from_json(ck, spans[i], at(at(w, "spans"), i), rank, r.t0_ns, lim, span_columns));
+    if (rj.contains("marks")) {
+      const json& marks = ck.array(rj["marks"], at(w, "marks"));
+      for (size_t i = 0; i < marks.size(); ++i)
+        recorder->add_mark(mark_from_json(ck, marks[i], at(at(w, "marks"), i), r.t0_ns));
+    }
     const json& allocs = ck.array(rj["allocs"], at(w, "allocs"));
     for (size_t i = 0; i < allocs.size(); ++i)
       recorder->add_alloc(alloc_from_json(ck, allocs[i], at(at(w, "allocs"), i), r.t0_ns));
@@ -971,7 +1028,8 @@ Recording recording_from_trace(const json& t, const std::string& file) {
       ranks[rank]["spans"].push_back({ts, end_ns, tid % 10 == 0 ? "compute" : "comm", args["kind"],
                                       arg("layer", -1), arg("micro_batch", -1), arg("step", -1),
                                       arg("bytes", 0), arg("peer", -1),
-                                      arg("flow_id", json(uint64_t{0}))});
+                                      arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1),
+                                      arg("cpu_end_ns", -1), arg("op", json(uint64_t{0}))});
       continue;
     }
     if (!e.contains("name") || !e["name"].is_string()) continue;
@@ -995,6 +1053,7 @@ Recording recording_from_trace(const json& t, const std::string& file) {
     }
   }
   run["ranks"] = std::move(ranks);
+  run["span_columns"] = kSpanColumns;  // the rows above, whichever version wrote the trace
   Recording rec = from_json(run, ck, false);
   rec.from_trace = true;
   return rec;

@@ -313,9 +313,11 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         rank_step[rank].store(s);
         if (callbacks.before_step) callbacks.before_step(rank, s);
         const int64_t t0 = now_ns();
+        ScopedMark step_mark(rec, MarkKind::step, static_cast<uint64_t>(s));
         shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
         // A GPU runs behind the host: the step ends when its work has run.
         device->synchronize();
+        step_mark.done();
         report.step_ms.push_back((now_ns() - t0) / 1e6);
         if (link) {
           // The other ranks' shares arrive as a message; every process then

@@ -57,6 +57,13 @@ json span_event(const Span& s, int rank, int64_t t0_ns) {
   if (s.bytes > 0) args["bytes"] = s.bytes;
   if (s.peer >= 0) args["peer"] = s.peer;
   if (s.flow_id != 0) args["flow_id"] = s.flow_id;
+  // Thread CPU time (what the span costs on a core of its own) and the comm op
+  // its issue and wait marks (in the metadata) name: what 'shardlab project' reads.
+  if (s.cpu_begin_ns >= 0) {
+    args["cpu_begin_ns"] = s.cpu_begin_ns;
+    args["cpu_end_ns"] = s.cpu_end_ns;
+  }
+  if (s.op != 0) args["op"] = s.op;
   return {{"ph", "X"},
           {"name", span_name(s)},
           {"cat", to_string(s.kind)},

@@ -23,6 +23,11 @@ struct Work::State {
   // Point-to-point ops complete in wait() (waitSend/waitRecv on the caller's
   // thread) and return their error; collectives leave this empty.
   std::function<std::string()> complete;
+  // Where the first wait() is marked (MarkKind::wait, naming op `op`); null
+  // when the op is not recorded. Set once, at issue (track_issue).
+  Recorder* recorder = nullptr;
+  uint64_t op = 0;
+  bool waited = false;  // guarded by mu: only the first wait is the program's
 
   // A send/recv whose Work is dropped unwaited is waited for here: Gloo drops a
   // posted send whose buffer is destroyed, and a destroyed recv buffer wedges the

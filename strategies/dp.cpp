@@ -121,7 +121,7 @@ class Dp final : public Strategy {
       sh.x = static_cast<const char*>(batch.x.raw());
       sh.outputs = outputs.raw();
     }
-    sh.barrier.arrive_and_wait(k, "broadcast");
+    meet("broadcast");
 
     // Phase 1 — replicate: every other device copies the current weights from
     // device 0 into a fresh replica (and makes room for its gradients).
@@ -164,7 +164,7 @@ class Dp final : public Strategy {
       env.device.copy(outputs_at, tape.output(), slice * es, CopyKind::device_to_device);
     else
       copy(outputs_at, tape.output(), slice * es, SpanKind::gather, L - 1);
-    sh.barrier.arrive_and_wait(k, "gather");
+    meet("gather");
 
     // Phase 5 — the loss, on device 0 only, over the whole batch; the other
     // devices wait. Device 0 also makes room for the gradients coming back.
@@ -179,7 +179,7 @@ class Dp final : public Strategy {
         sh.grad_inbox[j] = inbox.back().raw();
       }
     }
-    sh.barrier.arrive_and_wait(k, "scatter");
+    meet("scatter");
 
     // Phase 6 — scatter the output gradients, then backward on every device at
     // once. The loss was the mean over the whole batch, so the replicas'
@@ -207,7 +207,7 @@ class Dp final : public Strategy {
     }
     replica.clear();  // the replica dies with the step
     replica_grads.clear();
-    sh.barrier.arrive_and_wait(k, "reduce", /*then_busy=*/false);
+    meet("reduce", /*then_busy=*/false);
     if (!device0) return {0, 0};
 
     // Phase 8 — device 0 adds up what arrived and updates the only real copy
@@ -255,13 +255,22 @@ class Dp final : public Strategy {
     return {all.begin() + first, all.begin() + first + env_->layout.param_count(l)};
   }
 
+  // The devices meet after a phase. Marked (MarkKind::sync) so that a
+  // projection onto dedicated devices knows every device waited here for all.
+  void meet(const char* phase, bool then_busy = true) {
+    ScopedMark mark(env_->rec, MarkKind::sync, syncs_++);
+    shared_->barrier.arrive_and_wait(rank_, phase, then_busy);
+  }
+
   // A copy between this device and device 0, on this device's comm lane: a
   // real memcpy here, a peer-to-peer copy between GPUs.
   void copy(void* dst, const void* src, size_t bytes, SpanKind kind, int layer) {
     Span s;
     s.t_begin_ns = now_ns();
+    s.cpu_begin_ns = thread_cpu_ns();
     env_->device.copy(dst, src, bytes, CopyKind::device_to_device);
     s.t_end_ns = now_ns();
+    s.cpu_end_ns = thread_cpu_ns();
     s.lane = Lane::comm;
     s.kind = kind;
     s.layer = layer;
@@ -304,6 +313,7 @@ class Dp final : public Strategy {
   std::vector<Tensor> params_, grads_;  // device 0 only
   std::unique_ptr<MixedPrecision> mp_;
   std::unique_ptr<Optimizer> optimizer_;  // device 0 only; fp32 masters in mixed precision
+  uint64_t syncs_ = 0;                    // barriers met so far: the n-th meets the n-th
 };
 
 // What Dp allocates on device `rank`, replayed for the memory preflight: the

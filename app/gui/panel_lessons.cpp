@@ -202,7 +202,7 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
     static constexpr const char* kZhKinds[kNumSpanKinds] = {
         "前向",           "反向",           "损失计算", "优化器更新", "全规约",  "规约散射",
         "全收集",         "广播",           "规约",     "发送",       "接收",    "屏障",
-        "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "其他操作"};
+        "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "准备数据", "其他操作"};
     kind = kZhKinds[static_cast<int>(k.event)];
     std::string t = "rank " + std::to_string(k.rank) + " 上";
     if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";

@@ -87,6 +87,7 @@ Work NcclComm::submit(OpInfo info, int64_t sent, const std::vector<Buf>& bufs,
 
   auto state = std::make_shared<Work::State>();
   state->complete = [this, op] { return wait_op(*op); };
+  track_issue(recorder_, info, *state);
   op->state = state;
   unwaited_.add(state, errors_.prefix(info) + ": never waited on before the comm was destroyed");
   {

@@ -83,6 +83,8 @@ Color kind_color(SpanKind kind, bool hc) {
       return hc ? rgba(255, 170, 200) : rgba(215, 140, 165);
     case SpanKind::gather:
       return hc ? rgba(255, 120, 160) : rgba(190, 105, 135);
+    case SpanKind::data:
+      return hc ? rgba(210, 190, 150) : rgba(150, 135, 105);
     case SpanKind::other:
       return hc ? rgba(180, 180, 180) : rgba(120, 120, 120);
     default:
@@ -149,6 +151,8 @@ const char* kind_short(SpanKind kind) {
       return "SC";
     case SpanKind::gather:
       return "GA";
+    case SpanKind::data:
+      return "data";
     case SpanKind::other:
       return "?";
     default:
@@ -193,6 +197,8 @@ const char* kind_label(SpanKind kind) {
       return "scatter";
     case SpanKind::gather:
       return "gather";
+    case SpanKind::data:
+      return "data";
     case SpanKind::other:
       return "other";
     default:

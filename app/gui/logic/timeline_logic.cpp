@@ -116,6 +116,7 @@ std::string micro_batch_tag(const Span& s) {
   switch (s.kind) {
     case SpanKind::forward:
     case SpanKind::loss:
+    case SpanKind::data:
     case SpanKind::other:
       return "F" + n;
     case SpanKind::backward:
@@ -154,7 +155,8 @@ namespace {
 // Spans that belong to a micro-batch's forward or backward on a stage.
 bool phase_span(const Span& s) {
   return s.micro_batch >= 0 && (s.kind == SpanKind::forward || s.kind == SpanKind::backward ||
-                                s.kind == SpanKind::loss || s.kind == SpanKind::other);
+                                s.kind == SpanKind::loss || s.kind == SpanKind::data ||
+                                s.kind == SpanKind::other);
 }
 char phase_of(const Span& s) {
   return s.kind == SpanKind::backward ? 'B' : 'F';
