@@ -86,6 +86,7 @@ std::string describe_metric(const MetricRef& m) {
       if (a == MetricArg::pool && m.pool != "device") args.push_back(m.pool + " pool");
       if (a == MetricArg::kind) args.push_back(m.kind);
       if (a == MetricArg::step) args.push_back("step " + std::to_string(m.step));
+      if (a == MetricArg::link) args.push_back("as on devices joined by " + m.link);
     }
   if (!args.empty()) {
     s += " (";

@@ -135,6 +135,33 @@ const std::vector<MetricInfo> kRegistry = {
      "restart), 0 when it started fresh",
      "",
      false},
+    {"projected_step_ms",
+     "ms",
+     {A::link},
+     "median step as on one dedicated device per rank joined by `link` (default nvlink-h100): "
+     "each op costs the CPU time its thread used, each transfer what the link says "
+     "(shardlab project)",
+     "",
+     false},
+    {"projected_step_ratio",
+     "x",
+     {A::link},
+     "run a's projected_step_ms ÷ run b's, on the same link (needs a compare run)",
+     "",
+     true},
+    {"projected_bubble_share",
+     "%",
+     {A::rank, A::link},
+     "as on dedicated devices: share of the rank's step spent waiting for another rank to get "
+     "there (a neighbour's activation or gradient, a late peer at a collective)",
+     "(P−1)/(M+P−1) for pipeline strategies",
+     false},
+    {"projected_exposed_share",
+     "%",
+     {A::rank, A::link},
+     "as on dedicated devices: share of the rank's step spent waiting while bytes moved",
+     "",
+     false},
     {"world_size", "count", {}, "ranks in the run", "", false},
     {"gpus_available", "count", {}, "usable GPUs on this machine", "", false},
 };
@@ -206,6 +233,8 @@ const char* to_string(MetricArg a) {
       return "kind";
     case MetricArg::step:
       return "step";
+    case MetricArg::link:
+      return "link";
   }
   return "?";
 }
@@ -299,6 +328,7 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
     throw ConfigError("step " + std::to_string(ref.step) +
                       " is outside the run's steps (valid: 0.." + std::to_string(c.steps - 1) +
                       ")");
+  if (takes(*m, A::link) && ref.link != "loopback") parse_link(ref.link);  // names what is valid
   if (ref.name == "activations_in_flight" && !is_pipeline_strategy(c.strategy))
     throw ConfigError(
         "activations_in_flight is measured on pipeline strategies only (the run's "
@@ -312,6 +342,18 @@ const RunResult& MetricRuns::run(char which) const {
     return *b_;
   }
   return a_;
+}
+
+const Projection& MetricRuns::projection(char which, const std::string& link) {
+  auto it = projections_.find({which, link});
+  if (it == projections_.end()) {
+    const RunResult& r = run(which);
+    ProjectionOptions o;
+    o.devices = r.cfg.world;
+    o.link = parse_link(link);
+    it = projections_.emplace(std::make_pair(which, link), project(r, o)).first;
+  }
+  return it->second;
 }
 
 const RunResult& MetricRuns::single_reference(char which) {
@@ -444,6 +486,26 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
                      : 0.0;
   } else if (n == "resumed_after_step") {
     v.measured = r.resumed_after_step;
+  } else if (n == "projected_step_ms") {
+    need_spans(r, n);
+    v.measured = runs.projection(ref.run, ref.link).median_step_ms;
+  } else if (n == "projected_step_ratio") {
+    need_spans(runs.run('a'), n);
+    need_spans(runs.run('b'), n);
+    const double b = runs.projection('b', ref.link).median_step_ms;
+    if (b <= 0) throw RunError("projected_step_ratio: run b has no projected step time");
+    v.measured = runs.projection('a', ref.link).median_step_ms / b;
+  } else if (n == "projected_bubble_share" || n == "projected_exposed_share") {
+    need_spans(r, n);
+    const Projection& p = runs.projection(ref.run, ref.link);
+    v.measured = 100.0 * (n == "projected_bubble_share" ? p.bubble_share(ref.rank)
+                                                        : p.exposed_share(ref.rank));
+    if (n == "projected_bubble_share" && is_pipeline_strategy(c.strategy)) {
+      const int m = micro_batches_run(c);
+      v.formula = 100.0 * bubble_formula(pipeline_stages(c), m);
+      v.formula_text =
+          "(P−1)/(M+P−1) with P=" + std::to_string(pipeline_stages(c)) + ", M=" + std::to_string(m);
+    }
   } else if (n == "world_size") {
     v.measured = static_cast<double>(r.ranks.size());
   } else if (n == "gpus_available") {

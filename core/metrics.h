@@ -2,16 +2,18 @@
 // on finished runs (allocator, recorders, final weights) and, where one exists,
 // beside the formula that predicts it. One documented table, metric_registry().
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/predict/projection.h"
 #include "core/runner.h"
 
 namespace shardlab {
 
 // Which argument a metric takes (beside `run`, which every metric accepts).
-enum class MetricArg { rank, category, pool, kind, step };
+enum class MetricArg { rank, category, pool, kind, step, link };
 
 struct MetricInfo {
   std::string name;
@@ -34,10 +36,11 @@ struct MetricRef {
   std::string name;
   char run = 'a';  // 'a' (the step's run) or 'b' (its compare run)
   int rank = 0;
-  std::string category = "total";  // peak_bytes: total | params | grads | optimizer_state | …
-  std::string pool = "device";     // peak_bytes: device | host
-  std::string kind;                // collective_count: a span kind (all_gather, send, …)
-  int step = 1;                    // collective_count: the training step counted
+  std::string category = "total";    // peak_bytes: total | params | grads | optimizer_state | …
+  std::string pool = "device";       // peak_bytes: device | host
+  std::string kind;                  // collective_count: a span kind (all_gather, send, …)
+  int step = 1;                      // collective_count: the training step counted
+  std::string link = "nvlink-h100";  // projected_*: the link between the dedicated devices
 };
 
 // Throws ConfigError when the reference cannot be evaluated on runs with these
@@ -62,11 +65,14 @@ class MetricRuns {
   const RunResult& run(char which) const;  // throws ConfigError for 'b' without b
   bool has_b() const { return b_ != nullptr; }
   const RunResult& single_reference(char which);
+  // The run as on one dedicated device per rank joined by `link`; made once.
+  const Projection& projection(char which, const std::string& link);
 
  private:
   const RunResult& a_;
   const RunResult* b_;
   std::optional<RunResult> single_a_, single_b_;
+  std::map<std::pair<char, std::string>, Projection> projections_;
 };
 
 // Evaluates one metric. Throws ConfigError as check_metric does, and RunError

@@ -268,15 +268,20 @@ TEST_CASE("compare runs naive-mp M=1 beside gpipe and 1f1b M=8, with a bubble on
   CHECK(csv.rfind("strategy,world,median_step_ms,peak_mem_bytes_rank0,peak_mem_bytes_rank1,"
                   "peak_mem_bytes_rank2,peak_mem_bytes_rank3,sent_bytes_per_step,idle_share,"
                   "bubble_share,bubble_formula,final_loss,configuration,micro_batches,stages,"
-                  "precision\n",
+                  "precision,projected_step_ms,projected_bubble_share,projected_exposed_share\n",
                   0) == 0);
   // The pipeline rows carry their bubble and formula; ddp leaves both empty.
   CHECK(csv.find(",0.7500,") != std::string::npos);
   CHECK(csv.find(",0.2727,") != std::string::npos);
   CHECK(csv.find(",\"gpipe \xC3\x97"
-                 "4 M=8\",8,4,fp32\n") != std::string::npos);
+                 "4 M=8\",8,4,fp32,") != std::string::npos);
   CHECK(csv.find(",\"ddp \xC3\x97"
-                 "2\",,,fp32\n") != std::string::npos);
+                 "2\",,,fp32,") != std::string::npos);
+  // Every row is projected onto dedicated devices, beside what was measured.
+  CHECK(gpipe.projected);
+  CHECK(ddp.projected);
+  CHECK(gpipe.projected_step_ms > 0);
+  CHECK(gpipe.projected_bubble > 0);
   // After ddp's idle share: two empty fields (bubble, formula), then its loss.
   char fields[96];
   std::snprintf(fields, sizeof fields, ",%.4f,,,%.6g,\"ddp", ddp.idle_share, ddp.final_loss);

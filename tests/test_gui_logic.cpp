@@ -11,6 +11,7 @@
 #include "app/gui/logic/cluster_logic.h"
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/frame_pacing.h"
 #include "app/gui/logic/memory_logic.h"
 #include "app/gui/logic/replay_logic.h"
 #include "app/gui/logic/run_data.h"
@@ -729,4 +730,23 @@ TEST_CASE("memory panel: a gpt run shows a block's activations by Korthikanti's 
   c.model = "mlp:4x16";
   c.seq = 0;
   CHECK(gui::block_activation_lines(c, 0).empty());
+}
+
+TEST_CASE("frame pacing: an idle app sleeps until input; a moving one draws 30 frames a second",
+          "[gui]") {
+  shardlab::gui::FramePacer p;
+  // First frames after start draw at once, then the idle app sleeps.
+  for (int i = 0; i < shardlab::gui::FramePacer::kFramesAfterEvent; ++i)
+    CHECK(p.wait_seconds(false, 0.0) == 0.0);
+  CHECK(p.wait_seconds(false, 0.0) == shardlab::gui::FramePacer::kIdleSeconds);
+  // A timeout draws one frame and sleeps again; input draws a few.
+  p.woke(false);
+  CHECK(p.wait_seconds(false, 0.0) == shardlab::gui::FramePacer::kIdleSeconds);
+  p.woke(true);
+  CHECK(p.wait_seconds(false, 0.0) == 0.0);
+  // Animating: what is left of a 30th of a second, never negative.
+  CHECK(p.wait_seconds(true, 0.01) == Approx(1.0 / 30 - 0.01));
+  CHECK(p.wait_seconds(true, 0.5) == 0.0);
+  // The frames after it stops show the last state.
+  CHECK(p.wait_seconds(false, 0.0) == 0.0);
 }

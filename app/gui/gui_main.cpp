@@ -13,6 +13,7 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/gui/app.h"
+#include "app/gui/logic/frame_pacing.h"
 #include "app/gui/logic/lesson_progress.h"
 #include "app/gui/window.h"
 #include "app/lesson/lesson.h"
@@ -270,7 +271,14 @@ int cmd_gui(int argc, char** argv) {
   int frames_after = 0;
   bool placed = false;
   int rc = 0;
+  FramePacer pacer;
   while (!win->should_close() && !app.state.quit) {
+    if (shot.empty()) {
+      // Idle, the app sleeps until input; while something moves, 30 frames a second.
+      const bool animating = !app.settled() || app.state.playhead.playing;
+      const double since = std::chrono::duration<double>(clock::now() - last).count();
+      pacer.woke(win->wait_events(pacer.wait_seconds(animating, since)));
+    }
     const auto now = clock::now();
     const double dt = std::chrono::duration<double>(now - last).count();
     last = now;

@@ -283,15 +283,18 @@ void draw_table(App& app) {
   const UiColors& ui = ui_colors(hc);
   const ImGuiTableFlags flags =
       ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp;
-  constexpr int kCols = 7;
+  constexpr int kCols = 9;
   if (!ImGui::BeginTable("compare_table", kCols, flags)) return;
   // Short headers, so a big presenter font still fits them; each explains itself on hover.
+  // "here" is measured on this machine; "on N" is the projection onto dedicated devices.
   ImGui::TableSetupColumn("configuration", 0, 2.2f);
-  ImGui::TableSetupColumn("step", 0, 1.1f);
+  ImGui::TableSetupColumn("step here", 0, 1.1f);
+  ImGui::TableSetupColumn("step on N", 0, 1.1f);
   ImGui::TableSetupColumn("peak memory per rank", 0, 2.3f);
   ImGui::TableSetupColumn("sent/step", 0, 1.1f);
-  ImGui::TableSetupColumn("idle share", 0, 1.1f);
-  ImGui::TableSetupColumn("bubble | formula", 0, 2.0f);
+  ImGui::TableSetupColumn("idle here", 0, 1.0f);
+  ImGui::TableSetupColumn("bubble on N | formula", 0, 2.0f);
+  ImGui::TableSetupColumn("exposed on N", 0, 1.0f);
   ImGui::TableSetupColumn("final loss", 0, 1.0f);
   // Headers one by one, so the idle and bubble columns can explain themselves on hover.
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
@@ -299,21 +302,31 @@ void draw_table(App& app) {
     ImGui::TableNextColumn();
     ImGui::TableHeader(ImGui::TableGetColumnName(c));
     if (!ImGui::IsItemHovered()) continue;
-    if (c == 1) ImGui::SetTooltip("median step time (the slowest rank's, per step)");
-    if (c == 2) ImGui::SetTooltip("each rank's peak, device pool, from its accounting allocator");
-    if (c == 3) ImGui::SetTooltip("bytes the busiest rank sends per training step");
-    if (c == 4) {
+    if (c == 1)
+      ImGui::SetTooltip(
+          "median step time measured here (the slowest rank's, per step); with more ranks\n"
+          "than cores, the ranks took turns and this measures that too");
+    if (c == 2)
+      ImGui::SetTooltip(
+          "as on N dedicated devices (one per rank) joined by %s: each op costs the CPU\n"
+          "time its thread used, each transfer the link's time ('shardlab project')",
+          kCompareLink);
+    if (c == 3) ImGui::SetTooltip("each rank's peak, device pool, from its accounting allocator");
+    if (c == 4) ImGui::SetTooltip("bytes the busiest rank sends per training step");
+    if (c == 5) {
       ImGui::BeginTooltip();
       ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30);
       ImGui::TextUnformatted(idle_share_definition());
       ImGui::PopTextWrapPos();
       ImGui::EndTooltip();
     }
-    if (c == 5)
+    if (c == 6)
       ImGui::SetTooltip(
-          "pipelines only (naive-mp, gpipe, 1f1b): the measured idle share, which is the\n"
-          "bubble, beside the textbook (P-1)/(M+P-1) for P stages and M micro-batches.\n"
-          "Data parallelism has no bubble: its idle time is waiting for communication.");
+          "as on N devices: the share of a step a rank waits for another to get there (a\n"
+          "neighbour's activation or gradient, a late peer at a collective), mean over ranks;\n"
+          "for pipelines beside the textbook (P-1)/(M+P-1), P stages and M micro-batches");
+    if (c == 7)
+      ImGui::SetTooltip("as on N devices: the share of a step a rank waits while bytes move");
   }
   const int running = app.compare_session.running_index();
   const bool busy = app.compare_session.busy();
@@ -344,6 +357,13 @@ void draw_table(App& app) {
     const CompareRow& r = e.row;
     ImGui::TableNextColumn();
     ImGui::Text("%.2f ms", r.median_step_ms);
+    ImGui::TableNextColumn();
+    if (r.projected) {
+      ImGui::Text("%.2f ms", r.projected_step_ms);
+    } else {
+      ImGui::TextDisabled("\xE2\x80\x94");
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.projection_error.c_str());
+    }
     ImGui::TableNextColumn();
     {
       // Every rank when they fit; else the range, every rank on hover.
@@ -376,16 +396,26 @@ void draw_table(App& app) {
       ImGui::SetTooltip("%s", per.c_str());
     }
     ImGui::TableNextColumn();
-    if (r.pipeline) {
-      ImGui::Text("%.1f%% | %.1f%%", 100 * r.idle_share, 100 * r.bubble_formula);
-      if (ImGui::IsItemHovered())
-        ImGui::SetTooltip("measured %.1f%%; (P-1)/(M+P-1) with P = %d, M = %d: %.1f%%",
-                          100 * r.idle_share, r.stages, r.micro_batches, 100 * r.bubble_formula);
-    } else {
+    if (!r.projected) {
       ImGui::TextDisabled("\xE2\x80\x94");
+    } else if (r.pipeline) {
+      ImGui::Text("%.1f%% | %.1f%%", 100 * r.projected_bubble, 100 * r.bubble_formula);
       if (ImGui::IsItemHovered())
-        ImGui::SetTooltip("not a pipeline: no bubble (its idle time is in the idle share)");
+        ImGui::SetTooltip(
+            "as on %d devices %.1f%% (measured here: idle %.1f%%); (P-1)/(M+P-1) with P = %d, "
+            "M = %d: %.1f%%",
+            r.world, 100 * r.projected_bubble, 100 * r.idle_share, r.stages, r.micro_batches,
+            100 * r.bubble_formula);
+    } else {
+      ImGui::Text("%.1f%%", 100 * r.projected_bubble);
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip("not a pipeline: waiting for peers at collectives (no formula)");
     }
+    ImGui::TableNextColumn();
+    if (r.projected)
+      ImGui::Text("%.1f%%", 100 * r.projected_exposed);
+    else
+      ImGui::TextDisabled("\xE2\x80\x94");
     ImGui::TableNextColumn();
     ImGui::Text("%.6g", r.final_loss);
   }

@@ -205,6 +205,14 @@ bool Window::end_frame(const std::string& png_path, std::string* error) {
   return ok;
 }
 
+bool Window::wait_events(double seconds) {
+  if (seconds <= 0) return false;
+  const double t0 = glfwGetTime();
+  glfwWaitEventsTimeout(seconds);
+  // GLFW does not say what woke it: an early return was an event.
+  return glfwGetTime() - t0 < seconds * 0.95;
+}
+
 void Window::set_fullscreen(bool on) {
   GLFWmonitor* monitor = glfwGetPrimaryMonitor();
   const GLFWvidmode* mode = monitor ? glfwGetVideoMode(monitor) : nullptr;

@@ -36,6 +36,8 @@ class Window {
   // returns false with `error` when the PNG could not be written.
   bool end_frame(const std::string& png_path, std::string* error);
   void set_fullscreen(bool on);
+  // Sleeps until an event arrives or `seconds` pass; true when an event ended it.
+  bool wait_events(double seconds);
   int framebuffer_width() const;
   int framebuffer_height() const;
 

@@ -10,6 +10,7 @@
 
 #include "app/gui/logic/memory_logic.h"
 #include "core/pipeline_analysis.h"
+#include "core/predict/projection.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -408,6 +409,20 @@ CompareRow compare_row(const RunResult& r) {
     row.bubble_formula = bubble_formula(row.stages, row.micro_batches);
   }
   row.final_loss = r.losses.empty() ? 0.0 : r.losses.back();
+  try {
+    ProjectionOptions o;
+    o.devices = r.cfg.world;
+    o.link = parse_link(kCompareLink);
+    const Projection p = project(r, o);
+    row.projected = true;
+    row.projected_step_ms = p.median_step_ms;
+    for (int k = 0; k < r.cfg.world; ++k) {
+      row.projected_bubble += p.bubble_share(k) / r.cfg.world;
+      row.projected_exposed += p.exposed_share(k) / r.cfg.world;
+    }
+  } catch (const std::exception& e) {
+    row.projection_error = e.what();
+  }
   return row;
 }
 
@@ -418,7 +433,8 @@ std::string compare_csv(const std::vector<CompareRow>& rows) {
   os << "strategy,world,median_step_ms";
   for (size_t i = 0; i < max_ranks; ++i) os << ",peak_mem_bytes_rank" << i;
   os << ",sent_bytes_per_step,idle_share,bubble_share,bubble_formula,final_loss,configuration,"
-        "micro_batches,stages,precision\n";
+        "micro_batches,stages,precision,projected_step_ms,projected_bubble_share,"
+        "projected_exposed_share\n";
   char buf[64];
   for (const CompareRow& r : rows) {
     os << r.strategy << ',' << r.world;
@@ -445,7 +461,15 @@ std::string compare_csv(const std::vector<CompareRow>& rows) {
     if (r.micro_batches > 0) os << r.micro_batches;
     os << ',';
     if (r.stages > 0) os << r.stages;
-    os << ',' << r.precision << '\n';
+    os << ',' << r.precision;
+    if (r.projected) {
+      std::snprintf(buf, sizeof buf, ",%.4f,%.4f,%.4f", r.projected_step_ms, r.projected_bubble,
+                    r.projected_exposed);
+      os << buf;
+    } else {
+      os << ",,,";
+    }
+    os << '\n';
   }
   return os.str();
 }

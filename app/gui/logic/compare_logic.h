@@ -101,12 +101,26 @@ struct CompareRow {
   bool pipeline = false;
   double bubble_formula = 0;
   double final_loss = 0;
+  // As on one dedicated device per rank joined by kCompareLink (core/predict):
+  // what the step would take without ranks sharing cores, mean bubble and
+  // exposed-communication shares over the ranks. `projection_error` says why
+  // there is none (a run made with --no-record, an old recording).
+  bool projected = false;
+  double projected_step_ms = 0;
+  double projected_bubble = 0;
+  double projected_exposed = 0;
+  std::string projection_error;
 };
+
+// The link the compare table projects onto: one node of H100s.
+inline constexpr const char* kCompareLink = "nvlink-h100";
 
 CompareRow compare_row(const RunResult& r);
 // Columns: strategy, world, median_step_ms, peak_mem_bytes_rank<i>..., sent_bytes_per_step,
 // idle_share, bubble_share and bubble_formula (both empty for non-pipelines),
-// final_loss, configuration (the label), micro_batches, stages, precision.
+// final_loss, configuration (the label), micro_batches, stages, precision, then the
+// projection: projected_step_ms, projected_bubble_share, projected_exposed_share (empty
+// when there is none).
 std::string compare_csv(const std::vector<CompareRow>& rows);
 // The idle share's definition: in full (the column's tooltip), and in one line
 // (under the table).
