@@ -10,6 +10,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "core/cores.h"
 #include "app/lesson/lesson.h"
 #include "app/lesson/terminal.h"
 
@@ -224,11 +225,14 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     if (!s.recording.empty())
       std::printf("  recorded run: %s (recorded on %s)\n", s.recording.c_str(),
                   s.recorded_where.c_str());
-    std::printf(w(o, "  %s: %d steps, final loss %.6g, median step %s\n",
-                  "  %s：%d 步，最终损失 %.6g，每步耗时中位数 %s\n"),
+    // Where the time comes from: measured here, with ranks per core when they outnumber them.
+    const std::string crowded = oversubscription_short(runs.a.cfg.world, cores_available());
+    std::printf(w(o, "  %s: %d steps, final loss %.6g, median step %s measured here%s\n",
+                  "  %s：%d 步，最终损失 %.6g，本机实测每步耗时中位数 %s%s\n"),
                 s.recording.empty() ? w(o, "trained", "已训练") : w(o, "replayed", "已回放"),
                 runs.a.cfg.steps, runs.a.losses.empty() ? 0.0 : runs.a.losses.back(),
-                format_value(runs.a.median_step_ms, "ms").c_str());
+                format_value(runs.a.median_step_ms, "ms").c_str(),
+                crowded.empty() ? "" : (" (" + crowded + ")").c_str());
     if (s.predict) {
       const Prediction& p = *s.predict;
       const MetricResult& m = *r.prediction;

@@ -310,7 +310,7 @@ TEST_CASE("non-regular files are refused before anything is read", "[files][io]"
   }
 }
 
-TEST_CASE("NaN and Inf load as stored; find_nonfinite names the first", "[files][io]") {
+TEST_CASE("NaN and Inf load as stored, find_nonfinite names the first", "[files][io]") {
   TempDir dir;
   const std::string path = dir.file("nan.safetensors");
   const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -37,7 +37,7 @@ TEST_CASE("collective traffic counts follow Gloo's algorithms", "[comm]") {
   CHECK(reduce_sent(1, 0, 1, 1000) == 0);
 }
 
-TEST_CASE("p2p numbers count per peer and direction; flow ids pair a send with its recv",
+TEST_CASE("p2p numbers count per peer and direction, flow ids pair a send with its recv",
           "[comm]") {
   P2PCounters rank0(3), rank1(3);
   CHECK(rank0.next(true, 1) == 1);

@@ -732,7 +732,7 @@ TEST_CASE("memory panel: a gpt run shows a block's activations by Korthikanti's 
   CHECK(gui::block_activation_lines(c, 0).empty());
 }
 
-TEST_CASE("frame pacing: an idle app sleeps until input; a moving one draws 30 frames a second",
+TEST_CASE("frame pacing: an idle app sleeps until input, a moving one draws 30 frames a second",
           "[gui]") {
   shardlab::gui::FramePacer p;
   // First frames after start draw at once, then the idle app sleeps.

@@ -265,7 +265,7 @@ TEST_CASE("launch: --max-restarts restarts the group, which succeeds the second 
   CHECK_THAT(never.out, Catch::Contains("giving up after 1 restart\n"));
 }
 
-TEST_CASE("launch: SIGTERM to the launcher reaches the ranks; SIGKILL takes them along",
+TEST_CASE("launch: SIGTERM to the launcher reaches the ranks, SIGKILL takes them along",
           "[launch]") {
   const Env sleepers = {{"SHARDLAB_PROBE_OTHERS", "sleep"}};
   auto two_pids = [](const std::string& out) { return probe_pids(out).size() == 2; };

@@ -775,7 +775,7 @@ TEST_CASE("a step run as processes: same weights as threads, clock offsets, noth
   CHECK(env.tmp_empty());
 }
 
-TEST_CASE("a killed rank restarts from its checkpoint; a failed launch is one line",
+TEST_CASE("a killed rank restarts from its checkpoint, a failed launch is one line",
           "[lessons][processes]") {
   ProcessEnvScope env;
   const std::string base =

@@ -266,8 +266,24 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
                   "(t_end_ns):");
   require_refused(with([](json& j) { j["ranks"][0]["spans"][0][0] = -5; }),
                   "(t_begin_ns): -5 is out of range");
-  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(9); }),
-                  "ranks[0].spans[0]: has 9 entries (valid: 10)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(12); }),
+                  "ranks[0].spans[0]: has 12 entries (valid: 13)");
+  // Older recordings (ten columns, no marks) still load.
+  {
+    json old = good;
+    old["span_columns"] = json::array();
+    for (const char* c : {"t_begin_ns", "t_end_ns", "lane", "kind", "layer", "micro_batch",
+                          "step", "bytes", "peer", "flow_id"})
+      old["span_columns"].push_back(c);
+    old.erase("mark_columns");
+    for (json& r : old["ranks"]) {
+      r.erase("marks");
+      for (json& s : r["spans"]) s.erase(s.begin() + 10, s.end());
+    }
+    CHECK_NOTHROW(recording_from_json(old, "old.shardrec"));
+  }
+  require_refused(with([](json& j) { j["ranks"][0]["marks"][0][0] = "nap"; }),
+                  "'nap' is not a mark kind");
   require_refused(with([](json& j) { j["ranks"][0]["allocs"][0][3] = "snacks"; }),
                   "'snacks' is not a memory category");
   require_refused(with([](json& j) { j["ranks"][0]["allocs"][0][5] = "a\nb"; }),
@@ -510,7 +526,7 @@ TEST_CASE("CLI: --record and --open refuse bad combinations in one line", "[reco
   CHECK(res.out.find("--model cannot be combined with --open") != std::string::npos);
 }
 
-TEST_CASE("a run of processes keeps its clock offsets and resumed step; old files still load",
+TEST_CASE("a run of processes keeps its clock offsets and resumed step, old files still load",
           "[recording][processes]") {
   RunResult r = run_training(small("ddp", 2));
   const json old = recording_to_json(r, describe_origin(r));

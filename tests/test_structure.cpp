@@ -129,3 +129,30 @@ TEST_CASE("a phase barrier names a party that stalls, and fails at once after on
   CHECK_NOTHROW(ok.arrive_and_wait(0, "broadcast"));
   peer.join();
 }
+
+TEST_CASE("no test name holds a semicolon (ctest would split it into tests that run nothing)",
+          "[structure]") {
+  // catch_discover_tests keeps names in a CMake list: "a; b" became two ctest
+  // entries, "a" and " b", each matching no test and passing without running one.
+  namespace fs = std::filesystem;
+  int files = 0;
+  for (const auto& e :
+       fs::recursive_directory_iterator(std::string(SHARDLAB_SOURCE_DIR) + "/tests")) {
+    if (e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    const std::string code((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ++files;
+    for (size_t at = code.find("TEST_CASE("); at != std::string::npos;
+         at = code.find("TEST_CASE(", at + 1)) {
+      if (at > 0 && code[at - 1] == '"') continue;  // this test's own search string
+      const size_t open = code.find_first_not_of(" \n", at + 10);
+      if (open == std::string::npos || code[open] != '"') continue;  // not a test's name
+      const size_t close = code.find('"', open + 1);
+      if (close == std::string::npos) break;
+      const std::string name = code.substr(open + 1, close - open - 1);
+      INFO(e.path().filename().string() << ": " << name);
+      CHECK(name.find(';') == std::string::npos);
+    }
+  }
+  CHECK(files > 10);
+}

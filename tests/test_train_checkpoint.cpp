@@ -131,7 +131,7 @@ TEST_CASE("resume re-shards: another world size or strategy", "[checkpoint]") {
   }
 }
 
-TEST_CASE("a checkpoint counts only when complete; bad ones are named", "[checkpoint]") {
+TEST_CASE("a checkpoint counts only when complete, bad ones are named", "[checkpoint]") {
   const RunConfig cfg = base("zero3", 2);
   const fs::path dir = fresh_dir("partial");
   RunConfig first = cfg;

@@ -119,7 +119,7 @@ TEST_CASE("projection: a balanced pipeline's bubble is the formula, recorded on 
 }
 
 TEST_CASE(
-    "projection: a faster link is never slower; overlap hides ddp's traffic; zero3 moves 1.5x",
+    "projection: a faster link is never slower, overlap hides ddp's traffic, zero3 moves 1.5x",
     "[projection]") {
   const RunResult ddp = run_training(mlp_run("mlp:4x256", "ddp", 2, 32, 4));
   const RunResult zero3 = run_training(mlp_run("mlp:4x256", "zero3", 2, 32, 4));
@@ -155,7 +155,7 @@ TEST_CASE(
   CHECK(ratio == Approx(1.5).epsilon(0.02));
 }
 
-TEST_CASE("projection: recordings and traces carry the marks; the projected trace loads back",
+TEST_CASE("projection: recordings and traces carry the marks, the projected trace loads back",
           "[projection]") {
   const RunResult r = run_training(mlp_run("mlp:4x64", "1f1b", 2, 16, 3, 4));
   const test::TempDir dir;
