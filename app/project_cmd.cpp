@@ -158,7 +158,11 @@ int cmd_project(int argc, char** argv) {
   if (trace_out) {
     std::vector<Recorder::Snapshot> snaps;
     for (const auto& r : p.run.recorders) snaps.push_back(r->snapshot());
-    nlohmann::json meta = trace_metadata(p.run, rec.origin);
+    // Whoever opens it reads where its times come from.
+    RecordingOrigin origin = rec.origin;
+    origin.device = std::to_string(p.devices) + " devices (projected: " + p.link.name + ", from " +
+                    file + ")";
+    nlohmann::json meta = trace_metadata(p.run, origin);
     meta["projection"] = {{"devices", p.devices},
                           {"link", p.link.name},
                           {"compute_from", p.compute_source},
