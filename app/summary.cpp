@@ -141,6 +141,14 @@ void print_summary(const RunResult& r) {
     if (!line.empty()) std::printf("  clocks vs rank 0  %s\n", line.c_str());
   }
   std::printf("  final loss        %.6g\n", r.losses.empty() ? 0.0 : r.losses.back());
+  if (!r.skipped_steps.empty()) {
+    // fp16's loss scaler skipped these updates (numbered as the progress lines count).
+    std::string steps;
+    for (size_t i = 0; i < r.skipped_steps.size(); ++i)
+      steps += (i ? ", " : "") + std::to_string(r.skipped_steps[i] + 1);
+    std::printf("  skipped steps     %zu (fp16 gradients overflowed; the scale halved): %s\n",
+                r.skipped_steps.size(), steps.c_str());
+  }
   std::printf("  median step time %8.3f ms\n", r.median_step_ms);
   std::printf("  peak memory per rank (measured by the allocator), and bytes sent per step:\n");
   std::printf("    %-5s %11s %11s %11s %11s %11s %11s %11s %13s\n", "rank", "params", "grads",

@@ -23,8 +23,7 @@ std::string number(double v) {
 }
 }  // namespace
 
-void validate_common(const RunConfig& cfg) {
-  resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
+void validate_sizes(const RunConfig& cfg) {
   if (cfg.world < 1 || cfg.world > 64)
     throw ConfigError("--world " + std::to_string(cfg.world) + " is invalid (valid: 1 to 64)");
   if (cfg.batch < 1)
@@ -35,6 +34,11 @@ void validate_common(const RunConfig& cfg) {
   if (!(cfg.optimizer.lr > 0) || !std::isfinite(cfg.optimizer.lr))
     throw ConfigError("--lr " + number(cfg.optimizer.lr) +
                       " is invalid (valid: a positive number, e.g. 1e-3)");
+}
+
+void validate_common(const RunConfig& cfg) {
+  resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
+  validate_sizes(cfg);
   plan_placement(cfg);  // --device and --backend against this machine's GPUs
   if (cfg.precision != "fp32" && cfg.precision != "bf16" && cfg.precision != "fp16")
     throw ConfigError("--precision '" + cfg.precision + "' is invalid (valid: fp32, bf16, fp16)");

@@ -74,5 +74,9 @@ struct RunConfig {
 // Throws ConfigError for settings that are invalid for any strategy; the
 // strategy's own validate() checks the rest.
 void validate_common(const RunConfig& cfg);
+// The part of validate_common that needs neither the model nor this machine:
+// --world, --batch, --steps and --lr in range. What divides or counts by them
+// before a full validate() (the GUI's compare slots) checks these first.
+void validate_sizes(const RunConfig& cfg);
 
 }  // namespace shardlab

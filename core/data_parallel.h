@@ -31,12 +31,23 @@ Batch load_batch(RankEnv& env, int step, int first_row, int rows);
 Batch load_rank_slice(RankEnv& env, int step);
 
 // The model's loss (MSE, cross-entropy: the family's) of `output` (stored in
-// mp's dtype) against the batch's targets, as one loss span. `value` is the
-// mean over the batch's rows; `grad` ("loss.grad", a temporary in mp's dtype)
-// is its gradient, the start of backward.
+// mp's dtype) against the batch's targets, as one loss span. Divided by the
+// global batch's rows (--batch), not the batch's own, as the pipelines divide
+// their micro-batches' losses: `value` is these rows' share of the step's mean
+// loss, and `grad` ("loss.grad", a temporary in mp's dtype) its gradient, the
+// start of backward. The ranks' gradients then add up to the full batch's, so a
+// reduction only sums: nothing is divided by the world after it. In fp16 that
+// matters: each rank's 2-byte gradient is already its 1/N of the total, so their
+// sum is the size of `single`'s and overflows (skips a step) exactly when it
+// does; a mean over the local rows made the sum N times larger and skipped
+// steps `single` took. (PyTorch's DDP divides by the world before its
+// all-reduce for the same reason.)
 struct Loss {
   double value = 0;
   Tensor grad;
+  int global_rows = 0;
+  // The loss summed over these rows: the strategy's LossShare::sum.
+  double sum() const { return value * global_rows; }
 };
 Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, const Batch& batch);
 

@@ -139,20 +139,20 @@ double MixedPrecision::mse_loss(Allocator& alloc, void* dpred, const void* pred,
 }
 
 bool MixedPrecision::step(Optimizer& opt, const std::vector<void*>& params,
-                          const std::vector<void*>& grads, float grad_scale, Comm* vote) {
+                          const std::vector<void*>& grads, Comm* vote) {
   const auto& ranges = opt.ranges();
   DeviceBackend& dev = opt.backend();  // where the gradients live, next to the optimizer state
   if (!mixed()) {
     std::vector<float*> p;
     std::vector<const float*> g;
     for (size_t i = 0; i < ranges.size(); ++i) {
-      if (grad_scale != 1.0f) dev.scale(static_cast<float*>(grads[i]), ranges[i].numel, grad_scale);
       p.push_back(static_cast<float*>(params[i]));
       g.push_back(static_cast<const float*>(grads[i]));
     }
     opt.step(p, g);
     return true;
   }
+  float grad_scale = 1.0f;
   if (scaler_.dynamic()) {
     // An overflow anywhere must skip the step everywhere: a rank that sees
     // only its shard of the gradients votes, and the vote is summed.
@@ -160,7 +160,7 @@ bool MixedPrecision::step(Optimizer& opt, const std::vector<void*>& params,
     for (size_t i = 0; i < ranges.size() && overflow == 0; ++i)
       if (!dev.all_finite(grads[i], dtype_, ranges[i].numel)) overflow = 1;
     if (vote) vote->all_reduce(&overflow, 1, DType::f32);  // a host float: comm stages it
-    const float unscale = grad_scale / scaler_.scale();    // before update() changes the scale
+    const float unscale = 1.0f / scaler_.scale();          // before update() changes the scale
     if (!scaler_.update(overflow > 0)) return false;
     grad_scale = unscale;
   }

@@ -120,14 +120,15 @@ class MixedPrecision {
 
   // The optimizer step on its ranges: params[i], grads[i] point at range i,
   // in dtype(), in the optimizer's pool (its backend() computes on them).
-  // Gradients are multiplied by grad_scale (1/N when they are a
-  // sum over N ranks). fp32: scale in place, Optimizer::step. Mixed: the
-  // overflow check (a global vote over `vote` when each rank sees only its
-  // shard of the gradients, so every rank skips or steps together), then
+  // The gradients are the full batch's: a data-parallel strategy's reduction
+  // only sums (each rank's loss is divided by the global batch:
+  // core/data_parallel.h). fp32: Optimizer::step. Mixed: the overflow check (a
+  // global vote over `vote` when each rank sees only its shard of the
+  // gradients, so every rank skips or steps together), then
   // Optimizer::step_mixed with the loss scale divided out. Returns false for a
   // skipped step.
   bool step(Optimizer& opt, const std::vector<void*>& params, const std::vector<void*>& grads,
-            float grad_scale, Comm* vote);
+            Comm* vote);
 
  private:
   DType dtype_;

@@ -15,6 +15,7 @@
 #include "core/gpu.h"
 #include "core/layer_stack.h"
 #include "core/memory_estimate.h"
+#include "core/precision.h"
 #include "core/process_link.h"
 #include "core/staging_comm.h"
 #include "core/strategy.h"
@@ -304,6 +305,14 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
       };
       const int64_t sent_before = sent_so_far();
       RankReport& report = result.ranks[rank];
+      // fp16: the loss scaler's count of skipped steps on rank 0, to name the
+      // steps it skipped (every rank skips alike: precision.h).
+      auto skipped_count = [&]() -> int64_t {
+        if (rank != 0 || cfg.precision != "fp16") return 0;
+        const RankState state = strategy->rank_state();
+        return state.precision ? state.precision->scaler().skipped_steps() : 0;
+      };
+      int64_t skipped_before = skipped_count();
       for (int s = first_step; s < cfg.steps; ++s) {
         phase = "step " + std::to_string(s);
         rec->set_step(s);
@@ -319,6 +328,10 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         device->synchronize();
         step_mark.done();
         report.step_ms.push_back((now_ns() - t0) / 1e6);
+        if (const int64_t skipped = skipped_count(); skipped != skipped_before) {
+          result.skipped_steps.push_back(s);
+          skipped_before = skipped;
+        }
         if (link) {
           // The other ranks' shares arrive as a message; every process then
           // computes the same global loss and stops alike when it is not finite.

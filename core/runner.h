@@ -46,6 +46,9 @@ struct RunResult {
   std::vector<double> step_ms;  // per step, the slowest rank's time
   double median_step_ms = 0;
   std::vector<float> final_params;  // flat, model order
+  // fp16: the steps (0-based) the loss scaler skipped, their gradients having
+  // overflowed; filled by rank 0 (in its process, one process per rank).
+  std::vector<int> skipped_steps;
   std::vector<RankReport> ranks;
   Placement placement;  // devices and communicator actually used
   std::vector<std::shared_ptr<Recorder>> recorders;

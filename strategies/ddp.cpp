@@ -1,6 +1,7 @@
 // `ddp`: DistributedDataParallel. Every rank holds the whole model and 1/W of
-// the global batch; gradients are averaged with all-reduce so every rank takes
-// the same optimizer step and the replicas never drift apart.
+// the global batch; gradients are averaged with all-reduce (each rank's loss is
+// divided by the global batch, so the all-reduce's sum is the average) and
+// every rank takes the same optimizer step: the replicas never drift apart.
 //
 // What to notice in the timeline: gradients are grouped into buckets, and a
 // bucket's all-reduce starts on the comm lane the moment its last gradient is
@@ -86,12 +87,13 @@ class Ddp final : public Strategy {
 
   LossShare step(int step) override {
     const RunConfig& cfg = env_->cfg;
-    const int W = env_->world;
     Batch batch = load_rank_slice(*env_, step);  // this rank's slice of the global batch
 
-    // Phase 1 — forward and loss on the local slice. The loss is the mean over
-    // the local slice; averaging the gradients over ranks then gives exactly
-    // the gradient of the mean over the global batch.
+    // Phase 1 — forward and loss on the local slice. The loss is divided by the
+    // global batch, not the slice (data_parallel.h): each rank's gradient is
+    // its 1/W share, and summing the shares over ranks gives exactly the
+    // gradient of the mean over the global batch (the average of the ranks'
+    // slice means), with no division after the all-reduce.
     model_->zero_grads();
     for (Bucket& bk : buckets_) bk.pending = static_cast<int>(bk.params.size());
     model_->forward(batch.x.raw(), batch.rows);
@@ -111,14 +113,11 @@ class Ddp final : public Strategy {
     if (!cfg.overlap)
       for (Bucket& bk : buckets_) launch(bk);
 
-    // Phase 3 — wait for every bucket, average, and write the gradients back.
-    // (2-byte gradients are averaged inside the fp32 update instead, so they
-    // are rounded only once, by the all-reduce.)
-    const float average = 1.0f / static_cast<float>(W);
+    // Phase 3 — wait for every bucket and write the summed gradients back.
     for (Bucket& bk : buckets_) {
       bk.work.wait();
       bk.work = Work();
-      unpack(bk, average);
+      unpack(bk);
     }
     // A tied weight (gpt's lm_head and token embedding) has a gradient from
     // each of its uses: summed, so both copies take the same update.
@@ -127,10 +126,9 @@ class Ddp final : public Strategy {
     // Phase 4 — every rank applies the same update to its own replica.
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), mp_->mixed() ? average : 1.0f,
-                nullptr);
+      mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), nullptr);
     }
-    return {loss.value * batch.rows, batch.rows};
+    return {loss.sum(), batch.rows};
   }
 
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
@@ -158,15 +156,14 @@ class Ddp final : public Strategy {
                                            CommMeta{bk.lowest_layer, -1});
   }
 
-  // Writes the reduced bucket back into the gradients, times `scale` (fp32 only).
-  void unpack(Bucket& bk, float scale) {
+  // Writes the reduced bucket back into the gradients.
+  void unpack(Bucket& bk) {
     size_t at_value = 0;
     std::vector<void*> grads = model_->grad_raw();
     for (int i : bk.params) {
       const size_t n = env_->layout.params()[i].numel;
       env_->device.copy(grads[i], at(bk.buffer, at_value), n * mp_->bytes(),
                         CopyKind::device_to_device);
-      if (!mp_->mixed()) env_->device.scale(static_cast<float*>(grads[i]), n, scale);
       at_value += n;
     }
   }

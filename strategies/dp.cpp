@@ -229,9 +229,9 @@ class Dp final : public Strategy {
       std::vector<void*> params, grads;
       for (Tensor& p : params_) params.push_back(p.raw());
       for (Tensor& gr : grads_) grads.push_back(gr.raw());
-      mp_->step(*optimizer_, params, grads, 1.0f, nullptr);  // only device 0 updates: no vote
+      mp_->step(*optimizer_, params, grads, nullptr);  // only device 0 updates: no vote
     }
-    return {loss.value * B, B};
+    return {loss.sum(), B};
   }
 
   std::vector<float> export_params() override {

@@ -66,7 +66,7 @@ class Fsdp final : public Strategy {
   LossShare step(int step) override {
     RankEnv& env = *env_;
     const std::vector<FlatGroup>& units = states_->groups();
-    const int W = env.world, U = static_cast<int>(units.size());
+    const int U = static_cast<int>(units.size());
     const bool reshard = env.cfg.reshard_after_forward, prefetch = env.cfg.prefetch;
     Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
 
@@ -123,8 +123,9 @@ class Fsdp final : public Strategy {
     free_reduced(reduces, 0);
 
     // Phase 3 — each rank updates its own shard of every unit (on the host
-    // with --offload) with the average gradient, sum / N. (fp16: a step whose
-    // gradients overflowed on any rank is skipped on all, by a vote.)
+    // with --offload) with the reduced sum, already the full batch's gradient
+    // (data_parallel.h). (fp16: a step whose gradients overflowed on any rank
+    // is skipped on all, by a vote.)
     std::vector<void*> params, grads;
     for (int u = 0; u < U; ++u) {
       params.push_back(states_->param_shard(u));
@@ -132,9 +133,9 @@ class Fsdp final : public Strategy {
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(states_->optimizer(), params, grads, 1.0f / static_cast<float>(W), env.comm);
+      mp_->step(states_->optimizer(), params, grads, env.comm);
     }
-    return {loss.value * batch.rows, batch.rows};
+    return {loss.sum(), batch.rows};
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }

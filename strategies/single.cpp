@@ -38,9 +38,9 @@ class Single final : public Strategy {
     model_->sum_tied_grads();  // gpt: lm_head's use of the embedding adds to its gradient
     {
       ScopedSpan span(env_->rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), 1.0f, nullptr);
+      mp_->step(*optimizer_, model_->param_raw(), model_->grad_raw(), nullptr);
     }
-    return {loss.value * B, B};
+    return {loss.sum(), B};
   }
 
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }

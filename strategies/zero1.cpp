@@ -47,7 +47,7 @@ class Zero1 final : public Strategy {
   LossShare step(int step) override {
     RankEnv& env = *env_;
     ShardedStates& st = *states_;
-    const int W = env.world, L = env.layout.num_layers();
+    const int L = env.layout.num_layers();
     Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
@@ -82,9 +82,10 @@ class Zero1 final : public Strategy {
     for (Work& w : reduces) w.wait();
 
     // Phase 3 — each rank updates only its own shard of every layer: the
-    // average gradient (sum / N: each rank's loss was the mean over its slice)
-    // with the optimizer state it alone holds. (fp16: a step whose gradients
-    // overflowed is skipped on every rank, by a vote.)
+    // reduced sum is already the full batch's gradient (each rank's loss was
+    // divided by the global batch: data_parallel.h), with the optimizer state
+    // it alone holds. (fp16: a step whose gradients overflowed is skipped on
+    // every rank, by a vote.)
     std::vector<void*> param_shards, grad_shards;
     for (int l = 0; l < L; ++l) {
       param_shards.push_back(st.param_shard(l));
@@ -92,7 +93,7 @@ class Zero1 final : public Strategy {
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(st.optimizer(), param_shards, grad_shards, 1.0f / static_cast<float>(W), env.comm);
+      mp_->step(st.optimizer(), param_shards, grad_shards, env.comm);
     }
 
     // Phase 4 — share the updated shards round the campfire: an in-place
@@ -104,7 +105,7 @@ class Zero1 final : public Strategy {
                                                    g.plan.counts(), dt, CommMeta{g.first, -1}));
     }
     for (Work& w : gathers) w.wait();
-    return {loss.value * batch.rows, batch.rows};
+    return {loss.sum(), batch.rows};
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }

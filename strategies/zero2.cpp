@@ -44,7 +44,7 @@ class Zero2 final : public Strategy {
   LossShare step(int step) override {
     RankEnv& env = *env_;
     ShardedStates& st = *states_;
-    const int W = env.world, L = env.layout.num_layers();
+    const int L = env.layout.num_layers();
     Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
@@ -83,9 +83,10 @@ class Zero2 final : public Strategy {
     }
     reduces.retire(0);
 
-    // Phase 3 — update this rank's shard of every layer with the average
-    // gradient (sum / N) and the optimizer state it alone holds (fp16: every
-    // rank skips a step whose gradients overflowed anywhere, by a vote).
+    // Phase 3 — update this rank's shard of every layer with the reduced sum
+    // (already the full batch's gradient: data_parallel.h) and the optimizer
+    // state it alone holds (fp16: every rank skips a step whose gradients
+    // overflowed anywhere, by a vote).
     std::vector<void*> param_shards, grads;
     for (int l = 0; l < L; ++l) {
       param_shards.push_back(st.param_shard(l));
@@ -93,7 +94,7 @@ class Zero2 final : public Strategy {
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(st.optimizer(), param_shards, grads, 1.0f / static_cast<float>(W), env.comm);
+      mp_->step(st.optimizer(), param_shards, grads, env.comm);
     }
 
     // Phase 4 — all-gather the updated shards (in place) so every rank has the
@@ -105,7 +106,7 @@ class Zero2 final : public Strategy {
                                                    g.plan.counts(), dt, CommMeta{g.first, -1}));
     }
     for (Work& w : gathers) w.wait();
-    return {loss.value * batch.rows, batch.rows};
+    return {loss.sum(), batch.rows};
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }

@@ -56,7 +56,7 @@ class Zero3 final : public Strategy {
   LossShare step(int step) override {
     RankEnv& env = *env_;
     ShardedStates& st = *states_;
-    const int W = env.world, L = env.layout.num_layers();
+    const int L = env.layout.num_layers();
     const bool prefetch = env.cfg.prefetch;
     Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
 
@@ -121,9 +121,9 @@ class Zero3 final : public Strategy {
     }
     {
       ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(st.optimizer(), params, grads, 1.0f / static_cast<float>(W), env.comm);
+      mp_->step(st.optimizer(), params, grads, env.comm);
     }
-    return {loss.value * batch.rows, batch.rows};
+    return {loss.sum(), batch.rows};
   }
 
   std::vector<float> export_params() override { return states_->export_params(); }

@@ -5,8 +5,10 @@
 
 #include "tests/test_util.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -808,4 +810,58 @@ TEST_CASE("a killed rank restarts from its checkpoint, a failed launch is one li
     CHECK(what.find('\n') == std::string::npos);
   }
   CHECK(env.tmp_empty());
+}
+
+// Files that used to crash or hang the lesson commands: toml++ recursed once
+// per part of a 50,000-part dotted key (SIGSEGV), and opening a FIFO waited
+// for a writer forever. Each is now one line naming the file, exit 2, at once.
+TEST_CASE("a 50000-part dotted key and a FIFO are refused in one line (no crash and no hang)",
+          "[lessons][cli]") {
+  test::TempDir dir;
+  std::string key = "a";
+  for (int i = 1; i < 50000; ++i) key += ".a";
+  const std::string deep = dir.file("deep.toml");
+  std::ofstream(deep) << "format = 1\n" << key << " = 1\n";
+  const std::string fifo = dir.file("pipe.toml");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // The limit is generous: what toml++ nests 32 deep parses; one level more is refused.
+  auto nesting = [](int parts) {
+    std::string k = "a";
+    for (int i = 1; i < parts; ++i) k += ".a";
+    try {
+      parse_lesson("format = 1\n" + k + " = 1\n", "n.toml");
+    } catch (const LessonError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(nesting(32).find("nests") == std::string::npos);  // an unknown key instead
+  CHECK(nesting(33).find("n.toml:2: nests a key 33 levels deep") == 0);
+  CHECK(nesting(2).find("nests") == std::string::npos);
+
+  // Measured about 0.3 s each; the bound leaves room for a loaded machine, and
+  // a regression that hangs is killed at 10 s.
+  auto refused = [](const std::string& args, const std::string& part) {
+    const test::TimedCliResult r = test::run_cli_within(args, 10);
+    INFO("shardlab " << args << "\n" << r.out << "(" << r.seconds << " s)");
+    CHECK(r.code == 2);
+    CHECK(r.out.find(part) != std::string::npos);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    CHECK(r.seconds < 2.0);
+  };
+  refused("lesson check " + deep, deep + ":2: nests a key 50000 levels deep");
+  refused("lesson check " + fifo, fifo + ":0: is a FIFO, not a lesson file");
+
+  // In the lessons folder, `lesson list` names the file the same way.
+  const fs::path folder = dir.path / "lessons";
+  fs::create_directories(folder);
+  fs::copy_file(deep, folder / "01-deep.toml");
+  setenv("SHARDLAB_LESSONS", folder.c_str(), 1);
+  refused("lesson list", "01-deep.toml:2: nests a key 50000 levels deep");
+  fs::remove(folder / "01-deep.toml");
+  REQUIRE(::mkfifo((folder / "02-pipe.toml").c_str(), 0600) == 0);
+  refused("lesson list", "02-pipe.toml:0: is a FIFO, not a lesson file");
+  // What the GUI's lesson player loads goes through the same reader.
+  CHECK_THROWS_WITH(load_lesson((folder / "02-pipe.toml").string()),
+                    Catch::Contains("is a FIFO, not a lesson file"));
 }

@@ -489,3 +489,38 @@ TEST_CASE("fp16's loss scaler skipping a step does not stop the run", "[options]
   CHECK(r.code == 0);
   CHECK(r.out.find("final loss") != std::string::npos);
 }
+
+// `gui --world 0` died of SIGFPE (the compare slots divided by the world
+// before anything validated it), and `gui --screenshot ''` read as "no
+// screenshot" and opened the interactive app for good. Both are one line,
+// exit 2, before any window.
+TEST_CASE("gui: --world 0 and an empty --screenshot are one line and exit 2 at once",
+          "[options][cli][gui]") {
+  TempDir dir;
+  const std::string shot = dir.file("out.png");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"gui --world 0", "--world 0 is invalid (valid: 1 to 64)"},
+      {"gui --world 0 --screenshot " + shot, "--world 0 is invalid (valid: 1 to 64)"},
+      {"gui --world 0 --view compare", "--world 0 is invalid (valid: 1 to 64)"},
+      {"gui --strategy gpipe --world 0", "--world 0 is invalid (valid: 1 to 64)"},
+      {"gui --batch 0", "--batch 0 is invalid (valid: a positive integer)"},
+      {"gui --screenshot ''", "--screenshot '' is no file path (valid: a PNG file path"},
+      {"gui --screenshot=", "--screenshot '' is no file path (valid: a PNG file path"},
+  };
+  for (const auto& [args, part] : cases) {
+    // Measured about 0.3 s; the bound leaves room for a loaded machine, and a
+    // regression that opens the app is killed at 10 s.
+    const test::TimedCliResult r = test::run_cli_within(args, 10);
+    INFO("shardlab " << args << "\n" << r.out << "(" << r.seconds << " s)");
+    CHECK(r.code == 2);
+    CHECK(r.out.rfind("error: ", 0) == 0);
+    CHECK(r.out.find('\n') == r.out.size() - 1);
+    CHECK(r.out.find(part) != std::string::npos);
+    CHECK(r.seconds < 2.0);
+  }
+  // The compare slots themselves no longer divide by a zero world.
+  RunConfig base;
+  base.strategy = "gpipe";
+  base.world = 0;
+  CHECK_NOTHROW(gui::default_compare_slots(base));
+}

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,9 +24,8 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-// Runs `shardlab ARGS` (the binary CMake built, SHARDLAB_BIN) through the shell.
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(SHARDLAB_BIN) + " " + args + " 2>&1";
+// Runs a shell command line; `out` is what it wrote.
+inline CliResult run_shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
   std::string out;
@@ -34,6 +34,25 @@ inline CliResult run_cli(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// Runs `shardlab ARGS` (the binary CMake built, SHARDLAB_BIN) through the shell.
+inline CliResult run_cli(const std::string& args) {
+  return run_shell(std::string(SHARDLAB_BIN) + " " + args + " 2>&1");
+}
+
+// run_cli under timeout(1): a command that should fail at once but hangs is
+// killed after `limit_s` (code 137) instead of hanging the suite. `seconds`
+// is the wall time it took.
+struct TimedCliResult : CliResult {
+  double seconds;
+};
+inline TimedCliResult run_cli_within(const std::string& args, int limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliResult r = run_shell("timeout -s KILL " + std::to_string(limit_s) + " " +
+                                std::string(SHARDLAB_BIN) + " " + args + " 2>&1");
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+  return {r, took.count()};
 }
 
 // Largest |a−b| relative to the largest |a|: float32 reduction-order noise is ~1e-6.

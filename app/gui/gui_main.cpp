@@ -136,6 +136,9 @@ int cmd_gui(int argc, char** argv) {
     opened = load_run_file(open_path);
   }
   const RunConfig cfg = opened ? opened->run.cfg : config_from(a);
+  // The sizes first: the compare slots below divide by them (--world 0 was a
+  // SIGFPE). Other settings a form can correct are shown in the run bar.
+  if (!opened) validate_sizes(cfg);
   if (a.has("no-record"))
     throw ConfigError("--no-record: the GUI draws the recorded spans (remove --no-record)");
   const std::string view_text = a.str("view", "timeline");
@@ -144,6 +147,9 @@ int cmd_gui(int argc, char** argv) {
     throw ConfigError("--view '" + view_text +
                       "' is invalid (valid: timeline, memory, cluster, camping, compare, loss)");
   const std::string shot = a.str("screenshot", "");
+  // An empty path would mean "no screenshot": the interactive app, never exiting.
+  if (a.has("screenshot") && shot.empty())
+    throw ConfigError("--screenshot '' is no file path (valid: a PNG file path, e.g. out.png)");
   const int frames = a.integer("frames", 3);
   if (frames < 1 || frames > 100000)
     throw ConfigError("--frames " + std::to_string(frames) + " is invalid (valid: 1 to 100000)");

@@ -327,7 +327,7 @@ std::vector<CompareSlot> default_compare_slots(const RunConfig& base) {
     // Without micro-batches of its own a pipeline would be naive-mp under another name.
     if (strategy_uses(name, SlotOption::micro_batches) && base.micro_batches == 1) {
       const int m = 2 * stages_of(s);
-      if (base.batch % m == 0) s.micro_batches = m;
+      if (m > 0 && base.batch % m == 0) s.micro_batches = m;
     }
     add(s);
   }
