@@ -110,16 +110,18 @@ void layernorm_backward(DType dt, void* dx, void* dweight, void* dbias, const vo
                         const void* x, const float* mean, const float* rstd, const void* weight,
                         int rows, int cols, bool accumulate, cudaStream_t s);
 
-// The causal attention core on cuBLAS strided-batched GEMMs (one call per batch row and
-// GEMM, over the H heads; heads read and written in place in qkv/y, no permutes) plus
+// The causal attention core on cuBLAS batched GEMMs (one call per GEMM over every
+// batch row and head; heads read and written in place in qkv/y, no permutes) plus
 // masked-softmax kernels, all on the handle's stream. fp32 GEMMs are plain FP32
 // (PEDANTIC, no TF32); 2-byte ones multiply in the storage format and accumulate in fp32.
 // scratch: fp32 [B,H,T,T]: the scores under a 2-byte dt (null allowed for f32).
+// pointers: device room for 3·B·H pointers (the batched GEMMs' matrix addresses).
 void attention_forward(cublasHandle_t h, DType dt, void* y, void* att, const void* qkv,
-                       float* scratch, int B, int T, int C, int H);
+                       float* scratch, void** pointers, int B, int T, int C, int H);
 // scratch (required) takes dP, then dS for f32; under a 2-byte dt dS is written over att.
 void attention_backward(cublasHandle_t h, DType dt, void* dqkv, void* att, float* scratch,
-                        const void* dy, const void* qkv, int B, int T, int C, int H);
+                        void** pointers, const void* dy, const void* qkv, int B, int T, int C,
+                        int H);
 
 // Blocks of the cross-entropy kernel: the number of partial sums it needs.
 constexpr int kCrossEntropyBlocks = 256;

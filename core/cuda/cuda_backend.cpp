@@ -284,6 +284,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     if (blas_) (void)cublasDestroy(blas_);
     SHARDLAB_CUDA_IGNORE(cudaFree(scratch_));
     SHARDLAB_CUDA_IGNORE(cudaFree(partials_));
+    if (head_pointers_) SHARDLAB_CUDA_IGNORE(cudaFree(head_pointers_));
     SHARDLAB_CUDA_IGNORE(cudaFreeHost(pinned_));
     stream_.reset();
   }
@@ -515,11 +516,13 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
   void attention_forward(DType dt, void* out, void* att, const void* qkv, float* scratch, int B,
                          int T, int C, int H) override {
-    kernels::cuda::attention_forward(blas_, dt, out, att, qkv, scratch, B, T, C, H);
+    kernels::cuda::attention_forward(blas_, dt, out, att, qkv, scratch, head_pointers(B * H), B, T,
+                                     C, H);
   }
   void attention_backward(DType dt, void* dqkv, void* att, float* scratch, const void* dout,
                           const void* qkv, int B, int T, int C, int H) override {
-    kernels::cuda::attention_backward(blas_, dt, dqkv, att, scratch, dout, qkv, B, T, C, H);
+    kernels::cuda::attention_backward(blas_, dt, dqkv, att, scratch, head_pointers(B * H), dout,
+                                      qkv, B, T, C, H);
   }
   double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
                                        const int32_t* targets, int rows, int V,
@@ -561,6 +564,23 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
 
  private:
+  // Device room for attention's 3·n GEMM pointers: grown on demand, kept, outside
+  // the Allocator (a few KiB, as cuBLAS's own workspace is).
+  void** head_pointers(int n) {
+    const size_t want = 3 * static_cast<size_t>(n > 0 ? n : 1);
+    if (want > head_pointers_n_) {
+      if (head_pointers_) {
+        stream_->synchronize();  // the old array may still be read by a queued GEMM
+        SHARDLAB_CUDA_IGNORE(cudaFree(head_pointers_));
+        head_pointers_ = nullptr;
+      }
+      ScopedDevice on(index_);
+      SHARDLAB_CUDA_CHECK(
+          cudaMalloc(reinterpret_cast<void**>(&head_pointers_), want * sizeof(void*)));
+      head_pointers_n_ = want;
+    }
+    return head_pointers_;
+  }
   bool owns(const void* p) const {
     std::lock_guard<std::mutex> lock(mu_);
     return in_blocks(owned_, p);
@@ -574,6 +594,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   void* scratch_ = nullptr;     // 64 device bytes: the loss sum, the overflow flag
   void* pinned_ = nullptr;      // 64 pinned host bytes to read them back
   double* partials_ = nullptr;  // the cross-entropy's per-block loss sums
+  void** head_pointers_ = nullptr;
+  size_t head_pointers_n_ = 0;
   std::unique_ptr<GpuTimer> timer_;
   Recorder* recorder_ = nullptr;
   mutable std::mutex mu_;

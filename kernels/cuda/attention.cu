@@ -1,6 +1,6 @@
 // The causal self-attention core (kernels/transformer.h's attention_forward /
-// attention_backward) on cuBLAS strided-batched GEMMs over the heads of one
-// batch row, reading each head in place from qkv[B,T,3C] and writing it in
+// attention_backward) on cuBLAS GEMMs batched over every (batch row, head) in
+// one call each, reading each head in place from qkv[B,T,3C] and writing it in
 // place into y[B,T,C] (leading dimensions do the split and the merge), with
 // warp-per-row kernels for the masked softmax and its backward.
 #include <cublas_v2.h>
@@ -42,29 +42,65 @@ const S* at(const void* p, size_t offset) {
   return static_cast<const S*>(p) + offset;
 }
 
-// One operand of a strided-batched GEMM: the matrix of batch 0, its row stride
-// (row-major leading dimension) and the distance between batches, in elements.
+// One operand of a GEMM batched over every (batch row b, head h): the matrix of
+// (0, 0), its row stride (row-major leading dimension), and the distances between
+// batch rows and between heads, in elements.
 struct Operand {
   const void* p;
   cudaDataType_t type;
   int ld;
-  long long stride;
+  long long b_stride;
+  long long h_stride;
 };
 
-// Row-major, like kernels::gemm_ld, for `batch` matrices at once:
-// C_i = alpha·op(A_i)·op(B_i) + beta·C_i. cuBLAS is column-major, so it
-// computes C_iᵀ = op(B_i)ᵀ·op(A_i)ᵀ, which is the same memory.
-void gemm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                  Operand A, Operand B, float beta, void* C, cudaDataType_t c_type, int ldc,
-                  long long stride_c, int batch) {
-  const bool fp32 = A.type == CUDA_R_32F && B.type == CUDA_R_32F && c_type == CUDA_R_32F;
+size_t type_size(cudaDataType_t t) {
+  return t == CUDA_R_32F ? 4 : 2;
+}
+
+// The matrix of every (b, h), i = b·H + h, for A, B and C at once: cuBLAS's batched
+// GEMM takes arrays of pointers, which the (b, h) layout needs (two strides).
+struct HeadBases {
+  const char* base[3];
+  long long b_bytes[3];
+  long long h_bytes[3];
+};
+__global__ void head_pointers_kernel(const void** ptrs, HeadBases hb, int B, int H) {
+  const int n = B * H;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < 3 * n; i += gridDim.x * blockDim.x) {
+    const int which = i / n, j = i % n;
+    ptrs[i] = hb.base[which] + (j / H) * hb.b_bytes[which] + (j % H) * hb.h_bytes[which];
+  }
+}
+
+// Row-major, like kernels::gemm_ld, for the B·H matrices at once:
+// C_i = alpha·op(A_i)·op(B_i) + beta·C_i. cuBLAS is column-major, so it computes
+// C_iᵀ = op(B_i)ᵀ·op(A_i)ᵀ, which is the same memory. `ptrs`: device room for
+// 3·B·H pointers (written here, read by the GEMM: stream order keeps them apart).
+void gemm_heads(cublasHandle_t h, const void** ptrs, cudaStream_t s, bool trans_a, bool trans_b,
+                int M, int N, int K, float alpha, Operand A, Operand B, float beta, Operand C,
+                int Bn, int H) {
+  HeadBases hb{};
+  const Operand* ops[3] = {&A, &B, &C};
+  for (int k = 0; k < 3; ++k) {
+    const long long es = static_cast<long long>(type_size(ops[k]->type));
+    hb.base[k] = static_cast<const char*>(ops[k]->p);
+    hb.b_bytes[k] = ops[k]->b_stride * es;
+    hb.h_bytes[k] = ops[k]->h_stride * es;
+  }
+  const int n = 3 * Bn * H;
+  head_pointers_kernel<<<(n + detail::kBlock - 1) / detail::kBlock, detail::kBlock, 0, s>>>(
+      ptrs, hb, Bn, H);
+  SHARDLAB_CUDA_CHECK_LAUNCH("head_pointers_kernel");
+  const bool fp32 = A.type == CUDA_R_32F && B.type == CUDA_R_32F && C.type == CUDA_R_32F;
   // fp32: plain FP32 (no TF32), as kernels::cuda::gemm. 2-byte inputs multiply
   // exactly into fp32 accumulators; the output is rounded once.
   const cublasComputeType_t compute = fp32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-  SHARDLAB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-      B.p, B.type, B.ld, B.stride, A.p, A.type, A.ld, A.stride, &beta, C, c_type, ldc, stride_c,
-      batch, compute, CUBLAS_GEMM_DEFAULT));
+  const int count = Bn * H;
+  SHARDLAB_CUBLAS_CHECK(cublasGemmBatchedEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                            ptrs + count, B.type, B.ld, ptrs, A.type, A.ld, &beta,
+                                            const_cast<void* const*>(ptrs + 2 * count), C.type,
+                                            C.ld, count, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 // p = softmax over s[0..t] of each row (t = row % T), 0 beyond; one warp per
@@ -128,8 +164,8 @@ cudaStream_t stream_of(cublasHandle_t h) {
 }
 
 template <typename S>
-void forward(cublasHandle_t h, void* y, void* att, const void* qkv, float* scratch, int B, int T,
-             int C, int H) {
+void forward(cublasHandle_t h, void* y, void* att, const void* qkv, float* scratch,
+             const void** ptrs, int B, int T, int C, int H) {
   constexpr bool fp32 = sizeof(S) == 4;
   constexpr cudaDataType_t st = data_type<S>();
   const cudaStream_t s = stream_of(h);
@@ -138,29 +174,22 @@ void forward(cublasHandle_t h, void* y, void* att, const void* qkv, float* scrat
   const size_t TT = static_cast<size_t>(T) * T, HTT = static_cast<size_t>(H) * TT;
   // Scores: fp32 straight into att, or into the fp32 scratch under 2 bytes.
   void* scores = fp32 ? att : static_cast<void*>(scratch);
-  for (int b = 0; b < B; ++b) {
-    const size_t base = static_cast<size_t>(b) * T * ld;
-    gemm_batched(h, false, true, T, T, hs, scale, {at<S>(qkv, base), st, ld, hs},
-                 {at<S>(qkv, base + C), st, ld, hs}, 0.0f, at<float>(scores, b * HTT), CUDA_R_32F,
-                 T, static_cast<long long>(TT), H);
-  }
+  const long long qkv_b = static_cast<long long>(T) * ld, y_b = static_cast<long long>(T) * C;
+  const long long att_b = static_cast<long long>(HTT), att_h = static_cast<long long>(TT);
+  gemm_heads(h, ptrs, s, false, true, T, T, hs, scale, {at<S>(qkv, 0), st, ld, qkv_b, hs},
+             {at<S>(qkv, C), st, ld, qkv_b, hs}, 0.0f, {scores, CUDA_R_32F, T, att_b, att_h}, B, H);
   const size_t rows = static_cast<size_t>(B) * H * T;
   causal_softmax_kernel<float, S>
       <<<detail::grid_for_rows(rows, detail::kBlock), detail::kBlock, 0, s>>>(
           static_cast<S*>(att), static_cast<const float*>(scores), rows, T);
   SHARDLAB_CUDA_CHECK_LAUNCH("causal_softmax_kernel");
-  for (int b = 0; b < B; ++b) {
-    const size_t base = static_cast<size_t>(b) * T * ld;
-    gemm_batched(h, false, false, T, hs, T, 1.0f,
-                 {at<S>(att, b * HTT), st, T, static_cast<long long>(TT)},
-                 {at<S>(qkv, base + 2 * C), st, ld, hs}, 0.0f,
-                 at<S>(y, static_cast<size_t>(b) * T * C), st, C, hs, H);
-  }
+  gemm_heads(h, ptrs, s, false, false, T, hs, T, 1.0f, {att, st, T, att_b, att_h},
+             {at<S>(qkv, 2 * C), st, ld, qkv_b, hs}, 0.0f, {y, st, C, y_b, hs}, B, H);
 }
 
 template <typename S>
-void backward(cublasHandle_t h, void* dqkv, void* att, float* scratch, const void* dy,
-              const void* qkv, int B, int T, int C, int H) {
+void backward(cublasHandle_t h, void* dqkv, void* att, float* scratch, const void** ptrs,
+              const void* dy, const void* qkv, int B, int T, int C, int H) {
   constexpr bool fp32 = sizeof(S) == 4;
   constexpr cudaDataType_t st = data_type<S>();
   const cudaStream_t s = stream_of(h);
@@ -168,16 +197,14 @@ void backward(cublasHandle_t h, void* dqkv, void* att, float* scratch, const voi
   const float scale = static_cast<float>(attention_scale(hs));
   const long long TT = static_cast<long long>(T) * T;
   const size_t HTT = static_cast<size_t>(H) * static_cast<size_t>(TT);
+  const long long qkv_b = static_cast<long long>(T) * ld, y_b = static_cast<long long>(T) * C;
+  const long long att_b = static_cast<long long>(HTT);
   // dP = dy·vᵀ into scratch; dv = Pᵀ·dy (before dS may overwrite att).
-  for (int b = 0; b < B; ++b) {
-    const size_t base = static_cast<size_t>(b) * T * ld;
-    const size_t ybase = static_cast<size_t>(b) * T * C;
-    gemm_batched(h, false, true, T, T, hs, 1.0f, {at<S>(dy, ybase), st, C, hs},
-                 {at<S>(qkv, base + 2 * C), st, ld, hs}, 0.0f, scratch + b * HTT, CUDA_R_32F, T, TT,
-                 H);
-    gemm_batched(h, true, false, T, hs, T, 1.0f, {at<S>(att, b * HTT), st, T, TT},
-                 {at<S>(dy, ybase), st, C, hs}, 0.0f, at<S>(dqkv, base + 2 * C), st, ld, hs, H);
-  }
+  gemm_heads(h, ptrs, s, false, true, T, T, hs, 1.0f, {dy, st, C, y_b, hs},
+             {at<S>(qkv, 2 * C), st, ld, qkv_b, hs}, 0.0f, {scratch, CUDA_R_32F, T, att_b, TT}, B,
+             H);
+  gemm_heads(h, ptrs, s, true, false, T, hs, T, 1.0f, {att, st, T, att_b, TT}, {dy, st, C, y_b, hs},
+             0.0f, {at<S>(dqkv, 2 * C), st, ld, qkv_b, hs}, B, H);
   // dS: in place over dP (fp32), or rounded over att (2-byte: GEMM operands share a type).
   const size_t rows = static_cast<size_t>(B) * H * T;
   void* ds = fp32 ? static_cast<void*>(scratch) : att;
@@ -186,34 +213,36 @@ void backward(cublasHandle_t h, void* dqkv, void* att, float* scratch, const voi
       static_cast<S*>(ds), static_cast<const S*>(att), scratch, rows, T);
   SHARDLAB_CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel");
   // dq = dS·k·scale ; dk = dSᵀ·q·scale
-  for (int b = 0; b < B; ++b) {
-    const size_t base = static_cast<size_t>(b) * T * ld;
-    const Operand dsb{at<S>(ds, b * HTT), st, T, TT};
-    gemm_batched(h, false, false, T, hs, T, scale, dsb, {at<S>(qkv, base + C), st, ld, hs}, 0.0f,
-                 at<S>(dqkv, base), st, ld, hs, H);
-    gemm_batched(h, true, false, T, hs, T, scale, dsb, {at<S>(qkv, base), st, ld, hs}, 0.0f,
-                 at<S>(dqkv, base + C), st, ld, hs, H);
-  }
+  const Operand dso{ds, st, T, att_b, TT};
+  gemm_heads(h, ptrs, s, false, false, T, hs, T, scale, dso, {at<S>(qkv, C), st, ld, qkv_b, hs},
+             0.0f, {dqkv, st, ld, qkv_b, hs}, B, H);
+  gemm_heads(h, ptrs, s, true, false, T, hs, T, scale, dso, {qkv, st, ld, qkv_b, hs}, 0.0f,
+             {at<S>(dqkv, C), st, ld, qkv_b, hs}, B, H);
 }
 
 }  // namespace
 
 void attention_forward(cublasHandle_t h, DType dt, void* y, void* att, const void* qkv,
-                       float* scratch, int B, int T, int C, int H) {
+                       float* scratch, void** pointers, int B, int T, int C, int H) {
   check_shape("attention", C, H);
   if (B <= 0 || T <= 0) return;
   if (dt != DType::f32 && !scratch)
     throw std::invalid_argument("cuda::attention_forward: a 2-byte dtype needs the fp32 scratch");
-  with_storage(dt, [&](auto tag) { forward<decltype(tag)>(h, y, att, qkv, scratch, B, T, C, H); });
+  with_storage(dt, [&](auto tag) {
+    forward<decltype(tag)>(h, y, att, qkv, scratch, const_cast<const void**>(pointers), B, T, C, H);
+  });
 }
 
 void attention_backward(cublasHandle_t h, DType dt, void* dqkv, void* att, float* scratch,
-                        const void* dy, const void* qkv, int B, int T, int C, int H) {
+                        void** pointers, const void* dy, const void* qkv, int B, int T, int C,
+                        int H) {
   check_shape("attention backward", C, H);
   if (B <= 0 || T <= 0) return;
   if (!scratch) throw std::invalid_argument("cuda::attention_backward: scratch is required");
-  with_storage(
-      dt, [&](auto tag) { backward<decltype(tag)>(h, dqkv, att, scratch, dy, qkv, B, T, C, H); });
+  with_storage(dt, [&](auto tag) {
+    backward<decltype(tag)>(h, dqkv, att, scratch, const_cast<const void**>(pointers), dy, qkv, B,
+                            T, C, H);
+  });
 }
 
 }  // namespace shardlab::kernels::cuda
