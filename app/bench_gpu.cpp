@@ -32,8 +32,9 @@ The workloads of Shardlab's comparison with PyTorch eager (bench/gpu-vs-pytorch.
 one run each on one GPU, AdamW lr 1e-3:
   mlp:8x4096 batch 1024 and mlp:8x1024 batch 64, fp32 and bf16;
   gpt:6x384x6 seq 256 batch 64, fp32 and bf16; gpt:4x128x4 seq 64 batch 32, fp32;
-  single, ddp, zero1, zero2, zero3, fsdp on mlp:8x1024 batch 64 (world 2: ranks share
-  the GPU when there is one), fp32.
+  single, ddp, zero1, zero2, zero3, fsdp on mlp:8x1024 batch 64, fp32, at world 2: the
+  ranks share a single GPU (Gloo, host staging), or take one each where there are two
+  (CUDA_VISIBLE_DEVICES=0 makes them share); the placement line says which.
 Columns: median step (steps 1..: step 0 is a warm-up, ~100x slower on a GPU); the
 share of that step in each span kind, from the recorded spans of the step nearest the
 median on its slowest rank (fwd includes the loss; comm can overlap compute, so the

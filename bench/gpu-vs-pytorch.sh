@@ -10,7 +10,8 @@
 #   SHARDLAB_BIN  the shardlab binary, or a bundle directory from gpu-bundle.sh (run
 #                 through its env.sh); default: build/shardlab, else .gpu-bundle
 #   --out DIR     where gpu-vs-pytorch.csv goes (default: .)
-#   env: ROUNDS (3), STEPS (20 timed steps each), PYTHON (python3: the one with torch)
+#   env: ROUNDS (3), STEPS (20 timed steps each), PYTHON (python3: the one with torch),
+#        CUDA_VISIBLE_DEVICES (default 0: one GPU for everything)
 set -euo pipefail
 bin="" out="."
 while [ $# -gt 0 ]; do
@@ -27,6 +28,8 @@ out=$(cd "$out" && pwd)
 [ -z "$bin" ] || bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")  # before the cd
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-20} PYTHON=${PYTHON:-python3}
+# One GPU for both, and the world-2 rows' ranks share it as the table says.
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 if [ -z "$bin" ]; then
   if [ -x build/shardlab ]; then bin=build/shardlab; else bin=.gpu-bundle; fi
 fi
