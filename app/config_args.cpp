@@ -21,9 +21,9 @@ const std::set<std::string>& run_options() {
 }
 
 const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {"no-overlap",  "no-record",  "json",
-                                              "no-prefetch", "no-reshard", "offload",
-                                              "recompute",   "force",      "allow-nonfinite"};
+  static const std::set<std::string> flags = {
+      "no-overlap", "no-record", "json",  "no-prefetch",     "no-reshard",
+      "offload",    "recompute", "force", "allow-nonfinite", "tf32"};
   return flags;
 }
 
@@ -82,6 +82,7 @@ RunConfig config_from(const Args& a) {
   c.record = !a.has("no-record");
   c.force = a.has("force");
   c.precision = a.str("precision", c.precision);
+  c.tf32 = a.has("tf32");
   c.device = a.str("device", c.device);
   c.backend = a.str("backend", c.backend);
   c.prefetch = !a.has("no-prefetch");

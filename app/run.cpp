@@ -56,6 +56,8 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --no-overlap        ddp: all-reduce after backward instead of during it
   --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32;
                       the pipeline strategies run fp32 only)
+  --tf32              cuda, fp32: the model's GEMMs on tensor cores with TF32 inputs (~1e-3
+                      relative) instead of exact fp32; refused on the CPU
   --no-prefetch       zero3/fsdp: do not start the next all-gather early
   --fsdp-unit K       fsdp: layers per unit (default 1)
   --no-reshard        fsdp: keep gathered parameters from forward until backward

@@ -56,6 +56,9 @@ struct RunConfig {
 
   // Numeric precision of compute: fp32 | bf16 | fp16 (mixed precision keeps fp32 masters).
   std::string precision = "fp32";
+  // --tf32 (cuda, fp32 only): the model's fp32 GEMMs on tensor cores with 10-bit
+  // mantissas, as torch.backends.cuda.matmul.allow_tf32; off, they are exact fp32.
+  bool tf32 = false;
 
   // zero3, fsdp
   bool prefetch = true;  // start the next unit's all-gather while this one computes

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/clock.h"
@@ -174,6 +176,15 @@ class CpuBackend final : public DeviceBackend {
     kernels::sgd_step(param, grad, n, lr);
   }
   void scale(float* x, size_t n, float s) override { kernels::scale(x, n, s); }
+  void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows,
+                         int dim) override {
+    kernels::synthetic_normals(x, seed, step, row_begin, rows, dim);
+  }
+  void synthetic_targets(float* y, const float* x, const float* t, int rows, int dim) override {
+    kernels::linear_forward<float>(y, x, t, nullptr, rows, dim, dim);
+    kernels::tanh_forward(y, y, static_cast<size_t>(rows) * dim);
+  }
+  const void* constant(const std::string&, const void* host, size_t) override { return host; }
 
   void cast(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) override {
     if (dst_dt == src_dt) return copy(dst, src, n * dtype_size(dst_dt), CopyKind::host_to_host);
@@ -214,6 +225,29 @@ class CpuBackend final : public DeviceBackend {
 
 std::unique_ptr<DeviceBackend> make_cpu_backend() {
   return std::make_unique<CpuBackend>();
+}
+
+// The 2-byte calls exist only where native_2byte_math() says so (a GPU's tensor cores).
+namespace {
+[[noreturn]] void no_native_2byte(const char* call) {
+  throw std::logic_error(std::string("DeviceBackend::") + call +
+                         ": this device has no 2-byte math (native_2byte_math() is false); "
+                         "upcast to fp32 instead");
+}
+}  // namespace
+void DeviceBackend::linear_forward_2byte(DType, void*, const void*, const void*, const void*, int,
+                                         int, int) {
+  no_native_2byte("linear_forward_2byte");
+}
+void DeviceBackend::linear_backward_2byte(DType, void*, void*, void*, const void*, const void*,
+                                          const void*, int, int, int) {
+  no_native_2byte("linear_backward_2byte");
+}
+void DeviceBackend::gelu_forward_2byte(DType, void*, const void*, size_t) {
+  no_native_2byte("gelu_forward_2byte");
+}
+void DeviceBackend::gelu_backward_2byte(DType, void*, const void*, const void*, size_t) {
+  no_native_2byte("gelu_backward_2byte");
 }
 
 }  // namespace shardlab

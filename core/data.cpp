@@ -1,4 +1,4 @@
-// Synthetic data generation (see data.h).
+// Synthetic data generation (see data.h): the same three calls on every device.
 #include "core/data.h"
 
 #include <cmath>
@@ -10,22 +10,25 @@
 namespace shardlab {
 
 SyntheticData::SyntheticData(int dim, uint64_t seed) : dim_(dim), seed_(seed) {
-  target_.resize(static_cast<size_t>(dim) * dim);
+  const size_t d = static_cast<size_t>(dim);
+  target_t_.resize(d * d);
+  // T is drawn row by row from one stream (made once), and kept transposed.
   Rng rng(mix_seed(seed, 0x7a7a));
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  for (float& t : target_) t = static_cast<float>(rng.normal() * scale);
+  for (size_t i = 0; i < d; ++i)
+    for (size_t o = 0; o < d; ++o) target_t_[o * d + i] = static_cast<float>(rng.normal() * scale);
+}
+
+std::string SyntheticData::target_key() const {
+  return "synthetic.target_t:" + std::to_string(seed_) + ":" + std::to_string(dim_);
 }
 
 void SyntheticData::rows(int step, int row_begin, int rows, float* x, float* y) const {
-  for (int r = 0; r < rows; ++r) {
-    Rng rng(mix_seed(seed_, static_cast<uint64_t>(step), static_cast<uint64_t>(row_begin + r)));
-    float* xr = x + static_cast<size_t>(r) * dim_;
-    for (int j = 0; j < dim_; ++j) xr[j] = static_cast<float>(rng.normal());
-  }
+  kernels::synthetic_normals(x, seed_, step, row_begin, rows, dim_);
   if (!y) return;
-  // y = tanh(x · T), one GEMM for the slice.
-  kernels::gemm(false, false, rows, dim_, dim_, 1.0f, x, target_.data(), 0.0f, y);
-  for (size_t i = 0; i < static_cast<size_t>(rows) * dim_; ++i) y[i] = std::tanh(y[i]);
+  // y = tanh(x · T): one Linear for the slice, as every device computes it.
+  kernels::linear_forward<float>(y, x, target_t_.data(), nullptr, rows, dim_, dim_);
+  kernels::tanh_forward(y, y, static_cast<size_t>(rows) * dim_);
 }
 
 void load_rows(DeviceBackend& dev, const SyntheticData& data, int step, int row_begin, int rows,
@@ -35,11 +38,13 @@ void load_rows(DeviceBackend& dev, const SyntheticData& data, int step, int row_
     data.rows(step, row_begin, rows, x_dev, y_dev);
     return;
   }
-  const size_t n = static_cast<size_t>(rows) * data.dim();
-  std::vector<float> x(n), y(y_dev ? n : 0);
-  data.rows(step, row_begin, rows, x.data(), y_dev ? y.data() : nullptr);
-  dev.upload(x_dev, DType::f32, x.data(), n);
-  if (y_dev) dev.upload(y_dev, DType::f32, y.data(), n);
+  const int d = data.dim();
+  dev.synthetic_normals(x_dev, data.seed(), step, row_begin, rows, d);
+  if (!y_dev) return;
+  const std::vector<float>& tt = data.target_t();
+  const auto* t_dev = static_cast<const float*>(
+      dev.constant(data.target_key(), tt.data(), tt.size() * sizeof(float)));
+  dev.synthetic_targets(y_dev, x_dev, t_dev, rows, d);
 }
 
 }  // namespace shardlab

@@ -159,6 +159,37 @@ class DeviceBackend {
   virtual void sgd_step(float* param, const float* grad, size_t n, float lr) = 0;
   virtual void scale(float* x, size_t n, float s) = 0;
 
+  // ---- synthetic data (core/data.h), made on the device that uses it
+  // x[rows, dim] = the N(0,1) draws of rows row_begin.. of `step` (kernels::synthetic_normals).
+  virtual void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows,
+                                 int dim) = 0;
+  // y[rows, dim] = tanh(x . t^T) in plain fp32 (never TF32: the data stays the same
+  // whatever math the model runs in); t [dim, dim] is from constant().
+  virtual void synthetic_targets(float* y, const float* x, const float* t, int rows, int dim) = 0;
+  // Memory of this device holding `bytes` copied from `host`: uploaded on the first call
+  // with `key`, then the same pointer for the backend's lifetime. For constants a data
+  // loader reads every step (the synthetic target matrix); outside the Allocator, as a
+  // data loader's own tables are. The CPU returns `host` itself.
+  virtual const void* constant(const std::string& key, const void* host, size_t bytes) = 0;
+
+  // ---- 2-byte operands with fp32 accumulation (tensor cores on a GPU)
+  // True when the *_2byte calls below run here; callers then skip the fp32 upcasts
+  // (AsF32) they otherwise make. Their results are the upcast path's math (products
+  // of 2-byte values are exact in fp32, sums in fp32, each output rounded to dt once)
+  // up to the order of the sums. Elsewhere they throw std::logic_error.
+  virtual bool native_2byte_math() const { return false; }
+  // out[rows,out] = round(in . w^T + b) (b may be null), every pointer in dt.
+  virtual void linear_forward_2byte(DType dt, void* out, const void* in, const void* w,
+                                    const void* b, int rows, int in_dim, int out_dim);
+  // dw = round(dw + dout^T . in); db = round(db + sum_rows dout); din = round(dout . w)
+  // (din and db may be null), every pointer in dt.
+  virtual void linear_backward_2byte(DType dt, void* din, void* dw, void* db, const void* dout,
+                                     const void* in, const void* w, int rows, int in_dim,
+                                     int out_dim);
+  // out = round(gelu(in)); din = round(dout * gelu'(in)) (may alias dout), in dt.
+  virtual void gelu_forward_2byte(DType dt, void* out, const void* in, size_t n);
+  virtual void gelu_backward_2byte(DType dt, void* din, const void* dout, const void* in, size_t n);
+
   // ---- storage formats
   // dst[n] (dst_dt) = src[n] (src_dt); f32 -> 2 bytes rounds to nearest even,
   // 2 bytes -> f32 is exact, same dtype is a copy.

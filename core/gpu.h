@@ -31,8 +31,9 @@ bool cuda_memory_info(int index, int64_t* free_bytes, int64_t* total_bytes);
 
 // A CUDA device backend on GPU `index`. Call on the rank's own thread: it makes
 // `index` current for that thread. With a recorder, compute spans are timed by
-// CUDA events (the recorder's DeviceClock) for the backend's lifetime.
-std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder);
+// CUDA events (the recorder's DeviceClock) for the backend's lifetime. tf32: the
+// model's fp32 GEMMs run on tensor cores with TF32 inputs (--tf32), not exact fp32.
+std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder, bool tf32 = false);
 
 // The communicators of one in-process run, one rank per GPU: an NCCL unique id
 // made once and shared by the rank threads (ncclCommInitRank).

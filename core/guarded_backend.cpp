@@ -3,10 +3,13 @@
 // readable only while some backend call is running.
 #include <sys/mman.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "core/device.h"
 
@@ -201,8 +204,35 @@ class GuardedBackend final : public DeviceBackend {
     Open o(*guard_);
     return cpu_->all_finite(src, dt, n);
   }
+  void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows,
+                         int dim) override {
+    Open o(*guard_);
+    cpu_->synthetic_normals(x, seed, step, row_begin, rows, dim);
+  }
+  void synthetic_targets(float* y, const float* x, const float* t, int rows, int dim) override {
+    Open o(*guard_);
+    cpu_->synthetic_targets(y, x, t, rows, dim);
+  }
+  // Closed memory like every other buffer here, so host code cannot read it either.
+  const void* constant(const std::string& key, const void* host, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(constants_mu_);
+    auto it = constants_.find(key);
+    if (it != constants_.end()) return it->second.first;
+    void* p = guard_->map(bytes);
+    {
+      Open o(*guard_);
+      std::memcpy(p, host, bytes);
+    }
+    constants_[key] = {p, bytes};
+    return p;
+  }
+  ~GuardedBackend() override {
+    for (auto& [key, block] : constants_) guard_->unmap(block.first);
+  }
 
  private:
+  std::mutex constants_mu_;
+  std::map<std::string, std::pair<void*, size_t>> constants_;
   struct Open {
     explicit Open(MemoryGuard& g) : g_(g) { g_.open(); }
     ~Open() { g_.close(); }

@@ -52,6 +52,13 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
     }
     return;
   }
+  if (dev.native_2byte_math()) {
+    // Tensor cores: 2-byte operands, fp32 sums, each output rounded once — the
+    // upcast path's math below without its fp32 copies.
+    dev.linear_forward_2byte(dt, pre ? pre : out, x, w, b, rows, d, d);
+    if (pre) dev.gelu_forward_2byte(dt, out, pre, n);
+    return;
+  }
   AsF32 x32(alloc, "upcast.input", x, dt, n);
   AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
   AsF32 b32(alloc, "upcast.bias", b, dt, d);
@@ -83,10 +90,19 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
                         gf, static_cast<const float*>(x), static_cast<const float*>(w), rows, d, d);
     return;
   }
+  if (dev.native_2byte_math()) {
+    if (pre) dev.gelu_backward_2byte(dt, g, g, pre, n);
+    dev.linear_backward_2byte(dt, din, dw, db, g, x, w, rows, d, d);
+    return;
+  }
   AsF32 g32(alloc, "upcast.grad_output", g, dt, n);
   if (pre) {
     AsF32 pre32(alloc, "upcast.pre_gelu", pre, dt, n);
     dev.gelu_backward(g32.get(), g32.get(), pre32.get(), n);
+    // The linear's output gradient is rounded to storage before its GEMMs read it,
+    // as a 2-byte GEMM (a GPU's tensor cores, autocast's bf16 matmul) takes it.
+    dev.cast(g, dt, g32.get(), DType::f32, n);
+    dev.cast(g32.get(), DType::f32, g, dt, n);
   }
   AsF32 x32(alloc, "upcast.input", x, dt, n);
   AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);

@@ -99,7 +99,8 @@ size_t dim(const MemoryPlan& p) {
 }  // namespace
 
 void plan_layer_forward(MemoryPlan& p, DType dt, size_t rows) {
-  if (dt == DType::f32) return;  // fp32 computes on the buffers themselves
+  // fp32 computes on the buffers themselves, and so do a GPU's 2-byte GEMMs.
+  if (dt == DType::f32 || native_2byte(p)) return;
   const size_t d = dim(p), n = rows * d;
   MemBlock x32 = p.alloc(MemCategory::temporary, n);
   MemBlock w32 = p.alloc(MemCategory::temporary, d * d);
@@ -108,7 +109,7 @@ void plan_layer_forward(MemoryPlan& p, DType dt, size_t rows) {
 }
 
 void plan_layer_backward(MemoryPlan& p, DType dt, size_t rows, bool has_pre, bool has_din) {
-  if (dt == DType::f32) return;
+  if (dt == DType::f32 || native_2byte(p)) return;
   const size_t d = dim(p), n = rows * d;
   MemBlock g32 = p.alloc(MemCategory::temporary, n);
   if (has_pre) MemBlock pre32 = p.alloc(MemCategory::temporary, n);
@@ -582,7 +583,13 @@ MemoryEstimate estimate_memory(const RunConfig& cfg, const RunOutputs& outputs) 
     if (place.kind == DeviceKind::cpu)
       ranks_host = add(ranks_host, re.device_bytes());
     else
-      e.gpu_total[re.gpu] = add(e.gpu_total[re.gpu], re.device_bytes() + kGpuRankOverhead);
+      // Beside the allocator: the synthetic data's T, uploaded once per rank that
+      // makes targets (counted for every rank: a pipeline's first stage does not).
+      e.gpu_total[re.gpu] = add(e.gpu_total[re.gpu],
+                                re.device_bytes() + kGpuRankOverhead +
+                                    (layout.input_is_tokens() ? 0
+                                                              : static_cast<int64_t>(layout.dim()) *
+                                                                    layout.dim() * int64_t{4}));
     records = add(records, re.record_per_step);
     e.ranks.push_back(std::move(re));
   }

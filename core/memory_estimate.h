@@ -99,6 +99,12 @@ struct MemoryPlan {
   int64_t spans_per_step = 0;
 };
 
+// True when the rank's device multiplies 2-byte operands itself
+// (DeviceBackend::native_2byte_math: a GPU), so no fp32 upcasts are made.
+inline bool native_2byte(const MemoryPlan& p) {
+  return p.placement.kind == DeviceKind::cuda;
+}
+
 // One layer's fp32 temporaries under mixed precision (layer_ops.cpp's AsF32
 // upcasts of the input, weight, bias and output in forward; of the output
 // gradient, pre-GELU values, input, weight and the gradients in backward).

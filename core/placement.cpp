@@ -29,6 +29,14 @@ Placement plan_placement(const RunConfig& cfg) {
     throw ConfigError("--device cuda: no usable GPU here (" + cuda_status() +
                       "); valid on this machine: cpu, auto");
   const bool cuda = dev == "cuda" || (dev == "auto" && gpus > 0);
+  if (cfg.tf32 && !cuda)
+    throw ConfigError("--tf32 needs a GPU: TF32 is a tensor-core format and --device " + dev +
+                      " runs here on the CPU, whose fp32 is exact (valid: --tf32 with --device "
+                      "cuda, or no --tf32)");
+  if (cfg.tf32 && cfg.precision != "fp32")
+    throw ConfigError("--tf32 with --precision " + cfg.precision +
+                      ": TF32 changes fp32 GEMMs only, and " + cfg.precision +
+                      " GEMMs already run on tensor cores (valid: --tf32 with --precision fp32)");
   const std::string world = std::to_string(cfg.world);
 
   if (!cuda) {

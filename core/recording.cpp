@@ -309,6 +309,7 @@ json config_json(const RunConfig& c) {
             {"recompute", c.recompute}};
   // A gpt's context and text decide its vocabulary and activations.
   if (c.seq != 0) j["seq"] = c.seq;
+  if (c.tf32) j["tf32"] = true;  // absent: exact fp32 (and in recordings made before --tf32)
   if (!c.data.empty()) j["data"] = c.data;
   return j;
 }
@@ -426,7 +427,7 @@ RunConfig config_from_json(const Checker& ck, const json& j, const std::string& 
            "micro_batches",
            "partition",
            "recompute"},
-          {"seq", "data"});  // gpt only; absent in MLP recordings
+          {"seq", "data", "tf32"});  // seq, data: gpt only; tf32: when on
   RunConfig c;
   const int max_int = std::numeric_limits<int>::max();
   c.model = ck.text(j["model"], at(w, "model"), false);
@@ -470,6 +471,7 @@ RunConfig config_from_json(const Checker& ck, const json& j, const std::string& 
     c.partition.push_back(
         static_cast<int>(ck.integer(part[i], at(at(w, "partition"), i), -1'000'000, 1'000'000)));
   c.recompute = ck.boolean(j["recompute"], at(w, "recompute"));
+  if (j.contains("tf32")) c.tf32 = ck.boolean(j["tf32"], at(w, "tf32"));
   if (!c.record)
     ck.fail(at(w, "record"), "false: a recording needs the run's spans (record must be true)");
   // The settings must be ones shardlab accepts. Device and backend are checked

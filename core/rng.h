@@ -5,21 +5,18 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/math.h"
+
 namespace shardlab {
 
+// Both shared with the GPU's kernels (kernels/math.h), which draw the same numbers.
 inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return kernels::splitmix64_step(state);
 }
 
 // Mixes several keys (seed, step, row, ...) into one seed.
 inline uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0) {
-  uint64_t s = a;
-  uint64_t h = splitmix64(s) ^ b;
-  h = splitmix64(h) ^ c;
-  return splitmix64(h);
+  return kernels::mix_keys(a, b, c);
 }
 
 class Rng {

@@ -278,7 +278,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
     std::string phase = "the start of the rank";  // for an allocation failure outside the allocator
     try {
       if (place.kind == DeviceKind::cuda)
-        device = make_cuda_backend(place.gpu_of_rank[rank], rec);
+        device = make_cuda_backend(place.gpu_of_rank[rank], rec, cfg.tf32);
       else if (place.guarded)
         device = make_guarded_cpu_backend(guard);
       else

@@ -37,6 +37,25 @@ void scale(float* x, size_t n, float s) {
   for (size_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows,
+                       int dim) {
+  const size_t d = static_cast<size_t>(dim);
+  for (int r = 0; r < rows; ++r) {
+    const uint64_t key =
+        mix_keys(seed, static_cast<uint64_t>(step), static_cast<uint64_t>(row_begin + r));
+    float* xr = x + static_cast<size_t>(r) * d;
+    for (size_t j = 0; j < d; j += 2) {
+      float second = 0;
+      normal_pair(key, j / 2, &xr[j], &second);
+      if (j + 1 < d) xr[j + 1] = second;
+    }
+  }
+}
+
+void tanh_forward(float* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = math_detail::tanh(in[i]);
+}
+
 template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
                                     int);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*,

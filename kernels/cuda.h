@@ -22,19 +22,36 @@ namespace shardlab::kernels::cuda {
 // Row-major like kernels::gemm: C[M,N] = alpha*op(A)*op(B) + beta*C; op(A) is
 // [M,K] (A stored [K,M] when trans_a), op(B) is [K,N] (B stored [N,K] when
 // trans_b). Runs on the handle's stream (the caller sets it). FP32 math (no
-// TF32). Throws std::runtime_error with the cuBLAS status name on failure.
+// TF32 unless tf32). Throws std::runtime_error with the cuBLAS status name on failure.
 void gemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-          const float* A, const float* B, float beta, float* C);
+          const float* A, const float* B, float beta, float* C, bool tf32 = false);
+// The same on A, B and C stored in dt: 2-byte operands multiply on tensor cores
+// and accumulate in fp32; C = round(alpha·op(A)·op(B) + beta·C) once.
+void gemm(cublasHandle_t h, DType dt, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const void* A, const void* B, float beta, void* C, bool tf32 = false);
 
 // out[r,c] = bias[c]
 void bias_rows(float* out, const float* bias, int rows, int cols, cudaStream_t s);
 // dbias[c] += sum_r dout[r,c]
 void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, cudaStream_t s);
+// The same on storage dt (sums in fp32 from the stored value, rounded once).
+void bias_rows(DType dt, void* out, const void* bias, int rows, int cols, cudaStream_t s);
+void bias_grad_accumulate(DType dt, void* dbias, const void* dout, int rows, int cols,
+                          cudaStream_t s);
 
 // out[n] = gelu(in[n]); out may alias in.
 void gelu_forward(float* out, const float* in, size_t n, cudaStream_t s);
 // din[n] = dout[n] * gelu'(in[n]); din may alias dout.
 void gelu_backward(float* din, const float* dout, const float* in, size_t n, cudaStream_t s);
+// The same on storage dt (math in fp32, each output rounded once).
+void gelu_forward(DType dt, void* out, const void* in, size_t n, cudaStream_t s);
+void gelu_backward(DType dt, void* din, const void* dout, const void* in, size_t n, cudaStream_t s);
+
+// x[rows,dim] = kernels::synthetic_normals' draws (one thread per pair of elements);
+// out[n] = tanhf(in[n]) (may alias).
+void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows, int dim,
+                       cudaStream_t s);
+void tanh_forward(float* out, const float* in, size_t n, cudaStream_t s);
 
 // BatchNorm1d in training mode, the CPU's kernels::batchnorm_forward/backward:
 // per feature (column) the batch statistics over `rows` rows; y may alias x and

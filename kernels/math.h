@@ -64,6 +64,34 @@ SL_HD inline double sqrt(double x) {
   return std::sqrt(x);
 #endif
 }
+SL_HD inline double log(double x) {
+#ifdef __CUDA_ARCH__
+  return ::log(x);
+#else
+  return std::log(x);
+#endif
+}
+SL_HD inline double sin(double x) {
+#ifdef __CUDA_ARCH__
+  return ::sin(x);
+#else
+  return std::sin(x);
+#endif
+}
+SL_HD inline double cos(double x) {
+#ifdef __CUDA_ARCH__
+  return ::cos(x);
+#else
+  return std::cos(x);
+#endif
+}
+SL_HD inline float tanh(float x) {
+#ifdef __CUDA_ARCH__
+  return ::tanhf(x);
+#else
+  return std::tanh(x);
+#endif
+}
 // Round to the nearest integer, ties to even (the default rounding mode on the host).
 SL_HD inline float nearbyint(float x) {
 #ifdef __CUDA_ARCH__
@@ -87,6 +115,43 @@ SL_HD inline T gelu_grad_scalar(T x) {
   const T cdf = T(0.5) * (T(1) + math_detail::erf(x * T(0.70710678118654752440)));
   const T pdf = math_detail::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
   return cdf + x * pdf;
+}
+
+// ---- counter-based random draws (the synthetic data of core/data.h)
+// Every draw is a function of (key, counter) alone, so a GPU thread per pair of
+// elements makes the same numbers the CPU makes in a loop: no stream to replay.
+
+// splitmix64: the seeding step of core/rng.h, one output per call.
+SL_HD inline uint64_t splitmix64_step(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+// Several keys (seed, step, row) mixed into one (core/rng.h's mix_seed).
+SL_HD inline uint64_t mix_keys(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t s = a;
+  uint64_t h = splitmix64_step(s) ^ b;
+  h = splitmix64_step(h) ^ c;
+  return splitmix64_step(h);
+}
+// The i-th output of splitmix64's stream from state `key`, computed directly.
+SL_HD inline uint64_t splitmix64_at(uint64_t key, uint64_t i) {
+  uint64_t state = key + i * 0x9E3779B97F4A7C15ull;
+  return splitmix64_step(state);
+}
+// Pair `pair` of a row's N(0,1) draws (elements 2·pair and 2·pair + 1): Box–Muller
+// on two 53-bit uniforms at counters 2·pair and 2·pair + 1 of the row's key. u1 is
+// centred in its interval so it is never 0 (log(0)). Math in double, rounded to
+// float once: CPU and GPU agree unless their log/sin/cos differ in a double's last
+// bit at a float rounding boundary.
+SL_HD inline void normal_pair(uint64_t row_key, uint64_t pair, float* first, float* second) {
+  const double u1 = (static_cast<double>(splitmix64_at(row_key, 2 * pair) >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = static_cast<double>(splitmix64_at(row_key, 2 * pair + 1) >> 11) * 0x1.0p-53;
+  const double r = math_detail::sqrt(-2.0 * math_detail::log(u1));
+  const double a = 6.283185307179586476925 * u2;
+  *first = static_cast<float>(r * math_detail::cos(a));
+  *second = static_cast<float>(r * math_detail::sin(a));
 }
 
 // ---- BatchNorm1d (training mode)

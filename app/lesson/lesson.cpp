@@ -894,6 +894,7 @@ std::vector<std::string> command_args(const RunConfig& c) {
   if (c.optimizer.lr != d.optimizer.lr) add("--lr", num_f(c.optimizer.lr));
   if (c.seed != d.seed) add("--seed", std::to_string(c.seed));
   if (c.precision != d.precision) add("--precision", c.precision);
+  if (c.tf32) add("--tf32", "");
   if (c.device != d.device) add("--device", c.device);
   if (c.backend != d.backend) add("--backend", c.backend);
   if (c.timeout_ms != d.timeout_ms) add("--timeout-ms", std::to_string(c.timeout_ms));

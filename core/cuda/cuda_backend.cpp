@@ -246,7 +246,8 @@ class CudaEvent final : public Event {
 
 class CudaBackendImpl final : public CudaBackend, private DeviceClock {
  public:
-  CudaBackendImpl(int index, Recorder* recorder) : index_(index), host_(make_cpu_backend()) {
+  CudaBackendImpl(int index, Recorder* recorder, bool tf32)
+      : index_(index), tf32_(tf32), host_(make_cpu_backend()) {
     if (index < 0 || index >= cuda_device_count())
       throw std::runtime_error("GPU " + std::to_string(index) + " does not exist (" +
                                cuda_status() + ")");
@@ -279,6 +280,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
       recorder_->set_device_clock(nullptr);
     }
     timer_.reset();
+    for (auto& [key, p] : constants_) SHARDLAB_CUDA_IGNORE(cudaFree(p));
     if (blas_) (void)cublasDestroy(blas_);
     SHARDLAB_CUDA_IGNORE(cudaFree(scratch_));
     SHARDLAB_CUDA_IGNORE(cudaFree(partials_));
@@ -408,16 +410,60 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
 
   void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
                       int in_dim, int out_dim) override {
-    if (b) kernels::cuda::bias_rows(out, b, rows, out_dim, stream());
-    kernels::cuda::gemm(blas_, false, true, rows, out_dim, in_dim, 1.0f, in, w, b ? 1.0f : 0.0f,
-                        out);
+    linear_forward_2byte(DType::f32, out, in, w, b, rows, in_dim, out_dim);
   }
   void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
                        const float* w, int rows, int in_dim, int out_dim) override {
-    kernels::cuda::gemm(blas_, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw);
-    if (db) kernels::cuda::bias_grad_accumulate(db, dout, rows, out_dim, stream());
+    linear_backward_2byte(DType::f32, din, dw, db, dout, in, w, rows, in_dim, out_dim);
+  }
+  // One body for fp32 and the 2-byte types: the GEMM's storage type is dt.
+  bool native_2byte_math() const override { return true; }
+  void linear_forward_2byte(DType dt, void* out, const void* in, const void* w, const void* b,
+                            int rows, int in_dim, int out_dim) override {
+    if (b) kernels::cuda::bias_rows(dt, out, b, rows, out_dim, stream());
+    kernels::cuda::gemm(blas_, dt, false, true, rows, out_dim, in_dim, 1.0f, in, w, b ? 1.0f : 0.0f,
+                        out, tf32_);
+  }
+  void linear_backward_2byte(DType dt, void* din, void* dw, void* db, const void* dout,
+                             const void* in, const void* w, int rows, int in_dim,
+                             int out_dim) override {
+    kernels::cuda::gemm(blas_, dt, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw,
+                        tf32_);
+    if (db) kernels::cuda::bias_grad_accumulate(dt, db, dout, rows, out_dim, stream());
     if (din)
-      kernels::cuda::gemm(blas_, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din);
+      kernels::cuda::gemm(blas_, dt, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din,
+                          tf32_);
+  }
+  void gelu_forward_2byte(DType dt, void* out, const void* in, size_t n) override {
+    kernels::cuda::gelu_forward(dt, out, in, n, stream());
+  }
+  void gelu_backward_2byte(DType dt, void* din, const void* dout, const void* in,
+                           size_t n) override {
+    kernels::cuda::gelu_backward(dt, din, dout, in, n, stream());
+  }
+  void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows,
+                         int dim) override {
+    kernels::cuda::synthetic_normals(x, seed, step, row_begin, rows, dim, stream());
+  }
+  void synthetic_targets(float* y, const float* x, const float* t, int rows, int dim) override {
+    // Exact fp32 whatever --tf32 says: the data must not depend on the model's math.
+    kernels::cuda::gemm(blas_, false, true, rows, dim, dim, 1.0f, x, t, 0.0f, y, false);
+    kernels::cuda::tanh_forward(y, y, static_cast<size_t>(rows) * dim, stream());
+  }
+  const void* constant(const std::string& key, const void* host, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(constants_mu_);
+    auto it = constants_.find(key);
+    if (it != constants_.end()) return it->second;
+    ScopedDevice on(index_);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+      throw std::runtime_error(SHARDLAB_CUDA_FAILED(
+          e, "cudaMalloc of " + std::to_string(bytes) + " bytes for " + key + " failed"));
+    SHARDLAB_CUDA_CHECK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, stream()));
+    stream_->synchronize();
+    constants_[key] = p;
+    return p;
   }
   void gelu_forward(float* out, const float* in, size_t n) override {
     kernels::cuda::gelu_forward(out, in, n, stream());
@@ -521,6 +567,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
 
   int index_;
+  bool tf32_;                            // --tf32: fp32 GEMMs of the model on tensor cores
   std::unique_ptr<DeviceBackend> host_;  // host-side rounding for upload/download
   std::unique_ptr<CudaStream> stream_;
   cublasHandle_t blas_ = nullptr;
@@ -531,12 +578,14 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   Recorder* recorder_ = nullptr;
   mutable std::mutex mu_;
   std::map<void*, size_t> owned_;
+  std::mutex constants_mu_;
+  std::map<std::string, void*> constants_;  // constant(): outside the Allocator
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder) {
-  return std::make_unique<CudaBackendImpl>(index, recorder);
+std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder, bool tf32) {
+  return std::make_unique<CudaBackendImpl>(index, recorder, tf32);
 }
 
 }  // namespace shardlab

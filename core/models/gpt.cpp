@@ -87,10 +87,17 @@ float* f32(void* p) {
   return static_cast<float*>(p);
 }
 
+// The device multiplies 2-byte operands itself (tensor cores): no upcasts.
+bool native(const LayerCall& c) {
+  return c.dt != DType::f32 && c.alloc.backend().native_2byte_math();
+}
+
 // nn.Linear on storage of any dtype: out[rows,o] = x[rows,i] · Wᵀ + b (b may be
-// null), in fp32 (2-byte storage is upcast into temporaries, the result rounded once).
+// null), in fp32 (2-byte storage is upcast into temporaries, or multiplied as it
+// is on tensor cores; either way the sums are fp32 and the result rounded once).
 void linear(const LayerCall& c, void* out, const void* x, const void* w, const void* b, int rows,
             int in, int o) {
+  if (native(c)) return c.alloc.backend().linear_forward_2byte(c.dt, out, x, w, b, rows, in, o);
   const size_t r = static_cast<size_t>(rows);
   AsF32 x32(c.alloc, "upcast.input", x, c.dt, r * in);
   AsF32 w32(c.alloc, "upcast.weight", w, c.dt, static_cast<size_t>(in) * o);
@@ -102,7 +109,7 @@ void linear(const LayerCall& c, void* out, const void* x, const void* w, const v
   y.store(out);
 }
 void plan_linear(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool bias) {
-  if (dt == DType::f32) return;
+  if (dt == DType::f32 || native_2byte(p)) return;
   MemBlock x32 = p.alloc(MemCategory::temporary, rows * in);
   MemBlock w32 = p.alloc(MemCategory::temporary, in * o);
   MemBlock b32;
@@ -113,6 +120,8 @@ void plan_linear(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool
 // dW += doutᵀ · x; db += Σ_rows dout (db may be null); din = dout · W (din may be null).
 void linear_backward(const LayerCall& c, void* din, void* dw, void* db, const void* dout,
                      const void* x, const void* w, int rows, int in, int o) {
+  if (native(c))
+    return c.alloc.backend().linear_backward_2byte(c.dt, din, dw, db, dout, x, w, rows, in, o);
   const size_t r = static_cast<size_t>(rows);
   AsF32 g32(c.alloc, "upcast.grad_output", dout, c.dt, r * o);
   AsF32 x32(c.alloc, "upcast.input", x, c.dt, r * in);
@@ -131,7 +140,7 @@ void linear_backward(const LayerCall& c, void* din, void* dw, void* db, const vo
 }
 void plan_linear_backward(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool bias,
                           bool din) {
-  if (dt == DType::f32) return;
+  if (dt == DType::f32 || native_2byte(p)) return;
   MemBlock g32 = p.alloc(MemCategory::temporary, rows * o);
   MemBlock x32 = p.alloc(MemCategory::temporary, rows * in);
   MemBlock w32 = p.alloc(MemCategory::temporary, in * o);
@@ -142,26 +151,28 @@ void plan_linear_backward(MemoryPlan& p, DType dt, size_t rows, size_t in, size_
 }
 
 void gelu(const LayerCall& c, void* out, const void* in, size_t n) {
+  if (native(c)) return c.alloc.backend().gelu_forward_2byte(c.dt, out, in, n);
   AsF32 x32(c.alloc, "upcast.pre_gelu", in, c.dt, n);
   AsF32 y = AsF32::scratch(c.alloc, "upcast.output", out, c.dt, n);
   c.alloc.backend().gelu_forward(y.get(), x32.get(), n);
   y.store(out);
 }
 void plan_gelu(MemoryPlan& p, DType dt, size_t n) {
-  if (dt == DType::f32) return;
+  if (dt == DType::f32 || native_2byte(p)) return;
   MemBlock x32 = p.alloc(MemCategory::temporary, n);
   MemBlock y = p.alloc(MemCategory::temporary, n);
 }
 
 // g = g * gelu'(in), in place.
 void gelu_backward(const LayerCall& c, void* g, const void* in, size_t n) {
+  if (native(c)) return c.alloc.backend().gelu_backward_2byte(c.dt, g, g, in, n);
   AsF32 g32(c.alloc, "upcast.grad_output", g, c.dt, n);
   AsF32 x32(c.alloc, "upcast.pre_gelu", in, c.dt, n);
   c.alloc.backend().gelu_backward(g32.get(), g32.get(), x32.get(), n);
   g32.store(g);
 }
 void plan_gelu_backward(MemoryPlan& p, DType dt, size_t n) {
-  if (dt == DType::f32) return;
+  if (dt == DType::f32 || native_2byte(p)) return;
   MemBlock g32 = p.alloc(MemCategory::temporary, n);
   MemBlock x32 = p.alloc(MemCategory::temporary, n);
 }

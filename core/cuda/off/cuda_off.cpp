@@ -19,7 +19,7 @@ std::string cuda_status() {
 bool cuda_memory_info(int, int64_t*, int64_t*) {
   return false;
 }
-std::unique_ptr<DeviceBackend> make_cuda_backend(int, Recorder*) {
+std::unique_ptr<DeviceBackend> make_cuda_backend(int, Recorder*, bool) {
   throw std::runtime_error("CUDA device requested, but " + cuda_status());
 }
 std::unique_ptr<NcclGroup> make_nccl_group(int, std::chrono::milliseconds, FailureBoard&) {
