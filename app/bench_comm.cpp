@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: shardlab bench step [options]   (see shardlab bench step --help)\n"
     "       shardlab bench strategies [options]   (every strategy on one device; --help)\n"
+    "       shardlab bench gpu [options]   (the workloads compared with PyTorch on a GPU; --help)\n"
     "       shardlab bench comm [--sizes 4K..64M | --sizes 4K,1M,...] [--worlds 2,4]\n"
     "                           [--iters N] [--timeout-ms MS] [--force]\n"
     "  Times f32 all_reduce, all_gather and reduce_scatter over Gloo TCP on 127.0.0.1\n"
@@ -273,18 +274,20 @@ bool bench_world(int world, const Options& opt) {
 
 int cmd_bench(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "error: bench needs what to benchmark (valid: comm, step, strategies)\n");
+    std::fprintf(stderr,
+                 "error: bench needs what to benchmark (valid: comm, step, strategies, gpu)\n");
     return 2;
   }
   const std::string what = argv[1];
   if (what == "step") return bench_step(argc - 1, argv + 1);
   if (what == "strategies") return bench_strategies(argc - 1, argv + 1);
+  if (what == "gpu") return bench_gpu(argc - 1, argv + 1);
   if (what == "--help" || what == "-h") {
     std::fputs(kUsage, stdout);
     return 0;
   }
   if (what != "comm") {
-    std::fprintf(stderr, "error: unknown benchmark '%s' (valid: comm, step, strategies)\n",
+    std::fprintf(stderr, "error: unknown benchmark '%s' (valid: comm, step, strategies, gpu)\n",
                  what.c_str());
     return 2;
   }

@@ -12,9 +12,10 @@ namespace shardlab::app {
 // Each returns the process exit code: 0 ok, 1 runtime failure, 2 bad input.
 int cmd_run(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
-int cmd_bench(int argc, char** argv);         // `shardlab bench comm|step ...`
+int cmd_bench(int argc, char** argv);         // `shardlab bench comm|step|strategies|gpu ...`
 int bench_step(int argc, char** argv);        // argv[0] == "step"
 int bench_strategies(int argc, char** argv);  // argv[0] == "strategies"
+int bench_gpu(int argc, char** argv);         // argv[0] == "gpu" (app/bench_gpu.cpp)
 int cmd_estimate(int argc, char** argv);
 int cmd_sample(int argc, char** argv);  // `shardlab sample --from CHECKPOINT` (app/sample.cpp)
 int cmd_trace(int argc, char** argv);   // `shardlab trace merge` (app/trace_cmd.cpp)

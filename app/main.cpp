@@ -32,6 +32,7 @@ commands:
   project  a recorded run as on N dedicated devices and a link (see 'shardlab project --help')
   bench    benchmarks: 'shardlab bench comm' times collectives, 'shardlab bench step' step times,
            'shardlab bench strategies' every strategy on one device (e.g. --device cuda)
+           'shardlab bench gpu' the workloads compared with PyTorch: step, TFLOP/s, memory
   devices  the devices this build can use: the CPU, and GPUs when built with CUDA
   launch   one process per rank: 'shardlab launch --nproc-per-node N -- run ...'
            (see 'shardlab launch --help'; torchrun and mpirun work too)
@@ -75,10 +76,10 @@ int dispatch(int argc, char** argv) {
   if (sub == "devices") return cmd_devices(argc, argv);
   if (sub == "launch") return shardlab::app::cmd_launch(argc, argv);
   if (sub == "launch-probe") return shardlab::app::cmd_launch_probe(argc, argv);  // tests only
-  throw shardlab::ConfigError(
-      "unknown command '" + sub +
-      "' (valid: demo, run, gui, lesson, estimate, sample, trace, project, bench, devices, launch; see "
-      "'shardlab --help')");
+  throw shardlab::ConfigError("unknown command '" + sub +
+                              "' (valid: demo, run, gui, lesson, estimate, sample, trace, project, "
+                              "bench, devices, launch; see "
+                              "'shardlab --help')");
 }
 
 }  // namespace

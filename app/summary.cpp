@@ -111,7 +111,7 @@ nlohmann::json summary_json(const RunResult& r) {
                      {"peak_bytes_total", rr.memory.device.peak_total},
                      {"host_peak_bytes_total", rr.memory.host.peak_total},
                      {"bytes_sent_per_step", rr.bytes_sent_per_step},
-                     {"median_step_ms", median(rr.step_ms)}});
+                     {"median_step_ms", steady_median(rr.step_ms)}});
     if (i < predicted.size()) ranks.back()["predicted_peak_bytes_total"] = predicted[i];
   }
   j["ranks"] = ranks;

@@ -30,7 +30,7 @@ const std::vector<MetricInfo> kRegistry = {
     {"median_step_ms",
      "ms",
      {},
-     "median wall time of a training step (the slowest rank's)",
+     "median wall time of a training step (the slowest rank's), step 0 (a warm-up) left out",
      "",
      false},
     {"step_time_ratio",

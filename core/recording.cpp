@@ -935,7 +935,7 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
     r.ranks.push_back(std::move(rr));
     r.recorders.push_back(std::move(recorder));
   }
-  r.median_step_ms = median(r.step_ms);
+  r.median_step_ms = steady_median(r.step_ms);
   return rec;
 }
 

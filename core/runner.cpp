@@ -31,6 +31,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double steady_median(const std::vector<double>& step_ms) {
+  if (step_ms.size() < 2) return median(step_ms);
+  return median(std::vector<double>(step_ms.begin() + 1, step_ms.end()));
+}
+
 void RunControl::pause() {
   std::lock_guard<std::mutex> lock(mu_);
   paused_ = true;
@@ -474,7 +479,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
     result.losses[s] = count ? sum / count : 0.0;
     result.step_ms.push_back(slowest);
   }
-  result.median_step_ms = median(result.step_ms);
+  result.median_step_ms = steady_median(result.step_ms);
   return result;
 }
 

@@ -42,9 +42,9 @@ struct RankReport {
 
 struct RunResult {
   RunConfig cfg;
-  std::vector<double> losses;   // global loss per step
-  std::vector<double> step_ms;  // per step, the slowest rank's time
-  double median_step_ms = 0;
+  std::vector<double> losses;       // global loss per step
+  std::vector<double> step_ms;      // per step, the slowest rank's time
+  double median_step_ms = 0;        // steady_median(step_ms): the warm-up step left out
   std::vector<float> final_params;  // flat, model order
   // fp16: the steps (0-based) the loss scaler skipped, their gradients having
   // overflowed; filled by rank 0 (in its process, one process per rank).
@@ -119,6 +119,11 @@ struct RunCallbacks {
 };
 
 double median(std::vector<double> v);
+// The median of a run's step times without its first step, unless that is the
+// only one: the first is a warm-up (first-touch page faults; on a GPU, cuBLAS
+// handles and module loading make it ~100x a later step) and says nothing
+// about the steps after it. Every "median step" Shardlab reports is this one.
+double steady_median(const std::vector<double>& step_ms);
 
 // One rank of a run whose ranks are processes (shardlab launch, torchrun,
 // mpirun): this process runs `rank` alone and reaches its peers through

@@ -15,6 +15,7 @@
 #include "app/gui/panels.h"
 #include "app/lesson/lesson.h"
 #include "core/cores.h"
+#include "core/gpu.h"
 #include "core/pipeline_analysis.h"
 #include "core/strategy.h"
 
@@ -57,8 +58,13 @@ void App::validate_form() {
     validate(state.form);
     if (state.processes) check_process_config(state.form);
     state.form_error.clear();
+    state.form_note.clear();
   } catch (const std::exception& e) {
     state.form_error = e.what();  // the CLI's own message, word for word
+    const std::optional<std::string> note =
+        recording ? rerun_here_note(state.form, recording->origin, cuda_device_count())
+                  : std::nullopt;
+    state.form_note = note ? *note : "";
   }
 }
 

@@ -98,6 +98,9 @@ struct AppState {
   RunConfig form;              // the run bar's settings
   std::string partition_text;  // --partition as typed ("3,2,2,1"), parsed into form
   std::string form_error;      // validate(form)'s message; empty when the form is valid
+  // With form_error: an opened GPU recording on a machine without a GPU says so
+  // in a neutral line instead (recording_view.h: rerun_here_note); else empty.
+  std::string form_note;
   TimelineState timeline;
   Playhead playhead;
   CompareState compare;

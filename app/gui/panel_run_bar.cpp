@@ -8,6 +8,7 @@
 #include <imgui_stdlib.h>
 
 #include "app/gui/draw_util.h"
+#include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
 #include "core/placement.h"
 #include "core/strategy.h"
@@ -229,7 +230,11 @@ void draw_run_bar(App& app) {
         o != StrategyOption::precision)
       s.show_options = true;
   if (s.show_options) draw_options(f, s.partition_text, ui);
-  if (!valid) {
+  if (!valid && !s.form_note.empty()) {
+    // A GPU recording replayed without a GPU: nothing to fix, a way to run it here.
+    ImGui::TextWrapped("%s", s.form_note.c_str());
+    if (ImGui::SmallButton("Use --device cpu")) f = on_this_cpu(f);
+  } else if (!valid) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
     ImGui::TextWrapped("Cannot run these settings: %s", s.form_error.c_str());
     ImGui::PopStyleColor();

@@ -260,9 +260,8 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       const float x = vp.x_of(b);
       if (x < vp.x0 && vp.x_of(e) > vp.x0) {
         // The step the view starts inside keeps its name at the left edge.
-        char label[32];
-        std::snprintf(label, sizeof label, "step %zu", s);
-        boxes.push_back({vp.x0 + 3, ImGui::CalcTextSize(label).x});
+        const std::string label = step_label(d, static_cast<int>(s));
+        boxes.push_back({vp.x0 + 3, ImGui::CalcTextSize(label.c_str()).x});
         box_steps.push_back(s);
         continue;
       }
@@ -271,9 +270,8 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       if (x < vp.x0 || x > x_end || x - last_x < 6) continue;
       last_x = x;
       dl->AddLine(ImVec2(x, rows_top - L.steps_h), ImVec2(x, rows_bottom), ui.grid);
-      char label[32];
-      std::snprintf(label, sizeof label, "step %zu", s);
-      boxes.push_back({x + 3, ImGui::CalcTextSize(label).x});
+      const std::string label = step_label(d, static_cast<int>(s));
+      boxes.push_back({x + 3, ImGui::CalcTextSize(label.c_str()).x});
       box_steps.push_back(s);
     }
     // The left edge's name gives way to a step boundary right next to it.
@@ -285,10 +283,9 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
     const std::vector<bool> keep = keep_apart(boxes, 8, x_end);
     for (size_t k = 0; k < boxes.size(); ++k) {
       if (!keep[k]) continue;
-      char label[32];
-      std::snprintf(label, sizeof label, "step %zu", box_steps[k]);
+      const std::string label = step_label(d, static_cast<int>(box_steps[k]));
       dl->AddText(ImVec2(boxes[k].first, rows_top - L.steps_h + (L.steps_h - font) * 0.5f),
-                  ui.text_dim, label);
+                  ui.text_dim, label.c_str());
     }
   }
 
@@ -542,12 +539,11 @@ void draw_step_breakdown(App& app) {
   const char* idle = idle_name(d.cfg.strategy);
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
 
-  if (live)
-    ImGui::Text("Step %d (the last finished one), %s: where each rank's time went", k,
-                format_time_ns(static_cast<double>(u.duration())).c_str());
-  else
-    ImGui::Text("Step %d (the playhead's), %s: where each rank's time went", k,
-                format_time_ns(static_cast<double>(u.duration())).c_str());
+  std::string which = live ? "the last finished one" : "the playhead's";
+  // Its times are not typical, and every median step leaves it out.
+  if (is_warmup_step(d, k)) which = "warm-up; " + which;
+  ImGui::Text("Step %d (%s), %s: where each rank's time went", k, which.c_str(),
+              format_time_ns(static_cast<double>(u.duration())).c_str());
   ImGui::SameLine();
   help_marker(
       "The step runs from the first compute span any rank begins in it to the last span any "
@@ -745,6 +741,12 @@ void draw_timeline(App& app) {
     s.timeline.follow = true;
     fit_steps(s.timeline.vp, d, false, s.playhead.t, live);
   }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "every training step; from step 1 when step 0, the warm-up, took over %.0fx a later "
+        "step (on a GPU: loading cuBLAS and the kernels), which would squeeze the others into a "
+        "sliver. 'With setup' shows it.",
+        kWarmupDwarfs);
   ImGui::SameLine();
   if (ImGui::Button("With setup")) {
     fit(s.timeline.vp, d.view_begin(), static_cast<double>(d.t_end));

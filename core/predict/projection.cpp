@@ -601,7 +601,7 @@ Projection project(const RunResult& run, const ProjectionOptions& o) {
     for (double ms : per_rank) slowest = std::max(slowest, ms);
     p.step_ms.push_back(slowest);
   }
-  p.median_step_ms = median(p.step_ms);
+  p.median_step_ms = steady_median(p.step_ms);  // as the measured run's
   p.run.step_ms = p.step_ms;
   p.run.median_step_ms = p.median_step_ms;
   int counted = 0;

@@ -3,6 +3,8 @@
 
 #include <cctype>
 
+#include "core/strategy.h"
+
 namespace shardlab::gui {
 
 std::string readable_date(const std::string& s) {
@@ -20,6 +22,30 @@ std::string recording_status(const std::string& file, const RecordingOrigin& ori
                              bool trace) {
   return (trace ? "trace: " : "recording: ") + file + " \xE2\x80\x94 recorded on " + origin.device +
          ", world " + std::to_string(world) + ", " + readable_date(origin.date);
+}
+
+RunConfig on_this_cpu(RunConfig form) {
+  form.device = "cpu";
+  if (form.backend == "nccl") form.backend = "auto";
+  return form;
+}
+
+std::optional<std::string> rerun_here_note(const RunConfig& form, const RecordingOrigin& origin,
+                                           int gpus_here) {
+  if (form.device != "cuda" || gpus_here > 0) return std::nullopt;
+  const RunConfig cpu = on_this_cpu(form);
+  try {
+    validate(cpu);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const std::string gpu = origin.gpus.empty() ? "" : " (" + origin.gpus.front() + ")";
+  const std::string flags =
+      cpu.backend != form.backend ? "--device cpu --backend auto" : "--device cpu";
+  return "Recorded on cuda" + gpu +
+         "; this machine has no usable GPU, so it is shown as recorded. It can be re-run here "
+         "with " +
+         flags + ".";
 }
 
 std::string file_name(const std::string& path) {

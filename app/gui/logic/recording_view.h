@@ -1,6 +1,7 @@
 // What the GUI says about an opened recording: the status line naming the file
 // and where, on how many ranks and when it was recorded.
 #pragma once
+#include <optional>
 #include <string>
 
 #include "core/recording.h"
@@ -14,6 +15,17 @@ std::string readable_date(const std::string& iso_utc);
 // Chrome trace read back).
 std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world,
                              bool trace = false);
+
+// The run bar's line for an opened recording made with --device cuda on a
+// machine with no usable GPU (`gpus_here` 0): a fact of replaying, not an error
+// to fix, with the settings that run it here. nullopt when the recording asked
+// for no GPU, this machine has one, or the settings fail on the CPU too (then
+// the error itself is what to show).
+std::optional<std::string> rerun_here_note(const RunConfig& form, const RecordingOrigin& origin,
+                                           int gpus_here);
+// The settings rerun_here_note offers: `form` on the CPU (--backend nccl, a GPU
+// communicator, back to auto).
+RunConfig on_this_cpu(RunConfig form);
 
 // "run.shardrec" from "/some/dir/run.shardrec": the status line has little room.
 std::string file_name(const std::string& path);

@@ -154,9 +154,9 @@ namespace {
 
 // Spans that belong to a micro-batch's forward or backward on a stage.
 bool phase_span(const Span& s) {
-  return s.micro_batch >= 0 && (s.kind == SpanKind::forward || s.kind == SpanKind::backward ||
-                                s.kind == SpanKind::loss || s.kind == SpanKind::data ||
-                                s.kind == SpanKind::other);
+  return s.micro_batch >= 0 &&
+         (s.kind == SpanKind::forward || s.kind == SpanKind::backward || s.kind == SpanKind::loss ||
+          s.kind == SpanKind::data || s.kind == SpanKind::other);
 }
 char phase_of(const Span& s) {
   return s.kind == SpanKind::backward ? 'B' : 'F';
@@ -496,7 +496,36 @@ void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t,
       return;
     }
   }
-  fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
+  fit(vp, all_steps_begin(d, playhead_t, live), static_cast<double>(d.t_end));
+}
+
+bool is_warmup_step(const RunData& d, int step) {
+  return step == 0 && d.cfg.steps > 1;
+}
+
+std::string step_label(const RunData& d, int step) {
+  return "step " + std::to_string(step) + (is_warmup_step(d, step) ? " (warm-up)" : "");
+}
+
+bool warmup_dwarfs(const RunData& d, bool live) {
+  const int n = static_cast<int>(d.step_begin.size());
+  if (n < 2 || d.step_begin[1] < 0) return false;  // step 0 not finished
+  std::vector<double> later;
+  for (int s = 1; s < n; ++s) {
+    // A step is finished once the next one has begun, or (not live) the run has ended.
+    const bool finished = s + 1 < n ? d.step_begin[s + 1] >= 0 : !live;
+    const auto [b, e] = step_range(d, s);
+    if (finished && e > b) later.push_back(e - b);
+  }
+  const auto [b0, e0] = step_range(d, 0);
+  return !later.empty() && e0 - b0 > kWarmupDwarfs * median(later);
+}
+
+double all_steps_begin(const RunData& d, double playhead_t, bool live) {
+  if (!warmup_dwarfs(d, live)) return d.steps_begin();
+  const double step1 = static_cast<double>(d.step_begin[1]);
+  const bool in_warmup = !live && playhead_t >= d.steps_begin() && playhead_t < step1;
+  return in_warmup ? d.steps_begin() : step1;
 }
 
 std::vector<StageRow> stage_rows(const RunResult& r) {

@@ -169,7 +169,23 @@ std::pair<double, double> step_range(const RunData& d, int step);
 // The step a one-step view shows: the playhead's, or while a live run is
 // followed, the last finished one (the newest is still half done).
 int step_to_show(const RunData& d, double playhead_t, bool live);
-// Fits the viewport to all training steps, or to step_to_show's step.
+// Step 0 of a run of several steps: every median step leaves it out
+// (core/runner.h, steady_median), and the timeline says so.
+bool is_warmup_step(const RunData& d, int step);
+// "step 3", "step 0 (warm-up)".
+std::string step_label(const RunData& d, int step);
+// Step 0 (the warm-up) took over this many times a later step's median: on a
+// GPU, where loading cuBLAS and the kernels makes it ~100x, it would squeeze
+// every other step of "All steps" into a sliver. On a CPU it takes ~1-3x.
+inline constexpr double kWarmupDwarfs = 5;
+// Whether step 0 dwarfs the finished later steps (live: the newest is not finished).
+bool warmup_dwarfs(const RunData& d, bool live);
+// Where "All steps" begins: at step 1 when the warm-up dwarfs the other steps
+// and the playhead is not inside it (a lesson pointing into step 0 keeps it in
+// view), else where the training steps begin.
+double all_steps_begin(const RunData& d, double playhead_t, bool live);
+// Fits the viewport to all training steps (from all_steps_begin), or to
+// step_to_show's step.
 void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t, bool live);
 
 // The per-stage table of a finished pipeline run (core/pipeline_analysis.h):
