@@ -32,12 +32,17 @@ void gemm(cublasHandle_t h, DType dt, bool trans_a, bool trans_b, int M, int N, 
 
 // out[r,c] = bias[c]
 void bias_rows(float* out, const float* bias, int rows, int cols, cudaStream_t s);
-// dbias[c] += sum_r dout[r,c]
-void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, cudaStream_t s);
+// Chunks of rows that column sums (bias and LayerNorm parameter gradients) split
+// `rows` into: their device scratch holds column_sum_chunks(rows) × cols partials.
+int column_sum_chunks(int rows);
+// dbias[c] += sum_r dout[r,c], in a fixed order; partial: fp32 scratch of
+// column_sum_chunks(rows) × cols values.
+void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, float* partial,
+                          cudaStream_t s);
 // The same on storage dt (sums in fp32 from the stored value, rounded once).
 void bias_rows(DType dt, void* out, const void* bias, int rows, int cols, cudaStream_t s);
 void bias_grad_accumulate(DType dt, void* dbias, const void* dout, int rows, int cols,
-                          cudaStream_t s);
+                          float* partial, cudaStream_t s);
 
 // out[n] = gelu(in[n]); out may alias in.
 void gelu_forward(float* out, const float* in, size_t n, cudaStream_t s);
@@ -96,19 +101,23 @@ void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* w
                        int B, int T, int C, int V, cudaStream_t s);
 // dwte[v] += Σ_{tokens = v} dout ; dwpe[t] += Σ_b dout[b,t] (either may be null). Each
 // (v,c) and (t,c) is owned by one thread that adds in ascending position from the
-// stored value and rounds once: the CPU's order, so the same bits. dwte's kernel scans
-// all B·T ids per vocabulary entry: fine for character vocabularies, slow for 50k.
+// stored value and rounds once: the CPU's order, so the same bits. work: device
+// scratch of embedding_work_ints(B·T, V) int32 (each id's positions, listed in order).
+inline size_t embedding_work_ints(size_t rows, int V) {
+  return rows + 2 * static_cast<size_t>(V) + 1;
+}
 void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                        int B, int T, int C, int V, cudaStream_t s);
+                        int B, int T, int C, int V, int32_t* work, cudaStream_t s);
 
 // nn.LayerNorm per row (one warp per row, statistics in double); mean, rstd [rows] fp32.
 void layernorm_forward(DType dt, void* y, float* mean, float* rstd, const void* x,
                        const void* weight, const void* bias, int rows, int cols, double eps,
                        cudaStream_t s);
 // dweight, dbias += (column sums in double); dx = or += the input gradient. dx may alias dy.
+// partial: double scratch of 2 × column_sum_chunks(rows) × cols values.
 void layernorm_backward(DType dt, void* dx, void* dweight, void* dbias, const void* dy,
                         const void* x, const float* mean, const float* rstd, const void* weight,
-                        int rows, int cols, bool accumulate, cudaStream_t s);
+                        int rows, int cols, bool accumulate, double* partial, cudaStream_t s);
 
 // The causal attention core on cuBLAS batched GEMMs (one call per GEMM over every
 // batch row and head; heads read and written in place in qkv/y, no permutes) plus

@@ -285,6 +285,7 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     SHARDLAB_CUDA_IGNORE(cudaFree(scratch_));
     SHARDLAB_CUDA_IGNORE(cudaFree(partials_));
     if (head_pointers_) SHARDLAB_CUDA_IGNORE(cudaFree(head_pointers_));
+    if (workspace_) SHARDLAB_CUDA_IGNORE(cudaFree(workspace_));
     SHARDLAB_CUDA_IGNORE(cudaFreeHost(pinned_));
     stream_.reset();
   }
@@ -430,7 +431,11 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
                              int out_dim) override {
     kernels::cuda::gemm(blas_, dt, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw,
                         tf32_);
-    if (db) kernels::cuda::bias_grad_accumulate(dt, db, dout, rows, out_dim, stream());
+    if (db)
+      kernels::cuda::bias_grad_accumulate(
+          dt, db, dout, rows, out_dim,
+          static_cast<float*>(workspace(column_sums_bytes(rows, out_dim, sizeof(float)))),
+          stream());
     if (din)
       kernels::cuda::gemm(blas_, dt, false, false, rows, in_dim, out_dim, 1.0f, dout, w, 0.0f, din,
                           tf32_);
@@ -500,7 +505,11 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
   void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
                           int B, int T, int C, int V) override {
-    kernels::cuda::embedding_backward(dt, dwte, dwpe, dout, tokens, B, T, C, V, stream());
+    kernels::cuda::embedding_backward(
+        dt, dwte, dwpe, dout, tokens, B, T, C, V,
+        static_cast<int32_t*>(workspace(
+            kernels::cuda::embedding_work_ints(static_cast<size_t>(B) * T, V) * sizeof(int32_t))),
+        stream());
   }
   void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
                          const void* weight, const void* bias, int rows, int cols,
@@ -511,8 +520,10 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   void layernorm_backward(DType dt, void* din, void* dweight, void* dbias, const void* dout,
                           const void* in, const float* mean, const float* rstd, const void* weight,
                           int rows, int cols, bool accumulate) override {
+    auto* partial =
+        static_cast<double*>(workspace(2 * column_sums_bytes(rows, cols, sizeof(double))));
     kernels::cuda::layernorm_backward(dt, din, dweight, dbias, dout, in, mean, rstd, weight, rows,
-                                      cols, accumulate, stream());
+                                      cols, accumulate, partial, stream());
   }
   void attention_forward(DType dt, void* out, void* att, const void* qkv, float* scratch, int B,
                          int T, int C, int H) override {
@@ -564,6 +575,26 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   }
 
  private:
+  static size_t column_sums_bytes(int rows, int cols, size_t value) {
+    return static_cast<size_t>(kernels::cuda::column_sum_chunks(rows)) *
+           static_cast<size_t>(cols > 0 ? cols : 1) * value;
+  }
+  // Device scratch for the column sums' partials: grown on demand, kept, outside the
+  // Allocator (a few hundred KiB, as cuBLAS's own workspace is). Calls on this rank's
+  // stream run in order, so one buffer serves them all.
+  void* workspace(size_t bytes) {
+    if (bytes > workspace_bytes_) {
+      if (workspace_) {
+        stream_->synchronize();  // a queued kernel may still read the old one
+        SHARDLAB_CUDA_IGNORE(cudaFree(workspace_));
+        workspace_ = nullptr;
+      }
+      ScopedDevice on(index_);
+      SHARDLAB_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
+      workspace_bytes_ = bytes;
+    }
+    return workspace_;
+  }
   // Device room for attention's 3·n GEMM pointers: grown on demand, kept, outside
   // the Allocator (a few KiB, as cuBLAS's own workspace is).
   void** head_pointers(int n) {
@@ -596,6 +627,8 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   double* partials_ = nullptr;  // the cross-entropy's per-block loss sums
   void** head_pointers_ = nullptr;
   size_t head_pointers_n_ = 0;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
   std::unique_ptr<GpuTimer> timer_;
   Recorder* recorder_ = nullptr;
   mutable std::mutex mu_;

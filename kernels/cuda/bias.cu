@@ -15,29 +15,41 @@ __global__ void bias_rows_kernel(S* out, const S* bias, size_t total, size_t col
     out[i] = bias[i % cols];
 }
 
-// A block owns 32 columns (one per x lane, so loads are coalesced along a row)
-// and splits the rows over its 32 y lanes; the partial sums are then added in a
-// fixed order, so the result does not depend on scheduling.
-constexpr int kTile = 32;
+// Column sums in two passes, both in a fixed order (the result does not depend
+// on scheduling): blocks of 32 columns (x lanes, coalesced along a row) × 8 row
+// lanes each sum one chunk of rows into partial[chunk][col]; then one thread per
+// column adds the chunks in order onto the stored gradient and rounds once. The
+// chunks give the GPU enough blocks when there are few columns (a one-pass
+// kernel with a block per 32 columns ran 12 blocks for C = 384).
+constexpr int kTile = 32, kRowLanes = 8;
 
 template <typename S>
-__global__ void bias_grad_kernel(S* dbias, const S* dout, int rows, int cols) {
-  __shared__ float partial[kTile][kTile + 1];  // +1: no bank conflicts on the column read
+__global__ void bias_grad_partial_kernel(float* partial, const S* dout, int rows, int cols,
+                                         int rows_per_chunk) {
+  __shared__ float lanes[kRowLanes][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  // The loop bound depends on blockIdx only, so every thread reaches each barrier.
-  for (int c0 = blockIdx.x * kTile; c0 < cols; c0 += gridDim.x * kTile) {
-    const int c = c0 + tx;
-    float acc = 0.0f;
-    if (c < cols)
-      for (int r = ty; r < rows; r += kTile) acc += load(dout[static_cast<size_t>(r) * cols + c]);
-    partial[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      float sum = 0.0f;
-      for (int k = 0; k < kTile; ++k) sum += partial[k][tx];
-      store(dbias[c], load(dbias[c]) + sum);
-    }
-    __syncthreads();
+  const int c = blockIdx.x * kTile + tx, chunk = blockIdx.y;
+  const int r0 = chunk * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float acc = 0.0f;
+  if (c < cols)
+    for (int r = r0 + ty; r < r1; r += kRowLanes)
+      acc += load(dout[static_cast<size_t>(r) * cols + c]);
+  lanes[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    float sum = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) sum += lanes[k][tx];
+    partial[static_cast<size_t>(chunk) * cols + c] = sum;
+  }
+}
+
+template <typename S>
+__global__ void bias_grad_finish_kernel(S* dbias, const float* partial, int chunks, int cols) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; ++k) sum += partial[static_cast<size_t>(k) * cols + c];
+    store(dbias[c], load(dbias[c]) + sum);
   }
 }
 
@@ -51,13 +63,17 @@ void launch_bias_rows(S* out, const S* bias, int rows, int cols, cudaStream_t s)
 }
 
 template <typename S>
-void launch_bias_grad(S* dbias, const S* dout, int rows, int cols, cudaStream_t s) {
+void launch_bias_grad(S* dbias, const S* dout, int rows, int cols, float* partial, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  const size_t tiles = (static_cast<size_t>(cols) + kTile - 1) / kTile;
-  const unsigned grid =
-      static_cast<unsigned>(tiles < detail::kMaxBlocks ? tiles : detail::kMaxBlocks);
-  bias_grad_kernel<S><<<grid, dim3(kTile, kTile), 0, s>>>(dbias, dout, rows, cols);
-  SHARDLAB_CUDA_CHECK_LAUNCH("bias_grad_kernel");
+  const int chunks = column_sum_chunks(rows), per = (rows + chunks - 1) / chunks;
+  const unsigned tiles = static_cast<unsigned>((cols + kTile - 1) / kTile);
+  bias_grad_partial_kernel<S>
+      <<<dim3(tiles, static_cast<unsigned>(chunks)), dim3(kTile, kRowLanes), 0, s>>>(
+          partial, dout, rows, cols, per);
+  SHARDLAB_CUDA_CHECK_LAUNCH("bias_grad_partial_kernel");
+  bias_grad_finish_kernel<S><<<detail::grid_for(static_cast<size_t>(cols)), detail::kBlock, 0, s>>>(
+      dbias, partial, chunks, cols);
+  SHARDLAB_CUDA_CHECK_LAUNCH("bias_grad_finish_kernel");
 }
 
 }  // namespace
@@ -66,8 +82,15 @@ void bias_rows(float* out, const float* bias, int rows, int cols, cudaStream_t s
   launch_bias_rows(out, bias, rows, cols, s);
 }
 
-void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, cudaStream_t s) {
-  launch_bias_grad(dbias, dout, rows, cols, s);
+int column_sum_chunks(int rows) {
+  // ~256 rows a chunk, at most 64 chunks: enough blocks, few partials to add.
+  const int chunks = (rows + 255) / 256;
+  return chunks < 1 ? 1 : chunks > 64 ? 64 : chunks;
+}
+
+void bias_grad_accumulate(float* dbias, const float* dout, int rows, int cols, float* partial,
+                          cudaStream_t s) {
+  launch_bias_grad(dbias, dout, rows, cols, partial, s);
 }
 
 void bias_rows(DType dt, void* out, const void* bias, int rows, int cols, cudaStream_t s) {
@@ -78,10 +101,10 @@ void bias_rows(DType dt, void* out, const void* bias, int rows, int cols, cudaSt
 }
 
 void bias_grad_accumulate(DType dt, void* dbias, const void* dout, int rows, int cols,
-                          cudaStream_t s) {
+                          float* partial, cudaStream_t s) {
   with_storage(dt, [&](auto tag) {
     using S = decltype(tag);
-    launch_bias_grad(static_cast<S*>(dbias), static_cast<const S*>(dout), rows, cols, s);
+    launch_bias_grad(static_cast<S*>(dbias), static_cast<const S*>(dout), rows, cols, partial, s);
   });
 }
 

@@ -31,38 +31,76 @@ __global__ void embedding_forward_kernel(S* out, const int32_t* tokens, const S*
   }
 }
 
-// dwte: a block covers 32 channels (x) of 8 vocabulary entries (y); each
-// thread owns one (v, c) and scans every id in position order, from a tile of
-// ids staged in shared memory, adding the rows holding v. No atomics: the sum
-// starts from the stored gradient and is rounded once, as on the CPU.
-constexpr int kTileX = 32, kTileY = 8, kIds = kTileX * kTileY;
+// dwte in four passes, no atomics, each row of v added in ascending position
+// from the stored gradient and rounded once (the CPU's order, so the same bits):
+// (1) count each id's positions and (3) list them in order, a thread per id
+// scanning the ids from tiles staged in shared memory; (2) an exclusive scan of
+// the counts gives each id its slice of the list; (4) a thread per (v, c) adds
+// its id's rows. Reads dout once, however large the vocabulary.
+constexpr int kIdTile = 1024, kBlockIds = 256;
+
+template <bool kFill>
+__global__ void id_positions_kernel(int32_t* counts, const int32_t* offsets, int32_t* positions,
+                                    const int32_t* tokens, int rows, int V) {
+  __shared__ int32_t ids[kIdTile];
+  const int v = blockIdx.x * blockDim.x + threadIdx.x;
+  int32_t k = 0;
+  int32_t* out = kFill && v < V ? positions + offsets[v] : nullptr;
+  for (int n0 = 0; n0 < rows; n0 += kIdTile) {  // bound uniform over the block
+    for (int i = threadIdx.x; i < kIdTile && n0 + i < rows; i += blockDim.x)
+      ids[i] = tokens[n0 + i];
+    __syncthreads();
+    const int m = rows - n0 < kIdTile ? rows - n0 : kIdTile;
+    if (v < V)
+      for (int i = 0; i < m; ++i)
+        if (ids[i] == v) {
+          if (kFill) out[k] = n0 + i;
+          ++k;
+        }
+    __syncthreads();
+  }
+  if (!kFill && v < V) counts[v] = k;
+}
+
+// offsets[v] = Σ_{u<v} counts[u], offsets[V] = the total: one block, each thread
+// summing a contiguous run, the runs' totals scanned in order by thread 0.
+__global__ void id_offsets_kernel(int32_t* offsets, const int32_t* counts, int V) {
+  __shared__ int32_t run_total[1024];
+  const int t = threadIdx.x, per = (V + blockDim.x - 1) / blockDim.x;
+  const int b = t * per, e = b + per < V ? b + per : V;
+  int32_t s = 0;
+  for (int v = b; v < e; ++v) s += counts[v];
+  run_total[t] = s;
+  __syncthreads();
+  if (t == 0) {
+    int32_t acc = 0;
+    for (int i = 0; i < static_cast<int>(blockDim.x); ++i) {
+      const int32_t x = run_total[i];
+      run_total[i] = acc;
+      acc += x;
+    }
+    offsets[V] = acc;
+  }
+  __syncthreads();
+  int32_t acc = run_total[t];
+  for (int v = b; v < e; ++v) {
+    offsets[v] = acc;
+    acc += counts[v];
+  }
+}
 
 template <typename S>
-__global__ void embedding_wte_grad_kernel(S* dwte, const S* dout, const int32_t* tokens,
-                                          size_t rows, int C, int V) {
-  __shared__ int32_t ids[kIds];
-  const int tid = threadIdx.y * kTileX + threadIdx.x;
+__global__ void embedding_wte_grad_kernel(S* dwte, const S* dout, const int32_t* offsets,
+                                          const int32_t* positions, int C, int V) {
   const size_t Cs = static_cast<size_t>(C);
-  const int c = blockIdx.x * kTileX + threadIdx.x;
-  // The loop bound depends on blockIdx only, so every thread reaches each barrier.
-  for (int v0 = blockIdx.y * kTileY; v0 < V; v0 += gridDim.y * kTileY) {
-    const int v = v0 + threadIdx.y;
-    const bool mine = c < C && v < V;
-    float acc = mine ? load(dwte[static_cast<size_t>(v) * Cs + c]) : 0.0f;
-    bool touched = false;
-    for (size_t n0 = 0; n0 < rows; n0 += kIds) {
-      if (n0 + tid < rows) ids[tid] = tokens[n0 + tid];
-      __syncthreads();
-      const size_t m = rows - n0 < static_cast<size_t>(kIds) ? rows - n0 : kIds;
-      if (mine)
-        for (size_t k = 0; k < m; ++k)
-          if (ids[k] == v) {
-            acc += load(dout[(n0 + k) * Cs + c]);
-            touched = true;
-          }
-      __syncthreads();
+  for (int v = blockIdx.y; v < V; v += gridDim.y) {
+    const int b = offsets[v], e = offsets[v + 1];
+    if (b == e) continue;  // untouched: left as stored, as on the CPU
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+      float acc = load(dwte[static_cast<size_t>(v) * Cs + c]);
+      for (int k = b; k < e; ++k) acc += load(dout[static_cast<size_t>(positions[k]) * Cs + c]);
+      store(dwte[static_cast<size_t>(v) * Cs + c], acc);
     }
-    if (touched) store(dwte[static_cast<size_t>(v) * Cs + c], acc);
   }
 }
 
@@ -89,14 +127,26 @@ void launch_forward(void* out, const int32_t* tokens, const void* wte, const voi
 
 template <typename S>
 void launch_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B, int T,
-                     int C, int V, cudaStream_t s) {
+                     int C, int V, int32_t* work, cudaStream_t s) {
   const size_t rows = static_cast<size_t>(B) * T;
   if (dwte) {
-    const unsigned gx = static_cast<unsigned>((C + kTileX - 1) / kTileX);
-    const size_t vy = (static_cast<size_t>(V) + kTileY - 1) / kTileY;
-    const unsigned gy = static_cast<unsigned>(vy < 65535 ? vy : 65535);
-    embedding_wte_grad_kernel<S><<<dim3(gx, gy), dim3(kTileX, kTileY), 0, s>>>(
-        static_cast<S*>(dwte), static_cast<const S*>(dout), tokens, rows, C, V);
+    int32_t* counts = work;
+    int32_t* offsets = work + V;
+    int32_t* positions = work + 2 * static_cast<size_t>(V) + 1;
+    const int n = static_cast<int>(rows);
+    const unsigned id_blocks = static_cast<unsigned>((V + kBlockIds - 1) / kBlockIds);
+    id_positions_kernel<false>
+        <<<id_blocks, kBlockIds, 0, s>>>(counts, nullptr, nullptr, tokens, n, V);
+    SHARDLAB_CUDA_CHECK_LAUNCH("id_positions_kernel (count)");
+    id_offsets_kernel<<<1, 1024, 0, s>>>(offsets, counts, V);
+    SHARDLAB_CUDA_CHECK_LAUNCH("id_offsets_kernel");
+    id_positions_kernel<true>
+        <<<id_blocks, kBlockIds, 0, s>>>(nullptr, offsets, positions, tokens, n, V);
+    SHARDLAB_CUDA_CHECK_LAUNCH("id_positions_kernel (fill)");
+    const unsigned gx = static_cast<unsigned>((C + detail::kBlock - 1) / detail::kBlock);
+    const unsigned gy = static_cast<unsigned>(V < 65535 ? V : 65535);
+    embedding_wte_grad_kernel<S><<<dim3(gx, gy), detail::kBlock, 0, s>>>(
+        static_cast<S*>(dwte), static_cast<const S*>(dout), offsets, positions, C, V);
     SHARDLAB_CUDA_CHECK_LAUNCH("embedding_wte_grad_kernel");
   }
   if (dwpe) {
@@ -117,10 +167,10 @@ void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* w
 }
 
 void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                        int B, int T, int C, int V, cudaStream_t s) {
+                        int B, int T, int C, int V, int32_t* work, cudaStream_t s) {
   if (B <= 0 || T <= 0 || C <= 0 || V <= 0) return;
   with_storage(dt, [&](auto tag) {
-    launch_backward<decltype(tag)>(dwte, dwpe, dout, tokens, B, T, C, V, s);
+    launch_backward<decltype(tag)>(dwte, dwpe, dout, tokens, B, T, C, V, work, s);
   });
 }
 

@@ -47,44 +47,59 @@ __global__ void layernorm_forward_kernel(S* y, float* mean, float* rstd, const S
   }
 }
 
-// dweight[c] += Σ dy·xhat, dbias[c] += Σ dy: a block owns 32 columns (x lanes,
-// coalesced along a row), its 32 y lanes split the rows, lane y = 0 adds the
-// 32 partial sums in order.
-constexpr int kTile = 32;
+// dweight[c] += Σ dy·xhat, dbias[c] += Σ dy, in two passes in a fixed order:
+// blocks of 32 columns (x lanes, coalesced along a row) × 8 row lanes sum one
+// chunk of rows each into partial[chunk][col] (Σdy) and partial[chunks + chunk][col]
+// (Σdy·xhat); then a thread per column adds the chunks in order. The chunks give
+// the GPU enough blocks: one block per 32 columns was 12 blocks for C = 384.
+constexpr int kTile = 32, kRowLanes = 8;
 
 template <typename S>
-__global__ void layernorm_param_grad_kernel(S* dweight, S* dbias, const S* dy, const S* x,
-                                            const float* mean, const float* rstd, int rows,
-                                            int cols) {
-  __shared__ double part_dy[kTile][kTile + 1];
-  __shared__ double part_dy_xhat[kTile][kTile + 1];
+__global__ void layernorm_param_partial_kernel(double* partial, const S* dy, const S* x,
+                                               const float* mean, const float* rstd, int rows,
+                                               int cols, int rows_per_chunk) {
+  __shared__ double part_dy[kRowLanes][kTile + 1];
+  __shared__ double part_dy_xhat[kRowLanes][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const size_t C = static_cast<size_t>(cols);
-  // The loop bound depends on blockIdx only, so every thread reaches each barrier.
-  for (int c0 = blockIdx.x * kTile; c0 < cols; c0 += gridDim.x * kTile) {
-    const int c = c0 + tx;
-    double a = 0.0, b = 0.0;
-    if (c < cols)
-      for (int r = ty; r < rows; r += kTile) {
-        const size_t i = r * C + c;
-        const float xh = (load(x[i]) - mean[r]) * rstd[r];
-        const double d = static_cast<double>(load(dy[i]));
-        a += d;
-        b += d * static_cast<double>(xh);
-      }
-    part_dy[ty][tx] = a;
-    part_dy_xhat[ty][tx] = b;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      double s1 = 0.0, s2 = 0.0;
-      for (int k = 0; k < kTile; ++k) {
-        s1 += part_dy[k][tx];
-        s2 += part_dy_xhat[k][tx];
-      }
-      store(dweight[c], load(dweight[c]) + static_cast<float>(s2));
-      store(dbias[c], load(dbias[c]) + static_cast<float>(s1));
+  const int c = blockIdx.x * kTile + tx, chunk = blockIdx.y, chunks = gridDim.y;
+  const int r0 = chunk * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  double a = 0.0, b = 0.0;
+  if (c < cols)
+    for (int r = r0 + ty; r < r1; r += kRowLanes) {
+      const size_t i = r * C + c;
+      const float xh = (load(x[i]) - mean[r]) * rstd[r];
+      const double d = static_cast<double>(load(dy[i]));
+      a += d;
+      b += d * static_cast<double>(xh);
     }
-    __syncthreads();  // shared memory is reused by the next tile
+  part_dy[ty][tx] = a;
+  part_dy_xhat[ty][tx] = b;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int k = 0; k < kRowLanes; ++k) {
+      s1 += part_dy[k][tx];
+      s2 += part_dy_xhat[k][tx];
+    }
+    partial[static_cast<size_t>(chunk) * C + c] = s1;
+    partial[static_cast<size_t>(chunks + chunk) * C + c] = s2;
+  }
+}
+
+template <typename S>
+__global__ void layernorm_param_finish_kernel(S* dweight, S* dbias, const double* partial,
+                                              int chunks, int cols) {
+  const size_t C = static_cast<size_t>(cols);
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int k = 0; k < chunks; ++k) {
+      s1 += partial[static_cast<size_t>(k) * C + c];
+      s2 += partial[static_cast<size_t>(chunks + k) * C + c];
+    }
+    store(dweight[c], load(dweight[c]) + static_cast<float>(s2));
+    store(dbias[c], load(dbias[c]) + static_cast<float>(s1));
   }
 }
 
@@ -133,14 +148,18 @@ void launch_forward(void* y, float* mean, float* rstd, const void* x, const void
 template <typename S>
 void launch_backward(void* dx, void* dweight, void* dbias, const void* dy, const void* x,
                      const float* mean, const float* rstd, const void* weight, int rows, int cols,
-                     bool accumulate, cudaStream_t s) {
-  const size_t tiles = (static_cast<size_t>(cols) + kTile - 1) / kTile;
-  const unsigned grid =
-      static_cast<unsigned>(tiles < detail::kMaxBlocks ? tiles : detail::kMaxBlocks);
-  layernorm_param_grad_kernel<S><<<grid, dim3(kTile, kTile), 0, s>>>(
-      static_cast<S*>(dweight), static_cast<S*>(dbias), static_cast<const S*>(dy),
-      static_cast<const S*>(x), mean, rstd, rows, cols);
-  SHARDLAB_CUDA_CHECK_LAUNCH("layernorm_param_grad_kernel");
+                     bool accumulate, double* partial, cudaStream_t s) {
+  const int chunks = column_sum_chunks(rows), per = (rows + chunks - 1) / chunks;
+  const unsigned tiles = static_cast<unsigned>((cols + kTile - 1) / kTile);
+  layernorm_param_partial_kernel<S>
+      <<<dim3(tiles, static_cast<unsigned>(chunks)), dim3(kTile, kRowLanes), 0, s>>>(
+          partial, static_cast<const S*>(dy), static_cast<const S*>(x), mean, rstd, rows, cols,
+          per);
+  SHARDLAB_CUDA_CHECK_LAUNCH("layernorm_param_partial_kernel");
+  layernorm_param_finish_kernel<S>
+      <<<detail::grid_for(static_cast<size_t>(cols)), detail::kBlock, 0, s>>>(
+          static_cast<S*>(dweight), static_cast<S*>(dbias), partial, chunks, cols);
+  SHARDLAB_CUDA_CHECK_LAUNCH("layernorm_param_finish_kernel");
   layernorm_input_grad_kernel<S>
       <<<detail::grid_for_rows(rows, detail::kBlock), detail::kBlock, 0, s>>>(
           static_cast<S*>(dx), static_cast<const S*>(dy), static_cast<const S*>(x), mean, rstd,
@@ -161,11 +180,11 @@ void layernorm_forward(DType dt, void* y, float* mean, float* rstd, const void* 
 
 void layernorm_backward(DType dt, void* dx, void* dweight, void* dbias, const void* dy,
                         const void* x, const float* mean, const float* rstd, const void* weight,
-                        int rows, int cols, bool accumulate, cudaStream_t s) {
+                        int rows, int cols, bool accumulate, double* partial, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   with_storage(dt, [&](auto tag) {
     launch_backward<decltype(tag)>(dx, dweight, dbias, dy, x, mean, rstd, weight, rows, cols,
-                                   accumulate, s);
+                                   accumulate, partial, s);
   });
 }
 

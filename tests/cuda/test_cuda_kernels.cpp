@@ -274,7 +274,8 @@ TEST_CASE("cuda bias_grad_accumulate adds the row sums onto dbias", "[cuda][bias
       worst_scale = std::max(worst_scale, abs_sum);
     }
     DevBuf<float> dd(dout), db(dbias0);
-    kernels::cuda::bias_grad_accumulate(db.get(), dd.get(), rows, cols, gpu.s);
+    DevBuf<float> part(static_cast<size_t>(kernels::cuda::column_sum_chunks(rows)) * cols);
+    kernels::cuda::bias_grad_accumulate(db.get(), dd.get(), rows, cols, part.get(), gpu.s);
     INFO("rows=" << rows << " cols=" << cols);
     require_close(db.download(gpu), want, 0, 1e-6 * worst_scale, "bias_grad_accumulate");
   }
@@ -300,7 +301,8 @@ TEST_CASE("cuda launchers compose kernels::linear_forward and linear_backward", 
                       gy.get());
   kernels::cuda::gemm(gpu.blas, true, false, out, in, rows, 1.0f, gdy.get(), gx.get(), 1.0f,
                       gdw.get());
-  kernels::cuda::bias_grad_accumulate(gdb.get(), gdy.get(), rows, out, gpu.s);
+  DevBuf<float> part(static_cast<size_t>(kernels::cuda::column_sum_chunks(rows)) * out);
+  kernels::cuda::bias_grad_accumulate(gdb.get(), gdy.get(), rows, out, part.get(), gpu.s);
   kernels::cuda::gemm(gpu.blas, false, false, rows, in, out, 1.0f, gdy.get(), gw.get(), 0.0f,
                       gdx.get());
   require_close(gy.download(gpu), y, 0, 1e-5 * max_abs(y), "linear forward");
@@ -562,7 +564,7 @@ TEST_CASE("cuda launchers do nothing for n = 0", "[cuda]") {
   kernels::cuda::sgd_step(nullptr, nullptr, 0, 0.1f, gpu.s);
   kernels::cuda::scale(nullptr, 0, 2.0f, gpu.s);
   kernels::cuda::bias_rows(nullptr, nullptr, 0, 5, gpu.s);
-  kernels::cuda::bias_grad_accumulate(nullptr, nullptr, 5, 0, gpu.s);
+  kernels::cuda::bias_grad_accumulate(nullptr, nullptr, 5, 0, nullptr, gpu.s);
   for (DType a : {DType::f32, DType::bf16, DType::f16}) {
     kernels::cuda::add(nullptr, nullptr, a, 0, gpu.s);
     kernels::cuda::flag_nonfinite(nullptr, a, 0, flag.get(), gpu.s);

@@ -202,3 +202,32 @@ TEST_CASE("cuda bf16 runs need no fp32 copies, and the preflight knows", "[cuda]
     }
   }
 }
+
+TEST_CASE("cuda embedding backward lists each id's positions and adds them in the CPU's order",
+          "[cuda][transformer]") {
+  // More ids than one shared-memory tile (1024) and more vocabulary entries than one
+  // block of the id passes (256), with unused entries and repeats: the same bits.
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0, nullptr);
+  const int B = 8, T = 300, C = 70, V = 700;
+  std::mt19937 g(11);
+  std::vector<int32_t> ids(static_cast<size_t>(B) * T);
+  for (int32_t& t : ids) t = static_cast<int32_t>(g() % 500);  // entries 500.. stay unused
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO(to_string(dt));
+    const auto dout = rounded(*cpu, dt, randn(ids.size() * C, 12));
+    const auto dwte0 = rounded(*cpu, dt, randn(static_cast<size_t>(V) * C, 13, 0.01f));
+    const auto dwpe0 = rounded(*cpu, dt, randn(static_cast<size_t>(T) * C, 14, 0.01f));
+    // The CPU on its own memory, in dt.
+    Buf cdo(*cpu, dt, dout), cdw(*cpu, dt, dwte0), cdp(*cpu, dt, dwpe0);
+    cpu->embedding_backward(dt, cdw.p, cdp.p, cdo.p, ids.data(), B, T, C, V);
+    Buf gdo(*gpu, dt, dout), gdw(*gpu, dt, dwte0), gdp(*gpu, dt, dwpe0);
+    void* gids = gpu->raw_alloc(ids.size() * 4);
+    gpu->copy(gids, ids.data(), ids.size() * 4, CopyKind::host_to_device);
+    gpu->embedding_backward(dt, gdw.p, gdp.p, gdo.p, static_cast<const int32_t*>(gids), B, T, C,
+                            V);
+    CHECK(gdw.get() == cdw.get());
+    CHECK(gdp.get() == cdp.get());
+    gpu->raw_free(gids, ids.size() * 4);
+  }
+}
