@@ -88,7 +88,8 @@ TEST_CASE("the guarded device makes the batch itself, bit for bit the host's", "
   dev->raw_free(y, n * 4);
 }
 
-TEST_CASE("--tf32 is refused without a GPU, in one line naming what is valid", "[data][cli]") {
+TEST_CASE("a --tf32 run is refused without a GPU, in one line naming what is valid",
+          "[data][cli]") {
   const auto r = run_cli("run --tf32 --steps 1 --device cpu");
   INFO(r.out);
   CHECK(r.code == 2);

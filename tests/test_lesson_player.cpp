@@ -300,3 +300,44 @@ TEST_CASE("bad lesson options in the app are one line and exit 2, before any win
   CHECK(r.code == 2);
   CHECK(r.out.find("--lang 'fr'") != std::string::npos);
 }
+
+TEST_CASE("a lesson copied outside the folder with a gate broken shows FAIL, app and command line",
+          "[lesson-player]") {
+  // The learner's copy keeps the installed lesson's id and file name; only the copy
+  // is edited: weight_diff_to_single <= 1e-5 becomes < 0, which cannot hold.
+  const TempDir dir;
+  const fs::path copy = dir.path / "01-example.toml";
+  {
+    std::ifstream in(std::string(SHARDLAB_TEST_DIR) + "/lessons_good/01-example.toml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string s = text.str();
+    const std::string gate = "op = \"<=\"\nvalue = 1e-5";
+    REQUIRE(s.find(gate) != std::string::npos);
+    s.replace(s.find(gate), gate.size(), "op = \"<\"\nvalue = 0");
+    std::ofstream(copy) << s;
+  }
+  // The app: the folder's lesson of that id gives way to the file.
+  LessonPlayer p;
+  p.load(std::string(SHARDLAB_TEST_DIR) + "/lessons_good", "");
+  REQUIRE(p.lessons().size() == 1);
+  const int i = p.adopt(lesson::load_lesson(copy.string()));
+  CHECK(i == 0);
+  CHECK(p.lessons().size() == 1);
+  CHECK(p.lessons()[0].path == copy.string());
+  p.open(i);
+  p.answer() = "1 KiB";
+  p.advance();
+  REQUIRE(wait_for_runs(p));
+  REQUIRE(p.result());
+  CHECK_FALSE(p.result()->gates_pass());
+  // The command line, given the file's path.
+  const auto r = shardlab::test::run_cli("lesson run " + copy.string() + " --step 1");
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK(r.out.find("gate FAIL") != std::string::npos);
+  // A lesson that is nowhere names where lessons are looked for.
+  const auto none = shardlab::test::run_cli("lesson show nosuch");
+  CHECK(none.code == 2);
+  CHECK(none.out.find("SHARDLAB_LESSONS") != std::string::npos);
+}

@@ -243,13 +243,9 @@ int cmd_gui(int argc, char** argv) {
     app.open_lessons();
     if (a.has("lang")) app.lessons.set_lang(lang);
     if (lesson_wanted) {
-      const auto& all = app.lessons.lessons();
-      for (size_t i = 0; i < all.size(); ++i)
-        if (all[i].id == lesson_wanted->id) app.lessons.open(static_cast<int>(i));
-      if (!app.lessons.lesson())
-        throw ConfigError(
-            "--lesson '" + *a.get("lesson") + "': not in " + lesson::lessons_dir() +
-            (app.lessons.load_error().empty() ? "" : " (" + app.lessons.load_error() + ")"));
+      // The lesson as read (a file outside the folder, or an edited copy of one of
+      // its lessons), not the folder's lesson of the same id.
+      app.lessons.open(app.lessons.adopt(*lesson_wanted));
       app.lessons.go_to_step(lesson_step);
       if (auto v = a.get("answer")) {
         const lesson::Step* st = app.lessons.step();

@@ -951,7 +951,7 @@ Lesson find_lesson(const std::string& name, const std::string& dir) {
   }
   throw ConfigError("no lesson '" + name + "' in " + dir + " (valid: " +
                     (names.empty() ? std::string("none, the folder has no lessons") : join(names)) +
-                    ")");
+                    ", a path to a .toml file, or another folder in SHARDLAB_LESSONS)");
 }
 
 }  // namespace shardlab::lesson

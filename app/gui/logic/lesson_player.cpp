@@ -136,6 +136,17 @@ void LessonPlayer::load(const std::string& dir, const std::string& progress_path
     if (lessons_[i].id == store_.current_lesson) open(static_cast<int>(i));
 }
 
+int LessonPlayer::adopt(lesson::Lesson l) {
+  for (size_t i = 0; i < lessons_.size(); ++i)
+    if (lessons_[i].id == l.id) {
+      if (lesson_ == static_cast<int>(i)) join();  // its runs belong to the old text
+      lessons_[i] = std::move(l);
+      return static_cast<int>(i);
+    }
+  lessons_.push_back(std::move(l));
+  return static_cast<int>(lessons_.size()) - 1;
+}
+
 void LessonPlayer::set_lang(lesson::Lang l) {
   lang_ = l;
   store_.lang = lesson::to_string(l);

@@ -37,6 +37,10 @@ class LessonPlayer {
   // Loads every lesson in `dir` and the progress file (empty path: progress in
   // memory only). A bad lesson file is reported in load_error(), the others load.
   void load(const std::string& dir, const std::string& progress_path);
+  // A lesson read from a file of the learner's (`gui --lesson FILE`): it takes the
+  // place of the folder's lesson with the same id (an edited copy runs as edited),
+  // else joins the list. Returns its index, for open().
+  int adopt(lesson::Lesson l);
   const std::vector<lesson::Lesson>& lessons() const { return lessons_; }
   const std::string& load_error() const { return load_error_; }
   const std::string& note() const { return note_; }  // progress file problems, shown once
