@@ -10,9 +10,9 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/cores.h"
 #include "app/lesson/lesson.h"
 #include "app/lesson/terminal.h"
+#include "core/cores.h"
 
 namespace shardlab::app {
 
@@ -188,6 +188,10 @@ int cmd_list(const Out& o) {
   for (const Lesson& l : all)
     std::printf("%-*s %2zu steps  %s\n%*s%s\n", w, l.id.c_str(), l.steps.size(),
                 one_line(l.title, o.lang).c_str(), w + 3, "", one_line(l.summary, o.lang).c_str());
+  std::printf("\n%s\n", o.lang == Lang::zh ? "即将推出（源文章中尚无课程的主题）："
+                                           : "Still to come (topics of the source articles):");
+  for (const UpcomingTopic& t : topics_to_come())
+    std::printf("  - %s\n", o.lang == Lang::zh ? t.zh : t.en);
   return 0;
 }
 

@@ -533,8 +533,13 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   auto r = run_cli("lesson list");
   CHECK(r.code == 0);
   CHECK(r.out.find("example") != std::string::npos);
+  // The source articles' topics without a lesson are named as still to come.
+  CHECK(r.out.find("Still to come") != std::string::npos);
+  CHECK(r.out.find("parameter server") != std::string::npos);
+  CHECK(r.out.find("tensor and sequence parallelism") != std::string::npos);
   r = run_cli("lesson list --lang zh");
   CHECK(r.out.find("示例") != std::string::npos);
+  CHECK(r.out.find("参数服务器") != std::string::npos);
   r = run_cli("lesson show example --lang zh");
   CHECK(r.code == 0);
   CHECK(r.out.find("模型状态被切分") != std::string::npos);

@@ -200,8 +200,8 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
   if (zh) {
     // The field's Chinese names, as the lesson texts use them.
     static constexpr const char* kZhKinds[kNumSpanKinds] = {
-        "前向",           "反向",           "损失计算", "优化器更新", "全规约",  "规约散射",
-        "全收集",         "广播",           "规约",     "发送",       "接收",    "屏障",
+        "前向",           "反向",           "损失计算", "优化器更新", "全规约",   "规约散射",
+        "全收集",         "广播",           "规约",     "发送",       "接收",     "屏障",
         "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "准备数据", "其他操作"};
     kind = kZhKinds[static_cast<int>(k.event)];
     std::string t = "rank " + std::to_string(k.rank) + " 上";
@@ -246,6 +246,14 @@ void draw_lesson_list(App& app, const UiColors& ui) {
     ImGui::Unindent();
     ImGui::PopStyleColor();
   }
+  ImGui::Spacing();
+  ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
+  ImGui::TextUnformatted(tr(app, "Still to come"));
+  for (const lesson::UpcomingTopic& t : lesson::topics_to_come()) {
+    ImGui::Bullet();
+    ImGui::TextWrapped("%s", lang == Lang::zh ? t.zh : t.en);
+  }
+  ImGui::PopStyleColor();
   if (!p.load_error().empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
     ImGui::TextWrapped("%s:\n%s", tr(app, "The lessons could not all be read"),

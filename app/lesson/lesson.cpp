@@ -934,6 +934,17 @@ std::string command_line(const RunConfig& c, const ProcessOptions& p) {
   return s;
 }
 
+const std::vector<UpcomingTopic>& topics_to_come() {
+  static const std::vector<UpcomingTopic> topics = {
+      {"Hybrid parallelism: tensor and sequence parallelism, and data x pipeline x tensor on a "
+       "device mesh",
+       "混合并行：张量并行与序列并行，以及设备网格上的数据 × 流水线 × 张量并行"},
+      {"The parameter server against all-reduce, and offloading to NVMe",
+       "参数服务器与全规约的对比，以及卸载到 NVMe"},
+  };
+  return topics;
+}
+
 Lesson find_lesson(const std::string& name, const std::string& dir) {
   std::error_code ec;
   if (name.find('/') != std::string::npos ||

@@ -183,6 +183,14 @@ Lesson load_lesson(const std::string& path);
 // recordings are looked for).
 Lesson parse_lesson(const std::string& content, const std::string& path);
 
+// Topics of the source articles that have no lesson yet: `lesson list` and the
+// app's lesson list name them, so a learner knows they are coming, not missing.
+struct UpcomingTopic {
+  const char* en;
+  const char* zh;
+};
+const std::vector<UpcomingTopic>& topics_to_come();
+
 // The lessons directory: $SHARDLAB_LESSONS, else lessons/ next to the source.
 std::string lessons_dir();
 // Every *.toml in `dir`, by file name (the NN- prefix orders them). Throws the

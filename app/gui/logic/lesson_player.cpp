@@ -18,6 +18,7 @@ struct UiWord {
 // The player's words. Keys are the English text, so a missing entry shows English.
 constexpr UiWord kWords[] = {
     {"Lessons", "课程"},
+    {"Still to come", "即将推出"},
     {"Lesson", "课程"},
     {"Step", "步骤"},
     {"of", "/"},
@@ -72,6 +73,7 @@ std::string glyph_text(const std::vector<lesson::Lesson>& lessons) {
   std::set<std::string> parts;
   for (const UiWord& w : kWords) parts.insert(w.zh);
   parts.insert("EN 中文");
+  for (const lesson::UpcomingTopic& t : lesson::topics_to_come()) parts.insert(t.zh);
   // The panel's own sentences around numbers (app/gui/panel_lessons.cpp: views,
   // seeks, units, the tolerance); a test checks that every Chinese character of
   // that file is here.
