@@ -100,18 +100,6 @@ std::string label_of(const Workload& w) {
   return s + "/" + w.precision;
 }
 
-// --tf32 reaches a run only where RunConfig has the field (it comes with the
-// CUDA backend's TF32 GEMMs); false when the build has none to set.
-template <class Config>
-bool set_tf32(Config& c, bool on) {
-  if constexpr (requires { c.tf32 = on; }) {
-    c.tf32 = on;
-    return true;
-  } else {
-    return !on;
-  }
-}
-
 // Where one step went, in percent of its duration.
 struct Shares {
   double data = 0, forward = 0, backward = 0, optimizer = 0, comm = 0, idle = 0;
@@ -227,7 +215,6 @@ int bench_gpu(int argc, char** argv) {
 
   std::vector<Row> rows;
   std::string labels;
-  bool tf32_wired = true;
   for (Workload w : gpu_workloads()) {
     if (!cuda) w = cpu_size(w);
     const std::string label = label_of(w);
@@ -242,11 +229,9 @@ int bench_gpu(int argc, char** argv) {
     base.device = device;
     base.precision = w.precision;
     RunConfig c = for_strategy(base, w.strategy);
-    std::string precision = w.precision;
-    if (tf32 && w.precision == "fp32") {
-      tf32_wired = set_tf32(c, true);
-      if (tf32_wired) precision = "tf32";
-    }
+    // TF32 changes fp32 GEMMs only (bf16 ones are on tensor cores already).
+    c.tf32 = tf32 && w.precision == "fp32";
+    const std::string precision = c.tf32 ? "tf32" : w.precision;
     validate(c);  // every row is checked before any runs, its memory too
     check_memory(c);
     c.record = !no_record;
@@ -255,10 +240,6 @@ int bench_gpu(int argc, char** argv) {
   if (rows.empty())
     throw ConfigError("--only '" + only + "' matches no row (valid: a part of a label: " + labels +
                       ")");
-  if (!tf32_wired)
-    std::fprintf(stderr,
-                 "note: --tf32 is not wired into this build (RunConfig has no tf32 field): the "
-                 "fp32 rows ran exact fp32\n");
 
   const std::string gpu = cuda ? cuda_status() : "";
   if (!json) {

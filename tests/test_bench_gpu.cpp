@@ -147,6 +147,9 @@ TEST_CASE("bench gpu: bad input and no GPU each end in one line", "[bench-gpu]")
   CHECK(r.code == 2);
   CHECK(r.out.find("--only 'nothing-like-it' matches no row (valid: a part of a label: "
                    "mlp:8x256/b64/fp32, ") != std::string::npos);
+  r = run_cli("bench gpu --device cpu --tf32 --only mlp:8x64/b4/fp32");
+  CHECK(r.code == 2);  // TF32 is a GPU's: the run's own check says so
+  CHECK(r.out.find("--tf32 needs a GPU") != std::string::npos);
   if (cuda_device_count() == 0) {
     r = run_cli("bench gpu");
     CHECK(r.code == 2);

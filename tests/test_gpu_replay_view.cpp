@@ -111,6 +111,14 @@ TEST_CASE("a cuda recording opened without a GPU says where it ran and how to ru
   CHECK(with_backend->find("--device cpu --backend auto.") != std::string::npos);
   CHECK(on_this_cpu(nccl).backend == "auto");
 
+  // TF32 is a tensor-core format: the CPU runs exact fp32.
+  RunConfig tf32 = form;
+  tf32.tf32 = true;
+  const auto without_tf32 = rerun_here_note(tf32, origin, 0);
+  REQUIRE(without_tf32);
+  CHECK(without_tf32->find("--device cpu without --tf32.") != std::string::npos);
+  CHECK(!on_this_cpu(tf32).tf32);
+
   // No GPU named in the file (an older recording): the device alone.
   RecordingOrigin unnamed;
   CHECK(rerun_here_note(form, unnamed, 0)->rfind("Recorded on cuda; this machine", 0) == 0);

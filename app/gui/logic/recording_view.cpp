@@ -27,6 +27,7 @@ std::string recording_status(const std::string& file, const RecordingOrigin& ori
 RunConfig on_this_cpu(RunConfig form) {
   form.device = "cpu";
   if (form.backend == "nccl") form.backend = "auto";
+  form.tf32 = false;  // a tensor-core format: the CPU's fp32 is exact
   return form;
 }
 
@@ -40,8 +41,9 @@ std::optional<std::string> rerun_here_note(const RunConfig& form, const Recordin
     return std::nullopt;
   }
   const std::string gpu = origin.gpus.empty() ? "" : " (" + origin.gpus.front() + ")";
-  const std::string flags =
-      cpu.backend != form.backend ? "--device cpu --backend auto" : "--device cpu";
+  std::string flags = "--device cpu";
+  if (cpu.backend != form.backend) flags += " --backend auto";
+  if (form.tf32) flags += " without --tf32";
   return "Recorded on cuda" + gpu +
          "; this machine has no usable GPU, so it is shown as recorded. It can be re-run here "
          "with " +

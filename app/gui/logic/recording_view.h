@@ -24,7 +24,7 @@ std::string recording_status(const std::string& file, const RecordingOrigin& ori
 std::optional<std::string> rerun_here_note(const RunConfig& form, const RecordingOrigin& origin,
                                            int gpus_here);
 // The settings rerun_here_note offers: `form` on the CPU (--backend nccl, a GPU
-// communicator, back to auto).
+// communicator, back to auto; --tf32, a tensor-core format, off).
 RunConfig on_this_cpu(RunConfig form);
 
 // "run.shardrec" from "/some/dir/run.shardrec": the status line has little room.
