@@ -120,7 +120,7 @@ const std::vector<MetricInfo> kRegistry = {
      "",
      true},
     {"clock_offset_us",
-     "",
+     "us",
      {A::rank},
      "one process per rank: |offset| in µs of the rank's clock from rank 0's, measured at "
      "rendezvous by Cristian's algorithm: (t_send + t_recv)/2 on the rank − rank 0's answer, "

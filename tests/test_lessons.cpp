@@ -268,7 +268,7 @@ TEST_CASE("terminal rendering wraps to the width, bullets lists, keeps emphasis 
 }
 
 TEST_CASE("every metric resolves, is documented, and FORMAT.md lists the same names", "[lessons]") {
-  const std::set<std::string> units = {"B", "ms", "%", "x", "count", ""};
+  const std::set<std::string> units = {"B", "ms", "us", "%", "x", "count", ""};
   std::set<std::string> names;
   for (const MetricInfo& m : metric_registry()) {
     INFO(m.name);
@@ -278,6 +278,10 @@ TEST_CASE("every metric resolves, is documented, and FORMAT.md lists the same na
     CHECK(names.insert(m.name).second);
   }
   CHECK(find_metric("peak") == nullptr);
+  // A time is printed with its unit (the clock offset was a bare number).
+  CHECK(find_metric("clock_offset_us")->unit == "us");
+  CHECK(format_value(12.5, "us") == "12.5 \xC2\xB5s");
+  CHECK(format_value(5000, "us") == "5000 \xC2\xB5s");
   // The table in lessons/FORMAT.md ("| `name` [args] | unit | ...").
   const std::string doc = read_all(kTests + "/../lessons/FORMAT.md");
   std::set<std::string> documented;

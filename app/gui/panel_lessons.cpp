@@ -162,6 +162,8 @@ std::string value_text(double v, const std::string& unit) {
   }
   if (unit == "ms") {
     std::snprintf(buf, sizeof buf, "%.3g ms", v);
+  } else if (unit == "us") {
+    std::snprintf(buf, sizeof buf, std::abs(v) >= 100 ? "%.0f \xC2\xB5s" : "%.3g \xC2\xB5s", v);
   } else if (unit == "%") {
     std::snprintf(buf, sizeof buf, "%.1f%%", v);
   } else if (unit == "x") {
@@ -225,6 +227,7 @@ std::string seek_words(Lang lang, const lesson::Seek& k) {
 const char* unit_words(Lang lang, const std::string& unit) {
   if (unit == "count") return "";
   if (unit == "x") return "\xC3\x97";
+  if (unit == "us") return "\xC2\xB5s";
   if (unit == "B") return lang == Lang::zh ? "字节 (B)" : "bytes (KiB, MiB allowed)";
   return unit.c_str();
 }

@@ -73,6 +73,8 @@ std::string format_value(double v, const std::string& unit) {
       return std::string(buf) + " (" + exact_bytes(v) + ")";
   } else if (unit == "ms") {
     std::snprintf(buf, sizeof buf, "%.3g ms", v);
+  } else if (unit == "us") {
+    std::snprintf(buf, sizeof buf, std::abs(v) >= 100 ? "%.0f \xC2\xB5s" : "%.3g \xC2\xB5s", v);
   } else if (unit == "%") {
     std::snprintf(buf, sizeof buf, "%.1f %%", v);
   } else if (unit == "x") {
