@@ -159,17 +159,12 @@ std::string styled(const Piece& p, bool ansi) {
     if (p.code) codes += "\033[36m";
     return codes.empty() ? p.text : codes + p.text + "\033[0m";
   }
+  // Plain text (a pipe, a file, NO_COLOR): emphasis is dropped rather than printed
+  // as Markdown's asterisks, which read as noise; code keeps its backticks, which
+  // say where a command or a name begins and ends.
   std::string open, close;
-  if (p.run_start) {
-    if (p.code) open += "`";
-    if (p.strong) open += "**";
-    if (p.em) open += "*";
-  }
-  if (p.run_end) {
-    if (p.em) close += "*";
-    if (p.strong) close += "**";
-    if (p.code) close += "`";
-  }
+  if (p.run_start && p.code) open += "`";
+  if (p.run_end && p.code) close += "`";
   return open + p.text + close;
 }
 
@@ -177,7 +172,7 @@ int marks_width(const Piece& p, bool ansi) {
   if (ansi) return 0;
   int w = 0;
   for (bool edge : {p.run_start, p.run_end})
-    if (edge) w += (p.code ? 1 : 0) + (p.strong ? 2 : 0) + (p.em ? 1 : 0);
+    if (edge) w += p.code ? 1 : 0;
   return w;
 }
 
