@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/gui/app_state.h"
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
@@ -66,6 +67,8 @@ class App {
   CompareSession compare_session;
   std::vector<CompareEntry> compare;
   LessonPlayer lessons;
+  // The app's language is the lessons' (the EN / 中文 switch, --lang): every view follows it.
+  Tr tr() const { return Tr{lessons.lang()}; }
   bool lessons_loaded = false;
   std::string lessons_dir;                   // empty: lesson::lessons_dir()
   std::string progress_path;                 // empty: progress in memory only

@@ -1,6 +1,8 @@
 // The lesson player's logic (see lesson_player.h).
 #include "app/gui/logic/lesson_player.h"
 
+#include "app/gui/logic/i18n.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -11,50 +13,6 @@ namespace shardlab::gui {
 
 namespace {
 
-struct UiWord {
-  const char* en;
-  const char* zh;
-};
-// The player's words. Keys are the English text, so a missing entry shows English.
-constexpr UiWord kWords[] = {
-    {"Lessons", "课程"},
-    {"Still to come", "即将推出"},
-    {"Lesson", "课程"},
-    {"Step", "步骤"},
-    {"of", "/"},
-    {"Prev", "上一步"},
-    {"Next", "下一步"},
-    {"All lessons", "全部课程"},
-    {"Run this step", "运行本步"},
-    {"Running...", "正在运行……"},
-    {"Reveal", "揭晓答案"},
-    {"Skip", "跳过"},
-    {"Your prediction", "你的预测"},
-    {"Your answer", "你的答案"},
-    {"Formula", "公式"},
-    {"Measured", "实测"},
-    {"right", "正确"},
-    {"not quite", "不太对"},
-    {"no answer", "未作答"},
-    {"Checks", "检验"},
-    {"PASS", "通过"},
-    {"FAIL", "未通过"},
-    {"Look at", "请看"},
-    {"This step has no run: read, then go on.", "本步没有运行：读完即可继续。"},
-    {"The run failed", "运行失败"},
-    {"steps", "步"},
-    {"done", "已完成"},
-    {"Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal.",
-     "Page Down：运行、揭晓、下一步。Page Up：返回。Enter：运行 / 揭晓。"},
-    {"Answer first, or press Skip.", "先作答，或按“跳过”。"},
-    {"within", "容差"},
-    {"The lessons could not all be read", "部分课程文件无法读取"},
-    {"Language", "语言"},
-    {"compare run", "对比运行"},
-    {"recorded run", "录制的运行"},
-    {"recorded on", "录制于"},
-};
-
 void add_text(std::set<std::string>& out, const lesson::Text& t) {
   out.insert(t.en);
   out.insert(t.zh);
@@ -63,15 +21,12 @@ void add_text(std::set<std::string>& out, const lesson::Text& t) {
 }  // namespace
 
 const char* ui_text(lesson::Lang l, const char* en) {
-  if (l == lesson::Lang::en) return en;
-  for (const UiWord& w : kWords)
-    if (std::strcmp(w.en, en) == 0) return w.zh;
-  return en;
+  return Tr{l}(en);
 }
 
 std::string glyph_text(const std::vector<lesson::Lesson>& lessons) {
   std::set<std::string> parts;
-  for (const UiWord& w : kWords) parts.insert(w.zh);
+  for (const auto& [en, zh] : string_table()) parts.insert(zh);
   parts.insert("EN 中文");
   for (const lesson::UpcomingTopic& t : lesson::topics_to_come()) parts.insert(t.zh);
   // The panel's own sentences around numbers (app/gui/panel_lessons.cpp: views,
