@@ -64,40 +64,66 @@ std::string bold(const std::string& s, const Out& o) {
   return o.ansi ? "\033[1m" + s + "\033[0m" : s;
 }
 
-// The words around the numbers in the learner's language; PASS/FAIL, metric
-// names and command lines stay as they are (scripts and the GUI match them).
+// The words around the numbers in the learner's language; metric names and
+// command lines stay as they are.
 const char* w(const Out& o, const char* en, const char* zh) {
   return o.lang == Lang::zh ? zh : en;
 }
 
+// "PASS" / "通过": the app's words for a gate (scripts read the exit code).
 std::string verdict(bool pass, const Out& o) {
-  if (!o.ansi) return pass ? "PASS" : "FAIL";
-  return pass ? "\033[32mPASS\033[0m" : "\033[31mFAIL\033[0m";
+  const std::string word = pass ? w(o, "PASS", "通过") : w(o, "FAIL", "未通过");
+  if (!o.ansi) return word;
+  return (pass ? "\033[32m" : "\033[31m") + word + "\033[0m";
 }
 
-std::string describe_metric(const MetricRef& m) {
+// The metric's name (as the lesson files write it) and its arguments in words.
+std::string describe_metric(const MetricRef& m, const Out& o) {
   const MetricInfo* info = find_metric(m.name);
+  const bool zh = o.lang == Lang::zh;
   std::string s = m.name;
   std::vector<std::string> args;
-  if (m.run == 'b') args.push_back("run b");
+  if (m.run == 'b') args.push_back(w(o, "run b", "第二次运行"));
   if (info)
     for (MetricArg a : info->args) {
       if (a == MetricArg::rank) args.push_back("rank " + std::to_string(m.rank));
       if (a == MetricArg::category && m.category != "total") args.push_back(m.category);
-      if (a == MetricArg::pool && m.pool != "device") args.push_back(m.pool + " pool");
+      if (a == MetricArg::pool && m.pool != "device")
+        args.push_back(zh ? m.pool + " 内存池" : m.pool + " pool");
       if (a == MetricArg::kind) args.push_back(m.kind);
-      if (a == MetricArg::step) args.push_back("step " + std::to_string(m.step));
-      if (a == MetricArg::link) args.push_back("as on devices joined by " + m.link);
+      if (a == MetricArg::step)
+        args.push_back(zh ? "第 " + std::to_string(m.step) + " 步"
+                          : "step " + std::to_string(m.step));
+      if (a == MetricArg::link)
+        args.push_back(zh ? "按由 " + m.link + " 连接的独立设备推算"
+                          : "as on devices joined by " + m.link);
     }
   if (!args.empty()) {
-    s += " (";
-    for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i];
-    s += ")";
+    s += zh ? "（" : " (";
+    for (size_t i = 0; i < args.size(); ++i) s += (i ? w(o, ", ", "，") : "") + args[i];
+    s += zh ? "）" : ")";
   }
   return s;
 }
 
-std::string describe_seek(const Seek& s) {
+std::string describe_seek(const Seek& s, const Out& o) {
+  if (o.lang == Lang::zh) {
+    switch (s.kind) {
+      case Seek::Kind::step:
+        return "第 " + std::to_string(s.step) + " 步开始处";
+      case Seek::Kind::peak_memory:
+        return "rank " + std::to_string(s.rank) + " 的内存峰值处";
+      case Seek::Kind::event: {
+        std::string d = "rank " + std::to_string(s.rank) + " 上";
+        if (s.step >= 0) d += "第 " + std::to_string(s.step) + " 步中";
+        if (s.micro_batch >= 0) d += "微批次 " + std::to_string(s.micro_batch) + " 的";
+        if (s.layer >= 0) d += "第 " + std::to_string(s.layer) + " 层的";
+        return d + "第 " + std::to_string(std::max(1, s.nth)) + " 次" +
+               span_kind_words(s.event, Lang::zh);
+      }
+    }
+    return "";
+  }
   switch (s.kind) {
     case Seek::Kind::step:
       return "the start of step " + std::to_string(s.step);
@@ -115,7 +141,15 @@ std::string describe_seek(const Seek& s) {
   return "";
 }
 
-std::string describe_highlight(const Highlight& h) {
+std::string describe_highlight(const Highlight& h, const Out& o) {
+  if (o.lang == Lang::zh) switch (h.kind) {
+      case Highlight::Kind::rank:
+        return "rank " + std::to_string(h.rank);
+      case Highlight::Kind::area:
+        return h.area + " 区域";
+      case Highlight::Kind::category:
+        return std::string(to_string(h.category)) + " 类别";
+    }
   switch (h.kind) {
     case Highlight::Kind::rank:
       return "rank " + std::to_string(h.rank);
@@ -133,18 +167,26 @@ void print_step_header(const Lesson& l, size_t k, const Out& o) {
   const std::string head = o.lang == Lang::zh ? "第 " + n + " 步：" : "Step " + n + ": ";
   std::printf("\n%s\n", bold(head + one_line(s.title, o.lang), o).c_str());
   std::printf("%s", text_of(s.text, o, 2).c_str());
-  if (s.run) std::printf("  run:      %s\n", command_line(*s.run, s.run_processes).c_str());
+  // The labels line up in each language: "run:      " / "运行：".
+  if (s.run)
+    std::printf("  %s%s\n", w(o, "run:      ", "运行："),
+                command_line(*s.run, s.run_processes).c_str());
   if (s.compare)
-    std::printf("  compare:  %s\n", command_line(*s.compare, s.compare_processes).c_str());
-  if (!s.recording.empty()) std::printf("  recording: %s\n", s.recording.c_str());
+    std::printf("  %s%s\n", w(o, "compare:  ", "对比："),
+                command_line(*s.compare, s.compare_processes).c_str());
+  if (!s.recording.empty())
+    std::printf("  %s%s\n", w(o, "recording: ", "录制："), s.recording.c_str());
   if (s.look) {
-    std::string d = s.look->view.empty() ? "" : s.look->view + " view";
+    const bool zh = o.lang == Lang::zh;
+    std::string d = s.look->view.empty() ? "" : s.look->view + w(o, " view", " 视图");
+    const char* sep = w(o, "; ", "；");
     if (s.look->seek)
-      d += (d.empty() ? "" : "; ") + std::string("at ") + describe_seek(*s.look->seek);
+      d += (d.empty() ? "" : sep) + std::string(w(o, "at ", "位置：")) +
+           describe_seek(*s.look->seek, o);
     if (s.look->highlight)
-      d += (d.empty() ? "" : "; ") + std::string("highlight ") +
-           describe_highlight(*s.look->highlight);
-    std::printf("  look:     %s\n", d.c_str());
+      d += (d.empty() ? "" : sep) + std::string(w(o, "highlight ", "高亮：")) +
+           describe_highlight(*s.look->highlight, o);
+    std::printf("  %s%s\n", zh ? "请看：" : "look:     ", d.c_str());
   }
 }
 
@@ -159,20 +201,20 @@ void print_prediction_question(const Prediction& p, const Out& o) {
                 p.unit.empty()      ? "答一个数"
                 : p.unit == "count" ? "答一个计数"
                                     : ("单位 " + p.unit).c_str(),
-                100 * p.tolerance, describe_metric(p.metric).c_str());
+                100 * p.tolerance, describe_metric(p.metric, o).c_str());
   else
     std::printf("    (answer %s; right within ±%g %% of the measured value, %s)\n",
                 p.unit.empty()      ? "a plain number"
                 : p.unit == "count" ? "a count"
                                     : ("in " + p.unit).c_str(),
-                100 * p.tolerance, describe_metric(p.metric).c_str());
+                100 * p.tolerance, describe_metric(p.metric, o).c_str());
 }
 
 void print_gate_line(const Gate& g, const Out& o) {
-  std::string rhs = g.right ? describe_metric(*g.right)
+  std::string rhs = g.right ? describe_metric(*g.right, o)
                             : format_value(*g.value, find_metric(g.metric.name)->unit);
-  std::printf("    %s %s %s — %s\n", describe_metric(g.metric).c_str(), g.op.c_str(), rhs.c_str(),
-              one_line(g.text, o.lang).c_str());
+  std::printf("    %s %s %s — %s\n", describe_metric(g.metric, o).c_str(), g.op.c_str(),
+              rhs.c_str(), one_line(g.text, o.lang).c_str());
 }
 
 int cmd_list(const Out& o) {
@@ -186,8 +228,9 @@ int cmd_list(const Out& o) {
   int w = 12;
   for (const Lesson& l : all) w = std::max(w, static_cast<int>(l.id.size()));
   for (const Lesson& l : all)
-    std::printf("%-*s %2zu steps  %s\n%*s%s\n", w, l.id.c_str(), l.steps.size(),
-                one_line(l.title, o.lang).c_str(), w + 3, "", one_line(l.summary, o.lang).c_str());
+    std::printf(o.lang == Lang::zh ? "%-*s %2zu 步  %s\n%*s%s\n" : "%-*s %2zu steps  %s\n%*s%s\n",
+                w, l.id.c_str(), l.steps.size(), one_line(l.title, o.lang).c_str(), w + 3, "",
+                one_line(l.summary, o.lang).c_str());
   std::printf("\n%s\n", o.lang == Lang::zh ? "即将推出（源文章中尚无课程的主题）："
                                            : "Still to come (topics of the source articles):");
   for (const UpcomingTopic& t : topics_to_come())
@@ -227,10 +270,14 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     const StepRuns runs = run_step(s);
     const StepResult r = evaluate_step(s, runs.a, runs.b ? &*runs.b : nullptr);
     if (!s.recording.empty())
-      std::printf("  recorded run: %s (recorded on %s)\n", s.recording.c_str(),
-                  s.recorded_where.c_str());
+      std::printf(w(o, "  recorded run: %s (recorded on %s)\n", "  录制的运行：%s（录制于 %s）\n"),
+                  s.recording.c_str(), s.recorded_where.c_str());
     // Where the time comes from: measured here, with ranks per core when they outnumber them.
-    const std::string crowded = oversubscription_short(runs.a.cfg.world, cores_available());
+    const int cores = cores_available();
+    std::string crowded = oversubscription_short(runs.a.cfg.world, cores);
+    if (!crowded.empty() && o.lang == Lang::zh)
+      crowded = std::to_string(runs.a.cfg.world) + " 个 rank 共用 " + std::to_string(cores) +
+                " 个核：时间被拉长";
     std::printf(w(o, "  %s: %d steps, final loss %.6g, median step %s measured here%s\n",
                   "  %s：%d 步，最终损失 %.6g，本机实测每步耗时中位数 %s%s\n"),
                 s.recording.empty() ? w(o, "trained", "已训练") : w(o, "replayed", "已回放"),
@@ -259,7 +306,8 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
                                   "你的答案：未作答（--answer 值）"));
       }
       if (!m.value) {
-        std::printf("    measured: could not be evaluated: %s\n", m.error.c_str());
+        std::printf(w(o, "    measured: could not be evaluated: %s\n", "    实测：无法求值：%s\n"),
+                    m.error.c_str());
         ok = false;
       } else {
         if (m.value->formula)
@@ -272,7 +320,9 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
             std::printf("    %s%d) %s\n", w(o, "right choice: ", "正确选项："), r.right_choice + 1,
                         one_line(p.choices[r.right_choice].label, o.lang).c_str());
           else {
-            std::printf("    right choice: none of the choices holds for the measured value\n");
+            std::printf("%s",
+                        w(o, "    right choice: none of the choices holds for the measured value\n",
+                          "    正确选项：没有一个选项符合实测值\n"));
             ok = false;
           }
         }
@@ -283,8 +333,9 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
       std::printf("%s", text_of(*s.reveal, o, 4).c_str());
     }
     if (r.seek) {
-      std::printf("  seek:     %s %s\n", r.seek->found ? "found" : "NOT FOUND:",
-                  r.seek->found ? (r.seek->description + " at " +
+      std::printf("  %s%s %s\n", w(o, "seek:     ", "定位："),
+                  r.seek->found ? w(o, "found", "找到") : w(o, "NOT FOUND:", "未找到："),
+                  r.seek->found ? (r.seek->description + w(o, " at ", "，时间 ") +
                                    format_value(static_cast<double>(r.seek->t_ns) / 1e6, "ms"))
                                       .c_str()
                                 : r.seek->description.c_str());
@@ -298,11 +349,12 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
       else if (g.right && !g.right->value)
         detail = g.right->error;
       else
-        detail = describe_metric(g.gate->metric) + " " +
+        detail = describe_metric(g.gate->metric, o) + " " +
                  format_value(g.left.value->measured, unit) + " " + g.gate->op + " " +
                  format_value(g.right_value, unit);
-      std::printf("  gate %s  %s  (%s)\n", verdict(g.pass, o).c_str(),
-                  one_line(g.gate->text, o.lang).c_str(), detail.c_str());
+      std::printf(w(o, "  gate %s  %s  (%s)\n", "  检验 %s  %s（%s）\n"),
+                  verdict(g.pass, o).c_str(), one_line(g.gate->text, o.lang).c_str(),
+                  detail.c_str());
       ok = ok && g.pass;
     }
   }

@@ -195,6 +195,13 @@ TEST_CASE("now line: a ZeRO-3 all-gather and pipeline notes, in the camping word
   CHECK(piece_part(p[0], 3) == 1);
   CHECK(now_line(d, p, 150, n) == "Hiker 1 sends a1 to hikers 0 and 2 (all-gather of layer a).");
   CHECK(rank_status(d, p, 1, 150, n) == "sending a1 to hikers 0 and 2 (all-gather)");
+  // The same in Chinese: whole sentences, no spaces between Chinese words.
+  const Tr zh{lesson::Lang::zh};
+  CHECK(now_line(d, p, 150, n, zh) == "1 号队员把 a1 发给 0 和 2 号队员（a 层的全收集）。");
+  CHECK(rank_status(d, p, 1, 150, n, 0, zh) == "正在把 a1 发给 0 和 2 号队员（全收集）");
+  CHECK(now_line(d, p, 150, Naming{}, zh) ==
+        "rank 1 把 L0 分片 1 发给 rank 0 和 2（L0 的全收集）。");
+  CHECK(arrival_tags(p, n, zh)[0].text == "AG a \xE2\x86\x90 1 号队员");
 
   // Everyone's at once.
   append(d, 0, {comm(100, 200, SpanKind::all_gather, 0)}, {});
@@ -204,6 +211,8 @@ TEST_CASE("now line: a ZeRO-3 all-gather and pipeline notes, in the camping word
   CHECK(now_line(d, p, 150, n) ==
         "Hikers 0, 1 and 2 each send their part of layer a (a0, a1, a2) to the others "
         "(all-gather).");
+  CHECK(now_line(d, p, 150, n, zh) ==
+        "0、1 和 2 号队员把 a 层中各自的那一份（a0、a1、a2）发给彼此（全收集）。");
 
   // GPipe: rank 0 sends micro-batch 3's activations on, rank 2 sends a gradient back.
   RunData g = make_data(3, 6);
@@ -222,6 +231,11 @@ TEST_CASE("now line: a ZeRO-3 all-gather and pipeline notes, in the camping word
         "B5 (micro-batch 5's gradient) back to hiker 1.");
   CHECK(rank_status(g, p, 1, 150, gn) == "receiving F3 from hiker 0; receiving B5 from hiker 2");
   CHECK(rank_status(g, p, 0, 150, gn) == "sending F3 to hiker 1");
+  CHECK(now_line(g, p, 150, gn, zh) ==
+        "0 号队员把纸条 F3（微批次 3 的激活值）传给 1 号队员；2 号队员把纸条 B5（微批次 5 "
+        "的梯度）传回给 1 号队员。");
+  CHECK(rank_status(g, p, 1, 150, gn, 0, zh) ==
+        "正在接收 F3，来自 0 号队员；正在接收 B5，来自 2 号队员");
 
   // Nothing in flight: what each hiker computes.
   Span f;
@@ -232,6 +246,8 @@ TEST_CASE("now line: a ZeRO-3 all-gather and pipeline notes, in the camping word
   f.micro_batch = 4;
   append(g, 1, {f}, {});
   CHECK(now_line(g, pieces_in_flight(g, 350), 350, gn) == "Hiker 1: F4; hikers 0 and 2 wait.");
+  CHECK(now_line(g, pieces_in_flight(g, 350), 350, gn, zh) ==
+        "1 号队员：F4；0 和 2 号队员在等待。");
 }
 
 TEST_CASE("camping: pipeline hikers carry their stage and keep notes, not gear", "[cluster-view]") {
@@ -268,6 +284,9 @@ TEST_CASE("camping: pipeline hikers carry their stage and keep notes, not gear",
   z.push_back(res("layers.0.weight[gathered]", MemCategory::comm_buffers));
   const CardContents zc = card_contents(holdings_at(z, 10, 0), 3);
   CHECK(carries_text(zc, 3, camping_naming(3)) == "a1, b1, c1 (33%)");
+  const Tr zh{lesson::Lang::zh};
+  CHECK(carries_text(zc, 3, camping_naming(3), zh) == "a1、b1、c1（33%）");
+  CHECK(carries_text(c, 2, camping_naming(4), zh) == "c、d 层");
 
   // Full replicas (ddp), and dp's replicas, which are only borrowed.
   const std::vector<Residency> full{res("layers.0.weight", MemCategory::params),
@@ -438,6 +457,10 @@ TEST_CASE("a card's status too wide for its line keeps whole parts and counts th
   CHECK(fit_parts(status, 8.0f * 35, width) ==
         "RS L4 \xE2\x86\x92 all; RS L4 \xE2\x86\x90 3; +2 more");
   CHECK(fit_parts("idle", 8, width) == "idle");
+  // A Chinese status is cut at its "；" and counts the rest in Chinese.
+  const std::string zh_status = "RS L4 \xE2\x86\x92 全部；AG L3 \xE2\x86\x90 1 和 2；正在计算 F4";
+  CHECK(fit_parts(zh_status, 8.0f * 25, width, Tr{lesson::Lang::zh}) ==
+        "RS L4 \xE2\x86\x92 全部；+2 项");
 }
 
 TEST_CASE("a pipeline note travels until its recv ends, not until its send's span ends",

@@ -140,6 +140,13 @@ TEST_CASE("compare list: each configuration has its own world, micro-batches and
   CHECK(config_label(z3) ==
         "zero3 \xC3\x97"
         "4 no-prefetch");
+  // In Chinese the option words are translated; strategy names and symbols stay.
+  const Tr zh{lesson::Lang::zh};
+  CHECK(config_label(z3, zh) ==
+        "zero3 \xC3\x97"
+        "4 不预取");
+  CHECK(config_label(fsdp, zh).find("单元 4 不重新分片") != std::string::npos);
+  CHECK(std::string(idle_share_short_definition(zh)).rfind("空闲占比：", 0) == 0);
 }
 
 TEST_CASE("compare list: the item text gives back the same configuration", "[compare-view]") {

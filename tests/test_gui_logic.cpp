@@ -13,6 +13,7 @@
 #include "app/gui/logic/format.h"
 #include "app/gui/logic/frame_pacing.h"
 #include "app/gui/logic/memory_logic.h"
+#include "app/gui/logic/palette.h"
 #include "app/gui/logic/replay_logic.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
@@ -419,6 +420,7 @@ TEST_CASE("formatting and axis ticks", "[gui]") {
   CHECK(loss_name("mlp:3x96") == "MSE over the global batch");
   CHECK(loss_name("gpt:2x64x4") == "cross-entropy over every position of the global batch");
   CHECK(loss_name("nope:1") == "over the global batch");
+  CHECK(loss_name("mlp:3x96", Tr{lesson::Lang::zh}) == "全局批次上的 MSE");
   CHECK(format_bytes(512) == "512 B");
   CHECK(format_bytes(1536) == "1.50 KiB");
   CHECK(format_bytes(3 << 20) == "3.00 MiB");
@@ -725,6 +727,20 @@ TEST_CASE("memory panel: a gpt run shows a block's activations by Korthikanti's 
   CHECK(gui::block_activation_lines(c, 1)[0].rfind("1 block ", 0) == 0);
   CHECK(gui::block_activation_lines(c, 1)[3] == "b=2 per micro-batch");
   CHECK(gui::block_activation_lines(c, 3).size() == 1);
+  // In Chinese: the same lines in the lessons' words, the formula as it is.
+  const Tr zh{lesson::Lang::zh};
+  CHECK(gui::block_activation_lines(c, 0, zh) ==
+        std::vector<std::string>{"这里没有 Transformer 块"});
+  const std::vector<std::string> zh_lines = gui::block_activation_lines(c, 1, zh);
+  REQUIRE(zh_lines.size() == 4);
+  CHECK(zh_lines[0].rfind("1 个块 \xC3\x97 ", 0) == 0);
+  CHECK(zh_lines[1] == gui::block_activation_lines(c, 1)[1]);
+  CHECK(zh_lines[3] == "b=2（每个微批次）");
+  // The palette's names for people (legends, cards, sentences) follow the glossary.
+  CHECK(std::string(kind_label(SpanKind::reduce_scatter, zh)) == "规约散射");
+  CHECK(std::string(kind_label(SpanKind::reduce_scatter)) == "reduce-scatter");
+  CHECK(std::string(category_label(MemCategory::optimizer_state, zh)) == "优化器状态");
+  CHECK(std::string(kind_short(SpanKind::all_gather, zh)) == "AG");
   c.world = 2;  // stages: embedding + block 0 | block 1 + head
   CHECK(gui::block_activation_lines(c, 0)[0].rfind("1 block ", 0) == 0);
   c.model = "mlp:4x16";

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/gui/logic/i18n.h"
+#include "core/strategy.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -48,13 +49,16 @@ std::string unescape(const std::string& s) {
       continue;
     }
     const char e = s[++i];
-    if (e == 'n') out += '\n';
-    else if (e == 't') out += '\t';
+    if (e == 'n')
+      out += '\n';
+    else if (e == 't')
+      out += '\t';
     else if (e == 'x') {
       size_t n = 0;
       out += static_cast<char>(std::stoi(s.substr(i + 1, 2), &n, 16));
       i += n;
-    } else out += e;
+    } else
+      out += e;
   }
   return out;
 }
@@ -64,7 +68,7 @@ struct Literal {
   bool translated;        // the argument of tr(...)
   std::string statement;  // the code before it, from the statement's start
   int line;
-  bool skipped;  // "i18n: not shown" on its line or the line before
+  bool skipped;  // "// i18n: <why>" in its statement or on the line above it
 };
 
 // The string literals of a C++ file, comments skipped, adjacent ones joined.
@@ -76,14 +80,16 @@ std::vector<Literal> literals(const std::string& code) {
     std::istringstream in(code);
     for (std::string l; std::getline(in, l);) lines.push_back(l);
   }
-  const auto marked = [&](int line) {
-    for (int l : {line - 1, line - 2})
-      if (l >= 0 && l < static_cast<int>(lines.size()) &&
-          lines[static_cast<size_t>(l)].find("i18n: not shown") != std::string::npos)
+  // The marker covers its statement: any line from the one above the statement's
+  // first to the literal's own.
+  const auto marked = [&](int first, int line) {
+    for (int l = std::max(1, first - 1); l <= line; ++l)
+      if (l <= static_cast<int>(lines.size()) &&
+          lines[static_cast<size_t>(l - 1)].find("// i18n: ") != std::string::npos)
         return true;
     return false;
   };
-  int line = 1;
+  int line = 1, stmt_line = 1;
   for (size_t i = 0; i < code.size();) {
     const char c = code[i];
     if (c == '\n') ++line;
@@ -118,7 +124,7 @@ std::vector<Literal> literals(const std::string& code) {
     if (c == '"') {
       Literal lit;
       lit.line = line;
-      lit.skipped = marked(line);
+      lit.skipped = marked(stmt_line, line);
       std::string before = stmt;
       while (!before.empty() && std::isspace(static_cast<unsigned char>(before.back())))
         before.pop_back();
@@ -131,19 +137,32 @@ std::vector<Literal> literals(const std::string& code) {
         lit.text += code.substr(j + 1, k - j - 1);
         j = k + 1;
         size_t n = j;
+        int lines_between = 0;
         while (n < code.size() && std::isspace(static_cast<unsigned char>(code[n]))) {
-          if (code[n] == '\n') ++line;
+          if (code[n] == '\n') ++lines_between;
           ++n;
         }
-        if (n < code.size() && code[n] == '"') j = n;
+        // The line breaks up to a joined literal are counted here; otherwise the
+        // main loop counts them as it passes.
+        if (n < code.size() && code[n] == '"') {
+          j = n;
+          line += lines_between;
+        }
       }
       out.push_back(lit);
       stmt += "\"…\"";
       i = j;
       continue;
     }
-    if (c == ';' || c == '{' || c == '}') stmt.clear();
-    else stmt += c;
+    if (c == ';' || c == '{' || c == '}') {
+      stmt.clear();
+      stmt_line = line;
+    } else {
+      if (stmt.find_first_not_of(" \t\n") == std::string::npos &&
+          !std::isspace(static_cast<unsigned char>(c)))
+        stmt_line = line;  // the statement's first character
+      stmt += c;
+    }
     ++i;
   }
   return out;
@@ -214,12 +233,19 @@ TEST_CASE("i18n: every string a view shows goes through tr() and has an entry", 
         CHECK(has_translation(unescape(lit.text).c_str()));
       } else if (has_english(lit.text) && !lit.skipped && !not_shown(lit.statement)) {
         // Shown in English whatever the language: wrap it in tr() and add its
-        // Chinese to a strings_zh_*.cpp, or mark a key or id "i18n: not shown".
+        // Chinese to a strings_zh_*.cpp, or mark a key or id "// i18n: not shown".
         FAIL_CHECK("a string the views show has no tr()");
       }
     }
   }
   CHECK(translated > 300);
+}
+
+TEST_CASE("i18n: every strategy's summary has Chinese (the run bar lists them)", "[i18n]") {
+  for (const StrategyInfo& s : all_strategies()) {
+    INFO(s.name << ": " << s.summary);
+    CHECK(has_translation(s.summary.c_str()));
+  }
 }
 
 TEST_CASE("i18n: the scan reads literals as the compiler does", "[i18n]") {
@@ -231,8 +257,15 @@ TEST_CASE("i18n: the scan reads literals as the compiler does", "[i18n]") {
       "  ImGui::BeginChild(\"view pane\");\n"
       "  char q = '\"'; label(\"Shown raw\");\n"
       "  label(\"id only\");  // i18n: not shown\n"
+      "  // i18n: keys\n"
+      "  const char* k[] = {\"alpha\",\n"
+      "                     \"beta\"};\n"
+      "  label(\"after\");\n"
       "}\n");
-  REQUIRE(l.size() == 5);
+  REQUIRE(l.size() == 8);
+  CHECK(l[5].skipped);
+  CHECK(l[6].skipped);
+  CHECK_FALSE(l[7].skipped);
   CHECK(l[0].text == "%s");
   CHECK_FALSE(has_english(l[0].text));
   CHECK(l[1].text == "Memory over time");

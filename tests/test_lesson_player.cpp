@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
+#include "app/gui/logic/key_taps.h"
 #include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/lesson_progress.h"
 #include "core/atomic_file.h"
@@ -340,4 +342,41 @@ TEST_CASE("a lesson copied outside the folder with a gate broken shows FAIL, app
   const auto none = shardlab::test::run_cli("lesson show nosuch");
   CHECK(none.code == 2);
   CHECK(none.out.find("SHARDLAB_LESSONS") != std::string::npos);
+}
+
+TEST_CASE("lesson keys: taps shorter than a frame are never dropped", "[lesson-player]") {
+  // A clicker's tap lasts ~10 ms; a frame ~16 ms or, while the app sleeps, far
+  // longer: press and release both arrive before the frame that reads them.
+  // The window's key callback feeds KeyTaps::on_key; the frame reads them
+  // through drive_lesson_keys, as handle_shortcuts does.
+  LessonPlayer p;
+  p.load(std::string(SHARDLAB_TEST_DIR) + "/lessons_good", "");
+  REQUIRE(p.lessons().size() == 1);
+  p.open(0);
+  const int last = static_cast<int>(p.lesson()->steps.size()) - 1;
+  REQUIRE(last >= 1);
+  p.go_to_step(last);
+  KeyTaps taps;
+  for (int k = last; k > 0; --k) {
+    taps.on_key(kKeyPageUp, 1);  // press
+    taps.on_key(kKeyPageUp, 0);  // release, 10 ms later, no frame between
+    taps.next_frame();
+    CHECK(drive_lesson_keys(p, taps, true) == 1);
+    CHECK(p.step_index() == k - 1);
+  }
+  // Two taps within one frame are two steps; a key repeat is no new tap.
+  p.go_to_step(last);
+  taps.on_key(kKeyPageUp, 1);
+  taps.on_key(kKeyPageUp, 2);  // repeat
+  taps.on_key(kKeyPageUp, 0);
+  taps.on_key(kKeyPageUp, 1);
+  taps.on_key(kKeyPageUp, 0);
+  taps.next_frame();
+  CHECK(taps.presses(kKeyPageUp) == 2);
+  CHECK(drive_lesson_keys(p, taps, true) == std::min(2, last));
+  CHECK(p.step_index() == std::max(0, last - 2));
+  // A frame without presses repeats none.
+  taps.next_frame();
+  CHECK(taps.presses(kKeyPageUp) == 0);
+  CHECK(drive_lesson_keys(p, taps, true) == 0);
 }

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -488,6 +490,44 @@ TEST_CASE("a step evaluates on its runs: gates, seek, prediction, answers", "[le
   CHECK(k.correct);
   CHECK(!check_answer(p, r, "lots").error.empty());
   CHECK(!check_answer(p, r, "12 ms").error.empty());
+  // The forms the lessons print: grouped digits, multiples of Ψ (issue 24: "446 976" and
+  // "16Ψ" were refused).
+  CHECK(r.psi > 0);
+  const long long whole = std::llround(measured);
+  const std::string digits = std::to_string(whole);
+  std::string spaced, commas;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) {
+      spaced += ' ';
+      commas += ',';
+    }
+    spaced += digits[i];
+    commas += digits[i];
+  }
+  INFO(spaced << " / " << commas << " / psi " << r.psi);
+  CHECK(check_answer(p, r, spaced).correct);
+  CHECK(check_answer(p, r, commas).correct);
+  CHECK(check_answer(p, r, spaced + " B").correct);
+  char psi_form[64];
+  std::snprintf(psi_form, sizeof psi_form, "%.6g\xCE\xA8", measured / r.psi);
+  CHECK(check_answer(p, r, psi_form).correct);
+  std::snprintf(psi_form, sizeof psi_form, "%.6g\xCE\xA8/2", 2 * measured / r.psi);
+  CHECK(check_answer(p, r, psi_form).correct);
+  CHECK(!check_answer(p, r, "16\xCE\xA8/0").error.empty());
+  CHECK(!check_answer(p, r, "1,5").error.empty());  // not a digit group: refused, not 15
+  {
+    // A ratio as the lessons print it ("1.50×").
+    Prediction ratio;
+    ratio.unit = "x";
+    ratio.tolerance = 0.05;
+    StepResult rr;
+    rr.prediction = MetricResult{};
+    rr.prediction->value = MetricValue{1.5, std::nullopt, "", "x"};
+    CHECK(check_answer(ratio, rr, "1.5\xC3\x97").correct);
+    CHECK(check_answer(ratio, rr, "1.5x").correct);
+    CHECK(check_answer(ratio, rr, "1.5").correct);
+    CHECK(!check_answer(ratio, rr, "1.5\xCE\xA8").error.empty());  // Ψ is no ratio
+  }
 
   // A failing gate is a result, not an exception.
   Step bad = s;
@@ -546,6 +586,7 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   CHECK(r.out.find("tensor and sequence parallelism") != std::string::npos);
   r = run_cli("lesson list --lang zh");
   CHECK(r.out.find("示例") != std::string::npos);
+  CHECK(r.out.find(" steps") == std::string::npos);
   CHECK(r.out.find("参数服务器") != std::string::npos);
   r = run_cli("lesson show example --lang zh");
   CHECK(r.code == 0);
@@ -569,6 +610,13 @@ TEST_CASE("shardlab lesson list/show/run/check: output and exit codes", "[lesson
   CHECK(zh.code == 0);
   CHECK(zh.out.find("你的答案：16.50 KiB (16 896 B) — 正确") != std::string::npos);
   CHECK(zh.out.find("实测：16.50 KiB") != std::string::npos);
+  // ... and so are the labels, the gate's verdict and the step count (issue 24: "gate PASS",
+  // "run:", "look:" were English under --lang zh).
+  CHECK(zh.out.find("检验 通过") != std::string::npos);
+  CHECK(zh.out.find("运行：") != std::string::npos);
+  CHECK(zh.out.find("请看：") != std::string::npos);
+  CHECK(zh.out.find("gate PASS") == std::string::npos);
+  CHECK(zh.out.find("  run:") == std::string::npos);
   CHECK(r.out.find("measured: 16.50 KiB") != std::string::npos);
   CHECK(r.out.find("gate PASS") != std::string::npos);
   CHECK(r.out.find("Step 2/2") == std::string::npos);

@@ -481,6 +481,14 @@ TEST_CASE("the status line says what was recorded where and when", "[recording]"
   CHECK(gui::recording_status("a.shardrec", o, 4) ==
         "recording: a.shardrec \xE2\x80\x94 recorded on cuda (NVIDIA H100 80GB HBM3), world 4, "
         "2026-11-23 16:40 UTC");
+  // In Chinese, the same facts in a Chinese sentence.
+  const gui::Tr zh{lesson::Lang::zh};
+  CHECK(gui::recording_status("a.shardrec", o, 4, false, zh) ==
+        "录制：a.shardrec \xE2\x80\x94 录制于 cuda (NVIDIA H100 80GB HBM3)，world 4，"
+        "2026-11-23 16:40 UTC");
+  RunResult run;
+  CHECK(gui::recording_details(run, "/x/a.shardrec", o, false, zh)
+            .find("\n录制于 2026-11-23 16:40 UTC，设备 cuda") != std::string::npos);
   CHECK(gui::readable_date("yesterday") == "yesterday");
   CHECK(gui::file_name("/a/b/run.shardrec") == "run.shardrec");
   CHECK(gui::file_name("run.shardrec") == "run.shardrec");

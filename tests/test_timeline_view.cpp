@@ -105,6 +105,9 @@ TEST_CASE("a recv posted early and completed late is idle until its data is sent
   CHECK(std::string(idle_name("gpipe")) == "bubble");
   CHECK(std::string(idle_name("1f1b")) == "bubble");
   CHECK(std::string(idle_name("ddp")) == "waiting");
+  const Tr zh{lesson::Lang::zh};
+  CHECK(std::string(idle_name("gpipe", zh)) == "气泡");
+  CHECK(std::string(idle_name("ddp", zh)) == "等待");
 }
 
 TEST_CASE("a send waits until its recv is posted, unmatched spans move bytes", "[timeline-view]") {
@@ -272,6 +275,13 @@ TEST_CASE("span labels name pipeline messages like the blocks they carry", "[tim
   Span plain = p2p(0, 1, SpanKind::send, 1, 1);
   plain.layer = 3;
   CHECK(span_label(plain, false) == "send L3 \xE2\x86\x92r1");
+  // In Chinese: the step labels and the words on spans.
+  const Tr zh{lesson::Lang::zh};
+  const RunData d = make_data(2, "gpipe");
+  CHECK(step_label(d, 3, zh) == "第 3 步");
+  Span other = compute(0, 1, SpanKind::other, -1);
+  CHECK(span_label(other, false, zh) == "其他操作");
+  CHECK(span_label(other, false) == "other");
 }
 
 TEST_CASE("pipeline blocks: a micro-batch's layers form one run, recompute is R",

@@ -22,8 +22,10 @@
 namespace shardlab::gui {
 
 namespace {
+// i18n: not shown (the views' names in lesson files and on the command line)
 constexpr const char* kViewNames[kNumViews] = {"timeline", "memory",  "cluster",
                                                "camping",  "compare", "loss"};
+// i18n: keys of the string table (view_title passes them through tr)
 constexpr const char* kViewTitles[kNumViews] = {"Timeline",     "Memory",  "Cluster",
                                                 "Camping trip", "Compare", "Loss"};
 }  // namespace
@@ -31,8 +33,8 @@ constexpr const char* kViewTitles[kNumViews] = {"Timeline",     "Memory",  "Clus
 const char* view_name(View v) {
   return kViewNames[static_cast<int>(v)];
 }
-const char* view_title(View v) {
-  return kViewTitles[static_cast<int>(v)];
+const char* view_title(View v, const Tr& tr) {
+  return tr(kViewTitles[static_cast<int>(v)]);
 }
 std::optional<View> view_from_name(const std::string& s) {
   for (int i = 0; i < kNumViews; ++i)
@@ -47,6 +49,8 @@ App::App(const RunConfig& cfg) {
     state.partition_text += std::to_string(cfg.partition[i]);
   }
   state.compare.slots = default_compare_slots(cfg);
+  // The views' own Chinese is in the atlas before any lesson is loaded.
+  state.presenter.font_glyphs = glyph_text({});
   validate_form();
 }
 
@@ -54,7 +58,8 @@ void App::validate_form() {
   try {
     state.form.partition.clear();
     if (!state.partition_text.empty())
-      state.form.partition = app::parse_int_list(state.partition_text, "--partition");
+      state.form.partition =
+          app::parse_int_list(state.partition_text, "--partition");  // i18n: an option's name
     validate(state.form);
     if (state.processes) check_process_config(state.form);
     state.form_error.clear();
@@ -62,7 +67,7 @@ void App::validate_form() {
   } catch (const std::exception& e) {
     state.form_error = e.what();  // the CLI's own message, word for word
     const std::optional<std::string> note =
-        recording ? rerun_here_note(state.form, recording->origin, cuda_device_count())
+        recording ? rerun_here_note(state.form, recording->origin, cuda_device_count(), tr())
                   : std::nullopt;
     state.form_note = note ? *note : "";
   }
@@ -207,6 +212,8 @@ void App::open_lessons() {
   if (lessons_loaded) return;
   lessons_loaded = true;
   lessons.load(lessons_dir.empty() ? lesson::lessons_dir() : lessons_dir, progress_path);
+  // --lang outranks the language saved with the progress.
+  if (lang_override) lessons.set_lang(*lang_override);
   progress_saved = lessons.revision();
   state.presenter.font_glyphs = glyph_text(lessons.lessons());
 }
@@ -285,53 +292,53 @@ void App::poll() {
 namespace {
 
 void draw_status(App& app) {
+  const Tr tr = app.tr();
   const UiColors& ui = ui_colors(app.state.presenter.high_contrast);
   const RunState s = app.session.state();
   const RunConfig& c = app.data.world ? app.data.cfg : app.state.form;
-  std::string text = config_label(c) + " \xC2\xB7 ";
+  std::string text = config_label(c, tr) + " \xC2\xB7 ";
   ImU32 col = ui.text_dim;
   switch (s) {
     case RunState::idle:
       if (app.recording) {
         // Replaying: nothing runs until Run, which runs these settings live here.
-        text = recording_status(file_name(app.recording->path), app.recording->origin, c.world,
-                                app.recording->trace) +
-               (app.state.form_error.empty() ? " \xC2\xB7 replay: Run (R) runs it live"
-                                             : " \xC2\xB7 replay only");
+        text =
+            recording_status(file_name(app.recording->path), app.recording->origin, c.world,
+                             app.recording->trace, tr) +
+            " \xC2\xB7 " +
+            (app.state.form_error.empty() ? tr("replay: Run (R) runs it live") : tr("replay only"));
         col = ui.ok;
       } else {
-        text = "no run yet: press Run (R)";
+        text = tr("no run yet: press Run (R)");
       }
       break;
     case RunState::starting:
-      text += "connecting ranks...";
+      text += tr("connecting ranks...");
       break;
     case RunState::running:
     case RunState::paused:
-      text += std::string(s == RunState::paused ? "paused after step " : "running step ") +
-              std::to_string(app.session.steps_done()) + "/" + std::to_string(c.steps);
+      text += strf(s == RunState::paused ? tr("paused after step %d/%d") : tr("running step %d/%d"),
+                   app.session.steps_done(), c.steps);
       if (app.session.processes())
-        text += " \xC2\xB7 " + std::to_string(c.world) + " processes, watched live";
+        text += " \xC2\xB7 " + strf(tr("%d processes, watched live"), c.world);
       col = ui.ok;
       break;
     case RunState::finished: {
       const RunResult* r = app.session.result();
-      text += "finished " + std::to_string(c.steps) + " steps";
-      if (app.session.processes()) text += " as " + std::to_string(c.world) + " processes";
-      if (r) {
-        char buf[96];
-        std::snprintf(buf, sizeof buf, " \xC2\xB7 median step %.2f ms \xC2\xB7 final loss %.4g",
-                      r->median_step_ms, r->losses.empty() ? 0.0 : r->losses.back());
-        text += buf;
-      }
+      text += app.session.processes()
+                  ? strf(tr("finished %d steps as %d processes"), c.steps, c.world)
+                  : strf(tr("finished %d steps"), c.steps);
+      if (r)
+        text += " \xC2\xB7 " + strf(tr("median step %.2f ms \xC2\xB7 final loss %.4g"),
+                                    r->median_step_ms, r->losses.empty() ? 0.0 : r->losses.back());
       break;
     }
     case RunState::failed:
-      text = "run failed: " + app.session.error();
+      text = strf(tr("run failed: %s"), app.session.error().c_str());
       col = ui.error;
       break;
     case RunState::cancelled:
-      text += "cancelled";
+      text += tr("cancelled");
       break;
   }
   ImGui::PushStyleColor(ImGuiCol_Text, col);
@@ -341,10 +348,20 @@ void draw_status(App& app) {
   ImGui::PopStyleColor();
   if (s == RunState::idle && app.recording && ImGui::IsItemHovered())
     ImGui::SetTooltip("%s", recording_details(*app.recording->run, app.recording->path,
-                                              app.recording->origin, app.recording->trace)
+                                              app.recording->origin, app.recording->trace, tr)
                                 .c_str());
   // Every timing on screen is stretched when ranks take turns on the cores: say so beside them.
-  const std::string busy = oversubscription_note(c, cores_available(), true);
+  // (The core words it in English; the Chinese says the same with the same numbers.)
+  const int cores = cores_available();
+  std::string busy = oversubscription_note(c, cores, true);
+  std::string busy_long = oversubscription_note(c, cores);
+  if (!busy.empty() && tr.zh()) {
+    busy = strf(tr("%d ranks on %d cores: timings stretched"), c.world, cores);
+    busy_long = strf(tr("%d ranks on %d cores: ranks take turns on the cores, so step times and "
+                        "compute spans are stretched and waits grow; compare timings at world "
+                        "\xE2\x89\xA4 %d here"),
+                     c.world, cores, cores);
+  }
   if (!busy.empty()) {
     ImGui::SameLine(0, 16);
     // Big presenter fonts: the note goes under the line rather than off the screen.
@@ -352,8 +369,7 @@ void draw_status(App& app) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
     ImGui::TextUnformatted(busy.c_str());
     ImGui::PopStyleColor();
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("%s", oversubscription_note(c, cores_available()).c_str());
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", busy_long.c_str());
   }
 }
 
@@ -364,7 +380,7 @@ void draw_view_tabs(App& app) {
     if (selected)
       ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyleColorVec4(ImGuiCol_ButtonActive));
     char label[64];
-    std::snprintf(label, sizeof label, "%d %s", i + 1, view_title(v));
+    std::snprintf(label, sizeof label, "%d %s###view%d", i + 1, view_title(v, app.tr()), i);
     if (ImGui::Button(label)) app.state.view = v;
     if (selected) ImGui::PopStyleColor();
     ImGui::SameLine();

@@ -9,6 +9,7 @@
 
 #include "app/gui/app_state.h"
 #include "app/gui/logic/i18n.h"
+#include "app/gui/logic/key_taps.h"
 #include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
@@ -69,6 +70,10 @@ class App {
   LessonPlayer lessons;
   // The app's language is the lessons' (the EN / 中文 switch, --lang): every view follows it.
   Tr tr() const { return Tr{lessons.lang()}; }
+  // The window's key presses of this frame, however short (null without a window).
+  const KeyTaps* keys = nullptr;
+  // The language --lang asked for: kept when the lessons (and their saved language) load.
+  std::optional<lesson::Lang> lang_override;
   bool lessons_loaded = false;
   std::string lessons_dir;                   // empty: lesson::lessons_dir()
   std::string progress_path;                 // empty: progress in memory only

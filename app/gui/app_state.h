@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/gui/logic/compare_logic.h"
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/replay_logic.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "core/config.h"
@@ -18,8 +19,8 @@ namespace shardlab::gui {
 
 enum class View { timeline, memory, cluster, camping, compare, loss };
 inline constexpr int kNumViews = 6;
-const char* view_name(View v);   // "timeline" (command line and tabs)
-const char* view_title(View v);  // "Timeline"
+const char* view_name(View v);                        // "timeline" (command line and tabs)
+const char* view_title(View v, const Tr& tr = Tr{});  // "Timeline" / "时间线"
 std::optional<View> view_from_name(const std::string& s);
 
 struct TimelineState {

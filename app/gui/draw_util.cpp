@@ -54,7 +54,7 @@ void help_marker(const char* text) {
 
 void draw_time_axis(ImDrawList* dl, const Viewport& vp, float y, float h, const UiColors& ui) {
   // Labels distinct at every zoom, spaced by the widest (time_ticks).
-  const float char_px = ImGui::CalcTextSize("00.000 ms").x / 9;
+  const float char_px = ImGui::CalcTextSize("00.000 ms").x / 9;  // i18n: a width
   dl->AddLine(ImVec2(vp.x0, y + h - 1), ImVec2(vp.x0 + vp.width, y + h - 1), ui.axis);
   for (const AxisTick& tick : time_ticks(vp.t_begin, vp.t_end, vp.width, char_px)) {
     const float x = std::round(vp.x_of(tick.t));

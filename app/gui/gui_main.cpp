@@ -74,7 +74,8 @@ lessons (the Lessons panel beside the view; L in the app):
   --lessons           open the Lessons panel (progress is kept in $XDG_STATE_HOME/shardlab)
   --lesson NAME       open lesson NAME (id like 'zero', or a .toml file) at its first step
   --lesson-step K     ... at step K (1-based)
-  --lang en|zh        the lessons' language (default en; switch in the panel)
+  --lang en|zh        the app's and the lessons' language (default en, or the one saved
+                      with the lessons' progress once they open; switch in the Lessons panel)
   --answer VALUE      with --screenshot: the prediction's answer (a number, or a choice's number)
   --run-step          with --screenshot: run the step before the picture
   --reveal            with --screenshot: run the step and reveal it (answer, formula, measured, gates)
@@ -229,6 +230,7 @@ int cmd_gui(int argc, char** argv) {
   }
 
   App app(cfg);
+  app.keys = &win->taps();
   app.state.view = *view;
   app.state.processes = a.has("processes");
   app.state.presenter.font_scale = static_cast<float>(font_scale);
@@ -237,11 +239,14 @@ int cmd_gui(int argc, char** argv) {
   }
   if (!compare_slots.empty()) app.state.compare.slots = compare_slots;
   app.state.compare.picture = *show;
+  if (a.has("lang")) {  // every view's language, the lessons' too
+    app.lang_override = lang;
+    app.lessons.set_lang(lang);
+  }
   if (a.has("lessons") || lesson_wanted) {
     // Headless pictures never read or write the user's progress.
     app.progress_path = shot.empty() ? default_progress_path() : "";
     app.open_lessons();
-    if (a.has("lang")) app.lessons.set_lang(lang);
     if (lesson_wanted) {
       // The lesson as read (a file outside the folder, or an edited copy of one of
       // its lessons), not the folder's lesson of the same id.

@@ -129,28 +129,58 @@ void draw_note(ImDrawList* dl, ImVec2 c, float w, float h, const char* label, Im
               with_alpha(ink, alpha), label);
 }
 
-// Words broken into lines no wider than `w` pixels.
+// Whether the UTF-8 character starting at s[i] is a Chinese one (an
+// ideograph, CJK punctuation or a full-width form: three bytes from U+3000).
+bool wide_at(const std::string& s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  return c >= 0xE3 && c <= 0xEF && i + 2 < s.size();
+}
+
+// Words broken into lines no wider than `w` pixels. Chinese has no spaces:
+// a line may also break between two Chinese characters, though not before
+// Chinese punctuation (，。、；：）) nor after an opening one (（).
 std::vector<std::string> wrap_words(const std::string& text, float w) {
+  // The pieces a line may break between, each with whether a space came before it.
+  std::vector<std::pair<std::string, bool>> words;
+  bool space = false;
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] == ' ') {
+      space = true;
+      ++i;
+      continue;
+    }
+    const bool wide = wide_at(text, i);
+    const size_t len = wide ? 3 : 1;
+    const std::string ch = text.substr(i, len);
+    // Chinese punctuation that closes stays with what is before it.
+    const bool closing =
+        wide && (ch == "\xEF\xBC\x8C" || ch == "\xE3\x80\x82" || ch == "\xE3\x80\x81" ||
+                 ch == "\xEF\xBC\x9B" || ch == "\xEF\xBC\x9A" || ch == "\xEF\xBC\x89");
+    const bool after_open =
+        !words.empty() && words.back().first.size() >= 3 &&
+        words.back().first.compare(words.back().first.size() - 3, 3, "\xEF\xBC\x88") == 0;
+    const bool prev_wide = !words.empty() && !space && words.back().first.size() >= 3 &&
+                           wide_at(words.back().first, words.back().first.size() - 3);
+    // A new piece after a space, at a Chinese character, or after one.
+    const bool starts = words.empty() || space || ((wide || prev_wide) && !closing && !after_open);
+    if (starts)
+      words.push_back({ch, space});
+    else
+      words.back().first += ch;
+    space = false;
+    i += len;
+  }
   std::vector<std::string> lines;
-  std::string line, word;
-  auto flush_word = [&] {
-    if (word.empty()) return;
-    const std::string tryline = line.empty() ? word : line + " " + word;
+  std::string line;
+  for (const auto& [word, spaced] : words) {
+    const std::string tryline = line.empty() ? word : line + (spaced ? " " : "") + word;
     if (!line.empty() && ImGui::CalcTextSize(tryline.c_str()).x > w) {
       lines.push_back(line);
       line = word;
     } else {
       line = tryline;
     }
-    word.clear();
-  };
-  for (char ch : text) {
-    if (ch == ' ')
-      flush_word();
-    else
-      word.push_back(ch);
   }
-  flush_word();
   if (!line.empty()) lines.push_back(line);
   return lines;
 }
@@ -173,12 +203,14 @@ void text_in(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& text, 
 }  // namespace
 
 void draw_camping(App& app) {
+  const Tr tr = app.tr();
   AppState& s = app.state;
   const RunData& d = app.data;
   const bool hc = s.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   if (d.world == 0) {
-    ImGui::TextWrapped("No run yet. Press Run (R): the ranks become hikers who share their gear.");
+    ImGui::TextWrapped(
+        "%s", tr("No run yet. Press Run (R): the ranks become hikers who share their gear."));
     return;
   }
   const int64_t t = static_cast<int64_t>(s.playhead.t);
@@ -197,29 +229,35 @@ void draw_camping(App& app) {
 
   const char* intro =
       pipeline
-          ? "Camping trip, pipeline: each hiker is a rank and carries the gear (parameters) of its "
-            "own stage's layers for the whole trip. The hikers walk one trail: a hiker's result "
-            "is a note passed on to the next hiker (F3: micro-batch 3's activations), and a note "
-            "passed back (B3: its gradient) on the way home. Notes a hiker keeps are activations "
-            "waiting for their backward."
-          : "Camping trip: each hiker is a rank; each piece of gear is one layer's parameters "
-            "(colour and letter = layer). A hiker carrying only part of an item holds a shard (a1 "
-            "= part 1 of layer a). When a layer is needed, the hikers meet at the campfire and "
-            "lend each other their parts (all-gather); borrowed copies are striped and handed "
-            "back after use (freed). White pieces are gradients being summed (reduce-scatter, "
-            "all-reduce).";
+          ? tr("Camping trip, pipeline: each hiker is a rank and carries the gear (parameters) of "
+               "its "
+               "own stage's layers for the whole trip. The hikers walk one trail: a hiker's result "
+               "is a note passed on to the next hiker (F3: micro-batch 3's activations), and a "
+               "note "
+               "passed back (B3: its gradient) on the way home. Notes a hiker keeps are "
+               "activations "
+               "waiting for their backward.")
+          : tr("Camping trip: each hiker is a rank; each piece of gear is one layer's parameters "
+               "(colour and letter = layer). A hiker carrying only part of an item holds a shard "
+               "(a1 "
+               "= part 1 of layer a). When a layer is needed, the hikers meet at the campfire and "
+               "lend each other their parts (all-gather); borrowed copies are striped and handed "
+               "back after use (freed). White pieces are gradients being summed (reduce-scatter, "
+               "all-reduce).");
   // Big presenter fonts leave little room: the explanation moves into the (?).
   const float font = ImGui::GetFontSize();
   const bool roomy = ImGui::GetContentRegionAvail().y > font * 34;
   ImGui::PushTextWrapPos(0);
   if (roomy) ImGui::TextUnformatted(intro);
-  const std::string now = "Now: " + now_line(d, pieces, t, naming);
+  const std::string now = strf(tr("Now: %s"), now_line(d, pieces, t, naming, tr).c_str());
   ImGui::PushStyleColor(ImGuiCol_Text,
                         ImGui::ColorConvertU32ToFloat4(pieces.empty() ? ui.ok : ui.playhead));
   ImGui::TextUnformatted(now.c_str());
   ImGui::PopStyleColor();
   ImGui::PopTextWrapPos();
-  ImGui::TextDisabled("t = %s, step %d", format_time_ns(s.playhead.t).c_str(), d.step_at(t));
+  ImGui::TextDisabled(
+      "%s",
+      strf(tr("t = %s, step %d"), format_time_ns(s.playhead.t).c_str(), d.step_at(t)).c_str());
   ImGui::SameLine(0, 16);
   help_marker(intro);
 
@@ -237,11 +275,11 @@ void draw_camping(App& app) {
   // how big everything else can be.
   std::vector<std::string> carries(d.world);
   for (int r = 0; r < d.world; ++r)
-    carries[r] = "carries " + carries_text(cards[r], d.world, naming);
+    carries[r] = strf(tr("carries %s"), carries_text(cards[r], d.world, naming, tr).c_str());
   auto wrap_captions = [&](float wrap) {
     std::vector<std::vector<std::string>> out(d.world);
     for (int r = 0; r < d.world; ++r) {
-      out[r].push_back("hiker " + std::to_string(r) + " (rank " + std::to_string(r) + ")");
+      out[r].push_back(strf(tr("hiker %d (rank %d)"), r, r));
       for (std::string& l : wrap_words(carries[r], wrap)) out[r].push_back(std::move(l));
     }
     return out;
@@ -281,7 +319,7 @@ void draw_camping(App& app) {
   const Rect area = L.area;
   size.y = std::max(size.y, L.area.y1 + font * 0.3f - o.y);
   const std::vector<std::vector<std::string>> captions = wrap_captions(L.caption_wrap);
-  ImGui::InvisibleButton("camp", size);
+  ImGui::InvisibleButton("camp", size);  // i18n: not shown
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->PushClipRect(o, ImVec2(o.x + size.x, o.y + size.y), true);
   const ImU32 sky_top = hc ? IM_COL32(0, 0, 0, 255) : IM_COL32(14, 20, 42, 255);
@@ -314,7 +352,7 @@ void draw_camping(App& app) {
     text_in(dl,
             Rect{L.fire.x0 - font * 3, L.fire.y1 - font * 1.3f, L.fire.x1 + font * 3, L.fire.y1},
             sharing ? ui.playhead : ui.text_dim,
-            sharing ? "sharing at the campfire" : "campfire (nobody sharing)", true);
+            sharing ? tr("sharing at the campfire") : tr("campfire (nobody sharing)"), true);
   } else {
     // The trail through every hiker's feet, in rank order; where it changes
     // rows it turns at the right edge, clear of the hikers.
@@ -335,10 +373,11 @@ void draw_camping(App& app) {
 
   // Per hiker: tag line, figure, gear, what it holds out, caption.
   std::map<int, std::pair<std::string, std::string>> tags;  // long, brief
-  for (const ArrivalTag& a : arrival_tags(pieces, naming)) {
+  const std::string sep = tr.zh() ? "\xEF\xBC\x9B" : "; ";
+  for (const ArrivalTag& a : arrival_tags(pieces, naming, tr)) {
     auto& [line, brief] = tags[a.to];
-    line += (line.empty() ? "" : "; ") + a.text;
-    brief += (brief.empty() ? "" : "; ") + a.brief;
+    line += (line.empty() ? "" : sep) + a.text;
+    brief += (brief.empty() ? "" : sep) + a.brief;
   }
   for (int r = 0; r < d.world; ++r) {
     const HikerLayout& h = L.hikers[r];
@@ -382,7 +421,8 @@ void draw_camping(App& app) {
       const std::vector<int> notes = notes_held(holdings[r], &d, r, t);
       if (!notes.empty())
         text_in(dl, label_r, ui.text_dim,
-                std::to_string(notes.size()) + (notes.size() == 1 ? " note kept" : " notes kept"),
+                strf(notes.size() == 1 ? tr("%d note kept") : tr("%d notes kept"),
+                     static_cast<int>(notes.size())),
                 true, small);
       for (size_t i = 0; i < notes.size(); ++i) {
         const bool more = slot == hand_slots - 1 && notes.size() > i + 1;
@@ -403,7 +443,7 @@ void draw_camping(App& app) {
         if (most) borrowed.push_back({l, most});
       }
       // Over at most two hand slots: the word shrinks further rather than lose a letter.
-      if (!borrowed.empty()) text_in(dl, label_r, ui.text_dim, "borrowed", true, small, 0.45f);
+      if (!borrowed.empty()) text_in(dl, label_r, ui.text_dim, tr("borrowed"), true, small, 0.45f);
       for (size_t i = 0; i < borrowed.size(); ++i) {
         const Vec2 hcn = h.hand_center(slot);
         if (slot == hand_slots - 1 && borrowed.size() > i + 1) {
@@ -461,7 +501,10 @@ void draw_camping(App& app) {
     const ImVec2 pos = along(ease_in_out(p.progress));
     if (note) {
       std::string lbl = message_label(p);
-      if (lbl.empty()) lbl = p.kind == SpanKind::gather ? "out" : p.layer >= 0 ? "dy" : "batch";
+      if (lbl.empty())
+        lbl = p.kind == SpanKind::gather ? tr("out")
+              : p.layer >= 0             ? "dy"  // i18n: a symbol (the output's gradient)
+                                         : tr("batch");
       draw_note(dl, pos, std::max(ha.item * 1.2f, ImGui::CalcTextSize(lbl.c_str()).x + 8),
                 ha.item * 0.8f, lbl.c_str(), IM_COL32(255, 250, 230, 255),
                 IM_COL32(20, 20, 20, 255), 1);

@@ -23,10 +23,6 @@ namespace shardlab::gui {
 
 namespace {
 
-constexpr const char* kColumnTitles[kCardColumns] = {"params", "grads", "optimizer state"};
-constexpr const char* kShortTitles[kCardColumns] = {"params", "grads", "optimizer"};
-constexpr const char* kTinyTitles[kCardColumns] = {"P", "G", "O"};
-
 ImVec2 iv(Vec2 v) {
   return ImVec2(v.x, v.y);
 }
@@ -92,13 +88,14 @@ int64_t fade_ns_for(const App& app) {
 }
 
 void draw_cluster(App& app) {
+  const Tr tr = app.tr();
   AppState& s = app.state;
   const RunData& d = app.data;
   const bool hc = s.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   if (d.world == 0) {
-    ImGui::TextWrapped(
-        "No run yet. Press Run (R): each rank becomes a card showing the buffers it holds.");
+    ImGui::TextWrapped("%s", tr("No run yet. Press Run (R): each rank becomes a card showing the "
+                                "buffers it holds."));
     return;
   }
   const int64_t t = static_cast<int64_t>(s.playhead.t);
@@ -106,18 +103,25 @@ void draw_cluster(App& app) {
   const Naming naming;
 
   const std::vector<Piece> pieces = pieces_in_flight(d, t);
-  ImGui::Text("At the playhead: t = %s, step %d.", format_time_ns(s.playhead.t).c_str(),
-              d.step_at(t));
+  // The column titles, longest first: the longest set that fits a card is drawn.
+  const std::array<const char*, kCardColumns> long_titles{tr("params"), tr("grads"),
+                                                          tr("optimizer state")};
+  const std::array<const char*, kCardColumns> short_titles{tr("params"), tr("grads"),
+                                                           tr("optimizer")};
+  const std::array<const char*, kCardColumns> tiny_titles{"P", "G", "O"};
+  ImGui::TextUnformatted(strf(tr("At the playhead: t = %s, step %d."),
+                              format_time_ns(s.playhead.t).c_str(), d.step_at(t))
+                             .c_str());
   ImGui::SameLine(0, 16);
   help_marker(
-      "Each card is a rank; each row a layer (colour = layer); each column a model state: "
-      "parameters (P), gradients (G), optimizer state (O). What a card shows is read from the "
-      "rank's allocation events at the playhead, by buffer name: full layers, shards "
-      "('[shard i/N]') and gathered copies ('[gathered]'). While a collective runs, its pieces "
-      "leave the source slot (ringed), travel in the corridor below the cards and enter the "
-      "destination slot (dashed). Hover a slot for its buffers.");
+      tr("Each card is a rank; each row a layer (colour = layer); each column a model state: "
+         "parameters (P), gradients (G), optimizer state (O). What a card shows is read from the "
+         "rank's allocation events at the playhead, by buffer name: full layers, shards "
+         "('[shard i/N]') and gathered copies ('[gathered]'). While a collective runs, its pieces "
+         "leave the source slot (ringed), travel in the corridor below the cards and enter the "
+         "destination slot (dashed). Hover a slot for its buffers."));
   {
-    const std::string now = "Now: " + now_line(d, pieces, t, naming);
+    const std::string now = strf(tr("Now: %s"), now_line(d, pieces, t, naming, tr).c_str());
     ImGui::PushStyleColor(ImGuiCol_Text,
                           ImGui::ColorConvertU32ToFloat4(pieces.empty() ? ui.text : ui.playhead));
     ImGui::TextWrapped("%s", now.c_str());
@@ -161,11 +165,13 @@ void draw_cluster(App& app) {
     // The long words teach; when they would take several lines (presenter
     // fonts), the short ones leave the room to the cards.
     const std::vector<std::pair<const char*, const char*>> items{
-        {"full layer, held for good", "full layer"},
-        {"shard (part of a layer)", "shard"},
-        {"temporary full copy (gathered, unreduced, replica; fades when freed)", "temporary copy"},
-        {"in host memory (CPU offload)", "host memory"},
-        {"piece in flight (in the corridor, source \xE2\x86\x92 destination)", "in flight"}};
+        {tr("full layer, held for good"), tr("full layer")},
+        {tr("shard (part of a layer)"), tr("shard")},
+        {tr("temporary full copy (gathered, unreduced, replica; fades when freed)"),
+         tr("temporary copy")},
+        {tr("in host memory (CPU offload)"), tr("host memory")},
+        {tr("piece in flight (in the corridor, source \xE2\x86\x92 destination)"),
+         tr("in flight")}};
     float long_w = 0;
     for (const auto& [l, sh] : items) long_w += ImGui::CalcTextSize(l).x + font * 3;
     const bool brief = long_w > ImGui::GetContentRegionAvail().x * 1.05f;
@@ -185,6 +191,7 @@ void draw_cluster(App& app) {
   int rows = std::max(1, d.num_layers);
   for (int r = 0; r < d.world; ++r)
     for (const Residency& res : d.ranks[r].residency)
+      // i18n: not shown (a buffer name's part)
       if (res.name.find("layers.") == std::string::npos) {
         rows = std::max(1, d.num_layers) + 1;  // a "flat" row may appear
         break;
@@ -197,7 +204,7 @@ void draw_cluster(App& app) {
         d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
   }
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  ImGui::InvisibleButton("cluster_canvas",
+  ImGui::InvisibleButton("cluster_canvas",  // i18n: not shown
                          ImVec2(avail.x, std::max(avail.y, L.corridors.back().y1 - origin.y)));
   const bool hovered = ImGui::IsItemHovered();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
@@ -217,41 +224,40 @@ void draw_cluster(App& app) {
     dl->AddRect(cmin, cmax, ui.card_border, 6, 0, 1.5f);
     mark_region(app, r, nullptr, -1, cmin, cmax);
 
-    text_clipped(dl, g.title, ui.text, "rank " + std::to_string(r), font * 1.15f);
+    text_clipped(dl, g.title, ui.text, strf(tr("rank %d"), r), font * 1.15f);
     if (g.held.h() > 0) {
-      char held[160], held_short[96];
-      const char* host = c.any_on_host ? " (in host memory)" : "";
-      std::snprintf(held, sizeof held,
-                    "holds params %.0f%% \xC2\xB7 grads %.0f%% \xC2\xB7 optimizer state %.0f%%%s",
-                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
-                    host);
-      std::snprintf(held_short, sizeof held_short,
-                    "holds P %.0f%% \xC2\xB7 G %.0f%% \xC2\xB7 O %.0f%%%s",
-                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
-                    c.any_on_host ? " (host)" : "");
-      char held_tiny[64];
-      std::snprintf(held_tiny, sizeof held_tiny, "P %.0f%% G %.0f%% O %.0f%%%s",
-                    100 * c.held_fraction[0], 100 * c.held_fraction[1], 100 * c.held_fraction[2],
-                    c.any_on_host ? " host" : "");
+      const double p = 100 * c.held_fraction[0], gr = 100 * c.held_fraction[1],
+                   o = 100 * c.held_fraction[2];
+      const std::string held =
+          strf(tr("holds params %.0f%% \xC2\xB7 grads %.0f%% \xC2\xB7 optimizer state %.0f%%%s"), p,
+               gr, o, c.any_on_host ? tr(" (in host memory)") : "");
+      const std::string held_short =
+          strf(tr("holds P %.0f%% \xC2\xB7 G %.0f%% \xC2\xB7 O %.0f%%%s"), p, gr, o,
+               c.any_on_host ? tr(" (host)") : "");
+      const std::string held_tiny =
+          strf("P %.0f%% G %.0f%% O %.0f%%%s", p, gr, o,
+               c.any_on_host ? (std::string(" ") + tr("host")).c_str() : "");
       // Narrow cards (presenter scale, many ranks): one number when the three agree.
-      char held_one[48];
       const bool same =
           c.held_fraction[0] == c.held_fraction[1] && c.held_fraction[1] == c.held_fraction[2];
-      std::snprintf(held_one, sizeof held_one, same ? "PGO %.0f%%" : "P %.0f%%",
-                    100 * c.held_fraction[0]);
+      const std::string held_one =
+          same ? strf("PGO %.0f%%", p) : strf("P %.0f%%", p);  // i18n: symbols, as in Chinese
       text_clipped(dl, g.held, ui.text_dim,
                    fitting({held, held_short, held_tiny, held_one}, g.held.w()));
     }
-    const std::string status = "now: " + rank_status(d, pieces, r, t, naming);
+    const std::string now_status = rank_status(d, pieces, r, t, naming, 0, tr);
+    const std::string status = strf(tr("now: %s"), now_status.c_str());
     // The last resort on a narrow card: the first of its doings ("AR L0 → all").
-    const std::string tiny_status = rank_status(d, pieces, r, t, naming, 2);
-    const bool busy = status != "now: idle";
+    const std::string tiny_status = rank_status(d, pieces, r, t, naming, 2, tr);
+    const bool busy = now_status != tr("idle");
     const auto text_w = [](const std::string& x) { return ImGui::CalcTextSize(x.c_str()).x; };
+    const std::string short_status =
+        strf(tr("now: %s"), rank_status(d, pieces, r, t, naming, 1, tr).c_str());
+    const std::string tiny_first =
+        tiny_status.substr(0, tiny_status.find(tr.zh() ? "\xEF\xBC\x9B" : ";"));
     text_clipped(dl, g.status, busy ? ui.text : ui.text_dim,
-                 fit_parts(fitting({status, "now: " + rank_status(d, pieces, r, t, naming, 1),
-                                    tiny_status, tiny_status.substr(0, tiny_status.find(';'))},
-                                   g.status.w()),
-                           g.status.w(), text_w));
+                 fit_parts(fitting({status, short_status, tiny_status, tiny_first}, g.status.w()),
+                           g.status.w(), text_w, tr));
 
     // Column titles: the longest set that fits, with "host" where a column is offloaded.
     std::array<bool, kCardColumns> col_host{};
@@ -259,10 +265,11 @@ void draw_cluster(App& app) {
       for (const auto& row : c.slots[col])
         for (const SlotPiece& p : row) col_host[col] = col_host[col] || p.on_host;
     std::array<std::string, kCardColumns> titles;
-    for (const char* const* set : {kColumnTitles, kShortTitles, kTinyTitles}) {
+    for (const std::array<const char*, kCardColumns>& set :
+         {long_titles, short_titles, tiny_titles}) {
       bool fits = true;
       for (int col = 0; col < kCardColumns; ++col) {
-        titles[col] = std::string(set[col]) + (col_host[col] ? " (host)" : "");
+        titles[col] = col_host[col] ? strf(tr("%s (host)"), set[col]) : std::string(set[col]);
         fits &= ImGui::CalcTextSize(titles[col].c_str()).x < g.col_w - 4;
       }
       if (fits) break;
@@ -275,16 +282,15 @@ void draw_cluster(App& app) {
     }
     for (int row = 0; row < g.rows; ++row) {
       const bool unlayered = row == c.num_layers;
-      char lbl[16];
-      std::snprintf(lbl, sizeof lbl, unlayered ? "flat" : "L%d", row);
+      const std::string lbl = unlayered ? std::string(tr("flat")) : "L" + std::to_string(row);
       // gpt: the row's kind under its number where the row has room for two lines.
       const std::string kind = unlayered || row >= static_cast<int>(d.layer_kinds.size())
                                    ? std::string()
-                                   : layer_kind_caption(d.layer_kinds[row]);
+                                   : layer_kind_caption(d.layer_kinds[row], tr);
       const bool two = !kind.empty() && g.row_h >= font * 2.4f;
       const float lx = g.card.x0 + std::max(6.0f, font * 0.4f);
       const float ly = g.grid.y0 + row * g.row_h + (g.row_h - font * (two ? 2.1f : 1.0f)) * 0.5f;
-      if (g.row_h >= font * 0.8f) dl->AddText(ImVec2(lx, ly), ui.text_dim, lbl);
+      if (g.row_h >= font * 0.8f) dl->AddText(ImVec2(lx, ly), ui.text_dim, lbl.c_str());
       if (two)
         text_clipped(dl, Rect{lx, ly + font * 1.1f, g.grid.x0 - 2, ly + font * 2.1f}, ui.text_dim,
                      kind, font * 0.85f);
@@ -307,16 +313,16 @@ void draw_cluster(App& app) {
             if (pb.x - pa.x > 6 && pb.y - pa.y > 6)
               dashed_rect(dl, ImVec2(pa.x + 2, pa.y + 2), ImVec2(pb.x - 2, pb.y - 2),
                           with_alpha(ui.text, 0.8f * p.alpha), 3, 1);
-            if (!text_in_rect(dl, pa, pb, ui.text, "host")) text_in_rect(dl, pa, pb, ui.text, "H");
+            if (!text_in_rect(dl, pa, pb, ui.text, tr("host")))
+              text_in_rect(dl, pa, pb, ui.text, "H");
           } else {
             dl->AddRectFilled(pa, pb, with_alpha(lc, p.alpha));
             if (p.kind == HoldKind::shard) dl->AddRect(pa, pb, ui.outline);
           }
         }
         if (hovered && mouse.x >= a.x && mouse.x < b.x && mouse.y >= a.y && mouse.y < b.y) {
-          hover_title = "rank " + std::to_string(r) + ", " +
-                        (unlayered ? std::string("no layer") : "layer " + std::to_string(row)) +
-                        ", " + kColumnTitles[col];
+          hover_title = unlayered ? strf(tr("rank %d, no layer, %s"), r, long_titles[col])
+                                  : strf(tr("rank %d, layer %d, %s"), r, row, long_titles[col]);
           for (const Holding& h : holdings) {
             const int hc_col = card_column(h.res->category, h.name);
             const bool in_row =
@@ -331,24 +337,24 @@ void draw_cluster(App& app) {
       auto bytes = [&](MemCategory cat) {
         return format_bytes(static_cast<double>(c.bytes[static_cast<int>(cat)]));
       };
-      const std::string other_long = std::string(category_label(MemCategory::activations)) + " " +
-                                     bytes(MemCategory::activations) + " \xC2\xB7 " +
-                                     category_label(MemCategory::comm_buffers) + " " +
-                                     bytes(MemCategory::comm_buffers) + " \xC2\xB7 " +
-                                     category_label(MemCategory::temporary) + " " +
-                                     bytes(MemCategory::temporary);
-      const std::string other_short = "act " + bytes(MemCategory::activations) + " \xC2\xB7 comm " +
-                                      bytes(MemCategory::comm_buffers) + " \xC2\xB7 temp " +
-                                      bytes(MemCategory::temporary);
+      const std::string other_long = strf(
+          "%s %s \xC2\xB7 %s %s \xC2\xB7 %s %s", category_label(MemCategory::activations, tr),
+          bytes(MemCategory::activations).c_str(), category_label(MemCategory::comm_buffers, tr),
+          bytes(MemCategory::comm_buffers).c_str(), category_label(MemCategory::temporary, tr),
+          bytes(MemCategory::temporary).c_str());
+      const std::string act_short = strf(tr("act %s"), bytes(MemCategory::activations).c_str());
+      const std::string other_short = strf(
+          tr("act %s \xC2\xB7 comm %s \xC2\xB7 temp %s"), bytes(MemCategory::activations).c_str(),
+          bytes(MemCategory::comm_buffers).c_str(), bytes(MemCategory::temporary).c_str());
       const int64_t states = c.bytes[0] + c.bytes[1] + c.bytes[2];
       const float lh = g.footer.h() * 0.5f;
       const std::string states_text = format_bytes(static_cast<double>(states));
       text_clipped(dl, Rect{g.footer.x0, g.footer.y0, g.footer.x1, g.footer.y0 + lh}, ui.text,
-                   fitting({"model states " + states_text, "states " + states_text, states_text},
+                   fitting({strf(tr("model states %s"), states_text.c_str()),
+                            strf(tr("states %s"), states_text.c_str()), states_text},
                            g.footer.w()));
       text_clipped(dl, Rect{g.footer.x0, g.footer.y0 + lh, g.footer.x1, g.footer.y1}, ui.text_dim,
-                   fitting({other_long, other_short, "act " + bytes(MemCategory::activations)},
-                           g.footer.w()));
+                   fitting({other_long, other_short, act_short}, g.footer.w()));
     }
   }
 
@@ -419,10 +425,11 @@ void draw_cluster(App& app) {
   // One tag per receiving card, under it: "AG L2 <- ranks 1, 2".
   {
     std::map<int, std::pair<std::string, std::string>> per_card;  // long, brief
-    for (const ArrivalTag& a : arrival_tags(pieces, naming)) {
+    const std::string sep = tr.zh() ? "\xEF\xBC\x9B" : "; ";
+    for (const ArrivalTag& a : arrival_tags(pieces, naming, tr)) {
       auto& [line, brief] = per_card[a.to];
-      line += (line.empty() ? "" : "; ") + a.text;
-      brief += (brief.empty() ? "" : "; ") + a.brief;
+      line += (line.empty() ? "" : sep) + a.text;
+      brief += (brief.empty() ? "" : sep) + a.brief;
     }
     for (const auto& [to, lines] : per_card) {
       const Rect& card = L.cards[to];
@@ -435,12 +442,14 @@ void draw_cluster(App& app) {
   if (!hover_title.empty()) {
     ImGui::BeginTooltip();
     ImGui::TextUnformatted(hover_title.c_str());
-    if (hover_list.empty()) ImGui::TextDisabled("nothing held here");
+    if (hover_list.empty()) ImGui::TextDisabled("%s", tr("nothing held here"));
     for (const Holding& h : hover_list)
-      ImGui::Text("%s  %s  (%s, %s pool)%s", h.res->name.c_str(),
-                  format_bytes(static_cast<double>(h.res->bytes)).c_str(),
-                  category_label(h.res->category), to_string(h.res->pool),
-                  h.alpha < 1 ? "  freed, fading" : "");
+      ImGui::TextUnformatted(strf(tr("%s  %s  (%s, %s pool)%s"), h.res->name.c_str(),
+                                  format_bytes(static_cast<double>(h.res->bytes)).c_str(),
+                                  category_label(h.res->category, tr),
+                                  h.res->pool == Pool::host ? tr("host") : tr("device"),
+                                  h.alpha < 1 ? tr("  freed, fading") : "")
+                                 .c_str());
     ImGui::EndTooltip();
   }
   ImGui::EndChild();

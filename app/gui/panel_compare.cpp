@@ -14,6 +14,7 @@
 
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/memory_logic.h"
 #include "app/gui/panels.h"
 #include "core/pipeline_analysis.h"
@@ -23,9 +24,20 @@ namespace shardlab::gui {
 
 namespace {
 
+// i18n: not shown (the pictures' names on the command line, --compare-show)
 constexpr const char* kPictureNames[kNumComparePictures] = {"timelines", "memory", "peaks"};
-constexpr const char* kPictureTitles[kNumComparePictures] = {"Timelines", "Memory over time",
-                                                             "Peak memory by category"};
+
+const char* picture_title(ComparePicture p, const Tr& tr) {
+  switch (p) {
+    case ComparePicture::timelines:
+      return tr("Timelines");
+    case ComparePicture::memory:
+      return tr("Memory over time");
+    case ComparePicture::peaks:
+      return tr("Peak memory by category");
+  }
+  return "";
+}
 
 constexpr MemCategory kStackOrder[] = {MemCategory::params,          MemCategory::grads,
                                        MemCategory::optimizer_state, MemCategory::activations,
@@ -59,7 +71,7 @@ std::string slot_error(const CompareSlot& slot, const RunConfig& form) {
 }
 
 // The width one slot's widgets take, so the selector can wrap before a slot, not inside it.
-float slot_width(const CompareSlot& s) {
+float slot_width(const CompareSlot& s, const Tr& tr) {
   const ImGuiStyle& st = ImGui::GetStyle();
   const float font = ImGui::GetFontSize(), frame = ImGui::GetFrameHeight();
   const auto check = [&](const char* label) {
@@ -69,19 +81,19 @@ float slot_width(const CompareSlot& s) {
   float w = font * 1.4f + font * 6.5f + ImGui::CalcTextSize("\xC3\x97").x + font * 2.4f +
             st.ItemSpacing.x * 3;
   if (uses(SlotOption::micro_batches)) w += ImGui::CalcTextSize("M").x + font * 2.4f + 12;
-  if (uses(SlotOption::recompute)) w += check("recompute");
+  if (uses(SlotOption::recompute)) w += check(tr("recompute"));
   if (uses(SlotOption::precision)) w += font * 3.6f + st.ItemSpacing.x;
-  if (uses(SlotOption::prefetch)) w += check("prefetch");
-  if (uses(SlotOption::overlap)) w += check("overlap");
-  if (uses(SlotOption::bucket_mb)) w += ImGui::CalcTextSize("bucket MiB").x + font * 2.6f + 12;
-  if (uses(SlotOption::fsdp_unit)) w += ImGui::CalcTextSize("unit").x + font * 2.0f + 12;
-  if (uses(SlotOption::reshard)) w += check("reshard");
-  if (uses(SlotOption::offload)) w += check("offload");
+  if (uses(SlotOption::prefetch)) w += check(tr("prefetch"));
+  if (uses(SlotOption::overlap)) w += check(tr("overlap"));
+  if (uses(SlotOption::bucket_mb)) w += ImGui::CalcTextSize(tr("bucket MiB")).x + font * 2.6f + 12;
+  if (uses(SlotOption::fsdp_unit)) w += ImGui::CalcTextSize(tr("unit")).x + font * 2.0f + 12;
+  if (uses(SlotOption::reshard)) w += check(tr("reshard"));
+  if (uses(SlotOption::offload)) w += check(tr("offload"));
   return w + frame + font * 1.5f;  // the remove button and the gap to the next slot
 }
 
 // One slot's widgets on the current line. Returns false when the slot asks to be removed.
-bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc) {
+bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc, const Tr& tr) {
   const float font = ImGui::GetFontSize();
   const UiColors& ui = ui_colors(hc);
   ImGui::PushID(static_cast<int>(i));
@@ -108,7 +120,8 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc)
   ImGui::SameLine(0, 3);
   ImGui::SetNextItemWidth(font * 2.4f);
   ImGui::InputInt("##w", &s.world, 0, 0);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("world size: ranks (threads) of this run");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("%s", tr("world size: ranks (threads) of this run"));
   const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
   if (uses(SlotOption::micro_batches)) {
     ImGui::SameLine();
@@ -117,66 +130,67 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc)
     ImGui::SetNextItemWidth(font * 2.4f);
     ImGui::InputInt("##m", &s.micro_batches, 0, 0);
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("micro-batches per global batch (the batch must divide by it)");
+      ImGui::SetTooltip("%s", tr("micro-batches per global batch (the batch must divide by it)"));
   }
   if (uses(SlotOption::recompute)) {
     ImGui::SameLine();
-    ImGui::Checkbox("recompute", &s.recompute);
+    ImGui::Checkbox(tr("recompute"), &s.recompute);
   }
   if (uses(SlotOption::precision)) {
     ImGui::SameLine();
     ImGui::SetNextItemWidth(font * 3.6f);
     if (ImGui::BeginCombo("##p", s.precision.c_str())) {
-      for (const char* p : {"fp32", "bf16", "fp16"})
+      for (const char* p : {"fp32", "bf16", "fp16"})  // i18n: dtypes, the same in Chinese
         if (ImGui::Selectable(p, s.precision == p)) s.precision = p;
       ImGui::EndCombo();
     }
   }
   if (uses(SlotOption::prefetch)) {
     ImGui::SameLine();
-    ImGui::Checkbox("prefetch", &s.prefetch);
+    ImGui::Checkbox(tr("prefetch"), &s.prefetch);
   }
   if (uses(SlotOption::overlap)) {
     ImGui::SameLine();
-    ImGui::Checkbox("overlap", &s.overlap);
+    ImGui::Checkbox(tr("overlap"), &s.overlap);
   }
   if (uses(SlotOption::bucket_mb)) {
     ImGui::SameLine();
-    ImGui::TextUnformatted("bucket MiB");
+    ImGui::TextUnformatted(tr("bucket MiB"));
     ImGui::SameLine(0, 3);
     ImGui::SetNextItemWidth(font * 2.6f);
     ImGui::InputDouble("##b", &s.bucket_mb, 0, 0, "%g");
   }
   if (uses(SlotOption::fsdp_unit)) {
     ImGui::SameLine();
-    ImGui::TextUnformatted("unit");
+    ImGui::TextUnformatted(tr("unit"));
     ImGui::SameLine(0, 3);
     ImGui::SetNextItemWidth(font * 2.0f);
     ImGui::InputInt("##u", &s.fsdp_unit, 0, 0);
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("layers per FSDP unit (--fsdp-unit)");
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("layers per FSDP unit (--fsdp-unit)"));
   }
   if (uses(SlotOption::reshard)) {
     ImGui::SameLine();
-    ImGui::Checkbox("reshard", &s.reshard);
+    ImGui::Checkbox(tr("reshard"), &s.reshard);
   }
   if (uses(SlotOption::offload)) {
     ImGui::SameLine();
-    ImGui::Checkbox("offload", &s.offload);
+    ImGui::Checkbox(tr("offload"), &s.offload);
   }
   bool keep = true;
   if (can_remove) {
     ImGui::SameLine(0, 4);
     if (ImGui::SmallButton("x")) keep = false;
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("remove this configuration");
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("remove this configuration"));
   }
   ImGui::EndGroup();
   if (ImGui::IsItemHovered() && !ImGui::IsAnyItemActive())
-    ImGui::SetTooltip("as a --compare item: %s", slot_text(s).c_str());
+    ImGui::SetTooltip(tr("as a --compare item: %s"), slot_text(s).c_str());
   ImGui::PopID();
   return keep;
 }
 
 void draw_selector(App& app) {
+  const Tr tr = app.tr();
   CompareState& c = app.state.compare;
   const bool hc = app.state.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
@@ -188,11 +202,11 @@ void draw_selector(App& app) {
   const bool show = c.show_slots.value_or(!app.state.presenter.presenter);
   if (ImGui::ArrowButton("##fold", show ? ImGuiDir_Down : ImGuiDir_Right)) c.show_slots = !show;
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(show ? "fold the configurations into one line"
-                           : "show the configurations to edit them");
+    ImGui::SetTooltip("%s", show ? tr("fold the configurations into one line")
+                                 : tr("show the configurations to edit them"));
   ImGui::SameLine();
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("Compare");
+  ImGui::TextUnformatted(tr("Compare"));
   std::vector<std::string> errors(c.slots.size());
   bool any_invalid = false;
   for (size_t i = 0; i < c.slots.size(); ++i) {
@@ -203,7 +217,7 @@ void draw_selector(App& app) {
   for (size_t i = 0; i < c.slots.size(); ++i) {
     ImGui::SameLine(0, font);
     if (!show) {
-      const std::string label = config_label(config_for(c.slots[i], app.state.form));
+      const std::string label = config_label(config_for(c.slots[i], app.state.form), tr);
       if (ImGui::GetCursorScreenPos().x + ImGui::CalcTextSize(label.c_str()).x + font * 2 > right)
         ImGui::NewLine();
       swatch(slot_color(i));
@@ -212,8 +226,8 @@ void draw_selector(App& app) {
       ImGui::PopStyleColor();
       continue;
     }
-    if (ImGui::GetCursorScreenPos().x + slot_width(c.slots[i]) > right) ImGui::NewLine();
-    if (!draw_slot(c.slots[i], i, c.slots.size() > 1, !errors[i].empty(), hc)) remove = i;
+    if (ImGui::GetCursorScreenPos().x + slot_width(c.slots[i], tr) > right) ImGui::NewLine();
+    if (!draw_slot(c.slots[i], i, c.slots.size() > 1, !errors[i].empty(), hc, tr)) remove = i;
   }
   if (remove < c.slots.size()) c.slots.erase(c.slots.begin() + static_cast<long>(remove));
 
@@ -222,17 +236,17 @@ void draw_selector(App& app) {
   ImGui::SameLine(0, font);
   if (ImGui::GetCursorScreenPos().x + buttons_w > right) ImGui::NewLine();
   ImGui::BeginDisabled(static_cast<int>(c.slots.size()) >= kMaxCompare);
-  if (ImGui::Button("+ add")) {
+  if (ImGui::Button(tr("+ add"))) {
     // A copy of the last slot: the usual next step is to change one thing about it.
     c.slots.push_back(c.slots.empty() ? slot_from(app.state.form, app.state.form.strategy)
                                       : c.slots.back());
   }
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("up to %d configurations", kMaxCompare);
+    ImGui::SetTooltip(tr("up to %d configurations"), kMaxCompare);
   ImGui::SameLine();
   ImGui::BeginDisabled(busy || any_invalid || c.slots.empty());
-  if (ImGui::Button("Run comparison")) app.compare_from_form();
+  if (ImGui::Button(tr("Run comparison"))) app.compare_from_form();
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
     std::string list;
@@ -241,13 +255,13 @@ void draw_selector(App& app) {
       list += slot_text(s);
     }
     ImGui::SetTooltip(
-        "runs each configuration in turn with the run bar's model, batch, steps, optimizer, "
-        "seed and device\nthe same from the command line: --compare %s",
+        tr("runs each configuration in turn with the run bar's model, batch, steps, optimizer, "
+           "seed and device\nthe same from the command line: --compare %s"),
         list.c_str());
   }
   if (busy) {
     ImGui::SameLine();
-    if (ImGui::Button("Cancel")) app.compare_session.cancel();
+    if (ImGui::Button(tr("Cancel"))) app.compare_session.cancel();
   }
   // A slot the settings cannot run: its number in red, and why, in the CLI's words.
   for (size_t i = 0; i < errors.size(); ++i) {
@@ -262,7 +276,7 @@ void draw_selector(App& app) {
 std::string per_rank_bytes(const std::vector<int64_t>& v) {
   int64_t top = 1;
   for (int64_t b : v) top = std::max(top, b);
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};  // i18n: units, the same in Chinese
   int u = 0;
   double scale = 1;
   while (u < 3 && top / scale >= 1024) {
@@ -279,6 +293,7 @@ std::string per_rank_bytes(const std::vector<int64_t>& v) {
 }
 
 void draw_table(App& app) {
+  const Tr tr = app.tr();
   const bool hc = app.state.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   const ImGuiTableFlags flags =
@@ -287,15 +302,15 @@ void draw_table(App& app) {
   if (!ImGui::BeginTable("compare_table", kCols, flags)) return;
   // Short headers, so a big presenter font still fits them; each explains itself on hover.
   // "here" is measured on this machine; "on N" is the projection onto dedicated devices.
-  ImGui::TableSetupColumn("configuration", 0, 2.2f);
-  ImGui::TableSetupColumn("step here", 0, 1.1f);
-  ImGui::TableSetupColumn("step on N", 0, 1.1f);
-  ImGui::TableSetupColumn("peak memory per rank", 0, 2.3f);
-  ImGui::TableSetupColumn("sent/step", 0, 1.1f);
-  ImGui::TableSetupColumn("idle here", 0, 1.0f);
-  ImGui::TableSetupColumn("bubble on N | formula", 0, 2.0f);
-  ImGui::TableSetupColumn("exposed on N", 0, 1.0f);
-  ImGui::TableSetupColumn("final loss", 0, 1.0f);
+  ImGui::TableSetupColumn(tr("configuration"), 0, 2.2f);
+  ImGui::TableSetupColumn(tr("step here"), 0, 1.1f);
+  ImGui::TableSetupColumn(tr("step on N"), 0, 1.1f);
+  ImGui::TableSetupColumn(tr("peak memory per rank"), 0, 2.3f);
+  ImGui::TableSetupColumn(tr("sent/step"), 0, 1.1f);
+  ImGui::TableSetupColumn(tr("idle here"), 0, 1.0f);
+  ImGui::TableSetupColumn(tr("bubble on N | formula"), 0, 2.0f);
+  ImGui::TableSetupColumn(tr("exposed on N"), 0, 1.0f);
+  ImGui::TableSetupColumn(tr("final loss"), 0, 1.0f);
   // Headers one by one, so the idle and bubble columns can explain themselves on hover.
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
   for (int c = 0; c < kCols; ++c) {
@@ -304,29 +319,33 @@ void draw_table(App& app) {
     if (!ImGui::IsItemHovered()) continue;
     if (c == 1)
       ImGui::SetTooltip(
-          "median step time measured here (the slowest rank's, per step); with more ranks\n"
-          "than cores, the ranks took turns and this measures that too");
+          "%s",
+          tr("median step time measured here (the slowest rank's, per step); with more ranks\n"
+             "than cores, the ranks took turns and this measures that too"));
     if (c == 2)
       ImGui::SetTooltip(
-          "as on N dedicated devices (one per rank) joined by %s: each op costs the CPU\n"
-          "time its thread used, each transfer the link's time ('shardlab project')",
+          tr("as on N dedicated devices (one per rank) joined by %s: each op costs the CPU\n"
+             "time its thread used, each transfer the link's time ('shardlab project')"),
           kCompareLink);
-    if (c == 3) ImGui::SetTooltip("each rank's peak, device pool, from its accounting allocator");
-    if (c == 4) ImGui::SetTooltip("bytes the busiest rank sends per training step");
+    if (c == 3)
+      ImGui::SetTooltip("%s", tr("each rank's peak, device pool, from its accounting allocator"));
+    if (c == 4) ImGui::SetTooltip("%s", tr("bytes the busiest rank sends per training step"));
     if (c == 5) {
       ImGui::BeginTooltip();
       ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30);
-      ImGui::TextUnformatted(idle_share_definition());
+      ImGui::TextUnformatted(idle_share_definition(tr));
       ImGui::PopTextWrapPos();
       ImGui::EndTooltip();
     }
     if (c == 6)
       ImGui::SetTooltip(
-          "as on N devices: the share of a step a rank waits for another to get there (a\n"
-          "neighbour's activation or gradient, a late peer at a collective), mean over ranks;\n"
-          "for pipelines beside the textbook (P-1)/(M+P-1), P stages and M micro-batches");
+          "%s",
+          tr("as on N devices: the share of a step a rank waits for another to get there (a\n"
+             "neighbour's activation or gradient, a late peer at a collective), mean over ranks;\n"
+             "for pipelines beside the textbook (P-1)/(M+P-1), P stages and M micro-batches"));
     if (c == 7)
-      ImGui::SetTooltip("as on N devices: the share of a step a rank waits while bytes move");
+      ImGui::SetTooltip("%s",
+                        tr("as on N devices: the share of a step a rank waits while bytes move"));
   }
   const int running = app.compare_session.running_index();
   const bool busy = app.compare_session.busy();
@@ -335,31 +354,32 @@ void draw_table(App& app) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     swatch(slot_color(i));
-    ImGui::TextUnformatted(run_label(e.cfg, e.result.get()).c_str());
+    ImGui::TextUnformatted(run_label(e.cfg, e.result.get(), tr).c_str());
     if (!e.done) {
       ImGui::TableNextColumn();
       if (busy && static_cast<int>(i) == running)
-        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.ok), "running\xE2\x80\xA6 step %d/%d",
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.ok),
+                           tr("running\xE2\x80\xA6 step %d/%d"),
                            app.compare_session.running_steps_done(), e.cfg.steps);
       else if (busy && static_cast<int>(i) > running)
-        ImGui::TextDisabled("queued");
+        ImGui::TextDisabled("%s", tr("queued"));
       else
-        ImGui::TextDisabled("cancelled");
+        ImGui::TextDisabled("%s", tr("cancelled"));
       continue;
     }
     if (!e.error.empty()) {
       ImGui::TableNextColumn();
       ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
-      ImGui::TextWrapped("not run: %s", e.error.c_str());
+      ImGui::TextWrapped(tr("not run: %s"), e.error.c_str());
       ImGui::PopStyleColor();
       continue;
     }
     const CompareRow& r = e.row;
     ImGui::TableNextColumn();
-    ImGui::Text("%.2f ms", r.median_step_ms);
+    ImGui::Text("%.2f ms", r.median_step_ms);  // i18n: a unit
     ImGui::TableNextColumn();
     if (r.projected) {
-      ImGui::Text("%.2f ms", r.projected_step_ms);
+      ImGui::Text("%.2f ms", r.projected_step_ms);  // i18n: a unit
     } else {
       ImGui::TextDisabled("\xE2\x80\x94");
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.projection_error.c_str());
@@ -376,9 +396,9 @@ void draw_table(App& app) {
         // Both in the larger one's unit: "2.45–2.51 MiB".
         std::string range = per_rank_bytes({*lo, *hi});
         range.replace(range.find(", "), 2, "\xE2\x80\x93");
-        if (*lo == *hi) range = format_bytes(static_cast<double>(*hi)) + " each";
+        if (*lo == *hi) range = strf(tr("%s each"), format_bytes(static_cast<double>(*hi)).c_str());
         ImGui::TextUnformatted(range.c_str());
-        if (ImGui::IsItemHovered()) ImGui::SetTooltip("rank 0, 1, ...: %s", all.c_str());
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip(tr("rank 0, 1, ...: %s"), all.c_str());
       }
     }
     ImGui::TableNextColumn();
@@ -402,14 +422,15 @@ void draw_table(App& app) {
       ImGui::Text("%.1f%% | %.1f%%", 100 * r.projected_bubble, 100 * r.bubble_formula);
       if (ImGui::IsItemHovered())
         ImGui::SetTooltip(
-            "as on %d devices %.1f%% (measured here: idle %.1f%%); (P-1)/(M+P-1) with P = %d, "
-            "M = %d: %.1f%%",
+            tr("as on %d devices %.1f%% (measured here: idle %.1f%%); (P-1)/(M+P-1) with P = %d, "
+               "M = %d: %.1f%%"),
             r.world, 100 * r.projected_bubble, 100 * r.idle_share, r.stages, r.micro_batches,
             100 * r.bubble_formula);
     } else {
       ImGui::Text("%.1f%%", 100 * r.projected_bubble);
       if (ImGui::IsItemHovered())
-        ImGui::SetTooltip("not a pipeline: waiting for peers at collectives (no formula)");
+        ImGui::SetTooltip("%s",
+                          tr("not a pipeline: waiting for peers at collectives (no formula)"));
     }
     ImGui::TableNextColumn();
     if (r.projected)
@@ -420,22 +441,24 @@ void draw_table(App& app) {
     ImGui::Text("%.6g", r.final_loss);
   }
   ImGui::EndTable();
-  mark_region(app, -1, "table", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
+  mark_region(app, -1, "table", -1, ImGui::GetItemRectMin(),  // i18n: a lesson's area key
+              ImGui::GetItemRectMax());
   ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
   ImGui::PushTextWrapPos(0);
-  ImGui::TextUnformatted(idle_share_short_definition());
+  ImGui::TextUnformatted(idle_share_short_definition(tr));
   ImGui::PopTextWrapPos();
   ImGui::PopStyleColor();
 }
 
 void draw_picture_buttons(App& app) {
+  const Tr tr = app.tr();
   CompareState& c = app.state.compare;
   for (int i = 0; i < kNumComparePictures; ++i) {
     const auto p = static_cast<ComparePicture>(i);
     const bool selected = c.picture == p;
     if (selected)
       ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyleColorVec4(ImGuiCol_ButtonActive));
-    if (ImGui::Button(kPictureTitles[i])) c.picture = p;
+    if (ImGui::Button(picture_title(p, tr))) c.picture = p;
     if (selected) ImGui::PopStyleColor();
     ImGui::SameLine();
   }
@@ -465,6 +488,7 @@ void fit_timelines(App& app) {
 }
 
 void draw_timelines(App& app) {
+  const Tr tr = app.tr();
   AppState& s = app.state;
   CompareState& c = s.compare;
   const bool hc = s.presenter.high_contrast;
@@ -474,18 +498,18 @@ void draw_timelines(App& app) {
   for (const CompareEntry& e : app.compare)
     if (e.bounds.size() >= 2) steps = std::max(steps, static_cast<int>(e.bounds.size()) - 1);
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("From step");
+  ImGui::TextUnformatted(tr("From step"));
   ImGui::SameLine(0, 4);
   ImGui::SetNextItemWidth(font * 5.5f);
   if (ImGui::InputInt("##focus", &c.focus_step)) c.fitted = false;
   if (steps > 0) c.focus_step = std::clamp(c.focus_step, 0, steps - 1);
   ImGui::SameLine();
-  if (ImGui::Button("fit")) c.fitted = false;
+  if (ImGui::Button(tr("fit"))) c.fitted = false;
   ImGui::SameLine();
   help_marker(
-      "Each run is drawn from the start of this step of its own, all on one time scale: a "
-      "slower configuration is visibly longer. Step 0 pays first-touch costs, so it starts at "
-      "step 1. fit: two steps of the slowest run. Wheel: zoom, drag: pan, hover: details.");
+      tr("Each run is drawn from the start of this step of its own, all on one time scale: a "
+         "slower configuration is visibly longer. Step 0 pays first-touch costs, so it starts at "
+         "step 1. fit: two steps of the slowest run. Wheel: zoom, drag: pan, hover: details."));
   ImGui::SameLine(0, font);
   if (!c.fitted) fit_timelines(app);
   std::array<bool, kNumSpanKinds> seen{};
@@ -493,7 +517,8 @@ void draw_timelines(App& app) {
     for (int k = 0; k < kNumSpanKinds; ++k) seen[k] = seen[k] || e.data.kinds_seen[k];
   for (int k = 0; k < kNumSpanKinds; ++k)
     if (seen[k])
-      legend_item(kind_color(static_cast<SpanKind>(k), hc), kind_label(static_cast<SpanKind>(k)));
+      legend_item(kind_color(static_cast<SpanKind>(k), hc),
+                  kind_label(static_cast<SpanKind>(k), tr));
   ImGui::NewLine();
 
   // Lanes one font line tall at least, so rank and lane labels never overlap;
@@ -504,18 +529,17 @@ void draw_timelines(App& app) {
     const CompareEntry& e = app.compare[i];
     swatch(slot_color(i));
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text), "%s",
-                       run_label(e.cfg, e.result.get()).c_str());
+                       run_label(e.cfg, e.result.get(), tr).c_str());
     if (!e.result) {
+      const char* why = !e.done ? tr("(not finished yet)") : tr("(not run, see the table)");
       ImGui::SameLine();
-      ImGui::TextDisabled("%s", !e.done           ? "(not finished yet)"
-                                : e.error.empty() ? ""
-                                                  : "(not run, see the table)");
+      ImGui::TextDisabled("%s", !e.done || !e.error.empty() ? why : "");
       continue;
     }
     ImGui::SameLine(0, font);
-    ImGui::TextDisabled("median step %.2f ms", e.row.median_step_ms);
+    ImGui::TextDisabled(tr("median step %.2f ms"), e.row.median_step_ms);
     TimelineRowsOptions opt;
-    const std::string id = "cmp_rows_" + std::to_string(i);
+    const std::string id = "cmp_rows_" + std::to_string(i);  // i18n: not shown
     opt.id = id.c_str();
     opt.lane_height = lane_h;
     opt.show_playhead = false;
@@ -531,6 +555,7 @@ void draw_timelines(App& app) {
 // ---- memory over time -------------------------------------------------------------
 
 void draw_memory_over_time(App& app) {
+  const Tr tr = app.tr();
   AppState& s = app.state;
   CompareState& c = s.compare;
   const bool hc = s.presenter.high_contrast;
@@ -544,12 +569,12 @@ void draw_memory_over_time(App& app) {
     if (e.bounds.size() >= 2) steps = std::max(steps, static_cast<int>(e.bounds.size()) - 1);
   }
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("Device memory of");
+  ImGui::TextUnformatted(tr("Device memory of"));
   ImGui::SameLine();
-  const auto rank_name = [](int r) {
-    return r == kMemoryBusiest ? std::string("the busiest rank")
-           : r == kMemorySum   ? std::string("all ranks added up")
-                               : "rank " + std::to_string(r);
+  const auto rank_name = [&](int r) {
+    return r == kMemoryBusiest ? std::string(tr("the busiest rank"))
+           : r == kMemorySum   ? std::string(tr("all ranks added up"))
+                               : strf(tr("rank %d"), r);
   };
   ImGui::SetNextItemWidth(font * 9);
   if (ImGui::BeginCombo("##rank", rank_name(c.memory_rank).c_str())) {
@@ -558,23 +583,23 @@ void draw_memory_over_time(App& app) {
     ImGui::EndCombo();
   }
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("the busiest rank: the one with the highest peak in each run");
+    ImGui::SetTooltip("%s", tr("the busiest rank: the one with the highest peak in each run"));
   ImGui::SameLine();
-  ImGui::TextUnformatted("over steps");
+  ImGui::TextUnformatted(tr("over steps"));
   ImGui::SameLine();
   ImGui::SetNextItemWidth(font * 9);
   ImGui::DragIntRange2("##steps", &c.memory_first_step, &c.memory_last_step, 0.1f, 0,
-                       std::max(0, steps - 1), "%d", "to %d");
+                       std::max(0, steps - 1), "%d", tr("to %d"));
   if (steps > 0) {  // before any run finished there is nothing to clamp against
     c.memory_first_step = std::clamp(c.memory_first_step, 0, steps - 1);
     c.memory_last_step = std::clamp(c.memory_last_step, c.memory_first_step, steps - 1);
   }
   ImGui::SameLine();
   help_marker(
-      "Bytes in use on the device, measured by each rank's accounting allocator, drawn against "
-      "the training step: x = step index + the fraction of that step elapsed, so every run's "
-      "step k starts at the same x however long its steps take. Step s lasts from the first span "
-      "any rank begins in it to the first span of step s + 1.");
+      tr("Bytes in use on the device, measured by each rank's accounting allocator, drawn against "
+         "the training step: x = step index + the fraction of that step elapsed, so every run's "
+         "step k starts at the same x however long its steps take. Step s lasts from the first "
+         "span any rank begins in it to the first span of step s + 1."));
 
   struct Curve {
     size_t slot;
@@ -596,18 +621,19 @@ void draw_memory_over_time(App& app) {
   // Legend: each run's colour, label and its peak over the steps shown.
   for (const Curve& cv : curves) {
     const CompareEntry& e = app.compare[cv.slot];
-    std::string label = run_label(e.cfg, e.result.get());
-    if (cv.points.empty())
-      label +=
-          c.memory_rank >= 0 ? " (no rank " + std::to_string(c.memory_rank) + ")" : " (no steps)";
-    else
-      label += (c.memory_rank == kMemoryBusiest ? " (rank " + std::to_string(cv.rank) + ")" : "") +
-               ": peak " + format_bytes(static_cast<double>(cv.peak));
+    const std::string run = run_label(e.cfg, e.result.get(), tr);
+    const std::string peak = format_bytes(static_cast<double>(cv.peak));
+    const std::string label =
+        !cv.points.empty() && c.memory_rank == kMemoryBusiest
+            ? strf(tr("%s (rank %d): peak %s"), run.c_str(), cv.rank, peak.c_str())
+        : !cv.points.empty() ? strf(tr("%s: peak %s"), run.c_str(), peak.c_str())
+        : c.memory_rank >= 0 ? strf(tr("%s (no rank %d)"), run.c_str(), c.memory_rank)
+                             : strf(tr("%s (no steps)"), run.c_str());
     legend_item(slot_color(cv.slot), label.c_str());
   }
   ImGui::NewLine();
   if (curves.empty()) {
-    ImGui::TextDisabled("no finished run yet");
+    ImGui::TextDisabled("%s", tr("no finished run yet"));
     return;
   }
   max_bytes *= 1.08;
@@ -615,12 +641,13 @@ void draw_memory_over_time(App& app) {
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float height = std::max(font * 5, avail.y - 4);
-  const float gutter = ImGui::CalcTextSize("000.0 MiB").x + 10;
+  const float gutter = ImGui::CalcTextSize("000.0 MiB").x + 10;  // i18n: a width, not shown
   const float axis_h = font + 8;
   const float x0 = origin.x + gutter, x1 = origin.x + avail.x - font;
   const float top = origin.y + font * 0.5f, bottom = origin.y + height - axis_h;
-  ImGui::InvisibleButton("memory_over_time", ImVec2(avail.x, height));
-  mark_region(app, -1, "memory", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
+  ImGui::InvisibleButton("memory_over_time", ImVec2(avail.x, height));  // i18n: an id
+  mark_region(app, -1, "memory", -1, ImGui::GetItemRectMin(),           // i18n: a lesson's area key
+              ImGui::GetItemRectMax());
   const bool hovered = ImGui::IsItemHovered();
   const double xa = c.memory_first_step, xb = c.memory_last_step + 1;
   const auto px = [&](double x) {
@@ -647,11 +674,10 @@ void draw_memory_over_time(App& app) {
       const float xq = px(k + q * 0.25);
       dl->AddLine(ImVec2(xq, bottom - 4), ImVec2(xq, bottom), ui.grid);
     }
-    char label[32];
-    std::snprintf(label, sizeof label, "step %d", k);
-    const float w = ImGui::CalcTextSize(label).x;
+    const std::string label = strf(tr("step %d"), k);
+    const float w = ImGui::CalcTextSize(label.c_str()).x;
     if (px(k + 1) - x > w + 8)
-      dl->AddText(ImVec2((x + px(k + 1) - w) * 0.5f, bottom + 4), ui.text_dim, label);
+      dl->AddText(ImVec2((x + px(k + 1) - w) * 0.5f, bottom + 4), ui.text_dim, label.c_str());
   }
   // The curves: a step function per run, thicker with the font for presenter mode.
   const float thick = std::max(1.5f, font / 8);
@@ -676,13 +702,14 @@ void draw_memory_over_time(App& app) {
       dl->AddLine(ImVec2(m.x, top), ImVec2(m.x, bottom), ui.playhead, 1.0f);
       ImGui::BeginTooltip();
       const int k = static_cast<int>(std::floor(x));
-      ImGui::Text("step %d, %.0f%% through it", k, 100 * (x - k));
+      ImGui::Text(tr("step %d, %.0f%% through it"), k, 100 * (x - k));
       for (const Curve& cv : curves) {
         if (cv.points.empty()) continue;
         swatch(slot_color(cv.slot));
-        ImGui::Text("%s: %s",
-                    run_label(app.compare[cv.slot].cfg, app.compare[cv.slot].result.get()).c_str(),
-                    format_bytes(static_cast<double>(bytes_at_position(cv.points, x))).c_str());
+        ImGui::Text(
+            "%s: %s",
+            run_label(app.compare[cv.slot].cfg, app.compare[cv.slot].result.get(), tr).c_str(),
+            format_bytes(static_cast<double>(bytes_at_position(cv.points, x))).c_str());
       }
       ImGui::EndTooltip();
     }
@@ -692,12 +719,13 @@ void draw_memory_over_time(App& app) {
 // ---- peak memory by category --------------------------------------------------------
 
 void draw_peaks(App& app) {
+  const Tr tr = app.tr();
   const bool hc = app.state.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   const float font = ImGui::GetFontSize();
-  ImGui::TextUnformatted("Each rank's peak, by category at the moment of the peak (device)");
+  ImGui::TextUnformatted(tr("Each rank's peak, by category at the moment of the peak (device)"));
   ImGui::SameLine(0, font);
-  for (MemCategory c : kStackOrder) legend_item(category_color(c, hc), category_label(c));
+  for (MemCategory c : kStackOrder) legend_item(category_color(c, hc), category_label(c, tr));
   ImGui::NewLine();
   double max_bytes = 1;
   for (const CompareEntry& e : app.compare)
@@ -706,8 +734,8 @@ void draw_peaks(App& app) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   float label_w = font * 4;
   for (const CompareEntry& e : app.compare)
-    label_w = std::max(label_w,
-                       ImGui::CalcTextSize((run_label(e.cfg, e.result.get()) + " r00").c_str()).x);
+    label_w = std::max(
+        label_w, ImGui::CalcTextSize((run_label(e.cfg, e.result.get(), tr) + " r00").c_str()).x);
   label_w += font;
   const float bar_w = std::max(font * 4, ImGui::GetContentRegionAvail().x - label_w - font * 6);
   const float row_h = font * 1.35f;
@@ -717,7 +745,7 @@ void draw_peaks(App& app) {
     for (int r = 0; r < e.data.world; ++r) {
       const Peak pk = peak_of(e.data.ranks[r].device_series);
       const ImVec2 o = ImGui::GetCursorScreenPos();
-      const std::string label = run_label(e.cfg, e.result.get()) + " r" + std::to_string(r);
+      const std::string label = run_label(e.cfg, e.result.get(), tr) + " r" + std::to_string(r);
       dl->AddRectFilled(ImVec2(o.x, o.y + font * 0.15f), ImVec2(o.x + font * 0.3f, o.y + font),
                         slot_color(i));
       dl->AddText(ImVec2(o.x + font * 0.6f, o.y), ui.text_dim, label.c_str());
@@ -735,7 +763,7 @@ void draw_peaks(App& app) {
   }
   // A lesson's { area = "memory" } in the compare view outlines these bars.
   const ImVec2 end = ImGui::GetCursorScreenPos();
-  mark_region(app, -1, "memory", -1, bars_min,
+  mark_region(app, -1, "memory", -1, bars_min,  // i18n: a lesson's area key
               ImVec2(bars_min.x + label_w + bar_w + font * 5, end.y));
 }
 
@@ -752,6 +780,7 @@ std::optional<ComparePicture> compare_picture_from_name(const std::string& s) {
 }
 
 void draw_compare(App& app) {
+  const Tr tr = app.tr();
   CompareState& c = app.state.compare;
   const float font = ImGui::GetFontSize();
   const float avail_h = ImGui::GetContentRegionAvail().y;
@@ -766,9 +795,9 @@ void draw_compare(App& app) {
   if (app.compare.empty()) {
     ImGui::Spacing();
     ImGui::TextWrapped(
-        "Set up to %d configurations (strategy, world size, micro-batches and the options that "
-        "strategy reads), then Run comparison: each runs in turn with the run bar's model, batch, "
-        "steps and optimizer, and its row appears here as soon as it finishes.",
+        tr("Set up to %d configurations (strategy, world size, micro-batches and the options that "
+           "strategy reads), then Run comparison: each runs in turn with the run bar's model, "
+           "batch, steps and optimizer, and its row appears here as soon as it finishes."),
         kMaxCompare);
   } else {
     draw_table(app);

@@ -21,10 +21,6 @@ namespace {
 
 using lesson::Lang;
 
-const char* tr(const App& app, const char* en) {
-  return ui_text(app.lessons.lang(), en);
-}
-
 // ---- Markdown: md4c's blocks drawn as wrapped, styled text -----------------
 
 struct Token {
@@ -169,7 +165,8 @@ std::string value_text(double v, const std::string& unit) {
   } else if (unit == "x") {
     std::snprintf(buf, sizeof buf, "%.2f\xC3\x97", v);  // ×
   } else if (unit == "count") {
-    return lesson::format_value(std::round(v), "count");  // 194 176, as the texts write it
+    return lesson::format_value(std::round(v),
+                                "count");  // i18n: a unit key  // 194 176, as the texts write it
   } else {
     std::snprintf(buf, sizeof buf, "%.4g", v);
   }
@@ -178,64 +175,59 @@ std::string value_text(double v, const std::string& unit) {
 
 const char* view_word(const App& app, const std::string& view) {
   const auto v = view_from_name(view);
-  if (!v) return view.c_str();
-  static constexpr const char* kZh[kNumViews] = {"时间线",   "内存", "集群",
-                                                 "露营之旅", "对比", "损失"};
-  return app.lessons.lang() == Lang::zh ? kZh[static_cast<int>(*v)] : view_title(*v);
+  return v ? view_title(*v, app.tr()) : view.c_str();
 }
 
 // The seek in the learner's language ("the first all-gather of layer 0 on rank 0").
-std::string seek_words(Lang lang, const lesson::Seek& k) {
-  const bool zh = lang == Lang::zh;
+std::string seek_words(const Tr& tr, const lesson::Seek& k) {
+  const bool zh = tr.zh();
   switch (k.kind) {
     case lesson::Seek::Kind::step:
-      return zh ? "第 " + std::to_string(k.step) + " 步开始处"
-                : "the start of step " + std::to_string(k.step);
+      return strf(tr("the start of step %d"), k.step);
     case lesson::Seek::Kind::peak_memory:
-      return zh ? "rank " + std::to_string(k.rank) + " 的内存峰值"
-                : "rank " + std::to_string(k.rank) + "'s memory peak";
+      return strf(tr("rank %d's memory peak"), k.rank);
     case lesson::Seek::Kind::event:
       break;
   }
-  std::string kind = to_string(k.event);
-  std::replace(kind.begin(), kind.end(), '_', '-');
+  const std::string kind = span_kind_words(k.event, tr.lang);
   if (zh) {
-    // The field's Chinese names, as the lesson texts use them.
-    static constexpr const char* kZhKinds[kNumSpanKinds] = {
-        "前向",           "反向",           "损失计算", "优化器更新", "全规约",   "规约散射",
-        "全收集",         "广播",           "规约",     "发送",       "接收",     "屏障",
-        "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "准备数据", "其他操作"};
-    kind = kZhKinds[static_cast<int>(k.event)];
-    std::string t = "rank " + std::to_string(k.rank) + " 上";
+    std::string t = "rank " + std::to_string(k.rank) + " 上";  // i18n: Chinese branch
     if (k.step >= 0) t += "第 " + std::to_string(k.step) + " 步中";
     if (k.micro_batch >= 0) t += "微批次 " + std::to_string(k.micro_batch) + " 的";
     if (k.layer >= 0) t += "第 " + std::to_string(k.layer) + " 层的";
     return t + "第 " + std::to_string(k.nth) + " 次" + kind;
   }
+  // i18n: English branch (the Chinese, returned above, orders its words differently)
   static constexpr const char* kOrdinals[] = {"first", "second", "third"};
+  // i18n: English branch
   std::string t = "the " +
                   (k.nth >= 1 && k.nth <= 3 ? std::string(kOrdinals[k.nth - 1])
                                             : std::to_string(k.nth) + "th") +
                   " " + kind;
+  // i18n: English branch
   if (k.layer >= 0) t += " of layer " + std::to_string(k.layer);
+  // i18n: English branch
   if (k.micro_batch >= 0) t += " of micro-batch " + std::to_string(k.micro_batch);
+  // i18n: English branch
   if (k.step >= 0) t += " in step " + std::to_string(k.step);
+  // i18n: English branch
   return t + " on rank " + std::to_string(k.rank);
 }
 
 // Units as a reader says them; a count needs no unit.
-const char* unit_words(Lang lang, const std::string& unit) {
+const char* unit_words(const Tr& tr, const std::string& unit) {
   if (unit == "count") return "";
   if (unit == "x") return "\xC3\x97";
   if (unit == "us") return "\xC2\xB5s";
-  if (unit == "B") return lang == Lang::zh ? "字节 (B)" : "bytes (KiB, MiB allowed)";
+  if (unit == "B") return tr("bytes (KiB, MiB allowed)");
   return unit.c_str();
 }
 
 void draw_lesson_list(App& app, const UiColors& ui) {
+  const Tr tr = app.tr();
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
-  ImGui::TextUnformatted(tr(app, "Lessons"));
+  ImGui::TextUnformatted(tr("Lessons"));
   ImGui::Separator();
   for (size_t i = 0; i < p.lessons().size(); ++i) {
     const lesson::Lesson& l = p.lessons()[i];
@@ -251,7 +243,7 @@ void draw_lesson_list(App& app, const UiColors& ui) {
   }
   ImGui::Spacing();
   ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
-  ImGui::TextUnformatted(tr(app, "Still to come"));
+  ImGui::TextUnformatted(tr("Still to come"));
   for (const lesson::UpcomingTopic& t : lesson::topics_to_come()) {
     ImGui::Bullet();
     ImGui::TextWrapped("%s", lang == Lang::zh ? t.zh : t.en);
@@ -259,17 +251,17 @@ void draw_lesson_list(App& app, const UiColors& ui) {
   ImGui::PopStyleColor();
   if (!p.load_error().empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
-    ImGui::TextWrapped("%s:\n%s", tr(app, "The lessons could not all be read"),
-                       p.load_error().c_str());
+    ImGui::TextWrapped("%s:\n%s", tr("The lessons could not all be read"), p.load_error().c_str());
     ImGui::PopStyleColor();
   }
 }
 
 void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& ui) {
+  const Tr tr = app.tr();
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
   ImGui::Separator();
-  ImGui::TextUnformatted(tr(app, "Your prediction"));
+  ImGui::TextUnformatted(tr("Your prediction"));
   draw_markdown(pred.question.blocks(lang), ui, app.state.presenter.high_contrast);
   const bool locked = p.phase() != StepPhase::ask;
   if (locked) ImGui::BeginDisabled();
@@ -284,15 +276,17 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
   } else {
     const float input_w = std::min(ImGui::GetFontSize() * 9, ImGui::GetContentRegionAvail().x);
     ImGui::SetNextItemWidth(input_w);
-    if (ImGui::InputText("##answer", &p.answer(), ImGuiInputTextFlags_EnterReturnsTrue))
-      p.run_step();
-    char tol[160];
-    if (lang == Lang::zh)
-      std::snprintf(tol, sizeof tol, "%s（与实测相差 %g%% 以内算对）", unit_words(lang, pred.unit),
-                    pred.tolerance * 100);
-    else
-      std::snprintf(tol, sizeof tol, "%s (right within %g%% of the measured value)",
-                    unit_words(lang, pred.unit), pred.tolerance * 100);
+    // One field per step: a field still holding the keyboard from the last step
+    // (a clicker's Page Down moved on while it was active) is not carried over.
+    char id[48];
+    std::snprintf(id, sizeof id, "##answer%d_%d", p.lesson_index(), p.step_index());
+    if (ImGui::InputText(id, &p.answer(), ImGuiInputTextFlags_EnterReturnsTrue)) p.run_step();
+    // Once the answer is locked (run, revealed) the field gives the keyboard
+    // back, so the shortcut digits switch views instead of editing a saved answer.
+    if (locked && ImGui::IsItemActive()) ImGui::SetWindowFocus(nullptr);
+    const std::string tol_text = strf(tr("%s (right within %g%% of the measured value)"),
+                                      unit_words(tr, pred.unit), pred.tolerance * 100);
+    const char* tol = tol_text.c_str();
     // Beside the box when it fits on the line; under it in a narrow panel or at
     // presenter scale, rather than a few words per line in a sliver.
     const ImGuiStyle& style = ImGui::GetStyle();
@@ -303,7 +297,7 @@ void draw_prediction(App& app, const lesson::Prediction& pred, const UiColors& u
   }
   if (locked) ImGui::EndDisabled();
   const bool unanswered = pred.is_choice() ? p.choice() < 0 : p.answer().empty();
-  if (!locked && unanswered) ImGui::TextDisabled("%s", tr(app, "Answer first, or press Skip."));
+  if (!locked && unanswered) ImGui::TextDisabled("%s", tr("Answer first, or press Skip."));
 }
 
 // Dim text that wraps at the column's edge (TextDisabled would run past it).
@@ -314,6 +308,7 @@ void text_dim_wrapped(const std::string& s) {
 }
 
 void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
+  const Tr tr = app.tr();
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
   const auto& result = p.result();
@@ -322,15 +317,15 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
     const std::string& unit = s.predict->unit;
     if (ImGui::BeginTable("reveal", 3,
                           ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
-      ImGui::TableSetupColumn(tr(app, "Your answer"));
-      ImGui::TableSetupColumn(tr(app, "Formula"));
-      ImGui::TableSetupColumn(tr(app, "Measured"));
+      ImGui::TableSetupColumn(tr("Your answer"));
+      ImGui::TableSetupColumn(tr("Formula"));
+      ImGui::TableSetupColumn(tr("Measured"));
       ImGui::TableHeadersRow();
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       const auto& check = p.answer_check();
       if (!check) {
-        ImGui::TextDisabled("%s", tr(app, "no answer"));
+        ImGui::TextDisabled("%s", tr("no answer"));
       } else if (!check->error.empty()) {
         ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.error), "%s", check->error.c_str());
       } else {
@@ -339,7 +334,7 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
                                       : value_text(check->value, unit);
         ImGui::TextWrapped("%s", given.c_str());
         ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(check->correct ? ui.ok : ui.error), "%s",
-                           tr(app, check->correct ? "right" : "not quite"));
+                           (check->correct ? tr("right") : tr("not right")));
       }
       ImGui::TableNextColumn();
       if (m.value && m.value->formula) {
@@ -363,11 +358,11 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
   }
   if (s.reveal) draw_markdown(s.reveal->blocks(lang), ui, app.state.presenter.high_contrast);
   if (result && !result->gates.empty()) {
-    ImGui::TextUnformatted(tr(app, "Checks"));
+    ImGui::TextUnformatted(tr("Checks"));
     for (const lesson::GateResult& g : result->gates) {
       const ImU32 col = g.pass ? ui.ok : ui.error;
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col), "%s",
-                         tr(app, g.pass ? "PASS" : "FAIL"));
+                         (g.pass ? tr("PASS") : tr("FAIL")));
       ImGui::SameLine();
       ImGui::TextWrapped("%s", g.gate ? g.gate->text.source(lang).c_str() : "");
       std::string detail;
@@ -387,20 +382,21 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
 }
 
 void draw_step(App& app, const UiColors& ui) {
+  const Tr tr = app.tr();
   LessonPlayer& p = app.lessons;
   const Lang lang = p.lang();
   const lesson::Lesson& l = *p.lesson();
   const lesson::Step& s = *p.step();
   const float em = ImGui::GetFontSize();
 
-  if (ImGui::SmallButton(tr(app, "All lessons"))) {
+  if (ImGui::SmallButton(tr("All lessons"))) {
     p.close();
     return;
   }
   ImGui::SameLine();
   ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
-  ImGui::TextWrapped("%s \xC2\xB7 %s %d %s %zu", l.title.source(lang).c_str(), tr(app, "Step"),
-                     p.step_index() + 1, tr(app, "of"), l.steps.size());
+  ImGui::TextWrapped("%s \xC2\xB7 %s", l.title.source(lang).c_str(),
+                     strf(tr("Step %d of %zu"), p.step_index() + 1, l.steps.size()).c_str());
   ImGui::PopStyleColor();
   ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(255, 214, 110, 255));
   ImGui::TextWrapped("%s", s.title.source(lang).c_str());
@@ -413,8 +409,8 @@ void draw_step(App& app, const UiColors& ui) {
                     ImVec2(0, std::max(em * 4, ImGui::GetContentRegionAvail().y - buttons_h)));
   draw_markdown(s.text.blocks(lang), ui, app.state.presenter.high_contrast);
   if (s.look) {
-    std::string look = std::string(tr(app, "Look at")) + ": " + view_word(app, s.look->view);
-    if (s.look->seek) look += " \xC2\xB7 " + seek_words(lang, *s.look->seek);
+    std::string look = std::string(tr("Look at")) + ": " + view_word(app, s.look->view);
+    if (s.look->seek) look += " \xC2\xB7 " + seek_words(tr, *s.look->seek);
     if (p.result() && p.result()->seek && !p.result()->seek->found)
       look += " (" + p.result()->seek->description + ")";
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(ui.text_dim), "\xE2\x86\x92 %s",
@@ -423,15 +419,15 @@ void draw_step(App& app, const UiColors& ui) {
   if (!s.recording.empty()) {
     // A recording says where it was made: a GPU run shown on a laptop is still a GPU run.
     ImGui::PushStyleColor(ImGuiCol_Text, ui.text_dim);
-    ImGui::TextWrapped("%s: %s \xE2\x80\x94 %s %s", tr(app, "recorded run"),
-                       std::filesystem::path(s.recording).filename().c_str(),
-                       tr(app, "recorded on"), s.recorded_where.c_str());
+    ImGui::TextWrapped("%s: %s \xE2\x80\x94 %s %s", tr("recorded run"),
+                       std::filesystem::path(s.recording).filename().c_str(), tr("recorded on"),
+                       s.recorded_where.c_str());
     ImGui::PopStyleColor();
   }
   if (s.predict) draw_prediction(app, *s.predict, ui);
   if (p.phase() == StepPhase::failed) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
-    ImGui::TextWrapped("%s: %s", tr(app, "The run failed"), p.run_error().c_str());
+    ImGui::TextWrapped("%s: %s", tr("The run failed"), p.run_error().c_str());
     ImGui::PopStyleColor();
   }
   if (p.phase() == StepPhase::revealed) {
@@ -448,12 +444,12 @@ void draw_step(App& app, const UiColors& ui) {
     app.state.lesson_reveal_scrolled = 0;
   }
   if (!p.has_run() && p.phase() == StepPhase::ask)
-    ImGui::TextDisabled("%s", tr(app, "This step has no run: read, then go on."));
+    ImGui::TextDisabled("%s", tr("This step has no run: read, then go on."));
   ImGui::EndChild();
 
   // The step's actions, always at the bottom.
   ImGui::Separator();
-  if (ImGui::Button(tr(app, "Prev"))) p.prev_step();
+  if (ImGui::Button(tr("Prev"))) p.prev_step();
   ImGui::SameLine();
   switch (p.phase()) {
     case StepPhase::ask:
@@ -462,32 +458,32 @@ void draw_step(App& app, const UiColors& ui) {
         const bool asks =
             s.predict && (s.predict->is_choice() ? p.choice() < 0 : p.answer().empty());
         if (asks) ImGui::BeginDisabled();
-        if (ImGui::Button(tr(app, "Run this step"))) p.run_step();
+        if (ImGui::Button(tr("Run this step"))) p.run_step();
         if (asks) {
           ImGui::EndDisabled();
           ImGui::SameLine();
-          if (ImGui::Button(tr(app, "Skip"))) p.run_step();
+          if (ImGui::Button(tr("Skip"))) p.run_step();
         }
       }
       break;
     case StepPhase::running:
       ImGui::BeginDisabled();
-      ImGui::Button(tr(app, "Running..."));
+      ImGui::Button(tr("Running..."));
       ImGui::EndDisabled();
       break;
     case StepPhase::ran:
-      if (ImGui::Button(tr(app, "Reveal"))) p.reveal();
+      if (ImGui::Button(tr("Reveal"))) p.reveal();
       break;
     case StepPhase::revealed:
     case StepPhase::failed:
-      if (p.has_run() && ImGui::Button(tr(app, "Run this step"))) p.run_step();
+      if (p.has_run() && ImGui::Button(tr("Run this step"))) p.run_step();
       break;
   }
   ImGui::SameLine();
-  if (ImGui::Button(tr(app, "Next"))) p.next_step();
+  if (ImGui::Button(tr("Next"))) p.next_step();
   // The clicker keys, on hover: the panel keeps its height for the lesson's text.
   ImGui::SameLine();
-  help_marker(tr(app, "Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal."));
+  help_marker(tr("Page Down: run, reveal, next step. Page Up: back. Enter: run / reveal."));
 }
 
 }  // namespace
@@ -497,7 +493,7 @@ void draw_lessons(App& app) {
   LessonPlayer& p = app.lessons;
   // Language switch: at any time, every text of the lesson and the player.
   const bool zh = p.lang() == Lang::zh;
-  if (ImGui::RadioButton("EN", !zh)) p.set_lang(Lang::en);
+  if (ImGui::RadioButton("EN", !zh)) p.set_lang(Lang::en);  // i18n: the language's own name
   ImGui::SameLine();
   if (ImGui::RadioButton("\xE4\xB8\xAD\xE6\x96\x87", zh)) p.set_lang(Lang::zh);  // 中文
   if (!p.note().empty()) {

@@ -16,17 +16,18 @@ void draw_loss(App& app) {
   const AppState& s = app.state;
   const std::vector<double>& loss = app.losses;
   const UiColors& ui = ui_colors(s.presenter.high_contrast);
+  const Tr tr = app.tr();
   if (loss.empty()) {
-    ImGui::TextWrapped(
-        "No finished step yet. Press Run (R): the global loss (mean over the whole batch) appears "
-        "here after every step.");
+    ImGui::TextWrapped("%s", tr("No finished step yet. Press Run (R): the global loss (mean over "
+                                "the whole batch) appears here after every step."));
     return;
   }
-  ImGui::Text("Training loss (%s), %zu steps; last %.6g", loss_name(app.data.cfg.model).c_str(),
-              loss.size(), loss.back());
+  ImGui::TextUnformatted(strf(tr("Training loss (%s), %zu steps; last %.6g"),
+                              loss_name(app.data.cfg.model, tr).c_str(), loss.size(), loss.back())
+                             .c_str());
   const ImVec2 o = ImGui::GetCursorScreenPos();
   const ImVec2 size = ImGui::GetContentRegionAvail();
-  ImGui::InvisibleButton("loss_plot", size);
+  ImGui::InvisibleButton("loss_plot", size);  // i18n: not shown
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float font = ImGui::GetFontSize();
   const float left = o.x + font * 5, right = o.x + size.x - font, top = o.y + font * 0.5f,
@@ -61,7 +62,10 @@ void draw_loss(App& app) {
     std::snprintf(buf, sizeof buf, "%.0f", st);
     dl->AddText(ImVec2(X(st) - ImGui::CalcTextSize(buf).x * 0.5f, bottom + 5), ui.text_dim, buf);
   }
-  dl->AddText(ImVec2((left + right) * 0.5f - font * 1.5f, bottom + font + 8), ui.text_dim, "step");
+  const char* step_word = tr("step");
+  dl->AddText(
+      ImVec2((left + right) * 0.5f - ImGui::CalcTextSize(step_word).x * 0.5f, bottom + font + 8),
+      ui.text_dim, step_word);
   const ImU32 line = kind_color(SpanKind::forward, s.presenter.high_contrast);
   for (int i = 1; i < n; ++i)
     dl->AddLine(ImVec2(X(i - 1), Y(loss[i - 1])), ImVec2(X(i), Y(loss[i])), line, 2);
@@ -75,7 +79,7 @@ void draw_loss(App& app) {
     const int i =
         std::clamp(static_cast<int>(std::lround((mx - left) / (right - left) * (n - 1))), 0, n - 1);
     dl->AddCircle(ImVec2(X(i), Y(loss[i])), 5, ui.text, 0, 2);
-    ImGui::SetTooltip("step %d: loss %.6g", i, loss[i]);
+    ImGui::SetTooltip("%s", strf(tr("step %d: loss %.6g"), i, loss[i]).c_str());
   }
 }
 

@@ -35,14 +35,24 @@ void y_axis(ImDrawList* dl, float x_right, float y_bottom, float h, double max_b
   }
 }
 
-void stack_tooltip(const char* title, const CategoryBytes& b) {
+// Chinese characters are as wide as two Latin ones: a column of names is
+// padded by its widest name's pixels, not by a count of bytes.
+void stack_tooltip(const char* title, const CategoryBytes& b, const Tr& tr) {
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(title);
+  float name_w = ImGui::CalcTextSize(tr("total")).x;
   for (MemCategory c : kStackOrder)
-    if (b[static_cast<int>(c)] > 0)
-      ImGui::Text("  %-16s %s", category_label(c),
-                  format_bytes(static_cast<double>(b[static_cast<int>(c)])).c_str());
-  ImGui::Text("  %-16s %s", "total", format_bytes(static_cast<double>(total(b))).c_str());
+    name_w = std::max(name_w, ImGui::CalcTextSize(category_label(c, tr)).x);
+  const float x = ImGui::GetCursorPosX() + ImGui::CalcTextSize("  ").x;
+  auto row = [&](const char* name, int64_t bytes) {
+    ImGui::SetCursorPosX(x);
+    ImGui::TextUnformatted(name);
+    ImGui::SameLine(x + name_w + ImGui::CalcTextSize(" ").x);
+    ImGui::TextUnformatted(format_bytes(static_cast<double>(bytes)).c_str());
+  };
+  for (MemCategory c : kStackOrder)
+    if (b[static_cast<int>(c)] > 0) row(category_label(c, tr), b[static_cast<int>(c)]);
+  row(tr("total"), total(b));
   ImGui::EndTooltip();
 }
 
@@ -61,17 +71,18 @@ void draw_stack(ImDrawList* dl, float x0, float x1, float y_bottom, float h, dou
 }  // namespace
 
 void draw_memory(App& app) {
+  const Tr tr = app.tr();
   AppState& s = app.state;
   const RunData& d = app.data;
   const bool hc = s.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   if (d.world == 0) {
-    ImGui::TextWrapped(
-        "No run yet. Press Run (R): memory is measured from every allocation the ranks make.");
+    ImGui::TextWrapped("%s", tr("No run yet. Press Run (R): memory is measured from every "
+                                "allocation the ranks make."));
     return;
   }
   for (MemCategory c : kStackOrder) {
-    legend_item(category_color(c, hc), category_label(c));
+    legend_item(category_color(c, hc), category_label(c, tr));
     // A lesson's { category = … } outlines the legend's swatch and name (and each
     // rank's band at the playhead, below).
     const float sw = ImGui::GetTextLineHeight() * 0.8f + 4;
@@ -79,7 +90,7 @@ void draw_memory(App& app) {
                 ImVec2(ImGui::GetItemRectMin().x - sw, ImGui::GetItemRectMin().y),
                 ImGui::GetItemRectMax());
   }
-  const char* note = "| measured by each rank's accounting allocator (device pool)";
+  const char* note = tr("| measured by each rank's accounting allocator (device pool)");
   // On the legend's line if it fits, else on its own (never cut at the edge).
   if (ImGui::GetContentRegionAvail().x >
       ImGui::CalcTextSize(note).x + ImGui::CalcTextSize("(?)").x + 20)
@@ -89,20 +100,20 @@ void draw_memory(App& app) {
   ImGui::TextDisabled("%s", note);
   ImGui::SameLine();
   help_marker(
-      "Left: bytes in use over time, stacked by category, on the timeline's time axis (wheel: "
-      "zoom, drag: pan, click: move the playhead). Right: each rank at the playhead. The "
-      "white marker is the predicted model-state memory (params + grads + optimizer state) "
-      "from the ZeRO paper's formula, where the strategy has one: compare it with the bottom "
-      "three colours of the bar.");
+      tr("Left: bytes in use over time, stacked by category, on the timeline's time axis (wheel: "
+         "zoom, drag: pan, click: move the playhead). Right: each rank at the playhead. The "
+         "white marker is the predicted model-state memory (params + grads + optimizer state) "
+         "from the ZeRO paper's formula, where the strategy has one: compare it with the bottom "
+         "three colours of the bar."));
 
   std::vector<const std::vector<CategorySample>*> series;
   std::vector<std::string> names;
   for (int r = 0; r < d.world; ++r) {
     series.push_back(&d.ranks[r].device_series);
-    names.push_back("rank " + std::to_string(r));
+    names.push_back(strf(tr("rank %d"), r));
     if (d.has_host_memory) {
       series.push_back(&d.ranks[r].host_series);
-      names.push_back("rank " + std::to_string(r) + " host");
+      names.push_back(strf(tr("rank %d host"), r));
     }
   }
   std::vector<std::optional<Predicted>> predicted;
@@ -121,16 +132,20 @@ void draw_memory(App& app) {
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   // The right column is as wide as its longest line needs (at presenter scale
   // its numbers were cut at the view's edge), up to 42 % of the view.
-  float text_w = ImGui::CalcTextSize("rank 00 host: 000.00 KiB").x;
+  // Samples of the widest numbers, for sizing.
+  const char* kBytes = "000.00 KiB";  // i18n: not shown
+  const char* kTime = "000.0 ms";     // i18n: not shown
+  const auto width = [](const std::string& text) { return ImGui::CalcTextSize(text.c_str()).x; };
+  float text_w = width(strf(tr("%s: %s"), strf(tr("rank %d host"), 10).c_str(), kBytes));
   for (int r = 0; r < d.world; ++r) {
     if (const auto& pred = predicted[r])
-      text_w = std::max(
-          text_w, ImGui::CalcTextSize(("predicted 000.00 KiB (" + pred->formula + ")").c_str()).x);
-    for (const std::string& line : block_activation_lines(d.cfg, r))
-      text_w = std::max(text_w, ImGui::CalcTextSize(line.c_str()).x);
+      text_w =
+          std::max(text_w, width(strf(tr("predicted %s (%s)"), kBytes, pred->formula.c_str())));
+    for (const std::string& line : block_activation_lines(d.cfg, r, tr))
+      text_w = std::max(text_w, width(line));
   }
   const float need =
-      std::max(ImGui::CalcTextSize("at the playhead, t = 000.0 ms").x, font * 4.3f + text_w) + font;
+      std::max(width(strf(tr("at the playhead, t = %s"), kTime)), font * 4.3f + text_w) + font;
   const float bars_w = std::min(avail.x * 0.42f, std::max(font * 10, need));
   const float gutter = font * 6.5f;
   const float axis_h = font + 8;
@@ -141,7 +156,8 @@ void draw_memory(App& app) {
 
   ImDrawList* dl = ImGui::GetWindowDrawList();
   Viewport& vp = s.timeline.vp;
-  ImGui::InvisibleButton("memory_charts", ImVec2(chart_w, axis_h + rows * (row_h + row_gap)));
+  ImGui::InvisibleButton("memory_charts",  // i18n: not shown
+                         ImVec2(chart_w, axis_h + rows * (row_h + row_gap)));
   vp.x0 = origin.x + gutter;
   vp.width = std::max(1.0f, chart_w - gutter - 6);
   if (zoom_pan(vp, s.timeline)) s.timeline.follow = false;
@@ -179,7 +195,8 @@ void draw_memory(App& app) {
     const float px = vp.x_of(static_cast<double>(pk.t));
     const float py = bottom - static_cast<float>(total(pk.bytes) / max_bytes) * row_h;
     if (px >= vp.x0 && px <= x_end) {
-      const std::string label = "peak " + format_bytes(static_cast<double>(total(pk.bytes)));
+      const std::string label =
+          strf(tr("peak %s"), format_bytes(static_cast<double>(total(pk.bytes))).c_str());
       dl->AddCircleFilled(ImVec2(px, py), 3, ui.text);
       const float w = ImGui::CalcTextSize(label.c_str()).x;
       dl->AddText(ImVec2(std::min(px + 5, x_end - w - 2), std::max(top, py - font - 1)), ui.text,
@@ -188,8 +205,9 @@ void draw_memory(App& app) {
     dl->PopClipRect();
     if (hovered && mouse.y >= top && mouse.y < bottom && mouse.x >= vp.x0) {
       const int64_t t = static_cast<int64_t>(vp.t_of(mouse.x));
-      const std::string title = names[i] + " at " + format_time_ns(static_cast<double>(t));
-      stack_tooltip(title.c_str(), bytes_at(*series[i], t));
+      const std::string title =
+          strf(tr("%s at %s"), names[i].c_str(), format_time_ns(static_cast<double>(t)).c_str());
+      stack_tooltip(title.c_str(), bytes_at(*series[i], t), tr);
     }
   }
   const float xp = vp.x_of(s.playhead.t);
@@ -200,7 +218,8 @@ void draw_memory(App& app) {
 
   // Right: the state at the playhead, one bar per row, same scale as the charts.
   const float bx = origin.x + chart_w + 12;
-  const std::string head = "at the playhead, t = " + format_time_ns(s.playhead.t);
+  const std::string head =
+      strf(tr("at the playhead, t = %s"), format_time_ns(s.playhead.t).c_str());
   dl->AddText(ImVec2(bx, origin.y), ui.text, head.c_str());
   const float bar_w = font * 2.2f;
   for (int i = 0; i < rows; ++i) {
@@ -239,8 +258,9 @@ void draw_memory(App& app) {
     };
     const std::string total_text = format_bytes(static_cast<double>(total(now)));
     const std::string states_text = format_bytes(static_cast<double>(model_state));
-    line(ui.text, {names[i] + ": " + total_text, total_text});
-    line(ui.text_dim, {"model states " + states_text, "states " + states_text, states_text});
+    line(ui.text, {strf(tr("%s: %s"), names[i].c_str(), total_text.c_str()), total_text});
+    line(ui.text_dim, {strf(tr("model states %s"), states_text.c_str()),
+                       strf(tr("states %s"), states_text.c_str()), states_text});
     const bool host_row = d.has_host_memory && i % 2 == 1;
     const int rank = d.has_host_memory ? i / 2 : i;
     const auto& pred = predicted[rank];
@@ -251,14 +271,18 @@ void draw_memory(App& app) {
       dl->AddTriangleFilled(ImVec2(x0 + bar_w + 4, y), ImVec2(x0 + bar_w + 12, y - 5),
                             ImVec2(x0 + bar_w + 12, y + 5), ui.text);
       const std::string predicted_text = format_bytes(static_cast<double>(pred->model_state_bytes));
-      line(ui.text, {"predicted " + predicted_text + " (" + pred->formula + ")",
-                     "predicted " + predicted_text, "pred. " + predicted_text});
+      line(ui.text, {strf(tr("predicted %s (%s)"), predicted_text.c_str(), pred->formula.c_str()),
+                     strf(tr("predicted %s"), predicted_text.c_str()),
+                     strf(tr("pred. %s"), predicted_text.c_str())});
     } else if (!pred && !host_row) {
-      line(ui.text_dim, {"no formula for " + d.cfg.strategy, "no formula"});
+      line(ui.text_dim,
+           {strf(tr("no formula for %s"), d.cfg.strategy.c_str()), std::string(tr("no formula"))});
     }
-    if (model_state == 0 && total(now) == 0) line(ui.text_dim, {"(nothing allocated)", "(none)"});
+    if (model_state == 0 && total(now) == 0)
+      line(ui.text_dim, {std::string(tr("(nothing allocated)")), std::string(tr("(none)"))});
     if (!host_row)
-      for (const std::string& text : block_activation_lines(d.cfg, rank)) line(ui.text_dim, {text});
+      for (const std::string& text : block_activation_lines(d.cfg, rank, tr))
+        line(ui.text_dim, {text});
   }
 }
 

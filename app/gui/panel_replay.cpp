@@ -19,35 +19,36 @@ void draw_replay_bar(App& app) {
   const RunData& d = app.data;
   const UiColors& ui = ui_colors(s.presenter.high_contrast);
   const bool has_data = d.t_end > 0;
+  const Tr tr = app.tr();
 
   ImGui::BeginDisabled(!has_data);
   if (ImGui::Button("|<")) app.set_playhead(d.view_begin());
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("to the start (Home)");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("to the start (Home)"));
   ImGui::SameLine();
-  if (ImGui::Button("< event")) app.prev_event();
+  if (ImGui::Button(tr("< event"))) app.prev_event();
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("previous event: a span starting or ending, an allocation (Left)");
+    ImGui::SetTooltip("%s", tr("previous event: a span starting or ending, an allocation (Left)"));
   ImGui::SameLine();
-  if (ImGui::Button(p.playing ? "Pause replay" : "Play replay",
+  if (ImGui::Button(p.playing ? tr("Pause replay") : tr("Play replay"),
                     ImVec2(ImGui::GetFontSize() * 7, 0)))
     app.toggle_replay();
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("replay the recorded run (Space)");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("replay the recorded run (Space)"));
   ImGui::SameLine();
-  if (ImGui::Button("event >")) app.next_event();
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("next event (Right)");
+  if (ImGui::Button(tr("event >"))) app.next_event();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("next event (Right)"));
   ImGui::SameLine();
-  if (ImGui::Button("collective >")) app.next_collective();
+  if (ImGui::Button(tr("collective >"))) app.next_collective();
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "the middle of the next collective or send: pieces in flight in the cluster view (C)");
+    ImGui::SetTooltip("%s", tr("the middle of the next collective or send: pieces in flight in "
+                               "the cluster view (C)"));
   ImGui::SameLine();
   ImGui::EndDisabled();
   if (app.run_active()) {
-    ImGui::Checkbox("follow live", &p.live);
+    ImGui::Checkbox(tr("follow live"), &p.live);
     ImGui::SameLine();
   }
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("speed");
+  ImGui::TextUnformatted(tr("speed"));
   ImGui::SameLine();
   float slider = static_cast<float>(slider_from_speed(p.speed));
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
@@ -56,8 +57,10 @@ void draw_replay_bar(App& app) {
     p.speed = speed_from_slider(slider);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
-        "run time per wall time: at 1/1000%s one millisecond of the run lasts one second",
-        "\xC3\x97");
+        "%s",
+        strf(tr("run time per wall time: at 1/1000%s one millisecond of the run lasts one second"),
+             "\xC3\x97")
+            .c_str());
   ImGui::SameLine(0, 16);
   const auto ev =
       std::upper_bound(d.event_times.begin(), d.event_times.end(), static_cast<int64_t>(p.t));
@@ -65,16 +68,16 @@ void draw_replay_bar(App& app) {
   // one at the window's edge): where, of how long, which step, which event.
   std::vector<std::string> forms;
   if (!has_data) {
-    forms = {"replay: nothing recorded yet (Run first)", "nothing recorded yet"};
+    forms = {tr("replay: nothing recorded yet (Run first)"), tr("nothing recorded yet")};
   } else {
     const std::string t = format_time_ns(p.t);
-    const std::string step =
-        " \xC2\xB7 step " + std::to_string(d.step_at(static_cast<int64_t>(p.t)));
-    forms = {"t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step +
-                 " \xC2\xB7 event " + std::to_string(ev - d.event_times.begin()) + " of " +
-                 std::to_string(d.event_times.size()),
-             "t = " + t + " of " + format_time_ns(static_cast<double>(d.t_end)) + step,
-             "t = " + t + step, t};
+    const std::string end = format_time_ns(static_cast<double>(d.t_end));
+    const int step = d.step_at(static_cast<int64_t>(p.t));
+    const size_t event = static_cast<size_t>(ev - d.event_times.begin());
+    forms = {strf(tr("t = %s of %s \xC2\xB7 step %d \xC2\xB7 event %zu of %zu"), t.c_str(),
+                  end.c_str(), step, event, d.event_times.size()),
+             strf(tr("t = %s of %s \xC2\xB7 step %d"), t.c_str(), end.c_str(), step),
+             strf(tr("t = %s \xC2\xB7 step %d"), t.c_str(), step), t};
   }
   auto longest_fitting = [&](float room) -> const std::string* {
     for (const std::string& f : forms)
@@ -98,7 +101,7 @@ void draw_replay_bar(App& app) {
   // Scrubber: the whole run, with step ticks; click or drag to move the playhead.
   const ImVec2 o = ImGui::GetCursorScreenPos();
   const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetFrameHeight();
-  ImGui::InvisibleButton("scrubber", ImVec2(w, h));
+  ImGui::InvisibleButton("scrubber", ImVec2(w, h));  // i18n: not shown
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->AddRectFilled(o, ImVec2(o.x + w, o.y + h), ui.lane_bg, 3);
   if (!has_data) return;
@@ -118,7 +121,8 @@ void draw_replay_bar(App& app) {
   dl->AddLine(ImVec2(xp, o.y), ImVec2(xp, o.y + h), ui.playhead, 3);
   if (ImGui::IsItemActive()) app.set_playhead(t0 + (ImGui::GetIO().MousePos.x - o.x - 1) / scale);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("the whole run; ticks mark the steps; click or drag to move the playhead");
+    ImGui::SetTooltip(
+        "%s", tr("the whole run; ticks mark the steps; click or drag to move the playhead"));
 }
 
 }  // namespace shardlab::gui

@@ -17,9 +17,10 @@ namespace shardlab::gui {
 
 namespace {
 
-constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};
-constexpr const char* kDevices[] = {"cpu", "cuda", "auto", "cpu-guarded"};
-constexpr const char* kBackends[] = {"auto", "gloo", "nccl"};
+// Values of the command line's options, shown as they are typed there.
+constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};             // i18n: values
+constexpr const char* kDevices[] = {"cpu", "cuda", "auto", "cpu-guarded"};  // i18n: values
+constexpr const char* kBackends[] = {"auto", "gloo", "nccl"};               // i18n: values
 
 // "Label [widget]", moved to a new line when the rest of this one is too
 // short for both (big presenter fonts).
@@ -75,71 +76,73 @@ OptionUse begin_option(const RunConfig& f, StrategyOption o, const UiColors& ui)
 
 // Ends begin_option's scope; the tooltip of the widget just drawn says what
 // the option does, who reads it and, when the strategy does not, that too.
-void end_option(OptionUse use, const RunConfig& f, StrategyOption o, const char* what) {
+void end_option(OptionUse use, const RunConfig& f, StrategyOption o, const char* what,
+                const Tr& tr) {
   if (use == OptionUse::stray) ImGui::PopStyleColor();
   if (use == OptionUse::unread) ImGui::EndDisabled();
   if (!ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
-  std::string tip = std::string(what) + " (" + flag_name(o) + ")\nused by " + strategies_reading(o);
-  if (use == OptionUse::unread) tip += "\n" + f.strategy + " does not read it";
+  std::string tip =
+      strf(tr("%s (%s)\nused by %s"), what, flag_name(o), strategies_reading(o).c_str());
+  if (use == OptionUse::unread) tip += "\n" + strf(tr("%s does not read it"), f.strategy.c_str());
   if (use == OptionUse::stray) tip = unread_option_message(f, o);
   ImGui::SetTooltip("%s", tip.c_str());
 }
 
-void draw_options(RunConfig& f, std::string& partition, const UiColors& ui) {
+void draw_options(RunConfig& f, std::string& partition, const UiColors& ui, const Tr& tr) {
   ImGui::Indent();
-  label("Optimizer");
+  label(tr("Optimizer"));
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
   int opt = f.optimizer.kind == OptimizerKind::adamw ? 0 : 1;
-  if (ImGui::Combo("##opt", &opt, "adamw\0sgd\0"))
+  if (ImGui::Combo("##opt", &opt, "adamw\0sgd\0"))  // i18n: values
     f.optimizer.kind = opt == 0 ? OptimizerKind::adamw : OptimizerKind::sgd;
   ImGui::SameLine(0, 12);
-  label("lr");
+  label("lr");  // i18n: the option's name
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
   ImGui::InputFloat("##lr", &f.optimizer.lr, 0, 0, "%g");
   ImGui::SameLine(0, 12);
   int seed = static_cast<int>(f.seed);
-  if (int_field("Seed", "##seed", &seed, 4, nullptr))
+  if (int_field(tr("Seed"), "##seed", &seed, 4, nullptr))
     f.seed = static_cast<uint64_t>(std::max(0, seed));
   OptionUse use = begin_option(f, StrategyOption::bucket_mb, ui);
-  label("Bucket MiB");
+  label(tr("Bucket MiB"));
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4);
   ImGui::InputDouble("##bucket", &f.bucket_mb, 0, 0, "%g");
-  end_option(use, f, StrategyOption::bucket_mb, "gradient bucket size in MiB");
+  end_option(use, f, StrategyOption::bucket_mb, tr("gradient bucket size in MiB"), tr);
   ImGui::SameLine(0, 12);
   use = begin_option(f, StrategyOption::no_overlap, ui);
-  ImGui::Checkbox("overlap", &f.overlap);
+  ImGui::Checkbox(tr("overlap"), &f.overlap);
   end_option(use, f, StrategyOption::no_overlap,
-             "all-reduce buckets during backward (off: --no-overlap)");
+             tr("all-reduce buckets during backward (off: --no-overlap)"), tr);
   ImGui::SameLine(0, 12);
   use = begin_option(f, StrategyOption::no_prefetch, ui);
-  ImGui::Checkbox("prefetch", &f.prefetch);
+  ImGui::Checkbox(tr("prefetch"), &f.prefetch);
   end_option(use, f, StrategyOption::no_prefetch,
-             "start the next all-gather early (off: --no-prefetch)");
+             tr("start the next all-gather early (off: --no-prefetch)"), tr);
   ImGui::SameLine(0, 12);
   use = begin_option(f, StrategyOption::fsdp_unit, ui);
-  int_field("FSDP unit", "##unit", &f.fsdp_unit, 3, nullptr);
-  end_option(use, f, StrategyOption::fsdp_unit, "layers per FSDP unit");
+  int_field(tr("FSDP unit"), "##unit", &f.fsdp_unit, 3, nullptr);
+  end_option(use, f, StrategyOption::fsdp_unit, tr("layers per FSDP unit"), tr);
   use = begin_option(f, StrategyOption::no_reshard, ui);
-  ImGui::Checkbox("reshard", &f.reshard_after_forward);
+  ImGui::Checkbox(tr("reshard"), &f.reshard_after_forward);
   end_option(use, f, StrategyOption::no_reshard,
-             "free gathered params after forward (off: --no-reshard)");
+             tr("free gathered params after forward (off: --no-reshard)"), tr);
   ImGui::SameLine(0, 12);
   use = begin_option(f, StrategyOption::offload, ui);
-  ImGui::Checkbox("offload", &f.offload);
-  end_option(use, f, StrategyOption::offload, "model states in host memory");
+  ImGui::Checkbox(tr("offload"), &f.offload);
+  end_option(use, f, StrategyOption::offload, tr("model states in host memory"), tr);
   ImGui::SameLine(0, 12);
   use = begin_option(f, StrategyOption::recompute, ui);
-  ImGui::Checkbox("recompute", &f.recompute);
-  end_option(use, f, StrategyOption::recompute, "recompute forward in backward");
+  ImGui::Checkbox(tr("recompute"), &f.recompute);
+  end_option(use, f, StrategyOption::recompute, tr("recompute forward in backward"), tr);
   ImGui::SameLine(0, 12);
   use = begin_option(f, StrategyOption::partition, ui);
-  label("Partition", 6);
+  label(tr("Partition"), 6);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
-  ImGui::InputTextWithHint("##partition", "balanced", &partition);
-  end_option(use, f, StrategyOption::partition, "layers per stage, e.g. 3,2,2,1");
+  ImGui::InputTextWithHint("##partition", tr("balanced"), &partition);
+  end_option(use, f, StrategyOption::partition, tr("layers per stage, e.g. 3,2,2,1"), tr);
   ImGui::SameLine(0, 12);
-  combo_strings("Backend", "##backend", &f.backend, {std::begin(kBackends), std::end(kBackends)},
-                4);
+  combo_strings(tr("Backend"), "##backend", &f.backend,
+                {std::begin(kBackends), std::end(kBackends)}, 4);
   ImGui::NewLine();  // end the row: the combo left the line open for a next item
   ImGui::Unindent();
 }
@@ -150,77 +153,90 @@ void draw_run_bar(App& app) {
   AppState& s = app.state;
   RunConfig& f = s.form;
   const UiColors& ui = ui_colors(s.presenter.high_contrast);
+  const Tr tr = app.tr();
 
-  label("Model", 6);
+  label(tr("Model"), 6);
   // Wide enough for the spec it holds ("mlp:4x64+bn", "gpt:2x64x4"), at least 6 em.
   ImGui::SetNextItemWidth(
       std::max(ImGui::GetFontSize() * 6,
                ImGui::CalcTextSize(f.model.c_str()).x + ImGui::GetStyle().FramePadding.x * 2 + 4));
   ImGui::InputText("##model", &f.model);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "mlp:LxD = L Linear(D,D) layers with GELU between; mlp:LxD+bn puts a BatchNorm1d before "
-        "each GELU");
+    ImGui::SetTooltip("%s",
+                      tr("mlp:LxD = L Linear(D,D) layers with GELU between; mlp:LxD+bn puts a "
+                         "BatchNorm1d before each GELU; gpt:LxDxH = a nanoGPT of L blocks, "
+                         "width D, H heads"));
   ImGui::SameLine(0, 12);
 
   std::vector<std::string> names, tips;
   for (const StrategyInfo& info : all_strategies()) {
     names.push_back(info.name);
-    tips.push_back(info.summary);
+    tips.push_back(tr(info.summary));  // the core's summaries have table entries (tested)
   }
-  combo_strings("Strategy", "##strategy", &f.strategy, names, 6, &tips);
-  int_field("World", "##world", &f.world, 2.5f,
-            s.processes ? "ranks (processes talking through Gloo)"
-                        : "ranks (threads talking through Gloo)");
-  ImGui::Checkbox("processes", &s.processes);
+  combo_strings(tr("Strategy"), "##strategy", &f.strategy, names, 6, &tips);
+  int_field(tr("World"), "##world", &f.world, 2.5f,
+            s.processes ? tr("ranks (processes talking through Gloo)")
+                        : tr("ranks (threads talking through Gloo)"));
+  ImGui::Checkbox(tr("processes"), &s.processes);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "one process per rank, started with 'shardlab launch' and watched live (off: one "
-        "thread per rank in this app). Pause and Step need threads.");
+    ImGui::SetTooltip("%s", tr("one process per rank, started with 'shardlab launch' and watched "
+                               "live (off: one thread per rank in this app). Pause and Step need "
+                               "threads."));
   ImGui::SameLine(0, 12);
-  int_field("Batch", "##batch", &f.batch, 3, "global batch, split across data-parallel ranks");
+  int_field(tr("Batch"), "##batch", &f.batch, 3,
+            tr("global batch, split across data-parallel ranks"));
   OptionUse use = begin_option(f, StrategyOption::micro_batches, ui);
-  int_field("Micro-batches", "##mb", &f.micro_batches, 2.5f, nullptr);
-  end_option(use, f, StrategyOption::micro_batches, "micro-batches per batch");
+  int_field(tr("Micro-batches"), "##mb", &f.micro_batches, 2.5f, nullptr);
+  end_option(use, f, StrategyOption::micro_batches, tr("micro-batches per batch"), tr);
   use = begin_option(f, StrategyOption::stages, ui);
-  int_field("Stages", "##stages", &f.stages, 2.5f, nullptr);
-  end_option(use, f, StrategyOption::stages, "pipeline stages (0 = one per rank)");
-  int_field("Steps", "##steps", &f.steps, 3.5f, "training steps");
+  int_field(tr("Stages"), "##stages", &f.stages, 2.5f, nullptr);
+  end_option(use, f, StrategyOption::stages, tr("pipeline stages (0 = one per rank)"), tr);
+  if (f.stages == 0 && use == OptionUse::read) {
+    // "Stages 0" alone reads as no pipeline at all: say what 0 means.
+    ImGui::SameLine(0, 0);
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextDisabled("%s", tr("(one per rank)"));
+    ImGui::SameLine(0, 12);
+  }
+  int_field(tr("Steps"), "##steps", &f.steps, 3.5f, tr("training steps"));
   use = begin_option(f, StrategyOption::precision, ui);
-  combo_strings("Precision", "##precision", &f.precision,
+  combo_strings(tr("Precision"), "##precision", &f.precision,
                 {std::begin(kPrecisions), std::end(kPrecisions)}, 3.5f);
-  end_option(use, f, StrategyOption::precision, "bf16/fp16: mixed precision, fp32 master weights");
-  combo_strings("Device", "##device", &f.device, {std::begin(kDevices), std::end(kDevices)}, 7.5f);
+  end_option(use, f, StrategyOption::precision,
+             tr("bf16/fp16: mixed precision, fp32 master weights"), tr);
+  combo_strings(tr("Device"), "##device", &f.device, {std::begin(kDevices), std::end(kDevices)},
+                7.5f);
   if (ImGui::GetContentRegionAvail().x < ImGui::GetFontSize() * 5) ImGui::NewLine();
-  ImGui::Checkbox("Options", &s.show_options);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("optimizer, seed and strategy options");
+  ImGui::Checkbox(tr("Options"), &s.show_options);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("optimizer, seed and strategy options"));
 
   // Buttons on the same line, right after the settings, if they fit.
   ImGui::SameLine(0, 20);
-  if (ImGui::GetContentRegionAvail().x <
-      ImGui::CalcTextSize("Resume (R)Pause (P)Step (S)Reset").x + 60)
+  const std::string buttons =
+      std::string(tr("Resume (R)")) + tr("Pause (P)") + tr("Step (S)") + tr("Reset");
+  if (ImGui::GetContentRegionAvail().x < ImGui::CalcTextSize(buttons.c_str()).x + 60)
     ImGui::NewLine();
   const RunState rs = app.session.state();
   const bool valid = s.form_error.empty();
   const bool paused = rs == RunState::paused;
   ImGui::BeginDisabled(!(valid || paused) || rs == RunState::running || rs == RunState::starting);
-  if (ImGui::Button(paused ? "Resume (R)" : "Run (R)")) app.run();
+  if (ImGui::Button(paused ? tr("Resume (R)") : tr("Run (R)"))) app.run();
   ImGui::EndDisabled();
   ImGui::SameLine();
   const bool processes = app.session.processes() || s.processes;
   ImGui::BeginDisabled(rs != RunState::running || app.session.processes());
-  if (ImGui::Button("Pause (P)")) app.pause();
+  if (ImGui::Button(tr("Pause (P)"))) app.pause();
   ImGui::EndDisabled();
   ImGui::SameLine();
   ImGui::BeginDisabled((!valid && !app.run_active()) || processes);
-  if (ImGui::Button("Step (S)")) app.step();
+  if (ImGui::Button(tr("Step (S)"))) app.step();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip(processes ? "processes run on their own: Pause and Step need one thread "
-                                  "per rank (untick 'processes')"
-                                : "run exactly one more training step, then pause");
+    ImGui::SetTooltip("%s", processes ? tr("processes run on their own: Pause and Step need one "
+                                           "thread per rank (untick 'processes')")
+                                      : tr("run exactly one more training step, then pause"));
   ImGui::EndDisabled();
   ImGui::SameLine();
-  if (ImGui::Button("Reset")) app.reset();
+  if (ImGui::Button(tr("Reset"))) app.reset();
 
   // A set option the strategy does not read may sit in the hidden Options row:
   // open it, so the field in the error colour is there to be seen and undone.
@@ -229,17 +245,17 @@ void draw_run_bar(App& app) {
     if (o != StrategyOption::micro_batches && o != StrategyOption::stages &&
         o != StrategyOption::precision)
       s.show_options = true;
-  if (s.show_options) draw_options(f, s.partition_text, ui);
+  if (s.show_options) draw_options(f, s.partition_text, ui, tr);
   if (!valid && !s.form_note.empty()) {
     // A GPU recording replayed without a GPU: nothing to fix, a way to run it here.
     ImGui::TextWrapped("%s", s.form_note.c_str());
-    if (ImGui::SmallButton("Use --device cpu")) f = on_this_cpu(f);
+    if (ImGui::SmallButton(tr("Use --device cpu"))) f = on_this_cpu(f);
   } else if (!valid) {
     ImGui::PushStyleColor(ImGuiCol_Text, ui.error);
-    ImGui::TextWrapped("Cannot run these settings: %s", s.form_error.c_str());
+    ImGui::TextWrapped(tr("Cannot run these settings: %s"), s.form_error.c_str());
     ImGui::PopStyleColor();
     if (!unread.empty()) {
-      const std::string reset = "Reset what " + f.strategy + " does not read";
+      const std::string reset = strf(tr("Reset what %s does not read"), f.strategy.c_str());
       if (ImGui::SmallButton(reset.c_str())) {
         for (StrategyOption o : unread) reset_option(f, o);
         // The typed text is what the next frame parses into f.partition.
@@ -250,7 +266,7 @@ void draw_run_bar(App& app) {
   } else if (f.device != "cpu" || f.backend != "auto") {
     // Where the ranks will run and how they will talk, e.g. ranks sharing one GPU
     // through Gloo with host staging because NCCL needs a GPU per rank.
-    ImGui::TextDisabled("Placement: %s", plan_placement(f).summary.c_str());
+    ImGui::TextDisabled(tr("Placement: %s"), plan_placement(f).summary.c_str());
   }
 }
 

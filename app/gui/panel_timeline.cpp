@@ -33,64 +33,76 @@ constexpr int kMaxSingleFlows = 120;
 // Idle time: grey, hatched, the same in the lanes and in the breakdown.
 constexpr Color kIdle = rgba(118, 118, 118);
 
-void span_tooltip(const Span& s, const CommWait* wait, const char* idle) {
+// A lane's name: "compute" or "comm".
+const char* lane_name(Lane lane, const Tr& tr) {
+  return lane == Lane::compute ? tr("compute") : tr("comm");
+}
+
+// ImGui::TextUnformatted for a std::string.
+void text(const std::string& t) {
+  ImGui::TextUnformatted(t.c_str());
+}
+
+void span_tooltip(const Span& s, const CommWait* wait, const char* idle, const Tr& tr) {
   ImGui::BeginTooltip();
-  ImGui::Text("%s", kind_label(s.kind));
+  ImGui::TextUnformatted(kind_label(s.kind, tr));
   const std::string tag = micro_batch_tag(s);
   if (!tag.empty()) {
     ImGui::SameLine();
-    ImGui::Text("\xC2\xB7 %s (micro-batch %d)", tag.c_str(), s.micro_batch);
+    text(strf(tr("\xC2\xB7 %s (micro-batch %d)"), tag.c_str(), s.micro_batch));
   }
   if (s.layer >= 0) {
     ImGui::SameLine();
-    ImGui::Text("\xC2\xB7 layer %d", s.layer);
+    text(strf(tr("\xC2\xB7 layer %d"), s.layer));
   }
   if (s.step >= 0)
-    ImGui::Text("rank %d, %s lane, step %d", s.rank, to_string(s.lane), s.step);
+    text(strf(tr("rank %d, %s lane, step %d"), s.rank, lane_name(s.lane, tr), s.step));
   else
-    ImGui::Text("rank %d, %s lane, outside the training steps (set-up or tear-down)", s.rank,
-                to_string(s.lane));
-  ImGui::Text("starts at %s, lasts %s", format_time_ns(s.t_begin_ns).c_str(),
-              format_time_ns(s.t_end_ns - s.t_begin_ns).c_str());
-  if (s.bytes > 0) ImGui::Text("payload %s", format_bytes(static_cast<double>(s.bytes)).c_str());
+    text(strf(tr("rank %d, %s lane, outside the training steps (set-up or tear-down)"), s.rank,
+              lane_name(s.lane, tr)));
+  text(strf(tr("starts at %s, lasts %s"), format_time_ns(s.t_begin_ns).c_str(),
+            format_time_ns(s.t_end_ns - s.t_begin_ns).c_str()));
+  if (s.bytes > 0) text(strf(tr("payload %s"), format_bytes(static_cast<double>(s.bytes)).c_str()));
   if (s.peer >= 0)
-    ImGui::Text("%s rank %d",
-                s.kind == SpanKind::recv   ? "from"
-                : s.kind == SpanKind::send ? "to"
-                                           : "peer/root",
-                s.peer);
+    text(strf(s.kind == SpanKind::recv   ? tr("from rank %d")
+              : s.kind == SpanKind::send ? tr("to rank %d")
+                                         : tr("peer/root rank %d"),
+              s.peer));
   if (wait) {
     const double w = static_cast<double>(wait->ready - s.t_begin_ns);
     const double m = static_cast<double>(s.t_end_ns - wait->ready);
-    const char* why = s.kind == SpanKind::recv   ? "until rank %d began sending"
-                      : s.kind == SpanKind::send ? "until rank %d posted its receive"
-                                                 : "until rank %d, the last, entered";
-    char reason[64];
-    std::snprintf(reason, sizeof reason, why, wait->peer);
+    const std::string reason =
+        strf(s.kind == SpanKind::recv   ? tr("until rank %d began sending")
+             : s.kind == SpanKind::send ? tr("until rank %d posted its receive")
+                                        : tr("until rank %d, the last, entered"),
+             wait->peer);
     ImGui::Separator();
-    ImGui::Text("%s %s (%s: idle, not communication),", idle, format_time_ns(w).c_str(), reason);
-    ImGui::Text("then moving bytes %s", format_time_ns(m).c_str());
+    text(strf(tr("%s %s (%s: idle, not communication),"), idle, format_time_ns(w).c_str(),
+              reason.c_str()));
+    text(strf(tr("then moving bytes %s"), format_time_ns(m).c_str()));
   }
   ImGui::EndTooltip();
 }
 
-void fold_tooltip(const LaneData& lane, const DrawSpan& b) {
+void fold_tooltip(const LaneData& lane, const DrawSpan& b, const Tr& tr) {
   const Span& a = lane.spans[b.first];
   const Span& z = lane.spans[b.first + b.count - 1];
   ImGui::BeginTooltip();
-  ImGui::Text("%u spans folded together (each narrower than %.0f px)", b.count, kMinSpanPx);
-  ImGui::Text("from %s to %s, mostly %s", format_time_ns(a.t_begin_ns).c_str(),
-              format_time_ns(std::max(a.t_end_ns, z.t_end_ns)).c_str(), kind_label(b.kind));
-  ImGui::TextDisabled("zoom in (mouse wheel) to see them one by one");
+  text(strf(tr("%u spans folded together (each narrower than %.0f px)"), b.count,
+            static_cast<double>(kMinSpanPx)));
+  text(strf(tr("from %s to %s, mostly %s"), format_time_ns(a.t_begin_ns).c_str(),
+            format_time_ns(std::max(a.t_end_ns, z.t_end_ns)).c_str(), kind_label(b.kind, tr)));
+  ImGui::TextDisabled("%s", tr("zoom in (mouse wheel) to see them one by one"));
   ImGui::EndTooltip();
 }
 
-void idle_tooltip(int rank, const Interval& iv, const char* idle, bool pipeline) {
+void idle_tooltip(int rank, const Interval& iv, const char* idle, bool pipeline, const Tr& tr) {
   ImGui::BeginTooltip();
-  ImGui::Text("%s: rank %d neither computes nor moves bytes for %s", idle, rank,
-              format_time_ns(static_cast<double>(iv.second - iv.first)).c_str());
-  ImGui::TextDisabled(pipeline ? "it waits for a neighbouring stage: the pipeline bubble"
-                               : "it waits for a peer (a message, or the others in a collective)");
+  text(strf(tr("%s: rank %d neither computes nor moves bytes for %s"), idle, rank,
+            format_time_ns(static_cast<double>(iv.second - iv.first)).c_str()));
+  ImGui::TextDisabled(
+      "%s", pipeline ? tr("it waits for a neighbouring stage: the pipeline bubble")
+                     : tr("it waits for a peer (a message, or the others in a collective)"));
   ImGui::EndTooltip();
 }
 
@@ -165,13 +177,17 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   const float lane_h_req = opt.lane_height > 0 ? opt.lane_height : font + 6;
   const RowsLayout L = rows_layout(font, lane_h_req, d.world, opt.show_axis, opt.show_steps);
   const float lane_h = L.lane_h;
+  const Tr tr = app.tr();
+  const char* lane_names[2] = {lane_name(Lane::compute, tr), lane_name(Lane::comm, tr)};
   const float gutter =
-      ImGui::CalcTextSize("rank 00 ").x + ImGui::CalcTextSize("compute").x * 0.85f + 14;
+      ImGui::CalcTextSize((strf(tr("rank %d"), 10) + " ").c_str()).x +
+      std::max(ImGui::CalcTextSize(lane_names[0]).x, ImGui::CalcTextSize(lane_names[1]).x) * 0.85f +
+      14;
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float width = std::max(50.0f, ImGui::GetContentRegionAvail().x);
   const float height = opt.height > 0 ? opt.height : L.height();
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
-  const char* idle_word = idle_name(d.cfg.strategy);
+  const char* idle_word = idle_name(d.cfg.strategy, tr);
 
   ImGui::InvisibleButton(opt.id, ImVec2(width, height));
   vp.x0 = origin.x + gutter;
@@ -214,8 +230,8 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
                         l ? ui.lane_bg_alt : ui.lane_bg);
     }
     dl->AddLine(ImVec2(origin.x, y - L.gap * 0.5f), ImVec2(x_end, y - L.gap * 0.5f), ui.grid);
-    char name[32];
-    std::snprintf(name, sizeof name, "rank %d", r);
+    const std::string rank_name = strf(tr("rank %d"), r);
+    const char* name = rank_name.c_str();
     if (lane_h >= font) {
       dl->AddText(ImVec2(origin.x + 2, origin.y + text_y_in_lane(L, r, 0, font)), ui.text, name);
       if (static_cast<size_t>(r) < layers.size())
@@ -226,7 +242,6 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       dl->AddText(ImVec2(origin.x + 2, y + lane_h - font * 0.5f), ui.text, name);
     }
     if (lane_h >= small) {
-      const char* lane_names[2] = {"compute", "comm"};
       for (int l = 0; l < 2; ++l)
         dl->AddText(ImGui::GetFont(), small,
                     ImVec2(vp.x0 - ImGui::CalcTextSize(lane_names[l]).x * 0.85f - 6,
@@ -260,7 +275,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       const float x = vp.x_of(b);
       if (x < vp.x0 && vp.x_of(e) > vp.x0) {
         // The step the view starts inside keeps its name at the left edge.
-        const std::string label = step_label(d, static_cast<int>(s));
+        const std::string label = step_label(d, static_cast<int>(s), tr);
         boxes.push_back({vp.x0 + 3, ImGui::CalcTextSize(label.c_str()).x});
         box_steps.push_back(s);
         continue;
@@ -270,7 +285,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       if (x < vp.x0 || x > x_end || x - last_x < 6) continue;
       last_x = x;
       dl->AddLine(ImVec2(x, rows_top - L.steps_h), ImVec2(x, rows_bottom), ui.grid);
-      const std::string label = step_label(d, static_cast<int>(s));
+      const std::string label = step_label(d, static_cast<int>(s), tr);
       boxes.push_back({x + 3, ImGui::CalcTextSize(label.c_str()).x});
       box_steps.push_back(s);
     }
@@ -283,7 +298,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
     const std::vector<bool> keep = keep_apart(boxes, 8, x_end);
     for (size_t k = 0; k < boxes.size(); ++k) {
       if (!keep[k]) continue;
-      const std::string label = step_label(d, static_cast<int>(box_steps[k]));
+      const std::string label = step_label(d, static_cast<int>(box_steps[k]), tr);
       dl->AddText(ImVec2(boxes[k].first, rows_top - L.steps_h + (L.steps_h - font) * 0.5f),
                   ui.text_dim, label.c_str());
     }
@@ -387,8 +402,8 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         // Spans of a pipeline block are labelled once, for the whole block.
         while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
         if (have_runs && run_k < runs.size() && runs[run_k].first <= b.first) continue;
-        const std::string lf = span_label(s, true);
-        const std::string sf = span_label(s, false);
+        const std::string lf = span_label(s, true, tr);
+        const std::string sf = span_label(s, false, tr);
         const float wl = text_w(lf), ws = text_w(sf);
         // Labels go in the visible part of a span (the rest is clipped).
         const float la = std::max(a.x, vp.x0), lz = std::min(z.x, x_end);
@@ -514,11 +529,11 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   if (!ts.dragging) {
     if (hover_span) {
       if (hover_block.folded())
-        fold_tooltip(*hover_lane, hover_block);
+        fold_tooltip(*hover_lane, hover_block, tr);
       else
-        span_tooltip(*hover_span, hover_wait, idle_word);
+        span_tooltip(*hover_span, hover_wait, idle_word, tr);
     } else if (hover_idle_rank >= 0) {
-      idle_tooltip(hover_idle_rank, hover_idle, idle_word, pipeline);
+      idle_tooltip(hover_idle_rank, hover_idle, idle_word, pipeline, tr);
     }
   }
   return moved;
@@ -536,23 +551,26 @@ void draw_step_breakdown(App& app) {
   if (k < 0) return;
   const WindowUse u = step_use(d, k);
   if (u.duration() <= 0) return;
-  const char* idle = idle_name(d.cfg.strategy);
+  const Tr tr = app.tr();
+  const char* idle = idle_name(d.cfg.strategy, tr);
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
 
-  std::string which = live ? "the last finished one" : "the playhead's";
-  // Its times are not typical, and every median step leaves it out.
-  if (is_warmup_step(d, k)) which = "warm-up; " + which;
-  ImGui::Text("Step %d (%s), %s: where each rank's time went", k, which.c_str(),
-              format_time_ns(static_cast<double>(u.duration())).c_str());
+  // Step 0's times are not typical, and every median step leaves it out.
+  const bool warmup = is_warmup_step(d, k);
+  const char* which =
+      live ? (warmup ? tr("warm-up; the last finished one") : tr("the last finished one"))
+           : (warmup ? tr("warm-up; the playhead's") : tr("the playhead's"));
+  text(strf(tr("Step %d (%s), %s: where each rank's time went"), k, which,
+            format_time_ns(static_cast<double>(u.duration())).c_str()));
   ImGui::SameLine();
   help_marker(
-      "The step runs from the first compute span any rank begins in it to the last span any "
-      "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
-      "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
-      "send, a send until its receiver has posted the recv, a collective until the last rank "
-      "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
-      "microseconds; milliseconds of moving bytes mean the transport's thread or the receiving "
-      "rank waited for a CPU core (more busy threads than cores).");
+      tr("The step runs from the first compute span any rank begins in it to the last span any "
+         "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
+         "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
+         "send, a send until its receiver has posted the recv, a collective until the last rank "
+         "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
+         "microseconds; milliseconds of moving bytes mean the transport's thread or the "
+         "receiving rank waited for a CPU core (more busy threads than cores)."));
   // Computing blue, moving bytes red, both at once blue with a red band.
   const Color c_compute = kind_color(SpanKind::forward, hc),
               c_comm = kind_color(SpanKind::all_reduce, hc);
@@ -568,8 +586,8 @@ void draw_step_breakdown(App& app) {
     if (which == 1)
       dl->AddRectFilled(ImVec2(a.x, a.y + h * 0.3f), ImVec2(b.x, b.y - h * 0.3f), c_comm);
   };
-  const char* names[3] = {"computing", "moving bytes hidden behind compute",
-                          "moving bytes (exposed)"};
+  const char* names[3] = {tr("computing"), tr("moving bytes hidden behind compute"),
+                          tr("moving bytes (exposed)")};
   for (int i = 0; i < 3; ++i) {
     const float h = ImGui::GetTextLineHeight();
     if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
@@ -582,7 +600,7 @@ void draw_step_breakdown(App& app) {
     ImGui::SameLine(0, 14);
   }
   const std::string idle_legend =
-      std::string(idle) + (pipeline ? " (waiting for a neighbouring stage)" : " (for a peer)");
+      strf(pipeline ? tr("%s (waiting for a neighbouring stage)") : tr("%s (for a peer)"), idle);
   idle_legend_item(idle_legend.c_str());
   ImGui::NewLine();
 
@@ -591,11 +609,11 @@ void draw_step_breakdown(App& app) {
   const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_NoHostExtendX;
   if (!ImGui::BeginTable("breakdown", 6, flags)) return;
-  ImGui::TableSetupColumn("rank");
+  ImGui::TableSetupColumn(tr("rank"));
   ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, bar_w);
-  ImGui::TableSetupColumn("computing");
-  ImGui::TableSetupColumn("moving bytes, hidden");
-  ImGui::TableSetupColumn("moving bytes, exposed");
+  ImGui::TableSetupColumn(tr("computing"));
+  ImGui::TableSetupColumn(tr("moving bytes, hidden"));
+  ImGui::TableSetupColumn(tr("moving bytes, exposed"));
   ImGui::TableSetupColumn(idle);
   ImGui::TableHeadersRow();
   const double dur = static_cast<double>(u.duration());
@@ -607,7 +625,7 @@ void draw_step_breakdown(App& app) {
     const RankUse& s = u.ranks[r];
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    ImGui::Text("rank %d", r);
+    text(strf(tr("rank %d"), r));
     ImGui::TableNextColumn();
     const ImVec2 o = ImGui::GetCursorScreenPos();
     const float h = ImGui::GetTextLineHeight();
@@ -625,6 +643,7 @@ void draw_step_breakdown(App& app) {
     cell(s.idle);
   }
   ImGui::EndTable();
+  // i18n: not shown (a lesson's region name)
   mark_region(app, -1, "breakdown", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
@@ -635,11 +654,11 @@ void draw_stage_table(App& app) {
   if (!is_pipeline_strategy(d.cfg.strategy)) return;
   TimelineState& ts = app.state.timeline;
   const RunResult* result = app.shown_result();  // a live run's, or an opened file's
+  const Tr tr = app.tr();
   ImGui::Spacing();
   if (!result || app.run_active()) {
-    ImGui::TextDisabled(
-        "Per stage: the measured bubble beside (P-1)/(M+P-1) shows here "
-        "when the run has finished.");
+    ImGui::TextDisabled("%s", tr("Per stage: the measured bubble beside (P-1)/(M+P-1) shows here "
+                                 "when the run has finished."));
     return;
   }
   if (ts.stage_rows_of != result || ts.stage_rows_version != d.version) {
@@ -651,27 +670,30 @@ void draw_stage_table(App& app) {
   const RunConfig& c = result->cfg;
   const int P = static_cast<int>(ts.stage_rows.size());
   const int M = micro_batches_run(c);
-  char over[32] = "in step 0";  // a single step is measured as it is
-  if (c.steps > 1) std::snprintf(over, sizeof over, "over steps 1..%d", c.steps - 1);
-  ImGui::Text("Per stage, %s: P = %d stages, M = %d micro-batch%s", over, P, M, M == 1 ? "" : "es");
+  // A single step is measured as it is.
+  const std::string over =
+      c.steps > 1 ? strf(tr("over steps 1..%d"), c.steps - 1) : std::string(tr("in step 0"));
+  text(strf(M == 1 ? tr("Per stage, %s: P = %d stages, M = %d micro-batch")
+                   : tr("Per stage, %s: P = %d stages, M = %d micro-batches"),
+            over.c_str(), P, M));
   ImGui::SameLine();
   help_marker(
-      "measured bubble: the share of each step (first to last compute span of any stage) a "
-      "stage is not computing, averaged over the steps after the first. The formula "
-      "(P-1)/(M+P-1) assumes equal stages and free communication; "
-      "on a machine with fewer cores than ranks, waiting for a core adds to the measured one. "
-      "Activations in flight: the stage's peak activation bytes (allocator) divided by what one "
-      "micro-batch keeps until its backward.");
+      tr("measured bubble: the share of each step (first to last compute span of any stage) a "
+         "stage is not computing, averaged over the steps after the first. The formula "
+         "(P-1)/(M+P-1) assumes equal stages and free communication; "
+         "on a machine with fewer cores than ranks, waiting for a core adds to the measured one. "
+         "Activations in flight: the stage's peak activation bytes (allocator) divided by what "
+         "one micro-batch keeps until its backward."));
   const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_NoHostExtendX;
   if (!ImGui::BeginTable("stages", 7, flags)) return;
-  ImGui::TableSetupColumn("stage");
-  ImGui::TableSetupColumn("layers");
-  ImGui::TableSetupColumn("bubble, measured (not computing)");
+  ImGui::TableSetupColumn(tr("stage"));
+  ImGui::TableSetupColumn(tr("layers"));
+  ImGui::TableSetupColumn(tr("bubble, measured (not computing)"));
   ImGui::TableSetupColumn("(P-1)/(M+P-1)");
-  ImGui::TableSetupColumn("peak activations");
-  ImGui::TableSetupColumn("in flight, measured");
-  ImGui::TableSetupColumn("expected");
+  ImGui::TableSetupColumn(tr("peak activations"));
+  ImGui::TableSetupColumn(tr("in flight, measured"));
+  ImGui::TableSetupColumn(tr("expected"));
   ImGui::TableHeadersRow();
   for (const StageRow& s : ts.stage_rows) {
     ImGui::TableNextRow();
@@ -687,17 +709,18 @@ void draw_stage_table(App& app) {
     ImGui::TableNextColumn();
     ImGui::Text("%.1f%%", 100 * s.bubble_formula);
     ImGui::TableNextColumn();
-    ImGui::Text("%s (predicted %s)",
-                format_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),
-                format_bytes(static_cast<double>(s.predicted_peak_activation_bytes)).c_str());
+    text(strf(tr("%s (predicted %s)"),
+              format_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),
+              format_bytes(static_cast<double>(s.predicted_peak_activation_bytes)).c_str()));
     ImGui::TableNextColumn();
-    ImGui::Text("%.1f \xC3\x97 %s%s", s.in_flight_measured,
-                format_bytes(static_cast<double>(s.kept_per_micro_batch)).c_str(),
-                c.recompute ? " (inputs)" : "");
+    text(strf(c.recompute ? tr("%.1f \xC3\x97 %s (inputs)") : "%.1f \xC3\x97 %s",
+              s.in_flight_measured,
+              format_bytes(static_cast<double>(s.kept_per_micro_batch)).c_str()));
     ImGui::TableNextColumn();
     ImGui::Text("%d", s.in_flight_expected);
   }
   ImGui::EndTable();
+  // i18n: not shown (a lesson's region name)
   mark_region(app, -1, "bubble", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
@@ -706,16 +729,17 @@ void draw_stage_table(App& app) {
 void draw_timeline(App& app) {
   AppState& s = app.state;
   const RunData& d = app.data;
+  const Tr tr = app.tr();
   if (d.world == 0 && !s.form_error.empty()) {
-    ImGui::TextWrapped(
-        "Nothing recorded yet. The settings above cannot run (see the red line); fix them, then "
-        "Run (R).");
+    ImGui::TextWrapped("%s", tr("Nothing recorded yet. The settings above cannot run (see the red "
+                                "line); fix them, then Run (R)."));
     return;
   }
   if (d.world == 0) {
     ImGui::TextWrapped(
-        "Nothing recorded yet. Press Run (R) to train the configuration above: every rank is a "
-        "thread, talking to the others through Gloo. Each rank's spans appear here while it runs.");
+        "%s", tr("Nothing recorded yet. Press Run (R) to train the configuration above: every "
+                 "rank is a thread, talking to the others through Gloo. Each rank's spans appear "
+                 "here while it runs."));
     return;
   }
   const bool hc = s.presenter.high_contrast;
@@ -723,8 +747,9 @@ void draw_timeline(App& app) {
   // Legend: only the kinds this run produced, so it stays short and true.
   for (int k = 0; k < kNumSpanKinds; ++k)
     if (d.kinds_seen[k])
-      legend_item(kind_color(static_cast<SpanKind>(k), hc), kind_label(static_cast<SpanKind>(k)));
-  idle_legend_item(pipeline ? "bubble (idle)" : "waiting (idle)");
+      legend_item(kind_color(static_cast<SpanKind>(k), hc),
+                  kind_label(static_cast<SpanKind>(k), tr));
+  idle_legend_item(pipeline ? tr("bubble (idle)") : tr("waiting (idle)"));
   ImGui::NewLine();
 
   const bool live = app.run_active() && s.playhead.live;
@@ -736,44 +761,47 @@ void draw_timeline(App& app) {
     s.timeline.follow = true;
     fit_steps(s.timeline.vp, d, true, s.playhead.t, false);
   };
-  if (ImGui::Button("All steps (F)")) {
+  if (ImGui::Button(tr("All steps (F)"))) {
     s.timeline.one_step = false;
     s.timeline.follow = true;
     fit_steps(s.timeline.vp, d, false, s.playhead.t, live);
   }
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
-        "every training step; from step 1 when step 0, the warm-up, took over %.0fx a later "
-        "step (on a GPU: loading cuBLAS and the kernels), which would squeeze the others into a "
-        "sliver. 'With setup' shows it.",
-        kWarmupDwarfs);
+        "%s", strf(tr("every training step; from step 1 when step 0, the warm-up, took over %.0fx "
+                      "a later step (on a GPU: loading cuBLAS and the kernels), which would "
+                      "squeeze the others into a sliver. 'With setup' shows it."),
+                   kWarmupDwarfs)
+                  .c_str());
   ImGui::SameLine();
-  if (ImGui::Button("With setup")) {
+  if (ImGui::Button(tr("With setup"))) {
     fit(s.timeline.vp, d.view_begin(), static_cast<double>(d.t_end));
     s.timeline.follow = false;
   }
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
-        "the whole run, including the setup before step 0 (e.g. replicating the weights)");
+        "%s",
+        tr("the whole run, including the setup before step 0 (e.g. replicating the weights)"));
   ImGui::SameLine();
   const int shown = step_to_show(d, s.playhead.t, live);
-  if (ImGui::Button("One step")) show_step(shown);
+  if (ImGui::Button(tr("One step"))) show_step(shown);
   ImGui::SameLine();
-  if (ImGui::ArrowButton("prev_step", ImGuiDir_Left) && shown > 0) show_step(shown - 1);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("the step before");
+  if (ImGui::ArrowButton("prev_step", ImGuiDir_Left) && shown > 0)  // i18n: not shown
+    show_step(shown - 1);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("the step before"));
   ImGui::SameLine();
-  if (ImGui::ArrowButton("next_step", ImGuiDir_Right) &&
+  if (ImGui::ArrowButton("next_step", ImGuiDir_Right) &&  // i18n: not shown
       shown + 1 < static_cast<int>(d.step_begin.size()))
     show_step(shown + 1);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("the step after");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("the step after"));
   ImGui::SameLine();
-  ImGui::Checkbox("send\xE2\x86\x92recv lines", &s.timeline.show_flows);
+  ImGui::Checkbox(tr("send\xE2\x86\x92recv lines"), &s.timeline.show_flows);
   ImGui::SameLine(0, 20);
   const char* hint =
-      pipeline ? "F3/B3/R3 = forward/backward/recompute of micro-batch 3 \xC2\xB7 wheel: zoom "
-                 "\xC2\xB7 drag: pan \xC2\xB7 click: playhead"
-               : "wheel: zoom \xC2\xB7 drag: pan \xC2\xB7 click: playhead \xC2\xB7 double-click: "
-                 "fit \xC2\xB7 L = layer";
+      pipeline ? tr("F3/B3/R3 = forward/backward/recompute of micro-batch 3 \xC2\xB7 wheel: zoom "
+                    "\xC2\xB7 drag: pan \xC2\xB7 click: playhead")
+               : tr("wheel: zoom \xC2\xB7 drag: pan \xC2\xB7 click: playhead \xC2\xB7 "
+                    "double-click: fit \xC2\xB7 L = layer");
   // Big fonts: a line of its own for the hint would cost the lanes room.
   if (ImGui::GetContentRegionAvail().x >= ImGui::CalcTextSize(hint).x)
     ImGui::TextDisabled("%s", hint);

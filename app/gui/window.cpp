@@ -37,6 +37,10 @@ constexpr CjkFont kCjkFonts[] = {{"/usr/share/fonts/truetype/wqy/wqy-microhei.tt
 constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190,
                                     0x21FF, 0x2200, 0x22FF, 0x25A0, 0x25FF, 0};
 
+static_assert(kKeyEnter == GLFW_KEY_ENTER && kKeyPageUp == GLFW_KEY_PAGE_UP &&
+                  kKeyPageDown == GLFW_KEY_PAGE_DOWN && kKeyKeypadEnter == GLFW_KEY_KP_ENTER,
+              "key_taps.h's codes are GLFW's");
+
 std::string g_glfw_error;  // written by GLFW's error callback, read right after the failing call
 
 void on_glfw_error(int code, const char* text) {
@@ -79,16 +83,22 @@ std::unique_ptr<Window> Window::open(const WindowOptions& opt, std::string* erro
   glfwMakeContextCurrent(win);
   glfwSwapInterval(opt.vsync ? 1 : 0);
 
+  std::unique_ptr<Window> out(new Window());
+  out->win_ = win;
+  out->ignore_mouse_ = opt.ignore_mouse;
+  // Ours first: ImGui's backend, installed next, calls it before its own. Every
+  // press is counted, even one released before the frame that would see it.
+  glfwSetWindowUserPointer(win, out.get());
+  glfwSetKeyCallback(win, [](GLFWwindow* w, int key, int, int action, int) {
+    static_cast<Window*>(glfwGetWindowUserPointer(w))->taps_.on_key(key, action);
+  });
+
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;  // no imgui.ini next to the user's files
   ImGui_ImplGlfw_InitForOpenGL(win, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
-
-  std::unique_ptr<Window> out(new Window());
-  out->win_ = win;
-  out->ignore_mouse_ = opt.ignore_mouse;
   return out;
 }
 
@@ -161,6 +171,7 @@ void Window::load_fonts(float px, const std::string& glyphs) {
 
 void Window::begin_frame(const PresenterState& p) {
   glfwPollEvents();
+  taps_.next_frame();
   const float px = std::round(kBaseFontPx * p.font_scale);
   if (px != font_px_ || p.font_glyphs != glyphs_) load_fonts(px, p.font_glyphs);
   apply_theme(p);

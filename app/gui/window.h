@@ -9,6 +9,7 @@
 #include <imgui.h>
 
 #include "app/gui/app_state.h"
+#include "app/gui/logic/key_taps.h"
 
 struct GLFWwindow;
 
@@ -40,6 +41,8 @@ class Window {
   bool wait_events(double seconds);
   int framebuffer_width() const;
   int framebuffer_height() const;
+  // Every key press since the last frame, however short (begin_frame turns the page).
+  const KeyTaps& taps() const { return taps_; }
 
  private:
   Window() = default;
@@ -51,6 +54,7 @@ class Window {
   std::vector<ImWchar> cjk_ranges_;  // must outlive the atlas build
   bool fonts_built_ = false;
   bool ignore_mouse_ = false;
+  KeyTaps taps_;
   int saved_x_ = 0, saved_y_ = 0, saved_w_ = 0, saved_h_ = 0;
 };
 

@@ -216,13 +216,67 @@ StepResult evaluate_step(const Step& step, const RunResult& a, const RunResult* 
     out.gates.push_back(std::move(gr));
   }
   if (step.look && step.look->seek) out.seek = resolve_seek(*step.look->seek, a);
+  MetricRef psi;
+  psi.name = "param_count";
+  if (const MetricResult m = evaluate(psi, runs); m.value) out.psi = m.value->measured;
   return out;
 }
 
 namespace {
 
-// "1.5 MiB", "12ms", "25%", "3" -> value in the metric's unit. False if unreadable.
-bool parse_number(const std::string& text, const std::string& unit, double& value) {
+// Digit groups as the lessons print them, joined: "446 976" and "446,976" ->
+// "446976" (a separator between digits with exactly three digits after it; a
+// space, a no-break or thin space, or a comma), so "1,5" stays unreadable
+// rather than becoming 15.
+std::string join_digit_groups(const std::string& s) {
+  const auto digit = [&](size_t i) {
+    return i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]));
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 0;
+    if (s[i] == ' ' || s[i] == ',')
+      len = 1;
+    else if (s.compare(i, 2, "\xC2\xA0") == 0)
+      len = 2;  // no-break space
+    else if (s.compare(i, 3, "\xE2\x80\x89") == 0 || s.compare(i, 3, "\xE2\x80\xAF") == 0)
+      len = 3;  // thin and narrow no-break space
+    if (len && i > 0 && digit(i - 1) && digit(i + len) && digit(i + len + 1) &&
+        digit(i + len + 2) && !digit(i + len + 3)) {
+      i += len;
+      continue;
+    }
+    out += s[i++];
+  }
+  return out;
+}
+
+// "1.5 MiB", "12ms", "25%", "3", "1.5×", "446 976", "16Ψ/3" -> value in the
+// metric's unit. False if unreadable (or Ψ without a known Ψ).
+bool parse_number(const std::string& raw, const std::string& unit, double psi, double& value) {
+  std::string text = join_digit_groups(raw);
+  text.erase(0, text.find_first_not_of(' '));
+  text.erase(text.find_last_not_of(' ') + 1);
+  // A multiple of Ψ: [k]Ψ[/d].
+  if (const size_t at = text.find("\xCE\xA8"); at != std::string::npos) {
+    if (psi <= 0 || (unit != "B" && unit != "count")) return false;
+    std::string k = text.substr(0, at), d = text.substr(at + 2);
+    while (!k.empty() && (k.back() == ' ' || k.back() == '*')) k.pop_back();
+    double coef = 1, div = 1;
+    char* end = nullptr;
+    if (!k.empty()) {
+      coef = std::strtod(k.c_str(), &end);
+      if (*end != '\0' || !std::isfinite(coef)) return false;
+    }
+    d.erase(0, d.find_first_not_of(' '));
+    if (!d.empty()) {
+      if (d[0] != '/') return false;
+      div = std::strtod(d.c_str() + 1, &end);
+      if (end == d.c_str() + 1 || *end != '\0' || !(div > 0)) return false;
+    }
+    value = coef * psi / div;
+    return true;
+  }
   const char* s = text.c_str();
   char* end = nullptr;
   const double x = std::strtod(s, &end);
@@ -230,6 +284,7 @@ bool parse_number(const std::string& text, const std::string& unit, double& valu
   std::string suffix(end);
   suffix.erase(0, suffix.find_first_not_of(' '));
   suffix.erase(suffix.find_last_not_of(' ') + 1);
+  if (suffix == "\xC3\x97") suffix = "x";  // ×, as ratios are printed
   std::string lower;
   for (char c : suffix) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 1;
@@ -290,10 +345,12 @@ AnswerCheck check_answer(const Prediction& p, const StepResult& result, const st
     c.correct = c.choice == result.right_choice;
     return c;
   }
-  if (!parse_number(answer, p.unit, c.value)) {
+  if (!parse_number(answer, p.unit, result.psi, c.value)) {
     c.error = "'" + answer + "' is not a number" +
               (p.unit.empty() ? std::string() : " in " + p.unit) +
-              (p.unit == "B" ? " (e.g. 1.5 MiB, 2048, 3G)" : "");
+              (p.unit == "B"   ? " (e.g. 1.5 MiB, 446 976, 16\xCE\xA8, 3G)"
+               : p.unit == "x" ? " (e.g. 1.5, 1.5\xC3\x97)"
+                               : "");
     return c;
   }
   const double tol = p.tolerance * std::abs(measured);

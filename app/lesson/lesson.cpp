@@ -51,6 +51,27 @@ Lang parse_lang(const std::string& s) {
   throw ConfigError("--lang '" + s + "' is not a lesson language (valid: en, zh)");
 }
 
+const char* span_kind_words(SpanKind k, Lang l) {
+  if (l == Lang::en) {
+    // "all_gather" as the texts write it: "all-gather".
+    static const std::vector<std::string> names = [] {
+      std::vector<std::string> out;
+      for (int i = 0; i < kNumSpanKinds; ++i) {
+        out.push_back(to_string(static_cast<SpanKind>(i)));
+        std::replace(out.back().begin(), out.back().end(), '_', '-');
+      }
+      return out;
+    }();
+    return names[static_cast<int>(k)].c_str();
+  }
+  // The kinds' Chinese names, as the lesson texts use them.
+  static constexpr const char* kZh[kNumSpanKinds] = {
+      "前向",           "反向",           "损失计算", "优化器更新", "全规约",   "规约散射",
+      "全收集",         "广播",           "规约",     "发送",       "接收",     "屏障",
+      "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "准备数据", "其他操作"};
+  return kZh[static_cast<int>(k)];
+}
+
 namespace {
 
 const char* type_name(const toml::node& n) {

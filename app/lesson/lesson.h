@@ -35,6 +35,8 @@ class LessonError : public ConfigError {
 enum class Lang { en, zh };
 const char* to_string(Lang l);
 Lang parse_lang(const std::string& s);  // "en" | "zh"; throws ConfigError
+// A span kind as the lesson texts name it: "all-gather" / "全收集".
+const char* span_kind_words(SpanKind k, Lang l);
 
 // Markdown, parsed by md4c into blocks of styled runs.
 struct TextRun {
@@ -230,6 +232,7 @@ struct StepResult {
   int right_choice = -1;                   // multiple choice: index of the choice that holds
   std::vector<GateResult> gates;
   std::optional<SeekResult> seek;
+  double psi = 0;  // Ψ, run a's parameter count: an answer may be written "16Ψ" or "16Ψ/3"
   bool gates_pass() const;
 };
 
@@ -248,7 +251,9 @@ struct AnswerCheck {
   std::string error;  // the answer could not be read
 };
 // `answer`: a number (with an optional unit suffix) or, for a choice, its
-// 1-based index or its label in either language.
+// 1-based index or its label in either language. Numbers may be written as the
+// lessons print them: digits grouped by spaces or commas ("446 976", "446,976"),
+// a multiple of Ψ ("16Ψ", "16Ψ/3", "Ψ"), a ratio with "×" ("1.5×").
 AnswerCheck check_answer(const Prediction& p, const StepResult& result, const std::string& answer);
 
 // Runs a step headless (its run, then its compare run), or loads its recording;

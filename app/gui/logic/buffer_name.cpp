@@ -38,30 +38,33 @@ void read_group(std::string_view g, BufferName& out) {
   size_t pos = 0;
   skip_spaces(s, pos);
   auto starts = [&](std::string_view word) { return s.compare(pos, word.size(), word) == 0; };
-  const HoldKind temp = starts("gather") || starts("unsharded") ? HoldKind::gathered
-                        : starts("unreduced")                   ? HoldKind::unreduced
-                        : starts("replica")                     ? HoldKind::replica
-                                                                : HoldKind::full;
+  // The names' own words, parsed (i18n: none of them is shown).
+  const HoldKind temp = [&] {
+    if (starts("gather") || starts("unsharded")) return HoldKind::gathered;  // i18n: not shown
+    if (starts("unreduced")) return HoldKind::unreduced;                     // i18n: not shown
+    if (starts("replica")) return HoldKind::replica;                         // i18n: not shown
+    return HoldKind::full;
+  }();
   if (temp != HoldKind::full) {
     out.kind = temp;
     out.shard_index = 0;
     out.shard_count = 1;
     return;
   }
-  if (starts("mb")) {
+  if (starts("mb")) {  // i18n: not shown
     pos += 2;
     skip_spaces(s, pos);
     if (auto v = read_int(s, pos)) out.micro_batch = *v;
     return;
   }
-  if (starts("shard")) {
+  if (starts("shard")) {  // i18n: not shown
     pos += 5;
     skip_spaces(s, pos);
     auto a = read_int(s, pos);
     skip_spaces(s, pos);
     if (pos < s.size() && s[pos] == '/') {
       ++pos;
-    } else if (s.compare(pos, 2, "of") == 0) {
+    } else if (s.compare(pos, 2, "of") == 0) {  // i18n: not shown
       pos += 2;
     }
     skip_spaces(s, pos);
@@ -85,15 +88,15 @@ void read_group(std::string_view g, BufferName& out) {
 const char* to_string(HoldKind k) {
   switch (k) {
     case HoldKind::full:
-      return "full";
+      return "full";  // i18n: not shown (an identifier)
     case HoldKind::shard:
-      return "shard";
+      return "shard";  // i18n: not shown (an identifier)
     case HoldKind::gathered:
-      return "gathered";
+      return "gathered";  // i18n: not shown (an identifier)
     case HoldKind::unreduced:
-      return "unreduced";
+      return "unreduced";  // i18n: not shown (an identifier)
     case HoldKind::replica:
-      return "replica";
+      return "replica";  // i18n: not shown (an identifier)
   }
   return "?";
 }
@@ -129,13 +132,16 @@ BufferName parse_buffer_name(std::string_view name) {
     return base.size() >= suffix.size() &&
            base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
+  // i18n: not shown (suffixes parsed)
   if (ends(".grad") || base.find(".grad.") != std::string::npos)
     out.role = Role::grad;
-  else if (base.find("exp_avg") != std::string::npos || base.find("momentum") != std::string::npos)
+  else if (base.find("exp_avg") != std::string::npos ||  // i18n: not shown
+           base.find("momentum") != std::string::npos)
     out.role = Role::optimizer;
 
   // "layers.N" (or "layers.N-M") at a word boundary.
   const std::string_view b = out.base;
+  // i18n: not shown (parsed)
   for (size_t p = b.find("layers."); p != std::string_view::npos; p = b.find("layers.", p + 1)) {
     if (p > 0 && (std::isalnum(static_cast<unsigned char>(b[p - 1])) || b[p - 1] == '_')) continue;
     size_t q = p + 7;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/gui/logic/buffer_name.h"
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
 
 namespace shardlab::gui {
@@ -98,25 +99,30 @@ std::vector<Vec2> ring_positions(int n, Vec2 center, float rx, float ry, float s
 // The camping skin's gear for a layer: tent, food or water.
 enum class Gear { tent, food, water };
 Gear gear_of_layer(int layer);
-const char* gear_name(Gear g);
+const char* gear_name(Gear g, const Tr& tr = Tr{});
 
 // ---- Words: what is happening now, for people ----------------------------
 
 // How the views name things: the cluster says "rank 2" and "L3"; the camping
 // skin says "hiker 2" and, for models of up to 26 layers, "layer c" with parts
 // "c0, c1, c2" (the classic ZeRO walk-through: rank i holds a_i, b_i, c_i).
+// `who` and `message` pick the words; the words themselves come from a Tr
+// (Chinese: "rank 2" / "2 号队员", "消息" / "纸条"), so the functions below that
+// build text take one, English by default.
 struct Naming {
-  const char* who = "rank";
+  const char* who = "rank";  // i18n: not shown ("rank" or "hiker": picks the words)
   bool letters = false;
-  const char* message = "message";  // a pipeline send: "message" or "note"
+  const char* message = "message";  // i18n: not shown (a pipeline send: "message" or "note")
 };
 Naming camping_naming(int num_layers);
 std::string layer_name(int layer, const Naming& n);  // "L3" or "d"
 // A card row's second line for a layer of this kind: "emb", "block", "head";
 // empty for the mlp's linear layers, where "L3" says it all.
-std::string layer_kind_caption(const std::string& kind);
-std::string part_name(int layer, int part, const Naming& n);            // "L3 shard 1" or "d1"
-std::string rank_list(const std::vector<int>& ranks, const Naming& n);  // "ranks 0, 2 and 3"
+std::string layer_kind_caption(const std::string& kind, const Tr& tr = Tr{});
+// "L3 shard 1" or "d1".
+std::string part_name(int layer, int part, const Naming& n, const Tr& tr = Tr{});
+// "ranks 0, 2 and 3" ("rank 0、2 和 3", "0、2 和 3 号队员").
+std::string rank_list(const std::vector<int>& ranks, const Naming& n, const Tr& tr = Tr{});
 // The part index of a piece: which 1/world slice of its layer it carries, -1 = whole.
 int piece_part(const Piece& p, int world);
 // Pipeline message label: "F3" (activations, to the next stage) or "B3"
@@ -128,21 +134,22 @@ std::string message_label(const Piece& p);
 // senders of one all-gather "ranks 0, 1, 2 each send their part of L2 to the
 // others (all-gather)"; pipeline sends read "hiker 0 passes note F3 (micro-batch
 // 3's activations) to hiker 1". Without pieces: what the ranks compute.
-std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t t,
-                     const Naming& n);
+std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t t, const Naming& n,
+                     const Tr& tr = Tr{});
 
 // One rank's status for its card: what it sends or receives (derived from the
 // pieces, so a root whose copies are recorded on the receivers is not "idle"),
 // else its running spans, else "idle". brevity 1: "AG L4 shard 0 \u2192 1, 2 and 3"
 // for narrow cards; 2: also without the part ("AG L4 \u2192 all").
 std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int rank, int64_t t,
-                        const Naming& n, int brevity = 0);
+                        const Naming& n, int brevity = 0, const Tr& tr = Tr{});
 
 // A "; "-separated status that is still too wide for its line keeps its first
 // parts whole and says how many it left out ("RS L4 \u2192 all; +2 more"), so a
 // card never shows a word cut in half. `width` measures a string in pixels.
+// `tr`: the status's language (Chinese parts are separated by "；").
 std::string fit_parts(const std::string& joined, float w,
-                      const std::function<float(const std::string&)>& width);
+                      const std::function<float(const std::string&)>& width, const Tr& tr = Tr{});
 
 // Labels at the receivers, one per (receiver, collective, layer), so that many
 // pieces in slow replay read "AG L2 \u2190 ranks 1, 2" instead of a pile of tags.
@@ -154,7 +161,8 @@ struct ArrivalTag {
   std::string text;
   std::string brief;  // "AG L2 \u2190 1,2" for narrow places
 };
-std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Naming& n);
+std::vector<ArrivalTag> arrival_tags(const std::vector<Piece>& pieces, const Naming& n,
+                                     const Tr& tr = Tr{});
 
 // ---- Cluster layout: cards, and corridors the pieces travel in -------------
 
@@ -251,7 +259,7 @@ CampLayout camp_layout_fitting(int world, int layers, Rect area, float font,
 
 // What a hiker's caption says it carries, from its card: "layers c, d (stage 1)",
 // "part 1 of every layer: a1, b1, c1", "all the gear".
-std::string carries_text(const CardContents& c, int world, const Naming& n);
+std::string carries_text(const CardContents& c, int world, const Naming& n, const Tr& tr = Tr{});
 // The micro-batches whose activations a rank keeps at t (pipeline notes it holds).
 // With the run's spans, an input buffer whose receive has not completed by t
 // (posted a micro-batch ahead) is not a note yet: it waits for one.

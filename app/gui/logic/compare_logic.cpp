@@ -17,36 +17,39 @@ namespace shardlab::gui {
 
 namespace {
 
+// The options' names in the --compare list syntax, for its errors (English, as
+// the command line's).
 const char* option_name(SlotOption o) {
   switch (o) {
     case SlotOption::micro_batches:
-      return "micro-batches (m=N)";
+      return "micro-batches (m=N)";  // i18n: not shown
     case SlotOption::stages:
-      return "stages=N";
+      return "stages=N";  // i18n: not shown
     case SlotOption::precision:
-      return "precision (bf16, fp16)";
+      return "precision (bf16, fp16)";  // i18n: not shown
     case SlotOption::recompute:
-      return "recompute";
+      return "recompute";  // i18n: not shown
     case SlotOption::prefetch:
-      return "no-prefetch";
+      return "no-prefetch";  // i18n: not shown
     case SlotOption::overlap:
-      return "no-overlap";
+      return "no-overlap";  // i18n: not shown
     case SlotOption::bucket_mb:
-      return "bucket-mb=X";
+      return "bucket-mb=X";  // i18n: not shown
     case SlotOption::fsdp_unit:
-      return "fsdp-unit=K";
+      return "fsdp-unit=K";  // i18n: not shown
     case SlotOption::reshard:
-      return "no-reshard";
+      return "no-reshard";  // i18n: not shown
     case SlotOption::offload:
-      return "offload";
+      return "offload";  // i18n: not shown
   }
   return "?";
 }
 
+// i18n: not shown (the command line's errors)
 const char* kValidOptions =
     "m=N, stages=N, bf16, fp16, fp32, recompute, no-prefetch, no-overlap, bucket-mb=X, "
     "fsdp-unit=K, no-reshard, offload";
-const char* kListExample = "e.g. naive-mp:4,gpipe:4/m=8,1f1b:4/m=8";
+const char* kListExample = "e.g. naive-mp:4,gpipe:4/m=8,1f1b:4/m=8";  // i18n: not shown
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
@@ -161,29 +164,31 @@ RunConfig config_for(const CompareSlot& slot, const RunConfig& base) {
   return c;
 }
 
+// The list syntax: command-line words, the same in every language.
 std::string slot_text(const CompareSlot& s) {
   const CompareSlot d;
   std::string t = s.strategy + ":" + std::to_string(s.world);
   const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
   if (uses(SlotOption::micro_batches) && s.micro_batches != 1)
     t += "/m=" + std::to_string(s.micro_batches);
-  if (uses(SlotOption::stages) && s.stages != 0) t += "/stages=" + std::to_string(s.stages);
+  if (uses(SlotOption::stages) && s.stages != 0)
+    t += "/stages=" + std::to_string(s.stages);  // i18n: not shown
   if (uses(SlotOption::precision) && s.precision != d.precision) t += "/" + s.precision;
-  if (uses(SlotOption::recompute) && s.recompute) t += "/recompute";
-  if (uses(SlotOption::prefetch) && !s.prefetch) t += "/no-prefetch";
-  if (uses(SlotOption::overlap) && !s.overlap) t += "/no-overlap";
+  if (uses(SlotOption::recompute) && s.recompute) t += "/recompute";   // i18n: not shown
+  if (uses(SlotOption::prefetch) && !s.prefetch) t += "/no-prefetch";  // i18n: not shown
+  if (uses(SlotOption::overlap) && !s.overlap) t += "/no-overlap";     // i18n: not shown
   if (uses(SlotOption::bucket_mb) && s.bucket_mb != d.bucket_mb)
-    t += "/bucket-mb=" + number(s.bucket_mb);
+    t += "/bucket-mb=" + number(s.bucket_mb);  // i18n: not shown
   if (uses(SlotOption::fsdp_unit) && s.fsdp_unit != d.fsdp_unit)
-    t += "/fsdp-unit=" + std::to_string(s.fsdp_unit);
-  if (uses(SlotOption::reshard) && !s.reshard) t += "/no-reshard";
-  if (uses(SlotOption::offload) && s.offload) t += "/offload";
+    t += "/fsdp-unit=" + std::to_string(s.fsdp_unit);               // i18n: not shown
+  if (uses(SlotOption::reshard) && !s.reshard) t += "/no-reshard";  // i18n: not shown
+  if (uses(SlotOption::offload) && s.offload) t += "/offload";      // i18n: not shown
   return t;
 }
 
 CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
   const std::string item = trim(raw);
-  const std::string where = "--compare item '" + item + "': ";
+  const std::string where = "--compare item '" + item + "': ";  // i18n: not shown (errors)
   if (item.empty())
     throw ConfigError(
         std::string("--compare has an empty item (valid: STRATEGY[:W][/OPTION]..., ") +
@@ -260,14 +265,17 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
     } else {
       throw ConfigError(where + "unknown option '" + p + "' (valid: " + kValidOptions + ")");
     }
-    if (!ok)
-      throw ConfigError(
-          where + "'" + p + "' is invalid (valid: " +
-          (o == SlotOption::precision ? std::string("bf16, fp16 or fp32")
-           : o == SlotOption::stages  ? "stages=" + std::to_string(stages_of(s)) + ", one per rank"
-           : o == SlotOption::bucket_mb ? std::string("a positive number of MiB, e.g. bucket-mb=4")
-                                        : std::string("a whole number, e.g. m=8")) +
-          ")");
+    if (!ok) {
+      // i18n: not shown (the command line's error)
+      const std::string stages = "stages=" + std::to_string(stages_of(s)) + ", one per rank";
+      throw ConfigError(where + "'" + p + "' is invalid (valid: " +
+                        (o == SlotOption::precision ? std::string("bf16, fp16 or fp32")
+                         : o == SlotOption::stages  ? stages
+                         : o == SlotOption::bucket_mb
+                             ? std::string("a positive number of MiB, e.g. bucket-mb=4")
+                             : std::string("a whole number, e.g. m=8")) +
+                        ")");
+    }
     if (!strategy_uses(strategy, o))
       throw ConfigError(where + "'" + p + "' does not apply to " + strategy + " (" +
                         option_name(o) + " is for: " + strategies_using(o) + ")");
@@ -318,7 +326,9 @@ std::vector<CompareSlot> default_compare_slots(const RunConfig& base) {
   if (find_strategy(base.strategy)) add(slot_from(base, base.strategy));
   const bool pipe = is_pipeline_strategy(base.strategy);
   const std::vector<std::string> order =
+      // i18n: not shown (strategy names)
       pipe ? std::vector<std::string>{"naive-mp", "gpipe", "1f1b", "ddp", "zero3", "fsdp"}
+           // i18n: not shown (strategy names)
            : std::vector<std::string>{"ddp",  "zero1", "zero3",    "fsdp",   "gpipe",
                                       "1f1b", "zero2", "naive-mp", "single", "dp"};
   for (const std::string& name : order) {
@@ -340,7 +350,7 @@ std::vector<RunConfig> default_compare_configs(const RunConfig& base) {
   return out;
 }
 
-std::string config_label(const RunConfig& c) {
+std::string config_label(const RunConfig& c, const Tr& tr) {
   const RunConfig d;
   std::string t = c.strategy + " \xC3\x97" + std::to_string(c.world);  // "ddp ×2"
   const auto uses = [&](SlotOption o) { return strategy_uses(c.strategy, o); };
@@ -356,34 +366,38 @@ std::string config_label(const RunConfig& c) {
     t += "]";
   }
   if (uses(SlotOption::precision) && c.precision != d.precision) t += " " + c.precision;
-  if (uses(SlotOption::recompute) && c.recompute) t += " recompute";
-  if (uses(SlotOption::prefetch) && !c.prefetch) t += " no-prefetch";
-  if (uses(SlotOption::overlap) && !c.overlap) t += " no-overlap";
+  const auto add = [&](const std::string& word) { t += " " + word; };
+  if (uses(SlotOption::recompute) && c.recompute) add(tr("recompute"));
+  if (uses(SlotOption::prefetch) && !c.prefetch) add(tr("no-prefetch"));
+  if (uses(SlotOption::overlap) && !c.overlap) add(tr("no-overlap"));
   if (uses(SlotOption::bucket_mb) && c.bucket_mb != d.bucket_mb)
-    t += " bucket " + number(c.bucket_mb) + " MiB";
+    add(strf(tr("bucket %s MiB"), number(c.bucket_mb).c_str()));
   if (uses(SlotOption::fsdp_unit) && c.fsdp_unit != d.fsdp_unit)
-    t += " unit " + std::to_string(c.fsdp_unit);
-  if (uses(SlotOption::reshard) && !c.reshard_after_forward) t += " no-reshard";
-  if (uses(SlotOption::offload) && c.offload) t += " offload";
+    add(strf(tr("unit %d"), c.fsdp_unit));
+  if (uses(SlotOption::reshard) && !c.reshard_after_forward) add(tr("no-reshard"));
+  if (uses(SlotOption::offload) && c.offload) add(tr("offload"));
   return t;
 }
 
-const char* idle_share_definition() {
-  return "idle share: for each step, the window from the first compute span any rank begins to "
-         "the last one any rank ends; a rank's idle share is the part of that window in which "
-         "its compute lane runs nothing (waiting for communication or for other ranks), "
-         "averaged over steps 1.. and then over ranks. In a pipeline that idle time is the "
-         "bubble, shown beside the textbook (P-1)/(M+P-1).";
+const char* idle_share_definition(const Tr& tr) {
+  return tr(
+      "idle share: for each step, the window from the first compute span any rank begins to "
+      "the last one any rank ends; a rank's idle share is the part of that window in which "
+      "its compute lane runs nothing (waiting for communication or for other ranks), "
+      "averaged over steps 1.. and then over ranks. In a pipeline that idle time is the "
+      "bubble, shown beside the textbook (P-1)/(M+P-1).");
 }
 
-const char* idle_share_short_definition() {
-  return "idle share: the part of each step (first to last compute span over all ranks) in which "
-         "a rank's compute lane runs nothing; mean over steps 1.. and ranks. In a pipeline it is "
-         "the bubble.";
+const char* idle_share_short_definition(const Tr& tr) {
+  return tr(
+      "idle share: the part of each step (first to last compute span over all ranks) in which "
+      "a rank's compute lane runs nothing; mean over steps 1.. and ranks. In a pipeline it is "
+      "the bubble.");
 }
 
-std::string run_label(const RunConfig& c, const RunResult* r) {
-  return config_label(c) + (r && !r->clock_offset_ns.empty() ? " processes" : "");
+std::string run_label(const RunConfig& c, const RunResult* r, const Tr& tr) {
+  const std::string label = config_label(c, tr);
+  return r && !r->clock_offset_ns.empty() ? strf(tr("%s processes"), label.c_str()) : label;
 }
 
 CompareRow compare_row(const RunResult& r) {
@@ -430,8 +444,10 @@ std::string compare_csv(const std::vector<CompareRow>& rows) {
   size_t max_ranks = 0;
   for (const CompareRow& r : rows) max_ranks = std::max(max_ranks, r.peak_bytes.size());
   std::ostringstream os;
-  os << "strategy,world,median_step_ms";
-  for (size_t i = 0; i < max_ranks; ++i) os << ",peak_mem_bytes_rank" << i;
+  // The CSV's header: column names for scripts, the same in every language.
+  os << "strategy,world,median_step_ms";                                     // i18n: not shown
+  for (size_t i = 0; i < max_ranks; ++i) os << ",peak_mem_bytes_rank" << i;  // i18n: not shown
+  // i18n: not shown
   os << ",sent_bytes_per_step,idle_share,bubble_share,bubble_formula,final_loss,configuration,"
         "micro_batches,stages,precision,projected_step_ms,projected_bubble_share,"
         "projected_exposed_share\n";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
 #include "core/runner.h"
 
@@ -17,11 +18,11 @@ inline constexpr int kMaxCompare = 6;
 // One configuration of a comparison: what may differ between configurations.
 // The model, batch, steps, optimizer, seed and device are the run bar's.
 struct CompareSlot {
-  std::string strategy = "ddp";
+  std::string strategy = "ddp";  // i18n: not shown (a strategy name)
   int world = 2;
   int micro_batches = 1;           // gpipe, 1f1b
   int stages = 0;                  // pipelines; 0 = one stage per rank
-  std::string precision = "fp32";  // single, ddp, dp, zero1-3, fsdp
+  std::string precision = "fp32";  // i18n: not shown (a dtype); single, ddp, dp, zero1-3, fsdp
   bool recompute = false;          // gpipe, 1f1b
   bool prefetch = true;            // zero3, fsdp
   bool overlap = true;             // ddp
@@ -75,12 +76,13 @@ std::vector<RunConfig> parse_compare_list(const std::string& list, const RunConf
 std::vector<CompareSlot> default_compare_slots(const RunConfig& base);
 std::vector<RunConfig> default_compare_configs(const RunConfig& base);
 
-// "gpipe ×4 M=8 recompute", "ddp ×2", "zero3 ×4 no-prefetch bf16".
-std::string config_label(const RunConfig& c);
+// "gpipe ×4 M=8 recompute", "ddp ×2", "zero3 ×4 no-prefetch bf16" (the option
+// words in `tr`'s language; the CSV's configuration column is English).
+std::string config_label(const RunConfig& c, const Tr& tr = Tr{});
 // The same, plus " processes" for a finished run whose ranks were processes
 // (a lesson's `processes = true`: it measured clock offsets), so threads and
 // processes of one configuration tell apart.
-std::string run_label(const RunConfig& c, const RunResult* r);
+std::string run_label(const RunConfig& c, const RunResult* r, const Tr& tr = Tr{});
 
 struct CompareRow {
   std::string label;  // config_label
@@ -113,7 +115,7 @@ struct CompareRow {
 };
 
 // The link the compare table projects onto: one node of H100s.
-inline constexpr const char* kCompareLink = "nvlink-h100";
+inline constexpr const char* kCompareLink = "nvlink-h100";  // i18n: not shown (a link name)
 
 CompareRow compare_row(const RunResult& r);
 // Columns: strategy, world, median_step_ms, peak_mem_bytes_rank<i>..., sent_bytes_per_step,
@@ -124,8 +126,8 @@ CompareRow compare_row(const RunResult& r);
 std::string compare_csv(const std::vector<CompareRow>& rows);
 // The idle share's definition: in full (the column's tooltip), and in one line
 // (under the table).
-const char* idle_share_definition();
-const char* idle_share_short_definition();
+const char* idle_share_definition(const Tr& tr = Tr{});
+const char* idle_share_short_definition(const Tr& tr = Tr{});
 
 // Memory over time on one axis for several runs, aligned by training step:
 // x = step index + the fraction of that step elapsed, so step k starts at x = k

@@ -10,6 +10,7 @@
 namespace shardlab::gui {
 
 std::string format_bytes(double bytes) {
+  // i18n: units stay as they are
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   double v = bytes;
@@ -66,6 +67,7 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
 
 std::vector<ByteTick> byte_ticks(double max_bytes, int target) {
   std::vector<ByteTick> out;
+  // i18n: units stay as they are
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   double unit = 1;
@@ -81,15 +83,15 @@ std::vector<ByteTick> byte_ticks(double max_bytes, int target) {
   return out;
 }
 
-std::string loss_name(const std::string& model) {
+std::string loss_name(const std::string& model, const Tr& tr) {
   try {
     if (ModelSpec::parse(model).family == "gpt")
-      return "cross-entropy over every position of the global batch";
+      return tr("cross-entropy over every position of the global batch");
   } catch (const std::exception&) {
     // A model this build does not know: say nothing wrong about it.
-    return "over the global batch";
+    return tr("over the global batch");
   }
-  return "MSE over the global batch";
+  return tr("MSE over the global batch");
 }
 
 }  // namespace shardlab::gui

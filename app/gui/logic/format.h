@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "app/gui/logic/i18n.h"
+
 namespace shardlab::gui {
 
 std::string format_bytes(double bytes);  // "1.25 MiB", "512 B"
@@ -24,7 +26,7 @@ struct ByteTick {
 std::vector<ByteTick> byte_ticks(double max_bytes, int target);
 
 // What the loss view's curve is, for the run's --model: mlp trains with MSE,
-// gpt with cross-entropy over every position of every window.
-std::string loss_name(const std::string& model);
+// gpt with cross-entropy over every position of every window; in `tr`'s language.
+std::string loss_name(const std::string& model, const Tr& tr = Tr{});
 
 }  // namespace shardlab::gui

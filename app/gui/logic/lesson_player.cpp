@@ -27,7 +27,7 @@ const char* ui_text(lesson::Lang l, const char* en) {
 std::string glyph_text(const std::vector<lesson::Lesson>& lessons) {
   std::set<std::string> parts;
   for (const auto& [en, zh] : string_table()) parts.insert(zh);
-  parts.insert("EN 中文");
+  parts.insert("EN 中文");  // i18n: glyphs
   for (const lesson::UpcomingTopic& t : lesson::topics_to_come()) parts.insert(t.zh);
   // The panel's own sentences around numbers (app/gui/panel_lessons.cpp: views,
   // seeks, units, the tolerance); a test checks that every Chinese character of
@@ -74,7 +74,8 @@ void LessonPlayer::load(const std::string& dir, const std::string& progress_path
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".toml") files.push_back(e.path());
-  if (ec) load_error_ = "cannot read the lessons folder '" + dir + "': " + ec.message();
+  if (ec)  // i18n: error (the panel heads it in the learner's language)
+    load_error_ = "cannot read the lessons folder '" + dir + "': " + ec.message();
   std::sort(files.begin(), files.end());
   // One bad file must not hide the others: load each on its own.
   for (const fs::path& f : files) {

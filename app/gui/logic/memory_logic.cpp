@@ -85,9 +85,9 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   }
 }
 
-std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank) {
+std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, const Tr& tr) {
   try {
-    if (cfg.model.rfind("gpt:", 0) != 0) return {};
+    if (cfg.model.rfind("gpt:", 0) != 0) return {};  // i18n: not shown
     const ModelSpec spec = resolve_model(cfg);
     const StrategyInfo& info = strategy_info(cfg.strategy);
     const bool pipeline = info.family == StrategyFamily::pipeline;
@@ -103,15 +103,18 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank) 
       blocks = 0;
       for (int l = t.first_layer; l < t.last_layer; ++l)
         blocks += layout.layers()[l].kind == "block";
-      if (blocks == 0) return {"no transformer block here"};
+      if (blocks == 0) return {tr("no transformer block here")};
     }
     const BlockActivations b =
+        // i18n: not shown (a dtype)
         block_activations(spec.seq, rows, spec.dim, spec.heads, pipeline ? "fp32" : cfg.precision);
     const bool fp32 = b.formula.rfind("2 ×", 0) == 0;
-    return {std::to_string(blocks) + (blocks == 1 ? " block" : " blocks") + " \xC3\x97 " +
-                format_bytes(b.total()),
-            std::string(fp32 ? "2\xC2\xB7" : "") + "sbh(32+2as/h)+LN", "Korthikanti, no dropout",
-            "b=" + std::to_string(rows) + (pipeline ? " per micro-batch" : " sequences")};
+    return {strf(blocks == 1 ? tr("%d block \xC3\x97 %s") : tr("%d blocks \xC3\x97 %s"), blocks,
+                 format_bytes(b.total()).c_str()),
+            // i18n: not shown (a formula, the same in Chinese)
+            std::string(fp32 ? "2\xC2\xB7" : "") + "sbh(32+2as/h)+LN",
+            tr("Korthikanti, no dropout"),
+            strf(pipeline ? tr("b=%d per micro-batch") : tr("b=%d sequences"), rows)};
   } catch (const std::exception&) {
     return {};
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "core/memory_timeline.h"
 
@@ -51,6 +52,8 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 // the panel's side of `rank`: "2 blocks × 578.0 KiB", "2·sbh(32+2as/h)+LN",
 // "Korthikanti, no dropout", "b=4 sequences". A pipeline stage counts only its
 // own blocks; one with none (the embedding's, the head's) gets one line.
-std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank);
+// The words in `tr`'s language.
+std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank,
+                                                const Tr& tr = Tr{});
 
 }  // namespace shardlab::gui

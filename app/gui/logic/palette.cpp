@@ -117,42 +117,42 @@ Color layer_color(int layer, bool hc) {
                   hc ? 1.0f : 0.9f);
 }
 
-const char* kind_short(SpanKind kind) {
+const char* kind_short(SpanKind kind, const Tr& tr) {
   switch (kind) {
     case SpanKind::forward:
       return "F";
     case SpanKind::backward:
       return "B";
     case SpanKind::loss:
-      return "loss";
+      return tr("loss");
     case SpanKind::optimizer:
-      return "opt";
+      return tr("opt");
     case SpanKind::all_reduce:
-      return "AR";
+      return "AR";  // i18n: abbreviation, the same in Chinese
     case SpanKind::reduce_scatter:
-      return "RS";
+      return "RS";  // i18n: abbreviation, the same in Chinese
     case SpanKind::all_gather:
-      return "AG";
+      return "AG";  // i18n: abbreviation, the same in Chinese
     case SpanKind::broadcast:
-      return "BC";
+      return "BC";  // i18n: abbreviation, the same in Chinese
     case SpanKind::reduce:
-      return "RD";
+      return "RD";  // i18n: abbreviation, the same in Chinese
     case SpanKind::send:
-      return "send";
+      return tr("send");
     case SpanKind::recv:
-      return "recv";
+      return tr("recv");
     case SpanKind::barrier:
-      return "bar";
+      return tr("bar");
     case SpanKind::copy_h2d:
       return "H2D";
     case SpanKind::copy_d2h:
       return "D2H";
     case SpanKind::scatter:
-      return "SC";
+      return "SC";  // i18n: abbreviation, the same in Chinese
     case SpanKind::gather:
-      return "GA";
+      return "GA";  // i18n: abbreviation, the same in Chinese
     case SpanKind::data:
-      return "data";
+      return tr("data");
     case SpanKind::other:
       return "?";
     default:
@@ -161,66 +161,68 @@ const char* kind_short(SpanKind kind) {
   return to_string(kind);
 }
 
-const char* kind_label(SpanKind kind) {
+const char* kind_label(SpanKind kind, const Tr& tr) {
   switch (kind) {
     case SpanKind::forward:
-      return "forward";
+      return tr("forward");
     case SpanKind::backward:
-      return "backward";
+      return tr("backward");
     case SpanKind::loss:
-      return "loss";
+      return tr("loss");
     case SpanKind::optimizer:
-      return "optimizer";
+      return tr("optimizer");
     case SpanKind::all_reduce:
-      return "all-reduce";
+      return tr("all-reduce");
     case SpanKind::reduce_scatter:
-      return "reduce-scatter";
+      return tr("reduce-scatter");
     case SpanKind::all_gather:
-      return "all-gather";
+      return tr("all-gather");
     case SpanKind::broadcast:
-      return "broadcast";
+      return tr("broadcast");
     case SpanKind::reduce:
-      return "reduce";
+      return tr("reduce");
     case SpanKind::send:
-      return "send";
+      return tr("send");
     case SpanKind::recv:
-      return "recv";
+      return tr("recv");
     case SpanKind::barrier:
-      return "barrier";
+      return tr("barrier");
     case SpanKind::copy_h2d:
-      return "copy host\xE2\x86\x92"
-             "device";
+      return tr(
+          "copy host\xE2\x86\x92"
+          "device");
     case SpanKind::copy_d2h:
-      return "copy device\xE2\x86\x92"
-             "host";
+      return tr(
+          "copy device\xE2\x86\x92"
+          "host");
     case SpanKind::scatter:
-      return "scatter";
+      return tr("scatter");
     case SpanKind::gather:
-      return "gather";
+      return tr("gather");
     case SpanKind::data:
-      return "data";
+      return tr("data");
     case SpanKind::other:
-      return "other";
+      return tr("other");
     default:
       break;
   }
   return to_string(kind);
 }
 
-const char* category_label(MemCategory c) {
+const char* category_label(MemCategory c, const Tr& tr) {
   switch (c) {
     case MemCategory::params:
-      return "params";
+      return tr("params");
     case MemCategory::grads:
-      return "grads";
+      return tr("grads");
     case MemCategory::optimizer_state:
-      return "optimizer state";
+      return tr("optimizer state");
     case MemCategory::activations:
-      return "activations";
+      return tr("activations");
     case MemCategory::comm_buffers:
-      return "comm buffers";
+      return tr("comm buffers");
     case MemCategory::temporary:
-      return "temporary";
+      return tr("temporary");
   }
   return "?";
 }

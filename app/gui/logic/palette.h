@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "app/gui/logic/i18n.h"
 #include "core/recorder.h"
 
 namespace shardlab::gui {
@@ -23,9 +24,10 @@ Color category_color(MemCategory c, bool high_contrast = false);
 Color layer_color(int layer, bool high_contrast = false);
 
 // Short names used as labels on spans: "AR" for all_reduce, "F" for forward ...
-const char* kind_short(SpanKind kind);
-// Names for people: "all-reduce", "optimizer state" ...
-const char* kind_label(SpanKind kind);
-const char* category_label(MemCategory c);
+// (the collectives' abbreviations stay as they are in Chinese).
+const char* kind_short(SpanKind kind, const Tr& tr = Tr{});
+// Names for people: "all-reduce", "optimizer state" ..., in `tr`'s language.
+const char* kind_label(SpanKind kind, const Tr& tr = Tr{});
+const char* category_label(MemCategory c, const Tr& tr = Tr{});
 
 }  // namespace shardlab::gui

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "app/gui/logic/i18n.h"
 #include "core/recording.h"
 
 namespace shardlab::gui {
@@ -12,9 +13,9 @@ namespace shardlab::gui {
 std::string readable_date(const std::string& iso_utc);
 
 // "recording: FILE — recorded on DEVICE, world N, DATE" ("trace: FILE ..." for a
-// Chrome trace read back).
+// Chrome trace read back), in `tr`'s language.
 std::string recording_status(const std::string& file, const RecordingOrigin& origin, int world,
-                             bool trace = false);
+                             bool trace = false, const Tr& tr = Tr{});
 
 // The run bar's line for an opened recording made with --device cuda on a
 // machine with no usable GPU (`gpus_here` 0): a fact of replaying, not an error
@@ -22,7 +23,7 @@ std::string recording_status(const std::string& file, const RecordingOrigin& ori
 // for no GPU, this machine has one, or the settings fail on the CPU too (then
 // the error itself is what to show).
 std::optional<std::string> rerun_here_note(const RunConfig& form, const RecordingOrigin& origin,
-                                           int gpus_here);
+                                           int gpus_here, const Tr& tr = Tr{});
 // The settings rerun_here_note offers: `form` on the CPU (--backend nccl, a GPU
 // communicator, back to auto; --tf32, a tensor-core format, off).
 RunConfig on_this_cpu(RunConfig form);
@@ -33,6 +34,7 @@ std::string file_name(const std::string& path);
 // Several lines for the status line's tooltip: the full path, the machine (CPU,
 // GPUs, placement), the date and the program that wrote it.
 std::string recording_details(const RunResult& run, const std::string& path,
-                              const RecordingOrigin& origin, bool trace = false);
+                              const RecordingOrigin& origin, bool trace = false,
+                              const Tr& tr = Tr{});
 
 }  // namespace shardlab::gui

@@ -10,22 +10,23 @@
 
 namespace shardlab::gui {
 
-const char* to_string(RunState s) {
+// Names for logs and tests; the run bar words its states itself.
+const char* to_string(RunState s) {  // i18n: not shown
   switch (s) {
     case RunState::idle:
-      return "idle";
+      return "idle";  // i18n: not shown
     case RunState::starting:
-      return "starting";
+      return "starting";  // i18n: not shown
     case RunState::running:
-      return "running";
+      return "running";  // i18n: not shown
     case RunState::paused:
-      return "paused";
+      return "paused";  // i18n: not shown
     case RunState::finished:
-      return "finished";
+      return "finished";  // i18n: not shown
     case RunState::failed:
-      return "failed";
+      return "failed";  // i18n: not shown
     case RunState::cancelled:
-      return "cancelled";
+      return "cancelled";  // i18n: not shown
   }
   return "?";
 }
@@ -98,9 +99,11 @@ void RunSession::start(const RunConfig& cfg, bool paused) {
     // the failure now and may start another run while this one still waits.
     cb.on_stuck = [s](const std::string& message) {
       std::lock_guard<std::mutex> lock(s->mu);
-      s->error = message +
-                 "; the app leaves that thread behind (a thread cannot be stopped from outside; "
-                 "tick \"processes\" for ranks that can be killed)";
+      // i18n: error (appended to the core's, which is English in both languages)
+      s->error =
+          message +
+          "; the app leaves that thread behind (a thread cannot be stopped from outside; "
+          "tick \"processes\" for ranks that can be killed)";
       s->state = RunState::failed;
       s->stuck = true;
       s->changed.notify_all();

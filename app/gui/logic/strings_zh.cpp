@@ -3,8 +3,8 @@
 // (全收集), reduce-scatter (规约散射), micro-batch (微批次), bubble (气泡).
 // Metric names, units, strategy names and command lines stay as they are.
 // A printf conversion (%d, %.2f, %s) appears in the same order in both.
-#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/strings_zh.h"
+#include "app/gui/logic/i18n.h"
 
 namespace shardlab::gui {
 
@@ -25,8 +25,7 @@ const StringPairs& strings_zh_app() {
       {"Lessons", "课程"},
       {"Still to come", "即将推出"},
       {"Lesson", "课程"},
-      {"Step", "步骤"},
-      {"of", "/"},
+      {"Step %d of %zu", "第 %d 步，共 %zu 步"},
       {"Prev", "上一步"},
       {"Next", "下一步"},
       {"All lessons", "全部课程"},
@@ -39,7 +38,7 @@ const StringPairs& strings_zh_app() {
       {"Formula", "公式"},
       {"Measured", "实测"},
       {"right", "正确"},
-      {"not quite", "不太对"},
+      {"not right", "不对"},
       {"no answer", "未作答"},
       {"Checks", "检验"},
       {"PASS", "通过"},
@@ -58,6 +57,133 @@ const StringPairs& strings_zh_app() {
       {"compare run", "对比运行"},
       {"recorded run", "录制的运行"},
       {"recorded on", "录制于"},
+      {"the start of step %d", "第 %d 步开始处"},
+      {"rank %d's memory peak", "rank %d 的内存峰值"},
+      {"bytes (KiB, MiB allowed)", "字节（可写 KiB、MiB）"},
+      {"%s (right within %g%% of the measured value)", "%s（与实测相差 %g%% 以内算对）"},
+      // The views' tabs and the status line (app/gui/app.cpp).
+      {"Timeline", "时间线"},
+      {"Memory", "内存"},
+      {"Cluster", "集群"},
+      {"Camping trip", "露营之旅"},
+      {"Compare", "对比"},
+      {"Loss", "损失"},
+      {"replay: Run (R) runs it live", "回放：按“运行 (R)”在本机实时运行"},
+      {"replay only", "仅回放"},
+      {"no run yet: press Run (R)", "尚未运行：按“运行 (R)”"},
+      {"connecting ranks...", "正在连接各 rank……"},
+      {"paused after step %d/%d", "已暂停于第 %d/%d 步之后"},
+      {"running step %d/%d", "正在运行第 %d/%d 步"},
+      {"%d processes, watched live", "%d 个进程，实时观察"},
+      {"finished %d steps as %d processes", "已完成 %d 步（%d 个进程）"},
+      {"finished %d steps", "已完成 %d 步"},
+      {"median step %.2f ms \xC2\xB7 final loss %.4g", "每步中位数 %.2f ms \xC2\xB7 最终损失 %.4g"},
+      {"run failed: %s", "运行失败：%s"},
+      {"cancelled", "已取消"},
+      // The run bar (app/gui/panel_run_bar.cpp).
+      {"%s (%s)\nused by %s", "%s（%s）\n使用它的策略：%s"},
+      {"%s does not read it", "%s 不读取此项"},
+      {"Optimizer", "优化器"},
+      {"Seed", "随机种子"},
+      {"Bucket MiB", "桶大小 MiB"},
+      {"gradient bucket size in MiB", "梯度桶的大小（MiB）"},
+      {"overlap", "重叠"},
+      {"all-reduce buckets during backward (off: --no-overlap)",
+       "在反向传播期间全规约各个桶（关闭：--no-overlap）"},
+      {"prefetch", "预取"},
+      {"start the next all-gather early (off: --no-prefetch)",
+       "提前开始下一次全收集（关闭：--no-prefetch）"},
+      {"FSDP unit", "FSDP 单元"},
+      {"layers per FSDP unit", "每个 FSDP 单元的层数"},
+      {"reshard", "重新分片"},
+      {"free gathered params after forward (off: --no-reshard)",
+       "前向之后释放收集来的参数（关闭：--no-reshard）"},
+      {"offload", "卸载"},
+      {"model states in host memory", "模型状态放在主机内存中"},
+      {"recompute", "重计算"},
+      {"recompute forward in backward", "在反向中重新计算前向"},
+      {"Partition", "划分"},
+      {"balanced", "均衡"},
+      {"layers per stage, e.g. 3,2,2,1", "每个阶段的层数，例如 3,2,2,1"},
+      {"Backend", "后端"},
+      {"Model", "模型"},
+      {"mlp:LxD = L Linear(D,D) layers with GELU between; mlp:LxD+bn puts a BatchNorm1d before "
+       "each GELU; gpt:LxDxH = a nanoGPT of L blocks, width D, H heads",
+       "mlp:LxD = L 个 Linear(D,D) 层，层间接 GELU；mlp:LxD+bn 在每个 GELU 前加一个 BatchNorm1d；"
+       "gpt:LxDxH = L 个块、宽度 D、H 个头的 nanoGPT"},
+      {"Strategy", "策略"},
+      {"World", "World"},
+      {"ranks (processes talking through Gloo)", "rank 数（各进程通过 Gloo 通信）"},
+      {"ranks (threads talking through Gloo)", "rank 数（各线程通过 Gloo 通信）"},
+      {"processes", "多进程"},
+      {"one process per rank, started with 'shardlab launch' and watched live (off: one thread per "
+       "rank in this app). Pause and Step need threads.",
+       "每个 rank 一个进程，由 'shardlab launch' 启动并实时观察（关闭：在本应用中每个 rank "
+       "一个线程）。"
+       "暂停和单步需要线程。"},
+      {"Batch", "批大小"},
+      {"global batch, split across data-parallel ranks", "全局批大小，在数据并行的 rank 间切分"},
+      {"Micro-batches", "微批次"},
+      {"micro-batches per batch", "每批的微批次数"},
+      {"Stages", "阶段"},
+      {"pipeline stages (0 = one per rank)", "流水线阶段数（0 = 每个 rank 一个）"},
+      {"(one per rank)", "（每个 rank 一个）"},
+      {"Steps", "步数"},
+      {"training steps", "训练步数"},
+      {"Precision", "精度"},
+      {"bf16/fp16: mixed precision, fp32 master weights", "bf16/fp16：混合精度，fp32 主权重"},
+      {"Device", "设备"},
+      {"Options", "选项"},
+      {"optimizer, seed and strategy options", "优化器、随机种子和策略选项"},
+      {"Resume (R)", "继续 (R)"},
+      {"Run (R)", "运行 (R)"},
+      {"Pause (P)", "暂停 (P)"},
+      {"Step (S)", "单步 (S)"},
+      {"Reset", "重置"},
+      {"processes run on their own: Pause and Step need one thread per rank (untick 'processes')",
+       "进程各自运行：暂停和单步需要每个 rank 一个线程（取消勾选“多进程”）"},
+      {"run exactly one more training step, then pause", "再运行一个训练步，然后暂停"},
+      {"Use --device cpu", "改用 --device cpu"},
+      {"Cannot run these settings: %s", "无法按这些设置运行：%s"},
+      {"Reset what %s does not read", "重置 %s 不读取的选项"},
+      {"Placement: %s", "放置：%s"},
+      // The strategies' one-line summaries (core; the run bar's strategy list).
+      {"DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped with "
+       "backward",
+       "DistributedDataParallel：完整副本，分桶的梯度全规约与反向传播重叠"},
+      {"DataParallel (single process): device 0 broadcasts weights, scatters the batch, gathers "
+       "outputs, reduces gradients and updates",
+       "DataParallel（单进程）：0 号设备广播权重、分发批数据、收集输出、规约梯度并更新"},
+      {"FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
+       "reshard after forward, backward prefetch, optional CPU offload",
+       "FullyShardedDataParallel：每 --fsdp-unit 层为一个单元，共用一个扁平的分片参数；"
+       "前向后重新分片、反向预取、可选 CPU 卸载"},
+      {"GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
+       "activations)",
+       "GPipe：微批次，先全部前向再全部反向，一次冲刷（--recompute 节省激活值）"},
+      {"naive model parallelism: consecutive layers per rank, one batch, one stage busy at a time",
+       "朴素模型并行：每个 rank 持有连续的若干层，一整批，同一时刻只有一个阶段在忙"},
+      {"1F1B (PipeDream-Flush): warm-up, alternate one forward and one backward, cool-down; "
+       "activations of at most P - rank micro-batches",
+       "1F1B（PipeDream-Flush）：预热，一次前向与一次反向交替，冷却；最多保存 P - rank "
+       "个微批次的激活值"},
+      {"the reference: whole model and batch on one device",
+       "参照：整个模型和整批数据在一台设备上"},
+      {"ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "
+       "all-gather params",
+       "ZeRO 第 1 阶段：优化器状态切分为 1/N；规约散射梯度，更新自己的分片，全收集参数"},
+      {"ZeRO stage 2: optimizer state and gradients sharded 1/N; per-layer reduce-scatter frees "
+       "each full gradient",
+       "ZeRO 第 2 阶段：优化器状态和梯度切分为 1/N；逐层规约散射后释放完整梯度"},
+      {"ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer before "
+       "forward and backward, reduce-scatter its gradient",
+       "ZeRO 第 3 阶段：参数、梯度和优化器状态切分为 1/N；每层在前向和反向前全收集，"
+       "再规约散射其梯度"},
+      {"%d ranks on %d cores: timings stretched", "%d 个 rank 共用 %d 个核：时间被拉长"},
+      {"%d ranks on %d cores: ranks take turns on the cores, so step times and compute spans are "
+       "stretched and waits grow; compare timings at world \xE2\x89\xA4 %d here",
+       "%d 个 rank 共用 %d 个核：各 rank 轮流占用核，步时和计算区段都被拉长，等待也变长；"
+       "在本机请用 world \xE2\x89\xA4 %d 比较时间"},
   };
   return table;
 }

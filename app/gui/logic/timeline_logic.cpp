@@ -130,7 +130,7 @@ std::string micro_batch_tag(const Span& s) {
   }
 }
 
-std::string span_label(const Span& s, bool long_form) {
+std::string span_label(const Span& s, bool long_form, const Tr& tr) {
   const std::string tag = micro_batch_tag(s);
   const bool compute = s.kind == SpanKind::forward || s.kind == SpanKind::backward;
   std::string out;
@@ -138,7 +138,7 @@ std::string span_label(const Span& s, bool long_form) {
     out = tag;  // "F3": micro-batch 3
     if (long_form && s.layer >= 0) out += " L" + std::to_string(s.layer);
   } else {
-    out = s.kind == SpanKind::other ? "other" : kind_short(s.kind);
+    out = s.kind == SpanKind::other ? tr("other") : kind_short(s.kind, tr);
     if (!tag.empty())
       out += " " + tag;
     else if (s.layer >= 0)
@@ -352,6 +352,7 @@ std::vector<AxisTick> time_ticks(double t_begin, double t_end, float width_px, f
     double ns;
     const char* name;
   };
+  // i18n: units stay as they are
   static constexpr Unit kUnits[] = {{1, "ns"}, {1e3, "\xC2\xB5s"}, {1e6, "ms"}, {1e9, "s"}};
   const double mag = std::max(std::fabs(t_begin), std::fabs(t_end));
   for (int target = std::max(1, static_cast<int>(width_px / (char_px * 7))); target >= 1;
@@ -503,8 +504,8 @@ bool is_warmup_step(const RunData& d, int step) {
   return step == 0 && d.cfg.steps > 1;
 }
 
-std::string step_label(const RunData& d, int step) {
-  return "step " + std::to_string(step) + (is_warmup_step(d, step) ? " (warm-up)" : "");
+std::string step_label(const RunData& d, int step, const Tr& tr) {
+  return is_warmup_step(d, step) ? strf(tr("step %d (warm-up)"), step) : strf(tr("step %d"), step);
 }
 
 bool warmup_dwarfs(const RunData& d, bool live) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
 
 namespace shardlab {
@@ -57,8 +58,8 @@ std::string micro_batch_tag(const Span& s);
 
 // "F3"/"B3" for a micro-batch's forward/backward, "F L2" for a layer's, "AR L4"
 // for a collective, "send F3 →r1" / "recv F3 ←r0" for pipeline messages;
-// `long_form` adds the layer and the bytes ("AR L4 · 1.00 MiB").
-std::string span_label(const Span& s, bool long_form);
+// `long_form` adds the layer and the bytes ("AR L4 · 1.00 MiB"); words in `tr`'s language.
+std::string span_label(const Span& s, bool long_form, const Tr& tr = Tr{});
 
 // A run of consecutive compute spans that are one micro-batch's forward,
 // recompute or backward on one stage (its layers, and the data load and loss
@@ -172,8 +173,8 @@ int step_to_show(const RunData& d, double playhead_t, bool live);
 // Step 0 of a run of several steps: every median step leaves it out
 // (core/runner.h, steady_median), and the timeline says so.
 bool is_warmup_step(const RunData& d, int step);
-// "step 3", "step 0 (warm-up)".
-std::string step_label(const RunData& d, int step);
+// "step 3", "step 0 (warm-up)", in `tr`'s language.
+std::string step_label(const RunData& d, int step, const Tr& tr = Tr{});
 // Step 0 (the warm-up) took over this many times a later step's median: on a
 // GPU, where loading cuBLAS and the kernels makes it ~100x, it would squeeze
 // every other step of "All steps" into a sliver. On a CPU it takes ~1-3x.

@@ -77,8 +77,8 @@ const CommWait* RankUse::wait_of(uint32_t index) const {
   return it != waits.end() && it->span == index ? &*it : nullptr;
 }
 
-const char* idle_name(const std::string& strategy) {
-  return is_pipeline_strategy(strategy) ? "bubble" : "waiting";
+const char* idle_name(const std::string& strategy, const Tr& tr) {
+  return is_pipeline_strategy(strategy) ? tr("bubble") : tr("waiting");
 }
 
 std::vector<Interval> merged_idle(const std::vector<WindowUse>& uses, int rank) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
 
 namespace shardlab::gui {
@@ -72,7 +73,7 @@ WindowUse step_use(const RunData& d, int step);
 std::vector<Interval> merged_idle(const std::vector<WindowUse>& uses, int rank);
 
 // What idle time is called for this strategy: "bubble" for the pipelines, where
-// it is the textbook bubble, "waiting" elsewhere.
-const char* idle_name(const std::string& strategy);
+// it is the textbook bubble, "waiting" elsewhere; in `tr`'s language.
+const char* idle_name(const std::string& strategy, const Tr& tr = Tr{});
 
 }  // namespace shardlab::gui
