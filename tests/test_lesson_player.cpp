@@ -16,6 +16,7 @@
 #include "app/gui/logic/key_taps.h"
 #include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/lesson_progress.h"
+#include "app/gui/logic/text_tokens.h"
 #include "core/atomic_file.h"
 #include "tests/test_util.h"
 
@@ -379,4 +380,23 @@ TEST_CASE("lesson keys: taps shorter than a frame are never dropped", "[lesson-p
   taps.next_frame();
   CHECK(taps.presses(kKeyPageUp) == 0);
   CHECK(drive_lesson_keys(p, taps, true) == 0);
+}
+
+TEST_CASE("lesson text: no line ends with an opening bracket, numbers stay whole",
+          "[lesson-player]") {
+  lesson::TextRun run;
+  run.text = "每个 DDP rank 背负多少字节的模型状态？（16Ψ）共 27 936 个";
+  std::vector<Token> t;
+  tokenize(run, t);
+  std::vector<std::string> texts;
+  for (const Token& k : t) texts.push_back(k.text);
+  // "（" travels with what it opens; "）" may not start a line (draw_runs' rule).
+  CHECK(std::find(texts.begin(), texts.end(), "（16Ψ") != texts.end());
+  CHECK(std::find(texts.begin(), texts.end(), "（") == texts.end());
+  CHECK(std::find(texts.begin(), texts.end(), "27 936 ") != texts.end());
+  run.text = "（全收集）";  // an opener before a CJK character
+  t.clear();
+  tokenize(run, t);
+  REQUIRE(!t.empty());
+  CHECK(t[0].text == "（全");
 }

@@ -463,26 +463,37 @@ void App::frame(double wall_dt) {
   const ImGuiIO& io = ImGui::GetIO();
   ImGui::SetNextWindowPos(ImVec2(0, 0));
   ImGui::SetNextWindowSize(io.DisplaySize);
-  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_MenuBar |
+  const bool slides = state.slides;
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration |
+                                 (slides ? 0 : ImGuiWindowFlags_MenuBar) |
                                  ImGuiWindowFlags_NoBringToFrontOnFocus |
                                  ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoMove;
   ImGui::Begin("Shardlab", nullptr, flags);
-  draw_menu_bar(*this);
-  draw_run_bar(*this);
-  ImGui::Separator();
-  draw_view_tabs(*this);
+  if (!slides) draw_menu_bar(*this);
+  if (!slides && state.show_run_bar) {
+    draw_run_bar(*this);
+    ImGui::Separator();
+    draw_view_tabs(*this);
+  }
 
+  const bool replay_bar = !slides && state.show_replay_bar;
   const float replay_h =
-      ImGui::GetFrameHeightWithSpacing() * static_cast<float>(state.replay_rows) +
-      ImGui::GetStyle().ItemSpacing.y * 2;
+      replay_bar ? ImGui::GetFrameHeightWithSpacing() * static_cast<float>(state.replay_rows) +
+                       ImGui::GetStyle().ItemSpacing.y * 2
+                 : 0;
   const float view_h = std::max(100.0f, ImGui::GetContentRegionAvail().y - replay_h);
+  // The view and the lesson are the content: drawn in the content font, which
+  // presenter mode and Ctrl +/- scale (the chrome above and below keeps its size).
+  ImFont* content = ImGui::GetIO().Fonts->Fonts.Size > 1 ? ImGui::GetIO().Fonts->Fonts[1] : nullptr;
+  const float content_em = content ? content->FontSize : ImGui::GetFontSize();
   // The Lessons panel sits beside the view, so the text and what it points at
   // are seen together.
   const float avail_w = ImGui::GetContentRegionAvail().x;
-  const float lessons_w =
-      state.show_lessons ? std::clamp(avail_w * 0.34f, ImGui::GetFontSize() * 18, avail_w * 0.6f)
-                         : 0;
+  const float lessons_w = state.show_lessons ? std::clamp(avail_w * (slides ? 0.4f : 0.34f),
+                                                          content_em * 18, avail_w * 0.6f)
+                                             : 0;
   state.regions.clear();
+  if (content) ImGui::PushFont(content);
   ImGui::BeginChild("view", ImVec2(state.show_lessons ? avail_w - lessons_w : 0, view_h), true,
                     ImGuiWindowFlags_NoScrollWithMouse);
   switch (state.view) {
@@ -518,11 +529,16 @@ void App::frame(double wall_dt) {
     }
     ImGui::EndChild();
   }
-  draw_replay_bar(*this);
+  if (content) ImGui::PopFont();
+  if (replay_bar) draw_replay_bar(*this);
   ImGui::End();
 
   if (state.show_export) draw_export_window(*this);
-  if (state.show_help) draw_help_window(*this);
+  if (state.show_help) {
+    if (content) ImGui::PushFont(content);  // read from the back of the room, like the view
+    draw_help_window(*this);
+    if (content) ImGui::PopFont();
+  }
 }
 
 }  // namespace shardlab::gui

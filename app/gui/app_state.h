@@ -111,6 +111,11 @@ struct AppState {
   bool show_help = false;
   bool show_options = false;  // the run bar's strategy options row
   bool show_lessons = false;  // the Lessons panel beside the view (L)
+  // The chrome a presenter may hide: the run bar (with the tabs and status line)
+  // and the replay bar; "slides" hides the menus too: the view and the lesson only (F9).
+  bool show_run_bar = true;
+  bool show_replay_bar = true;
+  bool slides = false;
   // Rows of the replay bar last frame: 3 when its position line moved under the
   // buttons (large presenter scales), so the view above leaves it room.
   int replay_rows = 2;

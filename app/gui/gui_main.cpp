@@ -60,6 +60,7 @@ gui options:
   --processes         run one process per rank ('shardlab launch'), watched live as it runs
                       (the run bar's 'processes' box); dp is one process by nature
   --presenter         start in presenter mode (full screen, high contrast, big font)
+  --slides            the view and the lesson only: no menus, run bar or replay bar (F9)
   --font-scale X      font scale, 0.6 to 3 (default 1; Ctrl +/- in the app)
   --size WxH          window size (default 1600x1000)
   --screenshot PATH   headless: run, render, write the window to PATH (PNG), exit
@@ -81,7 +82,7 @@ lessons (the Lessons panel beside the view; L in the app):
   --reveal            with --screenshot: run the step and reveal it (answer, formula, measured, gates)
 
 Keyboard: R run, P pause, S step, Space replay, Left/Right events, 1-6 views,
-L lessons, Page Down / Page Up / Enter drive a lesson, F11 presenter mode,
+L lessons, Page Down / Page Up / Enter drive a lesson, F11 presenter mode, F9 slides,
 Ctrl +/- font, F1 all shortcuts.
 )";
 
@@ -95,7 +96,7 @@ const std::set<std::string> kOptions = {
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
                                       "recompute",     "presenter",   "check-display", "no-record",
                                       "at-collective", "lessons",     "run-step",      "reveal",
-                                      "processes"};
+                                      "slides",        "processes"};
 
 // Run settings, which a recording brings itself (--open refuses them beside it).
 const char* const kRunKeys[] = {
@@ -234,6 +235,7 @@ int cmd_gui(int argc, char** argv) {
   app.state.view = *view;
   app.state.processes = a.has("processes");
   app.state.presenter.font_scale = static_cast<float>(font_scale);
+  app.state.slides = a.has("slides");
   if (a.has("presenter")) {
     app.state.request_fullscreen_toggle = true;
   }

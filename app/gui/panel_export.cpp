@@ -103,6 +103,10 @@ void draw_menu_bar(App& app) {
       s.presenter.font_scale = std::min(3.0f, s.presenter.font_scale * 1.15f);
     if (ImGui::MenuItem(tr("Smaller font"), "Ctrl -"))  // i18n: a key
       s.presenter.font_scale = std::max(0.6f, s.presenter.font_scale / 1.15f);
+    ImGui::Separator();
+    ImGui::MenuItem(tr("Run bar"), nullptr, &s.show_run_bar);
+    ImGui::MenuItem(tr("Replay bar"), nullptr, &s.show_replay_bar);
+    ImGui::MenuItem(tr("Slides: view and lesson only"), "F9", &s.slides);
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu(tr("Lessons"))) {

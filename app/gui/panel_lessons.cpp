@@ -13,6 +13,7 @@
 
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/text_tokens.h"
 #include "app/gui/panels.h"
 
 namespace shardlab::gui {
@@ -22,42 +23,6 @@ namespace {
 using lesson::Lang;
 
 // ---- Markdown: md4c's blocks drawn as wrapped, styled text -----------------
-
-struct Token {
-  std::string text;
-  const lesson::TextRun* run;
-};
-
-// Splits a run into pieces a line may break after: a word with its trailing
-// spaces, or one CJK character (Chinese has no spaces between words).
-void tokenize(const lesson::TextRun& run, std::vector<Token>& out) {
-  const std::string& s = run.text;
-  std::string cur;
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
-    const std::string ch = s.substr(i, len);
-    i += len;
-    // CJK and wide punctuation (U+3000 on): a break is allowed on both sides.
-    // Math and general punctuation below it (−, ≈, →, …) stay inside their word.
-    if (len >= 3 && c >= 0xE3) {
-      if (!cur.empty()) out.push_back({cur, &run});
-      cur.clear();
-      out.push_back({ch, &run});
-    } else if (ch == " " && !cur.empty() &&
-               (lesson::thousands_space(s, i - 1) || lesson::formula_space(s, i - 1))) {
-      cur += ch;  // "27 936" and "(M + P − 1)" stay on one line
-    } else if (ch == " " || ch == "\n") {
-      cur += ' ';
-      out.push_back({cur, &run});
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  if (!cur.empty()) out.push_back({cur, &run});
-}
 
 void draw_runs(const std::vector<lesson::TextRun>& runs, float indent, const UiColors& ui,
                bool high_contrast) {

@@ -33,6 +33,7 @@ std::vector<Shortcut> shortcuts(const Tr& tr) {
       {"1 ... 6", tr("Timeline, Memory, Cluster, Camping trip, Compare, Loss")},
       {"F", tr("Fit all training steps in the timeline")},
       {"F11", tr("Presenter mode: full screen, high contrast, big font")},
+      {"F9", tr("Slides: the view and the lesson only (F9 again for the menus and bars)")},
       {"H", tr("High-contrast theme")},
       {"Ctrl + / Ctrl -", tr("Larger / smaller font")},  // i18n: a key
       {"E", tr("Export window")},
@@ -76,7 +77,7 @@ void apply_theme(const PresenterState& p) {
     st.FrameBorderSize = 1;
     st.ChildBorderSize = 1;
   }
-  st.ScaleAllSizes(p.font_scale);
+  // Sizes stay 1×: the chrome keeps its size; the content's font is scaled alone.
   ImGui::GetStyle() = st;
 }
 
@@ -93,6 +94,7 @@ void handle_shortcuts(App& app) {
     return;
   }
   if (pressed(app, GLFW_KEY_F11)) s.request_fullscreen_toggle = true;
+  if (pressed(app, GLFW_KEY_F9)) s.slides = !s.slides;
   if (pressed(app, GLFW_KEY_F1)) s.show_help = !s.show_help;
   // A presenter's clicker sends Page Down / Page Up: they drive the lesson even
   // while the answer field has the keyboard.

@@ -124,9 +124,12 @@ int Window::framebuffer_height() const {
   return h;
 }
 
-void Window::load_fonts(float px, const std::string& glyphs) {
+// Two fonts in one atlas: Fonts[0] the chrome's (menus, run bar, tabs, replay
+// bar) at the base size, Fonts[1] the content's (the view and the lesson) at the
+// presenter's scale. Presenter mode and Ctrl +/- grow what the room reads, not
+// the controls around it (which took the screen at 2×).
+ImFont* Window::add_font(float px, const std::string& glyphs) {
   ImGuiIO& io = ImGui::GetIO();
-  io.Fonts->Clear();
   ImFont* font = nullptr;
   for (const char* path : kFontPaths) {
     if (!std::filesystem::exists(path)) continue;
@@ -138,11 +141,6 @@ void Window::load_fonts(float px, const std::string& glyphs) {
   if (font && !glyphs.empty()) {
     // Only the characters the texts use: a few hundred glyphs, not the ~20k of
     // the CJK range (16 MiB of atlas and ~0.4 s per rebuild at every Ctrl +/-).
-    ImFontGlyphRangesBuilder builder;
-    builder.AddText(glyphs.c_str());
-    ImVector<ImWchar> ranges;
-    builder.BuildRanges(&ranges);
-    cjk_ranges_.assign(ranges.begin(), ranges.end());
     for (const CjkFont& f : kCjkFonts) {
       if (!std::filesystem::exists(f.path)) continue;
       ImFontConfig cfg;
@@ -156,8 +154,23 @@ void Window::load_fonts(float px, const std::string& glyphs) {
     // No TTF: ImGui's built-in bitmap font, scaled (blurry when big, but readable).
     ImFontConfig cfg;
     cfg.SizePixels = std::round(px);
-    io.Fonts->AddFontDefault(&cfg);
+    font = io.Fonts->AddFontDefault(&cfg);
   }
+  return font;
+}
+
+void Window::load_fonts(float chrome_px, float content_px, const std::string& glyphs) {
+  ImGuiIO& io = ImGui::GetIO();
+  io.Fonts->Clear();
+  if (!glyphs.empty()) {
+    ImFontGlyphRangesBuilder builder;
+    builder.AddText(glyphs.c_str());
+    ImVector<ImWchar> ranges;
+    builder.BuildRanges(&ranges);
+    cjk_ranges_.assign(ranges.begin(), ranges.end());
+  }
+  io.FontDefault = add_font(chrome_px, glyphs);
+  add_font(content_px, glyphs);
   io.Fonts->Build();
   if (fonts_built_) {
     // The backend made the first texture itself; later sizes replace it here.
@@ -165,7 +178,7 @@ void Window::load_fonts(float px, const std::string& glyphs) {
     ImGui_ImplOpenGL3_CreateFontsTexture();
   }
   fonts_built_ = true;
-  font_px_ = px;
+  font_px_ = content_px;
   glyphs_ = glyphs;
 }
 
@@ -173,7 +186,7 @@ void Window::begin_frame(const PresenterState& p) {
   glfwPollEvents();
   taps_.next_frame();
   const float px = std::round(kBaseFontPx * p.font_scale);
-  if (px != font_px_ || p.font_glyphs != glyphs_) load_fonts(px, p.font_glyphs);
+  if (px != font_px_ || p.font_glyphs != glyphs_) load_fonts(kBaseFontPx, px, p.font_glyphs);
   apply_theme(p);
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();

@@ -46,10 +46,11 @@ class Window {
 
  private:
   Window() = default;
-  void load_fonts(float px, const std::string& glyphs);
+  void load_fonts(float chrome_px, float content_px, const std::string& glyphs);
+  ImFont* add_font(float px, const std::string& glyphs);
 
   GLFWwindow* win_ = nullptr;
-  float font_px_ = 0;                // the size the atlas was built for
+  float font_px_ = 0;                // the content size the atlas was built for
   std::string glyphs_;               // the extra (CJK) characters it was built with
   std::vector<ImWchar> cjk_ranges_;  // must outlive the atlas build
   bool fonts_built_ = false;

@@ -205,6 +205,12 @@ const StringPairs& strings_zh_compare() {
        "trace 文件只保存按类别汇总的内存（没有缓冲区名称），也不含最终权重。"},
       {"Shown as recorded: nothing runs until Run (R).",
        "按录制内容显示：按“运行 (R)”之前不会运行任何东西。"},
+      // Presenter layout (panel_export.cpp's View menu, panel_presenter.cpp's help).
+      {"Run bar", "运行栏"},
+      {"Replay bar", "回放栏"},
+      {"Slides: view and lesson only", "幻灯片：只显示视图和课程"},
+      {"Slides: the view and the lesson only (F9 again for the menus and bars)",
+       "幻灯片：只显示视图和课程（再按 F9 恢复菜单和工具栏）"},
   };
   return table;
 }
