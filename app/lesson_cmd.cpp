@@ -313,6 +313,8 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
         if (m.value->formula)
           std::printf("    %s %s: %s\n", w(o, "formula", "公式"), m.value->formula_text.c_str(),
                       format_value(*m.value->formula, m.value->unit).c_str());
+        else if (!m.value->formula_text.empty())
+          std::printf("    %s %s\n", w(o, "formula:", "公式："), m.value->formula_text.c_str());
         std::printf("    %s%s\n", w(o, "measured: ", "实测："),
                     format_value(m.value->measured, m.value->unit).c_str());
         if (p.is_choice()) {

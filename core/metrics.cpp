@@ -473,8 +473,19 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
   } else if (n == "weight_diff_to_single") {
     const size_t params = make_layout(c).total();
     v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params, params);
-    v.formula = 0;
-    v.formula_text = "0 (up to float32 reduction order)";
+    // 0 when every row is computed as on one device. BatchNorm normalizes over the
+    // rows it sees together: once a run cuts the batch (micro-batches, or a shard
+    // per data-parallel rank) the model computes something else, and no formula
+    // gives the distance (a lesson must not print "0" beside a measured 0.009).
+    const bool cuts_batch = is_pipeline_strategy(c.strategy)
+                                ? c.micro_batches > 1
+                                : c.strategy != "single" && c.strategy != "naive-mp" && c.world > 1;
+    if (ModelSpec::parse(c.model).batchnorm && cuts_batch) {
+      v.formula_text = "none: BatchNorm's statistics over part of the batch are not the whole batch's";
+    } else {
+      v.formula = 0;
+      v.formula_text = "0 (up to float32 reduction order)";
+    }
   } else if (n == "weight_diff_between_runs") {
     const RunResult& ra = runs.run('a');
     const RunResult& rb = runs.run('b');

@@ -307,6 +307,8 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
         text_dim_wrapped(m.value->formula_text);
       } else {
         ImGui::TextDisabled("-");
+        // Why there is none, when the metric says (BatchNorm on a cut batch).
+        if (m.value && !m.value->formula_text.empty()) text_dim_wrapped(m.value->formula_text);
       }
       ImGui::TableNextColumn();
       if (m.value) {

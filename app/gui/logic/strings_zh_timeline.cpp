@@ -164,6 +164,9 @@ const StringPairs& strings_zh_timeline() {
       {"cross-entropy over every position of the global batch", "全局批次所有位置上的交叉熵"},
       {"over the global batch", "全局批次上的均值"},
       {"MSE over the global batch", "全局批次上的 MSE"},
+      // The loss view's comparison curves (panel_loss.cpp).
+      {"%s (shown)", "%s（当前显示）"},
+      {"%s: loss %.6g", "%s：损失 %.6g"},
   };
   return table;
 }
