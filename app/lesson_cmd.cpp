@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/gui/logic/lesson_progress.h"
 #include "app/lesson/lesson.h"
 #include "app/lesson/terminal.h"
 #include "core/cores.h"
@@ -227,10 +230,28 @@ int cmd_list(const Out& o) {
   // One column for the ids, as wide as the longest ("mixed-precision").
   int w = 12;
   for (const Lesson& l : all) w = std::max(w, static_cast<int>(l.id.size()));
-  for (const Lesson& l : all)
-    std::printf(o.lang == Lang::zh ? "%-*s %2zu 步  %s\n%*s%s\n" : "%-*s %2zu steps  %s\n%*s%s\n",
-                w, l.id.c_str(), l.steps.size(), one_line(l.title, o.lang).c_str(), w + 3, "",
-                one_line(l.summary, o.lang).c_str());
+  // The app's saved progress (read only: an unreadable file is the app's to set aside).
+  gui::ProgressStore progress;
+  if (const std::string path = gui::default_progress_path(); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (in) try {
+        progress = gui::progress_from_json(std::string(std::istreambuf_iterator<char>(in), {}));
+      } catch (const std::exception&) {
+      }
+  }
+  for (const Lesson& l : all) {
+    std::printf(o.lang == Lang::zh ? "%-*s %2zu 步  %s" : "%-*s %2zu steps  %s", w, l.id.c_str(),
+                l.steps.size(), one_line(l.title, o.lang).c_str());
+    if (auto it = progress.lessons.find(l.id); it != progress.lessons.end()) {
+      int seen = 0;
+      for (const auto& [k, r] : it->second.revealed)
+        seen += r && k >= 0 && k < static_cast<int>(l.steps.size());
+      if (seen > 0)
+        std::printf(o.lang == Lang::zh ? "  [已揭晓 %d/%zu 步]" : "  [%d/%zu steps revealed]", seen,
+                    l.steps.size());
+    }
+    std::printf("\n%*s%s\n", w + 3, "", one_line(l.summary, o.lang).c_str());
+  }
   std::printf("\n%s\n", o.lang == Lang::zh ? "即将推出（源文章中尚无课程的主题）："
                                            : "Still to come (topics of the source articles):");
   for (const UpcomingTopic& t : topics_to_come())

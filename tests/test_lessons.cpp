@@ -925,3 +925,28 @@ TEST_CASE("a 50000-part dotted key and a FIFO are refused in one line (no crash 
   CHECK_THROWS_WITH(load_lesson((folder / "02-pipe.toml").string()),
                     Catch::Contains("is a FIFO, not a lesson file"));
 }
+
+TEST_CASE("lesson list shows the app's saved progress, read only", "[lessons]") {
+  setenv("SHARDLAB_LESSONS", (kTests + "/lessons_good").c_str(), 1);
+  const test::TempDir dir;
+  const std::string state = dir.file("state");
+  std::filesystem::create_directories(state + "/shardlab");
+  const std::string file = state + "/shardlab/lessons.json";
+  {
+    std::ofstream out(file);
+    out << R"({"format":1,"lang":"en","current_lesson":"example",)"
+        << R"("lessons":{"example":{"step":1,"answers":{},"revealed":[0]}}})";
+  }
+  auto r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) + " lesson list 2>&1");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("[1/2 steps revealed]") != std::string::npos);
+  r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) + " lesson list --lang zh 2>&1");
+  CHECK(r.out.find("[已揭晓 1/2 步]") != std::string::npos);
+  // An unreadable progress file: no progress shown, and the file stays where it is.
+  { std::ofstream(file) << "{ not json"; }
+  r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) + " lesson list 2>&1");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("revealed]") == std::string::npos);
+  CHECK(std::filesystem::exists(file));
+  unsetenv("SHARDLAB_LESSONS");
+}
