@@ -2,6 +2,8 @@
 // become per-category memory counters, and matched send/recv spans become flow arrows.
 #include "core/trace.h"
 
+#include "core/span_label.h"
+
 #include <algorithm>
 #include <array>
 #include <map>
@@ -36,11 +38,11 @@ double inside_offset_us(double dur_us) {
   return std::min(dur_us / 2, 1.0);
 }
 
-std::string span_name(const Span& s) {
-  std::string name = to_string(s.kind);
-  if (s.layer >= 0) name += " L" + std::to_string(s.layer);
-  if (s.micro_batch >= 0) name += " mb" + std::to_string(s.micro_batch);
-  return name;
+// The app's label ("F3 L2", "AG L0", "send F3 →r1"): a trace reads like the
+// timeline it was exported from; the kind, layer and micro-batch are in args.
+std::string span_name(Span s, int rank) {
+  s.rank = rank;  // the direction of a message (F3 up, B3 down) is read against it
+  return span_title(s, true);
 }
 
 json metadata_event(const char* name, int pid, const json& args, int tid = -1) {
@@ -65,7 +67,7 @@ json span_event(const Span& s, int rank, int64_t t0_ns) {
   }
   if (s.op != 0) args["op"] = s.op;
   return {{"ph", "X"},
-          {"name", span_name(s)},
+          {"name", span_name(s, rank)},
           {"cat", to_string(s.kind)},
           {"pid", pid_of(rank)},
           {"tid", tid_of(rank, s.lane)},

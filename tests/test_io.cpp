@@ -411,7 +411,8 @@ TEST_CASE("trace: spans become X events on their lane with readable names and ar
   const auto ids = rank_ids(trace);
   CHECK(events_with(trace, "X").size() == 10);
 
-  const json* fwd = find_x(trace, ids.at(0).pid, "forward L0 mb0");
+  // Named as the app labels them ("F0 L0", "send F0 →r1"); kind, layer and micro-batch in args.
+  const json* fwd = find_x(trace, ids.at(0).pid, "F0 L0");
   REQUIRE(fwd);
   CHECK((*fwd)["tid"] == ids.at(0).tid.at("compute"));
   CHECK((*fwd)["cat"] == "forward");
@@ -419,18 +420,18 @@ TEST_CASE("trace: spans become X events on their lane with readable names and ar
   CHECK((*fwd)["dur"].get<double>() == Approx(4.0));
   CHECK((*fwd)["args"] == json{{"kind", "forward"}, {"layer", 0}, {"micro_batch", 0}, {"step", 0}});
 
-  const json* send = find_x(trace, ids.at(0).pid, "send mb0");
+  const json* send = find_x(trace, ids.at(0).pid, "send F0 \xE2\x86\x92r1");
   REQUIRE(send);
   CHECK((*send)["tid"] == ids.at(0).tid.at("communication"));
   CHECK((*send)["args"]["bytes"] == 4096);
   CHECK((*send)["args"]["peer"] == 1);
   CHECK_FALSE((*send)["args"].contains("layer"));
 
-  const json* bwd = find_x(trace, ids.at(0).pid, "backward L1");
+  const json* bwd = find_x(trace, ids.at(0).pid, "B L1");
   REQUIRE(bwd);
   CHECK_FALSE((*bwd)["args"].contains("micro_batch"));
   CHECK_FALSE((*bwd)["args"].contains("peer"));
-  REQUIRE(find_x(trace, ids.at(2).pid, "all_reduce"));
+  REQUIRE(find_x(trace, ids.at(2).pid, "AR"));
 }
 
 TEST_CASE("trace: memory counters follow the allocations per pool", "[io]") {
@@ -517,10 +518,10 @@ TEST_CASE("trace: send/recv pairs become one flow each, bound inside their slice
     CHECK(s["name"] == f["name"]);
     CHECK(s["ts"].get<double>() < f["ts"].get<double>());
   }
-  inside(starts[7][0], 0, "send mb0");
-  inside(finishes[7][0], 1, "recv mb0");
-  inside(starts[8][0], 1, "send mb0");
-  inside(finishes[8][0], 2, "recv mb0");
+  inside(starts[7][0], 0, "send F0 \xE2\x86\x92r1");
+  inside(finishes[7][0], 1, "recv F0 \xE2\x86\x90r0");
+  inside(starts[8][0], 1, "send F0 \xE2\x86\x92r2");
+  inside(finishes[8][0], 2, "recv F0 \xE2\x86\x90r1");
 }
 
 TEST_CASE("write_trace writes parseable JSON and reports unwritable paths", "[io]") {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <set>
 
+#include "app/gui/logic/palette.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "app/gui/logic/wait_logic.h"
@@ -622,4 +623,27 @@ TEST_CASE("a label on a block of narrow spans knows when it sits over their gaps
   // Only the block's own spans count.
   CHECK(covered_share(lane, 0, 1, vp, 40, 60) == Approx(0.5f));
   CHECK(covered_share(lane, 0, 2, vp, 60, 60) == 0.0f);
+}
+
+TEST_CASE("span labels: the app's English words are the traces' (core/span_label.h)",
+          "[timeline]") {
+  for (int k = 0; k < kNumSpanKinds; ++k) {
+    const SpanKind kind = static_cast<SpanKind>(k);
+    if (kind == SpanKind::other) continue;  // the app draws "?" where a bar is narrow
+    INFO(to_string(kind));
+    CHECK(std::string(kind_short(kind)) == kind_abbrev(kind));
+  }
+  Span s;
+  s.kind = SpanKind::send;
+  s.rank = 0;
+  s.peer = 1;
+  s.micro_batch = 3;
+  s.bytes = 1024;
+  CHECK(span_label(s, false) == "send F3 \xE2\x86\x92r1");
+  CHECK(span_label(s, false) == shardlab::span_title(s, false));
+  s.kind = SpanKind::forward;
+  s.layer = 2;
+  s.bytes = 0;
+  CHECK(span_label(s, true) == shardlab::span_title(s, true));
+  CHECK(span_label(s, true) == "F3 L2");
 }

@@ -110,42 +110,11 @@ void visible_spans(const LaneData& lane, const Viewport& vp, float min_px,
   }
 }
 
-std::string micro_batch_tag(const Span& s) {
-  if (s.micro_batch < 0) return {};
-  const std::string n = std::to_string(s.micro_batch);
-  switch (s.kind) {
-    case SpanKind::forward:
-    case SpanKind::loss:
-    case SpanKind::data:
-    case SpanKind::other:
-      return "F" + n;
-    case SpanKind::backward:
-      return "B" + n;
-    case SpanKind::send:  // stages are ranks in order: activations go up, gradients down
-      return s.peer < 0 ? "#" + n : (s.peer > s.rank ? "F" : "B") + n;
-    case SpanKind::recv:
-      return s.peer < 0 ? "#" + n : (s.peer < s.rank ? "F" : "B") + n;
-    default:
-      return "#" + n;
-  }
-}
-
 std::string span_label(const Span& s, bool long_form, const Tr& tr) {
-  const std::string tag = micro_batch_tag(s);
-  const bool compute = s.kind == SpanKind::forward || s.kind == SpanKind::backward;
-  std::string out;
-  if (compute && !tag.empty()) {
-    out = tag;  // "F3": micro-batch 3
-    if (long_form && s.layer >= 0) out += " L" + std::to_string(s.layer);
-  } else {
-    out = s.kind == SpanKind::other ? tr("other") : kind_short(s.kind, tr);
-    if (!tag.empty())
-      out += " " + tag;
-    else if (s.layer >= 0)
-      out += " L" + std::to_string(s.layer);
-    if (s.peer >= 0 && s.kind == SpanKind::send) out += " \xE2\x86\x92r" + std::to_string(s.peer);
-    if (s.peer >= 0 && s.kind == SpanKind::recv) out += " \xE2\x86\x90r" + std::to_string(s.peer);
-  }
+  // The core's wording (the traces use it too), with the kinds in tr's language.
+  std::string out = shardlab::span_title(s, long_form, [&](SpanKind k) {
+    return std::string(k == SpanKind::other ? tr("other") : kind_short(k, tr));
+  });
   if (long_form && s.bytes > 0) out += " \xC2\xB7 " + format_bytes(static_cast<double>(s.bytes));
   return out;
 }

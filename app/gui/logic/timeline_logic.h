@@ -10,6 +10,7 @@
 
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
+#include "core/span_label.h"
 
 namespace shardlab {
 struct RunResult;
@@ -50,12 +51,7 @@ void visible_spans(const LaneData& lane, const Viewport& vp, float min_px,
 // Index range [first, last) of spans that may intersect [t_begin, t_end).
 std::pair<size_t, size_t> span_window(const LaneData& lane, double t_begin, double t_end);
 
-// What a pipeline calls a micro-batch's work: "F3" for micro-batch 3's forward,
-// "B3" for its backward, and the same for what moves between stages: the
-// activations a stage sends on (to a later rank) are F3's, the gradients it
-// sends back (to an earlier rank) are B3's. Empty without a micro-batch.
-std::string micro_batch_tag(const Span& s);
-
+// micro_batch_tag ("F3", "B3") and the English wording: core/span_label.h.
 // "F3"/"B3" for a micro-batch's forward/backward, "F L2" for a layer's, "AR L4"
 // for a collective, "send F3 →r1" / "recv F3 ←r0" for pipeline messages;
 // `long_form` adds the layer and the bytes ("AR L4 · 1.00 MiB"); words in `tr`'s language.
