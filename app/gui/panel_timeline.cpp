@@ -318,6 +318,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   };
 
   dl->PushClipRect(ImVec2(vp.x0, rows_top), ImVec2(x_end, end.y), true);
+  // Three layers: spans, then the send->recv lines over them, then the labels
+  // over the lines (a line drawn across "recv B0 ←r1" made it unreadable).
+  dl->ChannelsSplit(3);
+  dl->ChannelsSetCurrent(0);
   std::vector<DrawSpan> blocks;
   std::vector<PhaseRun> runs;
   const auto text_w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
@@ -402,8 +406,14 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         // Spans of a pipeline block are labelled once, for the whole block.
         while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
         if (have_runs && run_k < runs.size() && runs[run_k].first <= b.first) continue;
-        const std::string lf = span_label(s, true, tr);
-        const std::string sf = span_label(s, false, tr);
+        std::string lf = span_label(s, true, tr);
+        std::string sf = span_label(s, false, tr);
+        // After the last step, step -1 is the final weights' export to rank 0: say so.
+        if (!training && !d.step_begin.empty() && d.step_begin.back() >= 0 &&
+            s.t_begin_ns > d.step_begin.back()) {
+          lf = strf(tr("final weights: %s"), lf.c_str());
+          sf = strf(tr("final weights: %s"), sf.c_str());
+        }
         const float wl = text_w(lf), ws = text_w(sf);
         // Labels go in the visible part of a span (the rest is clipped).
         const float la = std::max(a.x, vp.x0), lz = std::min(z.x, x_end);
@@ -455,7 +465,8 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         block_spans.push_back({0, 0});
       }
 
-      // Labels left to right, none over another (place_labels).
+      // Labels left to right, none over another (place_labels), on the top layer.
+      dl->ChannelsSetCurrent(2);
       std::vector<size_t> order(requests.size());
       for (size_t k = 0; k < order.size(); ++k) order[k] = k;
       std::stable_sort(order.begin(), order.end(),
@@ -482,6 +493,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
         }
         dl->AddText(ImVec2(x, ty), patch ? ui.text : text_cols[i], texts[i].c_str());
       }
+      dl->ChannelsSetCurrent(0);
 
       if (mouse_in_lane) {
         const int k = hit_test(blocks, mouse.x, 2.0f);
@@ -500,6 +512,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   // send -> recv: from the send's start on the sender to the recv's end on the
   // receiver; many in view are bundled into a few strokes.
   if (opt.show_flows && ts.show_flows) {
+    dl->ChannelsSetCurrent(1);
     std::vector<FlowLine> lines;
     flow_lines(d.flows, vp, kMaxSingleFlows, 16, lines);
     const bool bundled =
@@ -514,6 +527,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
       draw_arrow(dl, ImVec2(f.xa, ya), ImVec2(f.xb, yb), col, thick, bundled ? 0 : 5);
     }
   }
+  dl->ChannelsMerge();
   dl->PopClipRect();
 
   if (opt.show_playhead && d.t_end > 0) {

@@ -167,6 +167,7 @@ const StringPairs& strings_zh_timeline() {
       // The loss view's comparison curves (panel_loss.cpp).
       {"%s (shown)", "%s（当前显示）"},
       {"%s: loss %.6g", "%s：损失 %.6g"},
+      {"final weights: %s", "最终权重：%s"},
   };
   return table;
 }
