@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -340,6 +341,12 @@ void draw_camping(App& app) {
 
   bool sharing = false;
   for (const Piece& p : pieces) sharing |= p.kind != SpanKind::send;
+  struct Caption {
+    Rect box;
+    std::string text;
+    ImU32 color = 0;
+  };
+  std::optional<Caption> fire_caption;
   if (!L.trail) {
     // The fire and its glow (1.3 s below the centre, 2.3 s above) stay above
     // the caption: in a shallow scene (presenter scale) the caption sat on the fire.
@@ -349,10 +356,11 @@ void draw_camping(App& app) {
     const ImVec2 fire((L.fire.x0 + L.fire.x1) * 0.5f,
                       std::min(L.fire.y0 + L.fire.h() * 0.55f, caption_top - 1.3f * fs));
     draw_fire(dl, fire, fs, sharing, ImGui::GetTime());
-    text_in(dl,
-            Rect{L.fire.x0 - font * 3, L.fire.y1 - font * 1.3f, L.fire.x1 + font * 3, L.fire.y1},
-            sharing ? ui.playhead : ui.text_dim,
-            sharing ? tr("sharing at the campfire") : tr("campfire (nobody sharing)"), true);
+    // The caption is drawn after the pieces in flight (below), over them.
+    fire_caption = {
+        Rect{L.fire.x0 - font * 3, L.fire.y1 - font * 1.3f, L.fire.x1 + font * 3, L.fire.y1},
+        sharing ? tr("sharing at the campfire") : tr("campfire (nobody sharing)"),
+        sharing ? ui.playhead : ui.text_dim};
   } else {
     // The trail through every hiker's feet, in rank order; where it changes
     // rows it turns at the right edge, clear of the hikers.
@@ -513,6 +521,16 @@ void draw_camping(App& app) {
       draw_gear(dl, gear_of_layer(std::max(0, p.layer)), pos, ha.item * 0.9f, col, p.frac_begin,
                 p.frac_end, 1, false, ui.text);
     }
+  }
+  // The campfire's caption over the pieces passing through it, on a patch of
+  // the ground's colour (a piece in flight once covered "sharing at the campfire").
+  if (fire_caption) {
+    const Caption& c = *fire_caption;
+    const float w = std::min(ImGui::CalcTextSize(c.text.c_str()).x, c.box.w());
+    const float x = std::max(c.box.x0, (c.box.x0 + c.box.x1 - w) * 0.5f);
+    dl->AddRectFilled(ImVec2(x - 3, c.box.y0), ImVec2(x + w + 3, c.box.y0 + font),
+                      with_alpha(ground, 0.85f), 3);
+    text_in(dl, c.box, c.color, c.text, true);
   }
   // Arrival tags last, on a patch of the ground's colour: a piece passing under
   // one does not hide whom it comes from.
