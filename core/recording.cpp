@@ -1062,8 +1062,11 @@ Recording recording_from_trace(const json& t, const std::string& file) {
 }
 
 Recording load_run_file(const std::string& path) {
-  // Traces reach 1 GiB where recordings stop at 64 MiB: events are bigger than rows.
-  const json j = read_json_file(path, "recording or trace", kTraceMaxBytes, kMaxDepth);
+  // One bound for both, the README's: a parsed JSON document takes many times
+  // its file's size in memory, and a 300 MB trace ran a bounded machine out of
+  // it (traces hold fewer events per MiB than recordings, so longer runs are
+  // best opened from their recording).
+  const json j = read_json_file(path, "recording or trace", kRecordingMaxBytes, kMaxDepth);
   if (j.is_object() && j.contains("traceEvents")) return recording_from_trace(j, path);
   return recording_from_json(j, path);
 }
