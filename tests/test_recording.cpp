@@ -767,6 +767,40 @@ TEST_CASE("impossible allocation events are refused, naming the event", "[record
   CHECK_NOTHROW(load_recording(path));
 }
 
+TEST_CASE("trace merge refuses a run with a rank missing, naming the rank", "[recording][trace]") {
+  const RunResult r = run_training(small("ddp", 2));
+  TempDir dir;
+  const std::string r0 = dir.file("t.rank0.json"), r1 = dir.file("t.rank1.json"),
+                    out = dir.file("m.json");
+  write_text(r0, trace_of(r, 0).dump());
+  write_text(r1, trace_of(r, 1).dump());
+  for (const std::string& only : {r0, r1}) {
+    const shardlab::test::TimedCliResult m =
+        shardlab::test::run_cli_within("trace merge --out " + out + " " + only, 20);
+    INFO(m.out);
+    CHECK(m.code == 2);
+    CHECK(m.seconds < 1.0);
+    CHECK(std::count(m.out.begin(), m.out.end(), '\n') == 1);
+    const std::string missing = only == r0 ? "1" : "0";
+    CHECK(m.out == "error: no trace holds rank " + missing +
+                       " of the run's 2 (valid: every rank's trace, e.g. '" +
+                       dir.file("t.rank" + missing + ".json") + "')\n");
+    CHECK_FALSE(fs::exists(out));
+  }
+  CHECK(shardlab::test::run_cli("trace merge --out " + out + " " + r0 + " " + r1).code == 0);
+  CHECK(load_run_file(out).run.cfg.world == 2);
+  // Files of two runs of different sizes are not one run.
+  json other = trace_of(r, 1);
+  other["metadata"]["world"] = 3;
+  CHECK_THROWS_WITH(merge_traces({trace_of(r, 0), other}, {"a.json", "b.json"}),
+                    "'b.json' is of a run of world 3, 'a.json' of world 2 (valid: the traces of "
+                    "one run)");
+  // Without a world in the metadata, every rank up to the highest given.
+  json bare = trace_of(r, 1);
+  bare["metadata"] = json::object();
+  CHECK_THROWS_WITH(merge_traces({bare}, {"x.json"}), Catch::Contains("no trace holds rank 0"));
+}
+
 TEST_CASE("a run's allocation events replay to its recorded peaks exactly", "[recording]") {
   // The allocator records each event under its lock, with the totals' change:
   // a comm thread's scratch buffers (ddp's overlap, the pipelines' sends)
