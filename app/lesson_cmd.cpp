@@ -55,12 +55,18 @@ std::string text_of(const Text& t, const Out& o, int indent) {
   return render_terminal(t.blocks(o.lang), o.width, o.ansi, indent);
 }
 
+// Text from a file (a lesson, its path, a run's arguments) on one line, its
+// control characters shown rather than sent to the terminal.
+std::string shown(const std::string& s) {
+  return escape_controls(s, false);
+}
+
 std::string one_line(const Text& t, Lang l) {
   std::string s = t.source(l);
   for (char& c : s)
     if (c == '\n') c = ' ';
   while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
+  return shown(s);
 }
 
 std::string bold(const std::string& s, const Out& o) {
@@ -173,12 +179,12 @@ void print_step_header(const Lesson& l, size_t k, const Out& o) {
   // The labels line up in each language: "run:      " / "运行：".
   if (s.run)
     std::printf("  %s%s\n", w(o, "run:      ", "运行："),
-                command_line(*s.run, s.run_processes).c_str());
+                shown(command_line(*s.run, s.run_processes)).c_str());
   if (s.compare)
     std::printf("  %s%s\n", w(o, "compare:  ", "对比："),
-                command_line(*s.compare, s.compare_processes).c_str());
+                shown(command_line(*s.compare, s.compare_processes)).c_str());
   if (!s.recording.empty())
-    std::printf("  %s%s\n", w(o, "recording: ", "录制："), s.recording.c_str());
+    std::printf("  %s%s\n", w(o, "recording: ", "录制："), shown(s.recording).c_str());
   if (s.look) {
     const bool zh = o.lang == Lang::zh;
     std::string d = s.look->view.empty() ? "" : s.look->view + w(o, " view", " 视图");
@@ -260,7 +266,7 @@ int cmd_list(const Out& o) {
 }
 
 int cmd_show(const Lesson& l, const Out& o) {
-  std::printf("%s  (%s)\n", bold(one_line(l.title, o.lang), o).c_str(), l.path.c_str());
+  std::printf("%s  (%s)\n", bold(one_line(l.title, o.lang), o).c_str(), shown(l.path).c_str());
   std::printf("%s", text_of(l.summary, o, 0).c_str());
   for (size_t k = 0; k < l.steps.size(); ++k) {
     const Step& s = l.steps[k];
@@ -280,7 +286,7 @@ int cmd_show(const Lesson& l, const Out& o) {
 // Runs the steps of one lesson; returns false when a gate, a seek or a metric failed.
 bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>& answer,
                 const Out& o) {
-  std::printf("%s  (%s)\n", bold(one_line(l.title, o.lang), o).c_str(), l.path.c_str());
+  std::printf("%s  (%s)\n", bold(one_line(l.title, o.lang), o).c_str(), shown(l.path).c_str());
   bool ok = true;
   for (size_t k = 0; k < l.steps.size(); ++k) {
     if (only_step > 0 && static_cast<int>(k) + 1 != only_step) continue;
@@ -292,7 +298,7 @@ bool run_lesson(const Lesson& l, int only_step, const std::optional<std::string>
     const StepResult r = evaluate_step(s, runs.a, runs.b ? &*runs.b : nullptr);
     if (!s.recording.empty())
       std::printf(w(o, "  recorded run: %s (recorded on %s)\n", "  录制的运行：%s（录制于 %s）\n"),
-                  s.recording.c_str(), s.recorded_where.c_str());
+                  shown(s.recording).c_str(), s.recorded_where.c_str());
     // Where the time comes from: measured here, with ranks per core when they outnumber them.
     const int cores = cores_available();
     std::string crowded = oversubscription_short(runs.a.cfg.world, cores);
@@ -486,10 +492,10 @@ int cmd_lesson(int argc, char** argv) {
         if (auto it = ids.find(l.id); it != ids.end())
           throw LessonError(f, 1, "id", "id: '" + l.id + "' is also the id of " + it->second);
         ids[l.id] = f;
-        std::printf("ok: %s (%s, %zu step%s)\n", f.c_str(), l.id.c_str(), l.steps.size(),
+        std::printf("ok: %s (%s, %zu step%s)\n", shown(f).c_str(), l.id.c_str(), l.steps.size(),
                     l.steps.size() == 1 ? "" : "s");
       } catch (const ConfigError& e) {
-        std::fprintf(stderr, "%s\n", e.what());
+        std::fprintf(stderr, "%s\n", shown(e.what()).c_str());
         ++bad;
       }
     }

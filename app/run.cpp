@@ -335,6 +335,9 @@ int cmd_run(int argc, char** argv) {
   } else {
     init = init_params(layout, cfg.seed);
   }
+  // Before anything is written: the directory must take this run's checkpoints
+  // (writable, and holding no other run's; run_training checks again).
+  if (ck.every > 0) check_checkpoint_dir(ck.dir, resume_from ? &resume : nullptr);
   if (lead) {
     if (auto p = a.get("save-init")) save_params(*p, layout, init);
     if (auto p = a.get("save-data"))

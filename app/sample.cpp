@@ -62,9 +62,11 @@ int cmd_sample(int argc, char** argv) {
                       " is invalid (valid: a number above 0, e.g. 0.8)");
   const uint64_t seed = a.u64("seed", 1);
 
+  // The header alone first: the metadata names the model, and the tensors'
+  // shapes are checked against it before any weights are read or allocated.
   std::map<std::string, std::string> meta;
   try {
-    load_safetensors(*path, meta);
+    read_safetensors_header(*path, meta);
   } catch (const SafetensorsError& e) {
     throw ConfigError(std::string("--from: ") + e.what());
   }

@@ -47,31 +47,42 @@ void save_params(const std::string& path, const ModelLayout& layout,
 
 std::vector<float> load_params(const std::string& path, const ModelLayout& layout,
                                bool allow_nonfinite) {
+  // Names and shapes are checked against the model from the header, before the
+  // data is read: a file of the wrong model costs its header, whatever its size.
+  const std::vector<const ParamInfo*> entries = state_entries(layout);
+  auto check = [&](const std::vector<TensorHeader>& header,
+                   const std::map<std::string, std::string>&) {
+    std::map<std::string, const TensorHeader*> by_name;
+    for (const TensorHeader& t : header) by_name[t.name] = &t;
+    for (const ParamInfo* p : entries) {
+      auto it = by_name.find(p->name);
+      if (it == by_name.end())
+        throw ConfigError("--init-from '" + path + "' has no tensor '" + p->name + "' (model " +
+                          layout.spec().str() + " needs " + p->name + " " + shape_str(p->shape) +
+                          ")");
+      if (it->second->shape != p->shape)
+        throw ConfigError("--init-from '" + path + "': tensor '" + p->name + "' has shape " +
+                          shape_str(it->second->shape) + ", model " + layout.spec().str() +
+                          " needs " + shape_str(p->shape));
+      by_name.erase(it);
+    }
+    if (!by_name.empty())
+      throw ConfigError("--init-from '" + path + "' has tensor '" + by_name.begin()->first +
+                        "' that model " + layout.spec().str() + " does not have");
+  };
   std::vector<NamedTensor> tensors;
   try {
-    tensors = load_safetensors(path);
+    std::map<std::string, std::string> metadata;
+    tensors = load_safetensors(path, metadata, check);
   } catch (const SafetensorsError& e) {
     throw ConfigError(std::string("--init-from: ") + e.what());
   }
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& t : tensors) by_name[t.name] = &t;
   std::vector<float> flat(layout.state_total());
-  for (const ParamInfo* pi : state_entries(layout)) {
-    const ParamInfo& p = *pi;
-    auto it = by_name.find(p.name);
-    if (it == by_name.end())
-      throw ConfigError("--init-from '" + path + "' has no tensor '" + p.name + "' (model " +
-                        layout.spec().str() + " needs " + p.name + " " + shape_str(p.shape) + ")");
-    if (it->second->shape != p.shape)
-      throw ConfigError("--init-from '" + path + "': tensor '" + p.name + "' has shape " +
-                        shape_str(it->second->shape) + ", model " + layout.spec().str() +
-                        " needs " + shape_str(p.shape));
-    std::copy(it->second->data.begin(), it->second->data.end(), flat.begin() + p.offset);
-    by_name.erase(it);
-  }
-  if (!by_name.empty())
-    throw ConfigError("--init-from '" + path + "' has tensor '" + by_name.begin()->first +
-                      "' that model " + layout.spec().str() + " does not have");
+  for (const ParamInfo* p : entries)
+    std::copy(by_name.at(p->name)->data.begin(), by_name.at(p->name)->data.end(),
+              flat.begin() + static_cast<std::ptrdiff_t>(p->offset));
   for (const ParamInfo& p : layout.params())  // a tied copy starts equal to its home
     if (p.tied_to >= 0)
       std::copy_n(flat.begin() + layout.params()[p.tied_to].offset, p.numel,

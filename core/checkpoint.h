@@ -15,8 +15,9 @@ void save_params(const std::string& path, const ModelLayout& layout,
                  const std::vector<float>& flat);
 
 // Throws ConfigError naming the file and the first missing, unexpected or
-// mis-shaped tensor, or the first tensor holding NaN or Inf (with its first bad
-// index) unless `allow_nonfinite` (`--allow-nonfinite`).
+// mis-shaped tensor (found from the header, before any data is read or the
+// model's vector allocated), or the first tensor holding NaN or Inf (with its
+// first bad index) unless `allow_nonfinite` (`--allow-nonfinite`).
 std::vector<float> load_params(const std::string& path, const ModelLayout& layout,
                                bool allow_nonfinite = false);
 

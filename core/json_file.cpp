@@ -36,7 +36,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what, 
         " (valid: a regular file)");
   if (st.st_size == 0) bad("is empty, not a " + what);
   if (st.st_size > max_bytes)
-    bad("is " + std::to_string(st.st_size >> 20) + " MiB, more than the " +
+    bad("is " + std::to_string(st.st_size) + " bytes, more than the " +
         std::to_string(max_bytes >> 20) + " MiB a " + what + " may have");
   std::string text(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;

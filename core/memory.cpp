@@ -138,6 +138,15 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
   const int p = static_cast<int>(pool);
   void* ptr = nullptr;
   uint64_t id;
+  // Recorded under the lock, with the totals' change: a comm thread allocating
+  // beside the rank's thread cannot then record its events in another order
+  // than the totals moved, and a recording's events replay to its peaks exactly
+  // (the loader checks them against the peaks: core/recording.cpp).
+  auto record = [&] {
+    if (recorder_)
+      recorder_->add_alloc(
+          AllocEvent{now_ns(), static_cast<int64_t>(bytes), id, category, pool, name});
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     PoolStats& s = pool == Pool::device ? stats_.device : stats_.host;
@@ -146,19 +155,21 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
                                    ": out of memory (this pool is limited to " +
                                    bytes_string(static_cast<double>(limit_[p])) + ", " +
                                    bytes_string(static_cast<double>(s.current_total)) + " in use)");
+    id = next_id_++;
     auto it = cache_[p].find(block);
     if (it != cache_[p].end() && !it->second.empty()) {
       ptr = it->second.back();
       it->second.pop_back();
       s.on_alloc(category, static_cast<int64_t>(bytes), static_cast<int64_t>(block), true);
+      record();
     }
-    id = next_id_++;
   }
   if (!ptr) {
     ptr = raw_block(name, category, block, pool);
     std::lock_guard<std::mutex> lock(mu_);
     PoolStats& s = pool == Pool::device ? stats_.device : stats_.host;
     s.on_alloc(category, static_cast<int64_t>(bytes), static_cast<int64_t>(block), false);
+    record();
   }
   if (bytes) {
     if (pool == Pool::device)
@@ -177,11 +188,7 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
   t.pool_ = pool;
   t.id_ = id;
   t.shape_ = std::move(shape);
-  t.name_ = name;
-
-  if (recorder_)
-    recorder_->add_alloc(
-        AllocEvent{now_ns(), static_cast<int64_t>(bytes), id, category, pool, std::move(name)});
+  t.name_ = std::move(name);
   return t;
 }
 
@@ -193,9 +200,9 @@ void Allocator::free(Tensor& t) {
     PoolStats& s = t.pool_ == Pool::device ? stats_.device : stats_.host;
     s.on_free(t.category_, bytes, static_cast<int64_t>(t.capacity_));
     cache_[p][t.capacity_].push_back(t.ptr_);
+    if (recorder_)  // under the lock: see alloc
+      recorder_->add_alloc(AllocEvent{now_ns(), -bytes, t.id_, t.category_, t.pool_, t.name_});
   }
-  if (recorder_)
-    recorder_->add_alloc(AllocEvent{now_ns(), -bytes, t.id_, t.category_, t.pool_, t.name_});
 }
 
 MemStats Allocator::stats() const {

@@ -629,6 +629,79 @@ AllocEvent alloc_from_json(const Checker& ck, const json& row, const std::string
   return a;
 }
 
+// A rank's allocation events replayed as its allocator made them (the README
+// promises the allocator's invariants are checked): every buffer id allocated
+// once and freed at most once, by its own size, pool and category; no free of a
+// buffer never allocated; no buffer, and no sum of live buffers, above the
+// rank's recorded peak for its pool. Each refusal names the event.
+class AllocReplay {
+ public:
+  AllocReplay(const Checker& ck, const MemStats& memory, int rank)
+      : ck_(ck), memory_(memory), rank_(rank) {}
+
+  // `a` is allocs[index], at `where` in the file.
+  void apply(const AllocEvent& a, const std::string& where, size_t index) {
+    const int p = static_cast<int>(a.pool);
+    const int64_t peak = (a.pool == Pool::device ? memory_.device : memory_.host).peak_total;
+    const std::string pool = std::string("memory.") + to_string(a.pool) + ".peak_total";
+    auto it = buffers_.find(a.buffer_id);
+    // A zero-byte buffer's free carries delta 0 too: it frees when that buffer is live.
+    const bool is_free = a.delta_bytes < 0 || (a.delta_bytes == 0 && it != buffers_.end() &&
+                                               it->second.live && it->second.bytes == 0);
+    const std::string id = "buffer " + std::to_string(a.buffer_id) + " " + shown(a.name);
+    if (!is_free) {
+      if (it != buffers_.end())
+        ck_.fail(where, "allocates " + id + " again (first allocated at allocs[" +
+                            std::to_string(it->second.at) + "]; the allocator never reuses an id)");
+      if (a.delta_bytes > peak)
+        ck_.fail(where, "allocates " + bytes_text(a.delta_bytes) + " for " + id + ", more than " +
+                            "rank " + std::to_string(rank_) + "'s recorded peak of " +
+                            bytes_text(peak) + " (" + pool + ")");
+      buffers_[a.buffer_id] = {a.delta_bytes, a.category, a.pool, index, true};
+      live_[p] += a.delta_bytes;
+      largest_[p] = std::max(largest_[p], a.delta_bytes);
+      // Files recorded before the allocator logged its events under its lock
+      // may show one thread's free after another's allocation that followed
+      // it: one buffer's slack.
+      if (live_[p] > peak + largest_[p])
+        ck_.fail(where, "brings rank " + std::to_string(rank_) + "'s live " + to_string(a.pool) +
+                            " memory to " + bytes_text(live_[p]) + ", above its recorded peak of " +
+                            bytes_text(peak) + " (" + pool + ")");
+      return;
+    }
+    if (it == buffers_.end()) ck_.fail(where, "frees " + id + ", which was never allocated");
+    Buffer& b = it->second;
+    if (!b.live)
+      ck_.fail(where, "frees " + id + " a second time (allocated at allocs[" +
+                          std::to_string(b.at) + "], already freed)");
+    if (-a.delta_bytes != b.bytes || a.pool != b.pool || a.category != b.category)
+      ck_.fail(where, "frees " + bytes_text(-a.delta_bytes) + " of " + to_string(a.category) +
+                          " in the " + to_string(a.pool) + " pool for " + id +
+                          ", allocated at allocs[" + std::to_string(b.at) + "] as " +
+                          bytes_text(b.bytes) + " of " + to_string(b.category) + " in the " +
+                          to_string(b.pool) + " pool");
+    b.live = false;
+    live_[p] -= b.bytes;
+  }
+
+ private:
+  struct Buffer {
+    int64_t bytes = 0;
+    MemCategory category = MemCategory::temporary;
+    Pool pool = Pool::device;
+    size_t at = 0;  // its allocation's index
+    bool live = false;
+  };
+  static std::string bytes_text(int64_t n) {
+    return std::to_string(n) + " bytes (" + bytes_string(static_cast<double>(n)) + ")";
+  }
+  const Checker& ck_;
+  const MemStats& memory_;
+  int rank_;
+  std::map<uint64_t, Buffer> buffers_;
+  std::array<int64_t, 2> live_{}, largest_{};
+};
+
 void check_columns(const Checker& ck, const json& v, const char* key,
                    const std::vector<std::string>& want) {
   ck.array(v, key, want.size(), want.size());
@@ -930,8 +1003,13 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
         recorder->add_mark(mark_from_json(ck, marks[i], at(at(w, "marks"), i), r.t0_ns));
     }
     const json& allocs = ck.array(rj["allocs"], at(w, "allocs"));
-    for (size_t i = 0; i < allocs.size(); ++i)
-      recorder->add_alloc(alloc_from_json(ck, allocs[i], at(at(w, "allocs"), i), r.t0_ns));
+    AllocReplay replay(ck, rr.memory, rank);
+    for (size_t i = 0; i < allocs.size(); ++i) {
+      const std::string wi = at(at(w, "allocs"), i);
+      AllocEvent a = alloc_from_json(ck, allocs[i], wi, r.t0_ns);
+      replay.apply(a, wi, i);
+      recorder->add_alloc(std::move(a));
+    }
     r.ranks.push_back(std::move(rr));
     r.recorders.push_back(std::move(recorder));
   }
@@ -1062,8 +1140,11 @@ Recording recording_from_trace(const json& t, const std::string& file) {
 }
 
 Recording load_run_file(const std::string& path) {
-  // Traces reach 1 GiB where recordings stop at 64 MiB: events are bigger than rows.
-  const json j = read_json_file(path, "recording or trace", kTraceMaxBytes, kMaxDepth);
+  // One bound for both, the README's: a parsed JSON document takes many times
+  // its file's size in memory, and a 300 MB trace ran a bounded machine out of
+  // it (traces hold fewer events per MiB than recordings, so longer runs are
+  // best opened from their recording).
+  const json j = read_json_file(path, "recording or trace", kRecordingMaxBytes, kMaxDepth);
   if (j.is_object() && j.contains("traceEvents")) return recording_from_trace(j, path);
   return recording_from_json(j, path);
 }

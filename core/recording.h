@@ -29,7 +29,7 @@ struct Recording {
 
 // The format version this build writes and reads.
 inline constexpr int kRecordingVersion = 1;
-// Larger files are refused before they are read.
+// Larger files, recordings or traces, are refused before they are read.
 inline constexpr int64_t kRecordingMaxBytes = int64_t{64} << 20;
 
 // This machine, now, for a run that just finished here.
@@ -78,10 +78,8 @@ nlohmann::json trace_metadata(const RunResult& run, int only_rank = -1);  // thi
 // Throws ConfigError "trace 'FILE': ..." (one line).
 Recording recording_from_trace(const nlohmann::json& trace, const std::string& file);
 
-// Traces are bigger per span than recordings.
-inline constexpr int64_t kTraceMaxBytes = int64_t{1} << 30;
-
-// A recording or a trace, told apart by content (what 'gui --open' takes).
+// A recording or a trace, told apart by content (what 'gui --open' and
+// 'project' take). Either is refused over kRecordingMaxBytes without being read.
 Recording load_run_file(const std::string& path);
 
 // Reads and checks a recording. Non-regular files (directories, FIFOs, devices)

@@ -160,6 +160,27 @@ void watch_threads(const FailureBoard& failures, const std::vector<std::atomic<b
   }
 }
 
+// One process per rank: rank 0 draws the checkpoints' run id and the others
+// read it from the store, so every rank's files name the same run.
+std::string shared_run_id(const ProcessContext& p, std::chrono::milliseconds timeout) {
+  if (!p.store) throw std::logic_error("shared_run_id: a process run without a store");
+  const std::string key = "checkpoint-run-id";
+  if (p.rank == 0) {
+    const std::string id = new_run_id();
+    p.store->set(key, std::vector<char>(id.begin(), id.end()));
+    return id;
+  }
+  try {
+    p.store->wait({key}, timeout);
+    const std::vector<char> v = p.store->get(key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    throw RunError("rank " + std::to_string(p.rank) +
+                   " did not receive rank 0's checkpoint run id " + "within " +
+                   std::to_string(timeout.count()) + " ms: " + e.what());
+  }
+}
+
 RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
                    const RunCallbacks& callbacks, const ProcessContext* process,
                    const Checkpointing& ckpt) {
@@ -170,6 +191,14 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
   if (resume) {
     check_resume(cfg, *resume);
     initial = &resume->weights;
+  }
+  // Every checkpoint file of this run names it (core/train_checkpoint.h).
+  std::string run_id = ckpt.run_id;
+  if (ckpt.every > 0) {
+    check_checkpoint_dir(ckpt.dir, resume);
+    if (run_id.empty())
+      run_id = process ? shared_run_id(*process, std::chrono::milliseconds(cfg.timeout_ms))
+                       : new_run_id();
   }
   const int first_step = resume ? resume->steps_done : 0;
   // Before anything is allocated: a run that cannot fit is refused in one line
@@ -367,7 +396,8 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         }
         if (ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
           phase = "the checkpoint after step " + std::to_string(s + 1);
-          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), *device);
+          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), *device,
+                               run_id);
           // Every rank has saved (and written its loss share) before rank 0
           // makes the checkpoint count.
           if (comm) comm->barrier();
@@ -386,7 +416,7 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
               }
               losses[k] = count ? sum / count : 0.0;
             }
-            commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses);
+            commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses, run_id);
           }
         }
       }

@@ -152,6 +152,9 @@ struct Checkpointing {
   // Start from this checkpoint instead of step 0: its weights are the initial
   // values, its optimizer state is restored after setup.
   const ResumeState* resume = nullptr;
+  // Names the run in every checkpoint file; empty: a new one (one process per
+  // rank: rank 0's, handed to the others through the store).
+  std::string run_id;
 };
 
 // Validates, checks the run fits in memory (check_memory, memory_estimate.h:

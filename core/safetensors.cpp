@@ -342,16 +342,21 @@ void read_tensor(const Fd& f, const std::string& path, const Entry& e, NamedTens
   }
 }
 
-}  // namespace
+// An open file whose header has been read and checked against its size: the
+// tensors in offset order (so reading them in turn reads the data front to back).
+struct Parsed {
+  Fd f;
+  std::vector<Entry> entries;
+};
 
-std::vector<NamedTensor> load_safetensors(const std::string& path,
-                                          std::map<std::string, std::string>& metadata) {
+Parsed parse_header(const std::string& path, std::map<std::string, std::string>& metadata) {
   metadata.clear();
   // The size comes from fstat and every read is bounded by it: the header length
   // first, then the header, then (only once the header is found consistent with
   // that size) exactly the data section.
   struct stat st {};
-  const Fd f = open_regular(path, st);
+  Parsed p{open_regular(path, st), {}};
+  const Fd& f = p.f;
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8)
     bad_file(path, "only " + bytes_word(file_size) +
@@ -387,7 +392,7 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
   if (!header.is_object()) bad_file(path, "header is not a JSON object");
 
   const uint64_t data_size = file_size - 8 - header_len;
-  std::vector<Entry> entries;
+  std::vector<Entry>& entries = p.entries;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
       if (!value.is_object()) bad_file(path, "\"__metadata__\" is not a JSON object");
@@ -406,18 +411,50 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   check_tiling(path, entries, data_size);
+  return p;
+}
 
+std::vector<TensorHeader> headers_of(const std::vector<Entry>& entries) {
+  std::vector<TensorHeader> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back({e.name, e.dtype, e.shape});
+  return out;
+}
+
+}  // namespace
+
+size_t TensorHeader::numel() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);  // the reader checked it fits
+  return n;
+}
+
+std::vector<NamedTensor> load_safetensors(const std::string& path,
+                                          std::map<std::string, std::string>& metadata,
+                                          const HeaderCheck& check) {
+  const Parsed p = parse_header(path, metadata);
+  if (check) check(headers_of(p.entries), metadata);
   // Tiled: reading the tensors in offset order reads the data section front to back.
   std::vector<NamedTensor> out;
-  out.reserve(entries.size());
-  for (const Entry& e : entries) {
+  out.reserve(p.entries.size());
+  for (const Entry& e : p.entries) {
     NamedTensor t;
     t.name = e.name;
     t.shape = e.shape;
-    read_tensor(f, path, e, t);
+    read_tensor(p.f, path, e, t);
     out.push_back(std::move(t));
   }
   return out;
+}
+
+std::vector<NamedTensor> load_safetensors(const std::string& path,
+                                          std::map<std::string, std::string>& metadata) {
+  return load_safetensors(path, metadata, nullptr);
+}
+
+std::vector<TensorHeader> read_safetensors_header(const std::string& path,
+                                                  std::map<std::string, std::string>& metadata) {
+  return headers_of(parse_header(path, metadata).entries);
 }
 
 std::string find_nonfinite(const std::vector<NamedTensor>& tensors) {

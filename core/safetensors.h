@@ -2,6 +2,7 @@
 // shapes, so weights move between Shardlab and the wider ecosystem.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -41,6 +42,32 @@ std::vector<NamedTensor> load_safetensors(const std::string& path);
 // Same, and also returns the file's "__metadata__" strings (empty when it has none).
 std::vector<NamedTensor> load_safetensors(const std::string& path,
                                           std::map<std::string, std::string>& metadata);
+
+// What the header says of one tensor; known before any of its data is read.
+struct TensorHeader {
+  std::string name;
+  std::string dtype;  // F32, F16, BF16 or I64
+  std::vector<int64_t> shape;
+  size_t numel() const;
+};
+
+// Called once the header has been found consistent with the file (offsets
+// within its size, tensors tiling the data section) and before any tensor data
+// is read or allocated: a caller that expects certain tensors throws here, so
+// a 4 GiB file of the wrong shapes costs a header read, not 4 GiB.
+using HeaderCheck = std::function<void(const std::vector<TensorHeader>& tensors,
+                                       const std::map<std::string, std::string>& metadata)>;
+
+// Same, with `check` called on the header before the data is read.
+std::vector<NamedTensor> load_safetensors(const std::string& path,
+                                          std::map<std::string, std::string>& metadata,
+                                          const HeaderCheck& check);
+
+// The header alone, with every check of load_safetensors that does not need
+// the data: the tensors in file order and the metadata. Never reads the data
+// section, so it costs the header's size whatever the file's.
+std::vector<TensorHeader> read_safetensors_header(const std::string& path,
+                                                  std::map<std::string, std::string>& metadata);
 
 // Empty when every value is finite; else names the first tensor holding NaN or
 // Inf: "tensor 'w' holds 3 non-finite values of 16, the first NaN at index 5".

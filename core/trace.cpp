@@ -188,6 +188,24 @@ void write_trace(const std::string& path, const std::vector<Recorder::Snapshot>&
   write_trace_json(path, trace_to_json(ranks, t0_ns, metadata, only_rank));
 }
 
+namespace {
+
+// ", e.g. 't.rank1.json'" when the names given follow 'shardlab run --trace's
+// T.rank<R>.json: the file a missing rank would have written.
+std::string sibling_hint(const std::vector<std::string>& names, int rank) {
+  for (const std::string& n : names) {
+    const size_t at = n.rfind(".rank");
+    if (at == std::string::npos) continue;
+    size_t end = at + 5;
+    while (end < n.size() && n[end] >= '0' && n[end] <= '9') ++end;
+    if (end == at + 5) continue;
+    return ", e.g. '" + n.substr(0, at + 5) + std::to_string(rank) + n.substr(end) + "'";
+  }
+  return "";
+}
+
+}  // namespace
+
 json merge_traces(const std::vector<json>& traces, const std::vector<std::string>& names) {
   json events = json::array();
   json ranks = json::array();
@@ -197,7 +215,9 @@ json merge_traces(const std::vector<json>& traces, const std::vector<std::string
     json span;
   };
   std::map<uint64_t, End> sends, recvs;
-  int base = 0;  // the file holding rank 0 gives the merged trace its run settings and losses
+  int base = 0;        // the file holding rank 0 gives the merged trace its run settings and losses
+  int64_t world = -1;  // from the files' metadata; -1 until one says
+  std::string world_from;
   for (size_t f = 0; f < traces.size(); ++f) {
     const std::string name = f < names.size() ? names[f] : "trace " + std::to_string(f);
     const json& t = traces[f];
@@ -222,12 +242,42 @@ json merge_traces(const std::vector<json>& traces, const std::vector<std::string
       events.push_back(e);
     }
     if (mine.count(pid_of(0))) base = static_cast<int>(f);
-    for (int pid : mine)
+    for (int pid : mine) {
+      if (pid < pid_of(0))
+        throw std::runtime_error("'" + name + "' holds pid " + std::to_string(pid) +
+                                 ", which is no rank's (not a Shardlab trace?)");
       if (!pids.insert(pid).second)
         throw std::runtime_error("'" + name + "' holds rank " + std::to_string(pid - 1) +
                                  ", which an earlier file holds too (merge each rank once)");
-    ranks.push_back(t.value("metadata", json::object()));
+    }
+    const json meta = t.value("metadata", json::object());
+    if (meta.is_object() && meta.contains("world") && meta["world"].is_number_integer()) {
+      const int64_t w = meta["world"].get<int64_t>();
+      if (world < 0) {
+        world = w;
+        world_from = name;
+      } else if (w != world) {
+        throw std::runtime_error("'" + name + "' is of a run of world " + std::to_string(w) +
+                                 ", '" + world_from + "' of world " + std::to_string(world) +
+                                 " (valid: the traces of one run)");
+      }
+    }
+    ranks.push_back(meta);
   }
+  // Every rank of the run, or the merge would show a run that never was (and
+  // say nothing of it): the world from the files' metadata, else up to the
+  // highest rank given.
+  if (world < 0) world = pids.empty() ? 0 : *pids.rbegin();
+  for (int pid : pids)
+    if (pid - 1 >= world)
+      throw std::runtime_error("rank " + std::to_string(pid - 1) +
+                               " is beyond the run's world of " + std::to_string(world) +
+                               " (valid: the traces of one run)");
+  for (int64_t r = 0; r < world; ++r)
+    if (!pids.count(pid_of(static_cast<int>(r))))
+      throw std::runtime_error("no trace holds rank " + std::to_string(r) + " of the run's " +
+                               std::to_string(world) + " (valid: every rank's trace" +
+                               sibling_hint(names, static_cast<int>(r)) + ")");
   for (const auto& [id, send] : sends) {
     auto recv = recvs.find(id);
     if (recv == recvs.end()) continue;

@@ -24,8 +24,9 @@ nlohmann::json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64
 // process's t0 is rank 0's, read through the offset measured at rendezvous),
 // send->recv arrows rebuilt across files from the spans' flow ids, metadata
 // from the file holding rank 0 (else the first) with "ranks" listing each file's. Throws
-// std::runtime_error naming the file for a file that is not a Shardlab trace, or two files with the
-// same rank.
+// std::runtime_error naming the file for a file that is not a Shardlab trace, two files with the
+// same rank, files of different world sizes, or naming the rank no file holds (every rank
+// 0..world-1 must be there; the world from the metadata, else the highest rank given).
 nlohmann::json merge_traces(const std::vector<nlohmann::json>& traces,
                             const std::vector<std::string>& names);
 

@@ -1,7 +1,9 @@
 // Checkpoint files through `shardlab run` and load_params: non-finite weights
 // refused by name (unless --allow-nonfinite), a device as an output refused before
-// the run and left alone, a shifted header refused, and two runs saving to one
-// path at once both succeeding with one whole file.
+// the run and left alone, a shifted header refused, two runs saving to one
+// path at once both succeeding with one whole file, and inputs checked from
+// their headers before their data is read (sparse multi-GiB files, under a
+// memory limit).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/model.h"
+#include "core/recording.h"
 #include "core/safetensors.h"
 #include "tests/test_util.h"
 
@@ -30,6 +34,7 @@ namespace fs = std::filesystem;
 using namespace shardlab;
 using shardlab::test::CliResult;
 using shardlab::test::run_cli;
+using shardlab::test::run_shell;
 using shardlab::test::TempDir;
 
 namespace {
@@ -47,6 +52,29 @@ CliResult run_in_thread(const std::string& args) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// A safetensors file whose header is `header` (JSON) and whose data section is
+// `data_bytes` of zeros, made sparse: a 4 GiB file costs nothing to write.
+void write_sparse_safetensors(const std::string& path, std::string header, uint64_t data_bytes) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes << header;
+  fs::resize_file(path, 8 + header.size() + data_bytes);
+}
+
+// `shardlab ARGS` under a 1.5 GiB address-space limit, killed after 20 s:
+// reading a multi-GiB input whole would fail here (std::bad_alloc, exit 1).
+struct Bounded {
+  CliResult r;
+  double seconds;
+};
+Bounded run_bounded(const std::string& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliResult r = run_shell("ulimit -v 1572864; timeout -s KILL 20 " +
+                                std::string(SHARDLAB_BIN) + " " + args + " 2>&1");
+  return {r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
 bool same(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
@@ -182,4 +210,75 @@ TEST_CASE("two runs saving to one path at once: both exit 0, one whole file", "[
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir.path)) left.push_back(e.path().filename());
   CHECK(left.size() == 3);  // a, b, final: no temporaries
+}
+
+TEST_CASE("inputs are checked from their headers before their data is read", "[files][cli]") {
+  TempDir dir;
+  const ModelLayout layout(ModelSpec::parse("mlp:2x16"));
+  const ParamInfo& p0 = layout.params().at(0);
+
+  // --init-from: a 4 GiB file whose first tensor has the wrong shape is refused
+  // from its header, at once and without reading it.
+  const std::string big = dir.file("big.safetensors");
+  const uint64_t four_gib = uint64_t{4} << 30;
+  write_sparse_safetensors(big,
+                           "{\"" + p0.name +
+                               "\":{\"dtype\":\"F32\",\"shape\":[65536,16384],\"data_offsets\":"
+                               "[0," +
+                               std::to_string(four_gib) + "]}}",
+                           four_gib);
+  Bounded b = run_bounded(kSmall + "--init-from " + big);
+  INFO(b.r.out);
+  CHECK(b.r.code == 2);
+  CHECK(b.seconds < 1.0);
+  CHECK(b.r.out.find("error: --init-from '" + big + "': tensor '" + p0.name +
+                     "' has shape [65536,16384], model mlp:2x16 needs [16,16]") !=
+        std::string::npos);
+  CHECK(std::count(b.r.out.begin(), b.r.out.end(), '\n') == 1);
+  CHECK_THROWS_WITH(load_params(big, layout), Catch::Contains("has shape [65536,16384]"));
+  // The size is checked against the header's offsets before anything else: a
+  // header claiming more data than the file holds.
+  const std::string short_file = dir.file("short.safetensors");
+  write_sparse_safetensors(
+      short_file,
+      "{\"" + p0.name + "\":{\"dtype\":\"F32\",\"shape\":[16,16],\"data_offsets\":[0,1024]}}", 100);
+  b = run_bounded(kSmall + "--init-from " + short_file);
+  CHECK(b.r.code == 2);
+  CHECK(b.r.out.find("outside the data section") != std::string::npos);
+  std::map<std::string, std::string> meta;
+  const auto header = read_safetensors_header(big, meta);
+  REQUIRE(header.size() == 1);
+  CHECK(header[0].numel() == size_t{1} << 30);
+
+  // sample --from: a 250-byte file whose metadata claims a 3 GiB model is
+  // refused from its header, before the model's weights are allocated.
+  const std::string claim = dir.file("claim.safetensors");
+  save_safetensors(claim, {NamedTensor{"x", {2}, {1.0f, 2.0f}}},
+                   {{"model", "gpt:16x2048x1"}, {"vocabulary", "ab\n"}, {"seq", "64"}});
+  CHECK(fs::file_size(claim) < 300);
+  b = run_bounded("sample --from " + claim);
+  INFO(b.r.out);
+  CHECK(b.r.code == 2);
+  CHECK(b.seconds < 1.0);
+  CHECK(b.r.out.find("error: --from '" + claim + "' has no tensor '") != std::string::npos);
+  CHECK(b.r.out.find("(model gpt:16x2048x1") != std::string::npos);
+
+  // gui --open and project: files over the README's 64 MiB are refused unread,
+  // a recording or a trace alike (a 300 MB trace once ran a bounded machine out
+  // of memory while being parsed).
+  for (const uint64_t size : {(uint64_t{64} << 20) + 1, uint64_t{300} << 20}) {
+    const std::string trace = dir.file("big-" + std::to_string(size) + ".json");
+    { std::ofstream(trace) << "{\"traceEvents\":["; }
+    fs::resize_file(trace, size);
+    for (const std::string& cmd : {"gui --open " + trace, "project " + trace}) {
+      b = run_bounded(cmd);
+      INFO(cmd << ": " << b.r.out);
+      CHECK(b.r.code == 2);
+      CHECK(b.seconds < 1.0);
+      CHECK(b.r.out.find("error: recording or trace '" + trace + "': is " + std::to_string(size) +
+                         " bytes, more than the 64 MiB a recording or trace may have") !=
+            std::string::npos);
+    }
+    CHECK_THROWS_WITH(load_run_file(trace), Catch::Contains("more than the 64 MiB"));
+  }
 }

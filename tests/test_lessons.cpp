@@ -937,16 +937,60 @@ TEST_CASE("lesson list shows the app's saved progress, read only", "[lessons]") 
     out << R"({"format":1,"lang":"en","current_lesson":"example",)"
         << R"("lessons":{"example":{"step":1,"answers":{},"revealed":[0]}}})";
   }
-  auto r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) + " lesson list 2>&1");
+  auto r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) +
+                           " lesson list 2>&1");
   CHECK(r.code == 0);
   CHECK(r.out.find("[1/2 steps revealed]") != std::string::npos);
-  r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) + " lesson list --lang zh 2>&1");
+  r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) +
+                      " lesson list --lang zh 2>&1");
   CHECK(r.out.find("[已揭晓 1/2 步]") != std::string::npos);
   // An unreadable progress file: no progress shown, and the file stays where it is.
   { std::ofstream(file) << "{ not json"; }
-  r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) + " lesson list 2>&1");
+  r = test::run_shell("XDG_STATE_HOME=" + state + " " + std::string(SHARDLAB_BIN) +
+                      " lesson list 2>&1");
   CHECK(r.code == 0);
   CHECK(r.out.find("revealed]") == std::string::npos);
   CHECK(std::filesystem::exists(file));
   unsetenv("SHARDLAB_LESSONS");
+}
+
+TEST_CASE("control characters in lessons are refused by file and field, and printed escaped",
+          "[lessons]") {
+  // lesson check names each file and field in one line, and the terminal never
+  // receives an escape from a lesson (a clear screen, an OSC 52 clipboard write).
+  const std::string bad = kTests + "/lessons_bad/";
+  const auto r = run_cli("lesson check " + bad + "control_title.toml " + bad +
+                         "control_osc52.toml " + bad + "control_key.toml " + kExample);
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(r.out.find('\x07') == std::string::npos);
+  CHECK(r.out.find(bad + "control_title.toml:4: title.en: holds control character U+001B "
+                         "(escape) at character 1") != std::string::npos);
+  CHECK(r.out.find(bad + "control_osc52.toml:9: step 1: text.en: holds control character") !=
+        std::string::npos);
+  CHECK(r.out.find(bad + "control_key.toml:5: \\x1b[2J: unknown key '\\x1b[2J'") !=
+        std::string::npos);
+  CHECK(r.out.find("ok: " + kExample) != std::string::npos);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 4);
+
+  CHECK(find_control_character("plain text,\ttabs,\nnewlines and CRLF\r\n中文") == "");
+  CHECK(find_control_character("a\rb") == "U+000D at character 2");
+  CHECK(find_control_character("中\xc2\x9d") == "U+009D at character 2");
+  CHECK(find_control_character("x\x7f") == "U+007F at character 2");
+
+  // Whatever slips through is shown, not obeyed.
+  CHECK(escape_controls("a\x1b[2Jb\n\tc\r\nd\x07\xc2\x9b中") == "a\\x1b[2Jb\n\tc\nd\\x07\\u009b中");
+  CHECK(escape_controls("a\nb\tc", false) == "a\\x0ab\\x09c");
+  Markdown md = parse_markdown("Copy this.");
+  REQUIRE(!md.empty());
+  REQUIRE(!md[0].runs.empty());
+  md[0].runs[0].text = "Copy \x1b]52;c;cm0gLXJmIH4K\x07 this.";
+  for (bool ansi : {false, true}) {
+    const std::string out = render_terminal(md, 80, ansi);
+    INFO(out);
+    CHECK(out.find("\\x1b]52;c;cm0gLXJmIH4K\\x07") != std::string::npos);
+    CHECK(out.find("\x1b]") == std::string::npos);
+    CHECK(out.find('\x07') == std::string::npos);
+  }
 }

@@ -272,8 +272,8 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
   {
     json old = good;
     old["span_columns"] = json::array();
-    for (const char* c : {"t_begin_ns", "t_end_ns", "lane", "kind", "layer", "micro_batch",
-                          "step", "bytes", "peer", "flow_id"})
+    for (const char* c : {"t_begin_ns", "t_end_ns", "lane", "kind", "layer", "micro_batch", "step",
+                          "bytes", "peer", "flow_id"})
       old["span_columns"].push_back(c);
     old.erase("mark_columns");
     for (json& r : old["ranks"]) {
@@ -702,4 +702,133 @@ TEST_CASE("traces that cannot be shown are refused in one line naming the file",
   CHECK(load_run_file(path).from_trace);
   write_text(path, recording_to_json(r, describe_origin(r)).dump());
   CHECK_FALSE(load_run_file(path).from_trace);
+}
+
+TEST_CASE("impossible allocation events are refused, naming the event", "[recording]") {
+  TempDir dir;
+  const json good = valid_json();
+  const std::string path = dir.file("allocs.shardrec");
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json j = good;
+    edit(j);
+    write_text(path, j.dump());
+    return path;
+  };
+  // Rank 0's first allocation with a size, and the event that frees it.
+  const json& allocs = good["ranks"][0]["allocs"];
+  size_t alloc_at = 0, free_at = 0;
+  while (allocs.at(alloc_at)[1].get<int64_t>() <= 0) ++alloc_at;
+  const uint64_t id = allocs[alloc_at][2].get<uint64_t>();
+  const int64_t bytes = allocs[alloc_at][1].get<int64_t>();
+  for (free_at = alloc_at + 1; free_at < allocs.size(); ++free_at)
+    if (allocs[free_at][2].get<uint64_t>() == id) break;
+  REQUIRE(free_at < allocs.size());
+  REQUIRE(allocs[free_at][1].get<int64_t>() == -bytes);
+  const std::string at_free = "ranks[0].allocs[" + std::to_string(free_at) + "]";
+  const int64_t peak = good["ranks"][0]["memory"]["device"]["peak_total"].get<int64_t>();
+
+  require_refused(with([&](json& j) { j["ranks"][0]["allocs"][free_at][2] = 987654321; }),
+                  at_free + ": frees buffer 987654321 '");
+  require_refused(with([&](json& j) { j["ranks"][0]["allocs"][free_at][2] = 987654321; }),
+                  "', which was never allocated");
+  require_refused(with([&](json& j) {
+                    json& a = j["ranks"][0]["allocs"];
+                    a.insert(a.begin() + static_cast<std::ptrdiff_t>(free_at) + 1, a[free_at]);
+                  }),
+                  "ranks[0].allocs[" + std::to_string(free_at + 1) + "]: frees buffer " +
+                      std::to_string(id) + " ");
+  require_refused(
+      with([&](json& j) {
+        json& a = j["ranks"][0]["allocs"];
+        a.insert(a.begin() + static_cast<std::ptrdiff_t>(free_at) + 1, a[free_at]);
+      }),
+      "a second time (allocated at allocs[" + std::to_string(alloc_at) + "], already freed)");
+  require_refused(with([&](json& j) { j["ranks"][0]["allocs"][free_at][1] = -bytes - 4; }),
+                  "frees " + std::to_string(bytes + 4) + " bytes");
+  // 1536 TiB on a model of a few KiB: three 512 TiB buffers, each far above
+  // the rank's recorded peak.
+  require_refused(with([&](json& j) {
+                    for (int k = 0; k < 3; ++k)
+                      j["ranks"][0]["allocs"].push_back(
+                          {5, int64_t{512} << 40, 900000 + k, "temporary", "device", "huge"});
+                  }),
+                  "ranks[0].allocs[" + std::to_string(allocs.size()) +
+                      "]: allocates 562949953421312 bytes (512.00 TiB) for buffer 900000 "
+                      "'huge', more than rank 0's recorded peak of " +
+                      std::to_string(peak));
+  // Buffers each within the peak that together exceed it: never freed.
+  require_refused(
+      with([&](json& j) {
+        for (int k = 0; k < 3; ++k)
+          j["ranks"][0]["allocs"].push_back({5, peak, 900000 + k, "temporary", "device", "leak"});
+      }),
+      "brings rank 0's live device memory to");
+  require_refused(with([&](json& j) {
+                    j["ranks"][0]["allocs"].push_back({5, 16, id, "temporary", "device", "again"});
+                  }),
+                  "allocates buffer " + std::to_string(id) +
+                      " 'again' again (first allocated at "
+                      "allocs[" +
+                      std::to_string(alloc_at) + "]");
+  // The real run's events replay within its peaks.
+  write_text(path, good.dump());
+  CHECK_NOTHROW(load_recording(path));
+}
+
+TEST_CASE("trace merge refuses a run with a rank missing, naming the rank", "[recording][trace]") {
+  const RunResult r = run_training(small("ddp", 2));
+  TempDir dir;
+  const std::string r0 = dir.file("t.rank0.json"), r1 = dir.file("t.rank1.json"),
+                    out = dir.file("m.json");
+  write_text(r0, trace_of(r, 0).dump());
+  write_text(r1, trace_of(r, 1).dump());
+  for (const std::string& only : {r0, r1}) {
+    const shardlab::test::TimedCliResult m =
+        shardlab::test::run_cli_within("trace merge --out " + out + " " + only, 20);
+    INFO(m.out);
+    CHECK(m.code == 2);
+    CHECK(m.seconds < 1.0);
+    CHECK(std::count(m.out.begin(), m.out.end(), '\n') == 1);
+    const std::string missing = only == r0 ? "1" : "0";
+    CHECK(m.out == "error: no trace holds rank " + missing +
+                       " of the run's 2 (valid: every rank's trace, e.g. '" +
+                       dir.file("t.rank" + missing + ".json") + "')\n");
+    CHECK_FALSE(fs::exists(out));
+  }
+  CHECK(shardlab::test::run_cli("trace merge --out " + out + " " + r0 + " " + r1).code == 0);
+  CHECK(load_run_file(out).run.cfg.world == 2);
+  // Files of two runs of different sizes are not one run.
+  json other = trace_of(r, 1);
+  other["metadata"]["world"] = 3;
+  CHECK_THROWS_WITH(merge_traces({trace_of(r, 0), other}, {"a.json", "b.json"}),
+                    "'b.json' is of a run of world 3, 'a.json' of world 2 (valid: the traces of "
+                    "one run)");
+  // Without a world in the metadata, every rank up to the highest given.
+  json bare = trace_of(r, 1);
+  bare["metadata"] = json::object();
+  CHECK_THROWS_WITH(merge_traces({bare}, {"x.json"}), Catch::Contains("no trace holds rank 0"));
+}
+
+TEST_CASE("a run's allocation events replay to its recorded peaks exactly", "[recording]") {
+  // The allocator records each event under its lock, with the totals' change:
+  // a comm thread's scratch buffers (ddp's overlap, the pipelines' sends)
+  // cannot interleave differently in the events than in the totals.
+  for (const char* strategy : {"ddp", "zero3", "fsdp", "1f1b"}) {
+    RunConfig c = small(strategy, 3);
+    c.batch = 12;
+    if (std::string(strategy) == "1f1b") c.micro_batches = 3;
+    const RunResult r = run_training(c);
+    for (int rank = 0; rank < c.world; ++rank) {
+      std::array<int64_t, 2> live{}, most{};
+      for (const AllocEvent& a : r.recorders[rank]->snapshot().allocs) {
+        int64_t& l = live[static_cast<int>(a.pool)];
+        l += a.delta_bytes;
+        most[static_cast<int>(a.pool)] = std::max(most[static_cast<int>(a.pool)], l);
+      }
+      INFO(strategy << " rank " << rank);
+      CHECK(most[0] == r.ranks[rank].memory.device.peak_total);
+      CHECK(most[1] == r.ranks[rank].memory.host.peak_total);
+      CHECK(live[0] == 0);  // every buffer freed by the end
+    }
+  }
 }

@@ -19,6 +19,7 @@
 #include "app/args.h"
 #include "app/config_args.h"
 #include "app/lesson/lesson_file.h"
+#include "app/lesson/terminal.h"
 #include "core/model.h"
 #include "core/pipeline_analysis.h"
 #include "core/strategy.h"
@@ -35,8 +36,10 @@ using app::config_from;
 using app::run_flags;
 using app::run_options;
 
+// The message may quote the file (a key, a value): printed, it shows control
+// characters rather than letting them act on the terminal.
 LessonError::LessonError(std::string file, int line, std::string key, const std::string& message)
-    : ConfigError(file + ":" + std::to_string(line) + ": " + message),
+    : ConfigError(escape_controls(file + ":" + std::to_string(line) + ": " + message, false)),
       file_(std::move(file)),
       line_(line),
       key_(std::move(key)) {}
@@ -158,7 +161,15 @@ struct Table {
   std::string string(const std::string& key) const {
     const toml::node& n = need(key);
     if (!n.is_string()) fail(key, std::string("must be a string, not ") + type_name(n));
-    return n.as_string()->get();
+    return checked_text(key, n.as_string()->get());
+  }
+  // Lesson strings reach terminals (lesson show/run): a control character there
+  // (an escape clearing the screen, an OSC 52 clipboard write) would act, not show.
+  const std::string& checked_text(const std::string& key, const std::string& s) const {
+    if (const std::string bad = find_control_character(s); !bad.empty())
+      fail(key, "holds control character " + bad +
+                    " (valid: text without control characters; newlines and tabs are fine)");
+    return s;
   }
   std::optional<std::string> opt_string(const std::string& key) const {
     if (!get(key)) return std::nullopt;
@@ -263,7 +274,7 @@ std::optional<std::string> run_argument(const Table& rt, const std::string& key,
   }
   std::string text;
   if (v.is_string())
-    text = v.as_string()->get();
+    text = rt.checked_text(key, v.as_string()->get());
   else if (v.is_integer())
     text = std::to_string(v.as_integer()->get());
   else if (v.is_floating_point())

@@ -4,6 +4,7 @@
 #include "app/lesson/terminal.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 namespace shardlab::lesson {
@@ -217,7 +218,56 @@ int display_width(const std::string& s) {
   return w;
 }
 
-std::string render_terminal(const Markdown& blocks, int width, bool ansi, int indent) {
+std::string escape_controls(const std::string& s, bool keep_lines) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const unsigned char next = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+    char buf[8];
+    if (keep_lines && (c == '\n' || c == '\t')) {
+      out += static_cast<char>(c);
+    } else if (keep_lines && c == '\r' && next == '\n') {
+      continue;  // a CRLF line end: the newline alone
+    } else if (c < 0x20 || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {
+      // C1 controls (U+0080..U+009F), UTF-8 C2 80..C2 9F: some terminals take
+      // U+009B as ESC [ and U+009D as ESC ].
+      std::snprintf(buf, sizeof buf, "\\u%04x", next);
+      out += buf;
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string find_control_character(const std::string& s) {
+  size_t i = 0, chars = 0;
+  while (i < s.size()) {
+    const size_t at = i;
+    const uint32_t cp = next_cp(s, i);
+    ++chars;
+    const bool crlf = cp == '\r' && at + 1 < s.size() && s[at + 1] == '\n';
+    if (cp == '\n' || cp == '\t' || crlf) continue;
+    if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
+      return std::string(buf) + (cp == 0x1b ? " (escape)" : "") + " at character " +
+             std::to_string(chars);
+    }
+  }
+  return "";
+}
+
+std::string render_terminal(const Markdown& source, int width, bool ansi, int indent) {
+  // What a file says is shown, never obeyed: its control characters escaped.
+  Markdown blocks = source;
+  for (Block& b : blocks)
+    for (TextRun& r : b.runs) r.text = escape_controls(r.text);
   const std::string pad(static_cast<size_t>(indent), ' ');
   std::string out;
   BlockKind prev = BlockKind::paragraph;
