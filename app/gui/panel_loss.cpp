@@ -72,7 +72,7 @@ void draw_loss(App& app) {
   if (n <= 60)
     for (int i = 0; i < n; ++i) dl->AddCircleFilled(ImVec2(X(i), Y(loss[i])), 3, line);
   // The playhead's step.
-  const int st = app.data.step_at(static_cast<int64_t>(s.playhead.t));
+  const int st = app.replayed().step_at(static_cast<int64_t>(s.playhead.t));
   if (st >= 0 && st < n) dl->AddLine(ImVec2(X(st), top), ImVec2(X(st), bottom), ui.playhead, 1.5f);
   if (ImGui::IsItemHovered()) {
     const float mx = ImGui::GetIO().MousePos.x;
