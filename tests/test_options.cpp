@@ -308,6 +308,7 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
       {"gui", "frames"},
       {"gui", "font-scale"},
       {"gui", "size"},
+      {"gui", "projected"},
       {"gui --lesson ranks", "lesson-step"},
       {"estimate --params 1e6 --strategy ddp", "world"},
       {"estimate --world 2 --strategy ddp", "params"}};

@@ -178,33 +178,54 @@ void App::compare_from_form() {
 
 void App::toggle_replay() {
   Playhead& p = state.playhead;
+  const RunData& d = replayed();
   if (p.playing) {
     p.playing = false;
     return;
   }
-  if (p.live || p.t >= static_cast<double>(data.t_end)) p.t = data.view_begin();
+  if (p.live || p.t >= static_cast<double>(d.t_end)) p.t = d.view_begin();
   p.live = false;
   p.playing = true;
 }
 
 void App::next_event() {
   state.playhead.playing = state.playhead.live = false;
-  state.playhead.t = gui::next_event(data.event_times, state.playhead.t);
+  state.playhead.t = gui::next_event(replayed().event_times, state.playhead.t);
 }
 
 void App::next_collective() {
   state.playhead.playing = state.playhead.live = false;
-  state.playhead.t = gui::next_collective(data, state.playhead.t);
+  state.playhead.t = gui::next_collective(replayed(), state.playhead.t);
 }
 
 void App::prev_event() {
   state.playhead.playing = state.playhead.live = false;
-  state.playhead.t = gui::prev_event(data.event_times, state.playhead.t);
+  state.playhead.t = gui::prev_event(replayed().event_times, state.playhead.t);
 }
 
 void App::set_playhead(double t) {
   state.playhead.playing = state.playhead.live = false;
-  state.playhead.t = std::clamp(t, 0.0, static_cast<double>(data.t_end));
+  state.playhead.t = std::clamp(t, 0.0, static_cast<double>(replayed().t_end));
+}
+
+const RunData& App::replayed() const {
+  return state.playhead.projected && projection.ok() ? projection.data : data;
+}
+
+double App::playhead_on(const RunData& d) const {
+  const Playhead& p = state.playhead;
+  const bool on_projected = &d == &projection.data && projection.ok();
+  if (!projection.ok() || on_projected == p.projected) return p.t;
+  return on_projected ? map_clock(projection.measured_marks, projection.projected_marks, p.t)
+                      : map_clock(projection.projected_marks, projection.measured_marks, p.t);
+}
+
+void App::set_playhead_on(const RunData& d, double t) {
+  const bool on_projected = &d == &projection.data && projection.ok();
+  if (projection.ok() && on_projected != state.playhead.projected)
+    t = on_projected ? map_clock(projection.projected_marks, projection.measured_marks, t)
+                     : map_clock(projection.measured_marks, projection.projected_marks, t);
+  set_playhead(t);
 }
 
 void App::open_lessons() {
@@ -280,9 +301,10 @@ void App::show_step(StepShow show) {
 
 void App::poll() {
   if (session.poll(data, losses)) {
-    if (state.playhead.live) state.playhead.t = static_cast<double>(data.t_live());
+    if (state.playhead.live && !state.playhead.projected)
+      state.playhead.t = static_cast<double>(data.t_live());
     if (state.timeline.follow)
-      fit_steps(state.timeline.vp, data, state.timeline.one_step, state.playhead.t,
+      fit_steps(state.timeline.vp, data, state.timeline.one_step, playhead_on(data),
                 run_active() && state.playhead.live);
   }
   // The compare panel fits its time scale again to take in each run that arrives.
@@ -457,8 +479,12 @@ void App::frame(double wall_dt) {
     if (lessons.save(&progress_error)) progress_error.clear();
   }
   validate_form();
+  // Before the shortcuts and the views: they read the playhead on its clock.
+  refresh_projection(projection, state.playhead, run_active() ? nullptr : shown_result(), data,
+                     run_active(), state.timeline.projected_link, state.timeline.projected,
+                     state.projected_clock);
   handle_shortcuts(*this);
-  advance(state.playhead, wall_dt, static_cast<double>(data.t_end));
+  advance(state.playhead, wall_dt, static_cast<double>(replayed().t_end));
 
   const ImGuiIO& io = ImGui::GetIO();
   ImGui::SetNextWindowPos(ImVec2(0, 0));
@@ -504,10 +530,10 @@ void App::frame(double wall_dt) {
       draw_memory(*this);
       break;
     case View::cluster:
-      draw_cluster(*this);
+      draw_cluster(*this, replayed());
       break;
     case View::camping:
-      draw_camping(*this);
+      draw_camping(*this, replayed());
       break;
     case View::compare:
       draw_compare(*this);

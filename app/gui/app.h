@@ -11,6 +11,7 @@
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/key_taps.h"
 #include "app/gui/logic/lesson_player.h"
+#include "app/gui/logic/projected_run.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
 #include "core/recording.h"
@@ -49,7 +50,14 @@ class App {
   void next_event();
   void prev_event();
   void next_collective();
-  void set_playhead(double t);
+  void set_playhead(double t);  // t on the playhead's clock (replayed())
+  // The run the playhead replays: the projected one while it is on that clock
+  // (the cluster and camping views' "as on N devices"), else the measured one.
+  const RunData& replayed() const;
+  // The playhead on `d`'s clock (`d`: the measured or the projected run; any
+  // other run reads the measured clock), and set from a time on it.
+  double playhead_on(const RunData& d) const;
+  void set_playhead_on(const RunData& d, double t);
 
   // Lessons: open the panel (loading the lessons the first time), and show a
   // step's finished runs in every view, with its view, seek and highlight.
@@ -64,6 +72,9 @@ class App {
   AppState state;
   RunSession session;
   RunData data;
+  // The run on screen as on one device per rank (timeline.projected_link),
+  // made when the timeline or the replay clock asks for it.
+  ProjectedRun projection;
   std::vector<double> losses;
   CompareSession compare_session;
   std::vector<CompareEntry> compare;

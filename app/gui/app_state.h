@@ -29,6 +29,10 @@ struct TimelineState {
   bool one_step = false;   // following fits one training step, not all (pipelines open so)
   bool show_flows = true;  // send -> recv lines
   bool dragging = false;   // a pan is in progress (so a release is not a click)
+  // "As on N devices": the finished run projected onto one device per rank joined
+  // by `projected_link` (core/predict), drawn under the measured rows on their time scale.
+  bool projected = false;
+  std::string projected_link = kCompareLink;  // also the cluster and camping views' clock's
   // The per-stage pipeline table of the finished run, computed once per run.
   std::vector<StageRow> stage_rows;
   const void* stage_rows_of = nullptr;  // the RunResult they came from
@@ -104,6 +108,9 @@ struct AppState {
   std::string form_note;
   TimelineState timeline;
   Playhead playhead;
+  // The cluster and camping views replay the projected run (timeline.projected_link),
+  // the playhead on its clock, instead of the one measured here.
+  bool projected_clock = false;
   CompareState compare;
   ExportState exports;
   PresenterState presenter;

@@ -4,11 +4,14 @@
 // writes the window to a PNG (how tests and docs see the app).
 #include "app/gui/gui.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "app/args.h"
 #include "app/commands.h"
@@ -18,6 +21,7 @@
 #include "app/gui/window.h"
 #include "app/lesson/lesson.h"
 #include "core/checkpoint.h"
+#include "core/predict/projection.h"
 #include "core/recording.h"
 #include "core/strategy.h"
 
@@ -69,6 +73,11 @@ gui options:
                       begins, 1: the last step ends; default 1)
   --at-collective     then move the playhead to the middle of the next collective (pieces in
                       flight in the cluster and camping views)
+  --projected LINK    show the run as on one dedicated device per rank joined by LINK as
+                      well (loopback, pcie4, nvlink-h100, eth100, ib400, or BW,LAT such as
+                      25,5 for 25 GB/s and 5 us): the timeline draws it under the rows
+                      measured here, on one time scale, and the cluster and camping views
+                      replay its clock (the toggles beside the views' captions)
   --check-display     exit 0 if a window can be opened, 1 if not (for scripts)
 
 lessons (the Lessons panel beside the view; L in the app):
@@ -92,7 +101,7 @@ const std::set<std::string> kOptions = {
     "device",       "backend",    "stages",    "micro-batches", "partition", "view",
     "compare",      "screenshot", "frames",    "replay-at",     "size",      "font-scale",
     "compare-show", "open",       "lesson",    "lesson-step",   "lang",      "answer",
-    "seq",          "data"};
+    "seq",          "data",       "projected"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
                                       "recompute",     "presenter",   "check-display", "no-record",
                                       "at-collective", "lessons",     "run-step",      "reveal",
@@ -169,6 +178,21 @@ int cmd_gui(int argc, char** argv) {
       throw ConfigError("--size '" + *size +
                         "' is invalid (valid: WxH from 320x240, e.g. 1600x1000)");
   }
+  // "As on N devices" over this link (checked now: a bad name is one line and exit 2).
+  const std::string projected_link = a.str("projected", "");
+  if (a.has("projected")) {
+    const std::vector<std::string> names = link_preset_names();
+    if (std::find(names.begin(), names.end(), projected_link) == names.end()) {
+      std::string valid;
+      for (const std::string& n : names) valid += n + ", ";
+      try {
+        parse_link(projected_link);  // BW,LAT
+      } catch (const ConfigError&) {
+        throw ConfigError("--projected '" + projected_link + "' is invalid (valid: " + valid +
+                          "or BW,LAT such as 25,5 for 25 GB/s and 5 us)");
+      }
+    }
+  }
   // The compare selector's slots: the list as given, or the default the panel starts with.
   std::vector<CompareSlot> compare_slots;
   if (!opened)
@@ -239,6 +263,11 @@ int cmd_gui(int argc, char** argv) {
   if (a.has("presenter")) {
     app.state.request_fullscreen_toggle = true;
   }
+  if (a.has("projected")) {
+    app.state.timeline.projected = true;
+    app.state.timeline.projected_link = projected_link;
+    app.state.projected_clock = true;
+  }
   if (!compare_slots.empty()) app.state.compare.slots = compare_slots;
   app.state.compare.picture = *show;
   if (a.has("lang")) {  // every view's language, the lessons' too
@@ -308,12 +337,12 @@ int cmd_gui(int argc, char** argv) {
             const double b = d.step_begin.empty() || d.step_begin[0] < 0
                                  ? d.view_begin()
                                  : static_cast<double>(d.step_begin[0]);
-            app.set_playhead(b + replay_at * (static_cast<double>(d.t_live()) - b));
+            app.set_playhead_on(d, b + replay_at * (static_cast<double>(d.t_live()) - b));
           }
           if (a.has("at-collective")) app.next_collective();
           if (!lesson_run) {  // a lesson step has placed the view itself
             fit_steps(app.state.timeline.vp, app.data, app.state.timeline.one_step,
-                      app.state.playhead.t, false);
+                      app.playhead_on(app.data), false);
             app.state.timeline.follow = true;
           }
         }
@@ -359,6 +388,11 @@ int cmd_gui(int argc, char** argv) {
       }
       if (s == RunState::failed) {
         std::fprintf(stderr, "error: %s\n", app.session.error().c_str());
+        rc = 1;
+      }
+      // The picture was asked to show the projection: without one it shows a reason instead.
+      if (a.has("projected") && rc == 0 && !app.projection.ok()) {
+        std::fprintf(stderr, "error: %s\n", projection_reason(app.projection).c_str());
         rc = 1;
       }
       std::printf("screenshot written to %s (%dx%d, view %s)\n", shot.c_str(),

@@ -203,10 +203,9 @@ void text_in(ImDrawList* dl, const Rect& r, ImU32 col, const std::string& text, 
 
 }  // namespace
 
-void draw_camping(App& app) {
+void draw_camping(App& app, const RunData& d) {
   const Tr tr = app.tr();
   AppState& s = app.state;
-  const RunData& d = app.data;
   const bool hc = s.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   if (d.world == 0) {
@@ -214,8 +213,9 @@ void draw_camping(App& app) {
         "%s", tr("No run yet. Press Run (R): the ranks become hikers who share their gear."));
     return;
   }
+  draw_clock_choice(app);
   const int64_t t = static_cast<int64_t>(s.playhead.t);
-  const int64_t fade = fade_ns_for(app);
+  const int64_t fade = fade_ns_for(app, d);
   const bool pipeline = is_pipeline(d.cfg.strategy);
 
   std::vector<CardContents> cards;

@@ -80,17 +80,41 @@ void dashed_rect(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float dash, floa
 // Gathered copies fade over ~0.4 s of wall time at the current replay speed,
 // kept between 1% and 10% of a step: visible in a still picture, gone before
 // the next layer's copy arrives.
-int64_t fade_ns_for(const App& app) {
-  const RunData& d = app.data;
+int64_t fade_ns_for(const App& app, const RunData& d) {
   const double step = d.cfg.steps > 0 ? static_cast<double>(d.t_end) / d.cfg.steps : 1e6;
   return static_cast<int64_t>(
       std::clamp(app.state.playhead.speed * 0.4e9, step * 0.01, step * 0.1));
 }
 
-void draw_cluster(App& app) {
+void draw_clock_choice(App& app) {
   const Tr tr = app.tr();
   AppState& s = app.state;
-  const RunData& d = app.data;
+  const int world = app.data.world;
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted(tr("clock:"));
+  ImGui::SameLine();
+  if (ImGui::RadioButton(tr("measured here"), !s.projected_clock)) s.projected_clock = false;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("%s", tr("replay the run as it ran on this machine (ranks may share cores)"));
+  ImGui::SameLine();
+  const std::string as_on = strf(tr("as on %d devices"), world) + "###as_on_clock";
+  if (ImGui::RadioButton(as_on.c_str(), s.projected_clock)) s.projected_clock = true;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s", tr("replay the run as on one dedicated device per rank, joined by the link beside: "
+                 "each span costs its thread's CPU time, each transfer what the link says. "
+                 "Switching clocks keeps the playhead in its step."));
+  ImGui::SameLine();
+  link_combo(app, "##clock_link");
+  if (s.projected_clock && !app.projection.ok()) {
+    ImGui::SameLine(0, 12);
+    ImGui::TextDisabled("%s", projection_reason(app.projection, tr).c_str());
+  }
+}
+
+void draw_cluster(App& app, const RunData& d) {
+  const Tr tr = app.tr();
+  AppState& s = app.state;
   const bool hc = s.presenter.high_contrast;
   const UiColors& ui = ui_colors(hc);
   if (d.world == 0) {
@@ -98,8 +122,9 @@ void draw_cluster(App& app) {
                                 "buffers it holds."));
     return;
   }
+  draw_clock_choice(app);
   const int64_t t = static_cast<int64_t>(s.playhead.t);
-  const int64_t fade = fade_ns_for(app);
+  const int64_t fade = fade_ns_for(app, d);
   const Naming naming;
 
   const std::vector<Piece> pieces = pieces_in_flight(d, t);

@@ -122,7 +122,7 @@ void draw_loss(App& app) {
     }
   }
   // The playhead's step.
-  const int st = app.data.step_at(static_cast<int64_t>(s.playhead.t));
+  const int st = app.replayed().step_at(static_cast<int64_t>(s.playhead.t));
   if (st >= 0 && st < n) dl->AddLine(ImVec2(X(st), top), ImVec2(X(st), bottom), ui.playhead, 1.5f);
   if (ImGui::IsItemHovered()) {
     const float mx = ImGui::GetIO().MousePos.x;

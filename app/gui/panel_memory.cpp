@@ -164,7 +164,7 @@ void draw_memory(App& app) {
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const bool hovered = ImGui::IsItemHovered();
   if (ImGui::IsItemDeactivated() && !s.timeline.dragging && mouse.x >= vp.x0)
-    app.set_playhead(vp.t_of(mouse.x));
+    app.set_playhead_on(d, vp.t_of(mouse.x));
   if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
     fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
     s.timeline.follow = true;
@@ -175,7 +175,7 @@ void draw_memory(App& app) {
   dl->PushClipRect(origin, ImVec2(origin.x + chart_w, origin.y + avail.y), true);
   draw_time_axis(dl, vp, origin.y, axis_h, ui);
   std::vector<StackColumn> cols;
-  const int64_t playhead = static_cast<int64_t>(s.playhead.t);
+  const int64_t playhead = static_cast<int64_t>(app.playhead_on(d));
   for (int i = 0; i < rows; ++i) {
     const float top = origin.y + axis_h + i * (row_h + row_gap);
     const float bottom = top + row_h;
@@ -210,7 +210,7 @@ void draw_memory(App& app) {
       stack_tooltip(title.c_str(), bytes_at(*series[i], t), tr);
     }
   }
-  const float xp = vp.x_of(s.playhead.t);
+  const float xp = vp.x_of(app.playhead_on(d));
   if (xp >= vp.x0 && xp <= x_end)
     dl->AddLine(ImVec2(xp, origin.y), ImVec2(xp, origin.y + axis_h + rows * (row_h + row_gap)),
                 ui.playhead, 2.0f);
@@ -219,7 +219,7 @@ void draw_memory(App& app) {
   // Right: the state at the playhead, one bar per row, same scale as the charts.
   const float bx = origin.x + chart_w + 12;
   const std::string head =
-      strf(tr("at the playhead, t = %s"), format_time_ns(s.playhead.t).c_str());
+      strf(tr("at the playhead, t = %s"), format_time_ns(app.playhead_on(d)).c_str());
   dl->AddText(ImVec2(bx, origin.y), ui.text, head.c_str());
   const float bar_w = font * 2.2f;
   for (int i = 0; i < rows; ++i) {

@@ -124,7 +124,7 @@ void handle_shortcuts(App& app) {
   if (pressed(app, GLFW_KEY_RIGHT)) app.next_event();
   if (pressed(app, GLFW_KEY_LEFT)) app.prev_event();
   if (pressed(app, GLFW_KEY_C)) app.next_collective();
-  if (pressed(app, GLFW_KEY_HOME)) app.set_playhead(app.data.view_begin());
+  if (pressed(app, GLFW_KEY_HOME)) app.set_playhead(app.replayed().view_begin());
   if (pressed(app, GLFW_KEY_LEFT_BRACKET))
     s.playhead.speed = std::max(kMinSpeed, s.playhead.speed / 2);
   if (pressed(app, GLFW_KEY_RIGHT_BRACKET))

@@ -16,7 +16,7 @@ namespace shardlab::gui {
 void draw_replay_bar(App& app) {
   AppState& s = app.state;
   Playhead& p = s.playhead;
-  const RunData& d = app.data;
+  const RunData& d = app.replayed();  // the projected run while the playhead is on its clock
   const UiColors& ui = ui_colors(s.presenter.high_contrast);
   const bool has_data = d.t_end > 0;
   const Tr tr = app.tr();
@@ -79,6 +79,9 @@ void draw_replay_bar(App& app) {
              strf(tr("t = %s of %s \xC2\xB7 step %d"), t.c_str(), end.c_str(), step),
              strf(tr("t = %s \xC2\xB7 step %d"), t.c_str(), step), t};
   }
+  // On the projected clock the times are the projected run's: say so first.
+  if (has_data && p.projected)
+    forms.insert(forms.begin(), strf(tr("as on %d devices"), d.world) + " \xC2\xB7 " + forms[0]);
   auto longest_fitting = [&](float room) -> const std::string* {
     for (const std::string& f : forms)
       if (ImGui::CalcTextSize(f.c_str()).x <= room) return &f;

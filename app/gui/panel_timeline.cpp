@@ -12,8 +12,10 @@
 
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/format.h"
+#include "app/gui/logic/projected_run.h"
 #include "app/gui/logic/wait_logic.h"
 #include "app/gui/panels.h"
+#include "core/cores.h"
 #include "core/model.h"
 #include "core/pipeline.h"
 #include "core/pipeline_analysis.h"
@@ -162,6 +164,23 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
 
 }  // namespace
 
+void link_combo(App& app, const char* id) {
+  const Tr tr = app.tr();
+  std::string& link = app.state.timeline.projected_link;
+  ImGui::SetNextItemWidth(ImGui::CalcTextSize("nvlink-h100").x +  // i18n: not shown (a width)
+                          ImGui::GetFrameHeight() * 1.5f);
+  if (ImGui::BeginCombo(id, link.c_str())) {
+    for (const std::string& name : link_choices(link))
+      if (ImGui::Selectable(name.c_str(), name == link)) link = name;
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s", tr("the link joining the devices: loopback (this machine, Gloo over TCP, measured "
+                 "once), pcie4 (25 GB/s, 5 us), nvlink-h100 (450 GB/s, 2 us), eth100 (12.5 GB/s, "
+                 "10 us), ib400 (50 GB/s, 2 us)"));
+}
+
 bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
                         const TimelineRowsOptions& opt) {
   // Rows may be drawn shifted (compare: each run from its own first span); the
@@ -197,7 +216,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const bool hovered = ImGui::IsItemHovered();
   if (opt.click_sets_playhead && ImGui::IsItemDeactivated() && !ts.dragging && mouse.x >= vp.x0)
-    app.set_playhead(vp.t_of(mouse.x));
+    app.set_playhead_on(d, vp.t_of(mouse.x));
   if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
     fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
     ts.follow = true;
@@ -248,8 +267,8 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
                            origin.y + text_y_in_lane(L, r, l, small)),
                     ui.text_dim, lane_names[l]);
     }
-    // A lesson may point at this rank's lanes (the replayed run's rows only).
-    if (opt.click_sets_playhead)
+    // A lesson may point at this rank's lanes (the measured run's rows only).
+    if (opt.click_sets_playhead && &d == &app.data)
       mark_region(app, r, nullptr, -1, ImVec2(origin.x, origin.y + L.lane_y(r, 0)),
                   ImVec2(x_end, origin.y + L.lane_y(r, 1) + lane_h));
   }
@@ -531,7 +550,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   dl->PopClipRect();
 
   if (opt.show_playhead && d.t_end > 0) {
-    const float x = vp.x_of(app.state.playhead.t);
+    const float x = vp.x_of(app.playhead_on(d));
     if (x >= vp.x0 && x <= x_end) {
       dl->AddLine(ImVec2(x, origin.y), ImVec2(x, rows_bottom), ui.playhead, 2.0f);
       dl->AddTriangleFilled(ImVec2(x - 5, origin.y), ImVec2(x + 5, origin.y),
@@ -561,7 +580,7 @@ void draw_step_breakdown(App& app) {
   const RunData& d = app.data;
   const bool hc = app.state.presenter.high_contrast;
   const bool live = app.run_active() && app.state.playhead.live;
-  const int k = step_to_show(d, app.state.playhead.t, live);
+  const int k = step_to_show(d, app.playhead_on(d), live);
   if (k < 0) return;
   const WindowUse u = step_use(d, k);
   if (u.duration() <= 0) return;
@@ -770,15 +789,15 @@ void draw_timeline(App& app) {
   auto show_step = [&](int step) {
     const auto [b, e] = step_range(d, step);
     if (!(e > b)) return;
-    app.set_playhead(b + (e - b) * 0.5);
+    app.set_playhead_on(d, b + (e - b) * 0.5);
     s.timeline.one_step = true;
     s.timeline.follow = true;
-    fit_steps(s.timeline.vp, d, true, s.playhead.t, false);
+    fit_steps(s.timeline.vp, d, true, app.playhead_on(d), false);
   };
   if (ImGui::Button(tr("All steps (F)"))) {
     s.timeline.one_step = false;
     s.timeline.follow = true;
-    fit_steps(s.timeline.vp, d, false, s.playhead.t, live);
+    fit_steps(s.timeline.vp, d, false, app.playhead_on(d), live);
   }
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
@@ -797,7 +816,7 @@ void draw_timeline(App& app) {
         "%s",
         tr("the whole run, including the setup before step 0 (e.g. replicating the weights)"));
   ImGui::SameLine();
-  const int shown = step_to_show(d, s.playhead.t, live);
+  const int shown = step_to_show(d, app.playhead_on(d), live);
   if (ImGui::Button(tr("One step"))) show_step(shown);
   ImGui::SameLine();
   if (ImGui::ArrowButton("prev_step", ImGuiDir_Left) && shown > 0)  // i18n: not shown
@@ -810,6 +829,20 @@ void draw_timeline(App& app) {
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("the step after"));
   ImGui::SameLine();
   ImGui::Checkbox(tr("send\xE2\x86\x92recv lines"), &s.timeline.show_flows);
+  ImGui::SameLine();
+  const std::string as_on = strf(tr("As on %d devices"), d.world) + "###as_on";
+  if (ImGui::Checkbox(as_on.c_str(), &s.timeline.projected) && s.timeline.projected)
+    s.timeline.follow = true;  // widened below to take in the projected rows
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s", tr("also draw the run as on one dedicated device per rank, joined by the link "
+                 "beside, under the rows measured here, on the same time scale: each compute span "
+                 "costs its thread's CPU time (what it would take on a core of its own), each "
+                 "transfer what the link's bandwidth and latency say"));
+  if (s.timeline.projected) {
+    ImGui::SameLine();
+    link_combo(app, "##timeline_link");
+  }
   ImGui::SameLine(0, 20);
   const char* hint =
       pipeline ? tr("F3/B3/R3 = forward/backward/recompute of micro-batch 3 \xC2\xB7 wheel: zoom "
@@ -825,12 +858,55 @@ void draw_timeline(App& app) {
   const float font = ImGui::GetFontSize();
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0);
-  const float rows_h = rows_height(ImGui::GetContentRegionAvail().y, font, d.world,
-                                   line * table_lines + font, line * 1.6f);
+  // "As on N devices": a caption over each run's rows, the projected run's
+  // rows (with their own band of step names) under the measured ones.
+  const bool both = s.timeline.projected;
+  const ProjectedRun& pr = app.projection;
+  const bool show_projected = both && pr.ok();
+  const int ranks_drawn = show_projected ? 2 * d.world : d.world;
+  const float extra_h = !both ? 0 : show_projected ? 2 * line + font + 4 : 2 * line;
+  const float rows_h = rows_height(ImGui::GetContentRegionAvail().y - extra_h, font, ranks_drawn,
+                                   line * table_lines + font, line * 1.6f) +
+                       extra_h;
   TimelineRowsOptions opt;
-  opt.lane_height = lane_height_for(rows_h, font, d.world, true, true);
+  opt.lane_height = lane_height_for(rows_h - extra_h, font, ranks_drawn, true, true);
   ImGui::BeginChild("timeline_rows", ImVec2(0, rows_h), false, ImGuiWindowFlags_NoScrollWithMouse);
+  if (both) {
+    const RunResult* result = app.shown_result();
+    const std::string caption = result && !app.run_active()
+                                    ? measured_caption(*result, cores_available(), tr)
+                                    : std::string(tr("measured here"));
+    ImGui::TextUnformatted(caption.c_str());
+  }
   if (draw_timeline_rows(app, d, s.timeline.vp, opt)) s.timeline.follow = false;
+  if (show_projected) {
+    // One time scale: the projected rows are shifted so that the step in view
+    // (one step: the playhead's; all steps: the first) starts at the same x in
+    // both, and the widths compare directly.
+    const double ph = app.playhead_on(d);
+    const int step = std::max(
+        0, s.timeline.one_step ? step_to_show(d, ph, live)
+                               : d.step_at(static_cast<int64_t>(all_steps_begin(d, ph, live))));
+    TimelineRowsOptions po = opt;
+    po.id = "projected_rows";  // i18n: not shown (an ImGui id)
+    po.show_axis = false;
+    po.t_offset = projected_offset(d, pr.data, step);
+    if (s.timeline.follow) {
+      // A slower link can make the projected run the longer one: keep it in view.
+      const auto [pb, pe] =
+          s.timeline.one_step ? step_range(pr.data, step)
+                              : std::pair{all_steps_begin(pr.data, app.playhead_on(pr.data), false),
+                                          static_cast<double>(pr.data.t_end)};
+      Viewport& vp = s.timeline.vp;
+      const double margin = (vp.t_end - vp.t_begin) * 0.02;
+      if (pe - po.t_offset > vp.t_end) vp.t_end = pe - po.t_offset + margin;
+      if (pb - po.t_offset < vp.t_begin) vp.t_begin = pb - po.t_offset - margin;
+    }
+    ImGui::TextUnformatted(projected_caption(pr, tr).c_str());
+    if (draw_timeline_rows(app, pr.data, s.timeline.vp, po)) s.timeline.follow = false;
+  } else if (both) {
+    ImGui::TextDisabled("%s", projection_reason(pr, tr).c_str());
+  }
   ImGui::EndChild();
   ImGui::BeginChild("timeline_below", ImVec2(0, 0), false);
   draw_step_breakdown(app);

@@ -78,6 +78,12 @@ std::string link_presets_help() {
   return h;
 }
 
+std::vector<std::string> link_preset_names() {
+  std::vector<std::string> names{"loopback"};
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
 Link parse_link(const std::string& text) {
   if (text == "loopback") return measure_loopback_link();
   for (const Preset& p : kPresets)

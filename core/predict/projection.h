@@ -27,6 +27,8 @@ struct Link {
 
 // The named presets and what each stands for, one line each, for --help.
 std::string link_presets_help();
+// The presets' names, "loopback" first (what a menu of links offers).
+std::vector<std::string> link_preset_names();
 // "loopback", "pcie4", "nvlink-h100", "eth100", "ib400", or "BW,LAT": BW in
 // GB/s (decimal) unless it carries a unit (GB/s, MB/s, Gb/s), LAT in
 // microseconds unless it carries one (ns, us, ms, s). "loopback" is measured on

@@ -15,6 +15,9 @@ struct Playhead {
   bool playing = false;  // advancing with wall time
   bool live = true;      // follows the newest data while a run is going
   double speed = 1e-2;   // run time per wall time
+  // t is on the projected run's clock ("as on N devices", projected_run.h),
+  // not the measured one; a new playhead starts on the measured clock.
+  bool projected = false;
 };
 
 // Moves a playing playhead by `wall_seconds` × speed; stops (and pauses) at t_end.

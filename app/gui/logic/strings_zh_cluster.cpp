@@ -10,6 +10,16 @@ namespace shardlab::gui {
 
 const StringPairs& strings_zh_cluster() {
   static const StringPairs table = {
+      // Which clock the cluster and camping views replay (panel_cluster.cpp draw_clock_choice).
+      {"clock:", "时钟："},
+      {"replay the run as it ran on this machine (ranks may share cores)",
+       "按本机的实际运行回放（多个 rank 可能共用核心）"},
+      {"as on %d devices", "按 %d 台独立设备推算"},
+      {"replay the run as on one dedicated device per rank, joined by the link beside: each span "
+       "costs its thread's CPU time, each transfer what the link says. Switching clocks keeps the "
+       "playhead in its step.",
+       "按每个 rank 一台独立设备、由旁边所选链路相连来回放：每个时间片按其线程的 CPU 时间计，"
+       "每次传输按链路的带宽和延迟计。切换时钟时，播放头留在同一步。"},
       // Span kinds and memory categories (logic/palette.cpp): the legends, cards and sentences.
       {"forward", "前向"},
       {"backward", "反向"},

@@ -1,6 +1,6 @@
 // Chinese for the timeline, the replay bar, the loss view and shared formats
-// (panel_timeline.cpp, logic/timeline_logic.cpp, panel_replay.cpp, logic/wait_logic.cpp,
-// logic/format.cpp, panel_loss.cpp); see strings_zh.cpp for the conventions.
+// (panel_timeline.cpp, logic/timeline_logic.cpp, logic/projected_run.cpp, panel_replay.cpp,
+// logic/wait_logic.cpp, logic/format.cpp, panel_loss.cpp); see strings_zh.cpp for the conventions.
 #include "app/gui/logic/strings_zh.h"
 
 namespace shardlab::gui {
@@ -153,6 +153,35 @@ const StringPairs& strings_zh_timeline() {
       {"t = %s \xC2\xB7 step %d", "t = %s \xC2\xB7 第 %d 步"},
       {"the whole run; ticks mark the steps; click or drag to move the playhead",
        "整个运行；刻度标出各步；单击或拖动可移动播放头"},
+      // "As on N devices" under the measured rows (panel_timeline.cpp, logic/projected_run.cpp).
+      {"As on %d devices", "按 %d 台独立设备推算"},
+      {"also draw the run as on one dedicated device per rank, joined by the link beside, under "
+       "the rows measured here, on the same time scale: each compute span costs its thread's CPU "
+       "time (what it would take on a core of its own), each transfer what the link's bandwidth "
+       "and latency say",
+       "在本机实测的各行下方，以同一时间刻度再画出按每个 rank 一台独立设备（由旁边所选链路相连）"
+       "推算的运行：每个计算时间片按其线程的 CPU 时间计（即独占一个核心时的耗时），每次传输按链路"
+       "的带宽和延迟计"},
+      {"the link joining the devices: loopback (this machine, Gloo over TCP, measured once), "
+       "pcie4 (25 GB/s, 5 us), nvlink-h100 (450 GB/s, 2 us), eth100 (12.5 GB/s, 10 us), ib400 "
+       "(50 GB/s, 2 us)",
+       "连接各设备的链路：loopback（本机，Gloo 走 TCP，实测一次）、pcie4（25 GB/s，5 us）、"
+       "nvlink-h100（450 GB/s，2 us）、eth100（12.5 GB/s，10 us）、ib400（50 GB/s，2 us）"},
+      {"measured here", "本机实测"},
+      {"measured here \xC2\xB7 %d rank on %d cores", "本机实测 \xC2\xB7 %d 个 rank，%d 个核心"},
+      {"measured here \xC2\xB7 %d ranks on %d cores",
+       "本机实测 \xC2\xB7 %d 个 rank 共用 %d 个核心"},
+      {"measured here \xC2\xB7 %d ranks on %d GPU(s)",
+       "本机实测 \xC2\xB7 %d 个 rank 共用 %d 块 GPU"},
+      {"as on %d \xC3\x97 %s, %s", "按 %d \xC3\x97 独立 %s 推算，链路 %s"},
+      {"CPU core", "CPU 核心"},
+      {"GPU", "GPU"},
+      {"As on N devices: the run is still going; it is projected when it has finished.",
+       "按 N 台独立设备推算：运行尚未结束；结束后再做投影。"},
+      {"As on N devices: no finished run to project yet; Run (R) one to the end.",
+       "按 N 台独立设备推算：还没有可投影的已完成运行；请先“运行 (R)”直到结束。"},
+      {"As on N devices: this run cannot be projected: %s",
+       "按 N 台独立设备推算：此运行无法投影：%s"},
       // The loss view (app/gui/panel_loss.cpp).
       {"No finished step yet. Press Run (R): the global loss (mean over the whole batch) appears "
        "here after every step.",
