@@ -477,9 +477,11 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     // rows it sees together: once a run cuts the batch (micro-batches, or a shard
     // per data-parallel rank) the model computes something else, and no formula
     // gives the distance (a lesson must not print "0" beside a measured 0.009).
-    const bool cuts_batch = is_pipeline_strategy(c.strategy)
-                                ? c.micro_batches > 1
-                                : c.strategy != "single" && c.strategy != "naive-mp" && c.world > 1;
+    const StrategyInfo* info = find_strategy(c.strategy);
+    const StrategyFamily family = info ? info->family : StrategyFamily::single;
+    const bool cuts_batch = family == StrategyFamily::pipeline ? c.micro_batches > 1
+                            : family == StrategyFamily::single ? false
+                                                               : c.world > 1;
     if (ModelSpec::parse(c.model).batchnorm && cuts_batch) {
       v.formula_text = "none: BatchNorm's statistics over part of the batch are not the whole batch's";
     } else {
