@@ -52,9 +52,9 @@ each with the environment torchrun gives its workers:
   GROUP_RANK = node-rank, GROUP_WORLD_SIZE = K, MASTER_ADDR, MASTER_PORT,
   SHARDLAB_RUN_ID (ID-restart), SHARDLAB_RESTART_COUNT, and OMP_NUM_THREADS=1 unless set.
 Every line a rank prints comes out prefixed "[rank R] ". When a rank fails (non-zero exit or
-a signal) the launcher names it, sends SIGTERM to the others, SIGKILL after 5 s, and then
-restarts the whole group if restarts are left. SIGINT and SIGTERM are passed on to the ranks.
-Ranks die with the launcher. Exit code: 0 when every rank succeeded, else the failed rank's
+a signal) the launcher names it, sends SIGTERM (and SIGCONT, for a stopped rank) to the
+others, SIGKILL after 5 s, and then restarts the whole group if restarts are left. SIGINT and
+SIGTERM are passed on to the ranks. Ranks die with the launcher. Exit code: 0 when every rank succeeded, else the failed rank's
 code (1 for a rank killed by a signal), 128+signal when the launcher was interrupted.
 
 options:
@@ -484,7 +484,12 @@ void Attempt::start_all() {
 }
 
 void Attempt::begin_stop(int sig) {
-  for (auto& r : ranks_) signal_group(r, sig);
+  // SIGCONT after it: a stopped rank (SIGSTOP, Ctrl-Z, a frozen debugger session) would hold
+  // the signal pending until SIGKILL comes after the grace; continued, it acts on it now.
+  for (auto& r : ranks_) {
+    signal_group(r, sig);
+    signal_group(r, SIGCONT);
+  }
   if (!kill_at_) kill_at_ = Clock::now() + kTermGrace;
 }
 

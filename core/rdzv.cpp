@@ -288,7 +288,12 @@ RdzvStore::RdzvStore(const RdzvSpec& spec, int rank, const std::string& master_a
       if (I.host.empty() || I.port < 1 || I.port > 65535)
         throw ConfigError("rendezvous env:// needs MASTER_ADDR and MASTER_PORT (1-65535); got '" +
                           I.host + "' and " + std::to_string(I.port));
-      if (rank == 0 && !agent_store) I.server = std::make_unique<TcpStoreServer>(I.host, I.port);
+      if (rank == 0 && !agent_store) {
+        // A client stopped mid-request for a whole timeout is broken: what it holds is freed.
+        TcpStoreLimits limits;
+        limits.stall_after = std::max(timeout, std::chrono::milliseconds(1000));
+        I.server = std::make_unique<TcpStoreServer>(I.host, I.port, limits);
+      }
       I.base = make_gloo_store(std::make_shared<TcpStore>(I.host, I.port, timeout));
       break;
     }
