@@ -189,6 +189,7 @@ TEST_CASE("one process per rank under torchrun (its agent's store) and mpirun", 
 TEST_CASE("one process per rank meets through Gloo's FileStore and RedisStore", "[process-cli]") {
   TempDir d;
   const std::string want = threaded(d, "--strategy zero2 --world 3 --batch 48", "threads.st");
+  fs::create_directories(d / "rdzv");  // the store's directory is the user's to make
   const std::string file_run = kBin + " launch --nproc-per-node 3 -- run" + kModel +
                                " --strategy zero2 --batch 48 --rdzv file://" + (d / "rdzv") +
                                " --save-final " + (d / "file.st");
@@ -293,6 +294,12 @@ TEST_CASE("one process per rank: what it refuses, in one line", "[process-cli]")
   refused(kBin + " run --rdzv env://", "--rdzv applies to one process per rank, and no launcher");
   refused(kBin + " run --bind-host 127.0.0.1", "--bind-host applies to one process per rank");
   refused(env + kBin + " run --rdzv ftp://x", "rendezvous 'ftp://x'");
+  // A typo in the shared directory: refused before anything is created.
+  refused(env + kBin + " run --rdzv file:///nonexistent/shardlab-rdzv",
+          "error: rendezvous directory /nonexistent/shardlab-rdzv does not exist (valid: an "
+          "existing directory every rank can see; create it first, e.g. mkdir -p "
+          "/nonexistent/shardlab-rdzv)");
+  CHECK_FALSE(fs::exists("/nonexistent"));
   refused(env + kBin + " run --strategy dp", "dp cannot run one process per rank");
   refused(env + "SHARDLAB_FAULT=x " + kBin + " run",
           "SHARDLAB_FAULT 'x' is invalid (valid: RANK:STEP:kill|hang|exit[:ATTEMPT])");

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
@@ -929,12 +930,37 @@ TEST_CASE("parse_rdzv names the bad value and the valid forms", "[store]") {
   }
 }
 
+TEST_CASE("a file store refuses a directory that does not exist, creating nothing", "[store]") {
+  const std::string root = tmp_dir("nodir");
+  const std::string dir = root + "/typo";
+  try {
+    RdzvStore s(parse_rdzv("file://" + dir), 0, "", 0, false, "run1", 1s);
+    FAIL("a missing directory was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) ==
+          "rendezvous directory " + dir +
+              " does not exist (valid: an existing directory every rank can see; create it "
+              "first, e.g. mkdir -p " +
+              dir + ")");
+  }
+  CHECK_FALSE(std::filesystem::exists(root));
+  // A file where the directory should be.
+  std::filesystem::create_directories(root);
+  std::ofstream(root + "/file") << "x";
+  CHECK_THROWS_WITH(RdzvStore(parse_rdzv("file://" + root + "/file"), 0, "", 0, false, "r", 1s),
+                    "rendezvous directory " + root +
+                        "/file is not a directory (valid: an existing directory every rank can "
+                        "see)");
+  std::filesystem::remove_all(root);
+}
+
 // ---------------------------------------------------------------------------
 // 4 ranks through each store kind, then a real Gloo all-reduce
 
 TEST_CASE("4 ranks rendezvous through a file store", "[store]") {
   const std::string root = tmp_dir("file");
-  const std::string dir = root + "/not/yet/there";
+  const std::string dir = root + "/shared";
+  std::filesystem::create_directories(dir);
   std::vector<std::vector<float>> sums;
   std::vector<std::string> keys;
   auto errors = rendezvous_allreduce(
