@@ -153,8 +153,9 @@ TEST_CASE("the app runs one process per rank, watches it live and ends on its re
 
   // Reset during a long run stops the group: no process is left, nothing in TMPDIR.
   // Long enough to outlast the reset, short enough for the preflight on a machine with a few
-  // GiB free (100000 recorded steps are estimated at 22 GiB, refused where less is available).
-  session.start_processes(small_zero3(20000));
+  // GiB free: every process keeps every rank's records (230 KiB a step), so 5000 steps are
+  // estimated at 3.3 GiB (100000 were at 22 GiB, once, and refused here).
+  session.start_processes(small_zero3(5000));
   wait_for([&] { return session.steps_done() > 2 || session.state() == RunState::failed; });
   INFO(session.error());
   REQUIRE(session.state() == RunState::running);
