@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -278,6 +279,57 @@ TEST_CASE(
                                     "/step-000005 after step 5"));
   CHECK(slurp(d / "restarted.st") == want);
   CHECK_FALSE(leftovers(d));
+}
+
+TEST_CASE("one process per rank: idle clients crowding rank 0's store do not lock rank 1 out",
+          "[process-cli]") {
+  const std::string port = std::to_string(free_port());
+  const auto rank_cmd = [&](int r) {
+    return "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + kBin + " run" + kModel +
+           " --timeout-ms 10000";
+  };
+  CliResult rank0{-1, ""};
+  std::thread first([&] { rank0 = sh(rank_cmd(0)); });
+  // Once rank 0 serves its store, more idle connections than it takes clients (1024, or half
+  // its descriptor limit), kept open while rank 1 arrives.
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  std::vector<int> idle;
+  for (int i = 0; i < 400 && idle.empty(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+      idle.push_back(fd);
+    else
+      close(fd);
+    if (idle.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  REQUIRE(idle.size() == 1);
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  const size_t flood = std::min<size_t>(1100, nofile.rlim_cur > 300 ? nofile.rlim_cur - 200 : 0);
+  while (idle.size() < flood) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      if (fd >= 0) close(fd);
+      break;
+    }
+    idle.push_back(fd);
+  }
+  INFO(idle.size() << " idle connections");
+  CHECK(idle.size() >= 500);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // idle past the store's 1 s
+  const CliResult rank1 = sh(rank_cmd(1));
+  first.join();
+  for (int fd : idle) close(fd);
+  INFO("rank 0:\n" << rank0.out << "\nrank 1:\n" << rank1.out);
+  CHECK(rank1.code == 0);
+  CHECK(rank0.code == 0);
+  CHECK_THAT(rank1.out, Catch::Contains("rank 1 of 2 done: 12 steps"));
+  // Room was made by closing idle clients, each said in a line (at most 10 a second).
+  CHECK_THAT(rank0.out, Catch::Contains("shardlab store 127.0.0.1:" + port + ": "));
 }
 
 TEST_CASE("one process per rank: what it refuses, in one line", "[process-cli]") {
