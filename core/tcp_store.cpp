@@ -253,16 +253,19 @@ struct TcpStoreServer::Loop {
   int log_lines = 0;
   int64_t log_held = 0;
 
+  // A new second: the count of the last one's held-back lines, then room for more.
+  void flush_log(Clock::time_point now) {
+    if (now - log_second < std::chrono::seconds(1)) return;
+    if (log_held > 0)
+      std::fprintf(stderr, "shardlab store %s: %lld more lines like these held back\n",
+                   where.c_str(), static_cast<long long>(log_held));
+    log_second = now;
+    log_lines = 0;
+    log_held = 0;
+  }
+
   void log(const std::string& line) {
-    const auto now = Clock::now();
-    if (now - log_second >= std::chrono::seconds(1)) {
-      if (log_held > 0)
-        std::fprintf(stderr, "shardlab store %s: %lld more lines like these held back\n",
-                     where.c_str(), static_cast<long long>(log_held));
-      log_second = now;
-      log_lines = 0;
-      log_held = 0;
-    }
+    flush_log(Clock::now());
     if (log_lines++ < kLinesPerSecond)
       std::fprintf(stderr, "shardlab store %s: %s\n", where.c_str(), line.c_str());
     else
@@ -610,6 +613,7 @@ struct TcpStoreServer::Loop {
       if (c.has_output()) next = std::min(next, c.last_out + limits.stall_after);
     }
     if (accept_paused_until > now) next = std::min(next, accept_paused_until);
+    if (log_held > 0) next = std::min(next, log_second + std::chrono::seconds(1));
     if (next == Clock::time_point::max()) return -1;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
     return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60000));
@@ -747,6 +751,7 @@ void TcpStoreServer::run() {
     }
     L.enforce(Clock::now());
     L.close_dead();
+    L.flush_log(Clock::now());
   }
 }
 

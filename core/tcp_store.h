@@ -117,6 +117,8 @@ class TcpStore {
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
 
+  // Confirmed by a CHECK of the key in the same write (c10d's SET has no reply), so a SET the
+  // store refused (over its memory cap) throws here, naming the key.
   void set(const std::string& key, const std::vector<char>& value);
   // Waits (up to the timeout) for the key to exist, then returns its value.
   std::vector<char> get(const std::string& key);
