@@ -21,6 +21,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,11 +52,13 @@ each with the environment torchrun gives its workers:
   RANK = node-rank*N + local rank, WORLD_SIZE = N*K, LOCAL_RANK, LOCAL_WORLD_SIZE = N,
   GROUP_RANK = node-rank, GROUP_WORLD_SIZE = K, MASTER_ADDR, MASTER_PORT,
   SHARDLAB_RUN_ID (ID-restart), SHARDLAB_RESTART_COUNT, and OMP_NUM_THREADS=1 unless set.
-Every line a rank prints comes out prefixed "[rank R] ". When a rank fails (non-zero exit or
-a signal) the launcher names it, sends SIGTERM to the others, SIGKILL after 5 s, and then
-restarts the whole group if restarts are left. SIGINT and SIGTERM are passed on to the ranks.
-Ranks die with the launcher. Exit code: 0 when every rank succeeded, else the failed rank's
-code (1 for a rank killed by a signal), 128+signal when the launcher was interrupted.
+Every line a rank prints comes out prefixed "[rank R] "; an error line several ranks print
+word for word (a bad option fails every rank alike) is shown once. When a rank fails
+(non-zero exit or a signal) the launcher names it, sends SIGTERM (and SIGCONT, for a stopped
+rank) to the others, SIGKILL after 5 s, and then restarts the whole group if restarts are
+left. SIGINT and SIGTERM are passed on to the ranks. Ranks die with the launcher. Exit
+code: 0 when every rank succeeded, else the failed rank's code (1 for a rank killed by a
+signal), 128+signal when the launcher was interrupted.
 
 options:
   --nproc-per-node N       processes on this node (default 1)
@@ -260,34 +263,49 @@ std::string self_exe() {
 
 // ---- one rank's output ----------------------------------------------------------------------
 
+// Error lines already shown in this attempt: every rank checks the same arguments, so a bad
+// option fails them all alike, and one line says it (a rank's own error, worded differently,
+// still shows).
+using SeenErrors = std::set<std::string>;
+
 // Cuts a stream into whole lines and writes each with the rank's prefix in one write(),
-// so two ranks' lines never interleave mid-line.
+// so two ranks' lines never interleave mid-line. With `seen`, an "error: " line another rank
+// has already printed word for word is left out.
 class LinePrefixer {
  public:
-  LinePrefixer(std::string prefix, int out_fd) : prefix_(std::move(prefix)), out_fd_(out_fd) {}
+  LinePrefixer(std::string prefix, int out_fd, SeenErrors* seen = nullptr)
+      : prefix_(std::move(prefix)), out_fd_(out_fd), seen_(seen) {}
   void feed(const char* data, size_t n) {
     pending_.append(data, n);
     size_t start = 0;
     std::string out;
     for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
-      out += prefix_ + pending_.substr(start, nl + 1 - start);
+      add(out, pending_.substr(start, nl + 1 - start));
     pending_.erase(0, start);
     // A line without an end (a progress bar, binary junk) is cut rather than held forever.
     if (pending_.size() >= kMaxLine) {
-      out += prefix_ + pending_ + "\n";
+      add(out, pending_ + "\n");
       pending_.clear();
     }
     if (!out.empty()) write_all(out_fd_, out);
   }
   void finish() {
-    if (!pending_.empty()) write_all(out_fd_, prefix_ + pending_ + "\n");
+    std::string out;
+    if (!pending_.empty()) add(out, pending_ + "\n");
     pending_.clear();
+    if (!out.empty()) write_all(out_fd_, out);
   }
 
  private:
+  void add(std::string& out, const std::string& line) {
+    if (seen_ && line.rfind("error: ", 0) == 0 && !seen_->insert(line).second) return;
+    out += prefix_ + line;
+  }
+
   static constexpr size_t kMaxLine = 64 * 1024;
   std::string prefix_;
   int out_fd_;
+  SeenErrors* seen_;
   std::string pending_;
 };
 
@@ -433,6 +451,7 @@ class Attempt {
   std::string run_id_;
   int port_;
   std::vector<Rank> ranks_;
+  SeenErrors seen_errors_;
   bool failed_ = false;
   AttemptResult result_;
   std::optional<Clock::time_point> kill_at_;  // SIGKILL whoever is left then
@@ -476,7 +495,7 @@ void Attempt::start_all() {
     Rank r;
     r.rank = rank;
     r.streams.push_back({std::move(out_r), LinePrefixer(prefix, 1)});
-    r.streams.push_back({std::move(err_r), LinePrefixer(prefix, 2)});
+    r.streams.push_back({std::move(err_r), LinePrefixer(prefix, 2, &seen_errors_)});
     r.pid = spawn_rank(plan, devnull.get(), out_w.get(), err_w.get(), empty_mask);
     ranks_.push_back(std::move(r));
     // out_w/err_w close here: the child holds the only write ends, so EOF means it is gone.
@@ -484,7 +503,12 @@ void Attempt::start_all() {
 }
 
 void Attempt::begin_stop(int sig) {
-  for (auto& r : ranks_) signal_group(r, sig);
+  // SIGCONT after it: a stopped rank (SIGSTOP, Ctrl-Z, a frozen debugger session) would hold
+  // the signal pending until SIGKILL comes after the grace; continued, it acts on it now.
+  for (auto& r : ranks_) {
+    signal_group(r, sig);
+    signal_group(r, SIGCONT);
+  }
   if (!kill_at_) kill_at_ = Clock::now() + kTermGrace;
 }
 

@@ -34,6 +34,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 //   SHARDLAB_PROBE_RESTART=N     misbehave only when SHARDLAB_RESTART_COUNT is N
 //   SHARDLAB_PROBE_OTHERS=sleep  the other ranks sleep forever instead of exiting 0
 //   SHARDLAB_PROBE_IGNORE_TERM=1 every rank ignores SIGTERM (the launcher must SIGKILL)
+//   SHARDLAB_PROBE_ERRORS=1      every rank prints two error lines: its own, and one alike
+//                                on every rank (the launcher shows that one once)
 int cmd_launch_probe(int argc, char** argv) {
   const Args a(argc, argv, "launch-probe", {}, {});
   if (a.help()) {
@@ -50,6 +52,9 @@ int cmd_launch_probe(int argc, char** argv) {
       e.restart, e.run_id.c_str());
   std::fflush(stdout);
   std::fprintf(stderr, "probe stderr rank=%d\n", e.rank);
+  if (env_or("SHARDLAB_PROBE_ERRORS", "") == "1")
+    std::fprintf(stderr, "error: probe error of rank %d\nerror: probe error alike on every rank\n",
+                 e.rank);
   // One line in two writes with a pause between: the launcher must still print it whole.
   std::fputs("half ", stdout);
   std::fflush(stdout);

@@ -95,8 +95,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --rdzv URL          with one process per rank (under 'shardlab launch', torchrun, mpirun
                       or Slurm): where the processes meet. env:// (default) is a store on
                       MASTER_ADDR:MASTER_PORT, served by rank 0 or by torchrun's agent;
-                      file:///shared/dir is Gloo's FileStore; redis://host:port Gloo's
-                      RedisStore; tcp://host:port a store served by rank 0 there
+                      file:///shared/dir is Gloo's FileStore (the directory must exist);
+                      redis://host:port Gloo's RedisStore; tcp://host:port a store served
+                      by rank 0 there
   --bind-host ADDR    with one process per rank: the address this rank listens on (default
                       127.0.0.1 when MASTER_ADDR is loopback, else this host's address on
                       the route to MASTER_ADDR)
@@ -282,7 +283,7 @@ int cmd_run(int argc, char** argv) {
                           "(RANK and WORLD_SIZE are unset; valid: shardlab launch, torchrun, "
                           "mpirun or srun, or leave it out)");
   }
-  if (auto url = a.get("rdzv")) parse_rdzv(*url);  // a bad URL before anything else
+  if (auto url = a.get("rdzv")) check_rdzv_directory(parse_rdzv(*url));  // before anything else
   validate(cfg, a.given());
   const ModelLayout layout = make_layout(cfg);
   // Rank 0 of a process group speaks for the run; the other ranks print one line.

@@ -288,11 +288,21 @@ struct RankMemoryEstimate {
 struct MemoryEstimate {
   std::vector<RankMemoryEstimate> ranks;
   DeviceKind device = DeviceKind::cpu;
-  // Host memory the process needs: every rank's (ranks are threads of this
-  // process), the shared part, and steps × per_step.
+  // Host memory the run needs: every rank's, the shared part, and steps × per_step, once
+  // when the ranks are threads of this process.
   int64_t shared = 0;       // initial weights, data generator, outputs
   int64_t per_step = 0;     // every rank's records, and the loss and step-time history
   int64_t steps_total = 0;  // steps × per_step
+  // One process per rank (cfg.ranks_on_host > 0): each of this host's processes holds its
+  // own baseline (the binary's private memory after start-up, measured, and what its threads
+  // add), its own shared part (it makes its own weights and data) and its own history (the
+  // loss shares are world-sized in every process, and every process gathers every rank's
+  // records at the end). 0 when the ranks are threads.
+  int processes = 0;
+  int64_t process_baseline = 0;  // per process
+  int64_t per_process = 0;       // process_baseline + shared + steps_total
+  int64_t processes_total = 0;   // processes × per_process: in host_total instead of
+                                 // shared + steps_total
   int64_t host_total = 0;
   std::map<int, int64_t> gpu_total;  // cuda: device memory each GPU needs (its ranks' sum)
   int64_t largest_rank() const;      // the most one rank takes of its device
@@ -300,6 +310,13 @@ struct MemoryEstimate {
 
 // Throws ConfigError for a configuration validate() refuses.
 MemoryEstimate estimate_memory(const RunConfig& cfg, const RunOutputs& outputs = {});
+
+// What one rank process holds before its rank allocates anything: this process's private
+// memory now (/proc/self/smaps_rollup's Private_Dirty; a fresh `shardlab run` at its
+// preflight holds just that), plus what start-up adds after the preflight (the rank,
+// watchdog and Gloo threads' stacks and malloc arenas, BLAS's packing buffer), rounded up to
+// 4 MiB so that every process of a group finds the same.
+int64_t process_baseline_bytes();
 
 // How much memory there is: bytes (−1 when unknown) and where that came from
 // ("MemAvailable", "cgroup memory.max", "SHARDLAB_MEMORY_LIMIT", "cudaMemGetInfo").

@@ -139,15 +139,23 @@ std::string ProcessLink::describe_peers() {
   // "alive" from its watchdog (which answers for a thread that cannot).
   std::vector<int> silent;
   const auto deadline = std::chrono::steady_clock::now() + kPeerWindow;
-  for (;;) {
-    silent.clear();
-    for (int r = 0; r < world_; ++r)
-      if (r != process_.rank && !has_key(key_stalled(r)) && !has_key(key_failed(r)))
-        silent.push_back(r);
-    bool all_answered = true;
-    for (int r : silent) all_answered &= has_key(key_alive(r));
-    if (all_answered || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  try {
+    for (;;) {
+      silent.clear();
+      for (int r = 0; r < world_; ++r)
+        if (r != process_.rank && !locked_->check({key_stalled(r)}) &&
+            !locked_->check({key_failed(r)}))
+          silent.push_back(r);
+      bool all_answered = true;
+      for (int r : silent) all_answered &= locked_->check({key_alive(r)});
+      if (all_answered || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception& e) {
+    // The store itself is gone (with env:// it lives in rank 0's process, which has ended
+    // or stopped): nobody's word can be read, and asking again would only wait again.
+    described_ = std::string("the run's store stopped answering: ") + e.what();
+    return *described_;
   }
   std::string out = first_failure();
   if (out.empty()) {

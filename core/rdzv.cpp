@@ -80,6 +80,20 @@ RdzvSpec parse_rdzv(const std::string& url) {
   return spec;
 }
 
+void check_rdzv_directory(const RdzvSpec& spec) {
+  if (spec.kind != RdzvSpec::Kind::file) return;
+  std::error_code ec;
+  const fs::file_status st = fs::status(spec.path, ec);
+  if (!fs::exists(st))
+    throw ConfigError("rendezvous directory " + spec.path +
+                      " does not exist (valid: an existing directory every rank can see; "
+                      "create it first, e.g. mkdir -p " +
+                      spec.path + ")");
+  if (!fs::is_directory(st))
+    throw ConfigError("rendezvous directory " + spec.path +
+                      " is not a directory (valid: an existing directory every rank can see)");
+}
+
 // ---------------------------------------------------------------------------
 // RdzvStore
 
@@ -240,14 +254,16 @@ RdzvStore::RdzvStore(const RdzvSpec& spec, int rank, const std::string& master_a
   if (run_id.empty()) throw ConfigError("rendezvous: the run id must not be empty");
   switch (spec.kind) {
     case RdzvSpec::Kind::file: {
+      // The directory is the user's (shared by every host): a typo must not create one that
+      // no other rank will ever look in.
+      check_rdzv_directory(spec);
       std::error_code ec;
-      fs::create_directories(spec.path, ec);
       // Markers live beside FileStore's hashed files, one directory per run.
       I.marker_dir = spec.path + "/shardlab-keys/" + pct_encode(run_id);
-      if (!ec) fs::create_directories(I.marker_dir, ec);
+      fs::create_directories(I.marker_dir, ec);
       if (ec)
         throw CommError("rendezvous directory " + spec.path +
-                        " cannot be created: " + ec.message());
+                        ": cannot create its key markers: " + ec.message());
       try {
         I.base = make_file_store(spec.path);
       } catch (const std::exception& e) {
@@ -288,7 +304,12 @@ RdzvStore::RdzvStore(const RdzvSpec& spec, int rank, const std::string& master_a
       if (I.host.empty() || I.port < 1 || I.port > 65535)
         throw ConfigError("rendezvous env:// needs MASTER_ADDR and MASTER_PORT (1-65535); got '" +
                           I.host + "' and " + std::to_string(I.port));
-      if (rank == 0 && !agent_store) I.server = std::make_unique<TcpStoreServer>(I.host, I.port);
+      if (rank == 0 && !agent_store) {
+        // A client stopped mid-request for a whole timeout is broken: what it holds is freed.
+        TcpStoreLimits limits;
+        limits.stall_after = std::max(timeout, std::chrono::milliseconds(1000));
+        I.server = std::make_unique<TcpStoreServer>(I.host, I.port, limits);
+      }
       I.base = make_gloo_store(std::make_shared<TcpStore>(I.host, I.port, timeout));
       break;
     }

@@ -23,11 +23,15 @@ struct RdzvSpec {
 // value and the valid forms.
 RdzvSpec parse_rdzv(const std::string& url);
 std::string to_string(RdzvSpec::Kind kind);
+// file://: the directory must exist already (it is shared by every rank, so a typo must not
+// quietly create one nobody else reads). Throws ConfigError naming the directory; other kinds
+// pass.
+void check_rdzv_directory(const RdzvSpec& spec);
 
 // The store of one run, as seen by one rank. Every key lives under "shardlab/<run_id>/", so
 // runs sharing a directory or a Redis server never see each other's keys (Gloo's FileStore
 // and RedisStore refuse to set a key twice).
-//  - file:      Gloo's FileStore on the directory (created if missing).
+//  - file:      Gloo's FileStore on the directory, which must exist (check_rdzv_directory).
 //  - redis:     Gloo's RedisStore.
 //  - env, tcp:  a TcpStore client of master_addr:master_port (env) or host:port (tcp); rank 0
 //               also serves the store there, unless agent_store (torchrun's agent already

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -196,12 +197,18 @@ Parsed parse(const char* p, size_t n, Request& req, size_t& used, std::string& e
 // TcpStoreServer
 
 namespace {
-constexpr size_t kMaxClients = 1024;
 // A client's unanswered output beyond this: it is not reading its replies.
 constexpr size_t kMaxPendingOut = 4 * kMaxString;
 // Unparsed input beyond one largest message (compare_set: three strings).
 constexpr size_t kMaxPendingIn = 3 * kMaxString + 64;
 constexpr size_t kReadChunk = 256 << 10;
+// What a stored key costs beside its bytes (the hash node, two strings), counted against
+// TcpStoreLimits::max_bytes so a flood of empty keys is bounded too.
+constexpr uint64_t kEntryOverhead = 64;
+// Descriptors the store's process keeps for itself whatever the limit (Gloo's sockets, files).
+constexpr size_t kMinClients = 16;
+// Lines on stderr per second, at most: a flood of bad clients must not bury the run's output.
+constexpr int kLinesPerSecond = 10;
 }  // namespace
 
 struct TcpStoreServer::Loop {
@@ -213,38 +220,106 @@ struct TcpStoreServer::Loop {
     std::string out;
     size_t out_off = 0;
     size_t awaited = 0;  // keys its WAIT still needs; it gets no more requests parsed meanwhile
+    std::vector<std::string> waiting;  // the keys of its parked WAIT (to unpark it if it leaves)
     bool dead = false;
+    Clock::time_point last_request;  // connected, or its last request complete: idle since
+    Clock::time_point last_in;       // its unfinished request last grew (or none was pending)
+    Clock::time_point last_out;      // its replies last moved (or none was pending)
+    bool has_partial() const { return awaited == 0 && in_off < in.size(); }
+    bool has_output() const { return out_off < out.size(); }
+    size_t pending() const { return (in.size() - in_off) + (out.size() - out_off); }
   };
 
   std::string where;  // "127.0.0.1:29500", for log lines
+  TcpStoreLimits limits;
   std::atomic<int64_t>* dropped = nullptr;
+  std::atomic<int64_t>* refused = nullptr;
+  std::atomic<int64_t>* evicted = nullptr;
   std::unordered_map<std::string, std::string> kv;
   // Key -> ids of clients whose WAIT needs it (once per time the WAIT named it, as c10d).
   std::unordered_map<std::string, std::vector<uint64_t>> waiters;
+  uint64_t kv_bytes = 0;    // stored keys and values, with kEntryOverhead each
+  uint64_t wait_bytes = 0;  // keys named by parked WAITs
   std::map<uint64_t, Client> clients;
   uint64_t next_id = 1;
   // A WAIT completed this round: its client may have requests queued behind it that no socket
   // event will announce, so the next poll() must not sleep.
   bool woke = false;
+  // accept() ran out of descriptors: the listening socket stays readable, so it is left out
+  // of poll() until then rather than spun on.
+  Clock::time_point accept_paused_until{};
+  // Log lines this second, and those held back.
+  Clock::time_point log_second{};
+  int log_lines = 0;
+  int64_t log_held = 0;
+
+  // A new second: the count of the last one's held-back lines, then room for more.
+  void flush_log(Clock::time_point now) {
+    if (now - log_second < std::chrono::seconds(1)) return;
+    if (log_held > 0)
+      std::fprintf(stderr, "shardlab store %s: %lld more lines like these held back\n",
+                   where.c_str(), static_cast<long long>(log_held));
+    log_second = now;
+    log_lines = 0;
+    log_held = 0;
+  }
+
+  void log(const std::string& line) {
+    flush_log(Clock::now());
+    if (log_lines++ < kLinesPerSecond)
+      std::fprintf(stderr, "shardlab store %s: %s\n", where.c_str(), line.c_str());
+    else
+      ++log_held;
+  }
 
   void drop(Client& c, const std::string& why) {
-    std::fprintf(stderr, "shardlab store %s: dropped client %s: %s\n", where.c_str(),
-                 c.peer.c_str(), why.c_str());
+    log("dropped client " + c.peer + ": " + why);
     dropped->fetch_add(1);
     c.dead = true;
   }
 
+  uint64_t buffered() const {
+    uint64_t n = 0;
+    for (const auto& [id, c] : clients) n += c.pending();
+    return n;
+  }
+  std::string held_text() const {
+    return mib_text(kv_bytes + wait_bytes) + " stored, cap " + mib_text(limits.max_bytes);
+  }
+  // Whether `more` bytes can be stored beside what is (buffers aside: they pass).
+  bool room_for(uint64_t more) const { return kv_bytes + wait_bytes + more <= limits.max_bytes; }
+
   void reply_u8(Client& c, uint8_t v) { c.out.push_back(static_cast<char>(v)); }
   void reply_i64(Client& c, int64_t v) { append_u64(c.out, static_cast<uint64_t>(v)); }
+
+  // Stores key = value if the cap allows; false (why set) when it does not.
+  bool store(const std::string& key, std::string value, std::string& why) {
+    auto it = kv.find(key);
+    const uint64_t now = it == kv.end() ? 0 : key.size() + it->second.size() + kEntryOverhead;
+    const uint64_t then = key.size() + value.size() + kEntryOverhead;
+    if (then > now && !room_for(then - now)) {
+      why = "storing key " + shown(key) + " (" + mib_text(value.size()) +
+            ") would take the store past its memory cap (" + held_text() + ")";
+      return false;
+    }
+    kv_bytes = kv_bytes - now + then;
+    if (it == kv.end())
+      kv.emplace(key, std::move(value));
+    else
+      it->second = std::move(value);
+    return true;
+  }
 
   void wake(const std::string& key) {
     auto it = waiters.find(key);
     if (it == waiters.end()) return;
+    wait_bytes -= std::min<uint64_t>(wait_bytes, key.size() * it->second.size());
     for (uint64_t id : it->second) {
       auto c = clients.find(id);
       // A client that hung up (or timed out and reconnected) is simply gone.
       if (c == clients.end() || c->second.dead || c->second.awaited == 0) continue;
       if (--c->second.awaited == 0) {
+        c->second.waiting.clear();
         reply_u8(c->second, 0);  // STOP_WAITING
         woke = true;
       }
@@ -252,11 +327,27 @@ struct TcpStoreServer::Loop {
     waiters.erase(it);
   }
 
+  // A client leaving with a WAIT parked: its places in the waiters' lists go with it.
+  void unpark(Client& c, uint64_t id) {
+    for (const std::string& k : c.waiting) {
+      auto it = waiters.find(k);
+      if (it == waiters.end()) continue;
+      auto& ids = it->second;
+      const auto gone = std::remove(ids.begin(), ids.end(), id);
+      wait_bytes -=
+          std::min<uint64_t>(wait_bytes, k.size() * static_cast<uint64_t>(ids.end() - gone));
+      ids.erase(gone, ids.end());
+      if (ids.empty()) waiters.erase(it);
+    }
+    c.waiting.clear();
+    c.awaited = 0;
+  }
+
   // Runs one complete request; false when the client must be dropped (why says why).
   bool execute(Client& c, uint64_t id, Request& req, std::string& why) {
     switch (req.query) {
       case Query::set:
-        kv[req.key] = std::move(req.a);
+        if (!store(req.key, std::move(req.a), why)) return false;
         wake(req.key);
         return true;
       case Query::compare_set: {
@@ -265,14 +356,14 @@ struct TcpStoreServer::Loop {
         auto it = kv.find(req.key);
         if (it == kv.end()) {
           if (req.a.empty()) {
-            kv[req.key] = req.b;
+            if (!store(req.key, req.b, why)) return false;
             append_bytes(c.out, req.b);
             wake(req.key);
           } else {
             append_bytes(c.out, req.a);
           }
         } else if (it->second == req.a) {
-          it->second = req.b;
+          if (!store(req.key, req.b, why)) return false;
           append_bytes(c.out, req.b);
           wake(req.key);
         } else {
@@ -305,7 +396,8 @@ struct TcpStoreServer::Loop {
           why = "ADD overflows key " + shown(req.key);
           return false;
         }
-        kv[req.key] = std::to_string(value);  // decimal text, as c10d stores it
+        // Decimal text, as c10d stores it.
+        if (!store(req.key, std::to_string(value), why)) return false;
         reply_i64(c, value);
         wake(req.key);
         return true;
@@ -317,12 +409,22 @@ struct TcpStoreServer::Loop {
         return true;
       }
       case Query::wait: {
+        uint64_t bytes = 0;
+        for (const std::string& k : req.keys)
+          if (!kv.count(k)) bytes += k.size();
+        if (!room_for(bytes)) {
+          why = "a WAIT naming " + mib_text(bytes) +
+                " of missing keys would take the store past its memory cap (" + held_text() + ")";
+          return false;
+        }
         size_t missing = 0;
-        for (const std::string& k : req.keys) {
+        for (std::string& k : req.keys) {
           if (kv.count(k)) continue;
           waiters[k].push_back(id);
+          c.waiting.push_back(std::move(k));
           ++missing;
         }
+        wait_bytes += bytes;
         if (missing == 0) reply_u8(c, 0);
         c.awaited = missing;
         return true;
@@ -330,9 +432,18 @@ struct TcpStoreServer::Loop {
       case Query::get_num_keys:
         reply_i64(c, static_cast<int64_t>(kv.size()));
         return true;
-      case Query::delete_key:
-        reply_i64(c, static_cast<int64_t>(kv.erase(req.key)));
+      case Query::delete_key: {
+        auto it = kv.find(req.key);
+        if (it != kv.end()) {
+          kv_bytes -=
+              std::min<uint64_t>(kv_bytes, it->first.size() + it->second.size() + kEntryOverhead);
+          kv.erase(it);
+          reply_i64(c, 1);
+        } else {
+          reply_i64(c, 0);
+        }
         return true;
+      }
       case Query::watch_key:
         break;
     }
@@ -352,6 +463,7 @@ struct TcpStoreServer::Loop {
         return;
       }
       c.in_off += used;
+      c.last_request = Clock::now();
     }
     if (c.in_off == c.in.size()) {
       c.in.clear();
@@ -371,7 +483,10 @@ struct TcpStoreServer::Loop {
     c.in.resize(old + kReadChunk);
     const ssize_t got = ::recv(c.fd, c.in.data() + old, kReadChunk, 0);
     c.in.resize(old + (got > 0 ? static_cast<size_t>(got) : 0));
-    if (got > 0) return;
+    if (got > 0) {
+      c.last_in = Clock::now();
+      return;
+    }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     const size_t partial = c.in.size() - c.in_off;
     if (got < 0) {
@@ -392,6 +507,7 @@ struct TcpStoreServer::Loop {
           ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
       if (n > 0) {
         c.out_off += static_cast<size_t>(n);
+        c.last_out = Clock::now();
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
@@ -404,30 +520,109 @@ struct TcpStoreServer::Loop {
     c.out_off = 0;
   }
 
+  // The client idle longest, if any has been idle long enough to give up its place.
+  Client* idlest(Clock::time_point now) {
+    Client* best = nullptr;
+    for (auto& [id, c] : clients) {
+      if (c.dead || c.awaited > 0 || c.pending() > 0) continue;
+      if (now - c.last_request < limits.idle_evict_after) continue;
+      if (!best || c.last_request < best->last_request) best = &c;
+    }
+    return best;
+  }
+
   void accept_all(int listen_fd) {
+    size_t live = 0;
+    for (const auto& [id, c] : clients) live += !c.dead;
     for (;;) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       const int fd = ::accept(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      if (fd < 0) return;  // EAGAIN: all accepted; anything else: try again next round
-      if (clients.size() >= kMaxClients) {
-        std::fprintf(stderr, "shardlab store %s: refused client %s: already %zu clients\n",
-                     where.c_str(), peer_name(ss).c_str(), kMaxClients);
-        ::close(fd);
-        continue;
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+          log(std::string("cannot accept clients for now: ") + std::strerror(errno));
+          accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;  // EAGAIN: all accepted; anything else: try again next round
+      }
+      const auto now = Clock::now();
+      if (live >= limits.max_clients) {
+        // Full: an idle client makes room (ours reconnect on their next request); with none
+        // idle the newcomer is turned away, and a client of ours retries until its timeout.
+        Client* idle = idlest(now);
+        if (!idle) {
+          refused->fetch_add(1);
+          log("refused client " + peer_name(ss) + ": " + std::to_string(live) +
+              " clients already, the limit, and none idle for " +
+              seconds_text(limits.idle_evict_after));
+          ::close(fd);
+          continue;
+        }
+        evicted->fetch_add(1);
+        log("closed idle client " + idle->peer + " to make room for " + peer_name(ss) + " (" +
+            std::to_string(limits.max_clients) + " clients is the limit)");
+        idle->dead = true;
+        --live;
       }
       set_nonblocking(fd);
       set_nodelay(fd);
       Client c;
       c.fd = fd;
       c.peer = peer_name(ss);
+      c.last_request = c.last_in = c.last_out = now;
       clients.emplace(next_id++, std::move(c));
+      ++live;
     }
+  }
+
+  // Frees what clients hold past the limits: a stalled request or unread replies past
+  // stall_after, and, while the buffers together pass the cap, the largest of them.
+  void enforce(Clock::time_point now) {
+    for (auto& [id, c] : clients) {
+      if (c.dead) continue;
+      if (!c.has_partial()) c.last_in = now;
+      if (!c.has_output()) c.last_out = now;
+      if (now - c.last_in > limits.stall_after)
+        drop(c, "sent " + std::to_string(c.in.size() - c.in_off) +
+                    " bytes of a request, then nothing for " + seconds_text(limits.stall_after));
+      else if (now - c.last_out > limits.stall_after)
+        drop(c, "has not read its replies (" + std::to_string(c.out.size() - c.out_off) +
+                    " bytes) for " + seconds_text(limits.stall_after));
+    }
+    uint64_t in_flight = buffered();
+    while (in_flight > limits.max_bytes) {
+      Client* hog = nullptr;
+      for (auto& [id, c] : clients)
+        if (!c.dead && c.pending() > 0 && (!hog || c.pending() > hog->pending())) hog = &c;
+      if (!hog) break;
+      in_flight -= hog->pending();
+      drop(*hog, "its " + mib_text(hog->pending()) +
+                     " of unfinished requests and unread replies are the most of the " +
+                     mib_text(in_flight + hog->pending()) + " buffered, past the cap of " +
+                     mib_text(limits.max_bytes));
+    }
+  }
+
+  // How long poll() may sleep: until the next stall deadline, or the end of a pause.
+  int poll_ms(Clock::time_point now) const {
+    if (woke) return 0;
+    Clock::time_point next = Clock::time_point::max();
+    for (const auto& [id, c] : clients) {
+      if (c.dead) continue;
+      if (c.has_partial()) next = std::min(next, c.last_in + limits.stall_after);
+      if (c.has_output()) next = std::min(next, c.last_out + limits.stall_after);
+    }
+    if (accept_paused_until > now) next = std::min(next, accept_paused_until);
+    if (log_held > 0) next = std::min(next, log_second + std::chrono::seconds(1));
+    if (next == Clock::time_point::max()) return -1;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60000));
   }
 
   void close_dead() {
     for (auto it = clients.begin(); it != clients.end();) {
       if (it->second.dead) {
+        unpark(it->second, it->first);
         ::close(it->second.fd);
         it = clients.erase(it);
       } else {
@@ -441,12 +636,19 @@ struct TcpStoreServer::Loop {
   }
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& bind_host, int port)
-    : host_(bind_host), loop_(std::make_unique<Loop>()) {
+TcpStoreServer::TcpStoreServer(const std::string& bind_host, int port, const TcpStoreLimits& limits)
+    : host_(bind_host), limits_(limits), loop_(std::make_unique<Loop>()) {
   const std::string where = bind_host + ":" + std::to_string(port);
   if (port < 0 || port > 65535)
     throw CommError("rendezvous store: port " + std::to_string(port) +
                     " is out of range (0 picks a free one, else 1-65535)");
+  // Half the descriptors at most: the rest of the process (Gloo's pairs, its files) must not
+  // find them all taken by clients, and accept() must not run out either.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+    limits_.max_clients =
+        std::min<size_t>(limits_.max_clients, std::max<size_t>(kMinClients, nofile.rlim_cur / 2));
+  limits_.max_clients = std::max<size_t>(limits_.max_clients, 1);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -491,7 +693,10 @@ TcpStoreServer::TcpStoreServer(const std::string& bind_host, int port)
     throw CommError(std::string("rendezvous store: pipe: ") + std::strerror(errno));
   }
   loop_->where = host_ + ":" + std::to_string(port_);
+  loop_->limits = limits_;
   loop_->dropped = &dropped_;
+  loop_->refused = &refused_;
+  loop_->evicted = &evicted_;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -512,15 +717,16 @@ void TcpStoreServer::run() {
   for (;;) {
     fds.clear();
     ids.clear();
+    const auto now = Clock::now();
     fds.push_back({wake_pipe_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, static_cast<short>(now >= L.accept_paused_until ? POLLIN : 0), 0});
     for (auto& [id, c] : L.clients) {
       // Always POLLIN, even while a WAIT is parked: that is how a hang-up is noticed.
       const short out = c.out_off < c.out.size() ? POLLOUT : 0;
       fds.push_back({c.fd, static_cast<short>(POLLIN | out), 0});
       ids.push_back(id);
     }
-    const int wait_ms = L.woke ? 0 : -1;
+    const int wait_ms = L.poll_ms(now);
     L.woke = false;
     if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
@@ -534,6 +740,7 @@ void TcpStoreServer::run() {
       const short ev = fds[i + 2].revents;
       if (!ev) continue;
       Loop::Client& c = L.clients.at(ids[i]);
+      if (c.dead) continue;  // closed to make room just now
       if (ev & (POLLIN | POLLHUP | POLLERR)) L.read_from(c);
       if (!c.dead && (ev & POLLOUT)) L.write_to(c);
     }
@@ -542,7 +749,9 @@ void TcpStoreServer::run() {
       L.process_input(c, id);
       if (!c.dead && c.out_off < c.out.size()) L.write_to(c);  // answer now, not next round
     }
+    L.enforce(Clock::now());
     L.close_dead();
+    L.flush_log(Clock::now());
   }
 }
 
@@ -577,6 +786,13 @@ void TcpStore::fail(const std::string& why) {
   throw CommError("rendezvous store at " + address() + ": " + why);
 }
 
+void TcpStore::fail_gone(const std::string& message) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  gone_ = message;
+  throw CommError(message);
+}
+
 void TcpStore::connect_until(Clock::time_point deadline) {
   std::string last = "no address";
   for (;;) {
@@ -586,7 +802,12 @@ void TcpStore::connect_until(Clock::time_point deadline) {
     addrinfo* res = nullptr;
     const int gai = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res);
     if (gai != 0) last = gai_strerror(gai);
-    for (addrinfo* ai = gai == 0 ? res : nullptr; ai; ai = ai->ai_next) {
+    // Freed on every way out, a probe's exception included.
+    const std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(gai == 0 ? res : nullptr,
+                                                               [](addrinfo* a) {
+                                                                 if (a) ::freeaddrinfo(a);
+                                                               });
+    for (addrinfo* ai = owned.get(); ai; ai = ai->ai_next) {
       const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
       if (fd < 0) continue;
       set_nonblocking(fd);
@@ -604,14 +825,17 @@ void TcpStore::connect_until(Clock::time_point deadline) {
       if (err == 0) {
         set_nodelay(fd);
         fd_ = fd;
-        ::freeaddrinfo(res);
-        probe();
-        return;
+        if (probe(Clock::now() + timeout_) == Probe::ok) return;
+        // Accepted, then closed unanswered: how a store at its connection limit refuses a
+        // client (or one shutting down). It may have room in a moment.
+        last =
+            "it accepted the connection and closed it unanswered, as a store at its "
+            "connection limit does";
+        continue;
       }
       last = std::strerror(err);
       ::close(fd);
     }
-    if (res) ::freeaddrinfo(res);
     if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(
         std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - Clock::now()));
@@ -622,14 +846,19 @@ void TcpStore::connect_until(Clock::time_point deadline) {
 
 // A first CHECK tells a store from another service on that port (an HTTP
 // server answers 'H'): one line naming it now, not a muddled failure later.
-void TcpStore::probe() {
+TcpStore::Probe TcpStore::probe(Clock::time_point deadline) {
   std::string msg(1, static_cast<char>(Query::check));
   append_u64(msg, 1);
   append_bytes(msg, kKeyPrefix + std::string("probe"));
-  send_all(msg);
   char reply = 0;
-  recv_exact(&reply, 1, Clock::now() + timeout_, "a first CHECK");
-  if (reply == 0 || reply == 1) return;
+  try {
+    send_all(msg);
+    recv_exact(&reply, 1, deadline, "a first CHECK");
+  } catch (const CommError&) {
+    if (!gone_.empty()) throw;  // no answer within the timeout
+    return Probe::hung_up;      // fail() has closed the socket
+  }
+  if (reply == 0 || reply == 1) return Probe::ok;
   ::close(fd_);
   fd_ = -1;
   const unsigned char b = static_cast<unsigned char>(reply);
@@ -641,7 +870,26 @@ void TcpStore::probe() {
 }
 
 void TcpStore::ensure_connected() {
-  if (fd_ < 0) connect_until(Clock::now() + timeout_);
+  if (!gone_.empty()) throw CommError(gone_);
+  if (fd_ >= 0) {
+    // Between requests only a hang-up can arrive (a full store closes idle clients to make
+    // room): then start afresh. Bytes (out of step) are left for the next read to name.
+    pollfd p{fd_, POLLIN, 0};
+    char byte = 0;
+    const ssize_t r = ::poll(&p, 1, 0) == 1 ? ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  if (fd_ >= 0) return;
+  try {
+    connect_until(Clock::now() + timeout_);
+  } catch (const CommError& e) {
+    // Unreachable for the whole timeout: its process has ended or stopped.
+    if (gone_.empty()) gone_ = e.what();
+    throw;
+  }
 }
 
 void TcpStore::send_all(const std::string& bytes) {
@@ -659,7 +907,8 @@ void TcpStore::send_all(const std::string& bytes) {
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       pollfd p{fd_, POLLOUT, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0)
-        fail("could not send a request within " + seconds_text(timeout_));
+        fail_gone("rendezvous store at " + address() + ": could not send a request within " +
+                  seconds_text(timeout_));
       continue;
     }
     fail(std::string("sending a request failed: ") + std::strerror(errno));
@@ -684,8 +933,9 @@ void TcpStore::recv_exact(char* out, size_t n, Clock::time_point deadline, const
     if (deadline == Clock::time_point::max()) {
       ::poll(&p, 1, -1);
     } else if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
-      fail(std::string("no answer to ") + what + " within " +
-           seconds_text(std::max(timeout_, std::chrono::milliseconds(0))));
+      fail_gone("rendezvous store at " + address() + ": no answer to " + what + " within " +
+                seconds_text(std::max(timeout_, std::chrono::milliseconds(0))) +
+                " (its process stopped or gone?)");
     }
   }
 }
@@ -708,7 +958,21 @@ void TcpStore::set(const std::string& key, const std::vector<char>& value) {
   std::string msg(1, static_cast<char>(Query::set));
   append_bytes(msg, kKeyPrefix + key);
   append_bytes(msg, value.data(), value.size());
-  send_all(msg);  // c10d's SET has no reply
+  // c10d's SET has no reply: a CHECK of the key in the same write gets one, so a SET the
+  // store refused (over its memory cap, it drops the client) fails here, naming the key,
+  // rather than later as a key that never arrives.
+  msg += static_cast<char>(Query::check);
+  append_u64(msg, 1);
+  append_bytes(msg, kKeyPrefix + key);
+  send_all(msg);
+  char reply = 0;
+  try {
+    recv_exact(&reply, 1, Clock::now() + timeout_, "SET");
+  } catch (const CommError&) {
+    if (!gone_.empty()) throw;
+    fail("refused SET of key " + shown(key) + " (" + std::to_string(value.size()) +
+         " bytes) by closing the connection (over its memory cap? its host's log says why)");
+  }
 }
 
 std::vector<char> TcpStore::get(const std::string& key) {

@@ -142,6 +142,13 @@ std::string probe_field(const std::string& out, int rank, const std::string& key
   return out.substr(from, to - from);
 }
 
+// How many times `what` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("launch: each rank gets torchrun's variables and prints whole prefixed lines",
@@ -223,8 +230,38 @@ TEST_CASE("launch: the failed rank's exit code is the launcher's", "[launch]") {
   const Launched bad = launch({"launch", "--nproc-per-node", "2", "--", "no-such-command"});
   INFO(bad.out);
   CHECK(bad.code == 2);
-  CHECK_THAT(bad.out, Catch::Contains("unknown command 'no-such-command'"));
+  CHECK(count_of(bad.out, "unknown command 'no-such-command'") == 1);
   CHECK_THAT(bad.out, Catch::Contains("exited with code 2"));
+}
+
+TEST_CASE("launch: an error every rank prints alike (a bad option) is shown once, exit 2",
+          "[launch]") {
+  const Launched r = launch(
+      {"launch", "--nproc-per-node", "3", "--", "run", "--model", "mlp:4x64", "--bogus", "1"});
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(count_of(r.out, "error: unknown option '--bogus' for 'shardlab run'") == 1);
+  CHECK(count_of(r.out, "error: ") == 1);
+  // A typo in the store's directory: refused, once, and nothing created.
+  const std::string dir = "/tmp/shardlab-no-such-dir-" + std::to_string(getpid()) + "/rdzv";
+  const Launched typo = launch({"launch", "--nproc-per-node", "3", "--", "run", "--model",
+                                "mlp:4x64", "--steps", "3", "--rdzv", "file://" + dir});
+  INFO(typo.out);
+  CHECK(typo.code == 2);
+  CHECK(count_of(typo.out, "error: rendezvous directory " + dir +
+                               " does not exist (valid: an existing directory every rank can "
+                               "see; create it first, e.g. mkdir -p " +
+                               dir + ")\n") == 1);
+  CHECK(count_of(typo.out, "error: ") == 1);
+  CHECK(access(dir.substr(0, dir.rfind('/')).c_str(), F_OK) != 0);
+  // Error lines that differ from rank to rank are each shown.
+  const Launched each = launch({"launch", "--nproc-per-node", "3", "--", "launch-probe"},
+                               {{"SHARDLAB_PROBE_ERRORS", "1"}});
+  INFO(each.out);
+  CHECK(each.code == 0);
+  for (int rank = 0; rank < 3; ++rank)
+    CHECK(count_of(each.out, "] error: probe error of rank " + std::to_string(rank) + "\n") == 1);
+  CHECK(count_of(each.out, "] error: probe error alike on every rank\n") == 1);
 }
 
 TEST_CASE("launch: a rank that ignores SIGTERM gets SIGKILL after 5 s", "[launch]") {

@@ -152,8 +152,12 @@ TEST_CASE("the app runs one process per rank, watches it live and ends on its re
   for (const RankData& r : data.ranks) CHECK(!r.lane(Lane::comm).spans.empty());
 
   // Reset during a long run stops the group: no process is left, nothing in TMPDIR.
-  session.start_processes(small_zero3(100000));
+  // Long enough to outlast the reset, short enough for the preflight on a machine with a few
+  // GiB free: every process keeps every rank's records (230 KiB a step), so 5000 steps are
+  // estimated at 3.3 GiB (100000 were at 22 GiB, once, and refused here).
+  session.start_processes(small_zero3(5000));
   wait_for([&] { return session.steps_done() > 2 || session.state() == RunState::failed; });
+  INFO(session.error());
   REQUIRE(session.state() == RunState::running);
   const auto before = std::chrono::steady_clock::now();
   session.reset();

@@ -255,6 +255,69 @@ TEST_CASE("bench comm refuses sizes that cannot fit, at once", "[preflight]") {
   CHECK(over.out.find("is available (SHARDLAB_MEMORY_LIMIT)") != std::string::npos);
 }
 
+TEST_CASE("one process per rank: each process's baseline, weights, data and history count",
+          "[preflight]") {
+  RunConfig cfg = config("ddp", 4);
+  cfg.steps = 1000;
+  const MemoryEstimate threads = estimate_memory(cfg);
+  CHECK(threads.processes == 0);
+  CHECK(threads.processes_total == 0);
+  cfg.ranks_on_host = 4;  // shardlab launch --nproc-per-node 4
+  const MemoryEstimate procs = estimate_memory(cfg);
+  CHECK(procs.processes == 4);
+  // Measured: this process's private memory now, and what start-up adds after a preflight,
+  // in steps of 4 MiB.
+  CHECK(procs.process_baseline >= int64_t{4} << 20);
+  CHECK(procs.process_baseline % (int64_t{4} << 20) == 0);
+  CHECK(procs.per_process == procs.process_baseline + procs.shared + procs.steps_total);
+  CHECK(procs.processes_total == 4 * procs.per_process);
+  // The ranks' part is the same; the rest is counted once per process.
+  CHECK(procs.host_total - procs.processes_total ==
+        threads.host_total - threads.shared - threads.steps_total);
+  CHECK(procs.host_total - threads.host_total >= 4 * procs.process_baseline);
+  // The case that was missed: 32 processes each keep the world's loss shares, 16 B per rank
+  // and step (~100 MB each for 200000 steps), and the estimate counted them once.
+  cfg.world = 32;
+  cfg.ranks_on_host = 32;
+  cfg.steps = 200000;
+  const MemoryEstimate many = estimate_memory(cfg);
+  CHECK(many.per_process >= int64_t{200000} * 32 * 16);
+  CHECK(many.host_total >= int64_t{32} * 200000 * 32 * 16);
+}
+
+namespace {
+// "6.49 MiB" (as bytes_string writes) after `tag` in `text`, in bytes; -1 when absent.
+double bytes_after(const std::string& text, const std::string& tag) {
+  const size_t at = text.find(tag);
+  if (at == std::string::npos) return -1;
+  char unit[8] = {};
+  double v = 0;
+  if (std::sscanf(text.c_str() + at + tag.size(), "%lf %7s", &v, unit) != 2) return -1;
+  const std::string u = unit;
+  const double scale = u == "B" ? 1 : u == "KiB" ? 1024.0 : u == "MiB" ? 1048576.0 : 1073741824.0;
+  return v * scale;
+}
+}  // namespace
+
+TEST_CASE("under launch the preflight counts the processes, labelled, once", "[preflight]") {
+  LimitEnv limit("1");
+  const std::string run = "run --model mlp:8x256 --batch 48 --steps 20 --no-record";
+  const auto threads = run_cli(run + " --world 3");
+  INFO(threads.out);
+  CHECK(threads.code == 2);
+  CHECK(threads.out.find("processes") == std::string::npos);
+  const auto launched = run_cli("launch --nproc-per-node 3 -- " + run);
+  INFO(launched.out);
+  CHECK(launched.code == 2);
+  const std::string label = " for the 3 processes (";
+  CHECK(launched.out.find(label) != std::string::npos);
+  CHECK(launched.out.find(label) == launched.out.rfind(label));  // one rank's line, shown once
+  const double baseline = bytes_after(launched.out, label);
+  CHECK(baseline >= 4 << 20);
+  CHECK(bytes_after(launched.out, " per rank (") - bytes_after(threads.out, " per rank (") >=
+        3 * baseline * 0.99);  // bytes_string rounds to 3 digits
+}
+
 TEST_CASE("SHARDLAB_MEMORY_LIMIT sizes parse, and a bad one is refused", "[preflight]") {
   CHECK(parse_memory_size("1024") == 1024);
   CHECK(parse_memory_size("512M") == 512LL << 20);

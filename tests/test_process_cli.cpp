@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -189,6 +190,7 @@ TEST_CASE("one process per rank under torchrun (its agent's store) and mpirun", 
 TEST_CASE("one process per rank meets through Gloo's FileStore and RedisStore", "[process-cli]") {
   TempDir d;
   const std::string want = threaded(d, "--strategy zero2 --world 3 --batch 48", "threads.st");
+  fs::create_directories(d / "rdzv");  // the store's directory is the user's to make
   const std::string file_run = kBin + " launch --nproc-per-node 3 -- run" + kModel +
                                " --strategy zero2 --batch 48 --rdzv file://" + (d / "rdzv") +
                                " --save-final " + (d / "file.st");
@@ -279,6 +281,57 @@ TEST_CASE(
   CHECK_FALSE(leftovers(d));
 }
 
+TEST_CASE("one process per rank: idle clients crowding rank 0's store do not lock rank 1 out",
+          "[process-cli]") {
+  const std::string port = std::to_string(free_port());
+  const auto rank_cmd = [&](int r) {
+    return "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + kBin + " run" + kModel +
+           " --timeout-ms 10000";
+  };
+  CliResult rank0{-1, ""};
+  std::thread first([&] { rank0 = sh(rank_cmd(0)); });
+  // Once rank 0 serves its store, more idle connections than it takes clients (1024, or half
+  // its descriptor limit), kept open while rank 1 arrives.
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  std::vector<int> idle;
+  for (int i = 0; i < 400 && idle.empty(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+      idle.push_back(fd);
+    else
+      close(fd);
+    if (idle.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  REQUIRE(idle.size() == 1);
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  const size_t flood = std::min<size_t>(1100, nofile.rlim_cur > 300 ? nofile.rlim_cur - 200 : 0);
+  while (idle.size() < flood) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      if (fd >= 0) close(fd);
+      break;
+    }
+    idle.push_back(fd);
+  }
+  INFO(idle.size() << " idle connections");
+  CHECK(idle.size() >= 500);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // idle past the store's 1 s
+  const CliResult rank1 = sh(rank_cmd(1));
+  first.join();
+  for (int fd : idle) close(fd);
+  INFO("rank 0:\n" << rank0.out << "\nrank 1:\n" << rank1.out);
+  CHECK(rank1.code == 0);
+  CHECK(rank0.code == 0);
+  CHECK_THAT(rank1.out, Catch::Contains("rank 1 of 2 done: 12 steps"));
+  // Room was made by closing idle clients, each said in a line (at most 10 a second).
+  CHECK_THAT(rank0.out, Catch::Contains("shardlab store 127.0.0.1:" + port + ": "));
+}
+
 TEST_CASE("one process per rank: what it refuses, in one line", "[process-cli]") {
   const std::string env = "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 ";
   const auto refused = [&](const std::string& cmd, const std::string& message) {
@@ -293,6 +346,12 @@ TEST_CASE("one process per rank: what it refuses, in one line", "[process-cli]")
   refused(kBin + " run --rdzv env://", "--rdzv applies to one process per rank, and no launcher");
   refused(kBin + " run --bind-host 127.0.0.1", "--bind-host applies to one process per rank");
   refused(env + kBin + " run --rdzv ftp://x", "rendezvous 'ftp://x'");
+  // A typo in the shared directory: refused before anything is created.
+  refused(env + kBin + " run --rdzv file:///nonexistent/shardlab-rdzv",
+          "error: rendezvous directory /nonexistent/shardlab-rdzv does not exist (valid: an "
+          "existing directory every rank can see; create it first, e.g. mkdir -p "
+          "/nonexistent/shardlab-rdzv)");
+  CHECK_FALSE(fs::exists("/nonexistent"));
   refused(env + kBin + " run --strategy dp", "dp cannot run one process per rank");
   refused(env + "SHARDLAB_FAULT=x " + kBin + " run",
           "SHARDLAB_FAULT 'x' is invalid (valid: RANK:STEP:kill|hang|exit[:ATTEMPT])");

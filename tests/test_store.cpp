@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
@@ -585,6 +586,180 @@ TEST_CASE("TcpStoreServer survives a corpus of malformed clients", "[store]") {
 }
 
 // ---------------------------------------------------------------------------
+// Limits: what clients may take from the process that hosts the store
+
+TEST_CASE("TcpStoreServer: idle clients cannot crowd out a client that needs the store",
+          "[store]") {
+  TcpStoreLimits limits;
+  limits.max_clients = 8;
+  limits.idle_evict_after = 1s;
+  TcpStoreServer server("127.0.0.1", 0, limits);
+  const int port = server.port();
+  // 40 connections that never say a word: the first 8 fill the table, the rest are turned
+  // away at once (none is idle yet) instead of being kept.
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(std::make_unique<Raw>(port));
+  CHECK(eventually([&] { return server.refused_clients() == 32; }));
+  std::this_thread::sleep_for(1100ms);  // now they are idle
+  const auto t0 = std::chrono::steady_clock::now();
+  TcpStore rank("127.0.0.1", port, 5s);
+  rank.set("addr", bytes("x"));
+  CHECK(text(rank.get("addr")) == "x");
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  CHECK(server.evicted_clients() == 1);
+  // Closed to make room: it reads EOF.
+  int closed_count = 0;
+  for (auto& r : idle) {
+    bool closed = false;
+    r->read_for(10ms, closed);
+    closed_count += closed;
+  }
+  CHECK(closed_count == 33);
+
+  // A client of ours closed while idle reconnects on its next request, unseen.
+  std::this_thread::sleep_for(1100ms);
+  std::vector<std::unique_ptr<Raw>> more;
+  for (int i = 0; i < 8; ++i) more.push_back(std::make_unique<Raw>(port));
+  // The 7 idle Raws left and `rank`.
+  CHECK(eventually([&] { return server.evicted_clients() == 9; }));
+  std::this_thread::sleep_for(1100ms);  // the newcomers idle in turn
+  CHECK(rank.add("n", 1) == 1);
+  CHECK(rank.check({"addr", "n"}));
+  CHECK(server.dropped_clients() == 0);
+}
+
+TEST_CASE("TcpStoreServer: at the limit with nobody idle, a newcomer is refused in one line",
+          "[store]") {
+  TcpStoreLimits limits;
+  limits.max_clients = 3;
+  limits.idle_evict_after = 5s;
+  TcpStoreServer server("127.0.0.1", 0, limits);
+  std::vector<std::unique_ptr<TcpStore>> busy;
+  for (int i = 0; i < 3; ++i)
+    busy.push_back(std::make_unique<TcpStore>("127.0.0.1", server.port(), 2s));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    TcpStore extra("127.0.0.1", server.port(), 400ms);
+    FAIL("a fourth client was served");
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    CHECK(m == "cannot reach the rendezvous store at 127.0.0.1:" + std::to_string(server.port()) +
+                   " after 0.4 s (it accepted the connection and closed it unanswered, as a "
+                   "store at its connection limit does)");
+  }
+  // It retried for its whole timeout (the store may have had room a moment later).
+  CHECK(std::chrono::steady_clock::now() - t0 >= 400ms);
+  CHECK(server.refused_clients() >= 1);
+  for (auto& b : busy) CHECK(b->add("n", 1) > 0);  // the three are still served
+  // One leaves: the next is let in.
+  busy.pop_back();
+  TcpStore next("127.0.0.1", server.port(), 2s);
+  CHECK(next.add("n", 1) == 4);
+}
+
+TEST_CASE("TcpStoreServer: its memory cap refuses a SET in one line and keeps serving", "[store]") {
+  TcpStoreLimits limits;
+  limits.max_bytes = 1 << 20;
+  TcpStoreServer server("127.0.0.1", 0, limits);
+  TcpStore c("127.0.0.1", server.port(), 2s);
+  c.set("small", std::vector<char>(600 << 10, 'a'));
+  try {
+    c.set("big", std::vector<char>(600 << 10, 'b'));
+    FAIL("the store took 1.2 MiB under a 1 MiB cap");
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m == "rendezvous store at 127.0.0.1:" + std::to_string(server.port()) +
+                   ": refused SET of key 'big' (614400 bytes) by closing the connection (over "
+                   "its memory cap? its host's log says why)");
+  }
+  CHECK(server.dropped_clients() == 1);
+  // The same client goes on (it reconnects), the first value intact, the refused one absent.
+  CHECK(c.check({"small"}));
+  CHECK_FALSE(c.check({"big"}));
+  CHECK(c.get("small").size() == size_t{600} << 10);
+  // Replacing a value by one of the same size needs no room.
+  c.set("small", std::vector<char>(600 << 10, 'c'));
+  // A client that announces 60 MiB and streams past the cap is dropped while it sends.
+  Raw hog(server.port());
+  hog.send(q(0) + str("/hog") + u64(uint64_t{60} << 20));
+  const std::string chunk(256 << 10, 'h');
+  bool closed = false;
+  for (int i = 0; i < 16 && !closed; ++i) {
+    hog.send(chunk);
+    hog.read_for(20ms, closed);
+  }
+  CHECK(closed);
+  CHECK(server.dropped_clients() == 2);
+  CHECK(c.num_keys() == 1);
+}
+
+TEST_CASE("TcpStoreServer drops a client stalled mid-request after stall_after", "[store]") {
+  TcpStoreLimits limits;
+  limits.stall_after = 300ms;
+  TcpStoreServer server("127.0.0.1", 0, limits);
+  Raw stalled(server.port());
+  stalled.send(q(0) + u64(8) + "abcd");  // half a key, then nothing
+  Raw waiter(server.port());
+  waiter.send(q(5) + u64(1) + str("/later"));  // a WAIT parked is not a stall
+  Raw idle(server.port());                     // nor is a client between requests
+  const auto t0 = std::chrono::steady_clock::now();
+  bool closed = false;
+  stalled.read_for(3000ms, closed);
+  CHECK(closed);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 250ms);
+  CHECK(took < 2000ms);
+  CHECK(server.dropped_clients() == 1);
+  std::this_thread::sleep_for(300ms);
+  TcpStore c("127.0.0.1", server.port(), 2s);
+  c.set("later", bytes("now"));
+  CHECK(waiter.read_for(1000ms, closed) == std::string(1, '\0'));  // STOP_WAITING
+  idle.read_for(10ms, closed);
+  CHECK_FALSE(closed);
+}
+
+TEST_CASE("TcpStore: a store that stops answering fails each later call at once, in one line",
+          "[store]") {
+  // A store that answers the first CHECK, then nothing: as rank 0's process under SIGSTOP.
+  int port = 0;
+  const int lfd = listen_loopback(&port);
+  std::atomic<bool> done{false};
+  std::thread frozen([&] {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    char buf[256];
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 2000) == 1) (void)::recv(fd, buf, sizeof buf, 0);
+    ::send(fd, "\x01", 1, MSG_NOSIGNAL);
+    while (!done) std::this_thread::sleep_for(10ms);
+    ::close(fd);
+  });
+  TcpStore c("127.0.0.1", port, 300ms);
+  const std::string want = "rendezvous store at 127.0.0.1:" + std::to_string(port) +
+                           ": no answer to CHECK within 0.3 s (its process stopped or gone?)";
+  const auto timed = [&](const std::function<void()>& op) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string msg;
+    try {
+      op();
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+    CHECK(msg == want);
+    return std::chrono::steady_clock::now() - t0;
+  };
+  CHECK(timed([&] { (void)c.check({"k"}); }) >= 290ms);
+  // Each later call: the same line at once, not another timeout (nor a reconnect that the
+  // stopped process's kernel would accept and never answer).
+  CHECK(timed([&] { (void)c.check({"k"}); }) < 100ms);
+  CHECK(timed([&] { c.set("k", bytes("v")); }) < 100ms);
+  CHECK(timed([&] { (void)c.add("k", 1); }) < 100ms);
+  done = true;
+  frozen.join();
+  ::close(lfd);
+}
+
+// ---------------------------------------------------------------------------
 // torch 1.13 interop
 
 TEST_CASE("TcpStore and torch's TCPStore understand each other", "[store][torch]") {
@@ -755,12 +930,37 @@ TEST_CASE("parse_rdzv names the bad value and the valid forms", "[store]") {
   }
 }
 
+TEST_CASE("a file store refuses a directory that does not exist, creating nothing", "[store]") {
+  const std::string root = tmp_dir("nodir");
+  const std::string dir = root + "/typo";
+  try {
+    RdzvStore s(parse_rdzv("file://" + dir), 0, "", 0, false, "run1", 1s);
+    FAIL("a missing directory was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) ==
+          "rendezvous directory " + dir +
+              " does not exist (valid: an existing directory every rank can see; create it "
+              "first, e.g. mkdir -p " +
+              dir + ")");
+  }
+  CHECK_FALSE(std::filesystem::exists(root));
+  // A file where the directory should be.
+  std::filesystem::create_directories(root);
+  std::ofstream(root + "/file") << "x";
+  CHECK_THROWS_WITH(RdzvStore(parse_rdzv("file://" + root + "/file"), 0, "", 0, false, "r", 1s),
+                    "rendezvous directory " + root +
+                        "/file is not a directory (valid: an existing directory every rank can "
+                        "see)");
+  std::filesystem::remove_all(root);
+}
+
 // ---------------------------------------------------------------------------
 // 4 ranks through each store kind, then a real Gloo all-reduce
 
 TEST_CASE("4 ranks rendezvous through a file store", "[store]") {
   const std::string root = tmp_dir("file");
-  const std::string dir = root + "/not/yet/there";
+  const std::string dir = root + "/shared";
+  std::filesystem::create_directories(dir);
   std::vector<std::vector<float>> sums;
   std::vector<std::string> keys;
   auto errors = rendezvous_allreduce(

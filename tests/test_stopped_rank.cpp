@@ -1,0 +1,197 @@
+// A rank whose process is stopped (SIGSTOP: a debugger, Ctrl-Z, a frozen host) under `shardlab
+// launch`: the whole group ends within the timeout and a few seconds, whichever rank it is,
+// rank 0 included, whose process serves the env:// and tcp:// store.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The collectives' timeout in these runs, and what the group may take beyond it to end.
+constexpr int kTimeoutMs = 3000;
+constexpr double kSlackS = 5;
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// RANK=… from a process's environment, or -1.
+int rank_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string var;
+  while (std::getline(f, var, '\0'))
+    if (var.rfind("RANK=", 0) == 0) return std::atoi(var.c_str() + 5);
+  return -1;
+}
+
+// The launcher's children, by rank (its ranks are its direct children).
+std::map<int, pid_t> ranks_of(pid_t launcher) {
+  std::map<int, pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string all;
+    std::getline(stat, all);
+    const size_t paren = all.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(all.c_str() + paren + 1, " %c %d", &state, &ppid) != 2) continue;
+    if (ppid != launcher) continue;
+    const pid_t pid = std::atoi(name.c_str());
+    const int rank = rank_of(pid);
+    if (rank >= 0) out[rank] = pid;
+  }
+  return out;
+}
+
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string all;
+  if (!std::getline(stat, all)) return false;
+  const size_t paren = all.rfind(')');
+  return paren != std::string::npos && paren + 2 < all.size() && all[paren + 2] != 'Z';
+}
+
+// `shardlab launch --nproc-per-node 3 -- run …` in the background, output to a pipe; whatever
+// it and its ranks are doing at the end of the test, they are continued and killed.
+struct Group {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string out;
+  std::map<int, pid_t> ranks;
+
+  explicit Group(const std::vector<std::string>& run_args) {
+    std::vector<std::string> all = {SHARDLAB_BIN, "launch", "--nproc-per-node", "3", "--", "run"};
+    all.insert(all.end(), run_args.begin(), run_args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int p[2];
+    REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(p[1]);
+    fd = p[0];
+  }
+  ~Group() {
+    for (const auto& [rank, r] : ranks) {
+      kill(r, SIGCONT);
+      kill(r, SIGKILL);
+    }
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (fd >= 0) close(fd);
+  }
+  // Reads for up to `timeout_s`, until `text` has come (true) or the output ends.
+  bool read_until(const std::string& text, double timeout_s) {
+    const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (out.find(text) == std::string::npos) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd f{fd, POLLIN, 0};
+      if (poll(&f, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) return out.find(text) != std::string::npos;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // The launcher's exit code, and how long it took to come.
+  int wait_exit(double& seconds) {
+    const auto t0 = Clock::now();
+    read_until("\x01 never printed", 60);  // to EOF: the launcher and every rank are gone
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+// Stops rank `victim` mid-training and returns the launcher's output; the group must end
+// within the timeout and kSlackS seconds, with no rank left.
+std::string stop_rank(int victim, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"--model",     "mlp:4x64",     "--steps",
+                                   "1000000",     "--batch",      "12",
+                                   "--no-record", "--timeout-ms", std::to_string(kTimeoutMs)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Group g(args);
+  // Rank 0's progress line: every rank is past the rendezvous and training.
+  REQUIRE(g.read_until("[rank 0]   step ", 30));
+  g.ranks = ranks_of(g.pid);
+  REQUIRE(g.ranks.size() == 3);
+  REQUIRE(kill(g.ranks.at(victim), SIGSTOP) == 0);
+  double seconds = 0;
+  const int code = g.wait_exit(seconds);
+  INFO(g.out);
+  CHECK(code == 1);
+  CHECK(seconds < kTimeoutMs / 1000.0 + kSlackS);
+  for (const auto& [rank, pid] : g.ranks) {
+    INFO("rank " << rank);
+    CHECK_FALSE(alive(pid));
+  }
+  std::printf("rank %d stopped: the group ended %.1f s later (timeout %.1f s)\n", victim, seconds,
+              kTimeoutMs / 1000.0);
+  return g.out;
+}
+
+}  // namespace
+
+TEST_CASE("launch: rank 0 stopped (it serves the env:// store) ends the group within the timeout",
+          "[launch][stopped]") {
+  const std::string out = stop_rank(0);
+  CHECK_THAT(out, Catch::Contains("the run's store stopped answering"));
+}
+
+TEST_CASE("launch: rank 0 stopped (it serves the tcp:// store) ends the group within the timeout",
+          "[launch][stopped]") {
+  const std::string out =
+      stop_rank(0, {"--rdzv", "tcp://127.0.0.1:" + std::to_string(free_port())});
+  CHECK_THAT(out, Catch::Contains("the run's store stopped answering"));
+}
+
+TEST_CASE("launch: rank 1 stopped ends the group within the timeout, named", "[launch][stopped]") {
+  CHECK_THAT(stop_rank(1), Catch::Contains("rank 1 does not answer"));
+}
+
+TEST_CASE("launch: rank 2 stopped ends the group within the timeout, named", "[launch][stopped]") {
+  CHECK_THAT(stop_rank(2), Catch::Contains("rank 2 does not answer"));
+}
