@@ -172,7 +172,11 @@ TEST_CASE(
     for (const char* link : {"0.1,100", "eth100", "pcie4", "ib400", "nvlink-h100", "10000,0.01"}) {
       const Projection p = project_on(*r, parse_link(link));
       INFO(r->cfg.strategy << " on " << link << ": " << p.median_step_ms << " ms");
-      CHECK(p.median_step_ms <= previous * (1 + 1e-9));
+      // Within 0.1%: the projection schedules greedily, and a collective that
+      // ends sooner can let another ready op go first on a rank, lengthening a
+      // step by a sliver (zero3: 1.48344 ms on nvlink-h100 against 1.48313 on
+      // pcie4, once in CI): a list-scheduling anomaly, not a slower link.
+      CHECK(p.median_step_ms <= previous * (1 + 1e-3));
       previous = p.median_step_ms;
     }
   }
