@@ -9,6 +9,7 @@
 
 #include "app/gui/logic/cluster_logic.h"
 #include "app/gui/logic/run_data.h"
+#include "core/runner.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -521,4 +522,65 @@ TEST_CASE("camping: an input posted for a note that has not arrived is not a kep
   CHECK(notes_held(early) == std::vector<int>{0, 1});  // by the buffers alone
   CHECK(notes_held(early, &d, 1, 100) == std::vector<int>{0});
   CHECK(notes_held(holdings_at(stage, 300, 0), &d, 1, 300) == std::vector<int>{0, 1});
+}
+
+TEST_CASE("a gathered copy fills as its all-gather runs, not when it is set aside",
+          "[cluster-view]") {
+  // Prefetch allocates layer 1's copy when the gather is issued; the comm
+  // thread starts moving bytes later. Until then the rank holds its own shard.
+  RunData d = make_data(4, 2);
+  LaneData& lane = d.ranks[0].lanes[static_cast<int>(Lane::comm)];
+  lane.insert({comm(100, 200, SpanKind::all_gather, 0), comm(300, 400, SpanKind::all_gather, 1),
+               comm(600, 700, SpanKind::all_gather, 1)});
+  std::vector<Residency> all{res("layers.1.flat[gathered]", MemCategory::comm_buffers, 150, 500),
+                             res("layers.1.flat[gathered]", MemCategory::comm_buffers, 550, 800),
+                             res("layers.0.flat[shard 0/4]", MemCategory::params, 0, 1000)};
+  auto arrived_at = [&](int64_t t) {
+    std::vector<Holding> h = holdings_at(all, t, 0);
+    mark_gather_progress(h, lane, t);
+    std::vector<float> out;
+    for (const Holding& x : h) out.push_back(x.gather_progress);
+    return out;
+  };
+  // At 160 layer 0's gather runs, but the copy is layer 1's: nothing has come.
+  CHECK(arrived_at(160) == std::vector<float>{0.0f, 1.0f});
+  CHECK(arrived_at(350)[0] == Approx(0.5));
+  CHECK(arrived_at(450) == std::vector<float>{1.0f, 1.0f});
+  // The second copy is filled by the gather after it, not by the one before.
+  CHECK(arrived_at(560) == std::vector<float>{0.0f, 1.0f});
+  CHECK(arrived_at(750) == std::vector<float>{1.0f, 1.0f});
+  // Drawn that way: the card's slot piece carries it, its own quarter present.
+  std::vector<Holding> h = holdings_at(all, 560, 0);
+  mark_gather_progress(h, lane, 560);
+  const CardContents c = card_contents(h, 2);
+  REQUIRE(c.slots[0][1].size() == 1);
+  CHECK(c.slots[0][1][0].arrived(4) == 0.25f);
+
+  // The real strategies: every gathered copy ZeRO-3 and FSDP set aside is
+  // matched to the all-gather that fills it (nothing arrived when set aside).
+  for (const char* strategy : {"zero3", "fsdp"}) {
+    RunConfig cfg;
+    cfg.model = "mlp:4x32";
+    cfg.strategy = strategy;
+    cfg.world = 4;
+    cfg.batch = 8;
+    cfg.steps = 2;
+    RunData real;
+    reset_run_data(real, cfg, 4, 0);
+    ingest_result(real, run_training(cfg));
+    for (int r = 0; r < 4; ++r) {
+      int gathered = 0;
+      for (const Residency& x : real.ranks[r].residency) {
+        std::vector<Holding> one = holdings_at({x}, x.t_alloc_ns, 0, real.param_layers);
+        REQUIRE(one.size() == 1);
+        if (one[0].name.kind != HoldKind::gathered) continue;
+        ++gathered;
+        mark_gather_progress(one, real.ranks[r].lane(Lane::comm), x.t_alloc_ns);
+        INFO(strategy << " rank " << r << ": " << x.name);
+        CHECK(one[0].gather_progress == 0.0f);
+      }
+      INFO(strategy << " rank " << r);
+      CHECK(gathered > 0);
+    }
+  }
 }

@@ -222,6 +222,7 @@ void draw_camping(App& app, const RunData& d) {
   std::vector<std::vector<Holding>> holdings;
   for (int r = 0; r < d.world; ++r) {
     holdings.push_back(holdings_at(d.ranks[r].residency, t, fade, d.param_layers));
+    mark_gather_progress(holdings.back(), d.ranks[r].lane(Lane::comm), t);
     cards.push_back(card_contents(holdings.back(), d.num_layers));
   }
   const int layers = std::max(1, cards[0].num_layers);
@@ -463,8 +464,14 @@ void draw_camping(App& app, const RunData& d) {
           break;
         }
         const auto [l, p] = borrowed[i];
-        draw_gear(dl, gear_of_layer(l), ImVec2(hcn.x, hcn.y), h.item, layer_color(l, hc), 0, 1,
-                  p->alpha, true, ui.text);
+        // Filled only as far as the lending has gone (a prefetch waits its turn):
+        // its own part, and each other hiker's part as far as it has come.
+        const int parts = p->gather_progress >= 1.0f ? 1 : d.world;  // whole: one draw
+        for (int j = 0; j < parts; ++j) {
+          const double f = parts == 1 || j == r ? 1.0 : p->gather_progress;
+          draw_gear(dl, gear_of_layer(l), ImVec2(hcn.x, hcn.y), h.item, layer_color(l, hc),
+                    double(j) / parts, (j + f) / parts, p->alpha, true, ui.text);
+        }
         ++slot;
       }
     }

@@ -238,8 +238,8 @@ void draw_cluster(App& app, const RunData& d) {
   std::vector<Holding> hover_list;
   std::string hover_title;
   for (int r = 0; r < d.world; ++r) {
-    const std::vector<Holding> holdings =
-        holdings_at(d.ranks[r].residency, t, fade, d.param_layers);
+    std::vector<Holding> holdings = holdings_at(d.ranks[r].residency, t, fade, d.param_layers);
+    mark_gather_progress(holdings, d.ranks[r].lane(Lane::comm), t);
     const CardContents c = card_contents(holdings, d.num_layers);
     const Rect& cr = L.cards[r];
     CardLayout& g = geoms[r];
@@ -326,7 +326,20 @@ void draw_cluster(App& app, const RunData& d) {
         for (const SlotPiece& p : c.slots[col][row]) {
           const ImVec2 pa(a.x + static_cast<float>(p.begin) * (b.x - a.x), a.y);
           const ImVec2 pb(a.x + static_cast<float>(p.end) * (b.x - a.x), b.y);
-          if (is_temporary(p.kind)) {
+          if (is_temporary(p.kind) && p.gather_progress < 1.0f) {
+            // Set aside, still arriving: a dashed outline of the whole copy; its
+            // own part striped, each other rank's part as far as it has come.
+            const float part = (pb.x - pa.x) / static_cast<float>(d.world);
+            for (int j = 0; j < d.world; ++j) {
+              const float f = j == r ? 1.0f : p.gather_progress;
+              if (f <= 0) continue;
+              const ImVec2 qa(pa.x + static_cast<float>(j) * part, pa.y);
+              const ImVec2 qb(qa.x + f * part, pb.y);
+              dl->AddRectFilled(qa, qb, with_alpha(lc, 0.35f * p.alpha));
+              hatch(dl, qa, qb, with_alpha(lc, p.alpha), 5);
+            }
+            dashed_rect(dl, pa, pb, with_alpha(ui.text, p.alpha), 3, 1);
+          } else if (is_temporary(p.kind)) {
             dl->AddRectFilled(pa, pb, with_alpha(lc, 0.35f * p.alpha));
             hatch(dl, pa, pb, with_alpha(lc, p.alpha), 5);
             dl->AddRect(pa, pb, with_alpha(ui.text, p.alpha));

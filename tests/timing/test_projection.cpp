@@ -115,11 +115,14 @@ TEST_CASE("projection: a balanced pipeline's bubble is the formula, recorded on 
       for (int M : {1, 4, 8, 16}) {
         // Up to three runs, the first within the bounds counting: a systematic error
         // misses in all three, a machine hiccup during one run (seen once in CI) does not.
+        // 12 steps: the same op's CPU time wobbles 5-16 ms from step to step on this
+        // machine (single-threaded too), and each op costs its median over the steps;
+        // with 5 steps the bottleneck's bubble strayed up to 9 points, with 12 about 5.
         const double formula = double(P - 1) / (M + P - 1);
         double unequal = 0, bubble = 0;
         std::string tries;
         for (int attempt = 0; attempt < 3; ++attempt) {
-          const RunResult r = run_training(mlp_run("mlp:16x512", strategy, P, 256, 5, M));
+          const RunResult r = run_training(mlp_run("mlp:16x512", strategy, P, 256, 12, M));
           const Projection p = project_on(r, fast_link());
           unequal = unequal_stages_formula(p, M);
           bubble = bottleneck_bubble(p);
@@ -128,7 +131,7 @@ TEST_CASE("projection: a balanced pipeline's bubble is the formula, recorded on 
                    " (mean of stages " + std::to_string(mean_bubble(p)) + "), measured median " +
                    std::to_string(r.median_step_ms) + " ms, projected " +
                    std::to_string(p.median_step_ms) + " ms]";
-          if (std::abs(bubble - unequal) <= 0.08 && std::abs(bubble - formula) <= 0.10) break;
+          if (std::abs(bubble - unequal) <= 0.08 && std::abs(bubble - formula) <= 0.05) break;
         }
         INFO(strategy << " P=" << P << " M=" << M << ": formula " << formula << tries);
         // The schedule's bubble for the stage costs this run measured. A thread's
@@ -138,7 +141,7 @@ TEST_CASE("projection: a balanced pipeline's bubble is the formula, recorded on 
         // (Typically within 0.03 of it; a run whose threads' costs drifted between
         // steps reaches 0.06, hence 0.08.)
         CHECK(std::abs(bubble - unequal) <= 0.08);
-        CHECK(std::abs(bubble - formula) <= 0.10);
+        CHECK(std::abs(bubble - formula) <= 0.05);
       }
     }
   }
@@ -148,17 +151,17 @@ TEST_CASE("projection: a balanced pipeline's bubble is the formula, recorded on 
   double unequal = 0, bubble = 0;
   std::string tries;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const RunResult r = run_training(mlp_run("mlp:16x512", "naive-mp", 4, 256, 5));
+    const RunResult r = run_training(mlp_run("mlp:16x512", "naive-mp", 4, 256, 12));
     const Projection p = project_on(r, fast_link());
     unequal = unequal_stages_formula(p, 1);
     bubble = bottleneck_bubble(p);
     tries += " [for these stages' costs " + std::to_string(unequal) + ", projected " +
              std::to_string(bubble) + " (mean of stages " + std::to_string(mean_bubble(p)) + ")]";
-    if (std::abs(bubble - unequal) <= 0.08 && std::abs(bubble - 0.75) <= 0.10) break;
+    if (std::abs(bubble - unequal) <= 0.08 && std::abs(bubble - 0.75) <= 0.05) break;
   }
   INFO("naive-mp:" << tries);
   CHECK(std::abs(bubble - unequal) <= 0.08);
-  CHECK(std::abs(bubble - 0.75) <= 0.10);
+  CHECK(std::abs(bubble - 0.75) <= 0.05);
 }
 
 TEST_CASE(

@@ -39,6 +39,28 @@ std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, i
   return out;
 }
 
+void mark_gather_progress(std::vector<Holding>& holdings, const LaneData& comm, int64_t t) {
+  for (Holding& h : holdings) {
+    if (h.name.kind != HoldKind::gathered || h.name.layer < 0) continue;
+    // The comm lane is sorted by begin: start at the copy's allocation.
+    const auto first =
+        std::lower_bound(comm.spans.begin(), comm.spans.end(), h.res->t_alloc_ns,
+                         [](const Span& s, int64_t at) { return s.t_begin_ns < at; });
+    const Span* fill = nullptr;
+    for (auto it = first; it != comm.spans.end() && it->t_begin_ns < h.res->t_free_ns; ++it)
+      if (it->kind == SpanKind::all_gather && it->layer >= h.name.layer &&
+          it->layer <= h.name.layer_last) {
+        fill = &*it;
+        break;
+      }
+    if (!fill || t >= fill->t_end_ns) continue;  // filled (or not filled by a gather we saw)
+    const double dur = static_cast<double>(std::max<int64_t>(1, fill->t_end_ns - fill->t_begin_ns));
+    const double progress =
+        t <= fill->t_begin_ns ? 0.0 : static_cast<double>(t - fill->t_begin_ns) / dur;
+    h.gather_progress = static_cast<float>(progress);
+  }
+}
+
 int card_column(MemCategory c, const BufferName& n) {
   switch (c) {
     case MemCategory::params:
@@ -72,7 +94,8 @@ CardContents card_contents(const std::vector<Holding>& holdings, int num_layers)
     if (col < 0) continue;
     const bool on_host = h.res->pool == Pool::host;
     c.any_on_host |= on_host;
-    SlotPiece p{n.fraction_begin(), n.fraction_end(), n.kind, h.alpha, h.res->bytes, on_host};
+    SlotPiece p{n.fraction_begin(), n.fraction_end(), n.kind,           h.alpha,
+                h.res->bytes,       on_host,          h.gather_progress};
     if (n.layer < 0) {
       c.slots[col][c.num_layers].push_back(p);
       c.has_unlayered = true;

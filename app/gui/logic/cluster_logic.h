@@ -23,11 +23,22 @@ struct Holding {
   const Residency* res = nullptr;
   BufferName name;
   float alpha = 1.0f;  // < 1 while a freed gathered copy fades out
+  // How far a gathered copy's all-gather has gone: 0 until it starts (the copy
+  // holds only the rank's own shard), 1 once it ends (and for every buffer that
+  // is not a gathered copy). A prefetched buffer is allocated when the gather
+  // is issued, which can be well before the communication thread starts moving
+  // bytes: until then it is space set aside, not a gathered layer. The other
+  // ranks' parts arrive side by side, as the travelling pieces show.
+  float gather_progress = 1.0f;
 };
 // `params` places buffers named after a model's parameters (gpt) in their layer.
 std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, int64_t fade_ns,
                                  const ParamLayers& params = {});
 float fade_alpha(int64_t t_free, int64_t t, int64_t fade_ns);
+// Sets Holding::gather_progress for the gathered copies of one rank from its comm lane:
+// each copy is filled by the first all-gather of its layer that begins after
+// the copy was allocated and before it was freed.
+void mark_gather_progress(std::vector<Holding>& holdings, const LaneData& comm, int64_t t);
 
 // Cards have one column per model state.
 inline constexpr int kCardColumns = 3;  // params, grads, optimizer state
@@ -43,7 +54,14 @@ struct SlotPiece {
   HoldKind kind = HoldKind::full;
   float alpha = 1.0f;
   int64_t bytes = 0;
-  bool on_host = false;  // host pool (CPU offload)
+  bool on_host = false;          // host pool (CPU offload)
+  float gather_progress = 1.0f;  // Holding::gather_progress
+  // The share of the piece present: its own part (1/world) plus the others' as
+  // they arrive; 1 for all but a gathered copy still being gathered.
+  float arrived(int world) const {
+    const float own = 1.0f / static_cast<float>(world > 0 ? world : 1);
+    return own + (1 - own) * gather_progress;
+  }
 };
 
 struct CardContents {
