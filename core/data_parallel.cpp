@@ -18,7 +18,7 @@ Batch load_batch(RankEnv& env, int step, int first_row, int rows) {
   b.x = env.alloc.alloc("batch.x", MemCategory::activations, {rows, in});
   b.y = env.alloc.alloc("batch.y", MemCategory::activations, {rows, out});
   ScopedSpan span(env.rec, Lane::compute, SpanKind::data);
-  env.data.load(env.device, step, first_row, rows, b.x.raw(), b.y.raw());
+  span.set_made_ahead(env.data.load(env.device, step, first_row, rows, b.x.raw(), b.y.raw()));
   return b;
 }
 

@@ -43,8 +43,9 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   // x_dev [rows, act_numel(0)], y_dev [rows, target_numel()] (device memory;
-  // y_dev may be null when only inputs are needed).
-  virtual void load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
+  // y_dev may be null when only inputs are needed). True when the rows were
+  // made ahead, beside the step (a data loader, core/data_loader.h).
+  virtual bool load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
                     void* y_dev) const = 0;
   // The same into host memory, for --save-data.
   virtual void rows(int step, int row_begin, int rows, void* x, void* y) const = 0;

@@ -290,7 +290,7 @@ void PipelineStage::forward(int mb) {
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
                              {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
-    env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr);
+    span.set_made_ahead(env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr));
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);
@@ -324,7 +324,8 @@ void PipelineStage::compute_loss(const void* pred, int mb) {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
     Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary,
                                        {rows_, static_cast<int64_t>(m.act_numel(0))});
-    env_.data.load(env_.device, step_, mb * rows_, rows_, unused_x.raw(), y.raw());
+    span.set_made_ahead(
+        env_.data.load(env_.device, step_, mb * rows_, rows_, unused_x.raw(), y.raw()));
   }
   // Divided by the global batch's size, not the micro-batch's: the
   // micro-batches' gradients then add up to exactly the full-batch gradient.

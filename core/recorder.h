@@ -58,6 +58,9 @@ struct Span {
   // A communication op issued through a Comm: its id on this rank, which its
   // issue and wait marks name (0 = not an op of a Comm).
   uint64_t op = 0;
+  // A data span whose batch the rank's data loader made ahead, beside the
+  // step (core/data_loader.h): the span is the copy in, not the making.
+  bool made_ahead = false;
 };
 
 // Points in a rank's program that a span does not show, each stamped with the
@@ -210,6 +213,7 @@ class ScopedSpan {
   ~ScopedSpan() { end(); }
   ScopedSpan(const ScopedSpan&) = delete;
   ScopedSpan& operator=(const ScopedSpan&) = delete;
+  void set_made_ahead(bool ahead) { span_.made_ahead = ahead; }
   void end() {
     if (!rec_) return;
     span_.t_end_ns = now_ns();

@@ -45,9 +45,11 @@ constexpr double kMaxStepMs = 1e9;                   // 11 days
 constexpr int64_t kMaxRanks = 1 << 20;               // far above any world size
 const std::vector<std::string> kSpanColumns = {
     "t_begin_ns", "t_end_ns", "lane",    "kind",         "layer",      "micro_batch", "step",
-    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op"};
-// Files written before spans had CPU clocks and op ids: the first ten columns.
+    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op", "made_ahead"};
+// Files written before spans had CPU clocks and op ids: the first ten columns;
+// before batches were made ahead, thirteen.
 constexpr size_t kSpanColumnsV1 = 10;
+constexpr size_t kSpanColumnsV2 = 13;
 const std::vector<std::string> kMarkColumns = {"kind",     "id",           "t_begin_ns",
                                                "t_end_ns", "cpu_begin_ns", "cpu_end_ns"};
 const std::vector<std::string> kAllocColumns = {"t_ns",     "delta_bytes", "buffer_id",
@@ -598,6 +600,7 @@ Span span_from_json(const Checker& ck, const json& row, const std::string& w, in
       ck.fail(col(11), "is known while cpu_begin_ns is not (valid: both -1, or both >= 0)");
     s.op = ck.unsigned_integer(row[12], col(12));
   }
+  if (columns > kSpanColumnsV2) s.made_ahead = ck.boolean(row[13], col(13));
   return s;
 }
 
@@ -763,7 +766,7 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
       for (const Span& s : snap.spans)
         spans.push_back({s.t_begin_ns - r.t0_ns, s.t_end_ns - r.t0_ns, to_string(s.lane),
                          to_string(s.kind), s.layer, s.micro_batch, s.step, s.bytes, s.peer,
-                         s.flow_id, s.cpu_begin_ns, s.cpu_end_ns, s.op});
+                         s.flow_id, s.cpu_begin_ns, s.cpu_end_ns, s.op, s.made_ahead});
       for (const AllocEvent& a : snap.allocs)
         allocs.push_back({a.t_ns - r.t0_ns, a.delta_bytes, a.buffer_id, to_string(a.category),
                           to_string(a.pool), a.name});
@@ -954,10 +957,12 @@ Recording from_json(const json& j, const Checker& ck, bool weights) {
 
   if (weights) read_weights(ck, j["final_params"], c, layout, r.final_params);
 
-  // Spans of older files have the first ten columns; the marks are newer still.
+  // Spans of older files have the first ten or thirteen columns; the marks are
+  // newer than the first ten.
   const size_t span_columns =
-      j["span_columns"].is_array() && j["span_columns"].size() == kSpanColumnsV1
-          ? kSpanColumnsV1
+      j["span_columns"].is_array() && (j["span_columns"].size() == kSpanColumnsV1 ||
+                                       j["span_columns"].size() == kSpanColumnsV2)
+          ? j["span_columns"].size()
           : kSpanColumns.size();
   check_columns(
       ck, j["span_columns"], "span_columns",
@@ -1109,7 +1114,8 @@ Recording recording_from_trace(const json& t, const std::string& file) {
                                       arg("layer", -1), arg("micro_batch", -1), arg("step", -1),
                                       arg("bytes", 0), arg("peer", -1),
                                       arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1),
-                                      arg("cpu_end_ns", -1), arg("op", json(uint64_t{0}))});
+                                      arg("cpu_end_ns", -1), arg("op", json(uint64_t{0})),
+                                      arg("made_ahead", false)});
       continue;
     }
     if (!e.contains("name") || !e["name"].is_string()) continue;

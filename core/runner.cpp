@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/data_loader.h"
 #include "core/gpu.h"
 #include "core/layer_stack.h"
 #include "core/memory_estimate.h"
@@ -325,7 +326,14 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         comm = make_staging_comm(group.connect(rank, rec, &alloc), *device, &alloc, rec);
       else
         comm = group.connect(rank, rec, &alloc);
-      RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
+      // Where the host makes the batches (a plain CPU device), a data loader
+      // makes the next one beside the step; a GPU makes its own on the device.
+      std::unique_ptr<DataLoader> loader;
+      if (place.kind != DeviceKind::cuda && !place.guarded)
+        loader = std::make_unique<DataLoader>(data, layout.act_numel(0), layout.target_numel(),
+                                              cfg.steps);
+      const Dataset& rank_data = loader ? static_cast<const Dataset&>(*loader) : data;
+      RankEnv env{rank, world, cfg, layout, rank_data, *device, alloc, rec, comm.get(), shared};
       strategy = info.make();
       phase = "setup";
       strategy->setup(env, init);

@@ -66,6 +66,7 @@ json span_event(const Span& s, int rank, int64_t t0_ns) {
     args["cpu_end_ns"] = s.cpu_end_ns;
   }
   if (s.op != 0) args["op"] = s.op;
+  if (s.made_ahead) args["made_ahead"] = true;  // the data loader made this batch beside the step
   return {{"ph", "X"},
           {"name", span_name(s, rank)},
           {"cat", to_string(s.kind)},

@@ -6,10 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/data.h"
+#include "core/data_loader.h"
+#include "core/model.h"
+#include "core/model_family.h"
+#include "core/recording.h"
+#include "core/runner.h"
+#include "core/trace.h"
 #include "core/device.h"
 #include "core/memory.h"
 #include "test_util.h"
@@ -86,6 +93,69 @@ TEST_CASE("the guarded device makes the batch itself, bit for bit the host's", "
         dev->constant(data.target_key(), t.data(), t.size() * 4));
   dev->raw_free(x, n * 4);
   dev->raw_free(y, n * 4);
+}
+
+TEST_CASE("the data loader's batches made ahead are the in-step ones, bit for bit", "[data]") {
+  // Regression rows (x and y, or x alone as a pipeline's first stage asks) and
+  // gpt's token windows, in the order a pipeline asks for micro-batches.
+  for (const char* model : {"mlp:2x24", "gpt:1x16x2"}) {
+    RunConfig cfg;
+    cfg.model = model;
+    if (std::string(model).rfind("gpt", 0) == 0) cfg.seq = 8;
+    const ModelLayout m = make_layout(cfg);
+    const std::unique_ptr<Dataset> data = m.family().dataset(m, 3, cfg);
+    const size_t xn = m.act_numel(0), yn = m.target_numel();
+    auto dev = make_cpu_backend();
+    const int steps = 4, rows = 5;
+    DataLoader loader(*data, xn, yn, steps);
+    for (int step = 0; step < steps; ++step)
+      for (int mb = 0; mb < 3; ++mb)
+        for (bool with_y : {true, false}) {
+          std::vector<uint32_t> x(rows * xn), y(rows * yn), want_x(x.size()), want_y(y.size());
+          const bool ahead = loader.load(*dev, step, mb * rows, rows, x.data(),
+                                         with_y ? y.data() : nullptr);
+          data->load(*dev, step, mb * rows, rows, want_x.data(), with_y ? want_y.data() : nullptr);
+          INFO(model << " step " << step << " micro-batch " << mb << (with_y ? " x, y" : " x"));
+          CHECK(ahead == (step > 0));  // step 0 is asked for before anything was made
+          CHECK(x == want_x);
+          if (with_y) CHECK(y == want_y);
+        }
+    CHECK(loader.requests() == steps * 6);
+    CHECK(loader.served_ahead() == (steps - 1) * 6);
+  }
+}
+
+TEST_CASE("a run's data spans: one per step and rank, made ahead after step 0, in recordings "
+          "and traces",
+          "[data]") {
+  RunConfig cfg;
+  cfg.model = "mlp:2x32";
+  cfg.strategy = "ddp";
+  cfg.world = 2;
+  cfg.batch = 8;
+  cfg.steps = 4;
+  const RunResult r = run_training(cfg);
+  const test::TempDir dir;
+  const std::string rec = dir.file("run.json"), trace = dir.file("run.trace.json");
+  save_recording(rec, r);
+  std::vector<Recorder::Snapshot> snaps;
+  for (const auto& recorder : r.recorders) snaps.push_back(recorder->snapshot());
+  write_trace(trace, snaps, r.t0_ns, trace_metadata(r));
+  for (const std::string& file : {rec, trace}) {
+    const Recording back = load_run_file(file);
+    for (int rank = 0; rank < 2; ++rank) {
+      INFO(file);
+      std::vector<int> ahead(cfg.steps, -1);
+      for (const Span& s : back.run.recorders[rank]->snapshot().spans)
+        if (s.kind == SpanKind::data) {
+          INFO("rank " << rank << " step " << s.step);
+          REQUIRE(s.step >= 0);
+          CHECK(ahead[s.step] == -1);  // one per step
+          ahead[s.step] = s.made_ahead;
+        }
+      CHECK(ahead == std::vector<int>{0, 1, 1, 1});
+    }
+  }
 }
 
 TEST_CASE("a --tf32 run is refused without a GPU, in one line naming what is valid",

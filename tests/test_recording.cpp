@@ -266,8 +266,10 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
                   "(t_end_ns):");
   require_refused(with([](json& j) { j["ranks"][0]["spans"][0][0] = -5; }),
                   "(t_begin_ns): -5 is out of range");
-  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(12); }),
-                  "ranks[0].spans[0]: has 12 entries (valid: 13)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(13); }),
+                  "ranks[0].spans[0]: has 13 entries (valid: 14)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][13] = 1; }),
+                  "(made_ahead): expected true or false, got 1");
   // Older recordings (ten columns, no marks) still load.
   {
     json old = good;
@@ -281,6 +283,15 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
       for (json& s : r["spans"]) s.erase(s.begin() + 10, s.end());
     }
     CHECK_NOTHROW(recording_from_json(old, "old.shardrec"));
+  }
+  // ... and those of thirteen columns (CPU clocks and op ids, no made_ahead).
+  {
+    json v2 = good;
+    v2["span_columns"].erase(13);
+    for (json& r : v2["ranks"])
+      for (json& s : r["spans"]) s.erase(13);
+    const Recording back = recording_from_json(v2, "v2.shardrec");
+    for (const Span& s : back.run.recorders[0]->snapshot().spans) CHECK_FALSE(s.made_ahead);
   }
   require_refused(with([](json& j) { j["ranks"][0]["marks"][0][0] = "nap"; }),
                   "'nap' is not a mark kind");

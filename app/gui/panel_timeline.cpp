@@ -65,6 +65,8 @@ void span_tooltip(const Span& s, const CommWait* wait, const char* idle, const T
   text(strf(tr("starts at %s, lasts %s"), format_time_ns(s.t_begin_ns).c_str(),
             format_time_ns(s.t_end_ns - s.t_begin_ns).c_str()));
   if (s.bytes > 0) text(strf(tr("payload %s"), format_bytes(static_cast<double>(s.bytes)).c_str()));
+  if (s.made_ahead)
+    text(tr("made ahead by the rank's data loader while the previous step ran: this is the copy in"));
   if (s.peer >= 0)
     text(strf(s.kind == SpanKind::recv   ? tr("from rank %d")
               : s.kind == SpanKind::send ? tr("to rank %d")

@@ -60,7 +60,7 @@ class TextDataset final : public Dataset {
  public:
   TextDataset(std::shared_ptr<const Corpus> corpus, int seq, uint64_t seed, std::string path)
       : corpus_(std::move(corpus)), data_(corpus_->tokens, seq, seed), path_(std::move(path)) {}
-  void load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
+  bool load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
             void* y_dev) const override {
     const size_t n = static_cast<size_t>(rows) * data_.seq();
     std::vector<int32_t> x(n), y(y_dev ? n : 0);
@@ -68,6 +68,7 @@ class TextDataset final : public Dataset {
     // Token ids travel as 4-byte values: a raw copy, never a conversion.
     dev.copy(x_dev, x.data(), n * sizeof(int32_t), CopyKind::host_to_device);
     if (y_dev) dev.copy(y_dev, y.data(), n * sizeof(int32_t), CopyKind::host_to_device);
+    return false;
   }
   void rows(int step, int row_begin, int rows, void* x, void* y) const override {
     data_.rows(step, row_begin, rows, static_cast<int32_t*>(x), static_cast<int32_t*>(y));

@@ -23,10 +23,11 @@ namespace {
 class SyntheticDataset final : public Dataset {
  public:
   SyntheticDataset(int dim, uint64_t seed) : data_(dim, seed) {}
-  void load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
+  bool load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
             void* y_dev) const override {
     load_rows(dev, data_, step, row_begin, rows, static_cast<float*>(x_dev),
               static_cast<float*>(y_dev));
+    return false;
   }
   void rows(int step, int row_begin, int rows, void* x, void* y) const override {
     data_.rows(step, row_begin, rows, static_cast<float*>(x), static_cast<float*>(y));

@@ -18,6 +18,8 @@ const StringPairs& strings_zh_timeline() {
        "rank %d 的%s道，不属于任何训练步（初始化或收尾）"},
       {"starts at %s, lasts %s", "开始于 %s，持续 %s"},
       {"payload %s", "数据量 %s"},
+      {"made ahead by the rank's data loader while the previous step ran: this is the copy in",
+       "由该 rank 的数据加载器在上一步运行时提前做好：这里只是拷入"},
       {"from rank %d", "来自 rank %d"},
       {"to rank %d", "发往 rank %d"},
       {"peer/root rank %d", "对端/根 rank %d"},
