@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/cores.h"
 #include "core/data_loader.h"
 #include "core/gpu.h"
 #include "core/layer_stack.h"
@@ -328,8 +329,12 @@ RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
         comm = group.connect(rank, rec, &alloc);
       // Where the host makes the batches (a plain CPU device), a data loader
       // makes the next one beside the step; a GPU makes its own on the device.
+      // Only with a core to spare: where the ranks already fill the cores, a
+      // loader thread would take its time from them (the batch is made no
+      // sooner, and the ranks' clocks get noisier), so the batch is made in
+      // the step as before, its span not marked made_ahead.
       std::unique_ptr<DataLoader> loader;
-      if (place.kind != DeviceKind::cuda && !place.guarded)
+      if (place.kind != DeviceKind::cuda && !place.guarded && world < cores_available())
         loader = std::make_unique<DataLoader>(data, layout.act_numel(0), layout.target_numel(),
                                               cfg.steps);
       const Dataset& rank_data = loader ? static_cast<const Dataset&>(*loader) : data;
