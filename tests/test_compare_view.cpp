@@ -278,7 +278,8 @@ TEST_CASE("compare runs naive-mp M=1 beside gpipe and 1f1b M=8, with a bubble on
   CHECK(csv.rfind("strategy,world,median_step_ms,peak_mem_bytes_rank0,peak_mem_bytes_rank1,"
                   "peak_mem_bytes_rank2,peak_mem_bytes_rank3,sent_bytes_per_step,idle_share,"
                   "bubble_share,bubble_formula,final_loss,configuration,micro_batches,stages,"
-                  "precision,projected_step_ms,projected_bubble_share,projected_exposed_share\n",
+                  "precision,projected_step_ms,projected_bubble_share,projected_exposed_share,"
+                  "weight_diff_to_single\n",
                   0) == 0);
   // The pipeline rows carry their bubble and formula; ddp leaves both empty.
   CHECK(csv.find(",0.7500,") != std::string::npos);
@@ -424,4 +425,46 @@ TEST_CASE("gui --compare: a bad item ends in one line and exit code 2, before an
   const test::CliResult help = test::run_cli("gui --help");
   CHECK(help.code == 0);
   CHECK(help.out.find("naive-mp:4,gpipe:4/m=8,1f1b:4/m=8") != std::string::npos);
+}
+
+TEST_CASE("compare: final weights against a single row of the same training", "[compare-view]") {
+  // ddp ends with single's weights up to float32 reduction order; gpipe with
+  // BatchNorm over 4 micro-batches trains something else; a run of another
+  // seed is not the same training and gets no figure.
+  RunConfig single;
+  single.model = "mlp:3x32+bn";
+  single.strategy = "single";
+  single.world = 1;
+  single.batch = 16;
+  single.steps = 3;
+  RunConfig ddp = single;
+  ddp.model = "mlp:3x32";
+  RunConfig plain = ddp;
+  plain.strategy = "single";
+  ddp.strategy = "ddp";
+  ddp.world = 2;
+  RunConfig gpipe = single;
+  gpipe.strategy = "gpipe";
+  gpipe.world = 3;
+  gpipe.micro_batches = 4;
+  RunConfig gpipe1 = gpipe;
+  gpipe1.micro_batches = 1;
+  RunConfig other_seed = ddp;
+  other_seed.seed = 9;
+  std::vector<CompareEntry> entries(6);
+  const RunConfig cfgs[] = {single, gpipe, gpipe1, plain, ddp, other_seed};
+  for (size_t i = 0; i < entries.size(); ++i)
+    fill_compare_entry(entries[i], std::make_unique<RunResult>(run_training(cfgs[i])));
+  fill_weight_diffs(entries);
+  CHECK(entries[0].row.weight_diff_to_single == 0);
+  CHECK(entries[1].row.weight_diff_to_single > 1e-4);  // M = 4: per-micro-batch statistics
+  CHECK(entries[2].row.weight_diff_to_single < 1e-5);  // M = 1: the whole batch
+  CHECK(entries[3].row.weight_diff_to_single == 0);    // the first single of its own model
+  CHECK(entries[4].row.weight_diff_to_single < 1e-5);  // ddp: reduction order
+  CHECK(entries[5].row.weight_diff_to_single == -1);   // another seed: not the same training
+  std::vector<CompareRow> rows;
+  for (const CompareEntry& e : entries) rows.push_back(e.row);
+  const std::string csv = compare_csv(rows);
+  CHECK(csv.find(",weight_diff_to_single\n") != std::string::npos);
+  CHECK(csv.find(",0\n") != std::string::npos);  // the single rows
 }

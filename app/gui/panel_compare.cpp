@@ -298,7 +298,7 @@ void draw_table(App& app) {
   const UiColors& ui = ui_colors(hc);
   const ImGuiTableFlags flags =
       ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp;
-  constexpr int kCols = 9;
+  constexpr int kCols = 10;
   if (!ImGui::BeginTable("compare_table", kCols, flags)) return;
   // Short headers, so a big presenter font still fits them; each explains itself on hover.
   // "here" is measured on this machine; "on N" is the projection onto dedicated devices.
@@ -311,6 +311,7 @@ void draw_table(App& app) {
   ImGui::TableSetupColumn(tr("bubble on N | formula"), 0, 2.0f);
   ImGui::TableSetupColumn(tr("exposed on N"), 0, 1.0f);
   ImGui::TableSetupColumn(tr("final loss"), 0, 1.0f);
+  ImGui::TableSetupColumn(tr("weights vs single"), 0, 1.1f);
   // Headers one by one, so the idle and bubble columns can explain themselves on hover.
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
   for (int c = 0; c < kCols; ++c) {
@@ -346,6 +347,12 @@ void draw_table(App& app) {
     if (c == 7)
       ImGui::SetTooltip("%s",
                         tr("as on N devices: the share of a step a rank waits while bytes move"));
+    if (c == 9)
+      ImGui::SetTooltip(
+          "%s", tr("the largest difference of a final weight from the 'single' row's (same model,\n"
+                   "seed, batch and steps): ~1e-7 is float32 reduction order; more means the\n"
+                   "strategy trained something else (BatchNorm over part of the batch, 2-byte\n"
+                   "types). Add single:1 to the list to compare with it."));
   }
   const int running = app.compare_session.running_index();
   const bool busy = app.compare_session.busy();
@@ -439,6 +446,11 @@ void draw_table(App& app) {
       ImGui::TextDisabled("\xE2\x80\x94");
     ImGui::TableNextColumn();
     ImGui::Text("%.6g", r.final_loss);
+    ImGui::TableNextColumn();
+    if (r.weight_diff_to_single < 0)
+      ImGui::TextDisabled("\xE2\x80\x94");
+    else
+      ImGui::Text("%.2g", r.weight_diff_to_single);
   }
   ImGui::EndTable();
   mark_region(app, -1, "table", -1, ImGui::GetItemRectMin(),  // i18n: a lesson's area key

@@ -400,6 +400,23 @@ std::string run_label(const RunConfig& c, const RunResult* r, const Tr& tr) {
   return r && !r->clock_offset_ns.empty() ? strf(tr("%s processes"), label.c_str()) : label;
 }
 
+double weight_diff_to(const RunResult& r, const RunResult& single) {
+  const RunConfig &a = r.cfg, &b = single.cfg;
+  const OptimizerConfig &oa = a.optimizer, &ob = b.optimizer;
+  const bool same = a.model == b.model && a.seq == b.seq && a.data == b.data && a.seed == b.seed &&
+                    a.batch == b.batch && a.steps == b.steps && oa.kind == ob.kind &&
+                    oa.lr == ob.lr && oa.beta1 == ob.beta1 && oa.beta2 == ob.beta2 &&
+                    oa.eps == ob.eps && oa.weight_decay == ob.weight_decay;
+  if (!same || r.final_params.empty() || r.final_params.size() != single.final_params.size())
+    return -1;
+  const size_t params = std::min(make_layout(a).total(), r.final_params.size());
+  double d = 0;
+  for (size_t i = 0; i < params; ++i)
+    d = std::max(d, std::abs(static_cast<double>(r.final_params[i]) -
+                             static_cast<double>(single.final_params[i])));
+  return d;
+}
+
 CompareRow compare_row(const RunResult& r) {
   CompareRow row;
   row.label = run_label(r.cfg, &r);
@@ -450,7 +467,7 @@ std::string compare_csv(const std::vector<CompareRow>& rows) {
   // i18n: not shown
   os << ",sent_bytes_per_step,idle_share,bubble_share,bubble_formula,final_loss,configuration,"
         "micro_batches,stages,precision,projected_step_ms,projected_bubble_share,"
-        "projected_exposed_share\n";
+        "projected_exposed_share,weight_diff_to_single\n";
   char buf[64];
   for (const CompareRow& r : rows) {
     os << r.strategy << ',' << r.world;
@@ -484,6 +501,11 @@ std::string compare_csv(const std::vector<CompareRow>& rows) {
       os << buf;
     } else {
       os << ",,,";
+    }
+    os << ',';
+    if (r.weight_diff_to_single >= 0) {
+      std::snprintf(buf, sizeof buf, "%.3g", r.weight_diff_to_single);
+      os << buf;
     }
     os << '\n';
   }

@@ -112,7 +112,19 @@ struct CompareRow {
   double projected_bubble = 0;
   double projected_exposed = 0;
   std::string projection_error;
+  // How far the final weights ended from those of a `single` row of the same
+  // training (weight_diff_to), -1 where no such row is in the table.
+  double weight_diff_to_single = -1;
 };
+
+// Max |w - w_single| over the trained parameters of two finished runs of the
+// same training (model, seed, batch, steps, optimizer): how far `r` ended
+// from the one-device run. BatchNorm's running statistics are left out, as in
+// the weight_diff_to_single metric (a pipeline updates them once per
+// micro-batch by design). -1 where the runs train differently or either lacks
+// final weights (a run opened from a trace). Precisions may differ: the
+// distance then includes the 2-byte type's.
+double weight_diff_to(const RunResult& r, const RunResult& single);
 
 // The link the compare table projects onto: one node of H100s.
 inline constexpr const char* kCompareLink = "nvlink-h100";  // i18n: not shown (a link name)
@@ -122,7 +134,7 @@ CompareRow compare_row(const RunResult& r);
 // idle_share, bubble_share and bubble_formula (both empty for non-pipelines),
 // final_loss, configuration (the label), micro_batches, stages, precision, then the
 // projection: projected_step_ms, projected_bubble_share, projected_exposed_share (empty
-// when there is none).
+// when there is none), and weight_diff_to_single (empty without a single row).
 std::string compare_csv(const std::vector<CompareRow>& rows);
 // The idle share's definition: in full (the column's tooltip), and in one line
 // (under the table).

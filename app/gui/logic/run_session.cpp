@@ -100,10 +100,9 @@ void RunSession::start(const RunConfig& cfg, bool paused) {
     cb.on_stuck = [s](const std::string& message) {
       std::lock_guard<std::mutex> lock(s->mu);
       // i18n: error (appended to the core's, which is English in both languages)
-      s->error =
-          message +
-          "; the app leaves that thread behind (a thread cannot be stopped from outside; "
-          "tick \"processes\" for ranks that can be killed)";
+      s->error = message +
+                 "; the app leaves that thread behind (a thread cannot be stopped from outside; "
+                 "tick \"processes\" for ranks that can be killed)";
       s->state = RunState::failed;
       s->stuck = true;
       s->changed.notify_all();
@@ -340,6 +339,20 @@ void fill_compare_entry(CompareEntry& e, std::unique_ptr<RunResult> r) {
   e.result = std::move(r);
 }
 
+void fill_weight_diffs(std::vector<CompareEntry>& entries) {
+  for (CompareEntry& e : entries) {
+    if (!e.result) continue;
+    e.row.weight_diff_to_single = -1;
+    for (const CompareEntry& s : entries) {
+      if (!s.result || s.result->cfg.strategy != "single") continue;
+      const double d = weight_diff_to(*e.result, *s.result);
+      if (d < 0) continue;
+      e.row.weight_diff_to_single = d;
+      break;
+    }
+  }
+}
+
 bool CompareSession::poll(std::vector<CompareEntry>& entries) {
   std::lock_guard<std::mutex> lock(mu_);
   bool changed = false;
@@ -362,6 +375,7 @@ bool CompareSession::poll(std::vector<CompareEntry>& entries) {
     delivered_[i] = true;
     changed = true;
   }
+  if (changed) fill_weight_diffs(entries);
   return changed;
 }
 

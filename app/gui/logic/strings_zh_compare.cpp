@@ -38,6 +38,14 @@ const StringPairs& strings_zh_compare() {
       {"bubble on N | formula", "N 台气泡 | 公式"},
       {"exposed on N", "N 台暴露通信"},
       {"final loss", "最终损失"},
+      {"weights vs single", "与单卡权重之差"},
+      {"the largest difference of a final weight from the 'single' row's (same model,\n"
+       "seed, batch and steps): ~1e-7 is float32 reduction order; more means the\n"
+       "strategy trained something else (BatchNorm over part of the batch, 2-byte\n"
+       "types). Add single:1 to the list to compare with it.",
+       "最终权重与 'single' 一行（同一模型、种子、批大小和步数）之间的最大差值：\n"
+       "约 1e-7 只是 float32 规约顺序的差别；更大则说明该策略训练出了不同的结果\n"
+       "（只对部分批次做 BatchNorm、2 字节类型）。在列表里加上 single:1 即可与之比较。"},
       {"median step time measured here (the slowest rank's, per step); with more ranks\n"
        "than cores, the ranks took turns and this measures that too",
        "在本机实测的每步时间中位数（每步取最慢 rank 的时间）；rank 多于 CPU 核时，\n"
