@@ -66,7 +66,8 @@ void span_tooltip(const Span& s, const CommWait* wait, const char* idle, const T
             format_time_ns(s.t_end_ns - s.t_begin_ns).c_str()));
   if (s.bytes > 0) text(strf(tr("payload %s"), format_bytes(static_cast<double>(s.bytes)).c_str()));
   if (s.made_ahead)
-    text(tr("made ahead by the rank's data loader while the previous step ran: this is the copy in"));
+    text(tr(
+        "made ahead by the rank's data loader while the previous step ran: this is the copy in"));
   if (s.peer >= 0)
     text(strf(s.kind == SpanKind::recv   ? tr("from rank %d")
               : s.kind == SpanKind::send ? tr("to rank %d")
@@ -577,35 +578,55 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
 namespace {
 
 // Below the rows: where each rank's time went in the step on screen, in bars
-// and numbers, so the picture above has a reading.
-void draw_step_breakdown(App& app) {
-  const RunData& d = app.data;
+// and numbers, so the picture above has a reading. With `projected`, the same
+// step of the run as on N dedicated devices, under the measured one's table:
+// there nothing waits for a core, so its idle time is the bubble (or the wait
+// for a peer) the schedule leaves, and its exposed time the link's.
+void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
+  const RunData& measured = app.data;
+  const RunData& d = projected ? projected->data : measured;
   const bool hc = app.state.presenter.high_contrast;
   const bool live = app.run_active() && app.state.playhead.live;
-  const int k = step_to_show(d, app.playhead_on(d), live);
+  const int k = step_to_show(measured, app.playhead_on(measured), live);
   if (k < 0) return;
   const WindowUse u = step_use(d, k);
   if (u.duration() <= 0) return;
   const Tr tr = app.tr();
   const char* idle = idle_name(d.cfg.strategy, tr);
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
+  if (projected) {
+    ImGui::Spacing();
+    text(strf(tr("Step %d as on %d devices joined by %s, %s: where each rank's time went"), k,
+              d.world, projected->link_label.c_str(),
+              format_time_ns(static_cast<double>(u.duration())).c_str()));
+    ImGui::SameLine();
+    help_marker(
+        tr("The run replayed on one dedicated device per rank: each op costs the CPU time its "
+           "thread used, each transfer the link's time. No rank waits for a core here, so the "
+           "idle time is what the schedule leaves: in a pipeline the bubble, waiting for a "
+           "neighbouring stage's activation or gradient, which (P-1)/(M+P-1) describes; "
+           "elsewhere the wait for a late peer. Moving bytes, exposed, is the link's time "
+           "that no computation hides."));
+  }
 
   // Step 0's times are not typical, and every median step leaves it out.
   const bool warmup = is_warmup_step(d, k);
-  const char* which =
-      live ? (warmup ? tr("warm-up; the last finished one") : tr("the last finished one"))
-           : (warmup ? tr("warm-up; the playhead's") : tr("the playhead's"));
-  text(strf(tr("Step %d (%s), %s: where each rank's time went"), k, which,
-            format_time_ns(static_cast<double>(u.duration())).c_str()));
-  ImGui::SameLine();
-  help_marker(
-      tr("The step runs from the first compute span any rank begins in it to the last span any "
-         "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
-         "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
-         "send, a send until its receiver has posted the recv, a collective until the last rank "
-         "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
-         "microseconds; milliseconds of moving bytes mean the transport's thread or the "
-         "receiving rank waited for a CPU core (more busy threads than cores)."));
+  if (!projected) {
+    const char* which =
+        live ? (warmup ? tr("warm-up; the last finished one") : tr("the last finished one"))
+             : (warmup ? tr("warm-up; the playhead's") : tr("the playhead's"));
+    text(strf(tr("Step %d (%s), %s: where each rank's time went"), k, which,
+              format_time_ns(static_cast<double>(u.duration())).c_str()));
+    ImGui::SameLine();
+    help_marker(
+        tr("The step runs from the first compute span any rank begins in it to the last span any "
+           "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
+           "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
+           "send, a send until its receiver has posted the recv, a collective until the last rank "
+           "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
+           "microseconds; milliseconds of moving bytes mean the transport's thread or the "
+           "receiving rank waited for a CPU core (more busy threads than cores)."));
+  }
   // Computing blue, moving bytes red, both at once blue with a red band.
   const Color c_compute = kind_color(SpanKind::forward, hc),
               c_comm = kind_color(SpanKind::all_reduce, hc);
@@ -623,27 +644,29 @@ void draw_step_breakdown(App& app) {
   };
   const char* names[3] = {tr("computing"), tr("moving bytes hidden behind compute"),
                           tr("moving bytes (exposed)")};
-  for (int i = 0; i < 3; ++i) {
-    const float h = ImGui::GetTextLineHeight();
-    if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
-      ImGui::NewLine();
-    const ImVec2 p = ImGui::GetCursorScreenPos();
-    part(i, ImVec2(p.x, p.y + h * 0.15f), ImVec2(p.x + h * 0.7f, p.y + h * 0.85f));
-    ImGui::Dummy(ImVec2(h * 0.8f, h));
-    ImGui::SameLine(0, 4);
-    ImGui::TextUnformatted(names[i]);
-    ImGui::SameLine(0, 14);
-  }
-  const std::string idle_legend =
-      strf(pipeline ? tr("%s (waiting for a neighbouring stage)") : tr("%s (for a peer)"), idle);
-  idle_legend_item(idle_legend.c_str());
-  ImGui::NewLine();
+  if (!projected) {
+    for (int i = 0; i < 3; ++i) {
+      const float h = ImGui::GetTextLineHeight();
+      if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
+        ImGui::NewLine();
+      const ImVec2 p = ImGui::GetCursorScreenPos();
+      part(i, ImVec2(p.x, p.y + h * 0.15f), ImVec2(p.x + h * 0.7f, p.y + h * 0.85f));
+      ImGui::Dummy(ImVec2(h * 0.8f, h));
+      ImGui::SameLine(0, 4);
+      ImGui::TextUnformatted(names[i]);
+      ImGui::SameLine(0, 14);
+    }
+    const std::string idle_legend =
+        strf(pipeline ? tr("%s (waiting for a neighbouring stage)") : tr("%s (for a peer)"), idle);
+    idle_legend_item(idle_legend.c_str());
+    ImGui::NewLine();
+  }  // the legend above serves both tables
 
   const float font = ImGui::GetFontSize();
   const float bar_w = std::clamp(ImGui::GetContentRegionAvail().x * 0.28f, 60.0f, font * 22);
   const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_NoHostExtendX;
-  if (!ImGui::BeginTable("breakdown", 6, flags)) return;
+  if (!ImGui::BeginTable(projected ? "breakdown_projected" : "breakdown", 6, flags)) return;
   ImGui::TableSetupColumn(tr("rank"));
   ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, bar_w);
   ImGui::TableSetupColumn(tr("computing"));
@@ -679,7 +702,8 @@ void draw_step_breakdown(App& app) {
   }
   ImGui::EndTable();
   // i18n: not shown (a lesson's region name)
-  mark_region(app, -1, "breakdown", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
+  if (!projected)
+    mark_region(app, -1, "breakdown", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
 // Pipeline runs: per stage, the measured bubble beside (P-1)/(M+P-1), and the
@@ -859,7 +883,8 @@ void draw_timeline(App& app) {
 
   const float font = ImGui::GetFontSize();
   const float line = ImGui::GetTextLineHeightWithSpacing();
-  const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0);
+  const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0) +
+                          (s.timeline.projected ? d.world + 3 : 0);
   // "As on N devices": a caption over each run's rows, the projected run's
   // rows (with their own band of step names) under the measured ones.
   const bool both = s.timeline.projected;
@@ -912,6 +937,7 @@ void draw_timeline(App& app) {
   ImGui::EndChild();
   ImGui::BeginChild("timeline_below", ImVec2(0, 0), false);
   draw_step_breakdown(app);
+  if (show_projected) draw_step_breakdown(app, &pr);
   draw_stage_table(app);
   ImGui::EndChild();
 }

@@ -39,6 +39,18 @@ const StringPairs& strings_zh_timeline() {
       {"it waits for a peer (a message, or the others in a collective)",
        "它在等待对端（一条消息，或集合通信中的其他 rank）"},
       // Where each rank's time went in one step (panel_timeline.cpp).
+      {"Step %d as on %d devices joined by %s, %s: where each rank's time went",
+       "第 %d 步，按 %d 台以 %s 相连的设备计算，%s：各 rank 的时间花在哪里"},
+      {"The run replayed on one dedicated device per rank: each op costs the CPU time its "
+       "thread used, each transfer the link's time. No rank waits for a core here, so the "
+       "idle time is what the schedule leaves: in a pipeline the bubble, waiting for a "
+       "neighbouring stage's activation or gradient, which (P-1)/(M+P-1) describes; "
+       "elsewhere the wait for a late peer. Moving bytes, exposed, is the link's time "
+       "that no computation hides.",
+       "把这次运行放到每个 rank 一台专属设备上重放：每个操作按其线程实际用掉的 CPU 时间计，"
+       "每次传输按链路的时间计。这里没有 rank 需要等 CPU 核，所以空闲时间就是调度本身留下的："
+       "在流水线中是气泡，即等待相邻阶段的激活或梯度，也就是 (P-1)/(M+P-1) 所描述的；"
+       "在其他策略中是等待迟到的同伴。暴露的数据传输，是没有被任何计算掩盖的链路时间。"},
       {"Step %d (%s), %s: where each rank's time went",
        "第 %d 步（%s），%s：各 rank 的时间花在哪里"},
       {"the last finished one", "最近完成的一步"},
