@@ -16,6 +16,8 @@
 
 #include "tests/test_util.h"
 
+using shardlab::test::alive;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -105,16 +107,6 @@ std::map<int, pid_t> probe_pids(const std::string& out) {
     pids[rank] = static_cast<pid_t>(std::atol(out.c_str() + close + 12));
   }
   return pids;
-}
-
-// Alive and not a zombie (an orphan that nobody reaped yet is gone for our purposes).
-bool alive(pid_t pid) {
-  if (kill(pid, 0) != 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string all;
-  std::getline(stat, all);
-  const size_t paren = all.rfind(')');
-  return paren != std::string::npos && paren + 2 < all.size() && all[paren + 2] != 'Z';
 }
 
 // True when none of `pids` is alive within `timeout_s`.

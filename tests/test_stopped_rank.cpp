@@ -21,6 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_util.h"
+
+using shardlab::test::alive;
+using shardlab::test::free_port;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -28,18 +33,6 @@ using Clock = std::chrono::steady_clock;
 // The collectives' timeout in these runs, and what the group may take beyond it to end.
 constexpr int kTimeoutMs = 3000;
 constexpr double kSlackS = 5;
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // RANK=… from a process's environment, or -1.
 int rank_of(pid_t pid) {
@@ -70,14 +63,6 @@ std::map<int, pid_t> ranks_of(pid_t launcher) {
     if (rank >= 0) out[rank] = pid;
   }
   return out;
-}
-
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string all;
-  if (!std::getline(stat, all)) return false;
-  const size_t paren = all.rfind(')');
-  return paren != std::string::npos && paren + 2 < all.size() && all[paren + 2] != 'Z';
 }
 
 // `shardlab launch --nproc-per-node 3 -- run …` in the background, output to a pipe; whatever

@@ -3,6 +3,10 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
@@ -13,11 +17,35 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace shardlab::test {
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for a store or a rendezvous).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Alive and not a zombie (an orphan that nobody reaped yet is gone for our purposes).
+inline bool alive(pid_t pid) {
+  if (kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string all;
+  if (!std::getline(stat, all)) return false;
+  const size_t paren = all.rfind(')');
+  return paren != std::string::npos && paren + 2 < all.size() && all[paren + 2] != 'Z';
+}
 
 struct CliResult {
   int code;
