@@ -1,0 +1,117 @@
+// The meta communicator (see meta_comm.h). Each call mirrors one GlooComm call
+// in core/gloo_comm.cpp: the same checks, the same scratch, the same count of
+// bytes sent (comm_common.h's definitions), and a Work that is already done.
+#include "core/meta_comm.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/comm_common.h"
+#include "core/work_state.h"
+
+namespace shardlab {
+
+namespace {
+
+// Gloo's Scratch: one block per use, grown when a larger one is asked for and
+// kept until the comm goes (the old block is freed after the new one is made).
+class MetaScratch {
+ public:
+  void ensure(Allocator* alloc, const char* name, size_t bytes, Pool pool) {
+    if (bytes <= capacity_ || !alloc) return;
+    tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32, pool);
+    capacity_ = tensor_.bytes();
+  }
+
+ private:
+  Tensor tensor_;
+  size_t capacity_ = 0;
+};
+
+class MetaComm final : public Comm {
+ public:
+  MetaComm(int rank, int world, Allocator* alloc, Pool scratch_pool)
+      : rank_(rank), world_(world), alloc_(alloc), scratch_pool_(scratch_pool) {}
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string backend_name() const override { return "meta"; }
+  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(30000); }
+  CommStats stats() const override { return counters_.stats(); }
+
+  Work all_reduce_async(void*, size_t count, DType dt, CommMeta) override {
+    return done(all_reduce_sent(world_, static_cast<int64_t>(count * dtype_size(dt))));
+  }
+
+  Work reduce_scatter_async(void*, void*, std::vector<size_t> counts, DType dt, CommMeta) override {
+    check_counts(rank_, world_, "reduce_scatter", counts);
+    const size_t es = dtype_size(dt);
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    if (world_ > 1 && total > 0) {
+      // The ring receives one chunk at a time into scratch of the largest chunk.
+      const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
+      rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es, scratch_pool_);
+    }
+    return done(reduce_scatter_sent(rank_, world_, counts, es));
+  }
+
+  Work all_gather_async(const void*, void*, std::vector<size_t> counts, DType dt,
+                        CommMeta) override {
+    check_counts(rank_, world_, "all_gather", counts);
+    std::vector<size_t> byte_counts(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) byte_counts[i] = counts[i] * dtype_size(dt);
+    return done(all_gather_sent(rank_, world_, byte_counts));
+  }
+
+  Work broadcast_async(void*, size_t count, DType dt, int root, CommMeta meta) override {
+    const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
+    check_rank(rank_, world_, OpInfo{SpanKind::broadcast, bytes, meta}, root, "root");
+    return done(broadcast_sent(rank_, root, world_, bytes));
+  }
+
+  Work reduce_async(void*, size_t count, DType dt, int root, CommMeta meta) override {
+    const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
+    check_rank(rank_, world_, OpInfo{SpanKind::reduce, bytes, meta}, root, "root");
+    // Non-root ranks give Gloo a scratch output, so that their buffers stay as they were.
+    if (world_ > 1 && count > 0 && rank_ != root)
+      reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * dtype_size(dt), scratch_pool_);
+    return done(reduce_sent(rank_, root, world_, bytes));
+  }
+
+  Work send_async(const void*, size_t bytes, int dst, int tag, CommMeta meta) override {
+    OpInfo op{SpanKind::send, static_cast<int64_t>(bytes), meta, dst, tag};
+    check_p2p(rank_, world_, op);
+    return done(op.bytes);
+  }
+
+  Work recv_async(void*, size_t bytes, int src, int tag, CommMeta meta) override {
+    OpInfo op{SpanKind::recv, static_cast<int64_t>(bytes), meta, src, tag};
+    check_p2p(rank_, world_, op);
+    return done(0);
+  }
+
+  Work barrier_async() override { return done(0); }
+
+ private:
+  // Every op is one op and has finished: its payload is counted at issue.
+  Work done(int64_t sent) {
+    counters_.add_sent(sent);
+    counters_.add_op();
+    return finished_work();
+  }
+
+  const int rank_, world_;
+  Allocator* const alloc_;
+  const Pool scratch_pool_;
+  CommCounters counters_;
+  MetaScratch rs_scratch_;
+  MetaScratch reduce_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc, Pool scratch_pool) {
+  return std::make_unique<MetaComm>(rank, world, alloc, scratch_pool);
+}
+
+}  // namespace shardlab
