@@ -1,5 +1,5 @@
-// The meta communicator: a Comm whose every operation has completed when it is
-// issued (nothing moves), but which counts the bytes Gloo would send and
+// The meta communicator: a Comm whose every operation completes when it is
+// waited on (nothing moves), but which counts the bytes Gloo would send and
 // allocates the scratch Gloo would allocate, so a meta run's CommStats and
 // allocator peaks are the real run's.
 #pragma once
