@@ -18,9 +18,13 @@ namespace {
 // kept until the comm goes (the old block is freed after the new one is made).
 class MetaScratch {
  public:
-  void ensure(Allocator* alloc, const char* name, size_t bytes, Pool pool) {
+  void ensure(Allocator* alloc, const char* name, size_t bytes, ScratchPlacement where) {
     if (bytes <= capacity_ || !alloc) return;
-    tensor_ = alloc->alloc(name, MemCategory::comm_buffers, (bytes + 3) / 4, DType::f32, pool);
+    const size_t numel = (bytes + 3) / 4;
+    const Pool first = where == ScratchPlacement::host ? Pool::host : Pool::device;
+    tensor_ = alloc->alloc(name, MemCategory::comm_buffers, numel, DType::f32, first);
+    if (where == ScratchPlacement::device_then_host)
+      tensor_ = alloc->alloc(name, MemCategory::comm_buffers, numel, DType::f32, Pool::host);
     capacity_ = tensor_.bytes();
   }
 
@@ -31,8 +35,8 @@ class MetaScratch {
 
 class MetaComm final : public Comm {
  public:
-  MetaComm(int rank, int world, Allocator* alloc, Pool scratch_pool)
-      : rank_(rank), world_(world), alloc_(alloc), scratch_pool_(scratch_pool) {}
+  MetaComm(int rank, int world, Allocator* alloc, ScratchPlacement scratch)
+      : rank_(rank), world_(world), alloc_(alloc), scratch_(scratch) {}
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
@@ -51,7 +55,7 @@ class MetaComm final : public Comm {
     if (world_ > 1 && total > 0) {
       // The ring receives one chunk at a time into scratch of the largest chunk.
       const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
-      rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es, scratch_pool_);
+      rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es, scratch_);
     }
     return done(reduce_scatter_sent(rank_, world_, counts, es));
   }
@@ -75,7 +79,7 @@ class MetaComm final : public Comm {
     check_rank(rank_, world_, OpInfo{SpanKind::reduce, bytes, meta}, root, "root");
     // Non-root ranks give Gloo a scratch output, so that their buffers stay as they were.
     if (world_ > 1 && count > 0 && rank_ != root)
-      reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * dtype_size(dt), scratch_pool_);
+      reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * dtype_size(dt), scratch_);
     return done(reduce_sent(rank_, root, world_, bytes));
   }
 
@@ -106,7 +110,7 @@ class MetaComm final : public Comm {
 
   const int rank_, world_;
   Allocator* const alloc_;
-  const Pool scratch_pool_;
+  const ScratchPlacement scratch_;
   CommCounters counters_;
   MetaScratch rs_scratch_;
   MetaScratch reduce_scratch_;
@@ -114,8 +118,9 @@ class MetaComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc, Pool scratch_pool) {
-  return std::make_unique<MetaComm>(rank, world, alloc, scratch_pool);
+std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
+                                     ScratchPlacement scratch) {
+  return std::make_unique<MetaComm>(rank, world, alloc, scratch);
 }
 
 }  // namespace shardlab

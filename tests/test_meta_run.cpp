@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -50,6 +51,62 @@ bool accepted(const RunConfig& cfg) {
   }
 }
 
+// How far meta predictions sit above the measured peaks, per strategy.
+struct Margins {
+  int64_t max_over = INT64_MIN, min_over = INT64_MAX;
+  int configs = 0;
+};
+
+// One configuration: a meta run, a real run and the old plan side by side; the
+// meta peak per rank and pool must be at least the measured one, and the meta
+// communicator must count the bytes Gloo sent.
+void compare(const RunConfig& cfg, const std::string& label, Margins& m) {
+  INFO(label);
+  const MetaMemory meta = predict_memory_meta(cfg);
+  const RunResult real = run_training(cfg);
+  const MemoryEstimate old = estimate_memory(cfg);
+  REQUIRE(meta.ranks.size() == real.ranks.size());
+  REQUIRE(old.ranks.size() == real.ranks.size());
+  ++m.configs;
+  for (size_t r = 0; r < real.ranks.size(); ++r) {
+    for (Pool pool : {Pool::device, Pool::host}) {
+      const int64_t predicted = meta.ranks[r].at_report.pool(pool).peak_total;
+      const int64_t measured = real.ranks[r].memory.pool(pool).peak_total;
+      const int64_t planned = old.ranks[r].at_report.pool(pool).peak_total;
+      if (pool == Pool::host && predicted == 0 && measured == 0 && planned == 0) continue;
+      std::printf("%-34s %2zu %-6s %10lld %10lld %10lld%s\n", label.c_str(), r,
+                  pool == Pool::device ? "device" : "host", static_cast<long long>(predicted),
+                  static_cast<long long>(measured), static_cast<long long>(planned),
+                  predicted < measured ? "  META LOW" : "");
+      m.max_over = std::max(m.max_over, predicted - measured);
+      m.min_over = std::min(m.min_over, predicted - measured);
+      INFO("rank " << r << (pool == Pool::device ? " device" : " host") << ": meta " << predicted
+                   << ", measured " << measured << ", old plan " << planned);
+      CHECK(predicted >= measured);
+    }
+    INFO("rank " << r << " bytes sent per step");
+    CHECK(meta.ranks[r].bytes_sent_per_step == real.ranks[r].bytes_sent_per_step);
+  }
+}
+
+void print_header() {
+  std::printf("\n%-34s %2s %-6s %10s %10s %10s\n", "configuration", "r", "pool", "meta", "measured",
+              "old plan");
+}
+
+void print_margins(const std::map<std::string, Margins>& margins, double seconds) {
+  int configs = 0;
+  for (const auto& [name, m] : margins) configs += m.configs;
+  std::printf("\n%d configurations in %.1f s; meta - measured peak bytes:\n", configs, seconds);
+  for (const auto& [name, m] : margins)
+    std::printf("  %-22s %3d configs  min %+lld  max %+lld\n", name.c_str(), m.configs,
+                static_cast<long long>(m.min_over), static_cast<long long>(m.max_over));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 TEST_CASE("meta devices hand out distinct fake blocks and read back zeros", "[meta]") {
@@ -72,53 +129,71 @@ TEST_CASE("meta devices hand out distinct fake blocks and read back zeros", "[me
 
 TEST_CASE("a meta run predicts at least every rank's measured peak, per pool", "[meta]") {
   const std::vector<ModelCase> models = {{"mlp:4x64", 0}, {"mlp:4x64+bn", 0}, {"gpt:2x32x2", 16}};
-  struct Worst {
-    int64_t max_over = INT64_MIN, min_over = INT64_MAX;
-    int configs = 0;
-  };
-  std::map<std::string, Worst> worst;
-  int configs = 0;
+  std::map<std::string, Margins> margins;
   const auto t0 = std::chrono::steady_clock::now();
-  std::printf("\n%-7s %-5s %-12s %2s %2s %-6s %10s %10s %10s\n", "strategy", "prec", "model", "W",
-              "r", "pool", "meta", "measured", "old plan");
+  print_header();
   for (const StrategyInfo& s : all_strategies())
     for (const char* precision : {"fp32", "bf16", "fp16"})
       for (const ModelCase& m : models)
         for (int world : {1, 2, 3, 4}) {
           const RunConfig cfg = meta_config(s.name, precision, m, world);
           if (!accepted(cfg)) continue;
-          const std::string label =
-              s.name + " " + precision + " " + m.model + " world " + std::to_string(world);
-          INFO(label);
-          const MetaMemory meta = predict_memory_meta(cfg);
-          const RunResult real = run_training(cfg);
-          const MemoryEstimate old = estimate_memory(cfg);
-          REQUIRE(meta.ranks.size() == real.ranks.size());
-          ++configs;
-          ++worst[s.name].configs;
-          for (size_t r = 0; r < real.ranks.size(); ++r)
-            for (Pool pool : {Pool::device, Pool::host}) {
-              const int64_t predicted = meta.ranks[r].at_report.pool(pool).peak_total;
-              const int64_t measured = real.ranks[r].memory.pool(pool).peak_total;
-              const int64_t planned = old.ranks[r].at_report.pool(pool).peak_total;
-              if (pool == Pool::host && predicted == 0 && measured == 0) continue;
-              std::printf("%-7s %-5s %-12s %2d %2zu %-6s %10lld %10lld %10lld%s\n", s.name.c_str(),
-                          precision, m.model, world, r, pool == Pool::device ? "device" : "host",
-                          static_cast<long long>(predicted), static_cast<long long>(measured),
-                          static_cast<long long>(planned),
-                          predicted < measured ? "  META LOW" : "");
-              Worst& w = worst[s.name];
-              w.max_over = std::max(w.max_over, predicted - measured);
-              w.min_over = std::min(w.min_over, predicted - measured);
-              INFO("rank " << r << (pool == Pool::device ? " device" : " host") << ": meta "
-                           << predicted << ", measured " << measured << ", old plan " << planned);
-              CHECK(predicted >= measured);
-            }
+          compare(cfg, s.name + " " + precision + " " + m.model + " W" + std::to_string(world),
+                  margins[s.name]);
         }
-  std::printf("\n%d configurations in %.1f s; meta - measured peak bytes per strategy:\n", configs,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  for (const auto& [name, w] : worst)
-    std::printf("  %-9s %3d configs  min %+lld  max %+lld\n", name.c_str(), w.configs,
-                static_cast<long long>(w.min_over), static_cast<long long>(w.max_over));
-  CHECK(configs > 0);
+  print_margins(margins, seconds_since(t0));
+  CHECK(margins.size() == all_strategies().size());
+}
+
+TEST_CASE("a meta run bounds the measured peak under each strategy's options", "[meta]") {
+  struct Variant {
+    std::string strategy, label;
+    int world;
+    void (*tweak)(RunConfig&);
+  };
+  const std::vector<Variant> variants = {
+      {"fsdp", "--offload", 2, [](RunConfig& c) { c.offload = true; }},
+      {"fsdp", "--offload bf16", 3,
+       [](RunConfig& c) {
+         c.offload = true;
+         c.precision = "bf16";
+       }},
+      {"fsdp", "--no-reshard", 3, [](RunConfig& c) { c.reshard_after_forward = false; }},
+      {"fsdp", "--fsdp-unit 2", 2, [](RunConfig& c) { c.fsdp_unit = 2; }},
+      {"fsdp", "--no-prefetch", 2, [](RunConfig& c) { c.prefetch = false; }},
+      {"zero3", "--no-prefetch", 3, [](RunConfig& c) { c.prefetch = false; }},
+      {"ddp", "--no-overlap", 2, [](RunConfig& c) { c.overlap = false; }},
+      {"ddp", "--bucket-mb 0.01", 3, [](RunConfig& c) { c.bucket_mb = 0.01; }},
+      {"gpipe", "M=4", 2, [](RunConfig& c) { c.micro_batches = 4; }},
+      {"gpipe", "M=4 --recompute", 3,
+       [](RunConfig& c) {
+         c.micro_batches = 4;
+         c.recompute = true;
+       }},
+      {"1f1b", "M=4", 4, [](RunConfig& c) { c.micro_batches = 4; }},
+      {"naive-mp", "--stages 2", 2, [](RunConfig& c) { c.stages = 2; }},
+      // The guarded CPU: host staging around the meta comm, Gloo's scratch in the host pool.
+      {"ddp", "cpu-guarded", 2, [](RunConfig& c) { c.device = "cpu-guarded"; }},
+      {"zero2", "cpu-guarded", 3, [](RunConfig& c) { c.device = "cpu-guarded"; }},
+      {"fsdp", "cpu-guarded", 2, [](RunConfig& c) { c.device = "cpu-guarded"; }},
+      {"gpipe", "cpu-guarded M=2", 2,
+       [](RunConfig& c) {
+         c.device = "cpu-guarded";
+         c.micro_batches = 2;
+       }},
+      {"dp", "cpu-guarded", 3, [](RunConfig& c) { c.device = "cpu-guarded"; }},
+  };
+  std::map<std::string, Margins> margins;
+  const auto t0 = std::chrono::steady_clock::now();
+  print_header();
+  for (const Variant& v : variants)
+    for (const ModelCase& m : {ModelCase{"mlp:4x64", 0}, ModelCase{"gpt:2x32x2", 16}}) {
+      RunConfig cfg = meta_config(v.strategy, "fp32", m, v.world);
+      v.tweak(cfg);
+      const std::string label = v.strategy + " " + v.label + " " + m.model;
+      INFO(label);
+      REQUIRE(accepted(cfg));
+      compare(cfg, label + " W" + std::to_string(v.world), margins[v.strategy + " " + v.label]);
+    }
+  print_margins(margins, seconds_since(t0));
 }

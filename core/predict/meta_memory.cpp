@@ -32,10 +32,10 @@ MetaMemory predict_memory_meta(const RunConfig& cfg) {
   out.device = place.kind;
   out.steps = std::min(cfg.steps, 2);
   out.ranks.resize(world);
-  // Gloo keeps its scratch where the host can read it: beside a GPU, or the
-  // guarded CPU, in the host pool.
-  const Pool scratch_pool =
-      place.kind == DeviceKind::cuda || place.guarded ? Pool::host : Pool::device;
+  // Gloo keeps its scratch where the host can read it (see ScratchPlacement).
+  const ScratchPlacement scratch = place.kind == DeviceKind::cuda ? ScratchPlacement::host
+                                   : place.guarded ? ScratchPlacement::device_then_host
+                                                   : ScratchPlacement::device;
   RunShared shared;
   std::vector<std::exception_ptr> errors(world);
 
@@ -48,15 +48,21 @@ MetaMemory predict_memory_meta(const RunConfig& cfg) {
       // the strategy's tensors, then the comm's scratch, then the allocator.
       const std::unique_ptr<DeviceBackend> device = make_meta_backend(stands_for);
       Allocator alloc(*device, nullptr, rank);
-      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch_pool);
+      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch);
       if (place.comm == CommKind::gloo_staged)
         comm = make_staging_comm(std::move(comm), *device, &alloc, nullptr);
       RankEnv env{rank, world, cfg, layout, *data, *device, alloc, nullptr, comm.get(), shared};
       std::unique_ptr<Strategy> strategy = info.make();
       strategy->setup(env, init);
+      auto sent_so_far = [&] {
+        return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
+      };
+      const int64_t sent_before = sent_so_far();
       for (int s = 0; s < out.steps; ++s) strategy->step(s);
       MetaRankMemory& r = out.ranks[rank];
       r.rank = rank;
+      if (out.steps > 0)
+        r.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / out.steps;
       r.at_report = alloc.stats();
       strategy->export_params();
       r.at_end = alloc.stats();

@@ -17,7 +17,10 @@ struct MetaRankMemory {
   // moment of the total's peak, so none is reported.
   MemStats at_report;  // after the steps, as RankReport::memory holds a real run's
   MemStats at_end;     // after export_params too (the run's last allocations)
-  CommStats comm;      // what the meta communicator counted, setup included
+  CommStats comm;      // what the meta communicator counted, setup and export included
+  // As RankReport::bytes_sent_per_step: the steps' bytes (dp's device copies too)
+  // over the steps run.
+  double bytes_sent_per_step = 0;
 };
 
 struct MetaMemory {
