@@ -18,14 +18,22 @@ namespace {
 // kept until the comm goes (the old block is freed after the new one is made).
 class MetaScratch {
  public:
-  void ensure(Allocator* alloc, const char* name, size_t bytes, ScratchPlacement where) {
-    if (bytes <= capacity_ || !alloc) return;
+  // Returns what the op holds until it is waited on: on the guarded CPU, the
+  // device block Gloo makes and drops for the host one. Gloo does that on its
+  // worker thread, at some moment between issue and completion, so the meta
+  // comm holds it for that whole time: the rank's peak then covers any moment.
+  Tensor ensure(Allocator* alloc, const char* name, size_t bytes, ScratchPlacement where) {
+    if (bytes <= capacity_ || !alloc) return {};
     const size_t numel = (bytes + 3) / 4;
     const Pool first = where == ScratchPlacement::host ? Pool::host : Pool::device;
-    tensor_ = alloc->alloc(name, MemCategory::comm_buffers, numel, DType::f32, first);
-    if (where == ScratchPlacement::device_then_host)
+    Tensor made = alloc->alloc(name, MemCategory::comm_buffers, numel, DType::f32, first);
+    if (where == ScratchPlacement::device_then_host) {
       tensor_ = alloc->alloc(name, MemCategory::comm_buffers, numel, DType::f32, Pool::host);
+    } else {
+      tensor_ = std::move(made);
+    }
     capacity_ = tensor_.bytes();
+    return made;
   }
 
  private:
@@ -52,12 +60,13 @@ class MetaComm final : public Comm {
     check_counts(rank_, world_, "reduce_scatter", counts);
     const size_t es = dtype_size(dt);
     const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    Tensor held;
     if (world_ > 1 && total > 0) {
       // The ring receives one chunk at a time into scratch of the largest chunk.
       const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
-      rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es, scratch_);
+      held = rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es, scratch_);
     }
-    return done(reduce_scatter_sent(rank_, world_, counts, es));
+    return done(reduce_scatter_sent(rank_, world_, counts, es), std::move(held));
   }
 
   Work all_gather_async(const void*, void*, std::vector<size_t> counts, DType dt,
@@ -78,9 +87,11 @@ class MetaComm final : public Comm {
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
     check_rank(rank_, world_, OpInfo{SpanKind::reduce, bytes, meta}, root, "root");
     // Non-root ranks give Gloo a scratch output, so that their buffers stay as they were.
+    Tensor held;
     if (world_ > 1 && count > 0 && rank_ != root)
-      reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * dtype_size(dt), scratch_);
-    return done(reduce_sent(rank_, root, world_, bytes));
+      held =
+          reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * dtype_size(dt), scratch_);
+    return done(reduce_sent(rank_, root, world_, bytes), std::move(held));
   }
 
   Work send_async(const void*, size_t bytes, int dst, int tag, CommMeta meta) override {
@@ -102,10 +113,15 @@ class MetaComm final : public Comm {
   // before: a strategy that frees a buffer once its op is done() (ddp's and
   // ZeRO's reduce-scatter queue) then holds it as long as it ever can, the
   // slowest link's case, so the meta peak bounds every real run's from above.
-  Work done(int64_t sent) {
+  // `held` is freed at completion.
+  Work done(int64_t sent, Tensor held = {}) {
     counters_.add_sent(sent);
     counters_.add_op();
-    return deferred_work([] { return std::string(); });
+    auto keep = std::make_shared<Tensor>(std::move(held));
+    return deferred_work([keep] {
+      keep->reset();
+      return std::string();
+    });
   }
 
   const int rank_, world_;
