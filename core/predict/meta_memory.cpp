@@ -1,0 +1,82 @@
+// The meta run (see meta_memory.h): the embedded runner's rank body (runner.cpp's
+// rank_main) without data loader, recorder, checkpoints or loss checks, each
+// rank on a meta device standing for the one the placement gives it.
+#include "core/predict/meta_memory.h"
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "core/meta_backend.h"
+#include "core/meta_comm.h"
+#include "core/model.h"
+#include "core/model_family.h"
+#include "core/placement.h"
+#include "core/staging_comm.h"
+#include "core/strategy.h"
+
+namespace shardlab {
+
+MetaMemory predict_memory_meta(const RunConfig& cfg) {
+  validate(cfg);
+  const StrategyInfo& info = *find_strategy(cfg.strategy);
+  const Placement place = plan_placement(cfg);
+  const ModelLayout layout = make_layout(cfg);
+  const std::unique_ptr<Dataset> data = layout.family().dataset(layout, cfg.seed, cfg);
+  // The real weights for now; a meta run never reads them (next: a source it never calls).
+  const std::vector<float> init = init_params(layout, cfg.seed);
+
+  const int world = cfg.world;
+  MetaMemory out;
+  out.device = place.kind;
+  out.steps = std::min(cfg.steps, 2);
+  out.ranks.resize(world);
+  // Gloo keeps its scratch where the host can read it (see ScratchPlacement).
+  const ScratchPlacement scratch = place.kind == DeviceKind::cuda ? ScratchPlacement::host
+                                   : place.guarded ? ScratchPlacement::device_then_host
+                                                   : ScratchPlacement::device;
+  RunShared shared;
+  std::vector<std::exception_ptr> errors(world);
+
+  auto rank_main = [&](int rank) {
+    try {
+      const Device stands_for = place.kind == DeviceKind::cuda
+                                    ? Device{DeviceKind::cuda, place.gpu_of_rank[rank]}
+                                    : Device{DeviceKind::cpu, 0};
+      // Declared in the runner's order, so they die in its teardown's order:
+      // the strategy's tensors, then the comm's scratch, then the allocator.
+      const std::unique_ptr<DeviceBackend> device = make_meta_backend(stands_for);
+      Allocator alloc(*device, nullptr, rank);
+      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch);
+      if (place.comm == CommKind::gloo_staged)
+        comm = make_staging_comm(std::move(comm), *device, &alloc, nullptr);
+      RankEnv env{rank, world, cfg, layout, *data, *device, alloc, nullptr, comm.get(), shared};
+      std::unique_ptr<Strategy> strategy = info.make();
+      strategy->setup(env, init);
+      auto sent_so_far = [&] {
+        return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
+      };
+      const int64_t sent_before = sent_so_far();
+      for (int s = 0; s < out.steps; ++s) strategy->step(s);
+      MetaRankMemory& r = out.ranks[rank];
+      r.rank = rank;
+      if (out.steps > 0)
+        r.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / out.steps;
+      r.at_report = alloc.stats();
+      strategy->export_params();
+      r.at_end = alloc.stats();
+      r.comm = comm->stats();
+    } catch (...) {
+      errors[rank] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,38 @@
+// Memory predicted by running the real strategy on meta devices (core/meta_backend.h)
+// under the real Allocator and a meta communicator: the prediction is the
+// implementation, not a hand-kept twin of it (core/memory_estimate.h's plans).
+#pragma once
+#include <vector>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/memory.h"
+
+namespace shardlab {
+
+struct MetaRankMemory {
+  int rank = 0;
+  // The allocator's stats, per pool (device/host): peak in use, each category's
+  // own peak, peak reserved. The Allocator keeps no per-category split at the
+  // moment of the total's peak, so none is reported.
+  MemStats at_report;  // after the steps, as RankReport::memory holds a real run's
+  MemStats at_end;     // after export_params too (the run's last allocations)
+  CommStats comm;      // what the meta communicator counted, setup and export included
+  // As RankReport::bytes_sent_per_step: the steps' bytes (dp's device copies too)
+  // over the steps run.
+  double bytes_sent_per_step = 0;
+};
+
+struct MetaMemory {
+  std::vector<MetaRankMemory> ranks;
+  DeviceKind device = DeviceKind::cpu;  // what the meta devices stood for
+  int steps = 0;                        // steps run: min(cfg.steps, 2)
+};
+
+// Runs cfg's strategy on every rank (threads, as the embedded runner does):
+// setup with the real initial weights, min(cfg.steps, 2) steps, then the final
+// export. Throws ConfigError for what validate() refuses, and rethrows the first
+// rank's failure.
+MetaMemory predict_memory_meta(const RunConfig& cfg);
+
+}  // namespace shardlab
