@@ -43,13 +43,16 @@ void print_block_activations(const RunResult& r) {
     return;  // micro-batches in flight: the pipeline report
   const ModelSpec spec = resolve_model(c);
   const int rows = info.family == StrategyFamily::single ? c.batch : c.batch / c.world;
-  const BlockActivations b = block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision);
+  const BlockActivations b =
+      block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision, spec.flash_attention);
   const size_t act = static_cast<size_t>(MemCategory::activations);
   std::printf(
       "    activations: %d blocks x %s (Korthikanti et al. 2022 without dropout, %s, + LayerNorm "
-      "statistics; s=%d b=%d h=%d a=%d) = %s of rank %s's measured %s\n",
-      spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(), spec.seq, rows, spec.dim,
-      spec.heads, human_bytes(spec.layers * b.total()).c_str(), info.controller ? "1" : "0",
+      "statistics%s; s=%d b=%d h=%d a=%d) = %s of rank %s's measured %s\n",
+      spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(),
+      spec.flash_attention ? " and flash attention's logsumexp, 4·a·s·b" : "", spec.seq, rows,
+      spec.dim, spec.heads, human_bytes(spec.layers * b.total()).c_str(),
+      info.controller ? "1" : "0",
       human_bytes(
           static_cast<double>(
               r.ranks[info.controller && r.ranks.size() > 1 ? 1 : 0].memory.device.peak[act]))
