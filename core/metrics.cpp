@@ -492,7 +492,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     if (is_pipeline_strategy(ra.cfg.strategy) && is_pipeline_strategy(rb.cfg.strategy)) {
       v.formula = static_cast<double>(predicted_peak_activation_bytes(rb.cfg, ref.rank) -
                                       predicted_peak_activation_bytes(ra.cfg, ref.rank));
-      v.formula_text = "run b's predicted peak activations − run a's";
+      v.formula_text = "run b's predicted peak − run a's";
     }
   } else if (n == "weight_diff_to_single") {
     const size_t params = make_layout(c).total();
