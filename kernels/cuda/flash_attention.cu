@@ -27,15 +27,23 @@ constexpr int kThreads = 128;
 // Shared memory a block may use without opting in (every GPU since Kepler).
 constexpr size_t kDefaultSmem = 48 * 1024;
 
+// Rows of a t×hs block in shared memory lie pitch(hs) = hs + 1 floats apart:
+// the score loops read one row of k per thread, and with a pitch of hs (a
+// multiple of 32 for the usual head sizes) a warp's rows would all sit in one
+// memory bank and be read one after another.
+__host__ __device__ inline int pitch(int hs) {
+  return hs + 1;
+}
+
 // A block's shared memory, in floats, for tile height t and head size hs:
-// `per_tile_hs` blocks of t×hs (q, k, v, accumulators …), `per_tile_tile`
+// `per_tile_hs` blocks of t rows (q, k, v, accumulators …), `per_tile_tile`
 // blocks of t×t (scores, probabilities) and `per_tile` vectors of t (row statistics).
 struct SmemShape {
   int per_tile_hs, per_tile_tile, per_tile;
   size_t bytes(int t, int hs) const {
     const size_t ts = static_cast<size_t>(t);
-    return sizeof(float) *
-           (per_tile_hs * ts * static_cast<size_t>(hs) + per_tile_tile * ts * ts + per_tile * ts);
+    return sizeof(float) * (per_tile_hs * ts * static_cast<size_t>(pitch(hs)) +
+                            per_tile_tile * ts * ts + per_tile * ts);
   }
 };
 constexpr SmemShape kForwardSmem{4, 1, 3};  // q, k, v, acc; scores; m, ℓ, correction
@@ -72,11 +80,17 @@ void allow_smem(Kernel kernel, size_t smem, const char* name, int hs) {
                                            static_cast<int>(smem)));
 }
 
-// rows×hs values of one head, row stride ld, from storage into fp32 shared memory.
+// rows×hs values of one head (row stride ld in storage) into fp32 shared
+// memory, rows pitch(hs) apart.
 template <typename S>
 __device__ void load_rows(float* dst, const S* src, int rows, int hs, int ld) {
   for (int i = threadIdx.x; i < rows * hs; i += blockDim.x)
-    dst[i] = load(src[static_cast<size_t>(i / hs) * ld + i % hs]);
+    dst[(i / hs) * pitch(hs) + i % hs] = load(src[static_cast<size_t>(i / hs) * ld + i % hs]);
+}
+
+// rows×hs zeros, rows pitch(hs) apart.
+__device__ void zero_rows(float* dst, int rows, int hs) {
+  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) dst[(i / hs) * pitch(hs) + i % hs] = 0;
 }
 
 __device__ float dot(const float* a, const float* b, int n) {
@@ -91,20 +105,20 @@ template <typename S>
 __global__ void flash_forward_kernel(S* y, float* lse, const S* qkv, int T, int C, int H, int tile,
                                      float scale) {
   extern __shared__ float smem[];
-  const int hs = C / H, ld = 3 * C;
+  const int hs = C / H, ld = 3 * C, p = pitch(hs);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int i0 = blockIdx.y * tile, rows = min(tile, T - i0);
   float* sq = smem;
-  float* sk = sq + tile * hs;
-  float* sv = sk + tile * hs;
-  float* acc = sv + tile * hs;
-  float* ss = acc + tile * hs;
+  float* sk = sq + tile * p;
+  float* sv = sk + tile * p;
+  float* acc = sv + tile * p;
+  float* ss = acc + tile * p;
   float* sm = ss + tile * tile;
   float* sl = sm + tile;
   float* corr = sl + tile;
   const S* head = qkv + static_cast<size_t>(b) * T * ld + static_cast<size_t>(h) * hs;
   load_rows(sq, head + static_cast<size_t>(i0) * ld, rows, hs, ld);
-  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) acc[i] = 0.0f;
+  zero_rows(acc, rows, hs);
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
     sm[r] = -INFINITY;
     sl[r] = 0.0f;
@@ -116,7 +130,7 @@ __global__ void flash_forward_kernel(S* y, float* lse, const S* qkv, int T, int 
     load_rows(sv, head + 2 * C + static_cast<size_t>(j0) * ld, cols, hs, ld);
     __syncthreads();
     for (int i = threadIdx.x; i < rows * cols; i += blockDim.x)
-      ss[i] = scale * dot(sq + (i / cols) * hs, sk + (i % cols) * hs, hs);
+      ss[i] = scale * dot(sq + (i / cols) * p, sk + (i % cols) * p, hs);
     __syncthreads();
     // The online softmax, one thread per row: new max, rescale, probabilities.
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -144,15 +158,15 @@ __global__ void flash_forward_kernel(S* y, float* lse, const S* qkv, int T, int 
     for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
       const int r = i / hs, e = i % hs;
       float a = 0.0f;
-      for (int c = 0; c < cols; ++c) a += ss[r * cols + c] * sv[c * hs + e];
-      acc[i] = acc[i] * corr[r] + a;
+      for (int c = 0; c < cols; ++c) a += ss[r * cols + c] * sv[c * p + e];
+      acc[r * p + e] = acc[r * p + e] * corr[r] + a;
     }
   }
   __syncthreads();
   S* yb = y + (static_cast<size_t>(b) * T + i0) * C + static_cast<size_t>(h) * hs;
   for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
-    const int r = i / hs;
-    store(yb[static_cast<size_t>(r) * C + i % hs], acc[i] * (1.0f / sl[r]));
+    const int r = i / hs, e = i % hs;
+    store(yb[static_cast<size_t>(r) * C + e], acc[r * p + e] * (1.0f / sl[r]));
   }
   float* lb = lse + (static_cast<size_t>(b) * H + h) * T + i0;
   for (int r = threadIdx.x; r < rows; r += blockDim.x) lb[r] = sm[r] + ::logf(sl[r]);
@@ -179,14 +193,15 @@ __device__ void probabilities(float* sp, float* sds, const float* sq, const floa
                               const float* sk, const float* sv, const float* slse,
                               const float* sdelta, int i0, int rows, int j0, int cols, int hs,
                               float scale) {
+  const int p = pitch(hs);
   for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
     const int r = i / cols, c = i % cols;
-    float p = 0.0f, ds = 0.0f;
+    float prob = 0.0f, ds = 0.0f;
     if (j0 + c <= i0 + r) {
-      p = math_detail::exp(scale * dot(sq + r * hs, sk + c * hs, hs) - slse[r]);
-      ds = softmax_grad(p, dot(sdy + r * hs, sv + c * hs, hs), sdelta[r]);
+      prob = math_detail::exp(scale * dot(sq + r * p, sk + c * p, hs) - slse[r]);
+      ds = softmax_grad(prob, dot(sdy + r * p, sv + c * p, hs), sdelta[r]);
     }
-    if (sp) sp[i] = p;
+    if (sp) sp[i] = prob;
     sds[i] = ds;
   }
 }
@@ -197,30 +212,31 @@ template <typename S>
 __global__ void flash_dkdv_kernel(S* dqkv, const float* delta, const S* dy, const S* qkv,
                                   const float* lse, int T, int C, int H, int tile, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / H, ld = 3 * C;
+  const int hs = C / H, ld = 3 * C, p = pitch(hs);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int j0 = blockIdx.y * tile, cols = min(tile, T - j0);
   float* sk = smem;
-  float* sv = sk + tile * hs;
-  float* sdk = sv + tile * hs;
-  float* sdv = sdk + tile * hs;
-  float* sq = sdv + tile * hs;
-  float* sdy = sq + tile * hs;
-  float* sp = sdy + tile * hs;
+  float* sv = sk + tile * p;
+  float* sdk = sv + tile * p;
+  float* sdv = sdk + tile * p;
+  float* sq = sdv + tile * p;
+  float* sdy = sq + tile * p;
+  float* sp = sdy + tile * p;
   float* sds = sp + tile * tile;
   float* slse = sds + tile * tile;
   float* sdelta = slse + tile;
   const size_t head = static_cast<size_t>(b) * T * ld + static_cast<size_t>(h) * hs;
-  const S* yhead = dy + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hs;
+  const S* dyhead = dy + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * hs;
   const size_t stats = (static_cast<size_t>(b) * H + h) * T;
   load_rows(sk, qkv + head + C + static_cast<size_t>(j0) * ld, cols, hs, ld);
   load_rows(sv, qkv + head + 2 * C + static_cast<size_t>(j0) * ld, cols, hs, ld);
-  for (int i = threadIdx.x; i < cols * hs; i += blockDim.x) sdk[i] = sdv[i] = 0.0f;
+  zero_rows(sdk, cols, hs);
+  zero_rows(sdv, cols, hs);
   for (int i0 = j0; i0 < T; i0 += tile) {  // earlier query tiles see none of these keys
     const int rows = min(tile, T - i0);
     __syncthreads();
     load_rows(sq, qkv + head + static_cast<size_t>(i0) * ld, rows, hs, ld);
-    load_rows(sdy, yhead + static_cast<size_t>(i0) * C, rows, hs, C);
+    load_rows(sdy, dyhead + static_cast<size_t>(i0) * C, rows, hs, C);
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
       slse[r] = lse[stats + i0 + r];
       sdelta[r] = delta[stats + i0 + r];
@@ -232,18 +248,19 @@ __global__ void flash_dkdv_kernel(S* dqkv, const float* delta, const S* dy, cons
       const int c = i / hs, e = i % hs;
       float dv = 0.0f, dk = 0.0f;
       for (int r = 0; r < rows; ++r) {
-        dv += sp[r * cols + c] * sdy[r * hs + e];
-        dk += sds[r * cols + c] * sq[r * hs + e];
+        dv += sp[r * cols + c] * sdy[r * p + e];
+        dk += sds[r * cols + c] * sq[r * p + e];
       }
-      sdv[i] += dv;
-      sdk[i] += scale * dk;
+      sdv[c * p + e] += dv;
+      sdk[c * p + e] += scale * dk;
     }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < cols * hs; i += blockDim.x) {
-    const size_t at = head + static_cast<size_t>(j0 + i / hs) * ld + i % hs;
-    store(dqkv[at + C], sdk[i]);
-    store(dqkv[at + 2 * C], sdv[i]);
+    const int c = i / hs, e = i % hs;
+    const size_t at = head + static_cast<size_t>(j0 + c) * ld + e;
+    store(dqkv[at + C], sdk[c * p + e]);
+    store(dqkv[at + 2 * C], sdv[c * p + e]);
   }
 }
 
@@ -252,15 +269,15 @@ template <typename S>
 __global__ void flash_dq_kernel(S* dqkv, const float* delta, const S* dy, const S* qkv,
                                 const float* lse, int T, int C, int H, int tile, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / H, ld = 3 * C;
+  const int hs = C / H, ld = 3 * C, p = pitch(hs);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int i0 = blockIdx.y * tile, rows = min(tile, T - i0);
   float* sq = smem;
-  float* sdy = sq + tile * hs;
-  float* sdq = sdy + tile * hs;
-  float* sk = sdq + tile * hs;
-  float* sv = sk + tile * hs;
-  float* sds = sv + tile * hs;
+  float* sdy = sq + tile * p;
+  float* sdq = sdy + tile * p;
+  float* sk = sdq + tile * p;
+  float* sv = sk + tile * p;
+  float* sds = sv + tile * p;
   float* slse = sds + tile * tile;
   float* sdelta = slse + tile;
   const size_t head = static_cast<size_t>(b) * T * ld + static_cast<size_t>(h) * hs;
@@ -268,7 +285,7 @@ __global__ void flash_dq_kernel(S* dqkv, const float* delta, const S* dy, const 
   load_rows(sq, qkv + head + static_cast<size_t>(i0) * ld, rows, hs, ld);
   load_rows(sdy, dy + (static_cast<size_t>(b) * T + i0) * C + static_cast<size_t>(h) * hs, rows, hs,
             C);
-  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) sdq[i] = 0.0f;
+  zero_rows(sdq, rows, hs);
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
     slse[r] = lse[stats + i0 + r];
     sdelta[r] = delta[stats + i0 + r];
@@ -284,13 +301,15 @@ __global__ void flash_dq_kernel(S* dqkv, const float* delta, const S* dy, const 
     for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
       const int r = i / hs, e = i % hs;
       float dq = 0.0f;
-      for (int c = 0; c < cols; ++c) dq += sds[r * cols + c] * sk[c * hs + e];
-      sdq[i] += scale * dq;
+      for (int c = 0; c < cols; ++c) dq += sds[r * cols + c] * sk[c * p + e];
+      sdq[r * p + e] += scale * dq;
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x)
-    store(dqkv[head + static_cast<size_t>(i0 + i / hs) * ld + i % hs], sdq[i]);
+  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
+    const int r = i / hs, e = i % hs;
+    store(dqkv[head + static_cast<size_t>(i0 + r) * ld + e], sdq[r * p + e]);
+  }
 }
 
 void check_shape(const char* op, int B, int T, int C, int H) {
