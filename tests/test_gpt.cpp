@@ -586,7 +586,7 @@ TEST_CASE("flash attention: a block's activations lose the T² term, as estimate
   CHECK(block_activations(64, 8, 64, 4, "bf16", true).with_dropout_16bit == 64.0 * 8 * 64 * 34);
 }
 
-TEST_CASE("--attention is checked: values, models, and what runs and recordings store",
+TEST_CASE("attention option is checked: values, models, and what runs and recordings store",
           "[gpt][flash][cli]") {
   auto refused = [](const std::string& args, const std::string& text) {
     const test::CliResult r = test::run_cli(args);
