@@ -88,6 +88,7 @@ nlohmann::json summary_json(const RunResult& r) {
   j["device"] = r.placement.device_name;
   j["backend"] = to_string(r.placement.comm);
   j["placement"] = r.placement.summary;
+  if (!c.attention.empty()) j["attention"] = c.attention;  // gpt: naive or flash, as it ran
   if (!r.clock_offset_ns.empty()) {
     j["process_rank"] = r.process_rank;
     j["clock_offset_ns"] = r.clock_offset_ns;
@@ -128,6 +129,12 @@ void print_summary(const RunResult& r) {
   std::printf("\nSummary — %s, %s, world %d, batch %d, %d steps\n", c.model.c_str(),
               c.strategy.c_str(), c.world, c.batch, c.steps);
   std::printf("  placement         %s\n", r.placement.summary.c_str());
+  if (!c.attention.empty())  // gpt: what --attention resolved to
+    std::printf("  attention         %s\n",
+                c.attention == "flash"
+                    ? "flash (FlashAttention-2: one logsumexp per position and head kept, "
+                      "no T x T matrix)"
+                    : "naive (the [B,H,T,T] probabilities kept for backward)");
   const std::string oversubscribed = oversubscription_line(r, cores_available());
   if (!oversubscribed.empty()) std::printf("  cores             %s\n", oversubscribed.c_str());
   if (!r.clock_offset_ns.empty()) {

@@ -603,6 +603,12 @@ TEST_CASE("attention option is checked: values, models, and what runs and record
           "--attention applies to --model gpt:LxCxH only");
   refused("estimate --model gpt:2x64x4 --world 2 --strategy ddp --attention fused",
           "--attention 'fused' is invalid (valid: naive, flash)");
+  // The summary says which attention ran.
+  const test::CliResult flash = test::run_cli(
+      "run --model gpt:1x16x2 --seq 8 --batch 2 --steps 1 --strategy single --world 1 "
+      "--no-record --attention flash");
+  REQUIRE(flash.code == 0);
+  CHECK(flash.out.find("  attention         flash (FlashAttention-2") != std::string::npos);
   // The effective value is what a recording stores, and a recording made before
   // --attention (no field) reads as naive.
   const auto dir = std::filesystem::temp_directory_path() / "shardlab_flash_rec";
