@@ -16,7 +16,7 @@ const std::set<std::string>& run_options() {
       "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
       "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
       "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
-      "backend",   "record",    "seq",        "data"};
+      "backend",   "record",    "seq",        "data",   "attention"};
   return options;
 }
 
@@ -55,6 +55,7 @@ RunConfig config_from(const Args& a) {
       throw ConfigError("--seq " + std::to_string(c.seq) + " is invalid (valid: 1 to 4096)");
   }
   c.data = a.str("data", c.data);
+  c.attention = a.str("attention", c.attention);
   c.strategy = a.str("strategy", c.strategy);
   // The ranges validate_common() and the strategies check, for values that are
   // not numbers of the option's type at all ("two", "1e300", "nan").

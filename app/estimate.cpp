@@ -36,6 +36,9 @@ not model states; 'shardlab run' prints these predictions beside what it measure
   --no-reshard        fsdp: keep gathered params from forward to backward (2Ψ traffic)
   --seq T             gpt: context length (default 64); with --model gpt:LxCxH the estimate
                       adds one transformer block's activations (Korthikanti et al. 2022)
+  --attention A       gpt: naive | flash (default naive, as a run on the CPU). flash keeps no
+                      a·s² attention matrix: Korthikanti's 5·a·s/h term goes (2·a·s/h without
+                      dropout), one fp32 logsumexp per position and head (4·a·s·b bytes) comes
   --batch B           global batch for the activations and the run's peak (default 64)
   --data FILE         gpt: the text whose vocabulary sets V (default assets/corpus.txt)
   --json              print one JSON object
@@ -118,10 +121,10 @@ void print_comm(const char* who, const CommPrediction& c, bool ring) {
 }  // namespace
 
 int cmd_estimate(int argc, char** argv) {
-  const Args a(
-      argc, argv, "estimate",
-      {"params", "model", "world", "strategy", "precision", "optimizer", "seq", "batch", "data"},
-      {"json", "no-reshard", "offload"});
+  const Args a(argc, argv, "estimate",
+               {"params", "model", "world", "strategy", "precision", "optimizer", "seq", "batch",
+                "data", "attention"},
+               {"json", "no-reshard", "offload"});
   if (a.help()) {
     std::printf("%s", kEstimateHelp);
     return 0;
@@ -137,10 +140,14 @@ int cmd_estimate(int argc, char** argv) {
   if (batch < 1)
     throw ConfigError("--batch " + std::to_string(batch) +
                       " is invalid (valid: a positive integer)");
-  if ((a.has("seq") || a.has("data")) && !(a.get("model") && a.get("model")->rfind("gpt:", 0) == 0))
-    throw ConfigError(
-        std::string(a.has("seq") ? "--seq" : "--data") +
-        " applies to --model gpt:LxCxH only (valid: e.g. --model gpt:2x64x4 --seq 64)");
+  for (const char* key : {"seq", "data", "attention"})
+    if (a.has(key) && !(a.get("model") && a.get("model")->rfind("gpt:", 0) == 0))
+      throw ConfigError(std::string("--") + key +
+                        " applies to --model gpt:LxCxH only (valid: e.g. --model gpt:2x64x4 "
+                        "--seq 64)");
+  RunConfig attention_of;  // --attention checked as a run checks it (default: the CPU's)
+  attention_of.attention = a.str("attention", "");
+  const bool flash = effective_attention(attention_of) == "flash";
   if (a.has("params") && a.has("model"))
     throw ConfigError("give either --params or --model, not both");
   if (auto p = a.get("params"))
@@ -187,6 +194,7 @@ int cmd_estimate(int argc, char** argv) {
     cfg.model = *m;
     cfg.seq = seq;
     cfg.data = a.str("data", "");
+    cfg.attention = a.str("attention", "");
     cfg.batch = batch;
     cfg.strategy = in.strategy;
     cfg.world = in.world;
@@ -215,7 +223,7 @@ int cmd_estimate(int argc, char** argv) {
   const BytesPerParam bpp = bytes_per_param(in.precision, in.optimizer);
   // gpt: a transformer block's activations (Korthikanti et al. 2022), at the
   // rows one data-parallel rank computes.
-  std::optional<BlockActivations> acts;
+  std::optional<BlockActivations> acts, other;  // other: with the other --attention
   std::optional<ModelSpec> spec;
   int rank_batch = batch;
   if (auto m = a.get("model"); m && m->rfind("gpt:", 0) == 0) {
@@ -225,7 +233,8 @@ int cmd_estimate(int argc, char** argv) {
     c.data = a.str("data", "");
     spec = resolve_model(c);
     rank_batch = std::max(1, batch / std::max(1, in.world));
-    acts = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision);
+    acts = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, flash);
+    other = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, !flash);
   }
 
   if (a.has("json")) {
@@ -248,11 +257,14 @@ int cmd_estimate(int argc, char** argv) {
     if (acts)
       j["block_activations"] = {{"batch_per_rank", rank_batch},
                                 {"seq", spec->seq},
+                                {"attention", flash ? "flash" : "naive"},
                                 {"korthikanti_16bit_with_dropout", acts->with_dropout_16bit},
                                 {"without_dropout", acts->without_dropout},
                                 {"layernorm_stats", acts->layernorm_stats},
+                                {"softmax_stats", acts->softmax_stats},
                                 {"total", acts->total()},
-                                {"formula", acts->formula}};
+                                {"formula", acts->formula},
+                                {flash ? "total_naive" : "total_flash", other->total()}};
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -274,16 +286,30 @@ int cmd_estimate(int argc, char** argv) {
       "padding of shards\n");
   if (acts) {
     std::printf(
-        "activations of one transformer block, b = %d sequences per rank, s = %d, h = %d, a = %d "
-        "(Korthikanti et al. 2022):\n",
-        rank_batch, spec->seq, spec->dim, spec->heads);
-    std::printf("  with dropout, 16-bit: s·b·h·(34 + 5·a·s/h) = %s bytes\n",
+        "activations of one transformer block, b = %d sequences per rank, s = %d, h = %d, a = %d, "
+        "--attention %s (Korthikanti et al. 2022):\n",
+        rank_batch, spec->seq, spec->dim, spec->heads, flash ? "flash" : "naive");
+    std::printf("  with dropout, 16-bit: %s = %s bytes\n",
+                flash ? "s·b·h·34 (FlashAttention: no 5·a·s/h term)" : "s·b·h·(34 + 5·a·s/h)",
                 num(acts->with_dropout_16bit).c_str());
     std::printf("  without dropout (Shardlab, nanoGPT at dropout 0), %s: %s = %s bytes\n",
                 in.precision.c_str(), acts->formula.c_str(), num(acts->without_dropout).c_str());
-    std::printf("  + LayerNorm mean and 1/std in fp32, 16·s·b = %s bytes: %s bytes a block (%s)\n",
-                num(acts->layernorm_stats).c_str(), num(acts->total()).c_str(),
-                gb(acts->total()).c_str());
+    if (flash)
+      std::printf(
+          "  + LayerNorm mean and 1/std in fp32, 16·s·b = %s bytes, + the softmax's logsumexp per "
+          "position and head in fp32, 4·a·s·b = %s bytes: %s bytes a block (%s)\n",
+          num(acts->layernorm_stats).c_str(), num(acts->softmax_stats).c_str(),
+          num(acts->total()).c_str(), gb(acts->total()).c_str());
+    else
+      std::printf(
+          "  + LayerNorm mean and 1/std in fp32, 16·s·b = %s bytes: %s bytes a block (%s)\n",
+          num(acts->layernorm_stats).c_str(), num(acts->total()).c_str(),
+          gb(acts->total()).c_str());
+    std::printf("  --attention %s would keep %s bytes a block: %s bytes %s\n",
+                flash ? "naive" : "flash", num(other->total()).c_str(),
+                num(std::fabs(other->total() - acts->total())).c_str(),
+                flash ? "more (the a·s² attention matrix)"
+                      : "fewer (no a·s² attention matrix; a logsumexp per position and head)");
   }
   // Bytes too, where a GB with three decimals would read 0.000.
   auto per_rank = [](const std::vector<int64_t>& p) {

@@ -45,6 +45,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --seq T             gpt: context length in characters (default 64)
   --data FILE         gpt: UTF-8 text to train on (default: assets/corpus.txt, the project's
                       own English and Chinese lesson and README texts)
+  --attention A       gpt: naive | flash (default: flash on cuda, naive on the CPU). naive keeps
+                      the [B,H,T,T] attention matrix for backward; flash (FlashAttention-2) is
+                      fused and keeps one fp32 logsumexp per position and head instead
   --strategy NAME     %s (default ddp)
   --world N           number of ranks (default 2)
   --batch N           global batch, split across ranks in rank order (default 64)

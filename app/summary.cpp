@@ -43,13 +43,16 @@ void print_block_activations(const RunResult& r) {
     return;  // micro-batches in flight: the pipeline report
   const ModelSpec spec = resolve_model(c);
   const int rows = info.family == StrategyFamily::single ? c.batch : c.batch / c.world;
-  const BlockActivations b = block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision);
+  const BlockActivations b =
+      block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision, spec.flash_attention);
   const size_t act = static_cast<size_t>(MemCategory::activations);
   std::printf(
       "    activations: %d blocks x %s (Korthikanti et al. 2022 without dropout, %s, + LayerNorm "
-      "statistics; s=%d b=%d h=%d a=%d) = %s of rank %s's measured %s\n",
-      spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(), spec.seq, rows, spec.dim,
-      spec.heads, human_bytes(spec.layers * b.total()).c_str(), info.controller ? "1" : "0",
+      "statistics%s; s=%d b=%d h=%d a=%d) = %s of rank %s's measured %s\n",
+      spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(),
+      spec.flash_attention ? " and flash attention's logsumexp, 4·a·s·b" : "", spec.seq, rows,
+      spec.dim, spec.heads, human_bytes(spec.layers * b.total()).c_str(),
+      info.controller ? "1" : "0",
       human_bytes(
           static_cast<double>(
               r.ranks[info.controller && r.ranks.size() > 1 ? 1 : 0].memory.device.peak[act]))
@@ -85,6 +88,7 @@ nlohmann::json summary_json(const RunResult& r) {
   j["device"] = r.placement.device_name;
   j["backend"] = to_string(r.placement.comm);
   j["placement"] = r.placement.summary;
+  if (!c.attention.empty()) j["attention"] = c.attention;  // gpt: naive or flash, as it ran
   if (!r.clock_offset_ns.empty()) {
     j["process_rank"] = r.process_rank;
     j["clock_offset_ns"] = r.clock_offset_ns;
@@ -125,6 +129,12 @@ void print_summary(const RunResult& r) {
   std::printf("\nSummary — %s, %s, world %d, batch %d, %d steps\n", c.model.c_str(),
               c.strategy.c_str(), c.world, c.batch, c.steps);
   std::printf("  placement         %s\n", r.placement.summary.c_str());
+  if (!c.attention.empty())  // gpt: what --attention resolved to
+    std::printf("  attention         %s\n",
+                c.attention == "flash"
+                    ? "flash (FlashAttention-2: one logsumexp per position and head kept, "
+                      "no T x T matrix)"
+                    : "naive (the [B,H,T,T] probabilities kept for backward)");
   const std::string oversubscribed = oversubscription_line(r, cores_available());
   if (!oversubscribed.empty()) std::printf("  cores             %s\n", oversubscribed.c_str());
   if (!r.clock_offset_ns.empty()) {

@@ -36,6 +36,25 @@ void validate_sizes(const RunConfig& cfg) {
                       " is invalid (valid: a positive number, e.g. 1e-3)");
 }
 
+std::string effective_attention(const RunConfig& cfg) {
+  if (cfg.attention.empty()) return places_on_cuda(cfg) ? "flash" : "naive";
+  if (cfg.attention != "naive" && cfg.attention != "flash")
+    throw ConfigError("--attention '" + cfg.attention + "' is invalid (valid: " + kAttentionValues +
+                      ")");
+  return cfg.attention;
+}
+
+RunConfig resolve_defaults(const RunConfig& cfg) {
+  RunConfig c = cfg;
+  try {
+    if (c.attention.empty() && resolve_model(cfg).family == "gpt")
+      c.attention = effective_attention(cfg);
+  } catch (const ConfigError&) {
+    return cfg;
+  }
+  return c;
+}
+
 void validate_common(const RunConfig& cfg) {
   resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
   validate_sizes(cfg);

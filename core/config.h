@@ -32,6 +32,11 @@ struct RunConfig {
   // the default corpus, assets/corpus.txt). An MLP refuses both.
   int seq = 0;
   std::string data;
+  // gpt: the attention core. naive keeps the [B,H,T,T] probabilities for backward;
+  // flash (FlashAttention-2) keeps one logsumexp per row and head and recomputes them.
+  // Empty: the device's default, flash on cuda and naive on the CPU; a run records the
+  // value it resolved to (resolve_defaults). An MLP refuses it.
+  std::string attention;
   std::string strategy = "ddp";
   int world = 2;
   int batch = 64;  // global batch, split across data-parallel ranks in rank order
@@ -81,5 +86,15 @@ void validate_common(const RunConfig& cfg);
 // --world, --batch, --steps and --lr in range. What divides or counts by them
 // before a full validate() (the GUI's compare slots) checks these first.
 void validate_sizes(const RunConfig& cfg);
+
+// --attention's values, and the one a gpt run uses: as given, else flash where the
+// ranks run on GPUs (--device cuda, or auto with a GPU) and naive on the CPU.
+// Throws ConfigError for a value that is neither.
+constexpr const char* kAttentionValues = "naive, flash";
+std::string effective_attention(const RunConfig& cfg);
+// cfg with what "not given" resolves to on this machine filled in (a gpt's
+// --attention), so that what a run records and checkpoints is what it ran. A
+// config that does not validate comes back unchanged (validate() names its error).
+RunConfig resolve_defaults(const RunConfig& cfg);
 
 }  // namespace shardlab

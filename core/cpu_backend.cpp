@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/precision.h"
 #include "kernels/cpu.h"
+#include "kernels/flash_attention.h"
 #include "kernels/precision.h"
 #include "kernels/storage.h"
 #include "kernels/transformer.h"
@@ -150,6 +151,22 @@ class CpuBackend final : public DeviceBackend {
       using S = decltype(tag);
       kernels::attention_backward(as<S>(dqkv), as<S>(att), scratch, as<S>(dout), as<S>(qkv), B, T,
                                   C, H);
+    });
+  }
+  void flash_attention_forward(DType dt, void* out, float* lse, const void* qkv, int B, int T,
+                               int C, int H) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::flash_attention_forward(as<S>(out), lse, as<S>(qkv), B, T, C, H);
+    });
+  }
+  void flash_attention_backward(DType dt, void* dqkv, float* delta, const void* dout,
+                                const void* qkv, const void* out, const float* lse, int B, int T,
+                                int C, int H) override {
+    kernels::with_storage(dt, [&](auto tag) {
+      using S = decltype(tag);
+      kernels::flash_attention_backward(as<S>(dqkv), delta, as<S>(dout), as<S>(qkv), as<S>(out),
+                                        lse, B, T, C, H);
     });
   }
   double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,

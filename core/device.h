@@ -143,6 +143,17 @@ class DeviceBackend {
   // workspace (required). att is spent: it may be overwritten.
   virtual void attention_backward(DType dt, void* dqkv, void* att, float* scratch, const void* dout,
                                   const void* qkv, int B, int T, int C, int H) = 0;
+  // The same attention fused (FlashAttention-2, kernels/flash_attention.h; `--attention
+  // flash`): out[B,T,C] from qkv tile by tile with an online softmax, no [B,H,T,T] matrix;
+  // lse[B,H,T] (fp32 whatever dt) keeps each row's logsumexp of the scaled scores, which
+  // is all backward needs besides qkv and out.
+  virtual void flash_attention_forward(DType dt, void* out, float* lse, const void* qkv, int B,
+                                       int T, int C, int H) = 0;
+  // dqkv[B,T,3C] (overwritten) from dout[B,T,C] and forward's qkv, out and lse, each tile's
+  // probabilities recomputed; delta: fp32 [B,H,T] workspace (rowsum(dout ⊙ out)).
+  virtual void flash_attention_backward(DType dt, void* dqkv, float* delta, const void* dout,
+                                        const void* qkv, const void* out, const float* lse, int B,
+                                        int T, int C, int H) = 0;
   // F.cross_entropy(logits, targets, ignore_index=-1) of one slice of a global batch of
   // `divisor` rows: returns sum_rows (logsumexp - logit[target]) / divisor; writes
   // dlogits = (softmax - onehot) / divisor (may be null, or alias logits). Target -1: no loss,

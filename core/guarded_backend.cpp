@@ -169,6 +169,17 @@ class GuardedBackend final : public DeviceBackend {
     Open o(*guard_);
     cpu_->attention_backward(dt, dqkv, att, scratch, dout, qkv, B, T, C, H);
   }
+  void flash_attention_forward(DType dt, void* out, float* lse, const void* qkv, int B, int T,
+                               int C, int H) override {
+    Open o(*guard_);
+    cpu_->flash_attention_forward(dt, out, lse, qkv, B, T, C, H);
+  }
+  void flash_attention_backward(DType dt, void* dqkv, float* delta, const void* dout,
+                                const void* qkv, const void* out, const float* lse, int B, int T,
+                                int C, int H) override {
+    Open o(*guard_);
+    cpu_->flash_attention_backward(dt, dqkv, delta, dout, qkv, out, lse, B, T, C, H);
+  }
   double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
                                        const int32_t* targets, int rows, int V,
                                        size_t divisor) override {

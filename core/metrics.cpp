@@ -104,6 +104,13 @@ const std::vector<MetricInfo> kRegistry = {
      "pipelines: peak activations ÷ one micro-batch's activations on the stage",
      "M (gpipe), min(P−rank, M) (1f1b), 1 (naive-mp)",
      false},
+    {"activation_bytes_saved",
+     "B",
+     {A::rank},
+     "run b's peak activations on the rank − run a's (needs a compare run): what run a's "
+     "settings save, e.g. --attention flash against naive",
+     "pipelines: the difference of the two runs' activation predictions",
+     true},
     {"weight_diff_to_single",
      "",
      {},
@@ -310,10 +317,11 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
     throw ConfigError(ref.name + (m->needs_both_runs ? " compares two runs" : " on run 'b'") +
                       " needs a compare run (add `compare = { … }` to the step)");
   const RunConfig& c = ref.run == 'b' ? *b : a;
-  if (takes(*m, A::rank) && (ref.rank < 0 || ref.rank >= c.world))
+  // A metric of both runs reads the rank in each.
+  const int world = m->needs_both_runs && b ? std::min(a.world, b->world) : c.world;
+  if (takes(*m, A::rank) && (ref.rank < 0 || ref.rank >= world))
     throw ConfigError("rank " + std::to_string(ref.rank) +
-                      " is outside the run's world (valid: 0.." + std::to_string(c.world - 1) +
-                      ")");
+                      " is outside the run's world (valid: 0.." + std::to_string(world - 1) + ")");
   if (takes(*m, A::category) && ref.category != "total" && !parse_category(ref.category))
     throw ConfigError("category '" + ref.category + "' is unknown (valid: " + category_names() +
                       ")");
@@ -364,6 +372,7 @@ const RunResult& MetricRuns::single_reference(char which) {
     s.model = c.model;
     s.seq = c.seq;  // gpt: the context sizes wpe, the text gives the vocabulary
     s.data = c.data;
+    s.attention = c.attention;  // gpt: the same attention core, so only the strategy differs
     s.strategy = "single";
     s.world = 1;
     s.batch = c.batch;
@@ -470,6 +479,21 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
         one;
     v.formula = expected_in_flight(c, ref.rank);
     v.formula_text = strategy_info(c.strategy).in_flight_formula;
+  } else if (n == "activation_bytes_saved") {
+    const RunResult& ra = runs.run('a');
+    const RunResult& rb = runs.run('b');
+    if (ref.rank >= static_cast<int>(rb.ranks.size()))
+      throw RunError(n + ": run b has no report for rank " + std::to_string(ref.rank));
+    auto peak = [&](const RunResult& x) {
+      return static_cast<double>(
+          x.ranks[ref.rank].memory.device.peak[static_cast<int>(MemCategory::activations)]);
+    };
+    v.measured = peak(rb) - peak(ra);
+    if (is_pipeline_strategy(ra.cfg.strategy) && is_pipeline_strategy(rb.cfg.strategy)) {
+      v.formula = static_cast<double>(predicted_peak_activation_bytes(rb.cfg, ref.rank) -
+                                      predicted_peak_activation_bytes(ra.cfg, ref.rank));
+      v.formula_text = "run b's predicted peak − run a's";
+    }
   } else if (n == "weight_diff_to_single") {
     const size_t params = make_layout(c).total();
     v.measured = max_abs_diff(r.final_params, runs.single_reference(ref.run).final_params, params);
@@ -483,7 +507,8 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
                             : family == StrategyFamily::single ? false
                                                                : c.world > 1;
     if (ModelSpec::parse(c.model).batchnorm && cuts_batch) {
-      v.formula_text = "none: BatchNorm's statistics over part of the batch are not the whole batch's";
+      v.formula_text =
+          "none: BatchNorm's statistics over part of the batch are not the whole batch's";
     } else {
       v.formula = 0;
       v.formula_text = "0 (up to float32 reduction order)";

@@ -26,6 +26,7 @@ struct ModelSpec {
   int seq = 0;             // gpt: context length T (--seq; not part of the name)
   int vocab = 0;           // gpt: vocabulary size V (from the tokenizer; not part of the name)
   std::string vocabulary;  // gpt: the tokenizer's characters in id order (UTF-8)
+  bool flash_attention = false;  // gpt: --attention flash (no [T,T] matrix kept; not in the name)
   // Parses any registered family's name ("mlp:8x256", "mlp:8x256+bn",
   // "gpt:2x64x4"); throws ConfigError naming the bad spec and the valid forms.
   static ModelSpec parse(const std::string& text);

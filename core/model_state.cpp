@@ -132,13 +132,20 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank) {
 }
 
 BlockActivations block_activations(int seq, int batch, int channels, int heads,
-                                   const std::string& precision) {
+                                   const std::string& precision, bool flash) {
   const double s = seq, b = batch, h = channels, a = heads;
   const int e = precision == "fp32" ? 4 : 2;  // bytes per stored value
   BlockActivations r;
+  r.layernorm_stats = 16 * s * b;
+  if (flash) {
+    r.with_dropout_16bit = s * b * h * 34;
+    r.without_dropout = (e / 2.0) * s * b * h * 32;
+    r.softmax_stats = 4 * a * s * b;
+    r.formula = e == 2 ? "s·b·h·32" : "2 × s·b·h·32 (fp32: 4 bytes a value)";
+    return r;
+  }
   r.with_dropout_16bit = s * b * h * (34 + 5 * a * s / h);
   r.without_dropout = (e / 2.0) * s * b * h * (32 + 2 * a * s / h);
-  r.layernorm_stats = 16 * s * b;
   r.formula = e == 2 ? "s·b·h·(32 + 2·a·s/h)" : "2 × s·b·h·(32 + 2·a·s/h) (fp32: 4 bytes a value)";
   return r;
 }

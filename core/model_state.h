@@ -112,14 +112,21 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank);
 // twice the 16-bit formula). Shardlab also keeps each LayerNorm's mean and
 // 1/std per token in fp32 (the paper leaves these out): 2 × 2 × 4 = 16·s·b bytes.
 // The block's output counts here as the next block's input.
+//
+// Fused attention (FlashAttention, `--attention flash`) keeps none of the
+// a·s² terms: the softmax is recomputed in backward from one logsumexp per
+// position and head (fp32, 4·a·s·b bytes), and with dropout its mask is
+// regenerated from the random state. The formulas lose their 5·a·s/h and
+// 2·a·s/h terms: s·b·h·34 with dropout in 16-bit, s·b·h·32 without.
 struct BlockActivations {
   double with_dropout_16bit = 0;  // the paper's formula
   double without_dropout = 0;     // adjusted, in the storage precision
   double layernorm_stats = 0;     // fp32 statistics
+  double softmax_stats = 0;       // flash: the fp32 logsumexp per position and head
   std::string formula;            // how without_dropout was computed, as shown to a learner
-  double total() const { return without_dropout + layernorm_stats; }
+  double total() const { return without_dropout + layernorm_stats + softmax_stats; }
 };
 BlockActivations block_activations(int seq, int batch, int channels, int heads,
-                                   const std::string& precision);
+                                   const std::string& precision, bool flash = false);
 
 }  // namespace shardlab

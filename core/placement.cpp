@@ -17,6 +17,10 @@ const char* to_string(CommKind k) {
   return "?";
 }
 
+bool places_on_cuda(const RunConfig& cfg) {
+  return cfg.device == "cuda" || (cfg.device == "auto" && cuda_device_count() > 0);
+}
+
 Placement plan_placement(const RunConfig& cfg) {
   Placement p;
   const std::string& dev = cfg.device;

@@ -24,5 +24,8 @@ struct Placement {
 
 // Throws ConfigError with one line naming the bad value and what would be valid.
 Placement plan_placement(const RunConfig& cfg);
+// True when --device puts the ranks on GPUs here (cuda, or auto with a usable GPU),
+// without plan_placement's checks: what a device-dependent default asks.
+bool places_on_cuda(const RunConfig& cfg);
 
 }  // namespace shardlab

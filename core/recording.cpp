@@ -311,6 +311,7 @@ json config_json(const RunConfig& c) {
             {"recompute", c.recompute}};
   // A gpt's context and text decide its vocabulary and activations.
   if (c.seq != 0) j["seq"] = c.seq;
+  if (!c.attention.empty()) j["attention"] = c.attention;  // gpt: what the run resolved
   if (c.tf32) j["tf32"] = true;  // absent: exact fp32 (and in recordings made before --tf32)
   if (!c.data.empty()) j["data"] = c.data;
   return j;
@@ -429,12 +430,20 @@ RunConfig config_from_json(const Checker& ck, const json& j, const std::string& 
            "micro_batches",
            "partition",
            "recompute"},
-          {"seq", "data", "tf32"});  // seq, data: gpt only; tf32: when on
+          {"seq", "data", "attention", "tf32"});  // seq, data, attention: gpt only; tf32: when on
   RunConfig c;
   const int max_int = std::numeric_limits<int>::max();
   c.model = ck.text(j["model"], at(w, "model"), false);
   if (j.contains("seq")) c.seq = static_cast<int>(ck.integer(j["seq"], at(w, "seq"), 1, 1 << 20));
   if (j.contains("data")) c.data = ck.text(j["data"], at(w, "data"), false);
+  if (j.contains("attention")) {
+    c.attention = ck.text(j["attention"], at(w, "attention"));
+    if (c.attention != "naive" && c.attention != "flash")
+      ck.fail(at(w, "attention"),
+              shown(c.attention) + " is not an attention (valid: " + kAttentionValues + ")");
+  } else if (c.model.rfind("gpt:", 0) == 0) {
+    c.attention = "naive";  // recordings made before --attention ran the materialised one
+  }
   c.strategy = ck.text(j["strategy"], at(w, "strategy"), false);
   c.world = static_cast<int>(ck.integer(j["world"], at(w, "world"), 1, 64));
   c.batch = static_cast<int>(ck.integer(j["batch"], at(w, "batch"), 1, max_int));

@@ -183,9 +183,12 @@ std::string shared_run_id(const ProcessContext& p, std::chrono::milliseconds tim
   }
 }
 
-RunResult run_impl(const RunConfig& cfg, const std::vector<float>* initial,
+RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
                    const RunCallbacks& callbacks, const ProcessContext* process,
                    const Checkpointing& ckpt) {
+  // Defaults that depend on the machine (a gpt's --attention) are settled once, here:
+  // the result, recordings and checkpoints then say what ran.
+  const RunConfig cfg = resolve_defaults(given);
   validate(cfg);
   if (process) check_process_run(cfg, *process);
   const ResumeState* resume = ckpt.resume;

@@ -53,6 +53,7 @@ json settings_json(const RunConfig& c) {
   return {{"model", c.model},
           {"seq", c.seq},
           {"data", c.data},
+          {"attention", c.attention},
           {"seed", c.seed},
           {"batch", c.batch},
           {"strategy", c.strategy},
@@ -329,6 +330,10 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
     r.saved.model = s.at("model").get<std::string>();
     r.saved.seq = s.at("seq").get<int>();
     r.saved.data = s.at("data").get<std::string>();
+    // Checkpoints made before --attention ran the materialised one.
+    r.saved.attention = s.contains("attention")               ? s.at("attention").get<std::string>()
+                        : r.saved.model.rfind("gpt:", 0) == 0 ? "naive"
+                                                              : "";
     r.saved.seed = s.at("seed").get<uint64_t>();
     r.saved.batch = s.at("batch").get<int>();
     r.saved.strategy = s.at("strategy").get<std::string>();

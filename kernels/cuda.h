@@ -132,6 +132,18 @@ void attention_backward(cublasHandle_t h, DType dt, void* dqkv, void* att, float
                         void** pointers, const void* dy, const void* qkv, int B, int T, int C,
                         int H);
 
+// Fused causal attention (FlashAttention-2, flash_attention.cu): y[B,T,C] from qkv[B,T,3C]
+// without the [B,H,T,T] matrix, in shared-memory tiles with an online softmax; lse[B,H,T]
+// (fp32) = each row's logsumexp of the scaled scores. fp32 math, outputs rounded to dt once.
+void flash_attention_forward(DType dt, void* y, float* lse, const void* qkv, int B, int T, int C,
+                             int H, cudaStream_t s);
+// dqkv[B,T,3C] (overwritten) from dy[B,T,C] and forward's qkv, y and lse, each tile's
+// probabilities recomputed; delta: fp32 [B,H,T] workspace (rowsum(dy ⊙ y)). No atomics:
+// one kernel per key tile writes dk and dv, one per query tile dq.
+void flash_attention_backward(DType dt, void* dqkv, float* delta, const void* dy, const void* qkv,
+                              const void* y, const float* lse, int B, int T, int C, int H,
+                              cudaStream_t s);
+
 // Blocks of the cross-entropy kernel: the number of partial sums it needs.
 constexpr int kCrossEntropyBlocks = 256;
 // Softmax cross-entropy with ignore_index -1: dlogits = (softmax − onehot)/divisor (may be

@@ -743,6 +743,25 @@ TEST_CASE("memory panel: a gpt run shows a block's activations by Korthikanti's 
   CHECK(std::string(kind_short(SpanKind::all_gather, zh)) == "AG");
   c.world = 2;  // stages: embedding + block 0 | block 1 + head
   CHECK(gui::block_activation_lines(c, 0)[0].rfind("1 block ", 0) == 0);
+  // --attention flash: no a·s² term, a logsumexp per position and head instead; the
+  // compare view's label says which attention a run used.
+  c.attention = "flash";
+  lines = gui::block_activation_lines(c, 0);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "1 block \xC3\x97 " +
+                        gui::format_bytes(block_activations(32, 2, 64, 4, "fp32", true).total()));
+  CHECK(lines[1] ==
+        "2\xC2\xB7sbh\xC2\xB7"
+        "32+LN+lse");
+  CHECK(lines[2] == "Korthikanti, no dropout, flash");
+  CHECK(gui::block_activation_lines(c, 0, zh)[2] == "Korthikanti，无 dropout，flash 注意力");
+  CHECK(gui::config_label(c) ==
+        "gpipe \xC3\x97"
+        "2 M=4 flash attention");
+  CHECK(gui::config_label(c, zh) ==
+        "gpipe \xC3\x97"
+        "2 M=4 flash 注意力");
+  c.attention = "";
   c.model = "mlp:4x16";
   c.seq = 0;
   CHECK(gui::block_activation_lines(c, 0).empty());

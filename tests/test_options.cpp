@@ -240,7 +240,7 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
   // Every option `shardlab run` takes is here: a new one must say how it is checked.
   const std::set<std::string> not_numeric = {
       "model",     "strategy",   "optimizer", "precision", "device", "backend", "trace",
-      "save-init", "save-final", "init-from", "save-data", "record", "data"};
+      "save-init", "save-final", "init-from", "save-data", "record", "data",    "attention"};
   struct Numeric {
     std::string strategy;            // one that reads it
     std::vector<std::string> valid;  // of the values below, those the option takes

@@ -1,6 +1,6 @@
 // Every GPT-2 op of a DeviceBackend run once on fixed inputs (a small GPT's
-// shapes), and the same ops straight from the fp32 kernel templates: shared by
-// tests/test_transformer_kernels.cpp (cpu, guarded) and tests/cuda/ (the GPU).
+// shapes; fused attention apart), and the same ops straight from the fp32 kernel templates: shared
+// by tests/test_transformer_kernels.cpp (cpu, guarded) and tests/cuda/ (the GPU).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -218,6 +218,29 @@ inline OpResults run_templates_f32(const OpInputs& raw, DType dt) {
   r.tensors.push_back(sum);
   return r;
 }
+
+// Fused attention (--attention flash) on a backend, on run_ops' attention inputs:
+// forward's y and lse, then backward's dqkv and delta (rowsum(dy ⊙ y)).
+inline OpResults run_flash_ops(DeviceBackend& backend, DType dt, const OpInputs& in) {
+  DeviceBuffers d(backend, dt);
+  OpResults r;
+  const size_t N = in.N(), C = in.C, rows = static_cast<size_t>(in.B) * in.H * in.T;
+  void* qkv = d.put(in.qkv);
+  void* y = d.alloc(N * C * dtype_size(dt));
+  auto* lse = static_cast<float*>(d.alloc(rows * 4));
+  backend.flash_attention_forward(dt, y, lse, qkv, in.B, in.T, in.C, in.H);
+  r.tensors.push_back(d.get(y, N * C));
+  r.tensors.push_back(d.get(lse, rows, DType::f32));
+  void* dqkv = d.alloc(N * 3 * C * dtype_size(dt));
+  auto* delta = static_cast<float*>(d.alloc(rows * 4));
+  backend.flash_attention_backward(dt, dqkv, delta, d.put(in.dyc), qkv, y, lse, in.B, in.T, in.C,
+                                   in.H);
+  r.tensors.push_back(d.get(dqkv, N * 3 * C));
+  r.tensors.push_back(d.get(delta, rows, DType::f32));
+  return r;
+}
+inline const char* const kFlashTensorNames[] = {"flash out", "flash lse", "flash dqkv",
+                                                "flash delta"};
 
 inline const char* const kTensorNames[] = {"embedding out",
                                            "dwte",

@@ -39,8 +39,8 @@ traces. Needs a display; without one use a virtual one:
 run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
   --steps, --micro-batches, --stages, --precision, --optimizer, --lr, --seed,
   --bucket-mb, --no-overlap, --no-prefetch, --fsdp-unit, --no-reshard, --offload,
-  --partition, --recompute, --timeout-ms, --device, --backend, --seq, --data); the app starts by
-  running them.
+  --partition, --recompute, --timeout-ms, --device, --backend, --seq, --data, --attention); the
+  app starts by running them.
 
 gui options:
   --open FILE         show a recording (made with 'shardlab run --record FILE', here or on
@@ -101,7 +101,7 @@ const std::set<std::string> kOptions = {
     "device",       "backend",    "stages",    "micro-batches", "partition", "view",
     "compare",      "screenshot", "frames",    "replay-at",     "size",      "font-scale",
     "compare-show", "open",       "lesson",    "lesson-step",   "lang",      "answer",
-    "seq",          "data",       "projected"};
+    "seq",          "data",       "projected", "attention"};
 const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
                                       "recompute",     "presenter",   "check-display", "no-record",
                                       "at-collective", "lessons",     "run-step",      "reveal",
@@ -109,11 +109,11 @@ const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshar
 
 // Run settings, which a recording brings itself (--open refuses them beside it).
 const char* const kRunKeys[] = {
-    "model",         "strategy",  "world",      "batch",       "steps",
-    "optimizer",     "lr",        "seed",       "bucket-mb",   "timeout-ms",
-    "precision",     "fsdp-unit", "device",     "backend",     "stages",
-    "micro-batches", "partition", "no-overlap", "no-prefetch", "no-reshard",
-    "offload",       "recompute", "no-record",  "seq",         "data"};
+    "model",       "strategy",   "world",     "batch",         "steps",     "optimizer",
+    "lr",          "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
+    "device",      "backend",    "stages",    "micro-batches", "partition", "no-overlap",
+    "no-prefetch", "no-reshard", "offload",   "recompute",     "no-record", "seq",
+    "data",        "attention"};
 
 }  // namespace
 

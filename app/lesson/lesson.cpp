@@ -918,6 +918,7 @@ std::vector<std::string> command_args(const RunConfig& c) {
   };
   if (c.seq != d.seq) add("--seq", std::to_string(c.seq));
   if (!c.data.empty()) add("--data", c.data);
+  if (!c.attention.empty()) add("--attention", c.attention);
   add("--strategy", c.strategy);
   add("--world", std::to_string(c.world));
   add("--batch", std::to_string(c.batch));

@@ -12,7 +12,10 @@
 //
 // What to notice: a block holds 12C² + 13C parameters, and its activations
 // grow with T² (the attention matrix, H·T² per sequence) as well as with T·C
-// — the Korthikanti et al. accounting the memory panel shows beside it.
+// — the Korthikanti et al. accounting the memory panel shows beside it. With
+// `--attention flash` (FlashAttention-2) the T² term goes: the block keeps one
+// fp32 logsumexp per position and head instead, and backward recomputes the
+// probabilities tile by tile.
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -199,7 +202,7 @@ enum BlockKeep {
   k_mean1,
   k_rstd1,
   k_qkv,
-  k_att,
+  k_att,  // the probabilities [rows,H,T,T]; flash: the logsumexp [rows,H,T] (fp32)
   k_atty,
   k_x2,
   k_ln2,
@@ -257,6 +260,7 @@ class Gpt final : public ModelFamily {
     spec.seq = cfg.seq == 0 ? kDefaultSeq : cfg.seq;
     if (spec.seq < 1 || spec.seq > 4096)
       throw ConfigError("--seq " + std::to_string(cfg.seq) + " is invalid (valid: 1 to 4096)");
+    spec.flash_attention = effective_attention(cfg) == "flash";
     const std::shared_ptr<const Corpus> corpus = load_corpus(corpus_path(cfg));
     spec.vocab = corpus->tokenizer.vocab_size();
     spec.vocabulary = corpus->tokenizer.vocabulary();
@@ -370,19 +374,24 @@ class Gpt final : public ModelFamily {
                           params[ln_1_b], R, C, kLayerNormEps);
     Tensor& qkv = act("attn.qkv", {c.rows, T, 3 * C}, c.dt);
     linear(c, qkv.raw(), ln1.raw(), params[c_attn_w], params[c_attn_b], R, C, 3 * C);
-    Tensor& att = act("attn.att", {c.rows, H, T, T}, c.dt);
-    Tensor& atty = act("attn.y", {c.rows, T, C}, c.dt);
-    {
+    void* atty = nullptr;  // the attention's output, [rows,T,C]
+    if (s.flash_attention) {
+      Tensor& lse = act("attn.lse", {c.rows, H, T}, DType::f32);
+      atty = act("attn.y", {c.rows, T, C}, c.dt).raw();
+      dev.flash_attention_forward(c.dt, atty, f32(lse.raw()), qkv.raw(), c.rows, T, C, H);
+    } else {
+      Tensor& att = act("attn.att", {c.rows, H, T, T}, c.dt);
+      atty = act("attn.y", {c.rows, T, C}, c.dt).raw();
       // 2-byte storage: the scores are made in fp32 first.
       Tensor scratch;
       if (c.dt != DType::f32)
         scratch =
             c.alloc.alloc(c.name(l, "attn.scores"), MemCategory::temporary, {c.rows, H, T, T});
-      dev.attention_forward(c.dt, atty.raw(), att.raw(), qkv.raw(),
+      dev.attention_forward(c.dt, atty, att.raw(), qkv.raw(),
                             scratch.empty() ? nullptr : f32(scratch.raw()), c.rows, T, C, H);
     }
     Tensor& x2 = act("residual", {c.rows, T, C}, c.dt);
-    linear(c, x2.raw(), atty.raw(), params[attn_proj_w], params[attn_proj_b], R, C, C);
+    linear(c, x2.raw(), atty, params[attn_proj_w], params[attn_proj_b], R, C, C);
     dev.residual_forward(c.dt, x2.raw(), x2.raw(), x, static_cast<size_t>(R) * C);
     Tensor& ln2 = act("ln_2", {c.rows, T, C}, c.dt);
     Tensor& mean2 = act("ln_2.mean", {R}, DType::f32);
@@ -443,7 +452,11 @@ class Gpt final : public ModelFamily {
     linear_backward(c, datty.raw(), grads[attn_proj_w], grads[attn_proj_b], g, kept(k_atty),
                     params[attn_proj_w], R, C, C);
     Tensor dqkv = temp("attn.qkv.grad", {c.rows, T, 3 * C}, c.dt);
-    {
+    if (s.flash_attention) {
+      Tensor delta = temp("attn.delta", {c.rows, H, T}, DType::f32);
+      dev.flash_attention_backward(c.dt, dqkv.raw(), f32(delta.raw()), datty.raw(), kept(k_qkv),
+                                   kept(k_atty), f32(kept(k_att)), c.rows, T, C, H);
+    } else {
       Tensor scratch = temp("attn.scores.grad", {c.rows, H, T, T}, DType::f32);
       dev.attention_backward(c.dt, dqkv.raw(), kept(k_att), f32(scratch.raw()), datty.raw(),
                              kept(k_qkv), c.rows, T, C, H);
@@ -488,9 +501,14 @@ class Gpt final : public ModelFamily {
     act(R, DType::f32);
     act(R * 3 * C, dt);  // qkv
     plan_linear(p, dt, R, C, 3 * C, true);
-    act(rows * H * T * T, dt);  // att
-    act(R * C, dt);             // attention output
-    if (dt != DType::f32) MemBlock scratch = p.alloc(MemCategory::temporary, rows * H * T * T);
+    if (s.flash_attention) {
+      act(rows * H * T, DType::f32);  // logsumexp
+      act(R * C, dt);                 // attention output
+    } else {
+      act(rows * H * T * T, dt);  // att
+      act(R * C, dt);             // attention output
+      if (dt != DType::f32) MemBlock scratch = p.alloc(MemCategory::temporary, rows * H * T * T);
+    }
     act(R * C, dt);  // x2
     plan_linear(p, dt, R, C, C, true);
     act(R * C, dt);  // ln_2
@@ -529,7 +547,7 @@ class Gpt final : public ModelFamily {
     MemBlock datty = temp(R * C, dt);
     plan_linear_backward(p, dt, R, C, C, true, true);
     MemBlock dqkv = temp(R * 3 * C, dt);
-    { MemBlock scratch = temp(rows * H * T * T, DType::f32); }
+    { MemBlock scratch = temp(s.flash_attention ? rows * H * T : rows * H * T * T, DType::f32); }
     datty.reset();
     MemBlock dln1 = temp(R * C, dt);
     plan_linear_backward(p, dt, R, C, 3 * C, true, true);

@@ -82,6 +82,9 @@ class Mlp final : public ModelFamily {
     if (cfg.seq != 0)
       throw ConfigError("--seq " + std::to_string(cfg.seq) + " is invalid for model " + cfg.model +
                         " (valid: only with gpt:LxCxH models; an MLP has no sequence)");
+    if (!cfg.attention.empty())
+      throw ConfigError("--attention " + cfg.attention + " is invalid for model " + cfg.model +
+                        " (valid: only with gpt:LxCxH models; an MLP has no attention)");
     if (!cfg.data.empty())
       throw ConfigError("--data '" + cfg.data + "' is invalid for model " + cfg.model +
                         " (valid: only with gpt:LxCxH models; an MLP trains on synthetic rows)");

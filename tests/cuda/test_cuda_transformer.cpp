@@ -1,7 +1,9 @@
 // The GPT-2 ops of the CUDA backend (kernels/cuda/embedding, layernorm,
-// attention, crossentropy, residual) against the CPU backend on the same
-// inputs, in fp32, bf16 and fp16, and a bad id's NaN row (a GPU cannot throw).
-// Runs only on a GPU machine (gpu_main.cpp skips otherwise).
+// attention, flash_attention, crossentropy, residual) against the CPU backend
+// on the same inputs, in fp32, bf16 and fp16, and a bad id's NaN row (a GPU
+// cannot throw); flash attention also against the naive one, in ops and in
+// training (the default on cuda). Runs only on a GPU machine (gpu_main.cpp
+// skips otherwise).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,6 +12,9 @@
 #include <vector>
 
 #include "core/gpu.h"
+#include "core/memory_estimate.h"
+#include "core/runner.h"
+#include "tests/test_util.h"
 #include "tests/transformer_ops.h"
 
 using namespace shardlab;
@@ -72,4 +77,93 @@ TEST_CASE("cuda GPT ops turn a bad id's row into NaN", "[cuda][transformer]") {
   // -1 is the ignored target, not a bad one.
   CHECK(gpu->crossentropy_forward_backward(DType::f32, nullptr, logits, d.put_ids({0, -1}), 2, 3,
                                            1) == Approx(std::log(3.0)));
+}
+
+TEST_CASE("cuda flash attention matches the CPU's and the naive attention in fp32, bf16, fp16",
+          "[cuda][transformer][flash]") {
+  const OpInputs in;  // T = 37: a tile of 32 and a ragged one
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0, nullptr);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    INFO(to_string(dt));
+    const OpResults want = run_flash_ops(*cpu, dt, in);
+    const OpResults got = run_flash_ops(*gpu, dt, in);
+    const OpResults naive = run_ops(*gpu, dt, in);
+    REQUIRE(got.tensors.size() == want.tensors.size());
+    // fp32: the order of sums and expf's last bits; 2-byte formats: an output
+    // that lands on the other side of a rounding (and naive's rounded P and dS).
+    const double tol = dt == DType::f32 ? 1e-5 : dt == DType::bf16 ? 2e-2 : 3e-3;
+    for (size_t i = 0; i < want.tensors.size(); ++i) {
+      INFO(kFlashTensorNames[i] << ": " << rel_diff(got.tensors[i], want.tensors[i]));
+      CHECK(rel_diff(got.tensors[i], want.tensors[i]) < tol);
+    }
+    CHECK(rel_diff(got.tensors[0], naive.tensors[kAttentionFirst]) < tol);
+    CHECK(rel_diff(got.tensors[2], naive.tensors[kAttentionFirst + 2]) < tol);
+  }
+}
+
+TEST_CASE("cuda flash attention: many tiles, and a head too wide for 48 KiB of shared memory",
+          "[cuda][transformer][flash]") {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0, nullptr);
+  struct Shape {
+    int B, T, C, H;
+  };
+  // hs = 16 over 10 tiles; hs = 4096, one row a tile, opted in to more shared memory.
+  for (const Shape s : {Shape{2, 300, 64, 4}, Shape{1, 40, 4096, 1}}) {
+    INFO("B=" << s.B << " T=" << s.T << " C=" << s.C << " H=" << s.H);
+    OpInputs in;
+    in.B = s.B;
+    in.T = s.T;
+    in.C = s.C;
+    in.H = s.H;
+    in.qkv = frandn(in.N() * 3 * s.C, 50);
+    in.dyc = frandn(in.N() * s.C, 51);
+    const OpResults want = run_flash_ops(*cpu, DType::f32, in);
+    const OpResults got = run_flash_ops(*gpu, DType::f32, in);
+    for (size_t i = 0; i < want.tensors.size(); ++i) {
+      INFO(kFlashTensorNames[i] << ": " << rel_diff(got.tensors[i], want.tensors[i]));
+      CHECK(rel_diff(got.tensors[i], want.tensors[i]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("cuda gpt trains with flash attention by default, as the CPU's flash and naive do",
+          "[cuda][gpt][flash]") {
+  RunConfig c;
+  c.model = "gpt:2x64x4";
+  c.seq = 64;
+  c.strategy = "single";
+  c.world = 1;
+  c.batch = 8;
+  c.steps = 10;
+  c.record = false;
+  c.device = "cpu";
+  c.attention = "naive";
+  const RunResult cpu_naive = run_training(c);
+  c.attention = "flash";
+  const RunResult cpu_flash = run_training(c);
+  c.device = "cuda";
+  c.attention = "";
+  const MemoryEstimate plan = estimate_memory(c);
+  const RunResult gpu = run_training(c);
+  CHECK(gpu.cfg.attention == "flash");
+  // cuBLAS against OpenBLAS elsewhere in the model: the bound of the strategy tests.
+  CHECK(test::max_rel_diff(gpu.final_params, cpu_flash.final_params) < 2e-4);
+  CHECK(test::max_rel_diff(gpu.final_params, cpu_naive.final_params) < 2e-4);
+  // The plan knows the flash block: no [T,T] matrix among the activations.
+  const int act = static_cast<int>(MemCategory::activations);
+  CHECK(plan.ranks[0].at_report.device.peak[act] == gpu.ranks[0].memory.device.peak[act]);
+  c.attention = "naive";
+  const RunResult gpu_naive = run_training(c);
+  CHECK(gpu_naive.ranks[0].memory.device.peak[act] > gpu.ranks[0].memory.device.peak[act]);
+  for (const char* precision : {"bf16", "fp16"}) {
+    c.precision = precision;
+    c.attention = "naive";
+    const RunResult n = run_training(c);
+    c.attention = "flash";
+    const RunResult f = run_training(c);
+    INFO(precision << ": " << test::max_rel_diff(f.final_params, n.final_params));
+    CHECK(test::max_rel_diff(f.final_params, n.final_params) < 2e-2);
+  }
 }

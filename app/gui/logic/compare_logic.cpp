@@ -376,6 +376,8 @@ std::string config_label(const RunConfig& c, const Tr& tr) {
     add(strf(tr("unit %d"), c.fsdp_unit));
   if (uses(SlotOption::reshard) && !c.reshard_after_forward) add(tr("no-reshard"));
   if (uses(SlotOption::offload) && c.offload) add(tr("offload"));
+  // A model option, not a strategy's: named where it is not the CPU's naive default.
+  if (c.attention == "flash") add(tr("flash attention"));
   return t;
 }
 

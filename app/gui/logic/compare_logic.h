@@ -76,8 +76,8 @@ std::vector<RunConfig> parse_compare_list(const std::string& list, const RunConf
 std::vector<CompareSlot> default_compare_slots(const RunConfig& base);
 std::vector<RunConfig> default_compare_configs(const RunConfig& base);
 
-// "gpipe ×4 M=8 recompute", "ddp ×2", "zero3 ×4 no-prefetch bf16" (the option
-// words in `tr`'s language; the CSV's configuration column is English).
+// "gpipe ×4 M=8 recompute", "ddp ×2", "zero3 ×4 no-prefetch bf16", "single ×1 flash
+// attention" (the option words in `tr`'s language; the CSV's configuration column is English).
 std::string config_label(const RunConfig& c, const Tr& tr = Tr{});
 // The same, plus " processes" for a finished run whose ranks were processes
 // (a lesson's `processes = true`: it measured clock offsets), so threads and

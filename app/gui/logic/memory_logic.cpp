@@ -107,13 +107,16 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
     }
     const BlockActivations b =
         // i18n: not shown (a dtype)
-        block_activations(spec.seq, rows, spec.dim, spec.heads, pipeline ? "fp32" : cfg.precision);
+        block_activations(spec.seq, rows, spec.dim, spec.heads, pipeline ? "fp32" : cfg.precision,
+                          spec.flash_attention);
     const bool fp32 = b.formula.rfind("2 ×", 0) == 0;
+    const bool flash = spec.flash_attention;
+    // i18n: not shown (formulas, the same in Chinese); flash keeps a logsumexp, no a·s² term
+    const std::string terms = flash ? std::string("sbh\xC2\xB7") + "32+LN+lse" : "sbh(32+2as/h)+LN";
     return {strf(blocks == 1 ? tr("%d block \xC3\x97 %s") : tr("%d blocks \xC3\x97 %s"), blocks,
                  format_bytes(b.total()).c_str()),
-            // i18n: not shown (a formula, the same in Chinese)
-            std::string(fp32 ? "2\xC2\xB7" : "") + "sbh(32+2as/h)+LN",
-            tr("Korthikanti, no dropout"),
+            std::string(fp32 ? "2\xC2\xB7" : "") + terms,
+            flash ? tr("Korthikanti, no dropout, flash") : tr("Korthikanti, no dropout"),
             strf(pipeline ? tr("b=%d per micro-batch") : tr("b=%d sequences"), rows)};
   } catch (const std::exception&) {
     return {};

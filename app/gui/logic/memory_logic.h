@@ -50,7 +50,8 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 // 2022 without dropout (core/model_state.h), for the rows one forward sees
 // (the batch, a rank's slice, a pipeline's micro-batch), as short lines for
 // the panel's side of `rank`: "2 blocks × 578.0 KiB", "2·sbh(32+2as/h)+LN",
-// "Korthikanti, no dropout", "b=4 sequences". A pipeline stage counts only its
+// "Korthikanti, no dropout", "b=4 sequences" (--attention flash: "2·sbh·32+LN+lse",
+// no a·s² term, the logsumexp instead). A pipeline stage counts only its
 // own blocks; one with none (the embedding's, the head's) gets one line.
 // The words in `tr`'s language.
 std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank,

@@ -255,6 +255,7 @@ const StringPairs& strings_zh_cluster() {
       {"%d block \xC3\x97 %s", "%d 个块 \xC3\x97 %s"},
       {"%d blocks \xC3\x97 %s", "%d 个块 \xC3\x97 %s"},
       {"Korthikanti, no dropout", "Korthikanti，无 dropout"},
+      {"Korthikanti, no dropout, flash", "Korthikanti，无 dropout，flash 注意力"},
       {"b=%d per micro-batch", "b=%d（每个微批次）"},
       {"b=%d sequences", "b=%d 条序列"},
   };

@@ -194,6 +194,7 @@ const StringPairs& strings_zh_compare() {
       {"recording: %s \xE2\x80\x94 recorded on %s, world %d, %s",
        "录制：%s \xE2\x80\x94 录制于 %s，world %d，%s"},
       {"%s without --tf32", "%s，不加 --tf32"},
+      {"flash attention", "flash 注意力"},
       {"Recorded on cuda; this machine has no usable GPU, so it is shown as recorded. It can be "
        "re-run here with %s.",
        "录制于 cuda；本机没有可用的 GPU，因此按录制内容显示。可以用 %s 在本机重新运行。"},
