@@ -108,6 +108,9 @@ class MetaBackend final : public DeviceBackend {
   void attention_forward(DType, void*, void*, const void*, float*, int, int, int, int) override {}
   void attention_backward(DType, void*, void*, float*, const void*, const void*, int, int, int,
                           int) override {}
+  void flash_attention_forward(DType, void*, float*, const void*, int, int, int, int) override {}
+  void flash_attention_backward(DType, void*, float*, const void*, const void*, const void*,
+                                const float*, int, int, int, int) override {}
   double crossentropy_forward_backward(DType, void*, const void*, const int32_t*, int, int,
                                        size_t) override {
     return 0;
