@@ -456,3 +456,23 @@ TEST_CASE("a checkpoint directory that cannot be written is refused before the r
   CHECK(fs::is_empty(ro));  // the check leaves nothing behind
   fs::remove_all(dir);
 }
+
+TEST_CASE("a gpt checkpoint names its attention, and one from before --attention reads as naive",
+          "[checkpoint][flash]") {
+  RunConfig cfg = base("single", 1);
+  cfg.model = "gpt:1x16x2";
+  cfg.seq = 8;
+  cfg.steps = 2;
+  cfg.attention = "flash";
+  const fs::path dir = fresh_dir("attention");
+  run_training(cfg, nullptr, {}, nullptr, Checkpointing{2, dir.string(), nullptr, ""});
+  const ModelLayout layout = make_layout(cfg);
+  CHECK(load_checkpoint(dir.string(), layout).saved.attention == "flash");
+  edit_manifest(dir / "step-000002", [](json& m) { m["settings"].erase("attention"); });
+  const ResumeState old = load_checkpoint(dir.string(), layout);
+  CHECK(old.saved.attention == "naive");
+  // Either attention resumes it: the two compute the same function.
+  cfg.steps = 3;
+  CHECK(run_training(cfg, nullptr, {}, nullptr, Checkpointing{0, "", &old, ""}).losses.size() == 3);
+  fs::remove_all(dir);
+}
