@@ -344,7 +344,7 @@ void fill_weight_diffs(std::vector<CompareEntry>& entries) {
     if (!e.result) continue;
     e.row.weight_diff_to_single = -1;
     for (const CompareEntry& s : entries) {
-      if (!s.result || s.result->cfg.strategy != "single") continue;
+      if (!s.result || !in_family(s.result->cfg.strategy, StrategyFamily::single)) continue;
       const double d = weight_diff_to(*e.result, *s.result);
       if (d < 0) continue;
       e.row.weight_diff_to_single = d;
