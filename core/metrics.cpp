@@ -208,6 +208,13 @@ double params_of(const RunConfig& c) {
   return static_cast<double>(make_layout(c).total());
 }
 
+bool has_spans(const RunResult& r) {
+  if (!r.cfg.record || static_cast<int>(r.recorders.size()) != r.cfg.world) return false;
+  for (const auto& rec : r.recorders)
+    if (!rec) return false;
+  return true;
+}
+
 void need_spans(const RunResult& r, const std::string& metric) {
   if (!r.cfg.record || r.recorders.empty())
     throw RunError(metric + " needs the run's spans, and this run was made without recording");
@@ -359,6 +366,11 @@ const Projection& MetricRuns::projection(char which, const std::string& link) {
     ProjectionOptions o;
     o.devices = r.cfg.world;
     o.link = parse_link(link);
+    // A compare pair of the same work (overlap on and off, prefetch on and
+    // off) is replayed with one cost table: what differs is the schedule.
+    const RunResult* other = which == 'b' ? &a_ : b_;
+    if (other && same_work(r.cfg, other->cfg) && has_spans(*other))
+      o.pool_costs_with.push_back(other);
     it = projections_.emplace(std::make_pair(which, link), project(r, o)).first;
   }
   return it->second;

@@ -455,7 +455,7 @@ TEST_CASE("compare: final weights against a single row of the same training", "[
   const RunConfig cfgs[] = {single, gpipe, gpipe1, plain, ddp, other_seed};
   for (size_t i = 0; i < entries.size(); ++i)
     fill_compare_entry(entries[i], std::make_unique<RunResult>(run_training(cfgs[i])));
-  fill_weight_diffs(entries);
+  fill_cross_row_columns(entries);
   CHECK(entries[0].row.weight_diff_to_single == 0);
   CHECK(entries[1].row.weight_diff_to_single > 1e-4);  // M = 4: per-micro-batch statistics
   CHECK(entries[2].row.weight_diff_to_single < 1e-5);  // M = 1: the whole batch

@@ -263,7 +263,7 @@ void App::show_step(StepShow show) {
       compare.push_back(std::move(e));
       state.compare.slots.push_back(slot_from(r->cfg, r->cfg.strategy, r->cfg.world));
     }
-    fill_weight_diffs(compare);
+    fill_cross_row_columns(compare);
     state.compare.fitted = false;
   }
   session.adopt(std::move(show.a));

@@ -326,7 +326,8 @@ void draw_table(App& app) {
     if (c == 2)
       ImGui::SetTooltip(
           tr("as on N dedicated devices (one per rank) joined by %s: each op costs the CPU\n"
-             "time its thread used, each transfer the link's time ('shardlab project')"),
+             "time its thread used, each transfer the link's time ('shardlab project');\n"
+             "rows of the same work share one table of op costs, so they differ by schedule"),
           kCompareLink);
     if (c == 3)
       ImGui::SetTooltip("%s", tr("each rank's peak, device pool, from its accounting allocator"));

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "core/config.h"
+#include "core/model.h"
 
 namespace shardlab {
 namespace {
@@ -135,6 +136,60 @@ struct RankSim {
   int64_t sent = 0;
 };
 
+// Which compute spans cost the same (see Simulation::steady_costs): a layer's
+// op by the shape of the layer, any other op by the rank's replica group.
+using CostKey = std::tuple<int, int, int, int, int>;  // rule, group or shape, kind, layer, mb
+
+class OpCostKeys {
+ public:
+  OpCostKeys(const std::vector<Recorder::Snapshot>& snaps, const std::vector<int>& shape_of_layer)
+      : shape_of_layer_(shape_of_layer) {
+    const int world = static_cast<int>(snaps.size());
+    std::vector<std::set<std::pair<int, int>>> layers(world);
+    for (int r = 0; r < world; ++r)
+      for (const Span& s : snaps[r].spans)
+        if (s.lane == Lane::compute && s.op == 0 && s.layer >= 0)
+          layers[r].insert({static_cast<int>(s.kind), s.layer});
+    group_.resize(world);
+    for (int r = 0; r < world; ++r) {
+      group_[r] = r;
+      for (int q = 0; q < r; ++q)
+        if (layers[q] == layers[r]) {
+          group_[r] = group_[q];
+          break;
+        }
+    }
+  }
+
+  CostKey key(int r, const Span& s) const {
+    const int kind = static_cast<int>(s.kind);
+    if (s.layer >= 0 && s.layer < static_cast<int>(shape_of_layer_.size()))
+      return {0, shape_of_layer_[s.layer], kind, 0, 0};
+    return {1, group_[r], kind, s.layer, s.micro_batch};
+  }
+
+  // The CPU time of every compute span from `first_step` on, by key.
+  void collect(const std::vector<Recorder::Snapshot>& snaps, int first_step,
+               std::map<CostKey, std::vector<double>>& into) const {
+    for (size_t r = 0; r < snaps.size(); ++r)
+      for (const Span& s : snaps[r].spans)
+        if (s.lane == Lane::compute && s.op == 0 && s.step >= first_step && s.cpu_begin_ns >= 0)
+          into[key(static_cast<int>(r), s)].push_back(
+              static_cast<double>(s.cpu_end_ns - s.cpu_begin_ns));
+  }
+
+ private:
+  const std::vector<int>& shape_of_layer_;
+  std::vector<int> group_;
+};
+
+// The first step a projection's breakdown counts: all but the first (warm-up)
+// when the run timed at least two.
+int first_step_in_breakdown(const RunResult& run) {
+  const int first = run.resumed_after_step;
+  return run.cfg.steps - first >= 2 ? first + 1 : first;
+}
+
 class Simulation {
  public:
   Simulation(const RunResult& run, const ProjectionOptions& o, Projection& out)
@@ -143,6 +198,7 @@ class Simulation {
         world_(run.cfg.world),
         with_data_(o.with_data),
         raw_costs_(o.raw_costs),
+        pool_(o.pool_costs_with),
         out_(out) {}
 
   void run() {
@@ -167,8 +223,7 @@ class Simulation {
     out_.compute_source = use_cpu_ ? "thread CPU time" : "span wall time (no CPU clocks recorded)";
     for (int r = 0; r < world_; ++r) build(r);
     steady_.resize(world_);
-    if (use_cpu_ && !raw_costs_)
-      for (int r = 0; r < world_; ++r) steady_costs(r);
+    if (use_cpu_ && !raw_costs_) steady_costs();
     out_.run.recorders.clear();
     for (int r = 0; r < world_; ++r) out_.run.recorders.push_back(std::make_shared<Recorder>(r));
     simulate();
@@ -259,30 +314,77 @@ class Simulation {
   }
 
   // Each compute op's steady-state cost: the median over the breakdown's steps
-  // of the same op (kind, layer, micro-batch) on the same rank. One op's CPU
-  // time varies 20-30% from step to step on a busy machine; a dedicated device
-  // repeats it far more closely, and the bubbles a schedule leaves come from
-  // its shape, not from that noise.
-  void steady_costs(int r) {
-    const std::vector<Span>& spans = snaps_[r].spans;
-    std::map<std::tuple<int, int, int>, std::vector<double>> costs;
-    auto op_key = [](const Span& s) {
-      return std::make_tuple(static_cast<int>(s.kind), s.layer, s.micro_batch);
-    };
-    for (const Span& s : spans)
-      if (s.lane == Lane::compute && s.op == 0 && s.step >= out_.first_step_in_breakdown &&
-          s.cpu_begin_ns >= 0)
-        costs[op_key(s)].push_back(static_cast<double>(s.cpu_end_ns - s.cpu_begin_ns));
-    std::map<std::tuple<int, int, int>, double> steady;
+  // of the same computation. One op's CPU time varies 20-30% from step to step
+  // on a busy machine, and a whole rank can run 25% slower than another for a
+  // run (its core shared with other threads, whose traffic evicts its caches);
+  // a dedicated device repeats an op far more closely, and identical devices
+  // doing identical work take the same time. Costed apart, the rank that
+  // happened to be slower here would make the others wait for it at every
+  // collective and hand-over: a bubble of this machine, not of the strategy,
+  // and communication the strategy hides would read as exposed on the faster
+  // ranks. So samples are pooled over everything that computes the same thing:
+  //  - a layer's forward or backward, over the layers of the same shapes (the
+  //    blocks of a GPT, the hidden layers of an MLP; the first and last layers
+  //    apart, as they skip an input gradient or an activation), over the
+  //    micro-batches and over the ranks;
+  //  - any other op (loss, optimizer, data) over the rank's replicas: ranks
+  //    that run the same layers (data-parallel peers, one shard group).
+  //    Pipeline stages run different layers, so their optimizer steps, of
+  //    different sizes, are costed apart.
+  // A layer kind the model cannot describe (a recording whose data file is
+  // gone) falls back to the replica rule.
+  //
+  // Runs of the same work (same_work: they differ only in when they
+  // communicate) can be costed together: the op costs of a compare pair come
+  // from both, so the difference between their projections is the schedule's
+  // and not this machine's, whose speed drifts by up to 1.5x between two runs
+  // a second apart (other tenants of the host).
+  void steady_costs() {
+    std::vector<int> shape_of_layer;  // layer -> id of its shape
+    try {
+      const ModelLayout layout = make_layout(run_.cfg);
+      std::map<std::string, int> ids;
+      for (int l = 0; l < layout.num_layers(); ++l) {
+        std::string sig = layout.layers()[l].kind + (l == 0 ? " first" : "") +
+                          (l == layout.num_layers() - 1 ? " last" : "");
+        for (int k = 0; k < layout.param_count(l); ++k) {
+          sig += " (";
+          for (int64_t d : layout.params()[layout.first_param(l) + k].shape)
+            sig += std::to_string(d) + ",";
+          sig += ")";
+        }
+        sig += " buffers " + std::to_string(layout.buffer_begin(l + 1) - layout.buffer_begin(l));
+        for (int boundary : {l, l + 1}) {
+          sig += " [";
+          for (int64_t d : layout.act_shape(boundary)) sig += std::to_string(d) + ",";
+          sig += "]";
+        }
+        shape_of_layer.push_back(ids.emplace(sig, static_cast<int>(ids.size())).first->second);
+      }
+    } catch (const std::exception&) {
+      shape_of_layer.clear();
+    }
+    std::map<CostKey, std::vector<double>> costs;
+    const OpCostKeys own(snaps_, shape_of_layer);
+    own.collect(snaps_, out_.first_step_in_breakdown, costs);
+    for (const RunResult* other : pool_) {
+      std::vector<Recorder::Snapshot> snaps;
+      for (const auto& rec : other->recorders) snaps.push_back(rec->snapshot());
+      OpCostKeys(snaps, shape_of_layer).collect(snaps, first_step_in_breakdown(*other), costs);
+    }
+    std::map<CostKey, double> steady;
     for (auto& [k, v] : costs)
       if (v.size() >= 3) steady[k] = median(v);
-    std::vector<double>& out = steady_[r];
-    out.assign(spans.size(), -1.0);
-    for (size_t i = 0; i < spans.size(); ++i) {
-      const Span& s = spans[i];
-      if (s.lane != Lane::compute || s.step < 0 || s.cpu_begin_ns < 0) continue;
-      auto it = steady.find(op_key(s));
-      if (it != steady.end()) out[i] = it->second;
+    for (int r = 0; r < world_; ++r) {
+      const std::vector<Span>& spans = snaps_[r].spans;
+      std::vector<double>& out = steady_[r];
+      out.assign(spans.size(), -1.0);
+      for (size_t i = 0; i < spans.size(); ++i) {
+        const Span& s = spans[i];
+        if (s.lane != Lane::compute || s.step < 0 || s.cpu_begin_ns < 0) continue;
+        auto it = steady.find(own.key(r, s));
+        if (it != steady.end()) out[i] = it->second;
+      }
     }
   }
 
@@ -536,6 +638,7 @@ class Simulation {
   const int world_;
   const bool with_data_;
   const bool raw_costs_;
+  const std::vector<const RunResult*> pool_;
   Projection& out_;
   bool use_cpu_ = true;
   std::vector<Recorder::Snapshot> snaps_;
@@ -552,6 +655,18 @@ class Simulation {
 };
 
 }  // namespace
+
+bool same_work(const RunConfig& a, const RunConfig& b) {
+  // What decides each op's arithmetic; bucket_mb, overlap, prefetch,
+  // reshard_after_forward, backend, steps, seed and the bookkeeping options
+  // change when bytes move or how long a run lasts, not what an op computes.
+  return a.model == b.model && a.seq == b.seq && a.data == b.data && a.attention == b.attention &&
+         a.strategy == b.strategy && a.world == b.world && a.batch == b.batch &&
+         a.optimizer.kind == b.optimizer.kind && a.device == b.device &&
+         a.precision == b.precision && a.tf32 == b.tf32 && a.fsdp_unit == b.fsdp_unit &&
+         a.offload == b.offload && a.stages == b.stages && a.micro_batches == b.micro_batches &&
+         a.partition == b.partition && a.recompute == b.recompute;
+}
 
 double Projection::bubble_share(int rank) const {
   const ProjectedRank& r = ranks.at(rank);
@@ -581,6 +696,17 @@ Projection project(const RunResult& run, const ProjectionOptions& o) {
   p.link = o.link;
   p.with_data = o.with_data;
   p.raw_costs = o.raw_costs;
+  for (const RunResult* other : o.pool_costs_with) {
+    if (!other || !same_work(run.cfg, other->cfg))
+      throw ConfigError(
+          "cannot pool op costs with a run of different work (valid: runs that differ only in "
+          "overlap, bucket size, prefetch, resharding, backend, steps or seed)");
+    if (static_cast<int>(other->recorders.size()) != world)
+      throw ConfigError("a run to pool op costs with holds no spans (it was made with --no-record)");
+    for (const auto& r : other->recorders)
+      if (!r) throw ConfigError("a run to pool op costs with holds no spans (it was made with --no-record)");
+  }
+  p.pooled_runs = static_cast<int>(o.pool_costs_with.size());
   p.ranks.assign(world, ProjectedRank{});
   p.run.cfg = run.cfg;
   p.run.losses = run.losses;
@@ -590,8 +716,7 @@ Projection project(const RunResult& run, const ProjectionOptions& o) {
   p.run.resumed_after_step = run.resumed_after_step;
 
   // Steps timed by this run; the breakdown leaves out the first (warm-up) when it can.
-  const int first = run.resumed_after_step;
-  p.first_step_in_breakdown = run.cfg.steps - first >= 2 ? first + 1 : first;
+  p.first_step_in_breakdown = first_step_in_breakdown(run);
 
   Simulation sim(run, o, p);
   sim.run();

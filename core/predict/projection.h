@@ -49,7 +49,16 @@ struct ProjectionOptions {
   // Each compute span costs its own CPU time, instead of the median of the same
   // op over the run's steps (the steady-state cost, the default).
   bool raw_costs = false;
+  // Other runs of the same work (same_work) whose op costs are pooled with this
+  // run's: a controlled comparison, where two schedules are replayed with the
+  // same costs and differ only by what the schedule does. Each needs spans.
+  std::vector<const RunResult*> pool_costs_with;
 };
+
+// Whether two runs compute the same thing and differ only in when they
+// communicate (overlap, bucket size, prefetch, resharding, backend) or in how
+// long and from which seed they train: their ops can share one cost table.
+bool same_work(const RunConfig& a, const RunConfig& b);
 
 // Where the time of one rank went over the projected steps, per step.
 struct ProjectedRank {
@@ -75,6 +84,7 @@ struct Projection {
   std::string compute_source;
   bool with_data = false;  // as in the options
   bool raw_costs = false;
+  int pooled_runs = 0;  // other runs whose op costs were pooled with this one's
   std::vector<double> step_ms;  // per step, the slowest rank's projected time
   double median_step_ms = 0;
   // Averages over the steps in the breakdown: all but the first (warm-up)
@@ -93,7 +103,7 @@ struct Projection {
 
 // Throws ConfigError (one line) when the run cannot be projected: devices !=
 // world, no recording (spans) or no program marks (a recording made before
-// this version).
+// this version), or a run to pool costs with that is not of the same work.
 Projection project(const RunResult& run, const ProjectionOptions& options);
 
 }  // namespace shardlab

@@ -205,6 +205,128 @@ TEST_CASE(
   CHECK(ratio == Approx(1.5).epsilon(0.02));
 }
 
+namespace {
+
+// The run with rank `slow`'s CPU clock running `factor` times as fast as the
+// others' (every span and mark on it stretched about the rank's first CPU
+// reading): what a rank that shared its core with more threads records.
+RunResult stretched(const RunResult& r, int slow, double factor) {
+  RunResult out = r;
+  out.recorders.clear();
+  for (const auto& rec : r.recorders) {
+    const Recorder::Snapshot snap = rec->snapshot();
+    auto copy = std::make_shared<Recorder>(rec->rank());
+    int64_t zero = -1;
+    for (const Span& s : snap.spans)
+      if (s.cpu_begin_ns >= 0 && (zero < 0 || s.cpu_begin_ns < zero)) zero = s.cpu_begin_ns;
+    for (const Mark& m : snap.marks)
+      if (m.cpu_begin_ns >= 0 && (zero < 0 || m.cpu_begin_ns < zero)) zero = m.cpu_begin_ns;
+    const double f = rec->rank() == slow ? factor : 1.0;
+    auto at = [&](int64_t cpu) {
+      return cpu < 0 ? cpu : zero + std::llround(static_cast<double>(cpu - zero) * f);
+    };
+    for (Span s : snap.spans) {
+      s.cpu_begin_ns = at(s.cpu_begin_ns);
+      s.cpu_end_ns = at(s.cpu_end_ns);
+      copy->add_span(s);
+    }
+    for (Mark m : snap.marks) {
+      m.cpu_begin_ns = at(m.cpu_begin_ns);
+      m.cpu_end_ns = at(m.cpu_end_ns);
+      copy->add_mark(m);
+    }
+    out.recorders.push_back(copy);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("projection: replicas and same-shape layers share a cost, so a slow core makes no bubble",
+          "[projection]") {
+  // ddp at world 2 with rank 1's clock 2x slow: costed apart, rank 0 would
+  // wait for rank 1 at every all-reduce (a bubble of this machine); pooled over
+  // the replicas, both ranks' ops cost the same and neither waits long for the
+  // other (what is left: the host work between ops, stretched and not pooled,
+  // a few percent of a step).
+  const RunResult ddp = stretched(run_training(mlp_run("mlp:4x256", "ddp", 2, 64, 6)), 1, 2.0);
+  ProjectionOptions o;
+  o.devices = 2;
+  o.link = fast_link();
+  const Projection pooled = project(ddp, o);
+  o.raw_costs = true;
+  const Projection apart = project(ddp, o);
+  INFO("rank 0 bubble: pooled " << pooled.bubble_share(0) << ", each its own cost "
+                                << apart.bubble_share(0) << " (compute ms "
+                                << apart.ranks[0].compute_ms << " and "
+                                << apart.ranks[1].compute_ms << ")");
+  CHECK(apart.bubble_share(0) > 0.25);
+  CHECK(pooled.bubble_share(0) < 0.1);
+  CHECK(pooled.bubble_share(1) < 0.1);
+
+  // A pipeline's middle stages run layers of one shape (mlp: every layer but
+  // the first and the last): with stage 1's clock 2x slow, stages 1 and 2 still
+  // compute equally long.
+  const RunResult gpipe =
+      stretched(run_training(mlp_run("mlp:8x256", "gpipe", 4, 64, 4, 4)), 1, 2.0);
+  o.devices = 4;
+  o.raw_costs = false;
+  const Projection pipe = project(gpipe, o);
+  auto layer_ns = [&](int rank) {  // the projected forward and backward spans
+    int64_t sum = 0;
+    for (const Span& s : pipe.run.recorders[rank]->snapshot().spans)
+      if (s.step >= pipe.first_step_in_breakdown &&
+          (s.kind == SpanKind::forward || s.kind == SpanKind::backward))
+        sum += s.t_end_ns - s.t_begin_ns;
+    return sum;
+  };
+  INFO("forward and backward ns: stage 1 " << layer_ns(1) << ", stage 2 " << layer_ns(2));
+  CHECK(layer_ns(1) > 0);
+  CHECK(static_cast<double>(layer_ns(1)) == Approx(static_cast<double>(layer_ns(2))).epsilon(0.02));
+}
+
+TEST_CASE("projection: a compare pair of the same work shares one cost table", "[projection]") {
+  // Two runs a second apart on a shared host can differ 1.5x in speed. Overlap
+  // on and off compute the same ops: pooled, their projections differ by the
+  // schedule only, however differently fast this machine was for each.
+  RunConfig on_cfg = mlp_run("mlp:4x256", "ddp", 2, 64, 6);
+  on_cfg.bucket_mb = 0.25;
+  RunConfig off_cfg = on_cfg;
+  off_cfg.overlap = false;
+  REQUIRE(same_work(on_cfg, off_cfg));
+  const RunResult on = stretched(stretched(run_training(on_cfg), 0, 2.0), 1, 2.0);
+  const RunResult off = run_training(off_cfg);
+  ProjectionOptions o;
+  o.devices = 2;
+  o.link = parse_link("1,50");
+  const Projection on_alone = project(on, o);
+  const Projection off_alone = project(off, o);
+  o.pool_costs_with = {&off};
+  const Projection on_pooled = project(on, o);
+  o.pool_costs_with = {&on};
+  const Projection off_pooled = project(off, o);
+  CHECK(on_pooled.pooled_runs == 1);
+  const double compute_ratio = on_pooled.ranks[0].compute_ms / off_pooled.ranks[0].compute_ms;
+  INFO("each alone: on " << on_alone.median_step_ms << " ms, off " << off_alone.median_step_ms
+                         << " ms; pooled: on " << on_pooled.median_step_ms << " ms, off "
+                    << off_pooled.median_step_ms << " ms; compute ratio " << compute_ratio);
+  CHECK(compute_ratio == Approx(1.0).epsilon(0.1));
+  CHECK(on_pooled.median_step_ms < off_pooled.median_step_ms);  // overlap hides a bucket or more
+
+  // Different work is refused, with what is valid.
+  const RunResult gpipe = run_training(mlp_run("mlp:4x256", "gpipe", 2, 64, 3, 2));
+  o.pool_costs_with = {&gpipe};
+  CHECK_THROWS_WITH(project(off, o), Catch::Contains("different work") && Catch::Contains("valid:"));
+  RunConfig other_batch = on_cfg;
+  other_batch.batch = 32;
+  CHECK_FALSE(same_work(on_cfg, other_batch));
+  RunConfig other_seed = on_cfg;
+  other_seed.seed = 7;
+  other_seed.prefetch = false;
+  other_seed.steps = 3;
+  CHECK(same_work(on_cfg, other_seed));
+}
+
 TEST_CASE("projection: recordings and traces carry the marks, the projected trace loads back",
           "[projection]") {
   const RunResult r = run_training(mlp_run("mlp:4x64", "1f1b", 2, 16, 3, 4));

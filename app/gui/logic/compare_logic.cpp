@@ -442,13 +442,24 @@ CompareRow compare_row(const RunResult& r) {
     row.bubble_formula = bubble_formula(row.stages, row.micro_batches);
   }
   row.final_loss = r.losses.empty() ? 0.0 : r.losses.back();
+  set_projection(row, r, {});
+  return row;
+}
+
+void set_projection(CompareRow& row, const RunResult& r, const std::vector<const RunResult*>& pool) {
+  row.projected = false;
+  row.projected_step_ms = row.projected_bubble = row.projected_exposed = 0;
+  row.projected_pooled = 0;
+  row.projection_error.clear();
   try {
     ProjectionOptions o;
     o.devices = r.cfg.world;
     o.link = parse_link(kCompareLink);
+    o.pool_costs_with = pool;
     const Projection p = project(r, o);
     row.projected = true;
     row.projected_step_ms = p.median_step_ms;
+    row.projected_pooled = p.pooled_runs;
     for (int k = 0; k < r.cfg.world; ++k) {
       row.projected_bubble += p.bubble_share(k) / r.cfg.world;
       row.projected_exposed += p.exposed_share(k) / r.cfg.world;
@@ -456,7 +467,6 @@ CompareRow compare_row(const RunResult& r) {
   } catch (const std::exception& e) {
     row.projection_error = e.what();
   }
-  return row;
 }
 
 std::string compare_csv(const std::vector<CompareRow>& rows) {

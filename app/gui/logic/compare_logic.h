@@ -111,6 +111,9 @@ struct CompareRow {
   double projected_step_ms = 0;
   double projected_bubble = 0;
   double projected_exposed = 0;
+  // Other rows of the same work (same_work: they differ only in when they
+  // communicate) whose op costs were pooled with this row's.
+  int projected_pooled = 0;
   std::string projection_error;
   // How far the final weights ended from those of a `single` row of the same
   // training (weight_diff_to), -1 where no such row is in the table.
@@ -130,6 +133,9 @@ double weight_diff_to(const RunResult& r, const RunResult& single);
 inline constexpr const char* kCompareLink = "nvlink-h100";  // i18n: not shown (a link name)
 
 CompareRow compare_row(const RunResult& r);
+// The row's "as on N devices" columns, projected with op costs pooled with
+// `pool` (runs of the same work); an error is kept in projection_error.
+void set_projection(CompareRow& row, const RunResult& r, const std::vector<const RunResult*>& pool);
 // Columns: strategy, world, median_step_ms, peak_mem_bytes_rank<i>..., sent_bytes_per_step,
 // idle_share, bubble_share and bubble_formula (both empty for non-pipelines),
 // final_loss, configuration (the label), micro_batches, stages, precision, then the

@@ -6,6 +6,7 @@
 
 #include "app/lesson/lesson.h"
 #include "core/live_stream.h"
+#include "core/predict/projection.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
@@ -339,7 +340,7 @@ void fill_compare_entry(CompareEntry& e, std::unique_ptr<RunResult> r) {
   e.result = std::move(r);
 }
 
-void fill_weight_diffs(std::vector<CompareEntry>& entries) {
+void fill_cross_row_columns(std::vector<CompareEntry>& entries) {
   for (CompareEntry& e : entries) {
     if (!e.result) continue;
     e.row.weight_diff_to_single = -1;
@@ -350,6 +351,14 @@ void fill_weight_diffs(std::vector<CompareEntry>& entries) {
       e.row.weight_diff_to_single = d;
       break;
     }
+    // Rows of the same work share one table of op costs, so that what their
+    // projections differ by is the schedule, not this machine's drift between runs.
+    std::vector<const RunResult*> pool;
+    for (const CompareEntry& s : entries)
+      if (&s != &e && s.result && s.result->cfg.record && same_work(e.result->cfg, s.result->cfg))
+        pool.push_back(s.result.get());
+    if (static_cast<int>(pool.size()) != e.row.projected_pooled)
+      set_projection(e.row, *e.result, pool);
   }
 }
 
@@ -375,7 +384,7 @@ bool CompareSession::poll(std::vector<CompareEntry>& entries) {
     delivered_[i] = true;
     changed = true;
   }
-  if (changed) fill_weight_diffs(entries);
+  if (changed) fill_cross_row_columns(entries);
   return changed;
 }
 

@@ -111,9 +111,11 @@ struct CompareEntry {
 // (every way into the compare view goes through here, so none lacks the
 // bounds that the timelines' "from step" and memory over time need).
 void fill_compare_entry(CompareEntry& e, std::unique_ptr<RunResult> r);
-// Each finished row's weight_diff_to_single, against the first finished
-// `single` row of the same training (-1 where there is none; 0 for that row).
-void fill_weight_diffs(std::vector<CompareEntry>& entries);
+// What each finished row takes from the others: its weight_diff_to_single,
+// against the first finished `single` row of the same training (-1 where
+// there is none; 0 for that row), and its projection with op costs pooled over
+// the finished rows of the same work (same_work).
+void fill_cross_row_columns(std::vector<CompareEntry>& entries);
 
 class CompareSession {
  public:

@@ -51,9 +51,11 @@ const StringPairs& strings_zh_compare() {
        "在本机实测的每步时间中位数（每步取最慢 rank 的时间）；rank 多于 CPU 核时，\n"
        "各 rank 轮流占用核，这部分也计入实测值"},
       {"as on N dedicated devices (one per rank) joined by %s: each op costs the CPU\n"
-       "time its thread used, each transfer the link's time ('shardlab project')",
+       "time its thread used, each transfer the link's time ('shardlab project');\n"
+       "rows of the same work share one table of op costs, so they differ by schedule",
        "按 N 台由 %s 连接的独立设备推算（每个 rank 一台）：每个算子耗时取其线程所用的\n"
-       "CPU 时间，每次传输耗时取链路所需的时间（'shardlab project'）"},
+       "CPU 时间，每次传输耗时取链路所需的时间（'shardlab project'）；\n"
+       "计算内容相同的各行共用一张算子耗时表，因此它们的差别只来自调度"},
       {"each rank's peak, device pool, from its accounting allocator",
        "各 rank 设备内存池的峰值，来自其记账分配器"},
       {"bytes the busiest rank sends per training step", "发送最多的 rank 每个训练步发送的字节数"},
