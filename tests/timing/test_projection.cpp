@@ -54,9 +54,12 @@ double mean_bubble(const Projection& p) {
 }
 
 // The bubble of the stage that sets the pace (the most compute). The formula
-// assumes equal stages; a thread's CPU time for the same op differs by up to
-// ~10% between ranks on this machine, and a faster stage idles for the slower
-// one. The bottleneck's own bubble is what the schedule leaves.
+// assumes equal stages; these are not quite (the first skips an input
+// gradient, the last computes the loss, each updates its own weights), and a
+// faster stage idles for the slower one. The bottleneck's own bubble is what
+// the schedule leaves. (Layers of one shape cost the same on every stage: the
+// projection pools their CPU time, which differs by up to 30% between ranks
+// here.)
 double bottleneck_bubble(const Projection& p) {
   int b = 0;
   for (size_t r = 0; r < p.ranks.size(); ++r)
@@ -134,9 +137,8 @@ TEST_CASE("projection: a balanced pipeline's bubble is the formula, recorded on 
           if (std::abs(bubble - unequal) <= 0.08 && std::abs(bubble - formula) <= 0.05) break;
         }
         INFO(strategy << " P=" << P << " M=" << M << ": formula " << formula << tries);
-        // The schedule's bubble for the stage costs this run measured. A thread's
-        // CPU time for the same op differs between ranks by up to ~30% on this
-        // shared machine, so the stages are never quite equal: the textbook value
+        // The schedule's bubble for the stage costs this run measured. The
+        // stages are not quite equal (see bottleneck_bubble): the textbook value
         // is what that formula gives for equal ones.
         // (Typically within 0.03 of it; a run whose threads' costs drifted between
         // steps reaches 0.06, hence 0.08.)
