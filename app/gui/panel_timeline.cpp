@@ -582,23 +582,45 @@ namespace {
 // step of the run as on N dedicated devices, under the measured one's table:
 // there nothing waits for a core, so its idle time is the bubble (or the wait
 // for a peer) the schedule leaves, and its exposed time the link's.
+// One table for the step in view: each rank's row as measured and, with "As on
+// N devices" on, under it the same rank's row as projected, so the two read
+// against each other and both stay above the fold with many ranks.
 void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
-  const RunData& measured = app.data;
-  const RunData& d = projected ? projected->data : measured;
+  const RunData& d = app.data;
   const bool hc = app.state.presenter.high_contrast;
   const bool live = app.run_active() && app.state.playhead.live;
-  const int k = step_to_show(measured, app.playhead_on(measured), live);
+  const int k = step_to_show(d, app.playhead_on(d), live);
   if (k < 0) return;
   const WindowUse u = step_use(d, k);
   if (u.duration() <= 0) return;
+  WindowUse up;
+  if (projected) up = step_use(projected->data, k);
+  const bool with_projected = projected && up.duration() > 0 &&
+                              static_cast<int>(up.ranks.size()) == d.world;
   const Tr tr = app.tr();
   const char* idle = idle_name(d.cfg.strategy, tr);
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
-  if (projected) {
-    ImGui::Spacing();
+
+  // Step 0's times are not typical, and every median step leaves it out.
+  const bool warmup = is_warmup_step(d, k);
+  const char* which =
+      live ? (warmup ? tr("warm-up; the last finished one") : tr("the last finished one"))
+           : (warmup ? tr("warm-up; the playhead's") : tr("the playhead's"));
+  text(strf(tr("Step %d (%s), %s: where each rank's time went"), k, which,
+            format_time_ns(static_cast<double>(u.duration())).c_str()));
+  ImGui::SameLine();
+  help_marker(
+      tr("The step runs from the first compute span any rank begins in it to the last span any "
+         "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
+         "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
+         "send, a send until its receiver has posted the recv, a collective until the last rank "
+         "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
+         "microseconds; milliseconds of moving bytes mean the transport's thread or the "
+         "receiving rank waited for a CPU core (more busy threads than cores)."));
+  if (with_projected) {
     text(strf(tr("Step %d as on %d devices joined by %s, %s: where each rank's time went"), k,
               d.world, projected->link_label.c_str(),
-              format_time_ns(static_cast<double>(u.duration())).c_str()));
+              format_time_ns(static_cast<double>(up.duration())).c_str()));
     ImGui::SameLine();
     help_marker(
         tr("The run replayed on one dedicated device per rank: each op costs the CPU time its "
@@ -608,65 +630,44 @@ void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
            "elsewhere the wait for a late peer. Moving bytes, exposed, is the link's time "
            "that no computation hides."));
   }
-
-  // Step 0's times are not typical, and every median step leaves it out.
-  const bool warmup = is_warmup_step(d, k);
-  if (!projected) {
-    const char* which =
-        live ? (warmup ? tr("warm-up; the last finished one") : tr("the last finished one"))
-             : (warmup ? tr("warm-up; the playhead's") : tr("the playhead's"));
-    text(strf(tr("Step %d (%s), %s: where each rank's time went"), k, which,
-              format_time_ns(static_cast<double>(u.duration())).c_str()));
-    ImGui::SameLine();
-    help_marker(
-        tr("The step runs from the first compute span any rank begins in it to the last span any "
-           "rank ends. A rank is computing while it has a compute span; moving bytes while a comm "
-           "span of it is past its wait; otherwise idle. A recv waits until its sender begins the "
-           "send, a send until its receiver has posted the recv, a collective until the last rank "
-           "has entered it: that wait is idle, not communication. On loopback a few KiB move in "
-           "microseconds; milliseconds of moving bytes mean the transport's thread or the "
-           "receiving rank waited for a CPU core (more busy threads than cores)."));
-  }
   // Computing blue, moving bytes red, both at once blue with a red band.
   const Color c_compute = kind_color(SpanKind::forward, hc),
               c_comm = kind_color(SpanKind::all_reduce, hc);
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  auto part = [&](int which, ImVec2 a, ImVec2 b) {
+  auto part = [&](int which_part, ImVec2 a, ImVec2 b) {
     if (b.x <= a.x) return;
-    if (which == 3) {
+    if (which_part == 3) {
       draw_idle(dl, a, b, hc);
       return;
     }
-    dl->AddRectFilled(a, b, which == 2 ? c_comm : c_compute);
+    dl->AddRectFilled(a, b, which_part == 2 ? c_comm : c_compute);
     const float h = b.y - a.y;
-    if (which == 1)
+    if (which_part == 1)
       dl->AddRectFilled(ImVec2(a.x, a.y + h * 0.3f), ImVec2(b.x, b.y - h * 0.3f), c_comm);
   };
   const char* names[3] = {tr("computing"), tr("moving bytes hidden behind compute"),
                           tr("moving bytes (exposed)")};
-  if (!projected) {
-    for (int i = 0; i < 3; ++i) {
-      const float h = ImGui::GetTextLineHeight();
-      if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
-        ImGui::NewLine();
-      const ImVec2 p = ImGui::GetCursorScreenPos();
-      part(i, ImVec2(p.x, p.y + h * 0.15f), ImVec2(p.x + h * 0.7f, p.y + h * 0.85f));
-      ImGui::Dummy(ImVec2(h * 0.8f, h));
-      ImGui::SameLine(0, 4);
-      ImGui::TextUnformatted(names[i]);
-      ImGui::SameLine(0, 14);
-    }
-    const std::string idle_legend =
-        strf(pipeline ? tr("%s (waiting for a neighbouring stage)") : tr("%s (for a peer)"), idle);
-    idle_legend_item(idle_legend.c_str());
-    ImGui::NewLine();
-  }  // the legend above serves both tables
+  for (int i = 0; i < 3; ++i) {
+    const float h = ImGui::GetTextLineHeight();
+    if (ImGui::GetContentRegionAvail().x < h + 4 + ImGui::CalcTextSize(names[i]).x)
+      ImGui::NewLine();
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    part(i, ImVec2(p.x, p.y + h * 0.15f), ImVec2(p.x + h * 0.7f, p.y + h * 0.85f));
+    ImGui::Dummy(ImVec2(h * 0.8f, h));
+    ImGui::SameLine(0, 4);
+    ImGui::TextUnformatted(names[i]);
+    ImGui::SameLine(0, 14);
+  }
+  const std::string idle_legend =
+      strf(pipeline ? tr("%s (waiting for a neighbouring stage)") : tr("%s (for a peer)"), idle);
+  idle_legend_item(idle_legend.c_str());
+  ImGui::NewLine();
 
   const float font = ImGui::GetFontSize();
   const float bar_w = std::clamp(ImGui::GetContentRegionAvail().x * 0.28f, 60.0f, font * 22);
   const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_NoHostExtendX;
-  if (!ImGui::BeginTable(projected ? "breakdown_projected" : "breakdown", 6, flags)) return;
+  if (!ImGui::BeginTable("breakdown", 6, flags)) return;
   ImGui::TableSetupColumn(tr("rank"));
   ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, bar_w);
   ImGui::TableSetupColumn(tr("computing"));
@@ -674,16 +675,13 @@ void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
   ImGui::TableSetupColumn(tr("moving bytes, exposed"));
   ImGui::TableSetupColumn(idle);
   ImGui::TableHeadersRow();
-  const double dur = static_cast<double>(u.duration());
-  auto cell = [&](int64_t ns) {
-    ImGui::TableNextColumn();
-    ImGui::Text("%s (%.0f%%)", format_time_ns(static_cast<double>(ns)).c_str(), 100.0 * ns / dur);
-  };
-  for (int r = 0; r < d.world; ++r) {
-    const RankUse& s = u.ranks[r];
+  auto row = [&](const RankUse& s, double dur, const std::string& label, bool dim) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    text(strf(tr("rank %d"), r));
+    if (dim)
+      ImGui::TextDisabled("%s", label.c_str());
+    else
+      text(label);
     ImGui::TableNextColumn();
     const ImVec2 o = ImGui::GetCursorScreenPos();
     const float h = ImGui::GetTextLineHeight();
@@ -695,15 +693,21 @@ void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
       x += w;
     }
     ImGui::Dummy(ImVec2(bar_w, h));
-    cell(s.computing - s.hidden);
-    cell(s.hidden);
-    cell(s.exposed);
-    cell(s.idle);
+    for (int64_t ns : {s.computing - s.hidden, s.hidden, s.exposed, s.idle}) {
+      ImGui::TableNextColumn();
+      ImGui::Text("%s (%.0f%%)", format_time_ns(static_cast<double>(ns)).c_str(),
+                  100.0 * ns / dur);
+    }
+  };
+  for (int r = 0; r < d.world; ++r) {
+    row(u.ranks[r], static_cast<double>(u.duration()), strf(tr("rank %d"), r), false);
+    if (with_projected)
+      row(up.ranks[r], static_cast<double>(up.duration()), strf(tr("on %d devices"), d.world),
+          true);
   }
   ImGui::EndTable();
   // i18n: not shown (a lesson's region name)
-  if (!projected)
-    mark_region(app, -1, "breakdown", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
+  mark_region(app, -1, "breakdown", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
 // Pipeline runs: per stage, the measured bubble beside (P-1)/(M+P-1), and the
@@ -884,7 +888,7 @@ void draw_timeline(App& app) {
   const float font = ImGui::GetFontSize();
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0) +
-                          (s.timeline.projected ? d.world + 3 : 0);
+                          (s.timeline.projected ? d.world + 1 : 0);
   // "As on N devices": a caption over each run's rows, the projected run's
   // rows (with their own band of step names) under the measured ones.
   const bool both = s.timeline.projected;
@@ -936,8 +940,7 @@ void draw_timeline(App& app) {
   }
   ImGui::EndChild();
   ImGui::BeginChild("timeline_below", ImVec2(0, 0), false);
-  draw_step_breakdown(app);
-  if (show_projected) draw_step_breakdown(app, &pr);
+  draw_step_breakdown(app, show_projected ? &pr : nullptr);
   draw_stage_table(app);
   ImGui::EndChild();
 }

@@ -51,6 +51,7 @@ const StringPairs& strings_zh_timeline() {
        "每次传输按链路的时间计。这里没有 rank 需要等 CPU 核，所以空闲时间就是调度本身留下的："
        "在流水线中是气泡，即等待相邻阶段的激活或梯度，也就是 (P-1)/(M+P-1) 所描述的；"
        "在其他策略中是等待迟到的同伴。暴露的数据传输，是没有被任何计算掩盖的链路时间。"},
+      {"on %d devices", "%d 台设备上"},
       {"Step %d (%s), %s: where each rank's time went",
        "第 %d 步（%s），%s：各 rank 的时间花在哪里"},
       {"the last finished one", "最近完成的一步"},
