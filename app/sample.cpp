@@ -100,7 +100,7 @@ int cmd_sample(int argc, char** argv) {
 
   const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
   Allocator alloc(*dev, nullptr);
-  LayerStack stack(layout, 0, layout.num_layers(), alloc, nullptr, flat);
+  LayerStack stack(layout, 0, layout.num_layers(), alloc, nullptr, FlatParams(flat));
   const int T = spec.seq, V = spec.vocab;
   Tensor input = alloc.alloc("sample.tokens", MemCategory::activations, {1, T});
   std::vector<float> logits(static_cast<size_t>(T) * V);

@@ -40,7 +40,7 @@ Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, co
   return loss;
 }
 
-ShardedStates::ShardedStates(RankEnv& env, const std::vector<float>& init, const MixedPrecision& mp,
+ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedPrecision& mp,
                              ShardedStatesSpec spec)
     : env_(env), spec_(spec) {
   groups_ = make_flat_groups(env.layout, spec.layers_per_group, env.world);
@@ -51,11 +51,9 @@ ShardedStates::ShardedStates(RankEnv& env, const std::vector<float>& init, const
     const bool whole = spec.params == Keep::whole;
     const size_t begin = whole ? 0 : g.plan.begin(env.rank);
     const size_t count = whole ? g.plan.padded() : g.plan.shard;
-    std::vector<float> values(count);
-    read_group_values(values.data(), g, init, begin, count);
     Tensor p = env.alloc.alloc(whole ? g.name : g.shard_name(env.rank), MemCategory::params, count,
                                dt, spec.pool);
-    write_from_host(env.device, p, 0, values.data(), values.size());  // either pool
+    write_group_values(env.device, p, g, init, begin, count);  // either pool
     params_.push_back(std::move(p));
     if (spec.grads == Keep::whole)
       grads_.push_back(
@@ -69,11 +67,9 @@ ShardedStates::ShardedStates(RankEnv& env, const std::vector<float>& init, const
   // this rank's shard of each group only: ZeRO's first saving, in every stage.
   optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool);
   if (optimizer_->mixed())
-    for (const FlatGroup& g : groups_) {
-      std::vector<float> master(g.plan.shard);
-      read_group_values(master.data(), g, init, g.plan.begin(env.rank), g.plan.shard);
-      optimizer_->load_master(g.index, master.data());
-    }
+    for (const FlatGroup& g : groups_)
+      write_group_values(optimizer_->backend(), optimizer_->master_tensor(g.index), g, init,
+                         g.plan.begin(env.rank), g.plan.shard);
 }
 
 RankState ShardedStates::rank_state(MixedPrecision* precision) {

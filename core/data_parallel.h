@@ -75,7 +75,7 @@ class ShardedStates {
  public:
   // Allocates the buffers group by group (parameters, then gradients), then
   // the optimizer, and fills them from the full initial parameters `init`.
-  ShardedStates(RankEnv& env, const std::vector<float>& init, const MixedPrecision& mp,
+  ShardedStates(RankEnv& env, const ParamSource& init, const MixedPrecision& mp,
                 ShardedStatesSpec spec);
 
   const std::vector<FlatGroup>& groups() const { return groups_; }

@@ -27,17 +27,17 @@ std::vector<const ParamInfo*> table_params(const ModelLayout& layout, int l) {
 }  // namespace
 
 LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc,
-                       Recorder* rec, const std::vector<float>& init_flat, DType dtype)
+                       Recorder* rec, const ParamSource& init, DType dtype)
     : layout_(layout), first_(first), last_(last), alloc_(alloc), rec_(rec), dtype_(dtype) {
   if (layout.has_buffers() && dtype != DType::f32)
     throw std::logic_error("LayerStack: BatchNorm1d runs in fp32 only");
-  if (init_flat.size() < (layout.has_buffers() ? layout.state_total() : layout.total()))
+  if (init.size() < (layout.has_buffers() ? layout.state_total() : layout.total()))
     throw std::logic_error("LayerStack: the initial state vector is too short for the model");
   for (int l = first; l < last; ++l) {
     first_param_.push_back(static_cast<int>(params_.size()));
     for (const ParamInfo* p : table_params(layout, l)) {
       Tensor t = alloc.alloc(p->name, MemCategory::params, p->shape, dtype);
-      alloc.backend().upload(t.raw(), dtype, init_flat.data() + p->offset, p->numel);
+      init.write_to(alloc.backend(), t, 0, p->offset, p->numel);
       params_.push_back(std::move(t));
       grads_.push_back(alloc.alloc(p->name + ".grad", MemCategory::grads, p->shape, dtype));
     }
@@ -47,10 +47,10 @@ LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator
       for (auto [info, t] : {std::pair{&layout.running_mean(l), &n.running_mean},
                              std::pair{&layout.running_var(l), &n.running_var}}) {
         *t = alloc.alloc(info->name, MemCategory::params, info->shape);
-        alloc.backend().upload(t->raw(), DType::f32, init_flat.data() + info->offset, info->numel);
+        init.write_to(alloc.backend(), *t, 0, info->offset, info->numel);
       }
       n.batches_tracked =
-          static_cast<int64_t>(std::llround(init_flat[layout.num_batches_tracked(l).offset]));
+          static_cast<int64_t>(std::llround(init.value(layout.num_batches_tracked(l).offset)));
     }
     norms_.push_back(std::move(n));
   }

@@ -20,6 +20,7 @@
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/optimizer.h"
+#include "core/param_source.h"
 #include "core/recorder.h"
 #include "core/strategy.h"
 
@@ -30,7 +31,7 @@ class LayerStack {
   // init_flat: the model's flat state vector (ModelLayout: parameters, then
   // buffers); the stack takes its own layers' part.
   LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc, Recorder* rec,
-             const std::vector<float>& init_flat, DType dtype = DType::f32);
+             const ParamSource& init, DType dtype = DType::f32);
 
   int first() const { return first_; }
   int last() const { return last_; }

@@ -37,6 +37,10 @@ void Optimizer::load_master(size_t i, const float* host_src) {
   write_from_host(backend(), master_[i], 0, host_src, ranges_[i].numel);
 }
 
+void Optimizer::load_master(size_t i, const ParamSource& init, size_t from) {
+  init.write_to(backend(), master_[i], 0, from, ranges_[i].numel);
+}
+
 void Optimizer::read_master(size_t i, float* host_dst) const {
   read_to_host(backend(), host_dst, master_[i], 0, ranges_[i].numel);
 }

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/memory.h"
+#include "core/param_source.h"
 
 namespace shardlab {
 
@@ -38,8 +39,12 @@ class Optimizer {
   // setup), in the optimizer's pool.
   float* master(size_t i) { return static_cast<float*>(master_[i].raw()); }
   const float* master(size_t i) const { return static_cast<const float*>(master_[i].raw()); }
+  // Range i's master tensor, for its owner to fill at setup.
+  Tensor& master_tensor(size_t i) { return master_[i]; }
   // Range i's master from / to fp32 host memory (ranges_[i].numel values).
   void load_master(size_t i, const float* host_src);
+  // The same from the initial state vector: floats [from, from + numel).
+  void load_master(size_t i, const ParamSource& init, size_t from);
   void read_master(size_t i, float* host_dst) const;
   // What computes on the state, and on the params and grads handed to step:
   // the allocator's device, or with the state in the host pool (ZeRO-Offload's

@@ -92,7 +92,8 @@ std::vector<double> measure_layer_costs(const RunConfig& cfg) {
   const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
   Recorder rec(0, true);
   Allocator alloc(*dev, &rec);
-  LayerStack stack(m, 0, m.num_layers(), alloc, &rec, init_params(m, cfg.seed));
+  const std::vector<float> init = init_params(m, cfg.seed);
+  LayerStack stack(m, 0, m.num_layers(), alloc, &rec, FlatParams(init));
   const int rows = std::max(1, cfg.batch / std::max(1, cfg.micro_batches));
   Tensor x = alloc.alloc("probe.x", MemCategory::activations,
                          {rows, static_cast<int64_t>(m.act_numel(0))});
@@ -199,7 +200,7 @@ int pipe_tag(int micro_batch, PipeDirection direction) {
 
 // ---- one stage ----------------------------------------------------------------
 
-PipelineStage::PipelineStage(RankEnv& env, const std::vector<float>& init) : env_(env) {
+PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) {
   topo_ = stage_topology(env.rank, pipeline_partition(env.cfg, env.layout));
   micro_batches_ = env.cfg.micro_batches;
   rows_ = env.cfg.batch / micro_batches_;
@@ -290,7 +291,8 @@ void PipelineStage::forward(int mb) {
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
                              {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
-    span.set_made_ahead(env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr));
+    span.set_made_ahead(
+        env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr));
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);

@@ -85,7 +85,7 @@ inline constexpr int kTiedGradTag =
 // activation of any shape the layer table gives at the stage boundary.
 class PipelineStage {
  public:
-  PipelineStage(RankEnv& env, const std::vector<float>& init);
+  PipelineStage(RankEnv& env, const ParamSource& init);
 
   const StageTopology& topology() const { return topo_; }
   // This stage's parameters and optimizer as a checkpoint sees them (fp32 only).

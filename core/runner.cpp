@@ -218,6 +218,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
   if (init.size() != layout.state_total())
     throw ConfigError("initial parameters have " + std::to_string(init.size()) + " values, model " +
                       cfg.model + " needs " + std::to_string(layout.state_total()));
+  const FlatParams init_source(init);
 
   const int world = cfg.world;
   RunResult result;
@@ -344,7 +345,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
       RankEnv env{rank, world, cfg, layout, rank_data, *device, alloc, rec, comm.get(), shared};
       strategy = info.make();
       phase = "setup";
-      strategy->setup(env, init);
+      strategy->setup(env, init_source);
       if (resume) {
         const RankState state = strategy->rank_state();
         if (state.empty()) throw RunError(cfg.strategy + " cannot resume from a checkpoint");

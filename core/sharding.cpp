@@ -6,6 +6,8 @@
 #include <regex>
 #include <stdexcept>
 
+#include "core/precision.h"
+
 namespace shardlab {
 
 std::string layers_name(int first, int last) {
@@ -95,12 +97,14 @@ void require_batch_divisible(const RunConfig& cfg) {
                       std::to_string(cfg.world) + ", e.g. " + std::to_string(cfg.world * 16) + ")");
 }
 
-void read_group_values(float* dst, const FlatGroup& g, const std::vector<float>& model_flat,
-                       size_t begin, size_t count) {
-  // Host to host: dst is a host buffer (see sharding.h).
+void write_group_values(DeviceBackend& dev, Tensor& t, const FlatGroup& g,
+                        const ParamSource& model_flat, size_t begin, size_t count) {
   const size_t real = begin >= g.numel() ? 0 : std::min(count, g.numel() - begin);
-  if (real) std::memcpy(dst, model_flat.data() + g.offset + begin, real * sizeof(float));
-  if (count > real) std::memset(dst + real, 0, (count - real) * sizeof(float));
+  if (real) model_flat.write_to(dev, t, 0, g.offset + begin, real);
+  if (count > real) {  // the padding: fewer values than ranks
+    const std::vector<float> zeros(count - real, 0.0f);
+    write_from_host(dev, t, real, zeros.data(), zeros.size());
+  }
 }
 
 std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t total,

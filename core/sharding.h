@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/memory.h"
 #include "core/model.h"
+#include "core/param_source.h"
 
 namespace shardlab {
 
@@ -111,9 +112,11 @@ std::vector<FlatGroup> make_flat_groups(const ModelLayout& layout, int layers_pe
 double padding_per_rank(const std::vector<FlatGroup>& groups);
 
 // Writes values [begin, begin + count) of the group's padded flat buffer, read
-// from the model's flat parameter vector, into host memory; padding reads as zero.
-void read_group_values(float* dst, const FlatGroup& g, const std::vector<float>& model_flat,
-                       size_t begin, size_t count);
+// from the model's state vector, into t (from element 0, in t's dtype and pool)
+// on `dev`; padding is written as zeros. No host copy of the values is made, so
+// a meta run (MetaParams) makes none at all.
+void write_group_values(DeviceBackend& dev, Tensor& t, const FlatGroup& g,
+                        const ParamSource& model_flat, size_t begin, size_t count);
 
 // Every data-parallel rank takes batch / world rows: throws ConfigError unless that divides.
 void require_batch_divisible(const RunConfig& cfg);

@@ -14,6 +14,7 @@
 #include "core/layer_call.h"
 #include "core/memory.h"
 #include "core/model.h"
+#include "core/param_source.h"
 #include "core/recorder.h"
 
 namespace shardlab {
@@ -89,8 +90,9 @@ struct RankState {
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  // Allocate and fill this rank's state from the full initial parameters.
-  virtual void setup(RankEnv& env, const std::vector<float>& init_params) = 0;
+  // Allocate and fill this rank's state from the full initial state vector
+  // (a meta run's holds no values and is never read: see param_source.h).
+  virtual void setup(RankEnv& env, const ParamSource& init) = 0;
   virtual LossShare step(int step) = 0;
   // Collective: the full flat parameters on rank 0 (other ranks may return {}).
   virtual std::vector<float> export_params() = 0;

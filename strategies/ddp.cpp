@@ -60,7 +60,7 @@ std::vector<Bucket> make_buckets(const ModelLayout& layout, double bucket_mb, si
 
 class Ddp final : public Strategy {
  public:
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     env_ = &env;
     const ModelLayout& layout = env.layout;
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
@@ -70,7 +70,7 @@ class Ddp final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
     if (optimizer_->mixed())
       for (size_t i = 0; i < layout.params().size(); ++i)
-        optimizer_->load_master(i, init.data() + layout.params()[i].offset);
+        optimizer_->load_master(i, init, layout.params()[i].offset);
 
     // Phase 0 — replicate: like torch DDP's constructor, broadcast rank 0's
     // parameters so every replica starts from exactly the same weights.

@@ -71,7 +71,7 @@ class Dp final : public Strategy {
     if (rank_ == 0) shared_->barrier.drain(rank_);
   }
 
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     env_ = &env;
     rank_ = env.rank;
     shared_ = env.shared.get_or_create<DpShared>("dp", env.world,
@@ -82,7 +82,7 @@ class Dp final : public Strategy {
     const DType dt = mp_->dtype();
     for (const ParamInfo& p : env.layout.params()) {
       Tensor t = env.alloc.alloc(p.name, MemCategory::params, p.shape, dt);
-      env.device.upload(t.raw(), dt, init.data() + p.offset, p.numel);
+      init.write_to(env.device, t, 0, p.offset, p.numel);
       params_.push_back(std::move(t));
       grads_.push_back(env.alloc.alloc(p.name + ".grad", MemCategory::grads, p.shape, dt));
     }
@@ -91,7 +91,7 @@ class Dp final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges, dt);
     if (optimizer_->mixed())
       for (size_t i = 0; i < ranges.size(); ++i)
-        optimizer_->load_master(i, init.data() + env.layout.params()[i].offset);
+        optimizer_->load_master(i, init, env.layout.params()[i].offset);
   }
 
   LossShare step(int step) override {

@@ -47,7 +47,7 @@ struct Gathered {
 
 class Fsdp final : public Strategy {
  public:
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     env_ = &env;
     offload_ = env.cfg.offload;
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);

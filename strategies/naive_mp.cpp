@@ -21,7 +21,7 @@ namespace {
 
 class NaiveMp final : public Strategy {
  public:
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     stage_ = std::make_unique<PipelineStage>(env, init);
   }
 

@@ -14,7 +14,7 @@ namespace {
 
 class Single final : public Strategy {
  public:
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     env_ = &env;
     const int L = env.layout.num_layers();
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
@@ -23,7 +23,7 @@ class Single final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
     if (optimizer_->mixed())
       for (size_t i = 0; i < env.layout.params().size(); ++i)
-        optimizer_->load_master(i, init.data() + env.layout.params()[i].offset);
+        optimizer_->load_master(i, init, env.layout.params()[i].offset);
   }
 
   LossShare step(int step) override {

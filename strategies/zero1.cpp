@@ -32,7 +32,7 @@ namespace {
 
 class Zero1 final : public Strategy {
  public:
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     env_ = &env;
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
     // One flat group per layer (weight then bias), padded to a multiple of N,

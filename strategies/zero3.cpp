@@ -43,7 +43,7 @@ struct Gathered {
 
 class Zero3 final : public Strategy {
  public:
-  void setup(RankEnv& env, const std::vector<float>& init) override {
+  void setup(RankEnv& env, const ParamSource& init) override {
     env_ = &env;
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
     // One flat group per layer, padded to N; every rank was handed the same

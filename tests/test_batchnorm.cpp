@@ -234,7 +234,7 @@ TEST_CASE("LayerStack with BatchNorm: gradients match the same network in double
     }
   auto backend = make_cpu_backend();
   Allocator alloc(*backend, nullptr);
-  LayerStack stack(layout, 0, 3, alloc, nullptr, init);
+  LayerStack stack(layout, 0, 3, alloc, nullptr, FlatParams(init));
   const int rows = 6, d = 8;
   auto xd = randn(rows * d, 20), td = randn(rows * d, 21);
   std::vector<float> x(xd.begin(), xd.end()), t(td.begin(), td.end()), dpred(rows * d);
@@ -492,7 +492,7 @@ TEST_CASE("BatchNorm trains as PyTorch's nn.BatchNorm1d, per micro-batch too", "
     INFO("M = " << M);
     auto backend = make_cpu_backend();
     Allocator alloc(*backend, nullptr);
-    LayerStack stack(layout, 0, 3, alloc, nullptr, init);
+    LayerStack stack(layout, 0, 3, alloc, nullptr, FlatParams(init));
     OptimizerConfig sgd;
     sgd.kind = OptimizerKind::sgd;
     sgd.lr = 0.1f;

@@ -204,7 +204,7 @@ TEST_CASE("gpt:2x64x4 forward, loss and gradients match PyTorch's", "[gpt]") {
     const int B = 4, T = 32, V = 65;
     const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
     Allocator alloc(*dev, nullptr);
-    LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, flat_from(m, ""));
+    LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, FlatParams(flat_from(m, "")));
     std::vector<float> logits;
     const double loss = forward_backward(stack, m, alloc, tokens(ref["x"], 0, B * T),
                                          tokens(ref["y"], 0, B * T), B, &logits);
@@ -245,7 +245,7 @@ TEST_CASE("gpt:2x64x4 follows PyTorch's AdamW trajectory for 10 steps", "[gpt]")
     const int B = 4, T = 32, steps = 10;
     const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
     Allocator alloc(*dev, nullptr);
-    LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, flat_from(m, ""));
+    LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, FlatParams(flat_from(m, "")));
     Optimizer opt(OptimizerConfig{}, alloc, stack.ranges());  // AdamW, Shardlab's = the script's
     std::vector<double> want;
     {
@@ -427,7 +427,8 @@ TEST_CASE("a block keeps exactly Korthikanti's activations without dropout", "[g
     const DType dt = precision == "fp32" ? DType::f32 : DType::bf16;
     const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
     Allocator alloc(*dev, nullptr);
-    LayerStack block(m, 1, 2, alloc, nullptr, init_params(m, 3), dt);  // transformer.h.0
+    LayerStack block(m, 1, 2, alloc, nullptr, FlatParams(init_params(m, 3)),
+                     dt);  // transformer.h.0
     std::vector<float> x(static_cast<size_t>(b) * 32 * 64, 0.5f);
     const size_t act = static_cast<size_t>(MemCategory::activations);
     const int64_t before = alloc.stats().device.current[act];
@@ -456,8 +457,8 @@ TEST_CASE("flash attention: gpt:2x64x4's forward, loss and every gradient are na
   for (int32_t& t : y) t = static_cast<int32_t>(rng.next() % 65);
   const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
   Allocator alloc(*dev, nullptr);
-  LayerStack a(naive, 0, naive.num_layers(), alloc, nullptr, init);
-  LayerStack b(flash, 0, flash.num_layers(), alloc, nullptr, init);
+  LayerStack a(naive, 0, naive.num_layers(), alloc, nullptr, FlatParams(init));
+  LayerStack b(flash, 0, flash.num_layers(), alloc, nullptr, FlatParams(init));
   std::vector<float> la, lb;
   const double loss_a = forward_backward(a, naive, alloc, x, y, B, &la);
   const double loss_b = forward_backward(b, flash, alloc, x, y, B, &lb);
@@ -555,7 +556,8 @@ TEST_CASE("flash attention: a block's activations lose the T² term, as estimate
         const ModelLayout m = reference_layout(flash, T);
         const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
         Allocator alloc(*dev, nullptr);
-        LayerStack block(m, 1, 2, alloc, nullptr, init_params(m, 3), dt);  // transformer.h.0
+        LayerStack block(m, 1, 2, alloc, nullptr, FlatParams(init_params(m, 3)),
+                         dt);  // transformer.h.0
         std::vector<float> x(static_cast<size_t>(b) * T * 64, 0.5f);
         const size_t act = static_cast<size_t>(MemCategory::activations);
         const int64_t before = alloc.stats().device.current[act];

@@ -108,7 +108,7 @@ TEST_CASE("LayerStack (float) gradients match the same network in double", "[ker
   const auto init = init_params(layout, 3);
   auto backend = make_cpu_backend();
   Allocator alloc(*backend, nullptr);
-  LayerStack stack(layout, 0, 3, alloc, nullptr, init);
+  LayerStack stack(layout, 0, 3, alloc, nullptr, FlatParams(init));
   const int rows = 4, d = 8;
   auto xd = randn(rows * d, 20), td = randn(rows * d, 21);
   std::vector<float> x(xd.begin(), xd.end()), t(td.begin(), td.end()), dpred(rows * d);

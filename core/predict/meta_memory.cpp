@@ -24,8 +24,9 @@ MetaMemory predict_memory_meta(const RunConfig& cfg) {
   const Placement place = plan_placement(cfg);
   const ModelLayout layout = make_layout(cfg);
   const std::unique_ptr<Dataset> data = layout.family().dataset(layout, cfg.seed, cfg);
-  // The real weights for now; a meta run never reads them (next: a source it never calls).
-  const std::vector<float> init = init_params(layout, cfg.seed);
+  // A state vector that exists nowhere: meta tensors hold no values, so no
+  // weight is made (a model far larger than memory is predicted all the same).
+  const MetaParams init(layout.state_total());
 
   const int world = cfg.world;
   MetaMemory out;

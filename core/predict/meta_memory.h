@@ -30,9 +30,9 @@ struct MetaMemory {
 };
 
 // Runs cfg's strategy on every rank (threads, as the embedded runner does):
-// setup with the real initial weights, min(cfg.steps, 2) steps, then the final
-// export. Throws ConfigError for what validate() refuses, and rethrows the first
-// rank's failure.
+// setup from a state vector that holds no values (MetaParams: no weight is
+// made), min(cfg.steps, 2) steps, then the final export. Throws ConfigError for what validate()
+// refuses, and rethrows the first rank's failure.
 MetaMemory predict_memory_meta(const RunConfig& cfg);
 
 }  // namespace shardlab

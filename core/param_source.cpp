@@ -1,0 +1,29 @@
+// The real source of initial weights: a flat vector, written where each tensor lives.
+#include "core/param_source.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "core/precision.h"
+
+namespace shardlab {
+
+namespace {
+void check_range(size_t from, size_t n, size_t size) {
+  if (from > size || n > size - from)
+    throw std::logic_error("ParamSource: a read past the end of the state vector");
+}
+}  // namespace
+
+void FlatParams::write_to(DeviceBackend& dev, Tensor& t, size_t offset, size_t from,
+                          size_t n) const {
+  check_range(from, n, flat_.size());
+  write_from_host(dev, t, offset, flat_.data() + from, n);
+}
+
+void FlatParams::read(float* dst, size_t from, size_t n) const {
+  check_range(from, n, flat_.size());
+  if (n) std::memcpy(dst, flat_.data() + from, n * sizeof(float));
+}
+
+}  // namespace shardlab
