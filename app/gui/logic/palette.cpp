@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/span_label.h"
+
 namespace shardlab::gui {
 
 namespace {
@@ -118,47 +120,26 @@ Color layer_color(int layer, bool hc) {
 }
 
 const char* kind_short(SpanKind kind, const Tr& tr) {
+  // The traces' abbreviations (span_label.h), the words among them in the
+  // reader's language; the letters (F, B, AR, RS, H2D, ...) read the same in each.
   switch (kind) {
-    case SpanKind::forward:
-      return "F";
-    case SpanKind::backward:
-      return "B";
     case SpanKind::loss:
       return tr("loss");
     case SpanKind::optimizer:
       return tr("opt");
-    case SpanKind::all_reduce:
-      return "AR";  // i18n: abbreviation, the same in Chinese
-    case SpanKind::reduce_scatter:
-      return "RS";  // i18n: abbreviation, the same in Chinese
-    case SpanKind::all_gather:
-      return "AG";  // i18n: abbreviation, the same in Chinese
-    case SpanKind::broadcast:
-      return "BC";  // i18n: abbreviation, the same in Chinese
-    case SpanKind::reduce:
-      return "RD";  // i18n: abbreviation, the same in Chinese
     case SpanKind::send:
       return tr("send");
     case SpanKind::recv:
       return tr("recv");
     case SpanKind::barrier:
       return tr("bar");
-    case SpanKind::copy_h2d:
-      return "H2D";
-    case SpanKind::copy_d2h:
-      return "D2H";
-    case SpanKind::scatter:
-      return "SC";  // i18n: abbreviation, the same in Chinese
-    case SpanKind::gather:
-      return "GA";  // i18n: abbreviation, the same in Chinese
     case SpanKind::data:
       return tr("data");
     case SpanKind::other:
       return "?";
     default:
-      break;
+      return kind_abbrev(kind);
   }
-  return to_string(kind);
 }
 
 const char* kind_label(SpanKind kind, const Tr& tr) {
