@@ -2,8 +2,6 @@
 // rank gets, whole prefixed lines, failure reports, teardown with no survivors, restarts.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 
 #include "tests/test_util.h"
 
+using shardlab::test::Spawned;
 using shardlab::test::alive;
 
 namespace {
@@ -29,70 +28,19 @@ struct Launched {
   double seconds = 0;
 };
 
-// Starts the shardlab binary with `args` and `env` added to ours; stdout+stderr to a pipe.
-struct Background {
-  pid_t pid = -1;
-  int fd = -1;
-  std::string out;
-  Background(const std::vector<std::string>& args, const Env& env) {
-    int p[2];
-    REQUIRE(pipe2(p, O_CLOEXEC) == 0);
-    std::vector<std::string> all = {SHARDLAB_BIN};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-      dup2(p[1], 1);
-      dup2(p[1], 2);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(p[1]);
-    fd = p[0];
-  }
-  ~Background() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (fd >= 0) close(fd);
-  }
-  // Reads until `done(out)` or EOF or the timeout; returns whether `done` held.
-  template <class F>
-  bool read_until(F done, double timeout_s) {
-    const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (!done(out)) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd f{fd, POLLIN, 0};
-      if (poll(&f, 1, static_cast<int>(left)) <= 0) continue;
-      char buf[4096];
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) return done(out);
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return true;
-  }
-  int wait_exit() {
-    read_until([](const std::string&) { return false; }, 30);
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-};
+// The shardlab binary with `args`, and `env` added to ours.
+Spawned background(const std::vector<std::string>& args, const Env& env) {
+  std::vector<std::string> all = {SHARDLAB_BIN};
+  all.insert(all.end(), args.begin(), args.end());
+  return Spawned(all, env);
+}
 
 Launched launch(const std::vector<std::string>& args, const Env& env = {}) {
   const auto t0 = Clock::now();
-  Background b(args, env);
+  Spawned b = background(args, env);
   Launched r;
-  r.code = b.wait_exit();
-  r.out = b.out;
+  r.code = b.wait_exit(30);
+  r.out = b.out();
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }
@@ -299,25 +247,25 @@ TEST_CASE("launch: SIGTERM to the launcher reaches the ranks, SIGKILL takes them
   const Env sleepers = {{"SHARDLAB_PROBE_OTHERS", "sleep"}};
   auto two_pids = [](const std::string& out) { return probe_pids(out).size() == 2; };
   {
-    Background b({"launch", "--nproc-per-node", "2", "--", "launch-probe"}, sleepers);
+    Spawned b = background({"launch", "--nproc-per-node", "2", "--", "launch-probe"}, sleepers);
     REQUIRE(b.read_until(two_pids, 20));
-    const auto pids = probe_pids(b.out);
+    const auto pids = probe_pids(b.out());
     for (const auto& [rank, pid] : pids) CHECK(alive(pid));
-    kill(b.pid, SIGTERM);
-    const int code = b.wait_exit();
-    INFO(b.out);
+    kill(b.pid(), SIGTERM);
+    const int code = b.wait_exit(30);
+    INFO(b.out());
     CHECK(code == 128 + SIGTERM);
-    CHECK_THAT(b.out, Catch::Contains("received SIGTERM, passing it on to the ranks"));
+    CHECK_THAT(b.out(), Catch::Contains("received SIGTERM, passing it on to the ranks"));
     CHECK(all_gone(pids, 0));
   }
   {
     // The launcher dies without a word: the ranks' parent-death signal kills them.
-    Background b({"launch", "--nproc-per-node", "2", "--", "launch-probe"}, sleepers);
+    Spawned b = background({"launch", "--nproc-per-node", "2", "--", "launch-probe"}, sleepers);
     REQUIRE(b.read_until(two_pids, 20));
-    const auto pids = probe_pids(b.out);
-    kill(b.pid, SIGKILL);
-    CHECK(b.wait_exit() == 128 + SIGKILL);
-    INFO(b.out);
+    const auto pids = probe_pids(b.out());
+    kill(b.pid(), SIGKILL);
+    CHECK(b.wait_exit(30) == 128 + SIGKILL);
+    INFO(b.out());
     CHECK(all_gone(pids, 3));
   }
 }

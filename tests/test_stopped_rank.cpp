@@ -3,9 +3,7 @@
 // rank 0 included, whose process serves the env:// and tcp:// store.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -68,67 +66,20 @@ std::map<int, pid_t> ranks_of(pid_t launcher) {
 // `shardlab launch --nproc-per-node 3 -- run …` in the background, output to a pipe; whatever
 // it and its ranks are doing at the end of the test, they are continued and killed.
 struct Group {
-  pid_t pid = -1;
-  int fd = -1;
-  std::string out;
-  std::map<int, pid_t> ranks;
-
-  explicit Group(const std::vector<std::string>& run_args) {
-    std::vector<std::string> all = {SHARDLAB_BIN, "launch", "--nproc-per-node", "3", "--", "run"};
-    all.insert(all.end(), run_args.begin(), run_args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int p[2];
-    REQUIRE(pipe2(p, O_CLOEXEC) == 0);
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      dup2(p[1], 1);
-      dup2(p[1], 2);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(p[1]);
-    fd = p[0];
-  }
-  ~Group() {
+  explicit Group(const std::vector<std::string>& run_args) : launcher(argv(run_args)) {}
+  ~Group() {  // before the launcher goes: a stopped rank must be continued to die
     for (const auto& [rank, r] : ranks) {
       kill(r, SIGCONT);
       kill(r, SIGKILL);
     }
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (fd >= 0) close(fd);
   }
-  // Reads for up to `timeout_s`, until `text` has come (true) or the output ends.
-  bool read_until(const std::string& text, double timeout_s) {
-    const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (out.find(text) == std::string::npos) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd f{fd, POLLIN, 0};
-      if (poll(&f, 1, static_cast<int>(left)) <= 0) continue;
-      char buf[4096];
-      const ssize_t n = read(fd, buf, sizeof buf);
-      if (n <= 0) return out.find(text) != std::string::npos;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return true;
+  static std::vector<std::string> argv(const std::vector<std::string>& run_args) {
+    std::vector<std::string> all = {SHARDLAB_BIN, "launch", "--nproc-per-node", "3", "--", "run"};
+    all.insert(all.end(), run_args.begin(), run_args.end());
+    return all;
   }
-  // The launcher's exit code, and how long it took to come.
-  int wait_exit(double& seconds) {
-    const auto t0 = Clock::now();
-    read_until("\x01 never printed", 60);  // to EOF: the launcher and every rank are gone
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
+  shardlab::test::Spawned launcher;
+  std::map<int, pid_t> ranks;
 };
 
 // Stops rank `victim` mid-training and returns the launcher's output; the group must end
@@ -140,13 +91,14 @@ std::string stop_rank(int victim, const std::vector<std::string>& extra = {}) {
   args.insert(args.end(), extra.begin(), extra.end());
   Group g(args);
   // Rank 0's progress line: every rank is past the rendezvous and training.
-  REQUIRE(g.read_until("[rank 0]   step ", 30));
-  g.ranks = ranks_of(g.pid);
+  REQUIRE(g.launcher.read_until("[rank 0]   step ", 30));
+  g.ranks = ranks_of(g.launcher.pid());
   REQUIRE(g.ranks.size() == 3);
   REQUIRE(kill(g.ranks.at(victim), SIGSTOP) == 0);
-  double seconds = 0;
-  const int code = g.wait_exit(seconds);
-  INFO(g.out);
+  const auto t0 = Clock::now();
+  const int code = g.launcher.wait_exit(60);  // to EOF: the launcher and every rank are gone
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO(g.launcher.out());
   CHECK(code == 1);
   CHECK(seconds < kTimeoutMs / 1000.0 + kSlackS);
   for (const auto& [rank, pid] : g.ranks) {
@@ -155,7 +107,7 @@ std::string stop_rank(int victim, const std::vector<std::string>& extra = {}) {
   }
   std::printf("rank %d stopped: the group ended %.1f s later (timeout %.1f s)\n", victim, seconds,
               kTimeoutMs / 1000.0);
-  return g.out;
+  return g.launcher.out();
 }
 
 }  // namespace

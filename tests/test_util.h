@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -19,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +53,88 @@ inline bool alive(pid_t pid) {
 struct CliResult {
   int code;
   std::string out;  // stdout and stderr together
+};
+
+// A program running beside the test with its stdout and stderr on one pipe:
+// read while it runs, waited for, and killed and reaped when it goes out of
+// scope (so a failed REQUIRE leaves no process behind).
+class Spawned {
+ public:
+  // argv[0] is the program's path; env is set in the child only.
+  explicit Spawned(std::vector<std::string> argv,
+                   const std::map<std::string, std::string>& env = {}) {
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    int p[2];
+    REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(p[1]);
+    fd_ = p[0];
+  }
+  Spawned(const Spawned&) = delete;
+  Spawned& operator=(const Spawned&) = delete;
+  ~Spawned() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  // Everything it wrote so far.
+  const std::string& out() const { return out_; }
+
+  // Reads for up to `timeout_s`, until done(out()) (true), or the output ends
+  // (then whether done(out()) holds).
+  template <class F>
+  bool read_until(F done, double timeout_s) {
+    using Clock = std::chrono::steady_clock;
+    const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (!done(out_)) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd f{fd_, POLLIN, 0};
+      if (poll(&f, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) return done(out_);
+      out_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  bool read_until(const char* text, double timeout_s) {
+    return read_until(std::string(text), timeout_s);
+  }
+  bool read_until(const std::string& text, double timeout_s) {
+    return read_until([&](const std::string& out) { return out.find(text) != std::string::npos; },
+                      timeout_s);
+  }
+
+  // Reads to the end of its output (for up to `timeout_s`), then its exit code
+  // (128 + the signal when a signal ended it).
+  int wait_exit(double timeout_s) {
+    read_until([](const std::string&) { return false; }, timeout_s);
+    int status = 0;
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string out_;
 };
 
 // Runs a shell command line; `out` is what it wrote.
