@@ -11,29 +11,17 @@
 // M micro-batches at the end of the forwards (the cost 1f1b removes), unless
 // --recompute keeps only each stage's input and runs the forward again, per
 // micro-batch, just before its backward (extra F spans, less memory).
-#include "core/memory_estimate.h"
-#include "core/pipeline.h"
+#include "strategies/pipeline_strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
 
-class GPipe final : public Strategy {
- public:
-  void setup(RankEnv& env, const ParamSource& init) override {
-    stage_ = std::make_unique<PipelineStage>(env, init);
-  }
-
-  LossShare step(int step) override {
-    stage_->begin_step(step);
-    schedule(*stage_);
-    // Phase 3 — flush: one optimizer step with the gradient of the whole batch.
-    return stage_->finish_step();
-  }
-
-  // The step's order, on the real stage or on its memory plan (StageMemory).
+// The step's order, on the real stage or on its memory plan (StageMemory);
+// pipeline_strategy.h adds the flush that ends every step.
+struct GPipeSchedule {
   template <class Stage>
-  static void schedule(Stage& stage) {
+  static void run(Stage& stage) {
     const int M = stage.micro_batches();
 
     // Phase 1 — fill: every micro-batch forward, in order. The receive of the
@@ -50,25 +38,10 @@ class GPipe final : public Strategy {
       if (mb + 1 < M) stage.post_recv_grad(mb + 1);
       stage.backward(mb);
     }
+    // Phase 3 — flush (PipelineStrategy::step): one optimizer step with the
+    // gradient of the whole batch.
   }
-
-  std::vector<float> export_params() override { return stage_->export_params(); }
-  RankState rank_state() override { return stage_->rank_state(); }
-
- private:
-  std::unique_ptr<PipelineStage> stage_;
 };
-
-// What a stage allocates, replayed for the memory preflight on the same schedule.
-void plan_memory(MemoryPlan& p) {
-  StageMemory stage(p);
-  p.steps([&](int) {
-    stage.begin_step();
-    GPipe::schedule(stage);
-    stage.finish_step();
-  });
-  stage.export_params();
-}
 
 }  // namespace
 
@@ -85,9 +58,9 @@ StrategyInfo gpipe_strategy() {
       .traffic = Traffic::activations,
       .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
-      .make = [] { return std::make_unique<GPipe>(); },
+      .make = [] { return std::make_unique<PipelineStrategy<GPipeSchedule>>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-      .plan_memory = plan_memory,
+      .plan_memory = plan_pipeline_memory<GPipeSchedule>,
   };
 }
 

@@ -12,54 +12,27 @@
 //
 // One batch, no micro-batches: --micro-batches must be 1 (gpipe with M = 1 is
 // the same schedule; with more, use gpipe or 1f1b).
-#include "core/memory_estimate.h"
-#include "core/pipeline.h"
+#include "strategies/pipeline_strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
 
-class NaiveMp final : public Strategy {
- public:
-  void setup(RankEnv& env, const ParamSource& init) override {
-    stage_ = std::make_unique<PipelineStage>(env, init);
-  }
-
-  LossShare step(int step) override {
-    stage_->begin_step(step);
-    schedule(*stage_);
-    // Phase 3 — update: each stage steps the optimizer on its own layers.
-    return stage_->finish_step();
-  }
-
-  // The step's order, on the real stage or on its memory plan (StageMemory).
+// The step's order, on the real stage or on its memory plan (StageMemory);
+// pipeline_strategy.h adds the flush that ends every step.
+struct NaiveMpSchedule {
   template <class Stage>
-  static void schedule(Stage& stage) {
+  static void run(Stage& stage) {
     // Phase 1 — forward: wait for the previous stage, run my layers, pass the
     // activations on (the last stage computes the loss instead).
     stage.forward(0);
     // Phase 2 — backward: wait for the gradient from the next stage, run my
     // layers backward, pass the gradient of my input back.
     stage.backward(0);
+    // Phase 3 — update (PipelineStrategy::step): each stage steps the optimizer
+    // on its own layers.
   }
-
-  std::vector<float> export_params() override { return stage_->export_params(); }
-  RankState rank_state() override { return stage_->rank_state(); }
-
- private:
-  std::unique_ptr<PipelineStage> stage_;
 };
-
-// What a stage allocates, replayed for the memory preflight on the same schedule.
-void plan_memory(MemoryPlan& p) {
-  StageMemory stage(p);
-  p.steps([&](int) {
-    stage.begin_step();
-    NaiveMp::schedule(stage);
-    stage.finish_step();
-  });
-  stage.export_params();
-}
 
 }  // namespace
 
@@ -75,9 +48,9 @@ StrategyInfo naive_mp_strategy() {
       .traffic = Traffic::activations,
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
-      .make = [] { return std::make_unique<NaiveMp>(); },
+      .make = [] { return std::make_unique<PipelineStrategy<NaiveMpSchedule>>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-      .plan_memory = plan_memory,
+      .plan_memory = plan_pipeline_memory<NaiveMpSchedule>,
   };
 }
 

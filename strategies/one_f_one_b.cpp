@@ -11,29 +11,17 @@
 // stage holds one at a time.
 #include <algorithm>
 
-#include "core/memory_estimate.h"
-#include "core/pipeline.h"
+#include "strategies/pipeline_strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {
 namespace {
 
-class OneFOneB final : public Strategy {
- public:
-  void setup(RankEnv& env, const ParamSource& init) override {
-    stage_ = std::make_unique<PipelineStage>(env, init);
-  }
-
-  LossShare step(int step) override {
-    stage_->begin_step(step);
-    schedule(*stage_);
-    // Phase 4 — flush: one optimizer step with the gradient of the whole batch.
-    return stage_->finish_step();
-  }
-
-  // The step's order, on the real stage or on its memory plan (StageMemory).
+// The step's order, on the real stage or on its memory plan (StageMemory);
+// pipeline_strategy.h adds the flush that ends every step.
+struct OneFOneBSchedule {
   template <class Stage>
-  static void schedule(Stage& stage) {
+  static void run(Stage& stage) {
     const StageTopology& t = stage.topology();
     const int M = stage.micro_batches();
     // Stage k starts P − k − 1 micro-batches ahead of its first backward: just
@@ -61,25 +49,10 @@ class OneFOneB final : public Strategy {
       if (mb + 1 < M) stage.post_recv_grad(mb + 1);
       stage.backward(mb);
     }
+    // Phase 4 — flush (PipelineStrategy::step): one optimizer step with the
+    // gradient of the whole batch.
   }
-
-  std::vector<float> export_params() override { return stage_->export_params(); }
-  RankState rank_state() override { return stage_->rank_state(); }
-
- private:
-  std::unique_ptr<PipelineStage> stage_;
 };
-
-// What a stage allocates, replayed for the memory preflight on the same schedule.
-void plan_memory(MemoryPlan& p) {
-  StageMemory stage(p);
-  p.steps([&](int) {
-    stage.begin_step();
-    OneFOneB::schedule(stage);
-    stage.finish_step();
-  });
-  stage.export_params();
-}
 
 }  // namespace
 
@@ -97,9 +70,9 @@ StrategyInfo one_f_one_b_strategy() {
       .in_flight = [](int micro_batches, int stages,
                       int rank) { return std::min(micro_batches, stages - rank); },
       .in_flight_formula = "min(P−rank, M)",
-      .make = [] { return std::make_unique<OneFOneB>(); },
+      .make = [] { return std::make_unique<PipelineStrategy<OneFOneBSchedule>>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-      .plan_memory = plan_memory,
+      .plan_memory = plan_pipeline_memory<OneFOneBSchedule>,
   };
 }
 
