@@ -72,6 +72,27 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
                          g.plan.begin(env.rank), g.plan.shard);
 }
 
+bool ShardedStates::update_shards(MixedPrecision& mp) {
+  std::vector<void*> params, grads;
+  for (const FlatGroup& g : groups_) {
+    params.push_back(param_shard(g.index));
+    grads.push_back(grad_shard(g.index));
+  }
+  ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
+  return mp.step(*optimizer_, params, grads, env_.comm);
+}
+
+void ShardedStates::all_gather_params() {
+  if (spec_.params != Keep::whole)
+    throw std::logic_error("ShardedStates::all_gather_params: the parameters are kept as shards");
+  std::vector<Work> gathers;
+  for (const FlatGroup& g : groups_)
+    gathers.push_back(env_.comm->all_gather_async(param_shard(g.index), params_[g.index].raw(),
+                                                  g.plan.counts(), params_[g.index].dtype(),
+                                                  CommMeta{g.first, -1}));
+  for (Work& w : gathers) w.wait();
+}
+
 RankState ShardedStates::rank_state(MixedPrecision* precision) {
   RankState st;
   st.optimizer = optimizer_.get();

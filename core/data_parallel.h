@@ -89,6 +89,14 @@ class ShardedStates {
   void* param_shard(int g);
   void* grad_shard(int g);
 
+  // One optimizer step on this rank's shard of every group (an "optimizer"
+  // span), with the reduced gradient shards; returns whether it was taken
+  // (MixedPrecision::step: fp16 skips a step that overflowed on any rank).
+  bool update_shards(MixedPrecision& mp);
+  // Collective, whole parameters only (zero1, zero2): every group's updated
+  // shard to every rank, an in-place all-gather per group.
+  void all_gather_params();
+
   // Collective: the model's flat fp32 parameters on rank 0 ({} elsewhere):
   // the fp32 masters in mixed precision, else the parameters themselves.
   std::vector<float> export_params();

@@ -126,15 +126,7 @@ class Fsdp final : public Strategy {
     // with --offload) with the reduced sum, already the full batch's gradient
     // (data_parallel.h). (fp16: a step whose gradients overflowed on any rank
     // is skipped on all, by a vote.)
-    std::vector<void*> params, grads;
-    for (int u = 0; u < U; ++u) {
-      params.push_back(states_->param_shard(u));
-      grads.push_back(states_->grad_shard(u));
-    }
-    {
-      ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(states_->optimizer(), params, grads, env.comm);
-    }
+    states_->update_shards(*mp_);
     return {loss.sum(), batch.rows};
   }
 

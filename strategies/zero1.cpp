@@ -86,25 +86,11 @@ class Zero1 final : public Strategy {
     // divided by the global batch: data_parallel.h), with the optimizer state
     // it alone holds. (fp16: a step whose gradients overflowed is skipped on
     // every rank, by a vote.)
-    std::vector<void*> param_shards, grad_shards;
-    for (int l = 0; l < L; ++l) {
-      param_shards.push_back(st.param_shard(l));
-      grad_shards.push_back(st.grad_shard(l));
-    }
-    {
-      ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(st.optimizer(), param_shards, grad_shards, env.comm);
-    }
+    st.update_shards(*mp_);
 
     // Phase 4 — share the updated shards round the campfire: an in-place
     // all-gather per layer gives every rank the full new parameters.
-    std::vector<Work> gathers;
-    for (const FlatGroup& g : st.groups()) {
-      Tensor& full = st.params(g.index);
-      gathers.push_back(env.comm->all_gather_async(st.param_shard(g.index), full.raw(),
-                                                   g.plan.counts(), dt, CommMeta{g.first, -1}));
-    }
-    for (Work& w : gathers) w.wait();
+    st.all_gather_params();
     return {loss.sum(), batch.rows};
   }
 

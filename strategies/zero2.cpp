@@ -87,25 +87,11 @@ class Zero2 final : public Strategy {
     // (already the full batch's gradient: data_parallel.h) and the optimizer
     // state it alone holds (fp16: every rank skips a step whose gradients
     // overflowed anywhere, by a vote).
-    std::vector<void*> param_shards, grads;
-    for (int l = 0; l < L; ++l) {
-      param_shards.push_back(st.param_shard(l));
-      grads.push_back(st.grad_shard(l));
-    }
-    {
-      ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(st.optimizer(), param_shards, grads, env.comm);
-    }
+    st.update_shards(*mp_);
 
     // Phase 4 — all-gather the updated shards (in place) so every rank has the
     // full new parameters for the next forward.
-    std::vector<Work> gathers;
-    for (const FlatGroup& g : st.groups()) {
-      Tensor& full = st.params(g.index);
-      gathers.push_back(env.comm->all_gather_async(st.param_shard(g.index), full.raw(),
-                                                   g.plan.counts(), dt, CommMeta{g.first, -1}));
-    }
-    for (Work& w : gathers) w.wait();
+    st.all_gather_params();
     return {loss.sum(), batch.rows};
   }
 

@@ -114,15 +114,7 @@ class Zero3 final : public Strategy {
     // Phase 3 — each rank updates its own shard of every layer. No all-gather
     // follows: the next forward gathers each layer when it needs it. (fp16:
     // an overflow on any rank's shard skips the step on all, by a vote.)
-    std::vector<void*> params, grads;
-    for (int l = 0; l < L; ++l) {
-      params.push_back(st.param_shard(l));
-      grads.push_back(st.grad_shard(l));
-    }
-    {
-      ScopedSpan span(env.rec, Lane::compute, SpanKind::optimizer);
-      mp_->step(st.optimizer(), params, grads, env.comm);
-    }
+    st.update_shards(*mp_);
     return {loss.sum(), batch.rows};
   }
 
