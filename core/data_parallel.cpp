@@ -129,10 +129,12 @@ std::vector<float> ShardedStates::export_params() {
   }
   // Whole parameters: rank 0 already holds every value.
   if (env_.rank != 0) return {};
-  std::vector<float> flat(total);
+  ExportBuffer flat(env_.device, total);
+  if (!flat.keeps()) return {};
   for (const FlatGroup& g : groups_)
-    env_.device.download(flat.data() + g.offset, params_[g.index].raw(), DType::f32, g.numel());
-  return flat;
+    env_.device.download(flat.at(g.offset, g.numel()), params_[g.index].raw(), DType::f32,
+                         g.numel());
+  return flat.take();
 }
 
 void ReduceScatterQueue::start(Comm& comm, const FlatGroup& g, Tensor unreduced, void* out,

@@ -71,6 +71,9 @@ class DeviceBackend {
   // True for memory the host cannot read directly (a GPU's, or the guarded
   // CPU device's): communicators that work on host memory stage it.
   virtual bool is_device_pointer(const void* /*p*/) const { return false; }
+  // Whether its memory holds values: false on meta devices (meta_backend.h),
+  // where nothing is read back, so a rank's exported weights are not made.
+  virtual bool holds_values() const { return true; }
 
   // ---- bytes
   virtual void fill_zero(void* dst, size_t bytes) = 0;

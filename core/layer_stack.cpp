@@ -288,6 +288,14 @@ void LayerStack::copy_params_to(std::vector<float>& flat) const {
                     flat.data() + layout_.buffer_begin(first_));
 }
 
+void LayerStack::copy_params_to(ExportBuffer& flat) const {
+  if (!flat.keeps()) return;
+  copy_state_slices(flat.at(layout_.layer_begin(first_),
+                            layout_.layer_begin(last_) - layout_.layer_begin(first_)),
+                    flat.at(layout_.buffer_begin(first_),
+                            layout_.buffer_begin(last_) - layout_.buffer_begin(first_)));
+}
+
 void LayerStack::copy_state_slices(float* params, float* buffers) const {
   size_t k = 0;
   for (int l = first_; l < last_; ++l)

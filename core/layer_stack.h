@@ -93,6 +93,8 @@ class LayerStack {
   // its BatchNorm buffers too when the model has any (then flat has
   // layout.state_total() values).
   void copy_params_to(std::vector<float>& flat) const;
+  // The same into an export (nothing on a meta device, whose values are none).
+  void copy_params_to(ExportBuffer& flat) const;
   // The same as two contiguous runs: params gets the flat vector's
   // [layer_begin(first), layer_begin(last)), buffers its
   // [buffer_begin(first), buffer_begin(last)) (may be null when that is empty).

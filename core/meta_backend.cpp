@@ -76,6 +76,7 @@ class MetaBackend final : public DeviceBackend {
   // into CPU memory (load_rows) must go through the backend here, as on the
   // guarded CPU.
   bool is_device_pointer(const void* p) const override { return is_meta_pointer(p); }
+  bool holds_values() const override { return false; }
 
   void fill_zero(void* dst, size_t bytes) override {
     if (bytes && !is_meta_pointer(dst)) std::memset(dst, 0, bytes);

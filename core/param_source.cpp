@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/device.h"
 #include "core/precision.h"
 
 namespace shardlab {
@@ -24,6 +25,16 @@ void FlatParams::write_to(DeviceBackend& dev, Tensor& t, size_t offset, size_t f
 void FlatParams::read(float* dst, size_t from, size_t n) const {
   check_range(from, n, flat_.size());
   if (n) std::memcpy(dst, flat_.data() + from, n * sizeof(float));
+}
+
+ExportBuffer::ExportBuffer(const DeviceBackend& dev, size_t n)
+    : keeps_(dev.holds_values()), size_(n) {
+  if (keeps_) flat_.resize(n);
+}
+
+float* ExportBuffer::at(size_t from, size_t n) {
+  check_range(from, n, size_);
+  return keeps_ ? flat_.data() + from : nullptr;
 }
 
 }  // namespace shardlab

@@ -54,4 +54,24 @@ class MetaParams final : public ParamSource {
   size_t size_;
 };
 
+// Rank 0's exported state vector (Strategy::export_params), filled by
+// downloads, copies and receives. On a device that holds values it is a host
+// vector of `n` floats; on a meta device it is nothing and every fill is
+// skipped (at() is nullptr), so exporting a model larger than memory makes no
+// copy of it, while the collectives and buffers around it still run.
+class ExportBuffer {
+ public:
+  ExportBuffer(const DeviceBackend& dev, size_t n);
+  bool keeps() const { return keeps_; }
+  // Where floats [from, from + n) go, or nullptr when nothing is kept. Throws
+  // std::logic_error for a range past the end.
+  float* at(size_t from, size_t n);
+  std::vector<float> take() { return std::move(flat_); }
+
+ private:
+  bool keeps_;
+  size_t size_;
+  std::vector<float> flat_;
+};
+
 }  // namespace shardlab

@@ -420,29 +420,32 @@ std::vector<float> PipelineStage::export_params() {
   };
   if (env_.rank != 0) {
     const Slices mine = slices(topo_);
-    std::vector<float> params(mine.params_count), buffers(mine.buffers_count);
-    layers_->copy_state_slices(params.data(), buffers.data());
-    env_.comm->send(params.data(), params.size() * sizeof(float), 0, kGatherParamsTag);
-    if (!buffers.empty())
-      env_.comm->send(buffers.data(), buffers.size() * sizeof(float), 0, kGatherBuffersTag);
+    ExportBuffer params(env_.device, mine.params_count), buffers(env_.device, mine.buffers_count);
+    float* p = params.at(0, mine.params_count);
+    float* b = buffers.at(0, mine.buffers_count);
+    if (params.keeps()) layers_->copy_state_slices(p, b);
+    env_.comm->send(p, mine.params_count * sizeof(float), 0, kGatherParamsTag);
+    if (mine.buffers_count)
+      env_.comm->send(b, mine.buffers_count * sizeof(float), 0, kGatherBuffersTag);
     return {};
   }
-  std::vector<float> flat(layout.state_total());
+  ExportBuffer flat(env_.device, layout.state_total());
   layers_->copy_params_to(flat);
   const std::vector<int> partition = pipeline_partition(env_.cfg, layout);
   std::vector<Work> works;
   for (int r = 1; r < topo_.stages; ++r) {
     const Slices theirs = slices(stage_topology(r, partition));
-    works.push_back(env_.comm->recv_async(flat.data() + theirs.params_begin,
+    // (On a meta device nothing is kept, and the receives land nowhere.)
+    works.push_back(env_.comm->recv_async(flat.at(theirs.params_begin, theirs.params_count),
                                           theirs.params_count * sizeof(float), r,
                                           kGatherParamsTag));
     if (theirs.buffers_count)
-      works.push_back(env_.comm->recv_async(flat.data() + theirs.buffers_begin,
+      works.push_back(env_.comm->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
                                             theirs.buffers_count * sizeof(float), r,
                                             kGatherBuffersTag));
   }
   for (Work& w : works) w.wait();
-  return flat;
+  return flat.take();
 }
 
 }  // namespace shardlab

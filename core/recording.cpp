@@ -45,7 +45,7 @@ constexpr double kMaxStepMs = 1e9;                   // 11 days
 constexpr int64_t kMaxRanks = 1 << 20;               // far above any world size
 const std::vector<std::string> kSpanColumns = {
     "t_begin_ns", "t_end_ns", "lane",    "kind",         "layer",      "micro_batch", "step",
-    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op", "made_ahead"};
+    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op",          "made_ahead"};
 // Files written before spans had CPU clocks and op ids: the first ten columns;
 // before batches were made ahead, thirteen.
 constexpr size_t kSpanColumnsV1 = 10;
@@ -1119,12 +1119,11 @@ Recording recording_from_trace(const json& t, const std::string& file) {
       };
       // tid = pid * 10 + lane (trace.cpp).
       const int64_t end_ns = std::max(ts, us_to_ns(e["ts"].get<double>() + dur));
-      ranks[rank]["spans"].push_back({ts, end_ns, tid % 10 == 0 ? "compute" : "comm", args["kind"],
-                                      arg("layer", -1), arg("micro_batch", -1), arg("step", -1),
-                                      arg("bytes", 0), arg("peer", -1),
-                                      arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1),
-                                      arg("cpu_end_ns", -1), arg("op", json(uint64_t{0})),
-                                      arg("made_ahead", false)});
+      ranks[rank]["spans"].push_back(
+          {ts, end_ns, tid % 10 == 0 ? "compute" : "comm", args["kind"], arg("layer", -1),
+           arg("micro_batch", -1), arg("step", -1), arg("bytes", 0), arg("peer", -1),
+           arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1), arg("cpu_end_ns", -1),
+           arg("op", json(uint64_t{0})), arg("made_ahead", false)});
       continue;
     }
     if (!e.contains("name") || !e["name"].is_string()) continue;

@@ -112,7 +112,7 @@ std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t tota
                                        const std::vector<const float*>& shards,
                                        bool shards_on_host) {
   const int rank = comm.rank();
-  std::vector<float> flat(rank == 0 ? total : 0);
+  ExportBuffer flat(alloc.backend(), rank == 0 ? total : 0);
   for (const FlatGroup& g : groups) {
     const float* shard = shards[g.index];
     Tensor staged;
@@ -125,11 +125,11 @@ std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t tota
     }
     Tensor full = alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded());
     comm.all_gather(shard, full.raw(), g.plan.counts(), DType::f32, CommMeta{g.first, -1});
-    if (rank == 0)
-      alloc.backend().copy(flat.data() + g.offset, full.raw(), g.numel() * sizeof(float),
+    if (rank == 0 && flat.keeps())
+      alloc.backend().copy(flat.at(g.offset, g.numel()), full.raw(), g.numel() * sizeof(float),
                            CopyKind::device_to_host);
   }
-  return flat;
+  return flat.take();
 }
 
 }  // namespace shardlab

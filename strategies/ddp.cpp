@@ -134,12 +134,14 @@ class Ddp final : public Strategy {
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
     if (env_->rank != 0) return {};
-    std::vector<float> flat(env_->layout.total());
+    ExportBuffer flat(env_->device, env_->layout.total());
     model_->copy_params_to(flat);
-    if (optimizer_->mixed())  // the model's weights are the fp32 masters
-      for (size_t i = 0; i < env_->layout.params().size(); ++i)
-        optimizer_->read_master(i, flat.data() + env_->layout.params()[i].offset);
-    return flat;
+    if (optimizer_->mixed() && flat.keeps())  // the model's weights are the fp32 masters
+      for (size_t i = 0; i < env_->layout.params().size(); ++i) {
+        const ParamInfo& p = env_->layout.params()[i];
+        optimizer_->read_master(i, flat.at(p.offset, p.numel));
+      }
+    return flat.take();
   }
 
  private:

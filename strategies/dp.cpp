@@ -236,16 +236,17 @@ class Dp final : public Strategy {
 
   std::vector<float> export_params() override {
     if (env_->rank != 0) return {};
-    std::vector<float> flat(env_->layout.total());
+    ExportBuffer flat(env_->device, env_->layout.total());
+    if (!flat.keeps()) return {};
     for (size_t i = 0; i < params_.size(); ++i) {
-      float* dst = flat.data() + env_->layout.params()[i].offset;
+      float* dst = flat.at(env_->layout.params()[i].offset, params_[i].numel());
       // The model's weights: the fp32 masters in mixed precision.
       if (optimizer_->mixed())
         optimizer_->read_master(i, dst);
       else
         env_->device.download(dst, params_[i].raw(), DType::f32, params_[i].numel());
     }
-    return flat;
+    return flat.take();
   }
 
  private:

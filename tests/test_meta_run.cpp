@@ -205,8 +205,6 @@ TEST_CASE("meta weights are never made: a model larger than memory sets up at on
   // CI machine has and far more time than this test allows to make. Its layers
   // set up on a meta device from MetaParams, a state vector that exists
   // nowhere: every parameter is counted by the real allocator, none is made.
-  // (The meta run's export still gathers the weights into a host vector on
-  // rank 0, so predict_memory_meta itself is not yet for such a model.)
   RunConfig c;
   c.model = "mlp:16x16384";
   const ModelLayout layout = make_layout(c);
@@ -222,6 +220,26 @@ TEST_CASE("meta weights are never made: a model larger than memory sets up at on
   CHECK(alloc.stats().device.current[static_cast<int>(MemCategory::params)] == 4 * psi);
   CHECK(alloc.stats().device.current[static_cast<int>(MemCategory::grads)] == 4 * psi);
   CHECK(seconds < 5);
+
+  // The whole meta run too: setup, a step and the export (which on a meta
+  // device gathers into nothing: ExportBuffer) under ZeRO-3 at world 2.
+  RunConfig z = c;
+  z.strategy = "zero3";
+  z.world = 2;
+  z.batch = 2;
+  z.steps = 1;
+  const auto t1 = std::chrono::steady_clock::now();
+  const MetaMemory m = predict_memory_meta(z);
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  // Each rank keeps AdamW's two moments of its half of the parameters, 2 x 4 B
+  // x psi / 2, and a little padding.
+  const int64_t moments =
+      m.ranks[0].at_report.device.peak[static_cast<int>(MemCategory::optimizer_state)];
+  INFO("meta run in " << run_s << " s; rank 0's optimizer state " << moments << " B");
+  CHECK(moments >= 4 * psi);
+  CHECK(moments <= 4 * psi + (int64_t{1} << 20));
+  CHECK(run_s < 30);
+
   // The real source refuses a range past its end instead of reading beyond it.
   const std::vector<float> few(3, 1.0f);
   const FlatParams flat(few);
