@@ -189,6 +189,7 @@ int cmd_estimate(int argc, char** argv) {
   // With a model: the whole peak per rank as the run's memory check predicts it
   // (activations, buffers and padding included), where the run would validate.
   std::vector<int64_t> peaks, meta_peaks;
+  std::string no_peak;  // why the run's peak is not predicted (a configuration a run refuses)
   if (auto m = a.get("model")) {
     RunConfig cfg;
     cfg.model = *m;
@@ -210,9 +211,10 @@ int cmd_estimate(int argc, char** argv) {
       // while the run's check still uses the hand-kept plan, both are shown).
       for (const MetaRankMemory& r : predict_memory_meta(cfg).ranks)
         meta_peaks.push_back(r.at_report.device.peak_total + r.at_report.host.peak_total);
-    } catch (const ConfigError&) {
+    } catch (const ConfigError& e) {
       peaks.clear();  // e.g. --world over 64, or a batch of 64 that does not divide
       meta_peaks.clear();
+      no_peak = e.what();
     }
   }
 
@@ -254,6 +256,7 @@ int cmd_estimate(int argc, char** argv) {
     }
     if (!peaks.empty()) j["run_peak_bytes_per_rank"] = peaks;
     if (!meta_peaks.empty()) j["meta_run_peak_bytes_per_rank"] = meta_peaks;
+    if (!no_peak.empty()) j["run_peak_not_predicted"] = no_peak;
     if (acts)
       j["block_activations"] = {{"batch_per_rank", rank_batch},
                                 {"seq", spec->seq},
@@ -330,6 +333,10 @@ int cmd_estimate(int argc, char** argv) {
     if (!meta_peaks.empty())
       std::printf("  peak per rank, the code itself run on meta devices (no memory held): %s\n",
                   per_rank(meta_peaks).c_str());
+  } else if (!no_peak.empty()) {
+    std::printf("this implementation's peak per rank: not predicted, as a run would refuse this "
+                "configuration: %s\n",
+                no_peak.c_str());
   }
   return 0;
 }

@@ -159,3 +159,17 @@ TEST_CASE("run summary shows measured model states and traffic beside the predic
     REQUIRE(!j["why_they_differ"].get<std::string>().empty());
   }
 }
+
+TEST_CASE("estimate says why it has no run peak for a configuration a run refuses", "[estimate]") {
+  // The model-state accounting answers for any world; the peak of this
+  // implementation needs a configuration a run accepts, and its absence is
+  // explained, not silent.
+  const CliResult r = run_cli("estimate --model mlp:4x64 --world 3 --strategy ddp");
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("16Ψ") || Catch::Contains("model states per rank"));
+  CHECK_THAT(r.out, Catch::Contains("not predicted, as a run would refuse this configuration: "
+                                    "--batch 64 is not divisible by --world 3"));
+  const CliResult ok = run_cli("estimate --model mlp:4x64 --world 2 --strategy ddp");
+  CHECK_THAT(ok.out, Catch::Contains("the code itself run on meta devices"));
+  CHECK_THAT(ok.out, !Catch::Contains("not predicted"));
+}
