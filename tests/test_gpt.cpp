@@ -196,15 +196,32 @@ TEST_CASE("gpt's init follows nanoGPT: std 0.02, residual projections 0.02/sqrt(
                    flat.begin() + head.offset));
 }
 
+namespace {
+
+// gpt:2x64x4 set up on the CPU with the reference's initial weights.
+struct ReferenceStack {
+  explicit ReferenceStack(bool flash)
+      : m(reference_layout(flash)),
+        dev(make_cpu_backend()),
+        alloc(*dev, nullptr),
+        stack(m, 0, m.num_layers(), alloc, nullptr, FlatParams(flat_from(m, ""))) {}
+  const ModelLayout m;
+  const std::unique_ptr<DeviceBackend> dev;
+  Allocator alloc;
+  LayerStack stack;
+};
+
+}  // namespace
+
 TEST_CASE("gpt:2x64x4 forward, loss and gradients match PyTorch's", "[gpt]") {
   for (bool flash : {false, true}) {
     INFO((flash ? "--attention flash" : "--attention naive"));
-    const ModelLayout m = reference_layout(flash);
+    ReferenceStack rs(flash);
+    const ModelLayout& m = rs.m;
+    Allocator& alloc = rs.alloc;
+    LayerStack& stack = rs.stack;
     const Reference& ref = reference();
     const int B = 4, T = 32, V = 65;
-    const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
-    Allocator alloc(*dev, nullptr);
-    LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, FlatParams(flat_from(m, "")));
     std::vector<float> logits;
     const double loss = forward_backward(stack, m, alloc, tokens(ref["x"], 0, B * T),
                                          tokens(ref["y"], 0, B * T), B, &logits);
@@ -240,12 +257,12 @@ TEST_CASE("gpt:2x64x4 forward, loss and gradients match PyTorch's", "[gpt]") {
 TEST_CASE("gpt:2x64x4 follows PyTorch's AdamW trajectory for 10 steps", "[gpt]") {
   for (bool flash : {false, true}) {
     INFO((flash ? "--attention flash" : "--attention naive"));
-    const ModelLayout m = reference_layout(flash);
+    ReferenceStack rs(flash);
+    const ModelLayout& m = rs.m;
+    Allocator& alloc = rs.alloc;
+    LayerStack& stack = rs.stack;
     const Reference& ref = reference();
     const int B = 4, T = 32, steps = 10;
-    const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
-    Allocator alloc(*dev, nullptr);
-    LayerStack stack(m, 0, m.num_layers(), alloc, nullptr, FlatParams(flat_from(m, "")));
     Optimizer opt(OptimizerConfig{}, alloc, stack.ranges());  // AdamW, Shardlab's = the script's
     std::vector<double> want;
     {
