@@ -501,11 +501,4 @@ TEST_CASE("compare: rows of the same work share one cost table, other rows keep 
   CHECK(entries[0].row.projected_pooled == 1);
   CHECK(entries[1].row.projected_pooled == 1);
   CHECK(entries[2].row.projected_pooled == 0);
-  // Pooled, both rows' compute is costed alike: a projected step apart by the
-  // schedule only (overlap hides some of the all-reduce), not by 1.5x.
-  const double ratio = entries[0].row.projected_step_ms / entries[1].row.projected_step_ms;
-  INFO("projected step: overlap " << entries[0].row.projected_step_ms << " ms, without "
-                                  << entries[1].row.projected_step_ms << " ms");
-  CHECK(ratio > 0.7);
-  CHECK(ratio < 1.1);
 }
