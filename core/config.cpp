@@ -23,9 +23,10 @@ std::string number(double v) {
 }
 }  // namespace
 
-void validate_sizes(const RunConfig& cfg) {
-  if (cfg.world < 1 || cfg.world > 64)
-    throw ConfigError("--world " + std::to_string(cfg.world) + " is invalid (valid: 1 to 64)");
+void validate_sizes(const RunConfig& cfg, int max_world) {
+  if (cfg.world < 1 || cfg.world > max_world)
+    throw ConfigError("--world " + std::to_string(cfg.world) + " is invalid (valid: 1 to " +
+                      std::to_string(max_world) + ")");
   if (cfg.batch < 1)
     throw ConfigError("--batch " + std::to_string(cfg.batch) +
                       " is invalid (valid: a positive integer)");
@@ -55,9 +56,9 @@ RunConfig resolve_defaults(const RunConfig& cfg) {
   return c;
 }
 
-void validate_common(const RunConfig& cfg) {
+void validate_common(const RunConfig& cfg, int max_world) {
   resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
-  validate_sizes(cfg);
+  validate_sizes(cfg, max_world);
   plan_placement(cfg);  // --device and --backend against this machine's GPUs
   if (cfg.precision != "fp32" && cfg.precision != "bf16" && cfg.precision != "fp16")
     throw ConfigError("--precision '" + cfg.precision + "' is invalid (valid: fp32, bf16, fp16)");

@@ -79,13 +79,20 @@ struct RunConfig {
   bool recompute = false;      // gpipe: keep stage inputs only, recompute forward in backward
 };
 
+// The most ranks a run starts (threads or processes on this machine, every
+// pair of them connected), and the most a prediction (a meta run:
+// core/predict/meta_memory.h) lays out, where nothing is started or held.
+inline constexpr int kMaxRunWorld = 64;
+inline constexpr int kMaxPredictWorld = 1000000;
+
 // Throws ConfigError for settings that are invalid for any strategy; the
-// strategy's own validate() checks the rest.
-void validate_common(const RunConfig& cfg);
+// strategy's own validate() checks the rest. `max_world`: kMaxRunWorld, or
+// kMaxPredictWorld for a prediction.
+void validate_common(const RunConfig& cfg, int max_world = kMaxRunWorld);
 // The part of validate_common that needs neither the model nor this machine:
 // --world, --batch, --steps and --lr in range. What divides or counts by them
 // before a full validate() (the GUI's compare slots) checks these first.
-void validate_sizes(const RunConfig& cfg);
+void validate_sizes(const RunConfig& cfg, int max_world = kMaxRunWorld);
 
 // --attention's values, and the one a gpt run uses: as given, else flash where the
 // ranks run on GPUs (--device cuda, or auto with a GPU) and naive on the CPU.

@@ -129,7 +129,7 @@ std::vector<float> ShardedStates::export_params() {
   }
   // Whole parameters: rank 0 already holds every value.
   if (env_.rank != 0) return {};
-  ExportBuffer flat(env_.device, total);
+  ExportBuffer flat(env_.alloc, total);
   if (!flat.keeps()) return {};
   for (const FlatGroup& g : groups_)
     env_.device.download(flat.at(g.offset, g.numel()), params_[g.index].raw(), DType::f32,

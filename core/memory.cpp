@@ -210,6 +210,17 @@ MemStats Allocator::stats() const {
   return stats_;
 }
 
+void Allocator::note_outside(int64_t delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  outside_ += delta;
+  outside_peak_ = std::max(outside_peak_, outside_);
+}
+
+int64_t Allocator::outside_peak() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outside_peak_;
+}
+
 void Allocator::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
   for (PoolStats* s : {&stats_.device, &stats_.host}) {

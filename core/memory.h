@@ -147,6 +147,11 @@ class Allocator {
   void set_limit(Pool pool, int64_t bytes);
   int rank() const { return rank_; }
   DeviceBackend& backend() { return backend_; }
+  // Host memory a rank holds beside the allocator (an export's flat vector,
+  // ExportBuffer), counted here so that a meta run, which makes none of it,
+  // still reports it: `delta` bytes taken (> 0) or given back (< 0).
+  void note_outside(int64_t delta);
+  int64_t outside_peak() const;
   Recorder* recorder() { return recorder_; }
 
  private:
@@ -162,6 +167,7 @@ class Allocator {
   int64_t limit_[2] = {-1, -1};  // per pool, see set_limit
   mutable std::mutex mu_;
   MemStats stats_;
+  int64_t outside_ = 0, outside_peak_ = 0;  // see note_outside
   uint64_t next_id_ = 1;
   std::map<size_t, std::vector<void*>> cache_[2];  // per pool: block bytes -> free blocks
 };

@@ -43,8 +43,8 @@ class MetaScratch {
 
 class MetaComm final : public Comm {
  public:
-  MetaComm(int rank, int world, Allocator* alloc, ScratchPlacement scratch)
-      : rank_(rank), world_(world), alloc_(alloc), scratch_(scratch) {}
+  MetaComm(int rank, int world, Allocator* alloc, ScratchPlacement scratch, Recorder* recorder)
+      : rank_(rank), world_(world), alloc_(alloc), scratch_(scratch), recorder_(recorder) {}
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
@@ -52,11 +52,13 @@ class MetaComm final : public Comm {
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(30000); }
   CommStats stats() const override { return counters_.stats(); }
 
-  Work all_reduce_async(void*, size_t count, DType dt, CommMeta) override {
-    return done(all_reduce_sent(world_, static_cast<int64_t>(count * dtype_size(dt))));
+  Work all_reduce_async(void*, size_t count, DType dt, CommMeta meta) override {
+    const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
+    return done({SpanKind::all_reduce, bytes, meta}, all_reduce_sent(world_, bytes));
   }
 
-  Work reduce_scatter_async(void*, void*, std::vector<size_t> counts, DType dt, CommMeta) override {
+  Work reduce_scatter_async(void*, void*, std::vector<size_t> counts, DType dt,
+                            CommMeta meta) override {
     check_counts(rank_, world_, "reduce_scatter", counts);
     const size_t es = dtype_size(dt);
     const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -66,67 +68,84 @@ class MetaComm final : public Comm {
       const size_t max_chunk = *std::max_element(counts.begin(), counts.end());
       held = rs_scratch_.ensure(alloc_, "comm.reduce_scatter.scratch", max_chunk * es, scratch_);
     }
-    return done(reduce_scatter_sent(rank_, world_, counts, es), std::move(held));
+    return done({SpanKind::reduce_scatter, static_cast<int64_t>(total * es), meta},
+                reduce_scatter_sent(rank_, world_, counts, es), std::move(held));
   }
 
   Work all_gather_async(const void*, void*, std::vector<size_t> counts, DType dt,
-                        CommMeta) override {
+                        CommMeta meta) override {
     check_counts(rank_, world_, "all_gather", counts);
     std::vector<size_t> byte_counts(counts.size());
-    for (size_t i = 0; i < counts.size(); ++i) byte_counts[i] = counts[i] * dtype_size(dt);
-    return done(all_gather_sent(rank_, world_, byte_counts));
+    size_t total = 0;
+    for (size_t i = 0; i < counts.size(); ++i) total += byte_counts[i] = counts[i] * dtype_size(dt);
+    return done({SpanKind::all_gather, static_cast<int64_t>(total), meta},
+                all_gather_sent(rank_, world_, byte_counts));
   }
 
   Work broadcast_async(void*, size_t count, DType dt, int root, CommMeta meta) override {
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
-    check_rank(rank_, world_, OpInfo{SpanKind::broadcast, bytes, meta}, root, "root");
-    return done(broadcast_sent(rank_, root, world_, bytes));
+    const OpInfo op{SpanKind::broadcast, bytes, meta};
+    check_rank(rank_, world_, op, root, "root");
+    return done(op, broadcast_sent(rank_, root, world_, bytes));
   }
 
   Work reduce_async(void*, size_t count, DType dt, int root, CommMeta meta) override {
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(dt));
-    check_rank(rank_, world_, OpInfo{SpanKind::reduce, bytes, meta}, root, "root");
+    const OpInfo op{SpanKind::reduce, bytes, meta};
+    check_rank(rank_, world_, op, root, "root");
     // Non-root ranks give Gloo a scratch output, so that their buffers stay as they were.
     Tensor held;
     if (world_ > 1 && count > 0 && rank_ != root)
       held =
           reduce_scratch_.ensure(alloc_, "comm.reduce.scratch", count * dtype_size(dt), scratch_);
-    return done(reduce_sent(rank_, root, world_, bytes), std::move(held));
+    return done(op, reduce_sent(rank_, root, world_, bytes), std::move(held));
   }
 
   Work send_async(const void*, size_t bytes, int dst, int tag, CommMeta meta) override {
     OpInfo op{SpanKind::send, static_cast<int64_t>(bytes), meta, dst, tag};
     check_p2p(rank_, world_, op);
-    return done(op.bytes);
+    return done(op, op.bytes);
   }
 
   Work recv_async(void*, size_t bytes, int src, int tag, CommMeta meta) override {
     OpInfo op{SpanKind::recv, static_cast<int64_t>(bytes), meta, src, tag};
     check_p2p(rank_, world_, op);
-    return done(0);
+    return done(op, 0);
   }
 
-  Work barrier_async() override { return done(0); }
+  Work barrier_async() override { return done({SpanKind::barrier, 0, {}}, 0); }
 
  private:
   // The payload is counted at issue. The op completes when waited on, never
   // before: a strategy that frees a buffer once its op is done() (ddp's and
   // ZeRO's reduce-scatter queue) then holds it as long as it ever can, the
   // slowest link's case, so the meta peak bounds every real run's from above.
-  // `held` is freed at completion.
-  Work done(int64_t sent, Tensor held = {}) {
+  // `held` is freed at completion. With a recorder, the op is recorded as
+  // GlooComm records it: its issue, its first wait and its span (zero long).
+  Work done(const OpInfo& op, int64_t sent, Tensor held = {}) {
     counters_.add_sent(sent);
     counters_.add_op();
     auto keep = std::make_shared<Tensor>(std::move(held));
-    return deferred_work([keep] {
+    Recorder* rec = recorder_;
+    const int rank = rank_;
+    auto state = std::make_shared<Work::State>();
+    state->complete = [keep, rec, rank, op] {
       keep->reset();
+      if (rec) {
+        Span span = comm_span(rank, op);
+        span.t_begin_ns = span.t_end_ns = now_ns();
+        rec->add_span(span);
+      }
       return std::string();
-    });
+    };
+    track_issue(recorder_, op, *state);
+    return Work(state);
   }
 
   const int rank_, world_;
   Allocator* const alloc_;
   const ScratchPlacement scratch_;
+  Recorder* const recorder_;
   CommCounters counters_;
   MetaScratch rs_scratch_;
   MetaScratch reduce_scratch_;
@@ -135,8 +154,8 @@ class MetaComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
-                                     ScratchPlacement scratch) {
-  return std::make_unique<MetaComm>(rank, world, alloc, scratch);
+                                     ScratchPlacement scratch, Recorder* recorder) {
+  return std::make_unique<MetaComm>(rank, world, alloc, scratch, recorder);
 }
 
 }  // namespace shardlab

@@ -21,7 +21,8 @@ enum class ScratchPlacement {
 // `alloc` (may be null) takes the scratch blocks Gloo's ring reduce-scatter and
 // non-root reduce keep. For ranks that stage through the host (cuda ranks
 // sharing Gloo, the guarded CPU), wrap it in make_staging_comm as the real run does.
+// `recorder` (may be null) gets each op's issue, wait and span, as from GlooComm.
 std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
-                                     ScratchPlacement scratch);
+                                     ScratchPlacement scratch, Recorder* recorder = nullptr);
 
 }  // namespace shardlab

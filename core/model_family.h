@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/layer_call.h"
-#include "core/memory_estimate.h"
 #include "core/model.h"
 
 namespace shardlab {
@@ -43,13 +43,6 @@ class ModelFamily {
                         const std::vector<const void*>& params, const std::vector<void*>& grads,
                         const void* x, LayerKeep& keep, void* g, void* din) const = 0;
 
-  // The same allocations, replayed for the memory preflight (memory_estimate.h):
-  // forward appends what keep would hold (the output at index `out_index`).
-  virtual void plan_forward(MemoryPlan& p, const ModelLayout& m, int layer, size_t rows, DType dt,
-                            std::vector<MemBlock>& keep, int& out_index) const = 0;
-  virtual void plan_backward(MemoryPlan& p, const ModelLayout& m, int layer, size_t rows, DType dt,
-                             bool has_din) const = 0;
-
   virtual std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,
                                            const RunConfig& cfg) const = 0;
   // The loss of output [rows, act_numel(L)] (dt) against targets [rows,
@@ -59,7 +52,6 @@ class ModelFamily {
   virtual double loss(Allocator& alloc, const MixedPrecision& mp, const ModelLayout& m, void* dout,
                       const void* output, const void* targets, int rows,
                       int divisor_rows) const = 0;
-  virtual void plan_loss(MemoryPlan& p, const ModelLayout& m, DType dt, size_t rows) const = 0;
   // Host bytes the dataset holds for a run (the memory preflight's shared part).
   virtual int64_t data_bytes(const ModelLayout& m, const RunConfig& cfg) const = 0;
 };

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/device.h"
+#include "core/memory.h"
 #include "core/precision.h"
 
 namespace shardlab {
@@ -27,9 +28,14 @@ void FlatParams::read(float* dst, size_t from, size_t n) const {
   if (n) std::memcpy(dst, flat_.data() + from, n * sizeof(float));
 }
 
-ExportBuffer::ExportBuffer(const DeviceBackend& dev, size_t n)
-    : keeps_(dev.holds_values()), size_(n) {
+ExportBuffer::ExportBuffer(Allocator& alloc, size_t n)
+    : alloc_(alloc), keeps_(alloc.backend().holds_values()), size_(n) {
   if (keeps_) flat_.resize(n);
+  alloc_.note_outside(static_cast<int64_t>(n * sizeof(float)));
+}
+
+ExportBuffer::~ExportBuffer() {
+  alloc_.note_outside(-static_cast<int64_t>(size_ * sizeof(float)));
 }
 
 float* ExportBuffer::at(size_t from, size_t n) {

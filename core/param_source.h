@@ -9,6 +9,7 @@
 
 namespace shardlab {
 
+class Allocator;
 class DeviceBackend;
 class Tensor;
 
@@ -58,10 +59,15 @@ class MetaParams final : public ParamSource {
 // downloads, copies and receives. On a device that holds values it is a host
 // vector of `n` floats; on a meta device it is nothing and every fill is
 // skipped (at() is nullptr), so exporting a model larger than memory makes no
-// copy of it, while the collectives and buffers around it still run.
+// copy of it, while the collectives and buffers around it still run. Either
+// way its bytes are noted with the allocator (Allocator::note_outside) for as
+// long as the buffer lives, so a meta run predicts the host memory it takes.
 class ExportBuffer {
  public:
-  ExportBuffer(const DeviceBackend& dev, size_t n);
+  ExportBuffer(Allocator& alloc, size_t n);
+  ~ExportBuffer();
+  ExportBuffer(const ExportBuffer&) = delete;
+  ExportBuffer& operator=(const ExportBuffer&) = delete;
   bool keeps() const { return keeps_; }
   // Where floats [from, from + n) go, or nullptr when nothing is kept. Throws
   // std::logic_error for a range past the end.
@@ -69,6 +75,7 @@ class ExportBuffer {
   std::vector<float> take() { return std::move(flat_); }
 
  private:
+  Allocator& alloc_;
   bool keeps_;
   size_t size_;
   std::vector<float> flat_;

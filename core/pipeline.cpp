@@ -420,7 +420,7 @@ std::vector<float> PipelineStage::export_params() {
   };
   if (env_.rank != 0) {
     const Slices mine = slices(topo_);
-    ExportBuffer params(env_.device, mine.params_count), buffers(env_.device, mine.buffers_count);
+    ExportBuffer params(env_.alloc, mine.params_count), buffers(env_.alloc, mine.buffers_count);
     float* p = params.at(0, mine.params_count);
     float* b = buffers.at(0, mine.buffers_count);
     if (params.keeps()) layers_->copy_state_slices(p, b);
@@ -429,7 +429,7 @@ std::vector<float> PipelineStage::export_params() {
       env_.comm->send(b, mine.buffers_count * sizeof(float), 0, kGatherBuffersTag);
     return {};
   }
-  ExportBuffer flat(env_.device, layout.state_total());
+  ExportBuffer flat(env_.alloc, layout.state_total());
   layers_->copy_params_to(flat);
   const std::vector<int> partition = pipeline_partition(env_.cfg, layout);
   std::vector<Work> works;

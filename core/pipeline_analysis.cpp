@@ -1,7 +1,6 @@
 // Measured pipeline numbers (see pipeline_analysis.h): bubble from the spans,
 // activations from the allocator, schedule order from the compute spans.
 #include "core/pipeline_analysis.h"
-#include "core/memory_estimate.h"
 #include "core/model_family.h"
 #include "core/placement.h"
 
@@ -9,7 +8,10 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/layer_stack.h"
+#include "core/meta_backend.h"
 #include "core/model.h"
+#include "core/param_source.h"
 #include "core/pipeline.h"
 #include "core/strategy.h"
 
@@ -49,28 +51,32 @@ struct StageShape {
   int64_t saved() const { return kept; }
 };
 
-// From the model family's own memory plan (what LayerStack allocates per
-// layer), for one micro-batch in fp32: the pipelines' precision.
+// Measured on the stage's own layers, run on a meta device (no memory behind
+// them) for one micro-batch in fp32, the pipelines' precision: what forward
+// keeps, and the most a forward that frees as it goes (--recompute) holds at once.
 StageShape stage_shape(const RunConfig& cfg, int rank) {
   const ModelLayout layout = make_layout(cfg);
   const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
-  const size_t rows = static_cast<size_t>(cfg.batch / micro_batches_run(cfg));
-  MemoryTally tally;
-  const Placement place = plan_placement(cfg);
-  MemoryPlan p{rank, cfg.world, cfg, layout, place, tally, {}, 0, 0};
+  const int rows = cfg.batch / micro_batches_run(cfg);
+  const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
+  Allocator alloc(*dev, nullptr);
+  const MetaParams init(layout.state_total());
+  LayerStack stack(layout, t.first_layer, t.last_layer, alloc, nullptr, init);
+  const size_t in_numel = static_cast<size_t>(rows) * layout.act_numel(t.first_layer);
+  const Tensor in = alloc.alloc("stage_input", MemCategory::temporary, in_numel);
+  const auto activations = [&](bool peak) {
+    const PoolStats s = alloc.stats().device;
+    return (peak ? s.peak : s.current)[static_cast<int>(MemCategory::activations)];
+  };
   StageShape s;
-  s.unit = static_cast<int64_t>(rows * layout.act_numel(t.first_layer) * sizeof(float));
-  int64_t prev = 0;  // the previous layer's output, freed once this layer has read it
-  for (int l = t.first_layer; l < t.last_layer; ++l) {
-    std::vector<MemBlock> keep;
-    int out = 0;
-    layout.family().plan_forward(p, layout, l, rows, DType::f32, keep, out);
-    int64_t kept = 0;
-    for (const MemBlock& b : keep) kept += b.bytes();
-    s.kept += kept;
-    s.forward_transient = std::max(s.forward_transient, (l > t.first_layer ? prev : 0) + kept);
-    prev = keep[static_cast<size_t>(out)].bytes();
-  }
+  s.unit = static_cast<int64_t>(in_numel * sizeof(float));
+  const int64_t before = activations(false);
+  stack.forward(in.raw(), rows, 0);
+  s.kept = activations(false) - before;
+  alloc.reset_peaks();
+  const int64_t holding = activations(false);
+  { const Tensor out = stack.forward_keep_input(in.raw(), rows, 1); }
+  s.forward_transient = activations(true) - holding;
   return s;
 }
 

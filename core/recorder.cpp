@@ -91,24 +91,40 @@ void Recorder::add_span(Span span) {
   span.rank = rank_;
   if (span.step < 0) span.step = step();
   std::lock_guard<std::mutex> lock(mu_);
-  spans_.push_back(span);
+  if (count_only_)
+    ++counted_.spans;
+  else
+    spans_.push_back(span);
 }
 
 void Recorder::add_alloc(AllocEvent event) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  allocs_.push_back(std::move(event));
+  if (count_only_)
+    ++counted_.allocs;
+  else
+    allocs_.push_back(std::move(event));
 }
 
 void Recorder::add_mark(const Mark& mark) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  marks_.push_back(mark);
+  if (count_only_)
+    ++counted_.marks;
+  else
+    marks_.push_back(mark);
 }
 
 Recorder::Snapshot Recorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return Snapshot{spans_, allocs_, marks_};
+}
+
+Recorder::Counts Recorder::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (count_only_) return counted_;
+  return {static_cast<int64_t>(spans_.size()), static_cast<int64_t>(allocs_.size()),
+          static_cast<int64_t>(marks_.size())};
 }
 
 size_t Recorder::span_count() const {

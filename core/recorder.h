@@ -122,6 +122,11 @@ class DeviceClock {
 class Recorder {
  public:
   explicit Recorder(int rank, bool enabled = true) : rank_(rank), enabled_(enabled) {}
+  // A recorder that keeps nothing but how many records it was given: a meta
+  // run's (core/predict/meta_memory.h), which predicts what a real recorder
+  // would grow by a step without holding thousands of records per rank.
+  struct CountOnly {};
+  Recorder(int rank, CountOnly) : rank_(rank), enabled_(true), count_only_(true) {}
 
   int rank() const { return rank_; }
   bool enabled() const { return enabled_; }
@@ -146,6 +151,11 @@ class Recorder {
   };
   Snapshot snapshot() const;
   // Incremental reads for a viewer that already holds the first `from` items.
+  // Records given so far (kept, or counted by a CountOnly recorder).
+  struct Counts {
+    int64_t spans = 0, allocs = 0, marks = 0;
+  };
+  Counts counts() const;
   size_t span_count() const;
   void spans_since(size_t from, std::vector<Span>& out) const;
   void allocs_since(size_t from, std::vector<AllocEvent>& out) const;
@@ -153,12 +163,14 @@ class Recorder {
  private:
   const int rank_;
   const bool enabled_;
+  const bool count_only_ = false;
   std::atomic<int> step_{-1};
   DeviceClock* clock_ = nullptr;
   mutable std::mutex mu_;
   std::vector<Span> spans_;
   std::vector<AllocEvent> allocs_;
   std::vector<Mark> marks_;
+  Counts counted_;  // a CountOnly recorder's
 };
 
 // Records a span from construction to destruction (or to end()). A compute

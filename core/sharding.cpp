@@ -112,7 +112,7 @@ std::vector<float> gather_model_params(Comm& comm, Allocator& alloc, size_t tota
                                        const std::vector<const float*>& shards,
                                        bool shards_on_host) {
   const int rank = comm.rank();
-  ExportBuffer flat(alloc.backend(), rank == 0 ? total : 0);
+  ExportBuffer flat(alloc, rank == 0 ? total : 0);
   for (const FlatGroup& g : groups) {
     const float* shard = shards[g.index];
     Tensor staged;

@@ -310,9 +310,9 @@ RunConfig for_strategy(RunConfig base, const std::string& strategy) {
   return base;
 }
 
-void validate(const RunConfig& cfg, const std::vector<std::string>& given) {
+void validate(const RunConfig& cfg, const std::vector<std::string>& given, int max_world) {
   const StrategyInfo& info = strategy_info(cfg.strategy);
-  validate_common(cfg);
+  validate_common(cfg, max_world);
   std::vector<StrategyOption> unread = unread_options(cfg);
   // Typed at its default value it is still not read (`--micro-batches 1` with
   // ddp); only --precision fp32 is what every strategy runs.

@@ -19,8 +19,6 @@
 
 namespace shardlab {
 
-struct MemoryPlan;  // memory_estimate.h
-
 // Objects shared by the ranks of one in-process run, created on first use.
 // Only a strategy that is not SPMD needs it: `dp`, whose controller thread
 // hands work to the device threads through memory instead of a communicator.
@@ -182,10 +180,6 @@ struct StrategyInfo {
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};
-  // Replays what setup(), step() and export_params() allocate on one rank,
-  // in order, on the memory preflight's tally (memory_estimate.h); without
-  // it a run of this strategy is not checked before it starts.
-  std::function<void(MemoryPlan&)> plan_memory{};
 
   bool reads_option(StrategyOption o) const;
 };
@@ -226,7 +220,9 @@ void require_batchnorm_support(const RunConfig& cfg);
 // typed ("micro-batches"), in command-line order: of several unread options
 // the message names the first given (without it, kStrategyOptions order). A
 // given option the strategy does not read is refused even at its default
-// value (`--micro-batches 1` with ddp), except --precision fp32.
-void validate(const RunConfig& cfg, const std::vector<std::string>& given = {});
+// value (`--micro-batches 1` with ddp), except --precision fp32. `max_world`:
+// see validate_common.
+void validate(const RunConfig& cfg, const std::vector<std::string>& given = {},
+              int max_world = kMaxRunWorld);
 
 }  // namespace shardlab

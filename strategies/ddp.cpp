@@ -20,7 +20,6 @@
 
 #include "core/data_parallel.h"
 #include "core/layer_stack.h"
-#include "core/memory_estimate.h"
 #include "core/precision.h"
 #include "core/strategy.h"
 #include "strategies/registry.h"
@@ -134,7 +133,7 @@ class Ddp final : public Strategy {
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
     if (env_->rank != 0) return {};
-    ExportBuffer flat(env_->device, env_->layout.total());
+    ExportBuffer flat(env_->alloc, env_->layout.total());
     model_->copy_params_to(flat);
     if (optimizer_->mixed() && flat.keeps())  // the model's weights are the fp32 masters
       for (size_t i = 0; i < env_->layout.params().size(); ++i) {
@@ -177,33 +176,6 @@ class Ddp final : public Strategy {
   std::vector<Bucket> buckets_;
 };
 
-// What Ddp allocates, replayed for the memory preflight: the same buffers in
-// the same order as setup(), step() and export_params() above.
-void plan_memory(MemoryPlan& p) {
-  const ModelLayout& layout = p.layout;
-  const DType dt = precision_dtype(p.cfg.precision);
-  StackMemory model(p, 0, layout.num_layers(), dt);
-  OptimizerMemory optimizer(p, model.ranges(), dt);
-  CommMemory comm(p);
-  for (const ParamInfo& q : layout.params()) comm.all_reduce(q.numel, dt);  // the broadcasts
-  const std::vector<Bucket> buckets = make_buckets(layout, p.cfg.bucket_mb, dtype_size(dt));
-  std::vector<MemBlock> buffers;
-  for (const Bucket& b : buckets)
-    buffers.push_back(p.alloc(MemCategory::comm_buffers, b.numel, dt));
-  p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
-    BatchMemory batch = plan_batch(p, b);
-    model.forward(b, -1);
-    MemBlock dpred = plan_loss(p, dt, b);
-    model.backward(-1, false);
-    std::vector<std::vector<MemBlock>> in_flight;  // staging, until every bucket is waited for
-    for (const Bucket& bk : buckets) in_flight.push_back(comm.all_reduce(bk.numel, dt));
-    in_flight.clear();
-    optimizer.step();
-  });
-  if (p.rank == 0) MemBlock flat = p.tally.outside(layout.total() * sizeof(float));
-}
-
 }  // namespace
 
 // This strategy's entry in the registry (strategies/registry.cpp).
@@ -226,7 +198,6 @@ StrategyInfo ddp_strategy() {
                                 " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
                                 std::to_string(cfg.world * 16) + ")");
           },
-      .plan_memory = plan_memory,
   };
 }
 

@@ -31,7 +31,6 @@
 
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
-#include "core/memory_estimate.h"
 #include "core/model_family.h"
 #include "core/optimizer.h"
 #include "core/phase_barrier.h"
@@ -236,7 +235,7 @@ class Dp final : public Strategy {
 
   std::vector<float> export_params() override {
     if (env_->rank != 0) return {};
-    ExportBuffer flat(env_->device, env_->layout.total());
+    ExportBuffer flat(env_->alloc, env_->layout.total());
     if (!flat.keeps()) return {};
     for (size_t i = 0; i < params_.size(); ++i) {
       float* dst = flat.at(env_->layout.params()[i].offset, params_[i].numel());
@@ -317,67 +316,6 @@ class Dp final : public Strategy {
   uint64_t syncs_ = 0;                    // barriers met so far: the n-th meets the n-th
 };
 
-// What Dp allocates on device `rank`, replayed for the memory preflight: the
-// same buffers in the same order as setup(), step() and export_params() above.
-void plan_memory(MemoryPlan& p) {
-  const ModelLayout& layout = p.layout;
-  const DType dt = precision_dtype(p.cfg.precision);
-  const bool device0 = p.rank == 0;
-  const int L = layout.num_layers();
-  std::vector<MemBlock> params, grads;
-  std::vector<size_t> ranges;
-  for (const ParamInfo& q : layout.params()) ranges.push_back(q.numel);
-  std::unique_ptr<OptimizerMemory> optimizer;
-  if (device0) {
-    for (size_t n : ranges) {
-      params.push_back(p.alloc(MemCategory::params, n, dt));
-      grads.push_back(p.alloc(MemCategory::grads, n, dt));
-    }
-    optimizer = std::make_unique<OptimizerMemory>(p, ranges, dt);
-  }
-  p.steps([&](int) {
-    const size_t B = static_cast<size_t>(p.cfg.batch), b = B / p.world;
-    const size_t in_row = layout.act_numel(0), out_row = layout.act_numel(L);
-    BatchMemory batch;
-    MemBlock outputs;
-    if (device0) {
-      batch = plan_batch(p, B);
-      outputs = p.alloc(MemCategory::activations, B * out_row, dt);
-    }
-    std::vector<MemBlock> replica, replica_grads;
-    if (!device0) {
-      for (size_t n : ranges) {
-        replica.push_back(p.alloc(MemCategory::params, n, dt));
-        replica_grads.push_back(p.alloc(MemCategory::grads, n, dt));
-      }
-      p.tally.span(static_cast<int>(ranges.size()));  // the copies from device 0
-    }
-    MemBlock my_x;
-    if (!device0) my_x = p.alloc(MemCategory::activations, b * in_row);
-    TapeMemory tape(p, dt);
-    tape.begin(b);
-    for (int l = 0; l < L; ++l) tape.forward(l);
-    MemBlock dout;
-    std::vector<MemBlock> inbox;
-    if (device0) {
-      dout = plan_loss(p, dt, B);
-      for (int j = 1; j < p.world; ++j)
-        inbox.push_back(p.alloc(MemCategory::comm_buffers, layout.total(), dt));
-    }
-    MemBlock my_dout;
-    if (!device0) my_dout = p.alloc(MemCategory::temporary, b * out_row, dt);
-    tape.begin_backward();
-    for (int l = L - 1; l >= 0; --l) tape.backward(l);
-    replica.clear();
-    replica_grads.clear();
-    if (!device0) return;
-    p.tally.span();  // the reduce
-    inbox.clear();
-    optimizer->step();
-  });
-  if (device0) MemBlock flat = p.tally.outside(layout.total() * sizeof(float));
-}
-
 }  // namespace
 
 // This strategy's entry in the registry (strategies/registry.cpp).
@@ -394,7 +332,6 @@ StrategyInfo dp_strategy() {
       .comm_buffers = "device 0's inboxes for every replica's gradients",
       .make = [] { return std::make_unique<Dp>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-      .plan_memory = plan_memory,
   };
 }
 

@@ -26,7 +26,6 @@
 
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
-#include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
@@ -206,106 +205,6 @@ class Fsdp final : public Strategy {
   std::unique_ptr<ShardedStates> states_;
 };
 
-// What Fsdp allocates, replayed for the memory preflight: the same buffers in
-// the same order as setup(), step() and export_params() above. The unreduced
-// gradients are held as long as free_reduced allows when no reduce-scatter has
-// finished early: the most this rank can hold.
-void plan_memory(MemoryPlan& p) {
-  const RunConfig& cfg = p.cfg;
-  const bool offload = cfg.offload;
-  const Pool pool = offload ? Pool::host : Pool::device;
-  const std::vector<FlatGroup> units = make_flat_groups(p.layout, cfg.fsdp_unit, p.world);
-  const DType dt = precision_dtype(cfg.precision);
-  const int U = static_cast<int>(units.size());
-  std::vector<MemBlock> param_shards, grad_shards, init_shards;
-  std::vector<size_t> shards, padded;
-  for (const FlatGroup& u : units) {
-    init_shards.push_back(p.tally.outside(u.plan.shard * sizeof(float)));
-    param_shards.push_back(p.alloc(MemCategory::params, u.plan.shard, dt, pool));
-    grad_shards.push_back(p.alloc(MemCategory::grads, u.plan.shard, dt, pool));
-    shards.push_back(u.plan.shard);
-    padded.push_back(u.plan.padded());
-  }
-  OptimizerMemory optimizer(p, shards, dt, pool);
-  init_shards.clear();
-  CommMemory comm(p);
-  struct Gathered {
-    MemBlock staged, params;
-    std::vector<MemBlock> staging;  // until the all-gather is waited for
-    bool valid() const { return !params.empty(); }
-  };
-  auto gather = [&](int u) {
-    Gathered out;
-    if (offload) {
-      out.staged = p.alloc(MemCategory::comm_buffers, shards[u], dt);
-      p.tally.span();  // copy_h2d
-    }
-    out.params = p.alloc(MemCategory::comm_buffers, padded[u], dt);
-    out.staging = comm.all_gather(padded[u], shards[u], dt, false);
-    return out;
-  };
-  const TiedGradients tied(p.layout, units);
-  auto wait = [](Gathered& g) {
-    g.staging.clear();
-    g.staged.reset();
-  };
-  p.steps([&](int) {
-    const size_t b = static_cast<size_t>(cfg.batch / p.world);
-    BatchMemory batch = plan_batch(p, b);
-    TapeMemory tape(p, dt);
-    tape.begin(b);
-    std::vector<Gathered> kept(U);
-    for (int u = 0; u < U; ++u) {
-      Gathered cur = gather(u);
-      wait(cur);
-      for (int l = units[u].first; l < units[u].last; ++l) tape.forward(l);
-      if (!cfg.reshard_after_forward) kept[u] = std::move(cur);
-    }
-    MemBlock dpred = plan_loss(p, dt, b);
-    tape.begin_backward();
-    auto whole = [&](int u) { return kept[u].valid() ? std::move(kept[u]) : gather(u); };
-    struct Pending {
-      MemBlock unreduced, staged;
-      std::vector<MemBlock> staging;
-    };
-    std::deque<Pending> pending;
-    std::map<int, MemBlock> held;
-    Gathered next = whole(U - 1);
-    for (int u = U - 1; u >= 0; --u) {
-      Gathered cur = std::move(next);
-      if (cfg.prefetch && u > 0) next = whole(u - 1);
-      wait(cur);
-      MemBlock full = p.alloc(MemCategory::comm_buffers, padded[u], dt);
-      for (int l = units[u].last - 1; l >= units[u].first; --l) tape.backward(l);
-      cur.params.reset();
-      auto reduce = [&](int k, MemBlock unreduced) {
-        Pending r;
-        if (offload) r.staged = p.alloc(MemCategory::comm_buffers, shards[k], dt);
-        r.staging = comm.reduce_scatter(padded[k], shards[k], dt);
-        r.unreduced = std::move(unreduced);
-        pending.push_back(std::move(r));
-      };
-      if (tied.holds_back(u)) {
-        held[u] = std::move(full);
-      } else {
-        reduce(u, std::move(full));
-        for (int h : tied.released_by(u)) {
-          reduce(h, std::move(held[h]));
-          held.erase(h);
-        }
-        while (pending.size() > 2) {
-          if (offload) p.tally.span();  // copy_d2h
-          pending.pop_front();
-        }
-      }
-      if (!cfg.prefetch && u > 0) next = whole(u - 1);
-    }
-    pending.clear();
-    optimizer.step();
-  });
-  plan_gather_model_params(p, padded, shards, offload);
-}
-
 }  // namespace
 
 // This strategy's entry in the registry (strategies/registry.cpp).
@@ -331,7 +230,6 @@ StrategyInfo fsdp_strategy() {
                                 " is invalid for model " + cfg.model + " (valid: 1 to " +
                                 std::to_string(layers) + " layers per unit)");
           },
-      .plan_memory = plan_memory,
   };
 }
 

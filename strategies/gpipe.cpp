@@ -17,11 +17,10 @@
 namespace shardlab {
 namespace {
 
-// The step's order, on the real stage or on its memory plan (StageMemory);
+// The step's order (a meta run drives the same stage to predict its memory);
 // pipeline_strategy.h adds the flush that ends every step.
 struct GPipeSchedule {
-  template <class Stage>
-  static void run(Stage& stage) {
+  static void run(PipelineStage& stage) {
     const int M = stage.micro_batches();
 
     // Phase 1 — fill: every micro-batch forward, in order. The receive of the
@@ -60,7 +59,6 @@ StrategyInfo gpipe_strategy() {
       .in_flight_formula = "M",
       .make = [] { return std::make_unique<PipelineStrategy<GPipeSchedule>>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-      .plan_memory = plan_pipeline_memory<GPipeSchedule>,
   };
 }
 

@@ -18,11 +18,10 @@
 namespace shardlab {
 namespace {
 
-// The step's order, on the real stage or on its memory plan (StageMemory);
+// The step's order (a meta run drives the same stage to predict its memory);
 // pipeline_strategy.h adds the flush that ends every step.
 struct NaiveMpSchedule {
-  template <class Stage>
-  static void run(Stage& stage) {
+  static void run(PipelineStage& stage) {
     // Phase 1 — forward: wait for the previous stage, run my layers, pass the
     // activations on (the last stage computes the loss instead).
     stage.forward(0);
@@ -50,7 +49,6 @@ StrategyInfo naive_mp_strategy() {
       .in_flight_formula = "1",
       .make = [] { return std::make_unique<PipelineStrategy<NaiveMpSchedule>>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-      .plan_memory = plan_pipeline_memory<NaiveMpSchedule>,
   };
 }
 

@@ -17,11 +17,10 @@
 namespace shardlab {
 namespace {
 
-// The step's order, on the real stage or on its memory plan (StageMemory);
+// The step's order (a meta run drives the same stage to predict its memory);
 // pipeline_strategy.h adds the flush that ends every step.
 struct OneFOneBSchedule {
-  template <class Stage>
-  static void run(Stage& stage) {
+  static void run(PipelineStage& stage) {
     const StageTopology& t = stage.topology();
     const int M = stage.micro_batches();
     // Stage k starts P − k − 1 micro-batches ahead of its first backward: just
@@ -72,7 +71,6 @@ StrategyInfo one_f_one_b_strategy() {
       .in_flight_formula = "min(P−rank, M)",
       .make = [] { return std::make_unique<PipelineStrategy<OneFOneBSchedule>>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
-      .plan_memory = plan_pipeline_memory<OneFOneBSchedule>,
   };
 }
 

@@ -7,14 +7,13 @@
 #include <memory>
 #include <vector>
 
-#include "core/memory_estimate.h"
 #include "core/pipeline.h"
 #include "core/strategy.h"
 
 namespace shardlab {
 
-// Schedule: a type with `template <class Stage> static void run(Stage&)`, which
-// drives the real PipelineStage and its memory plan (StageMemory) alike.
+// Schedule: a type with `static void run(PipelineStage&)`, the step's order of
+// forwards and backwards over the micro-batches.
 template <class Schedule>
 class PipelineStrategy final : public Strategy {
  public:
@@ -36,17 +35,5 @@ class PipelineStrategy final : public Strategy {
  private:
   std::unique_ptr<PipelineStage> stage_;
 };
-
-// What a stage allocates, replayed for the memory preflight on the same schedule.
-template <class Schedule>
-void plan_pipeline_memory(MemoryPlan& p) {
-  StageMemory stage(p);
-  p.steps([&](int) {
-    stage.begin_step();
-    Schedule::run(stage);
-    stage.finish_step();
-  });
-  stage.export_params();
-}
 
 }  // namespace shardlab

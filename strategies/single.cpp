@@ -4,7 +4,6 @@
 // params, activations and grads, fp32 masters and moments in the optimizer.
 #include "core/data_parallel.h"
 #include "core/layer_stack.h"
-#include "core/memory_estimate.h"
 #include "core/precision.h"
 #include "core/strategy.h"
 #include "strategies/registry.h"
@@ -45,7 +44,7 @@ class Single final : public Strategy {
 
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
-    ExportBuffer flat(env_->device, env_->layout.state_total());  // + BatchNorm buffers under +bn
+    ExportBuffer flat(env_->alloc, env_->layout.state_total());  // + BatchNorm buffers under +bn
     model_->copy_params_to(flat);
     if (optimizer_->mixed() && flat.keeps())  // the model's weights are the fp32 masters
       for (size_t i = 0; i < env_->layout.params().size(); ++i) {
@@ -61,23 +60,6 @@ class Single final : public Strategy {
   std::unique_ptr<MixedPrecision> mp_;
   std::unique_ptr<Optimizer> optimizer_;
 };
-
-// What Single allocates, replayed for the memory preflight: the same buffers
-// in the same order as setup(), step() and export_params() above.
-void plan_memory(MemoryPlan& p) {
-  const DType dt = precision_dtype(p.cfg.precision);
-  StackMemory model(p, 0, p.layout.num_layers(), dt);
-  OptimizerMemory optimizer(p, model.ranges(), dt);
-  p.steps([&](int) {
-    const size_t B = static_cast<size_t>(p.cfg.batch);
-    BatchMemory batch = plan_batch(p, B);
-    model.forward(B, -1);
-    MemBlock dpred = plan_loss(p, dt, B);
-    model.backward(-1, false);
-    optimizer.step();
-  });
-  MemBlock flat = p.tally.outside(p.layout.state_total() * sizeof(float));
-}
 
 }  // namespace
 
@@ -96,7 +78,6 @@ StrategyInfo single_strategy() {
                   "--world " + std::to_string(cfg.world) +
                   " is invalid for strategy single (valid: 1; it is the one-device reference)");
           },
-      .plan_memory = plan_memory,
   };
 }
 

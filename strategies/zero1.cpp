@@ -20,7 +20,6 @@
 
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
-#include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
@@ -105,52 +104,6 @@ class Zero1 final : public Strategy {
   std::unique_ptr<ShardedStates> states_;
 };
 
-// What Zero1 allocates, replayed for the memory preflight: the same buffers in
-// the same order as setup(), step() and export_params() above.
-void plan_memory(MemoryPlan& p) {
-  const std::vector<FlatGroup> groups = make_flat_groups(p.layout, 1, p.world);
-  const DType dt = precision_dtype(p.cfg.precision);
-  const int L = p.layout.num_layers();
-  std::vector<MemBlock> params, grads;
-  std::vector<size_t> shards, padded, shard;
-  for (const FlatGroup& g : groups) {
-    params.push_back(p.alloc(MemCategory::params, g.plan.padded(), dt));
-    MemBlock values = p.tally.outside(g.plan.padded() * sizeof(float));
-    grads.push_back(p.alloc(MemCategory::grads, g.plan.padded(), dt));
-    shards.push_back(g.plan.shard);
-    padded.push_back(g.plan.padded());
-  }
-  OptimizerMemory optimizer(p, shards, dt);
-  CommMemory comm(p);
-  const TiedGradients tied(p.layout, groups);
-  p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
-    BatchMemory batch = plan_batch(p, b);
-    TapeMemory tape(p, dt);
-    tape.begin(b);
-    for (int l = 0; l < L; ++l) tape.forward(l);
-    MemBlock dpred = plan_loss(p, dt, b);
-    tape.begin_backward();
-    std::vector<std::vector<MemBlock>> reduces;
-    for (int l = L - 1; l >= 0; --l) {
-      tape.backward(l);
-      if (tied.holds_back(l)) continue;
-      reduces.push_back(comm.reduce_scatter(padded[l], shards[l], dt));
-      for (int h : tied.released_by(l))
-        reduces.push_back(comm.reduce_scatter(padded[h], shards[h], dt));
-    }
-    reduces.clear();
-    optimizer.step();
-    std::vector<std::vector<MemBlock>> gathers;
-    for (const FlatGroup& g : groups)
-      gathers.push_back(comm.all_gather(g.plan.padded(), g.plan.shard, dt, true));
-  });
-  if (dt != DType::f32)
-    plan_gather_model_params(p, padded, shards, false);
-  else if (p.rank == 0)
-    MemBlock flat = p.tally.outside(p.layout.total() * sizeof(float));
-}
-
 }  // namespace
 
 // This strategy's entry in the registry (strategies/registry.cpp).
@@ -167,7 +120,6 @@ StrategyInfo zero1_strategy() {
       .comm_buffers = "reduce-scatter scratch",
       .make = [] { return std::make_unique<Zero1>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-      .plan_memory = plan_memory,
   };
 }
 

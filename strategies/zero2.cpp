@@ -20,7 +20,6 @@
 
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
-#include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
@@ -106,62 +105,6 @@ class Zero2 final : public Strategy {
   std::unique_ptr<ShardedStates> states_;
 };
 
-// What Zero2 allocates, replayed for the memory preflight: the same buffers in
-// the same order as setup(), step() and export_params() above. The unreduced
-// gradients are held as long as free_reduced allows when no reduce-scatter has
-// finished early: the most this rank can hold.
-void plan_memory(MemoryPlan& p) {
-  const std::vector<FlatGroup> groups = make_flat_groups(p.layout, 1, p.world);
-  const DType dt = precision_dtype(p.cfg.precision);
-  const int L = p.layout.num_layers();
-  std::vector<MemBlock> params, grad_shards;
-  std::vector<size_t> shards, padded;
-  for (const FlatGroup& g : groups) {
-    params.push_back(p.alloc(MemCategory::params, g.plan.padded(), dt));
-    MemBlock values = p.tally.outside(g.plan.padded() * sizeof(float));
-    grad_shards.push_back(p.alloc(MemCategory::grads, g.plan.shard, dt));
-    shards.push_back(g.plan.shard);
-    padded.push_back(g.plan.padded());
-  }
-  OptimizerMemory optimizer(p, shards, dt);
-  CommMemory comm(p);
-  const TiedGradients tied(p.layout, groups);
-  p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
-    BatchMemory batch = plan_batch(p, b);
-    TapeMemory tape(p, dt);
-    tape.begin(b);
-    for (int l = 0; l < L; ++l) tape.forward(l);
-    MemBlock dpred = plan_loss(p, dt, b);
-    tape.begin_backward();
-    std::deque<std::pair<MemBlock, std::vector<MemBlock>>> pending;
-    std::map<int, MemBlock> held;
-    for (int l = L - 1; l >= 0; --l) {
-      MemBlock full = p.alloc(MemCategory::comm_buffers, padded[l], dt);
-      tape.backward(l);
-      if (tied.holds_back(l)) {
-        held[l] = std::move(full);
-        continue;
-      }
-      pending.emplace_back(std::move(full), comm.reduce_scatter(padded[l], shards[l], dt));
-      for (int h : tied.released_by(l)) {
-        pending.emplace_back(std::move(held[h]), comm.reduce_scatter(padded[h], shards[h], dt));
-        held.erase(h);
-      }
-      while (pending.size() > 2) pending.pop_front();
-    }
-    pending.clear();
-    optimizer.step();
-    std::vector<std::vector<MemBlock>> gathers;
-    for (const FlatGroup& g : groups)
-      gathers.push_back(comm.all_gather(g.plan.padded(), g.plan.shard, dt, true));
-  });
-  if (dt != DType::f32)
-    plan_gather_model_params(p, padded, shards, false);
-  else if (p.rank == 0)
-    MemBlock flat = p.tally.outside(p.layout.total() * sizeof(float));
-}
-
 }  // namespace
 
 // This strategy's entry in the registry (strategies/registry.cpp).
@@ -178,7 +121,6 @@ StrategyInfo zero2_strategy() {
       .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",
       .make = [] { return std::make_unique<Zero2>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-      .plan_memory = plan_memory,
   };
 }
 

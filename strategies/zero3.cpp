@@ -24,7 +24,6 @@
 
 #include "core/data_parallel.h"
 #include "core/layer_ops.h"
-#include "core/memory_estimate.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/sharding.h"
@@ -141,82 +140,6 @@ class Zero3 final : public Strategy {
   std::unique_ptr<ShardedStates> states_;
 };
 
-// What Zero3 allocates, replayed for the memory preflight: the same buffers in
-// the same order as setup(), step() and export_params() above. The unreduced
-// gradients are held as long as free_reduced allows when no reduce-scatter has
-// finished early: the most this rank can hold.
-void plan_memory(MemoryPlan& p) {
-  const std::vector<FlatGroup> groups = make_flat_groups(p.layout, 1, p.world);
-  const DType dt = precision_dtype(p.cfg.precision);
-  const int L = p.layout.num_layers();
-  const bool prefetch = p.cfg.prefetch;
-  std::vector<MemBlock> param_shards, grad_shards, init_shards;
-  std::vector<size_t> shards, padded;
-  for (const FlatGroup& g : groups) {
-    init_shards.push_back(p.tally.outside(g.plan.shard * sizeof(float)));
-    param_shards.push_back(p.alloc(MemCategory::params, g.plan.shard, dt));
-    grad_shards.push_back(p.alloc(MemCategory::grads, g.plan.shard, dt));
-    shards.push_back(g.plan.shard);
-    padded.push_back(g.plan.padded());
-  }
-  OptimizerMemory optimizer(p, shards, dt);
-  init_shards.clear();
-  CommMemory comm(p);
-  const TiedGradients tied(p.layout, groups);
-  struct Gathered {
-    MemBlock params;
-    std::vector<MemBlock> staging;  // until the all-gather is waited for
-  };
-  auto gather = [&](int l) {
-    Gathered out;
-    out.params = p.alloc(MemCategory::comm_buffers, padded[l], dt);
-    out.staging = comm.all_gather(padded[l], shards[l], dt, false);
-    return out;
-  };
-  p.steps([&](int) {
-    const size_t b = static_cast<size_t>(p.cfg.batch / p.world);
-    BatchMemory batch = plan_batch(p, b);
-    TapeMemory tape(p, dt);
-    tape.begin(b);
-    Gathered next = gather(0);
-    for (int l = 0; l < L; ++l) {
-      Gathered cur = std::move(next);
-      if (prefetch && l + 1 < L) next = gather(l + 1);
-      cur.staging.clear();
-      tape.forward(l);
-      cur.params.reset();
-      if (!prefetch && l + 1 < L) next = gather(l + 1);
-    }
-    MemBlock dpred = plan_loss(p, dt, b);
-    tape.begin_backward();
-    std::deque<std::pair<MemBlock, std::vector<MemBlock>>> pending;
-    std::map<int, MemBlock> held;
-    next = gather(L - 1);
-    for (int l = L - 1; l >= 0; --l) {
-      Gathered cur = std::move(next);
-      if (prefetch && l > 0) next = gather(l - 1);
-      cur.staging.clear();
-      MemBlock full = p.alloc(MemCategory::comm_buffers, padded[l], dt);
-      tape.backward(l);
-      cur.params.reset();
-      if (tied.holds_back(l)) {
-        held[l] = std::move(full);
-      } else {
-        pending.emplace_back(std::move(full), comm.reduce_scatter(padded[l], shards[l], dt));
-        for (int h : tied.released_by(l)) {
-          pending.emplace_back(std::move(held[h]), comm.reduce_scatter(padded[h], shards[h], dt));
-          held.erase(h);
-        }
-        while (pending.size() > 2) pending.pop_front();
-      }
-      if (!prefetch && l > 0) next = gather(l - 1);
-    }
-    pending.clear();
-    optimizer.step();
-  });
-  plan_gather_model_params(p, padded, shards, false);
-}
-
 }  // namespace
 
 // This strategy's entry in the registry (strategies/registry.cpp).
@@ -233,7 +156,6 @@ StrategyInfo zero3_strategy() {
       .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
       .make = [] { return std::make_unique<Zero3>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
-      .plan_memory = plan_memory,
   };
 }
 

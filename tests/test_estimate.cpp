@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -170,6 +172,48 @@ TEST_CASE("estimate says why it has no run peak for a configuration a run refuse
   CHECK_THAT(r.out, Catch::Contains("not predicted, as a run would refuse this configuration: "
                                     "--batch 64 is not divisible by --world 3"));
   const CliResult ok = run_cli("estimate --model mlp:4x64 --world 2 --strategy ddp");
-  CHECK_THAT(ok.out, Catch::Contains("the code itself run on meta devices"));
+  CHECK_THAT(ok.out, Catch::Contains("the strategy's own code run on meta devices"));
   CHECK_THAT(ok.out, !Catch::Contains("not predicted"));
+}
+
+TEST_CASE("estimate lays out GPT-3 175B under ZeRO-3 on 1024 ranks in seconds", "[estimate]") {
+  // Nothing is allocated: the real zero3 code runs on meta devices for every
+  // rank. Its model states per rank are the ZeRO paper's 16Ψ/N, plus the
+  // padding of each layer's flat group to 1024 equal shards, which it reports.
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliResult r = run_cli(
+      "estimate --model gpt:96x12288x96 --seq 2048 --world 1024 --strategy zero3 --batch 1024 "
+      "--precision bf16 --json");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const double psi = j["params"].get<double>();
+  // 175B less most of the embeddings: a character vocabulary instead of GPT-2's 50257 tokens.
+  CHECK(psi > 173e9);
+  CHECK(psi < 176e9);
+  REQUIRE(j["run_peak_bytes_per_rank"].size() == 1024);
+  REQUIRE(!j["run_peak_groups"].empty());
+  for (const auto& g : j["run_peak_groups"]) {
+    const double states = g["model_states_bytes"].get<double>();
+    const double over = g["model_states_over_formula_bytes"].get<double>();
+    INFO(g.dump());
+    CHECK(std::abs(states - over - 16 * psi / 1024) < 1.0);
+    CHECK(over >= 0);
+    // At most one padding value per layer group and state (2 + 2 + 12 bytes).
+    CHECK(over <= 98 * 16 * 1024);
+  }
+  CHECK(seconds < 10);
+}
+
+TEST_CASE("estimate predicts worlds past what a run starts, and says where runs stop",
+          "[estimate]") {
+  const CliResult r = run_cli("estimate --model mlp:4x64 --world 128 --strategy zero3 --batch 128");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("every rank: peak"));
+  const CliResult run = run_cli("run --model mlp:4x64 --world 128 --strategy zero3 --batch 128");
+  CHECK(run.code == 2);
+  CHECK_THAT(run.out, Catch::Contains("--world 128 is invalid (valid: 1 to 64)"));
 }

@@ -22,7 +22,6 @@
 #include <mutex>
 
 #include "core/config.h"
-#include "core/memory_estimate.h"
 #include "core/model_family.h"
 #include "core/precision.h"
 #include "core/rng.h"
@@ -112,14 +111,6 @@ void linear(const LayerCall& c, void* out, const void* x, const void* w, const v
                                    in, o);
   y.store(out);
 }
-void plan_linear(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool bias) {
-  if (dt == DType::f32 || native_2byte(p)) return;
-  MemBlock x32 = p.alloc(MemCategory::temporary, rows * in);
-  MemBlock w32 = p.alloc(MemCategory::temporary, in * o);
-  MemBlock b32;
-  if (bias) b32 = p.alloc(MemCategory::temporary, o);
-  MemBlock y = p.alloc(MemCategory::temporary, rows * o);
-}
 
 // dW += doutᵀ · x; db += Σ_rows dout (db may be null); din = dout · W (din may be null).
 void linear_backward(const LayerCall& c, void* din, void* dw, void* db, const void* dout,
@@ -142,17 +133,6 @@ void linear_backward(const LayerCall& c, void* din, void* dw, void* db, const vo
   if (db32) db32->store(db);
   if (dx) dx->store(din);
 }
-void plan_linear_backward(MemoryPlan& p, DType dt, size_t rows, size_t in, size_t o, bool bias,
-                          bool din) {
-  if (dt == DType::f32 || native_2byte(p)) return;
-  MemBlock g32 = p.alloc(MemCategory::temporary, rows * o);
-  MemBlock x32 = p.alloc(MemCategory::temporary, rows * in);
-  MemBlock w32 = p.alloc(MemCategory::temporary, in * o);
-  MemBlock dw32 = p.alloc(MemCategory::temporary, in * o);
-  MemBlock db32, dx;
-  if (bias) db32 = p.alloc(MemCategory::temporary, o);
-  if (din) dx = p.alloc(MemCategory::temporary, rows * in);
-}
 
 void gelu(const LayerCall& c, void* out, const void* in, size_t n) {
   if (native(c)) return c.alloc.backend().gelu_forward_2byte(c.dt, out, in, n);
@@ -160,11 +140,6 @@ void gelu(const LayerCall& c, void* out, const void* in, size_t n) {
   AsF32 y = AsF32::scratch(c.alloc, "upcast.output", out, c.dt, n);
   c.alloc.backend().gelu_forward(y.get(), x32.get(), n);
   y.store(out);
-}
-void plan_gelu(MemoryPlan& p, DType dt, size_t n) {
-  if (dt == DType::f32 || native_2byte(p)) return;
-  MemBlock x32 = p.alloc(MemCategory::temporary, n);
-  MemBlock y = p.alloc(MemCategory::temporary, n);
 }
 
 // g = g * gelu'(in), in place.
@@ -174,11 +149,6 @@ void gelu_backward(const LayerCall& c, void* g, const void* in, size_t n) {
   AsF32 x32(c.alloc, "upcast.pre_gelu", in, c.dt, n);
   c.alloc.backend().gelu_backward(g32.get(), g32.get(), x32.get(), n);
   g32.store(g);
-}
-void plan_gelu_backward(MemoryPlan& p, DType dt, size_t n) {
-  if (dt == DType::f32 || native_2byte(p)) return;
-  MemBlock g32 = p.alloc(MemCategory::temporary, n);
-  MemBlock x32 = p.alloc(MemCategory::temporary, n);
 }
 
 // Indices into a block's parameters (table order, nanoGPT's state_dict order).
@@ -245,9 +215,11 @@ class Gpt final : public ModelFamily {
     if (s.layers < 1 || s.layers > 256)
       throw ConfigError("model '" + text + "' has " + std::to_string(s.layers) +
                         " blocks (valid: 1 to 256)");
-    if (s.dim < 1 || s.dim > 8192)
+    // Channels past what any machine here could hold are the memory check's
+    // to refuse (a run), and a prediction's to lay out (GPT-3: 12288).
+    if (s.dim < 1 || s.dim > 65536)
       throw ConfigError("model '" + text + "' has " + std::to_string(s.dim) +
-                        " channels (valid: 1 to 8192)");
+                        " channels (valid: 1 to 65536)");
     if (s.heads < 1 || s.dim % s.heads != 0)
       throw ConfigError("model '" + text + "' has " + std::to_string(s.heads) +
                         " heads (valid: a divisor of its " + std::to_string(s.dim) +
@@ -476,84 +448,6 @@ class Gpt final : public ModelFamily {
                            f32(kept(k_mean1)), f32(kept(k_rstd1)), params[ln_1_w], R, C, true);
   }
 
-  void plan_forward(MemoryPlan& p, const ModelLayout& m, int l, size_t rows, DType dt,
-                    std::vector<MemBlock>& keep, int& out_index) const override {
-    const ModelSpec& s = m.spec();
-    const size_t T = s.seq, C = s.dim, V = s.vocab, R = rows * T, H = s.heads;
-    keep.clear();
-    auto act = [&](size_t n, DType d) { keep.push_back(p.alloc(MemCategory::activations, n, d)); };
-    if (l == 0) {
-      act(R * C, dt);
-      out_index = 0;
-      return;
-    }
-    if (l == m.num_layers() - 1) {
-      act(R * C, dt);
-      act(R, DType::f32);
-      act(R, DType::f32);
-      act(R * V, dt);
-      plan_linear(p, dt, R, C, V, false);
-      out_index = k_logits;
-      return;
-    }
-    act(R * C, dt);  // ln_1
-    act(R, DType::f32);
-    act(R, DType::f32);
-    act(R * 3 * C, dt);  // qkv
-    plan_linear(p, dt, R, C, 3 * C, true);
-    if (s.flash_attention) {
-      act(rows * H * T, DType::f32);  // logsumexp
-      act(R * C, dt);                 // attention output
-    } else {
-      act(rows * H * T * T, dt);  // att
-      act(R * C, dt);             // attention output
-      if (dt != DType::f32) MemBlock scratch = p.alloc(MemCategory::temporary, rows * H * T * T);
-    }
-    act(R * C, dt);  // x2
-    plan_linear(p, dt, R, C, C, true);
-    act(R * C, dt);  // ln_2
-    act(R, DType::f32);
-    act(R, DType::f32);
-    act(R * 4 * C, dt);  // pre-GELU
-    plan_linear(p, dt, R, C, 4 * C, true);
-    act(R * 4 * C, dt);  // GELU
-    plan_gelu(p, dt, R * 4 * C);
-    act(R * C, dt);  // output
-    plan_linear(p, dt, R, 4 * C, C, true);
-    out_index = k_out;
-  }
-
-  void plan_backward(MemoryPlan& p, const ModelLayout& m, int l, size_t rows, DType dt,
-                     bool has_din) const override {
-    const ModelSpec& s = m.spec();
-    const size_t T = s.seq, C = s.dim, V = s.vocab, R = rows * T, H = s.heads;
-    auto temp = [&](size_t n, DType d) { return p.alloc(MemCategory::temporary, n, d); };
-    if (l == 0) return;
-    if (l == m.num_layers() - 1) {
-      MemBlock dln = temp(R * C, dt);
-      plan_linear_backward(p, dt, R, C, V, false, true);
-      MemBlock scratch;
-      if (!has_din) scratch = temp(R * C, dt);
-      return;
-    }
-    {
-      MemBlock dh = temp(R * 4 * C, dt);
-      plan_linear_backward(p, dt, R, 4 * C, C, true, true);
-      plan_gelu_backward(p, dt, R * 4 * C);
-      MemBlock dln2 = temp(R * C, dt);
-      plan_linear_backward(p, dt, R, C, 4 * C, true, true);
-      dh.reset();
-    }
-    MemBlock datty = temp(R * C, dt);
-    plan_linear_backward(p, dt, R, C, C, true, true);
-    MemBlock dqkv = temp(R * 3 * C, dt);
-    { MemBlock scratch = temp(s.flash_attention ? rows * H * T : rows * H * T * T, DType::f32); }
-    datty.reset();
-    MemBlock dln1 = temp(R * C, dt);
-    plan_linear_backward(p, dt, R, C, 3 * C, true, true);
-    dqkv.reset();
-  }
-
   std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,
                                    const RunConfig& cfg) const override {
     const std::string path = corpus_path(cfg);
@@ -575,13 +469,6 @@ class Gpt final : public ModelFamily {
     if (mp.scaler().scale() != 1.0f) dev.scale(d.get(), n, mp.scaler().scale());
     d.store(dout);
     return value;
-  }
-  void plan_loss(MemoryPlan& p, const ModelLayout& m, DType dt, size_t rows) const override {
-    p.tally.span();
-    if (dt == DType::f32) return;
-    const size_t n = rows * m.spec().seq * m.spec().vocab;
-    MemBlock logits = p.alloc(MemCategory::temporary, n);
-    MemBlock grad = p.alloc(MemCategory::temporary, n);
   }
   int64_t data_bytes(const ModelLayout&, const RunConfig& cfg) const override {
     return load_corpus(corpus_path(cfg))->bytes;

@@ -11,7 +11,6 @@
 #include "core/config.h"
 #include "core/data.h"
 #include "core/layer_ops.h"
-#include "core/memory_estimate.h"
 #include "core/model_family.h"
 #include "core/precision.h"
 #include "core/rng.h"
@@ -185,30 +184,6 @@ class Mlp final : public ModelFamily {
                    grads[1], x, params[0], c.rows, m.dim(), m.has_bn(l) ? &bn : nullptr);
   }
 
-  void plan_forward(MemoryPlan& p, const ModelLayout& m, int l, size_t rows, DType dt,
-                    std::vector<MemBlock>& keep, int& out_index) const override {
-    const size_t d = static_cast<size_t>(m.dim()), n = rows * d;
-    MemBlock out = p.alloc(MemCategory::activations, n, dt);
-    MemBlock pre, xhat, invstd;
-    if (m.has_gelu(l)) pre = p.alloc(MemCategory::activations, n, dt);
-    if (m.has_bn(l)) {
-      xhat = p.alloc(MemCategory::activations, n);
-      invstd = p.alloc(MemCategory::activations, d);
-    }
-    plan_layer_forward(p, dt, rows);
-    keep.clear();
-    keep.push_back(std::move(pre));
-    keep.push_back(std::move(out));
-    keep.push_back(std::move(xhat));
-    keep.push_back(std::move(invstd));
-    out_index = 1;
-  }
-
-  void plan_backward(MemoryPlan& p, const ModelLayout& m, int l, size_t rows, DType dt,
-                     bool has_din) const override {
-    plan_layer_backward(p, dt, rows, m.has_gelu(l), has_din);
-  }
-
   std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,
                                    const RunConfig&) const override {
     return std::make_unique<SyntheticDataset>(m.dim(), seed);
@@ -220,9 +195,6 @@ class Mlp final : public ModelFamily {
     const size_t d = static_cast<size_t>(m.dim());
     return mp.mse_loss(alloc, dout, output, static_cast<const float*>(targets), rows * d,
                        static_cast<size_t>(divisor_rows) * d);
-  }
-  void plan_loss(MemoryPlan& p, const ModelLayout& m, DType dt, size_t rows) const override {
-    plan_mse_loss(p, dt, rows * static_cast<size_t>(m.dim()));
   }
   int64_t data_bytes(const ModelLayout& m, const RunConfig&) const override {
     const int64_t d = m.dim();

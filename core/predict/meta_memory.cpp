@@ -18,12 +18,31 @@
 
 namespace shardlab {
 
-MetaMemory predict_memory_meta(const RunConfig& cfg) {
-  validate(cfg);
+namespace {
+
+// Batches that are never made: a meta device holds no values, so the inputs
+// and targets it is asked to load are left as they are (the real dataset's
+// generator alone is D x D floats: 1 GB for mlp:16x16384).
+class MetaDataset final : public Dataset {
+ public:
+  explicit MetaDataset(bool tokens) : tokens_(tokens) {}
+  bool load(DeviceBackend&, int, int, int, void*, void*) const override { return false; }
+  void rows(int, int, int, void*, void*) const override {}
+  bool tokens() const override { return tokens_; }
+  std::string describe() const override { return "meta (no values)"; }
+
+ private:
+  bool tokens_;
+};
+
+}  // namespace
+
+MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options) {
+  validate(cfg, {}, kMaxPredictWorld);
   const StrategyInfo& info = *find_strategy(cfg.strategy);
   const Placement place = plan_placement(cfg);
   const ModelLayout layout = make_layout(cfg);
-  const std::unique_ptr<Dataset> data = layout.family().dataset(layout, cfg.seed, cfg);
+  const MetaDataset data(layout.input_is_tokens());
   // A state vector that exists nowhere: meta tensors hold no values, so no
   // weight is made (a model far larger than memory is predicted all the same).
   const MetaParams init(layout.state_total());
@@ -47,20 +66,36 @@ MetaMemory predict_memory_meta(const RunConfig& cfg) {
                                     : Device{DeviceKind::cpu, 0};
       // Declared in the runner's order, so they die in its teardown's order:
       // the strategy's tensors, then the comm's scratch, then the allocator.
+      std::unique_ptr<Recorder> counter;
+      if (options.count_records) counter = std::make_unique<Recorder>(rank, Recorder::CountOnly{});
+      Recorder* rec = counter.get();
       const std::unique_ptr<DeviceBackend> device = make_meta_backend(stands_for);
-      Allocator alloc(*device, nullptr, rank);
-      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch);
+      Allocator alloc(*device, rec, rank);
+      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch, rec);
       if (place.comm == CommKind::gloo_staged)
-        comm = make_staging_comm(std::move(comm), *device, &alloc, nullptr);
-      RankEnv env{rank, world, cfg, layout, *data, *device, alloc, nullptr, comm.get(), shared};
+        comm = make_staging_comm(std::move(comm), *device, &alloc, rec);
+      RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
       std::unique_ptr<Strategy> strategy = info.make();
       strategy->setup(env, init);
       auto sent_so_far = [&] {
         return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
       };
       const int64_t sent_before = sent_so_far();
-      for (int s = 0; s < out.steps; ++s) strategy->step(s);
       MetaRankMemory& r = out.ranks[rank];
+      for (int s = 0; s < out.steps; ++s) {
+        // As the runner steps: its step mark, and the step every record carries.
+        if (rec) rec->set_step(s);
+        const Recorder::Counts before = rec ? rec->counts() : Recorder::Counts{};
+        {
+          ScopedMark step_mark(rec, MarkKind::step, static_cast<uint64_t>(s));
+          strategy->step(s);
+        }
+        if (rec && s == 0) {
+          const Recorder::Counts after = rec->counts();
+          r.records_per_step = {after.spans - before.spans, after.allocs - before.allocs,
+                                after.marks - before.marks};
+        }
+      }
       r.rank = rank;
       if (out.steps > 0)
         r.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / out.steps;
@@ -68,6 +103,7 @@ MetaMemory predict_memory_meta(const RunConfig& cfg) {
       strategy->export_params();
       r.at_end = alloc.stats();
       r.comm = comm->stats();
+      r.outside_peak = alloc.outside_peak();
     } catch (...) {
       errors[rank] = std::current_exception();
     }

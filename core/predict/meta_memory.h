@@ -7,6 +7,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/memory.h"
+#include "core/recorder.h"
 
 namespace shardlab {
 
@@ -18,6 +19,12 @@ struct MetaRankMemory {
   MemStats at_report;  // after the steps, as RankReport::memory holds a real run's
   MemStats at_end;     // after export_params too (the run's last allocations)
   CommStats comm;      // what the meta communicator counted, setup and export included
+  // Host memory beside the allocator at its peak (an export's flat vector:
+  // Allocator::note_outside).
+  int64_t outside_peak = 0;
+  // What a recorder gets in the first step (MetaOptions::count_records; else 0):
+  // the per-step growth of a real run's records.
+  Recorder::Counts records_per_step;
   // As RankReport::bytes_sent_per_step: the steps' bytes (dp's device copies too)
   // over the steps run.
   double bytes_sent_per_step = 0;
@@ -29,10 +36,15 @@ struct MetaMemory {
   int steps = 0;                        // steps run: min(cfg.steps, 2)
 };
 
+struct MetaOptions {
+  // Give each rank a recorder that counts what it would record (Recorder::CountOnly).
+  bool count_records = false;
+};
+
 // Runs cfg's strategy on every rank (threads, as the embedded runner does):
 // setup from a state vector that holds no values (MetaParams: no weight is
 // made), min(cfg.steps, 2) steps, then the final export. Throws ConfigError for what validate()
 // refuses, and rethrows the first rank's failure.
-MetaMemory predict_memory_meta(const RunConfig& cfg);
+MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options = {});
 
 }  // namespace shardlab
