@@ -80,7 +80,7 @@ int bench_step(int argc, char** argv) {
   double single_ms = 0;
   for (const Row& r : rows) {
     const double ms = median(r.step_ms);
-    if (in_family(r.cfg.strategy, StrategyFamily::single)) single_ms = ms;
+    if (is_reference_strategy(r.cfg.strategy)) single_ms = ms;
     std::printf("%-12s %-18s %5d %11.3f ms %9.2fx\n", r.cfg.model.c_str(), r.label.c_str(),
                 r.cfg.world, ms, ms / single_ms);
   }

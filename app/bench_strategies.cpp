@@ -74,7 +74,7 @@ int bench_strategies(int argc, char** argv) {
     // The reference first: the other rows are read against it.
     for (const bool reference : {true, false})
       for (const StrategyInfo& info : all_strategies())
-        if ((info.family == StrategyFamily::single) == reference) names.push_back(info.name);
+        if (info.is_reference() == reference) names.push_back(info.name);
   }
 
   struct Row {
@@ -93,7 +93,7 @@ int bench_strategies(int argc, char** argv) {
     // --precision says (its row says so), naive-mp has no micro-batches.
     const StrategyInfo& info = strategy_info(n);
     RunConfig c = for_strategy(base, n);
-    if (info.family == StrategyFamily::single) c.world = 1;
+    c.world = info.world_for(c.world);
     if (info.reads_option(StrategyOption::micro_batches)) c.micro_batches = 4;
     if (info.reads_option(StrategyOption::stages)) c.stages = c.world;
     validate(c);  // every row is checked before any runs, its memory too
@@ -126,7 +126,7 @@ int bench_strategies(int argc, char** argv) {
               "peak mem/rank", "sent/step");
   double single_ms = 0;
   for (const Row& row : rows)
-    if (in_family(row.cfg.strategy, StrategyFamily::single)) single_ms = median(row.step_ms);
+    if (is_reference_strategy(row.cfg.strategy)) single_ms = median(row.step_ms);
   for (const Row& row : rows) {
     const double ms = median(row.step_ms);
     char ratio[32] = "-";

@@ -20,7 +20,7 @@ namespace {
 // Strategies without a ZeRO stage keep unpadded per-parameter buffers.
 double padding_bytes(const RunConfig& c, const ModelLayout& layout, const ModelStateInput& in) {
   const StrategyInfo& s = strategy_info(c.strategy);
-  if (s.zero_stage == 0) return 0;
+  if (!s.shards(ModelStatePart::optimizer_state)) return 0;
   const int unit = s.reads_option(StrategyOption::fsdp_unit) ? c.fsdp_unit : 1;
   const auto groups = make_flat_groups(layout, unit, c.world);
   double full = 0;
@@ -65,7 +65,7 @@ std::vector<Row> rows(const RunResult& r) {
   const ModelLayout layout = make_layout(c);
   const ModelStateInput in = model_state_input(c, static_cast<double>(layout.total()));
   const double pad = padding_bytes(c, layout, in);
-  const bool controller = strategy_info(c.strategy).controller;
+  const bool controller = is_controller(c.strategy);
   const bool offload = option_in_effect(c, StrategyOption::offload);
   std::vector<Row> out;
   for (int k = 0; k < static_cast<int>(r.ranks.size()); ++k) {
@@ -98,7 +98,7 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
   const RunConfig& c = r.cfg;
   const Row& r0 = rs.front();
   const bool offload = option_in_effect(c, StrategyOption::offload);
-  const bool controller = strategy_info(c.strategy).controller;
+  const bool controller = is_controller(c.strategy);
   std::string s =
       "The formulas count model states only. Beside them each rank also held activations (" +
       human_bytes(r0.m.activations) + " peak on rank 0), comm buffers (" +
@@ -128,10 +128,10 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
 
 void print_model_state_report(const RunResult& r) {
   const RunConfig& c = r.cfg;
-  if (!in_family(c.strategy, StrategyFamily::data_parallel) || r.ranks.empty()) return;
+  if (!strategy_info(c.strategy).is_data_parallel() || r.ranks.empty()) return;
   const std::vector<Row> rs = rows(r);
   const bool host = option_in_effect(c, StrategyOption::offload);
-  const bool controller = strategy_info(c.strategy).controller;
+  const bool controller = is_controller(c.strategy);
   const BytesPerParam b = bytes_per_param(c.precision, c.optimizer.kind);
   std::printf(
       "  model states per rank: measured peak vs predicted (ZeRO paper, %s %s: %d + %d + %d bytes "
@@ -173,9 +173,9 @@ void print_model_state_report(const RunResult& r) {
 
 void model_state_report_json(const RunResult& r, nlohmann::json& j) {
   const RunConfig& c = r.cfg;
-  if (!in_family(c.strategy, StrategyFamily::data_parallel) || r.ranks.empty()) return;
+  if (!strategy_info(c.strategy).is_data_parallel() || r.ranks.empty()) return;
   const std::vector<Row> rs = rows(r);
-  const bool controller = strategy_info(c.strategy).controller;
+  const bool controller = is_controller(c.strategy);
   nlohmann::json ranks = nlohmann::json::array();
   for (size_t k = 0; k < rs.size(); ++k) {
     const Row& w = rs[k];

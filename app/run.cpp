@@ -483,7 +483,7 @@ int cmd_demo(int argc, char** argv) {
   std::vector<const StrategyInfo*> order;
   for (const bool reference : {true, false})
     for (const StrategyInfo& s : all_strategies())
-      if ((s.family == StrategyFamily::single) == reference) order.push_back(&s);
+      if (s.is_reference() == reference) order.push_back(&s);
   struct Row {
     const StrategyInfo* info;
     RunConfig cfg;
@@ -493,7 +493,7 @@ int cmd_demo(int argc, char** argv) {
   for (const StrategyInfo* info : order) {
     const StrategyInfo& s = *info;
     RunConfig cfg = for_strategy(base, s.name);
-    cfg.world = s.family == StrategyFamily::single ? 1 : 2;
+    cfg.world = s.world_for(2);
     // A pipeline schedule only differs from naive model parallelism with
     // micro-batches (naive-mp itself has none).
     std::string label = s.name;

@@ -39,10 +39,10 @@ void print_block_activations(const RunResult& r) {
   const RunConfig& c = r.cfg;
   if (c.model.rfind("gpt:", 0) != 0 || r.ranks.empty()) return;
   const StrategyInfo& info = strategy_info(c.strategy);
-  if (info.family == StrategyFamily::pipeline)
-    return;  // micro-batches in flight: the pipeline report
+  if (info.has_stages()) return;  // micro-batches in flight: the pipeline report
   const ModelSpec spec = resolve_model(c);
-  const int rows = info.family == StrategyFamily::single ? c.batch : c.batch / c.world;
+  const int rows = info.rows_per_pass(c, 0);
+  const int typical = std::min(info.typical_rank(c.world), static_cast<int>(r.ranks.size()) - 1);
   const BlockActivations b =
       block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision, spec.flash_attention);
   const size_t act = static_cast<size_t>(MemCategory::activations);
@@ -52,11 +52,8 @@ void print_block_activations(const RunResult& r) {
       spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(),
       spec.flash_attention ? " and flash attention's logsumexp, 4·a·s·b" : "", spec.seq, rows,
       spec.dim, spec.heads, human_bytes(spec.layers * b.total()).c_str(),
-      info.controller ? "1" : "0",
-      human_bytes(
-          static_cast<double>(
-              r.ranks[info.controller && r.ranks.size() > 1 ? 1 : 0].memory.device.peak[act]))
-          .c_str());
+      std::to_string(typical).c_str(),
+      human_bytes(static_cast<double>(r.ranks[typical].memory.device.peak[act])).c_str());
 }
 
 // The memory preflight's predicted peak in use per rank (device pool), or

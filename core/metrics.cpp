@@ -348,7 +348,8 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
     throw ConfigError(
         "activations_in_flight is measured on pipeline strategies only (the run's "
         "strategy is '" +
-        c.strategy + "'; valid: " + family_names(StrategyFamily::pipeline) + ")");
+        c.strategy + "'; valid: " +
+        strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) + ")");
 }
 
 const RunResult& MetricRuns::run(char which) const {
@@ -514,10 +515,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     // per data-parallel rank) the model computes something else, and no formula
     // gives the distance (a lesson must not print "0" beside a measured 0.009).
     const StrategyInfo* info = find_strategy(c.strategy);
-    const StrategyFamily family = info ? info->family : StrategyFamily::single;
-    const bool cuts_batch = family == StrategyFamily::pipeline ? c.micro_batches > 1
-                            : family == StrategyFamily::single ? false
-                                                               : c.world > 1;
+    const bool cuts_batch = info && info->rows_per_pass(c, 0) < c.batch;
     if (ModelSpec::parse(c.model).batchnorm && cuts_batch) {
       v.formula_text =
           "none: BatchNorm's statistics over part of the batch are not the whole batch's";

@@ -37,7 +37,8 @@ BytesPerParam bytes_per_param(const std::string& precision, OptimizerKind optimi
 }
 
 bool has_model_state_prediction(const std::string& s) {
-  return in_family(s, StrategyFamily::single) || in_family(s, StrategyFamily::data_parallel);
+  const StrategyInfo* info = find_strategy(s);
+  return info && (info->is_reference() || info->is_data_parallel());
 }
 
 std::string model_state_strategy_names() {
@@ -55,7 +56,7 @@ void check_model_state_input(const ModelStateInput& in) {
   if (!(in.params > 0) || !std::isfinite(in.params))
     throw ConfigError("--params must be a positive number of parameters (e.g. 7.5e9)");
   if (in.world < 1) throw ConfigError("--world must be 1 or more");
-  if (in_family(in.strategy, StrategyFamily::single) && in.world != 1)
+  if (strategy_info(in.strategy).world_for(in.world) != in.world)
     throw ConfigError("--world " + std::to_string(in.world) +
                       " is invalid for strategy single (valid: 1)");
 }
@@ -81,12 +82,13 @@ ModelStateSplit model_state_split(const ModelStateInput& in, int rank) {
   const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
   const StrategyInfo& s = strategy_info(in.strategy);
   ModelStateSplit m;
-  m.params = {b.params, s.zero_stage >= 3};
-  m.grads = {b.grads, s.zero_stage >= 2};
-  m.optimizer = {s.controller && rank != 0 ? 0 : b.optimizer, s.zero_stage >= 1};
+  m.params = {b.params, s.shards(ModelStatePart::params)};
+  m.grads = {b.grads, s.shards(ModelStatePart::grads)};
+  m.optimizer = {s.role(rank, in.world) == RankRole::replica ? 0 : b.optimizer,
+                 s.shards(ModelStatePart::optimizer_state)};
   for (const ModelStateSplit::Share& share : {m.params, m.grads, m.optimizer})
     (share.sharded ? m.sharded : m.whole) += share.bytes;
-  m.on_host = s.zero_stage >= 3 && in.offload;
+  m.on_host = s.shards(ModelStatePart::params) && in.offload;
   return m;
 }
 

@@ -117,11 +117,7 @@ double bubble_formula(int stages, int micro_batches) {
 
 int micro_batches_run(const RunConfig& cfg) {
   const StrategyInfo* info = find_strategy(cfg.strategy);
-  return info && info->reads_option(StrategyOption::micro_batches) ? cfg.micro_batches : 1;
-}
-
-bool is_pipeline_strategy(const std::string& strategy) {
-  return in_family(strategy, StrategyFamily::pipeline);
+  return info ? info->micro_batches(cfg) : 1;
 }
 
 int expected_in_flight(const RunConfig& cfg, int rank) {

@@ -27,8 +27,6 @@ std::vector<double> bubble_share_per_rank(const RunResult& r);
 // The textbook bubble of a flushed pipeline with equal stages: (P−1)/(M+P−1).
 double bubble_formula(int stages, int micro_batches);
 
-bool is_pipeline_strategy(const std::string& strategy);  // the pipeline family in the registry
-
 // Micro-batches per batch the run's schedule really uses: --micro-batches for a
 // strategy that reads it, 1 for one that runs the whole batch at once (naive-mp).
 int micro_batches_run(const RunConfig& cfg);

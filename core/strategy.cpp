@@ -75,6 +75,72 @@ const char* to_string(StrategyFamily f) {
   return "";
 }
 
+const char* to_string(RankRole r) {
+  switch (r) {
+    case RankRole::peer:
+      return "peer";
+    case RankRole::stage:
+      return "stage";
+    case RankRole::controller:
+      return "controller";
+    case RankRole::replica:
+      return "replica";
+  }
+  return "";
+}
+
+bool StrategyInfo::is_reference() const {
+  return family == StrategyFamily::single;
+}
+
+int StrategyInfo::world_for(int requested) const {
+  return is_reference() ? 1 : requested;
+}
+
+int StrategyInfo::data_parallel_degree(const RunConfig& cfg) const {
+  return family == StrategyFamily::data_parallel ? cfg.world : 1;
+}
+
+int StrategyInfo::micro_batches(const RunConfig& cfg) const {
+  return reads_option(StrategyOption::micro_batches) ? std::max(1, cfg.micro_batches) : 1;
+}
+
+int StrategyInfo::rows_per_pass(const RunConfig& cfg, int) const {
+  return cfg.batch / std::max(1, data_parallel_degree(cfg)) / micro_batches(cfg);
+}
+
+bool StrategyInfo::has_stages() const {
+  return family == StrategyFamily::pipeline;
+}
+
+bool StrategyInfo::is_data_parallel() const {
+  return family == StrategyFamily::data_parallel;
+}
+
+RankRole StrategyInfo::role(int rank, int world) const {
+  if (has_stages()) return RankRole::stage;
+  if (controller && world > 1) return rank == 0 ? RankRole::controller : RankRole::replica;
+  return RankRole::peer;
+}
+
+int StrategyInfo::typical_rank(int world) const {
+  for (int r = 0; r < world; ++r)
+    if (role(r, world) != RankRole::controller) return r;
+  return 0;
+}
+
+bool StrategyInfo::shards(ModelStatePart part) const {
+  switch (part) {
+    case ModelStatePart::optimizer_state:
+      return zero_stage >= 1;
+    case ModelStatePart::grads:
+      return zero_stage >= 2;
+    case ModelStatePart::params:
+      return zero_stage >= 3;
+  }
+  return false;
+}
+
 const char* flag_name(StrategyOption o) {
   switch (o) {
     case StrategyOption::precision:
@@ -237,21 +303,26 @@ std::string strategy_names() {
   return s;
 }
 
-bool in_family(const std::string& strategy, StrategyFamily f) {
-  const StrategyInfo* info = find_strategy(strategy);
-  return info && info->family == f;
-}
-
-std::string family_names(StrategyFamily f) {
+std::string strategy_names_where(const std::function<bool(const StrategyInfo&)>& pick) {
   std::string s;
   for (const StrategyInfo& i : registry())
-    if (i.family == f) s += (s.empty() ? "" : ", ") + i.name;
+    if (pick(i)) s += (s.empty() ? "" : ", ") + i.name;
   return s;
+}
+
+bool is_reference_strategy(const std::string& strategy) {
+  const StrategyInfo* info = find_strategy(strategy);
+  return info && info->is_reference();
+}
+
+bool is_pipeline_strategy(const std::string& strategy) {
+  const StrategyInfo* info = find_strategy(strategy);
+  return info && info->has_stages();
 }
 
 bool is_controller(const std::string& strategy) {
   const StrategyInfo* info = find_strategy(strategy);
-  return info && info->controller;
+  return info && info->role(0, 2) == RankRole::controller;
 }
 
 std::string strategies_reading(StrategyOption o) {
@@ -270,9 +341,10 @@ void require_batchnorm_support(const RunConfig& cfg) {
   // broadcast (or SyncBatchNorm) in each of its files: not yet.
   // The reference first, then the pipelines.
   const std::string supported =
-      family_names(StrategyFamily::single) + ", " + family_names(StrategyFamily::pipeline);
+      strategy_names_where([](const StrategyInfo& s) { return s.is_reference(); }) + ", " +
+      strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); });
   const std::string what = "--model " + cfg.model + ": ";
-  if (in_family(cfg.strategy, StrategyFamily::data_parallel))
+  if (strategy_info(cfg.strategy).is_data_parallel())
     throw ConfigError(what + cfg.strategy +
                       " does not support BatchNorm yet (supported by: " + supported + ")");
   if (cfg.precision != "fp32")

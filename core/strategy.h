@@ -155,6 +155,18 @@ enum class Traffic {
                       // no model states: nothing for the ZeRO accounting to predict
 };
 
+// What one rank does in a strategy whose ranks are not all alike.
+enum class RankRole {
+  peer,        // as every other rank (SPMD: the data-parallel family, single)
+  stage,       // one stage of a pipeline, its own layers
+  controller,  // dp's device 0: keeps the optimizer and the master weights
+  replica,     // dp's other devices: a fresh replica each step, no optimizer state
+};
+const char* to_string(RankRole r);
+
+// The three model states of ZeRO's accounting.
+enum class ModelStatePart { params, grads, optimizer_state };
+
 struct StrategyInfo {
   std::string name{};
   std::string summary{};  // one line for --help and the UI
@@ -182,6 +194,35 @@ struct StrategyInfo {
   std::function<void(const RunConfig&)> validate{};
 
   bool reads_option(StrategyOption o) const;
+
+  // ---- What the rest of the program asks of a strategy. The answers come
+  // from the fields above, here and nowhere else: no caller switches on a
+  // family, a controller flag or a ZeRO stage, so a strategy whose ranks
+  // differ (a parameter server) or that composes axes adds no new switch.
+
+  // The single-device reference every other strategy is checked against.
+  bool is_reference() const;
+  // The ranks a run of it has when `requested` are asked for (the reference: 1).
+  int world_for(int requested) const;
+  // Ranks that each train on their own rows of the batch (1: every rank sees
+  // every row, or the model is split instead).
+  int data_parallel_degree(const RunConfig& cfg) const;
+  // Rows of the batch that one forward call on rank `rank` computes.
+  int rows_per_pass(const RunConfig& cfg, int rank) const;
+  // Micro-batches a step cuts the batch into (1 for a strategy without them).
+  int micro_batches(const RunConfig& cfg) const;
+  // Cuts the model into one stage per rank, run by a schedule of micro-batches.
+  bool has_stages() const;
+  // Every rank holds the whole model (or its share of every layer: ZeRO) and
+  // trains on its own rows: ZeRO's model-state accounting applies.
+  bool is_data_parallel() const;
+  // What rank `rank` of `world` does.
+  RankRole role(int rank, int world) const;
+  // The rank whose figures stand for its peers in a report: the first one
+  // whose role is `peer` or `replica` (dp: rank 1, beside its controller).
+  int typical_rank(int world) const;
+  // ZeRO's accounting: whether each rank keeps 1/N of this model state.
+  bool shards(ModelStatePart part) const;
 };
 
 // Adds a strategy to the registry. The built-in ones are registered by
@@ -192,11 +233,14 @@ const std::vector<StrategyInfo>& all_strategies();
 const StrategyInfo* find_strategy(const std::string& name);
 // The registration of a known strategy; throws ConfigError naming the valid ones.
 const StrategyInfo& strategy_info(const std::string& name);
-std::string strategy_names();                                   // "single, ddp, ..."
-bool in_family(const std::string& strategy, StrategyFamily f);  // false for unknown names
-std::string family_names(StrategyFamily f);  // registration order: "naive-mp, gpipe, 1f1b"
-// The registration's flag, false for unknown names.
-bool is_controller(const std::string& strategy);
+std::string strategy_names();  // "single, ddp, ..."
+// The registered strategies whose descriptor says yes, in registration order:
+// "gpipe, naive-mp, 1f1b" for has_stages.
+std::string strategy_names_where(const std::function<bool(const StrategyInfo&)>& pick);
+// The descriptor's answers by name, false for unknown names.
+bool is_reference_strategy(const std::string& strategy);
+bool is_pipeline_strategy(const std::string& strategy);  // has_stages
+bool is_controller(const std::string& strategy);         // rank 0 is a controller (dp)
 // Names of the strategies that read o, registration order: "gpipe, 1f1b".
 std::string strategies_reading(StrategyOption o);
 

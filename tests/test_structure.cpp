@@ -44,8 +44,9 @@ TEST_CASE("built-in strategies are registered once, each with its traffic", "[st
     CHECK(s.in_flight_formula.empty() == (s.family != StrategyFamily::pipeline));
     CHECK(is_controller(s.name) == (s.name == "dp"));
   }
-  CHECK(family_names(StrategyFamily::pipeline) == "gpipe, naive-mp, 1f1b");
-  CHECK(family_names(StrategyFamily::single) == "single");
+  CHECK(strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) ==
+        "gpipe, naive-mp, 1f1b");
+  CHECK(strategy_names_where([](const StrategyInfo& s) { return s.is_reference(); }) == "single");
   CHECK_FALSE(is_controller("nope"));
 }
 
@@ -76,6 +77,61 @@ TEST_CASE("no strategy is compared by name outside strategies/", "[structure]") 
             for (const std::string& f : found) all += f + "\n";
             return all;
           }());
+  CHECK(found.empty());
+}
+
+namespace {
+// Every .cpp and .h under SHARDLAB_SOURCE_DIR/dir, with its text.
+std::vector<std::pair<std::string, std::string>> sources_under(const char* dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(SHARDLAB_SOURCE_DIR) / dir)) {
+    const std::string ext = e.path().extension().string();
+    if (!e.is_regular_file() || (ext != ".cpp" && ext != ".h")) continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    out.emplace_back(fs::relative(e.path(), SHARDLAB_SOURCE_DIR).string(), text.str());
+  }
+  return out;
+}
+}  // namespace
+
+// Issue 25: what a strategy is, the rest of the program asks its descriptor
+// (StrategyInfo's questions: is_reference, rows_per_pass, role, shards, ...);
+// only core/strategy.* reads the fields those answers come from, and the
+// registrations in strategies/ set them.
+TEST_CASE("no switch on a strategy's family, controller or ZeRO stage outside its descriptor",
+          "[structure]") {
+  std::vector<std::string> found;
+  for (const char* dir : {"app", "core", "bench"})
+    for (const auto& [path, src] : sources_under(dir)) {
+      if (path == "core/strategy.h" || path == "core/strategy.cpp") continue;
+      for (const char* pattern : {"StrategyFamily::", ".controller", ".zero_stage", "in_family("})
+        if (src.find(pattern) != std::string::npos) found.push_back(path + ": " + pattern);
+    }
+  INFO([&] {
+    std::string all;
+    for (const std::string& f : found) all += f + "\n";
+    return all;
+  }());
+  CHECK(found.empty());
+}
+
+// Issue 25: memory is predicted by running the real code on meta devices, so
+// no strategy or model keeps a second, hand-written copy of what it allocates.
+TEST_CASE("no strategy or model replays its allocations by hand", "[structure]") {
+  std::vector<std::string> found;
+  for (const char* dir : {"strategies", "core"})
+    for (const auto& [path, src] : sources_under(dir))
+      for (const char* pattern : {"MemoryPlan", "MemoryTally", "MemBlock", "plan_memory",
+                                  "plan_forward", "plan_backward", "plan_loss"})
+        if (src.find(pattern) != std::string::npos) found.push_back(path + ": " + pattern);
+  INFO([&] {
+    std::string all;
+    for (const std::string& f : found) all += f + "\n";
+    return all;
+  }());
   CHECK(found.empty());
 }
 
@@ -158,4 +214,42 @@ TEST_CASE("no test name holds a semicolon (ctest would split it into tests that 
     }
   }
   CHECK(files > 10);
+}
+
+TEST_CASE("a strategy's descriptor answers what the program asks of it", "[structure]") {
+  RunConfig c;
+  c.batch = 12;
+  c.world = 3;
+  c.micro_batches = 4;
+  const StrategyInfo& single = strategy_info("single");
+  const StrategyInfo& zero3 = strategy_info("zero3");
+  const StrategyInfo& dp = strategy_info("dp");
+  const StrategyInfo& gpipe = strategy_info("gpipe");
+  const StrategyInfo& naive = strategy_info("naive-mp");
+  CHECK(single.is_reference());
+  CHECK(single.world_for(4) == 1);
+  CHECK(zero3.world_for(4) == 4);
+  // Rows one forward call sees: the whole batch, a rank's share, a micro-batch.
+  CHECK(single.rows_per_pass(c, 0) == 12);
+  CHECK(zero3.rows_per_pass(c, 2) == 4);
+  CHECK(dp.rows_per_pass(c, 1) == 4);
+  CHECK(gpipe.rows_per_pass(c, 1) == 3);
+  CHECK(naive.rows_per_pass(c, 1) == 12);  // naive-mp has no micro-batches
+  CHECK(zero3.data_parallel_degree(c) == 3);
+  CHECK(gpipe.data_parallel_degree(c) == 1);
+  // Ranks that differ: dp's controller and its replicas; a pipeline's stages.
+  CHECK(dp.role(0, 3) == RankRole::controller);
+  CHECK(dp.role(2, 3) == RankRole::replica);
+  CHECK(dp.role(0, 1) == RankRole::peer);
+  CHECK(dp.typical_rank(3) == 1);
+  CHECK(zero3.typical_rank(3) == 0);
+  CHECK(gpipe.role(1, 3) == RankRole::stage);
+  // ZeRO's stages as the states each rank keeps 1/N of.
+  CHECK(strategy_info("zero1").shards(ModelStatePart::optimizer_state));
+  CHECK_FALSE(strategy_info("zero1").shards(ModelStatePart::grads));
+  CHECK(strategy_info("zero2").shards(ModelStatePart::grads));
+  CHECK(zero3.shards(ModelStatePart::params));
+  CHECK_FALSE(strategy_info("ddp").shards(ModelStatePart::optimizer_state));
+  CHECK(is_reference_strategy("single"));
+  CHECK_FALSE(is_reference_strategy("nope"));
 }

@@ -52,7 +52,7 @@ RunConfig base_config(const std::string& strategy) {
   RunConfig c;
   c.model = "mlp:4x16";
   c.strategy = strategy;
-  c.world = in_family(strategy, StrategyFamily::single) ? 1 : 2;
+  c.world = strategy_info(strategy).world_for(2);
   c.batch = 8;
   c.steps = 2;
   return c;

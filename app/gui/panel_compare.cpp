@@ -109,7 +109,7 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc,
       // The other options stay: a strategy that reads them takes them over.
       if (ImGui::Selectable(info.name.c_str(), info.name == s.strategy)) {
         s.strategy = info.name;
-        if (info.family == StrategyFamily::single) s.world = 1;
+        s.world = info.world_for(s.world);
       }
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", info.summary.c_str());
     }

@@ -1229,7 +1229,7 @@ std::vector<int> notes_held(const std::vector<Holding>& holdings, const RunData*
 }
 
 bool is_pipeline(const std::string& strategy) {
-  return in_family(strategy, StrategyFamily::pipeline);
+  return is_pipeline_strategy(strategy);
 }
 
 }  // namespace shardlab::gui

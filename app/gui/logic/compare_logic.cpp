@@ -123,7 +123,9 @@ CompareSlot slot_from(const RunConfig& base, const std::string& strategy, int wo
   };
   CompareSlot s;
   s.strategy = strategy;
-  s.world = in_family(strategy, StrategyFamily::single) ? 1 : world > 0 ? world : base.world;
+  const StrategyInfo* info = find_strategy(strategy);
+  const int asked = world > 0 ? world : base.world;
+  s.world = info ? info->world_for(asked) : asked;
   s.micro_batches = pick(SlotOption::micro_batches, base.micro_batches, d.micro_batches);
   // --stages is one per rank in this build; a base's count only fits its own world.
   s.stages =
@@ -446,7 +448,8 @@ CompareRow compare_row(const RunResult& r) {
   return row;
 }
 
-void set_projection(CompareRow& row, const RunResult& r, const std::vector<const RunResult*>& pool) {
+void set_projection(CompareRow& row, const RunResult& r,
+                    const std::vector<const RunResult*>& pool) {
   row.projected = false;
   row.projected_step_ms = row.projected_bubble = row.projected_exposed = 0;
   row.projected_pooled = 0;

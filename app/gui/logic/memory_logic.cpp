@@ -90,12 +90,10 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
     if (cfg.model.rfind("gpt:", 0) != 0) return {};  // i18n: not shown
     const ModelSpec spec = resolve_model(cfg);
     const StrategyInfo& info = strategy_info(cfg.strategy);
-    const bool pipeline = info.family == StrategyFamily::pipeline;
-    int rows = cfg.batch;
+    const bool pipeline = info.has_stages();
+    const int rows = info.rows_per_pass(cfg, rank);
     int blocks = spec.layers;
-    if (info.family == StrategyFamily::data_parallel) rows = cfg.batch / cfg.world;
     if (pipeline) {
-      rows = cfg.batch / std::max(1, cfg.micro_batches);
       const ModelLayout layout(spec);
       const std::vector<int> partition = pipeline_partition(cfg, layout);
       if (rank < 0 || rank >= static_cast<int>(partition.size())) return {};

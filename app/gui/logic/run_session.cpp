@@ -345,7 +345,7 @@ void fill_cross_row_columns(std::vector<CompareEntry>& entries) {
     if (!e.result) continue;
     e.row.weight_diff_to_single = -1;
     for (const CompareEntry& s : entries) {
-      if (!s.result || !in_family(s.result->cfg.strategy, StrategyFamily::single)) continue;
+      if (!s.result || !is_reference_strategy(s.result->cfg.strategy)) continue;
       const double d = weight_diff_to(*e.result, *s.result);
       if (d < 0) continue;
       e.row.weight_diff_to_single = d;

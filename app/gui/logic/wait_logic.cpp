@@ -8,6 +8,7 @@
 
 #include "app/gui/logic/timeline_logic.h"
 #include "core/pipeline_analysis.h"
+#include "core/strategy.h"
 
 namespace shardlab::gui {
 
