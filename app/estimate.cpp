@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/model_state.h"
 #include "core/predict/meta_memory.h"
@@ -42,6 +44,10 @@ not model states; 'shardlab run' prints these predictions beside what it measure
   --batch B           global batch for the activations and the run's peak (default 64)
   --data FILE         gpt: the text whose vocabulary sets V (default assets/corpus.txt)
   --json              print one JSON object
+  --ops FILE          with --model: write each rank's ordered operation list from the meta run
+                      (JSON lines: a header, then one line per rank): compute spans with the
+                      matrix FLOPs of their kernels, communication ops where issued (kind,
+                      bytes, peer) and where waited for; setup, two steps and the export
 
 With --model, also the peak this implementation reaches per rank at --batch
 (default 64, 'shardlab run's default), everything included, by category, and its
@@ -135,6 +141,47 @@ void print_comm(const char* who, const CommPrediction& c, bool ring) {
   std::printf("\n");
 }
 
+// --ops: one JSON line of what ran, then one per rank with its operation list.
+void write_ops(const std::string& path, const RunConfig& cfg, const MetaMemory& m) {
+  AtomicFile out(path);
+  nlohmann::json head = {{"model", cfg.model},
+                         {"strategy", cfg.strategy},
+                         {"world", cfg.world},
+                         {"batch", cfg.batch},
+                         {"precision", cfg.precision},
+                         {"steps", m.steps},
+                         {"device", m.device == DeviceKind::cuda ? "cuda" : "cpu"},
+                         {"ops",
+                          "compute: {op, step, layer, mb, flops}; issue: {op, id, step, "
+                          "layer, mb, bytes, peer}; wait: {wait: id, step}"}};
+  std::string line = head.dump() + "\n";
+  out.write(line.data(), line.size());
+  for (const MetaRankMemory& r : m.ranks) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const MetaOp& op : r.ops) {
+      nlohmann::json o;
+      if (op.what == MetaOp::What::wait) {
+        o = {{"wait", op.id}, {"step", op.step}};
+      } else {
+        o = {{"op", to_string(op.kind)}, {"step", op.step}};
+        if (op.layer >= 0) o["layer"] = op.layer;
+        if (op.micro_batch >= 0) o["mb"] = op.micro_batch;
+        if (op.what == MetaOp::What::compute) {
+          o["flops"] = op.flops;
+        } else {
+          o["id"] = op.id;
+          o["bytes"] = op.bytes;
+          if (op.peer >= 0) o["peer"] = op.peer;
+        }
+      }
+      ops.push_back(std::move(o));
+    }
+    line = nlohmann::json{{"rank", r.rank}, {"ops", std::move(ops)}}.dump() + "\n";
+    out.write(line.data(), line.size());
+  }
+  if (!out.commit()) throw std::runtime_error("cannot write --ops '" + path + "': " + out.reason());
+}
+
 int64_t peak_of(const MetaRankMemory& r) {
   return r.at_report.device.peak_total + r.at_report.host.peak_total;
 }
@@ -179,7 +226,7 @@ std::vector<RankGroup> rank_groups(const MetaMemory& m) {
 int cmd_estimate(int argc, char** argv) {
   const Args a(argc, argv, "estimate",
                {"params", "model", "world", "strategy", "precision", "optimizer", "seq", "batch",
-                "data", "attention"},
+                "data", "attention", "ops"},
                {"json", "no-reshard", "offload"});
   if (a.help()) {
     std::printf("%s", kEstimateHelp);
@@ -249,6 +296,8 @@ int cmd_estimate(int argc, char** argv) {
   // world and any size.
   std::optional<MetaMemory> meta;
   std::string no_peak;  // why the run's peak is not predicted (a configuration a run refuses)
+  if (a.has("ops") && !a.has("model"))
+    throw ConfigError("--ops needs --model (valid: e.g. --model gpt:2x64x4 --ops ops.jsonl)");
   if (auto m = a.get("model")) {
     RunConfig cfg;
     cfg.model = *m;
@@ -262,8 +311,13 @@ int cmd_estimate(int argc, char** argv) {
     cfg.optimizer.kind = in.optimizer;
     cfg.reshard_after_forward = in.reshard_after_forward;
     cfg.offload = in.offload;
+    const std::string ops_path = a.str("ops", "");
+    std::string why;
+    if (a.has("ops") && !check_file_writable(ops_path, &why))
+      throw ConfigError("--ops '" + ops_path + "': " + why);
     try {
-      meta = predict_memory_meta(cfg);
+      meta = predict_memory_meta(cfg, MetaOptions{.keep_ops = a.has("ops")});
+      if (a.has("ops")) write_ops(ops_path, cfg, *meta);
     } catch (const ConfigError& e) {
       no_peak = e.what();  // e.g. a batch of 64 that does not divide over the world
     }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace shardlab {
 
@@ -86,9 +87,14 @@ class MetaBackend final : public DeviceBackend {
     if (n) std::memset(host_dst, 0, n * sizeof(float));
   }
 
-  void linear_forward(float*, const float*, const float*, const float*, int, int, int) override {}
-  void linear_backward(float*, float*, float*, const float*, const float*, const float*, int, int,
-                       int) override {}
+  void linear_forward(float*, const float*, const float*, const float*, int rows, int in,
+                      int out) override {
+    gemm(rows, in, out, 1);
+  }
+  void linear_backward(float* din, float*, float*, const float*, const float*, const float*,
+                       int rows, int in, int out) override {
+    gemm(rows, in, out, din ? 2 : 1);
+  }
   void gelu_forward(float*, const float*, size_t) override {}
   void gelu_backward(float*, const float*, const float*, size_t) override {}
   void batchnorm_forward(float*, float*, float*, const float*, const float*, const float*, float*,
@@ -106,12 +112,22 @@ class MetaBackend final : public DeviceBackend {
                          int, double) override {}
   void layernorm_backward(DType, void*, void*, void*, const void*, const void*, const float*,
                           const float*, const void*, int, int, bool) override {}
-  void attention_forward(DType, void*, void*, const void*, float*, int, int, int, int) override {}
-  void attention_backward(DType, void*, void*, float*, const void*, const void*, int, int, int,
-                          int) override {}
-  void flash_attention_forward(DType, void*, float*, const void*, int, int, int, int) override {}
+  void attention_forward(DType, void*, void*, const void*, float*, int B, int T, int C,
+                         int) override {
+    attention(B, T, C, 4);
+  }
+  void attention_backward(DType, void*, void*, float*, const void*, const void*, int B, int T,
+                          int C, int) override {
+    attention(B, T, C, 8);
+  }
+  void flash_attention_forward(DType, void*, float*, const void*, int B, int T, int C,
+                               int) override {
+    attention(B, T, C, 4);
+  }
   void flash_attention_backward(DType, void*, float*, const void*, const void*, const void*,
-                                const float*, int, int, int, int) override {}
+                                const float*, int B, int T, int C, int) override {
+    attention(B, T, C, 10);
+  }
   double crossentropy_forward_backward(DType, void*, const void*, const int32_t*, int, int,
                                        size_t) override {
     return 0;
@@ -134,10 +150,14 @@ class MetaBackend final : public DeviceBackend {
   // A GPU runs 2-byte math natively, and its callers then skip the fp32
   // upcasts (and their buffers): the meta device says what its device says.
   bool native_2byte_math() const override { return device_.kind == DeviceKind::cuda; }
-  void linear_forward_2byte(DType, void*, const void*, const void*, const void*, int, int,
-                            int) override {}
-  void linear_backward_2byte(DType, void*, void*, void*, const void*, const void*, const void*, int,
-                             int, int) override {}
+  void linear_forward_2byte(DType, void*, const void*, const void*, const void*, int rows, int in,
+                            int out) override {
+    gemm(rows, in, out, 1);
+  }
+  void linear_backward_2byte(DType, void* din, void*, void*, const void*, const void*, const void*,
+                             int rows, int in, int out) override {
+    gemm(rows, in, out, din ? 2 : 1);
+  }
   void gelu_forward_2byte(DType, void*, const void*, size_t) override {}
   void gelu_backward_2byte(DType, void*, const void*, const void*, size_t) override {}
 
@@ -145,7 +165,16 @@ class MetaBackend final : public DeviceBackend {
   void add(void*, const void*, DType, size_t) override {}
   bool all_finite(const void*, DType, size_t) override { return true; }
 
+  int64_t flops() const { return flops_.load(std::memory_order_relaxed); }
+
  private:
+  void gemm(int rows, int in, int out, int products) {
+    flops_.fetch_add(int64_t{2} * products * rows * in * out, std::memory_order_relaxed);
+  }
+  void attention(int B, int T, int C, int factor) {
+    flops_.fetch_add(int64_t{factor} * B * T * T * C, std::memory_order_relaxed);
+  }
+  std::atomic<int64_t> flops_{0};
   // cudaMalloc returns 256-byte aligned blocks; the CPU backend 64.
   size_t align() const { return device_.kind == DeviceKind::cuda ? 256 : 64; }
 
@@ -155,7 +184,50 @@ class MetaBackend final : public DeviceBackend {
   std::map<std::string, void*> constants_;
 };
 
+// Stamps compute spans with the FLOPs counted inside them (see meta_backend.h).
+class MetaFlopClock final : public DeviceClock {
+ public:
+  MetaFlopClock(const MetaBackend& meta, Recorder& rec, OpLog& log)
+      : meta_(meta), rec_(rec), log_(log) {}
+  int begin() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    started_.push_back(meta_.flops());
+    return static_cast<int>(started_.size() - 1);
+  }
+  void end(int token, Span span) override {
+    int64_t flops = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      flops = meta_.flops() - started_[static_cast<size_t>(token)];
+    }
+    MetaOp op;
+    op.kind = span.kind;
+    op.step = span.step;
+    op.layer = span.layer;
+    op.micro_batch = span.micro_batch;
+    op.flops = flops;
+    log_.add(op);
+    rec_.add_span(span);
+  }
+
+ private:
+  const MetaBackend& meta_;
+  Recorder& rec_;
+  OpLog& log_;
+  std::mutex mu_;
+  std::vector<int64_t> started_;
+};
+
 }  // namespace
+
+int64_t meta_flops(const DeviceBackend& meta) {
+  return dynamic_cast<const MetaBackend&>(meta).flops();
+}
+
+std::unique_ptr<DeviceClock> make_meta_flop_clock(const DeviceBackend& meta, Recorder& rec,
+                                                  OpLog& log) {
+  return std::make_unique<MetaFlopClock>(dynamic_cast<const MetaBackend&>(meta), rec, log);
+}
 
 bool is_meta_pointer(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);

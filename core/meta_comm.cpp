@@ -43,8 +43,14 @@ class MetaScratch {
 
 class MetaComm final : public Comm {
  public:
-  MetaComm(int rank, int world, Allocator* alloc, ScratchPlacement scratch, Recorder* recorder)
-      : rank_(rank), world_(world), alloc_(alloc), scratch_(scratch), recorder_(recorder) {}
+  MetaComm(int rank, int world, Allocator* alloc, ScratchPlacement scratch, Recorder* recorder,
+           OpLog* log)
+      : rank_(rank),
+        world_(world),
+        alloc_(alloc),
+        scratch_(scratch),
+        recorder_(recorder),
+        log_(log) {}
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
@@ -127,10 +133,26 @@ class MetaComm final : public Comm {
     counters_.add_op();
     auto keep = std::make_shared<Tensor>(std::move(held));
     Recorder* rec = recorder_;
+    OpLog* log = log_;
     const int rank = rank_;
+    MetaOp entry;
+    entry.what = MetaOp::What::issue;
+    entry.kind = op.kind;
+    entry.step = rec ? rec->step() : -1;
+    entry.layer = op.meta.layer;
+    entry.micro_batch = op.meta.micro_batch;
+    entry.bytes = op.bytes;
+    entry.peer = op.peer;
+    entry.id = op.id;
+    if (log) log->add(entry);
     auto state = std::make_shared<Work::State>();
-    state->complete = [keep, rec, rank, op] {
+    state->complete = [keep, rec, log, rank, op, entry]() mutable {
       keep->reset();
+      if (log) {
+        entry.what = MetaOp::What::wait;
+        entry.step = rec ? rec->step() : -1;
+        log->add(entry);
+      }
       if (rec) {
         Span span = comm_span(rank, op);
         span.t_begin_ns = span.t_end_ns = now_ns();
@@ -146,6 +168,7 @@ class MetaComm final : public Comm {
   Allocator* const alloc_;
   const ScratchPlacement scratch_;
   Recorder* const recorder_;
+  OpLog* const log_;
   CommCounters counters_;
   MetaScratch rs_scratch_;
   MetaScratch reduce_scratch_;
@@ -154,8 +177,8 @@ class MetaComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
-                                     ScratchPlacement scratch, Recorder* recorder) {
-  return std::make_unique<MetaComm>(rank, world, alloc, scratch, recorder);
+                                     ScratchPlacement scratch, Recorder* recorder, OpLog* log) {
+  return std::make_unique<MetaComm>(rank, world, alloc, scratch, recorder, log);
 }
 
 }  // namespace shardlab

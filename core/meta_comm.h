@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/comm.h"
+#include "core/meta_backend.h"
 
 namespace shardlab {
 
@@ -21,8 +22,10 @@ enum class ScratchPlacement {
 // `alloc` (may be null) takes the scratch blocks Gloo's ring reduce-scatter and
 // non-root reduce keep. For ranks that stage through the host (cuda ranks
 // sharing Gloo, the guarded CPU), wrap it in make_staging_comm as the real run does.
-// `recorder` (may be null) gets each op's issue, wait and span, as from GlooComm.
+// `recorder` (may be null) gets each op's issue, wait and span, as from GlooComm;
+// `log` (may be null) each op's issue and wait, in program order.
 std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
-                                     ScratchPlacement scratch, Recorder* recorder = nullptr);
+                                     ScratchPlacement scratch, Recorder* recorder = nullptr,
+                                     OpLog* log = nullptr);
 
 }  // namespace shardlab

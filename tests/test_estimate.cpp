@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -216,4 +218,58 @@ TEST_CASE("estimate predicts worlds past what a run starts, and says where runs 
   const CliResult run = run_cli("run --model mlp:4x64 --world 128 --strategy zero3 --batch 128");
   CHECK(run.code == 2);
   CHECK_THAT(run.out, Catch::Contains("--world 128 is invalid (valid: 1 to 64)"));
+}
+
+TEST_CASE("estimate --ops writes each rank's operation list from the meta run", "[estimate]") {
+  const test::TempDir dir;
+  const std::string path = (dir.path / "ops.jsonl").string();
+  const CliResult r =
+      run_cli("estimate --model mlp:4x64 --world 2 --strategy ddp --batch 24 --ops " + path);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  std::ifstream in(path);
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  const nlohmann::json head = nlohmann::json::parse(line);
+  CHECK(head["strategy"] == "ddp");
+  CHECK(head["world"] == 2);
+  int ranks = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json rank = nlohmann::json::parse(line);
+    CHECK(rank["rank"] == ranks);
+    ++ranks;
+    // Step 0: 12 rows a rank, each layer's GEMM 2·12·64·64 FLOPs forward; backward
+    // two of them (weight and input gradients), one for the first layer.
+    const int64_t gemm = 2LL * 12 * 64 * 64;
+    int64_t forward = 0, backward = 0, all_reduce_bytes = 0;
+    std::set<uint64_t> issued, waited;
+    for (const auto& op : rank["ops"]) {
+      if (op["step"] != 0) continue;
+      if (op.contains("wait")) {
+        waited.insert(op["wait"].get<uint64_t>());
+        continue;
+      }
+      const std::string kind = op["op"];
+      if (kind == "forward") forward += op["flops"].get<int64_t>();
+      if (kind == "backward") backward += op["flops"].get<int64_t>();
+      if (kind == "all_reduce") {
+        all_reduce_bytes += op["bytes"].get<int64_t>();
+        issued.insert(op["id"].get<uint64_t>());
+      }
+    }
+    CHECK(forward == 4 * gemm);
+    CHECK(backward == 7 * gemm);
+    // DDP all-reduces every gradient once: 4 x (64·64 + 64) floats.
+    CHECK(all_reduce_bytes == 4 * (64 * 64 + 64) * 4);
+    CHECK(issued == waited);
+  }
+  CHECK(ranks == 2);
+
+  const CliResult no_model =
+      run_cli("estimate --params 1e9 --world 2 --strategy ddp --ops " + path);
+  CHECK(no_model.code == 2);
+  CHECK_THAT(no_model.out, Catch::Contains("--ops needs --model"));
+  const CliResult bad = run_cli("estimate --model mlp:4x64 --world 2 --strategy ddp --ops /tmp");
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.out, Catch::Contains("--ops '/tmp'"));
 }

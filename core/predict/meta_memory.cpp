@@ -67,11 +67,19 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
       // Declared in the runner's order, so they die in its teardown's order:
       // the strategy's tensors, then the comm's scratch, then the allocator.
       std::unique_ptr<Recorder> counter;
-      if (options.count_records) counter = std::make_unique<Recorder>(rank, Recorder::CountOnly{});
+      if (options.count_records || options.keep_ops)
+        counter = std::make_unique<Recorder>(rank, Recorder::CountOnly{});
       Recorder* rec = counter.get();
       const std::unique_ptr<DeviceBackend> device = make_meta_backend(stands_for);
+      OpLog log;
+      OpLog* ops = options.keep_ops ? &log : nullptr;
+      std::unique_ptr<DeviceClock> clock;
+      if (ops) {
+        clock = make_meta_flop_clock(*device, *rec, log);
+        rec->set_device_clock(clock.get());
+      }
       Allocator alloc(*device, rec, rank);
-      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch, rec);
+      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch, rec, ops);
       if (place.comm == CommKind::gloo_staged)
         comm = make_staging_comm(std::move(comm), *device, &alloc, rec);
       RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
@@ -100,10 +108,12 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
       if (out.steps > 0)
         r.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / out.steps;
       r.at_report = alloc.stats();
+      if (rec) rec->set_step(-1);  // as the runner: the export belongs to no step
       strategy->export_params();
       r.at_end = alloc.stats();
       r.comm = comm->stats();
       r.outside_peak = alloc.outside_peak();
+      if (ops) r.ops = log.take();
     } catch (...) {
       errors[rank] = std::current_exception();
     }

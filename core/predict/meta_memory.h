@@ -7,6 +7,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/memory.h"
+#include "core/meta_backend.h"
 #include "core/recorder.h"
 
 namespace shardlab {
@@ -25,6 +26,8 @@ struct MetaRankMemory {
   // What a recorder gets in the first step (MetaOptions::count_records; else 0):
   // the per-step growth of a real run's records.
   Recorder::Counts records_per_step;
+  // MetaOptions::keep_ops: the rank's ordered operation list, setup to export.
+  std::vector<MetaOp> ops;
   // As RankReport::bytes_sent_per_step: the steps' bytes (dp's device copies too)
   // over the steps run.
   double bytes_sent_per_step = 0;
@@ -39,6 +42,9 @@ struct MetaMemory {
 struct MetaOptions {
   // Give each rank a recorder that counts what it would record (Recorder::CountOnly).
   bool count_records = false;
+  // Keep each rank's operation list (MetaRankMemory::ops): compute spans with
+  // their FLOPs, communication ops where issued and waited for.
+  bool keep_ops = false;
 };
 
 // Runs cfg's strategy on every rank (threads, as the embedded runner does):
