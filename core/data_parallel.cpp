@@ -120,11 +120,13 @@ void* ShardedStates::grad_shard(int g) {
 std::vector<float> ShardedStates::export_params() {
   const bool on_host = spec_.pool == Pool::host;
   const size_t total = env_.layout.total();
-  if (optimizer_->mixed())  // the model's weights are the fp32 masters
-    return gather_master_params(*env_.comm, env_.alloc, total, groups_, *optimizer_, on_host);
-  if (spec_.params == Keep::shard) {
+  // Mixed precision: the model's weights are the fp32 masters, which the
+  // optimizer keeps as this rank's shard of each group.
+  if (optimizer_->mixed() || spec_.params == Keep::shard) {
     std::vector<const float*> shards;
-    for (const Tensor& t : params_) shards.push_back(static_cast<const float*>(t.raw()));
+    for (size_t g = 0; g < groups_.size(); ++g)
+      shards.push_back(optimizer_->mixed() ? optimizer_->master(groups_[g].index)
+                                           : static_cast<const float*>(params_[g].raw()));
     return gather_model_params(*env_.comm, env_.alloc, total, groups_, shards, on_host);
   }
   // Whole parameters: rank 0 already holds every value.

@@ -21,8 +21,8 @@
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/param_source.h"
+#include "core/rank_state.h"
 #include "core/recorder.h"
-#include "core/strategy.h"
 
 namespace shardlab {
 

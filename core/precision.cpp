@@ -5,7 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/sharding.h"
+#include "core/comm.h"
+#include "core/optimizer.h"
 #include "kernels/precision.h"
 
 namespace shardlab {
@@ -167,14 +168,6 @@ bool MixedPrecision::step(Optimizer& opt, const std::vector<void*>& params,
   std::vector<const void*> g(grads.begin(), grads.end());
   opt.step_mixed(params, g, grad_scale);
   return true;
-}
-
-std::vector<float> gather_master_params(Comm& comm, Allocator& alloc, size_t total,
-                                        const std::vector<FlatGroup>& groups, const Optimizer& opt,
-                                        bool on_host) {
-  std::vector<const float*> shards;
-  for (const FlatGroup& g : groups) shards.push_back(opt.master(g.index));
-  return gather_model_params(comm, alloc, total, groups, shards, on_host);
 }
 
 }  // namespace shardlab

@@ -7,11 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "core/comm.h"
 #include "core/memory.h"
-#include "core/optimizer.h"
 
 namespace shardlab {
+
+class Comm;
+class Optimizer;
 
 // "fp32" -> f32, "bf16" -> bf16, "fp16" -> f16; throws ConfigError otherwise.
 DType precision_dtype(const std::string& precision);
@@ -138,15 +139,6 @@ class MixedPrecision {
 }  // namespace shardlab
 
 namespace shardlab {
-
-struct FlatGroup;
-
-// Mixed precision: the model's weights are the fp32 masters. For a strategy
-// whose optimizer ranges are this rank's shard of each group (zero1/2/3,
-// fsdp), all-gathers them. Collective: the flat parameters on rank 0, {} elsewhere.
-std::vector<float> gather_master_params(Comm& comm, Allocator& alloc, size_t total,
-                                        const std::vector<FlatGroup>& groups, const Optimizer& opt,
-                                        bool on_host);
 
 // The address of value i of a tensor, whatever its dtype.
 inline void* at(Tensor& t, size_t i) {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/runner.h"
+#include "core/run_result.h"
 
 namespace shardlab {
 

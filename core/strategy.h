@@ -15,6 +15,7 @@
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/param_source.h"
+#include "core/rank_state.h"
 #include "core/recorder.h"
 
 namespace shardlab {
@@ -57,32 +58,6 @@ struct RankEnv {
 struct LossShare {
   double sum = 0;
   int64_t count = 0;
-};
-
-class Optimizer;
-class MixedPrecision;
-
-// What a checkpoint saves of one rank, as the rank holds it: each range of its
-// optimizer sits at `offset` in the model's flat parameters with `count` real
-// values (a shard's padding after them is not saved); the rank's fp32 weights
-// for it are `weight` from element `weight_at` (unused in mixed precision,
-// where the optimizer's fp32 masters are the weights). Ranges held by more than
-// one rank (ddp's replicas, a pipeline's tied copy) are saved by each: a
-// resume checks they agree. `precision` carries the fp16 loss scaler.
-struct RankState {
-  Optimizer* optimizer = nullptr;
-  MixedPrecision* precision = nullptr;
-  std::vector<size_t> offset, count;
-  std::vector<const Tensor*> weight;
-  std::vector<size_t> weight_at;
-  // BatchNorm running statistics the rank holds: [buffer_offset, +buffer_count)
-  // of the model's flat state vector (after the parameters), read by read_buffers.
-  size_t buffer_offset = 0, buffer_count = 0;
-  std::function<void(float*)> read_buffers;
-  // The rank keeps nothing between steps (dp's devices other than 0): it saves
-  // an empty file and restores nothing.
-  bool holds_nothing = false;
-  bool empty() const { return optimizer == nullptr && !holds_nothing; }
 };
 
 class Strategy {

@@ -3,6 +3,7 @@
 // mechanics (core/data_parallel.h, core/phase_barrier.h).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,21 @@ std::vector<std::pair<std::string, std::string>> sources_under(const char* dir) 
   }
   return out;
 }
+
+// "path: pattern" for each pattern found in a source under `dirs`, one per
+// line (empty when none), leaving out the files in `allowed`.
+std::string sources_containing(const std::vector<const char*>& dirs,
+                               const std::vector<const char*>& patterns,
+                               const std::vector<std::string>& allowed = {}) {
+  std::string found;
+  for (const char* dir : dirs)
+    for (const auto& [path, src] : sources_under(dir)) {
+      if (std::find(allowed.begin(), allowed.end(), path) != allowed.end()) continue;
+      for (const char* pattern : patterns)
+        if (src.find(pattern) != std::string::npos) found += path + ": " + pattern + "\n";
+    }
+  return found;
+}
 }  // namespace
 
 // Issue 25: what a strategy is, the rest of the program asks its descriptor
@@ -103,35 +119,20 @@ std::vector<std::pair<std::string, std::string>> sources_under(const char* dir) 
 // registrations in strategies/ set them.
 TEST_CASE("no switch on a strategy's family, controller or ZeRO stage outside its descriptor",
           "[structure]") {
-  std::vector<std::string> found;
-  for (const char* dir : {"app", "core", "bench"})
-    for (const auto& [path, src] : sources_under(dir)) {
-      if (path == "core/strategy.h" || path == "core/strategy.cpp") continue;
-      for (const char* pattern : {"StrategyFamily::", ".controller", ".zero_stage", "in_family("})
-        if (src.find(pattern) != std::string::npos) found.push_back(path + ": " + pattern);
-    }
-  INFO([&] {
-    std::string all;
-    for (const std::string& f : found) all += f + "\n";
-    return all;
-  }());
+  const std::string found = sources_containing(
+      {"app", "core", "bench"}, {"StrategyFamily::", ".controller", ".zero_stage", "in_family("},
+      {"core/strategy.h", "core/strategy.cpp"});
+  INFO(found);
   CHECK(found.empty());
 }
 
 // Issue 25: memory is predicted by running the real code on meta devices, so
 // no strategy or model keeps a second, hand-written copy of what it allocates.
 TEST_CASE("no strategy or model replays its allocations by hand", "[structure]") {
-  std::vector<std::string> found;
-  for (const char* dir : {"strategies", "core"})
-    for (const auto& [path, src] : sources_under(dir))
-      for (const char* pattern : {"MemoryPlan", "MemoryTally", "MemBlock", "plan_memory",
-                                  "plan_forward", "plan_backward", "plan_loss"})
-        if (src.find(pattern) != std::string::npos) found.push_back(path + ": " + pattern);
-  INFO([&] {
-    std::string all;
-    for (const std::string& f : found) all += f + "\n";
-    return all;
-  }());
+  const std::string found = sources_containing(
+      {"strategies", "core"}, {"MemoryPlan", "MemoryTally", "MemBlock", "plan_memory",
+                               "plan_forward", "plan_backward", "plan_loss"});
+  INFO(found);
   CHECK(found.empty());
 }
 
