@@ -7,43 +7,39 @@
 
 #include "app/args.h"
 #include "core/pipeline.h"
+#include "core/run_options.h"
 #include "core/strategy.h"
 
 namespace shardlab::app {
 
+std::set<std::string> option_flags(bool with_value) {
+  std::set<std::string> out;
+  for (const OptionRow& r : option_rows()) {
+    const bool flag = r.kind == OptionKind::on_flag || r.kind == OptionKind::off_flag;
+    if (flag != with_value) out.insert(r.flag + 2);  // without the leading "--"
+  }
+  return out;
+}
+
 const std::set<std::string>& run_options() {
-  static const std::set<std::string> options = {
-      "model",     "strategy",  "world",      "batch",  "steps",         "optimizer",  "lr",
-      "seed",      "bucket-mb", "timeout-ms", "trace",  "save-init",     "save-final", "init-from",
-      "save-data", "precision", "fsdp-unit",  "stages", "micro-batches", "partition",  "device",
-      "backend",   "record",    "seq",        "data",   "attention"};
+  static const std::set<std::string> options = [] {
+    std::set<std::string> o = {"model",     "strategy",   "world",     "batch",      "steps",
+                               "optimizer", "lr",         "seed",      "timeout-ms", "trace",
+                               "save-init", "save-final", "init-from", "save-data",  "device",
+                               "backend",   "record",     "seq",       "data",       "attention"};
+    o.merge(option_flags(true));
+    return o;
+  }();
   return options;
 }
 
 const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {
-      "no-overlap", "no-record", "json",  "no-prefetch",     "no-reshard",
-      "offload",    "recompute", "force", "allow-nonfinite", "tf32"};
+  static const std::set<std::string> flags = [] {
+    std::set<std::string> f = {"no-record", "json", "force", "allow-nonfinite", "tf32"};
+    f.merge(option_flags(false));
+    return f;
+  }();
   return flags;
-}
-
-std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (true) {
-    const size_t comma = text.find(',', pos);
-    const std::string item =
-        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < -1000000 || v > 1000000)
-      throw ConfigError(what + " '" + text +
-                        "' is not a comma-separated list of integers (valid: e.g. 3,2,2,1)");
-    out.push_back(static_cast<int>(v));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
 }
 
 RunConfig config_from(const Args& a) {
@@ -76,32 +72,43 @@ RunConfig config_from(const Args& a) {
                       " is out of range (valid: a positive number below 3.4e38, e.g. 1e-3)");
   c.optimizer.lr = static_cast<float>(lr);
   c.seed = a.u64("seed", c.seed);
-  c.bucket_mb =
-      a.number("bucket-mb", c.bucket_mb, "a positive number of MiB up to 1048576, e.g. 25");
-  c.overlap = !a.has("no-overlap");
   c.timeout_ms = a.integer("timeout-ms", c.timeout_ms, "1 or more");
   c.record = !a.has("no-record");
   c.force = a.has("force");
-  c.precision = a.str("precision", c.precision);
   c.tf32 = a.has("tf32");
   c.device = a.str("device", c.device);
   c.backend = a.str("backend", c.backend);
-  c.prefetch = !a.has("no-prefetch");
-  c.fsdp_unit = a.integer("fsdp-unit", c.fsdp_unit, "1 to the model's layers");
-  c.reshard_after_forward = !a.has("no-reshard");
-  c.offload = a.has("offload");
+  // The strategy options, each as its row says it is typed (core/run_options.h).
+  for (const OptionRow& r : option_rows()) {
+    const std::string key = r.flag + 2;  // without the leading "--"
+    switch (r.kind) {
+      case OptionKind::integer:
+        c.*r.integer = a.integer(key, c.*r.integer, r.valid);
+        break;
+      case OptionKind::number:
+        c.*r.number = a.number(key, c.*r.number, r.valid);
+        break;
+      case OptionKind::on_flag:
+        c.*r.boolean = a.has(key);
+        break;
+      case OptionKind::off_flag:
+        c.*r.boolean = !a.has(key);
+        break;
+      case OptionKind::choice:
+        c.*r.text = a.str(key, c.*r.text);  // validate() names the valid values
+        break;
+      case OptionKind::int_list:
+        if (auto v = a.get(key); v && *v != "cost") c.*r.list = parse_int_list(*v, r.flag);
+        break;
+    }
+  }
   const std::string stages_valid = "--stages " + std::to_string(c.world) +
                                    ", one stage per rank of --world " + std::to_string(c.world) +
                                    ", or leave it out";
-  c.stages = a.integer("stages", c.stages, stages_valid);
   // RunConfig's 0 means "not given: one stage per rank"; typed, it is no stage count.
   if (a.has("stages") && c.stages < 1)
     throw ConfigError("--stages " + std::to_string(c.stages) +
                       " is invalid (valid: " + stages_valid + ")");
-  c.micro_batches = a.integer("micro-batches", c.micro_batches, "1 to --batch, dividing it");
-  c.recompute = a.has("recompute");
-  if (auto p = a.get("partition"); p && *p != "cost")
-    c.partition = parse_int_list(*p, "--partition");
   if (a.get("partition") == "cost") {
     // Balanced by each layer's measured forward + backward time, once, here:
     // the run then holds an explicit partition, the same on every rank.

@@ -12,13 +12,14 @@ namespace shardlab::app {
 
 class Args;
 
+// The strategy options' flags (core/run_options.h) that take a value
+// ("micro-batches") or, with_value false, those that are flags ("no-overlap").
+std::set<std::string> option_flags(bool with_value);
 // `shardlab run`'s options (with a value) and flags (without one).
 const std::set<std::string>& run_options();
 const std::set<std::string>& run_flags();
 
 // Run settings from `shardlab run`'s options; throws ConfigError naming the option.
 RunConfig config_from(const Args& a);
-// "3,2,2,1" -> {3,2,2,1}; throws ConfigError naming `what`.
-std::vector<int> parse_int_list(const std::string& text, const std::string& what);
 
 }  // namespace shardlab::app

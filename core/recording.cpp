@@ -26,6 +26,7 @@
 #include "core/gpu.h"
 #include "core/json_file.h"
 #include "core/model.h"
+#include "core/run_options.h"
 #include "core/strategy.h"
 
 namespace shardlab {
@@ -297,18 +298,28 @@ json config_json(const RunConfig& c) {
             {"device", c.device},
             {"backend", c.backend},
             {"timeout_ms", c.timeout_ms},
-            {"record", c.record},
-            {"bucket_mb", c.bucket_mb},
-            {"overlap", c.overlap},
-            {"precision", c.precision},
-            {"prefetch", c.prefetch},
-            {"fsdp_unit", c.fsdp_unit},
-            {"reshard_after_forward", c.reshard_after_forward},
-            {"offload", c.offload},
-            {"stages", c.stages},
-            {"micro_batches", c.micro_batches},
-            {"partition", c.partition},
-            {"recompute", c.recompute}};
+            {"record", c.record}};
+  // The strategy options, each under its row's key (core/run_options.h).
+  for (const OptionRow& r : option_rows()) {
+    switch (r.kind) {
+      case OptionKind::integer:
+        j[r.json_key] = c.*r.integer;
+        break;
+      case OptionKind::number:
+        j[r.json_key] = c.*r.number;
+        break;
+      case OptionKind::on_flag:
+      case OptionKind::off_flag:
+        j[r.json_key] = c.*r.boolean;
+        break;
+      case OptionKind::choice:
+        j[r.json_key] = c.*r.text;
+        break;
+      case OptionKind::int_list:
+        j[r.json_key] = c.*r.list;
+        break;
+    }
+  }
   // A gpt's context and text decide its vocabulary and activations.
   if (c.seq != 0) j["seq"] = c.seq;
   if (!c.attention.empty()) j["attention"] = c.attention;  // gpt: what the run resolved
@@ -407,29 +418,11 @@ std::string layout(const json& j) {
 // ---- reading
 
 RunConfig config_from_json(const Checker& ck, const json& j, const std::string& w) {
-  ck.keys(j, w,
-          {"model",
-           "strategy",
-           "world",
-           "batch",
-           "steps",
-           "optimizer",
-           "seed",
-           "device",
-           "backend",
-           "timeout_ms",
-           "record",
-           "bucket_mb",
-           "overlap",
-           "precision",
-           "prefetch",
-           "fsdp_unit",
-           "reshard_after_forward",
-           "offload",
-           "stages",
-           "micro_batches",
-           "partition",
-           "recompute"},
+  std::vector<const char*> required = {"model",   "strategy",   "world", "batch",
+                                       "steps",   "optimizer",  "seed",  "device",
+                                       "backend", "timeout_ms", "record"};
+  for (const OptionRow& r : option_rows()) required.push_back(r.json_key);
+  ck.keys(j, w, required,
           {"seq", "data", "attention", "tf32"});  // seq, data, attention: gpt only; tf32: when on
   RunConfig c;
   const int max_int = std::numeric_limits<int>::max();
@@ -467,21 +460,34 @@ RunConfig config_from_json(const Checker& ck, const json& j, const std::string& 
   c.backend = ck.text(j["backend"], at(w, "backend"));
   c.timeout_ms = static_cast<int>(ck.integer(j["timeout_ms"], at(w, "timeout_ms"), 1, max_int));
   c.record = ck.boolean(j["record"], at(w, "record"));
-  c.bucket_mb = ck.number(j["bucket_mb"], at(w, "bucket_mb"), 0, 1e12);
-  c.overlap = ck.boolean(j["overlap"], at(w, "overlap"));
-  c.precision = ck.text(j["precision"], at(w, "precision"));
-  c.prefetch = ck.boolean(j["prefetch"], at(w, "prefetch"));
-  c.fsdp_unit = static_cast<int>(ck.integer(j["fsdp_unit"], at(w, "fsdp_unit"), -max_int, max_int));
-  c.reshard_after_forward = ck.boolean(j["reshard_after_forward"], at(w, "reshard_after_forward"));
-  c.offload = ck.boolean(j["offload"], at(w, "offload"));
-  c.stages = static_cast<int>(ck.integer(j["stages"], at(w, "stages"), -max_int, max_int));
-  c.micro_batches =
-      static_cast<int>(ck.integer(j["micro_batches"], at(w, "micro_batches"), -max_int, max_int));
-  const json& part = ck.array(j["partition"], at(w, "partition"), 0, 4096);
-  for (size_t i = 0; i < part.size(); ++i)
-    c.partition.push_back(
-        static_cast<int>(ck.integer(part[i], at(at(w, "partition"), i), -1'000'000, 1'000'000)));
-  c.recompute = ck.boolean(j["recompute"], at(w, "recompute"));
+  // The strategy options, each as its row's kind (core/run_options.h); validate()
+  // below checks their ranges as it does the command line's.
+  for (const OptionRow& r : option_rows()) {
+    const json& v = j[r.json_key];
+    const std::string where = at(w, r.json_key);
+    switch (r.kind) {
+      case OptionKind::integer:
+        c.*r.integer = static_cast<int>(ck.integer(v, where, -max_int, max_int));
+        break;
+      case OptionKind::number:
+        c.*r.number = ck.number(v, where, 0, 1e12);
+        break;
+      case OptionKind::on_flag:
+      case OptionKind::off_flag:
+        c.*r.boolean = ck.boolean(v, where);
+        break;
+      case OptionKind::choice:
+        c.*r.text = ck.text(v, where);
+        break;
+      case OptionKind::int_list: {
+        const json& list = ck.array(v, where, 0, 4096);
+        for (size_t i = 0; i < list.size(); ++i)
+          (c.*r.list).push_back(
+              static_cast<int>(ck.integer(list[i], at(where, i), -1'000'000, 1'000'000)));
+        break;
+      }
+    }
+  }
   if (j.contains("tf32")) c.tf32 = ck.boolean(j["tf32"], at(w, "tf32"));
   if (!c.record)
     ck.fail(at(w, "record"), "false: a recording needs the run's spans (record must be true)");

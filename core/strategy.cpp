@@ -25,42 +25,6 @@ const std::vector<StrategyInfo>& registry() {
   return r;
 }
 
-// Numbers as the user would type them: 0.5, not 0.500000.
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-// What a strategy lacks when it does not read the option, for "zero3 has no …".
-const char* missing_thing(StrategyOption o) {
-  switch (o) {
-    case StrategyOption::precision:
-      return "mixed precision";
-    case StrategyOption::bucket_mb:
-      return "gradient buckets";
-    case StrategyOption::no_overlap:
-      return "bucketed all-reduce to overlap with backward";
-    case StrategyOption::no_prefetch:
-      return "all-gather to prefetch";
-    case StrategyOption::fsdp_unit:
-      return "FSDP units";
-    case StrategyOption::no_reshard:
-      return "reshard-after-forward switch";
-    case StrategyOption::offload:
-      return "CPU offload";
-    case StrategyOption::stages:
-      return "pipeline stages";
-    case StrategyOption::micro_batches:
-      return "micro-batches";
-    case StrategyOption::partition:
-      return "pipeline stages to partition";
-    case StrategyOption::recompute:
-      return "activation recomputation";
-  }
-  return "";
-}
-
 }  // namespace
 
 const char* to_string(StrategyFamily f) {
@@ -139,134 +103,6 @@ bool StrategyInfo::shards(ModelStatePart part) const {
       return zero_stage >= 3;
   }
   return false;
-}
-
-const char* flag_name(StrategyOption o) {
-  switch (o) {
-    case StrategyOption::precision:
-      return "--precision";
-    case StrategyOption::bucket_mb:
-      return "--bucket-mb";
-    case StrategyOption::no_overlap:
-      return "--no-overlap";
-    case StrategyOption::no_prefetch:
-      return "--no-prefetch";
-    case StrategyOption::fsdp_unit:
-      return "--fsdp-unit";
-    case StrategyOption::no_reshard:
-      return "--no-reshard";
-    case StrategyOption::offload:
-      return "--offload";
-    case StrategyOption::stages:
-      return "--stages";
-    case StrategyOption::micro_batches:
-      return "--micro-batches";
-    case StrategyOption::partition:
-      return "--partition";
-    case StrategyOption::recompute:
-      return "--recompute";
-  }
-  return "";
-}
-
-bool option_set(const RunConfig& c, StrategyOption o) {
-  const RunConfig d;
-  switch (o) {
-    case StrategyOption::precision:
-      return c.precision != d.precision;
-    case StrategyOption::bucket_mb:
-      return c.bucket_mb != d.bucket_mb;
-    case StrategyOption::no_overlap:
-      return c.overlap != d.overlap;
-    case StrategyOption::no_prefetch:
-      return c.prefetch != d.prefetch;
-    case StrategyOption::fsdp_unit:
-      return c.fsdp_unit != d.fsdp_unit;
-    case StrategyOption::no_reshard:
-      return c.reshard_after_forward != d.reshard_after_forward;
-    case StrategyOption::offload:
-      return c.offload != d.offload;
-    case StrategyOption::stages:
-      return c.stages != d.stages;
-    case StrategyOption::micro_batches:
-      return c.micro_batches != d.micro_batches;
-    case StrategyOption::partition:
-      return c.partition != d.partition;
-    case StrategyOption::recompute:
-      return c.recompute != d.recompute;
-  }
-  return false;
-}
-
-std::string option_text(const RunConfig& c, StrategyOption o) {
-  std::string s = flag_name(o);
-  switch (o) {
-    case StrategyOption::precision:
-      return s + " " + c.precision;
-    case StrategyOption::bucket_mb:
-      return s + " " + number(c.bucket_mb);
-    case StrategyOption::fsdp_unit:
-      return s + " " + std::to_string(c.fsdp_unit);
-    case StrategyOption::stages:
-      return s + " " + std::to_string(c.stages);
-    case StrategyOption::micro_batches:
-      return s + " " + std::to_string(c.micro_batches);
-    case StrategyOption::partition: {
-      std::string list;
-      for (int n : c.partition) {
-        if (!list.empty()) list += ',';
-        list += std::to_string(n);
-      }
-      return s + " " + list;
-    }
-    // The flags: their text is the whole setting.
-    case StrategyOption::no_overlap:
-    case StrategyOption::no_prefetch:
-    case StrategyOption::no_reshard:
-    case StrategyOption::offload:
-    case StrategyOption::recompute:
-      return s;
-  }
-  return s;
-}
-
-void reset_option(RunConfig& c, StrategyOption o) {
-  const RunConfig d;
-  switch (o) {
-    case StrategyOption::precision:
-      c.precision = d.precision;
-      break;
-    case StrategyOption::bucket_mb:
-      c.bucket_mb = d.bucket_mb;
-      break;
-    case StrategyOption::no_overlap:
-      c.overlap = d.overlap;
-      break;
-    case StrategyOption::no_prefetch:
-      c.prefetch = d.prefetch;
-      break;
-    case StrategyOption::fsdp_unit:
-      c.fsdp_unit = d.fsdp_unit;
-      break;
-    case StrategyOption::no_reshard:
-      c.reshard_after_forward = d.reshard_after_forward;
-      break;
-    case StrategyOption::offload:
-      c.offload = d.offload;
-      break;
-    case StrategyOption::stages:
-      c.stages = d.stages;
-      break;
-    case StrategyOption::micro_batches:
-      c.micro_batches = d.micro_batches;
-      break;
-    case StrategyOption::partition:
-      c.partition = d.partition;
-      break;
-    case StrategyOption::recompute:
-      c.recompute = d.recompute;
-      break;
-  }
 }
 
 bool StrategyInfo::reads_option(StrategyOption o) const {
@@ -372,8 +208,8 @@ std::vector<StrategyOption> unread_options(const RunConfig& cfg) {
 
 std::string unread_option_message(const RunConfig& cfg, StrategyOption o) {
   const std::string readers = strategies_reading(o);
-  return option_text(cfg, o) + ": " + cfg.strategy + " has no " + missing_thing(o) + "; used by " +
-         (readers.empty() ? "no strategy" : readers);
+  return option_text(cfg, o) + ": " + cfg.strategy + " has no " + option_row(o).missing +
+         "; used by " + (readers.empty() ? "no strategy" : readers);
 }
 
 RunConfig for_strategy(RunConfig base, const std::string& strategy) {

@@ -17,6 +17,7 @@
 #include "core/param_source.h"
 #include "core/rank_state.h"
 #include "core/recorder.h"
+#include "core/run_options.h"
 
 namespace shardlab {
 
@@ -84,36 +85,6 @@ enum class StrategyFamily {
   pipeline,       // every rank runs its own layers on the whole batch (naive-mp, gpipe, 1f1b)
 };
 const char* to_string(StrategyFamily f);  // "single", "data-parallel", "pipeline"
-
-// The RunConfig settings only some strategies read (everything else, from
-// --model to --timeout-ms, every strategy reads). validate() refuses one set
-// to anything but RunConfig's default for a strategy that does not read it:
-// an option that would be silently ignored teaches the wrong thing.
-enum class StrategyOption {
-  precision,  // anything but fp32
-  bucket_mb,
-  no_overlap,
-  no_prefetch,
-  fsdp_unit,
-  no_reshard,
-  offload,
-  stages,
-  micro_batches,
-  partition,
-  recompute,
-};
-inline constexpr StrategyOption kStrategyOptions[] = {
-    StrategyOption::precision,   StrategyOption::bucket_mb, StrategyOption::no_overlap,
-    StrategyOption::no_prefetch, StrategyOption::fsdp_unit, StrategyOption::no_reshard,
-    StrategyOption::offload,     StrategyOption::stages,    StrategyOption::micro_batches,
-    StrategyOption::partition,   StrategyOption::recompute};
-const char* flag_name(StrategyOption o);  // "--micro-batches", "--no-overlap"
-// Whether cfg sets o to anything but RunConfig's default.
-bool option_set(const RunConfig& cfg, StrategyOption o);
-// cfg's value of o as the user would type it: "--micro-batches 8", "--offload".
-std::string option_text(const RunConfig& cfg, StrategyOption o);
-// Puts o back to RunConfig's default.
-void reset_option(RunConfig& cfg, StrategyOption o);
 
 // How a strategy moves its model states each step, in the ZeRO paper's units
 // of Ψ (core/model_state.h turns it into bytes and the formula shown).

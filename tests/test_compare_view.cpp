@@ -174,7 +174,7 @@ TEST_CASE("compare list: one-line errors that name the bad item", "[compare-view
       {"gpipe:4/bf16", "'bf16' does not apply to gpipe"},
       {"zero1:2/no-prefetch", "'no-prefetch' does not apply to zero1 (no-prefetch is for: "},
       {"gpipe:4/zap", "--compare item 'gpipe:4/zap': unknown option 'zap' (valid: m=N"},
-      {"gpipe:4/m=x", "'m=x' is invalid (valid: a whole number"},
+      {"gpipe:4/m=x", "'m=x' is invalid (valid: 1 to --batch, dividing it)"},
       {"gpipe:4/m=4/m=8", "'m=8' sets micro-batches (m=N) a second time"},
       {"gpipe:4/m=7",
        "--compare item 'gpipe:4/m=7': --batch 64 is not divisible by --micro-batches 7"},
@@ -417,7 +417,7 @@ TEST_CASE("gui --compare: a bad item ends in one line and exit code 2, before an
   CHECK(bad.out ==
         "error: --compare item 'ddp:2/m=8': 'm=8' does not apply to ddp (micro-batches (m=N) is "
         "for: " +
-            strategies_using(SlotOption::micro_batches) + ")\n");
+            strategies_reading(StrategyOption::micro_batches) + ")\n");
   const test::CliResult show = test::run_cli("gui --compare-show bars");
   CHECK(show.code == 2);
   CHECK(show.out.find("--compare-show 'bars' is invalid (valid: timelines, memory, peaks)") !=

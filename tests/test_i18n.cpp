@@ -279,3 +279,17 @@ TEST_CASE("i18n: the scan reads literals as the compiler does", "[i18n]") {
   CHECK(conversions("%d of %.2f%% in %s") == std::vector<std::string>{"%d", "%.2f", "%s"});
   CHECK(unescape(R"(a \xC2\xB7 b)") == "a \xC2\xB7 b");
 }
+
+TEST_CASE(
+    "i18n: every strategy option's words have Chinese (the run bar and compare view show them)",
+    "[i18n]") {
+  int checked = 0;
+  for (const OptionRow& r : option_rows())
+    for (const char* s : {r.label, r.tip, r.short_label, r.label_word, r.default_note}) {
+      if (!s || !has_english(s)) continue;
+      INFO(r.flag << ": \"" << s << "\"");
+      CHECK(has_translation(s));
+      ++checked;
+    }
+  CHECK(checked >= 2 * static_cast<int>(option_rows().size()));
+}

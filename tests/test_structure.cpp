@@ -109,6 +109,16 @@ TEST_CASE("no switch on a strategy's family, controller or ZeRO stage outside it
   CHECK(found.empty());
 }
 
+// Issue 25: the strategy options are one table (core/run_options.h); the
+// command line, recordings, validation, the run bar and the compare view read
+// its rows, so adding an option is one row, not a case in every switch.
+TEST_CASE("no switch on a strategy option outside its table", "[structure]") {
+  const std::string found = sources_containing(
+      {"app", "core", "bench", "strategies"}, {"case StrategyOption::", "SlotOption"});
+  INFO(found);
+  CHECK(found.empty());
+}
+
 // Issue 25: memory is predicted by running the real code on meta devices, so
 // no strategy or model keeps a second, hand-written copy of what it allocates.
 TEST_CASE("no strategy or model replays its allocations by hand", "[structure]") {

@@ -201,14 +201,14 @@ TEST_CASE("the message names the option the user gave first", "[validation]") {
   RunConfig c = base_config("ddp");
   c.offload = c.recompute = true;
   c.micro_batches = 4;
-  // Without an order: the registry's option order (--offload comes before --micro-batches).
-  CHECK(message_of(c).rfind("--offload: ddp has no CPU offload; used by fsdp", 0) == 0);
+  // Without an order: the option table's order (--micro-batches comes before --offload).
+  CHECK(message_of(c).rfind("--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b",
+                            0) == 0);
   try {
-    validate(c, {"world", "micro-batches", "offload", "recompute"});
+    validate(c, {"world", "offload", "micro-batches", "recompute"});
     FAIL("accepted");
   } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()) ==
-          "--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b");
+    CHECK(std::string(e.what()) == "--offload: ddp has no CPU offload; used by fsdp");
   }
 }
 

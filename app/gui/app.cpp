@@ -59,7 +59,7 @@ void App::validate_form() {
     state.form.partition.clear();
     if (!state.partition_text.empty())
       state.form.partition =
-          app::parse_int_list(state.partition_text, "--partition");  // i18n: an option's name
+          parse_int_list(state.partition_text, "--partition");  // i18n: an option's name
     validate(state.form);
     if (state.processes) check_process_config(state.form);
     state.form_error.clear();

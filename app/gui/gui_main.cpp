@@ -15,6 +15,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/config_args.h"
 #include "app/gui/app.h"
 #include "app/gui/logic/frame_pacing.h"
 #include "app/gui/logic/lesson_progress.h"
@@ -23,6 +24,7 @@
 #include "core/checkpoint.h"
 #include "core/predict/projection.h"
 #include "core/recording.h"
+#include "core/run_options.h"
 #include "core/strategy.h"
 
 namespace shardlab::app {
@@ -95,31 +97,38 @@ L lessons, Page Down / Page Up / Enter drive a lesson, F11 presenter mode, F9 sl
 Ctrl +/- font, F1 all shortcuts.
 )";
 
-const std::set<std::string> kOptions = {
-    "model",        "strategy",   "world",     "batch",         "steps",     "optimizer",
-    "lr",           "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
-    "device",       "backend",    "stages",    "micro-batches", "partition", "view",
-    "compare",      "screenshot", "frames",    "replay-at",     "size",      "font-scale",
-    "compare-show", "open",       "lesson",    "lesson-step",   "lang",      "answer",
-    "seq",          "data",       "projected", "attention"};
-const std::set<std::string> kFlags = {"no-overlap",    "no-prefetch", "no-reshard",    "offload",
-                                      "recompute",     "presenter",   "check-display", "no-record",
-                                      "at-collective", "lessons",     "run-step",      "reveal",
-                                      "slides",        "processes"};
+std::set<std::string> gui_options() {
+  std::set<std::string> o = {"model",     "strategy",    "world",      "batch",        "steps",
+                             "optimizer", "lr",          "seed",       "timeout-ms",   "device",
+                             "backend",   "view",        "compare",    "screenshot",   "frames",
+                             "replay-at", "size",        "font-scale", "compare-show", "open",
+                             "lesson",    "lesson-step", "lang",       "answer",       "seq",
+                             "data",      "projected",   "attention"};
+  o.merge(app::option_flags(true));
+  return o;
+}
+
+std::set<std::string> gui_flags() {
+  std::set<std::string> f = {"presenter", "check-display", "no-record", "at-collective", "lessons",
+                             "run-step",  "reveal",        "slides",    "processes"};
+  f.merge(app::option_flags(false));
+  return f;
+}
 
 // Run settings, which a recording brings itself (--open refuses them beside it).
-const char* const kRunKeys[] = {
-    "model",       "strategy",   "world",     "batch",         "steps",     "optimizer",
-    "lr",          "seed",       "bucket-mb", "timeout-ms",    "precision", "fsdp-unit",
-    "device",      "backend",    "stages",    "micro-batches", "partition", "no-overlap",
-    "no-prefetch", "no-reshard", "offload",   "recompute",     "no-record", "seq",
-    "data",        "attention"};
+std::vector<std::string> run_keys() {
+  std::vector<std::string> k = {"model",     "strategy",  "world", "batch",      "steps",
+                                "optimizer", "lr",        "seed",  "timeout-ms", "device",
+                                "backend",   "no-record", "seq",   "data",       "attention"};
+  for (const OptionRow& r : option_rows()) k.push_back(r.flag + 2);  // without the "--"
+  return k;
+}
 
 }  // namespace
 
 int cmd_gui(int argc, char** argv) {
   using namespace shardlab::gui;
-  const Args a(argc, argv, "gui", kOptions, kFlags);
+  const Args a(argc, argv, "gui", gui_options(), gui_flags());
   if (a.help()) {
     std::fputs(kGuiHelp, stdout);
     return 0;
@@ -135,9 +144,9 @@ int cmd_gui(int argc, char** argv) {
   std::optional<Recording> opened;
   const std::string open_path = a.str("open", "");
   if (a.has("open")) {
-    for (const char* key : kRunKeys)
+    for (const std::string& key : run_keys())
       if (a.has(key))
-        throw ConfigError("--" + std::string(key) +
+        throw ConfigError("--" + key +
                           " cannot be combined with --open (a recording "
                           "brings its own settings; press Run in the app to change them)");
     if (a.has("compare"))

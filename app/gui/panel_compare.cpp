@@ -77,18 +77,23 @@ float slot_width(const CompareSlot& s, const Tr& tr) {
   const auto check = [&](const char* label) {
     return frame + st.ItemInnerSpacing.x + ImGui::CalcTextSize(label).x + st.ItemSpacing.x;
   };
-  const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
   float w = font * 1.4f + font * 6.5f + ImGui::CalcTextSize("\xC3\x97").x + font * 2.4f +
             st.ItemSpacing.x * 3;
-  if (uses(SlotOption::micro_batches)) w += ImGui::CalcTextSize("M").x + font * 2.4f + 12;
-  if (uses(SlotOption::recompute)) w += check(tr("recompute"));
-  if (uses(SlotOption::precision)) w += font * 3.6f + st.ItemSpacing.x;
-  if (uses(SlotOption::prefetch)) w += check(tr("prefetch"));
-  if (uses(SlotOption::overlap)) w += check(tr("overlap"));
-  if (uses(SlotOption::bucket_mb)) w += ImGui::CalcTextSize(tr("bucket MiB")).x + font * 2.6f + 12;
-  if (uses(SlotOption::fsdp_unit)) w += ImGui::CalcTextSize(tr("unit")).x + font * 2.0f + 12;
-  if (uses(SlotOption::reshard)) w += check(tr("reshard"));
-  if (uses(SlotOption::offload)) w += check(tr("offload"));
+  const StrategyInfo* info = find_strategy(s.strategy);
+  for (const OptionRow& r : option_rows()) {
+    if (!r.short_label || !info || !info->reads_option(r.id)) continue;
+    switch (r.kind) {
+      case OptionKind::on_flag:
+      case OptionKind::off_flag:
+        w += check(tr(r.label));
+        break;
+      case OptionKind::choice:
+        w += font * 3.6f + st.ItemSpacing.x;
+        break;
+      default:
+        w += ImGui::CalcTextSize(tr(r.short_label)).x + font * 2.6f + 12;
+    }
+  }
   return w + frame + font * 1.5f;  // the remove button and the gap to the next slot
 }
 
@@ -122,59 +127,44 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc,
   ImGui::InputInt("##w", &s.world, 0, 0);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("%s", tr("world size: ranks (threads) of this run"));
-  const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
-  if (uses(SlotOption::micro_batches)) {
+  // One widget per option the strategy reads that a configuration can set (core/run_options.h).
+  const StrategyInfo* info = find_strategy(s.strategy);
+  for (const OptionRow& r : option_rows()) {
+    if (!r.short_label || !info || !info->reads_option(r.id)) continue;
     ImGui::SameLine();
-    ImGui::TextUnformatted("M");
-    ImGui::SameLine(0, 3);
-    ImGui::SetNextItemWidth(font * 2.4f);
-    ImGui::InputInt("##m", &s.micro_batches, 0, 0);
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("%s", tr("micro-batches per global batch (the batch must divide by it)"));
-  }
-  if (uses(SlotOption::recompute)) {
-    ImGui::SameLine();
-    ImGui::Checkbox(tr("recompute"), &s.recompute);
-  }
-  if (uses(SlotOption::precision)) {
-    ImGui::SameLine();
-    ImGui::SetNextItemWidth(font * 3.6f);
-    if (ImGui::BeginCombo("##p", s.precision.c_str())) {
-      for (const char* p : {"fp32", "bf16", "fp16"})  // i18n: dtypes, the same in Chinese
-        if (ImGui::Selectable(p, s.precision == p)) s.precision = p;
-      ImGui::EndCombo();
+    const std::string id = std::string("##") + r.json_key;  // i18n: not shown (an id)
+    switch (r.kind) {
+      case OptionKind::on_flag:
+      case OptionKind::off_flag: {
+        // Ticked means the option's effect is on: "offload", "overlap".
+        bool on = s.options.*r.boolean;
+        if (ImGui::Checkbox(tr(r.label), &on)) s.options.*r.boolean = on;
+        break;
+      }
+      case OptionKind::choice:
+        ImGui::SetNextItemWidth(font * 3.6f);
+        if (ImGui::BeginCombo(id.c_str(), (s.options.*r.text).c_str())) {
+          for (const std::string& v : r.choices)  // values, the same in every language
+            if (ImGui::Selectable(v.c_str(), s.options.*r.text == v)) s.options.*r.text = v;
+          ImGui::EndCombo();
+        }
+        break;
+      case OptionKind::integer:
+        ImGui::TextUnformatted(tr(r.short_label));
+        ImGui::SameLine(0, 3);
+        ImGui::SetNextItemWidth(font * 2.4f);
+        ImGui::InputInt(id.c_str(), &(s.options.*r.integer), 0, 0);
+        break;
+      case OptionKind::number:
+        ImGui::TextUnformatted(tr(r.short_label));
+        ImGui::SameLine(0, 3);
+        ImGui::SetNextItemWidth(font * 2.6f);
+        ImGui::InputDouble(id.c_str(), &(s.options.*r.number), 0, 0, "%g");
+        break;
+      case OptionKind::int_list:
+        break;  // no compare key: never here
     }
-  }
-  if (uses(SlotOption::prefetch)) {
-    ImGui::SameLine();
-    ImGui::Checkbox(tr("prefetch"), &s.prefetch);
-  }
-  if (uses(SlotOption::overlap)) {
-    ImGui::SameLine();
-    ImGui::Checkbox(tr("overlap"), &s.overlap);
-  }
-  if (uses(SlotOption::bucket_mb)) {
-    ImGui::SameLine();
-    ImGui::TextUnformatted(tr("bucket MiB"));
-    ImGui::SameLine(0, 3);
-    ImGui::SetNextItemWidth(font * 2.6f);
-    ImGui::InputDouble("##b", &s.bucket_mb, 0, 0, "%g");
-  }
-  if (uses(SlotOption::fsdp_unit)) {
-    ImGui::SameLine();
-    ImGui::TextUnformatted(tr("unit"));
-    ImGui::SameLine(0, 3);
-    ImGui::SetNextItemWidth(font * 2.0f);
-    ImGui::InputInt("##u", &s.fsdp_unit, 0, 0);
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tr("layers per FSDP unit (--fsdp-unit)"));
-  }
-  if (uses(SlotOption::reshard)) {
-    ImGui::SameLine();
-    ImGui::Checkbox(tr("reshard"), &s.reshard);
-  }
-  if (uses(SlotOption::offload)) {
-    ImGui::SameLine();
-    ImGui::Checkbox(tr("offload"), &s.offload);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s (%s)", tr(r.tip), r.flag);
   }
   bool keep = true;
   if (can_remove) {

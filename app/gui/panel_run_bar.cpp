@@ -18,7 +18,6 @@ namespace shardlab::gui {
 namespace {
 
 // Values of the command line's options, shown as they are typed there.
-constexpr const char* kPrecisions[] = {"fp32", "bf16", "fp16"};             // i18n: values
 constexpr const char* kDevices[] = {"cpu", "cuda", "auto", "cpu-guarded"};  // i18n: values
 constexpr const char* kBackends[] = {"auto", "gloo", "nccl"};               // i18n: values
 
@@ -88,6 +87,49 @@ void end_option(OptionUse use, const RunConfig& f, StrategyOption o, const char*
   ImGui::SetTooltip("%s", tip.c_str());
 }
 
+// One strategy option's widget, as its row's kind says (core/run_options.h), in
+// begin_option's colours; `partition` holds a list's text as typed (the next
+// frame parses it into f).
+void option_widget(RunConfig& f, const OptionRow& r, std::string& partition, const UiColors& ui,
+                   const Tr& tr) {
+  const OptionUse use = begin_option(f, r.id, ui);
+  const std::string id = std::string("##") + r.json_key;  // i18n: not shown (an id)
+  switch (r.kind) {
+    case OptionKind::integer:
+      label(tr(r.label), 2.5f);
+      ImGui::SetNextItemWidth(ImGui::GetFontSize() * 2.5f);
+      ImGui::InputInt(id.c_str(), &(f.*r.integer), 0, 0);
+      break;
+    case OptionKind::number:
+      label(tr(r.label));
+      ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4);
+      ImGui::InputDouble(id.c_str(), &(f.*r.number), 0, 0, "%g");
+      break;
+    case OptionKind::on_flag:
+    case OptionKind::off_flag:
+      ImGui::Checkbox(tr(r.label), &(f.*r.boolean));  // ticked: the effect is on
+      break;
+    case OptionKind::choice: {
+      const std::vector<std::string>& values = r.choices;  // values, the same in every language
+      combo_strings(tr(r.label), id.c_str(), &(f.*r.text), values, 3.5f);
+      break;
+    }
+    case OptionKind::int_list:
+      label(tr(r.label), 6);
+      ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+      ImGui::InputTextWithHint(id.c_str(), tr("balanced"), &partition);
+      break;
+  }
+  end_option(use, f, r.id, tr(r.tip), tr);
+  // "Stages 0" alone reads as no pipeline at all: say what 0 means.
+  if (r.default_note && !option_set(f, r.id) && use == OptionUse::read) {
+    ImGui::SameLine(0, 0);
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextDisabled("%s", tr(r.default_note));
+  }
+  ImGui::SameLine(0, 12);
+}
+
 void draw_options(RunConfig& f, std::string& partition, const UiColors& ui, const Tr& tr) {
   ImGui::Indent();
   label(tr("Optimizer"));
@@ -103,44 +145,8 @@ void draw_options(RunConfig& f, std::string& partition, const UiColors& ui, cons
   int seed = static_cast<int>(f.seed);
   if (int_field(tr("Seed"), "##seed", &seed, 4, nullptr))
     f.seed = static_cast<uint64_t>(std::max(0, seed));
-  OptionUse use = begin_option(f, StrategyOption::bucket_mb, ui);
-  label(tr("Bucket MiB"));
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4);
-  ImGui::InputDouble("##bucket", &f.bucket_mb, 0, 0, "%g");
-  end_option(use, f, StrategyOption::bucket_mb, tr("gradient bucket size in MiB"), tr);
-  ImGui::SameLine(0, 12);
-  use = begin_option(f, StrategyOption::no_overlap, ui);
-  ImGui::Checkbox(tr("overlap"), &f.overlap);
-  end_option(use, f, StrategyOption::no_overlap,
-             tr("all-reduce buckets during backward (off: --no-overlap)"), tr);
-  ImGui::SameLine(0, 12);
-  use = begin_option(f, StrategyOption::no_prefetch, ui);
-  ImGui::Checkbox(tr("prefetch"), &f.prefetch);
-  end_option(use, f, StrategyOption::no_prefetch,
-             tr("start the next all-gather early (off: --no-prefetch)"), tr);
-  ImGui::SameLine(0, 12);
-  use = begin_option(f, StrategyOption::fsdp_unit, ui);
-  int_field(tr("FSDP unit"), "##unit", &f.fsdp_unit, 3, nullptr);
-  end_option(use, f, StrategyOption::fsdp_unit, tr("layers per FSDP unit"), tr);
-  use = begin_option(f, StrategyOption::no_reshard, ui);
-  ImGui::Checkbox(tr("reshard"), &f.reshard_after_forward);
-  end_option(use, f, StrategyOption::no_reshard,
-             tr("free gathered params after forward (off: --no-reshard)"), tr);
-  ImGui::SameLine(0, 12);
-  use = begin_option(f, StrategyOption::offload, ui);
-  ImGui::Checkbox(tr("offload"), &f.offload);
-  end_option(use, f, StrategyOption::offload, tr("model states in host memory"), tr);
-  ImGui::SameLine(0, 12);
-  use = begin_option(f, StrategyOption::recompute, ui);
-  ImGui::Checkbox(tr("recompute"), &f.recompute);
-  end_option(use, f, StrategyOption::recompute, tr("recompute forward in backward"), tr);
-  ImGui::SameLine(0, 12);
-  use = begin_option(f, StrategyOption::partition, ui);
-  label(tr("Partition"), 6);
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
-  ImGui::InputTextWithHint("##partition", tr("balanced"), &partition);
-  end_option(use, f, StrategyOption::partition, tr("layers per stage, e.g. 3,2,2,1"), tr);
-  ImGui::SameLine(0, 12);
+  for (const OptionRow& r : option_rows())
+    if (r.place == OptionPlace::options) option_widget(f, r, partition, ui, tr);
   combo_strings(tr("Backend"), "##backend", &f.backend,
                 {std::begin(kBackends), std::end(kBackends)}, 4);
   ImGui::NewLine();  // end the row: the combo left the line open for a next item
@@ -185,25 +191,9 @@ void draw_run_bar(App& app) {
   ImGui::SameLine(0, 12);
   int_field(tr("Batch"), "##batch", &f.batch, 3,
             tr("global batch, split across data-parallel ranks"));
-  OptionUse use = begin_option(f, StrategyOption::micro_batches, ui);
-  int_field(tr("Micro-batches"), "##mb", &f.micro_batches, 2.5f, nullptr);
-  end_option(use, f, StrategyOption::micro_batches, tr("micro-batches per batch"), tr);
-  use = begin_option(f, StrategyOption::stages, ui);
-  int_field(tr("Stages"), "##stages", &f.stages, 2.5f, nullptr);
-  end_option(use, f, StrategyOption::stages, tr("pipeline stages (0 = one per rank)"), tr);
-  if (f.stages == 0 && use == OptionUse::read) {
-    // "Stages 0" alone reads as no pipeline at all: say what 0 means.
-    ImGui::SameLine(0, 0);
-    ImGui::AlignTextToFramePadding();
-    ImGui::TextDisabled("%s", tr("(one per rank)"));
-    ImGui::SameLine(0, 12);
-  }
   int_field(tr("Steps"), "##steps", &f.steps, 3.5f, tr("training steps"));
-  use = begin_option(f, StrategyOption::precision, ui);
-  combo_strings(tr("Precision"), "##precision", &f.precision,
-                {std::begin(kPrecisions), std::end(kPrecisions)}, 3.5f);
-  end_option(use, f, StrategyOption::precision,
-             tr("bf16/fp16: mixed precision, fp32 master weights"), tr);
+  for (const OptionRow& r : option_rows())
+    if (r.place == OptionPlace::main_bar) option_widget(f, r, s.partition_text, ui, tr);
   combo_strings(tr("Device"), "##device", &f.device, {std::begin(kDevices), std::end(kDevices)},
                 7.5f);
   if (ImGui::GetContentRegionAvail().x < ImGui::GetFontSize() * 5) ImGui::NewLine();
@@ -242,9 +232,7 @@ void draw_run_bar(App& app) {
   // open it, so the field in the error colour is there to be seen and undone.
   const std::vector<StrategyOption> unread = unread_options(f);
   for (StrategyOption o : unread)
-    if (o != StrategyOption::micro_batches && o != StrategyOption::stages &&
-        o != StrategyOption::precision)
-      s.show_options = true;
+    if (option_row(o).place == OptionPlace::options) s.show_options = true;
   if (s.show_options) draw_options(f, s.partition_text, ui, tr);
   if (!valid && !s.form_note.empty()) {
     // A GPU recording replayed without a GPU: nothing to fix, a way to run it here.
@@ -260,7 +248,7 @@ void draw_run_bar(App& app) {
         for (StrategyOption o : unread) reset_option(f, o);
         // The typed text is what the next frame parses into f.partition.
         for (StrategyOption o : unread)
-          if (o == StrategyOption::partition) s.partition_text.clear();
+          if (option_row(o).kind == OptionKind::int_list) s.partition_text.clear();
       }
     }
   } else if (f.device != "cpu" || f.backend != "auto") {

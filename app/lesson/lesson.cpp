@@ -899,14 +899,6 @@ std::vector<std::string> command_args(const RunConfig& c) {
     a.push_back(key);
     if (!value.empty()) a.push_back(value);
   };
-  // Short when that is exact ("0.05"), else every digit: a launched run must
-  // train on the very same values.
-  auto num = [](double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
-    return std::string(buf);
-  };
   // A float (the learning rate) is exact when it reads back as the same float:
   // "0.05", not the double 0.05000000074505806 that the float widens to.
   auto num_f = [](float v) {
@@ -926,26 +918,13 @@ std::vector<std::string> command_args(const RunConfig& c) {
   if (c.optimizer.kind != d.optimizer.kind) add("--optimizer", to_string(c.optimizer.kind));
   if (c.optimizer.lr != d.optimizer.lr) add("--lr", num_f(c.optimizer.lr));
   if (c.seed != d.seed) add("--seed", std::to_string(c.seed));
-  if (c.precision != d.precision) add("--precision", c.precision);
   if (c.tf32) add("--tf32", "");
   if (c.device != d.device) add("--device", c.device);
   if (c.backend != d.backend) add("--backend", c.backend);
   if (c.timeout_ms != d.timeout_ms) add("--timeout-ms", std::to_string(c.timeout_ms));
-  if (c.bucket_mb != d.bucket_mb) add("--bucket-mb", num(c.bucket_mb));
-  if (!c.overlap) add("--no-overlap", "");
-  if (!c.prefetch) add("--no-prefetch", "");
-  if (c.fsdp_unit != d.fsdp_unit) add("--fsdp-unit", std::to_string(c.fsdp_unit));
-  if (!c.reshard_after_forward) add("--no-reshard", "");
-  if (c.offload) add("--offload", "");
-  if (c.stages != d.stages) add("--stages", std::to_string(c.stages));
-  if (c.micro_batches != d.micro_batches) add("--micro-batches", std::to_string(c.micro_batches));
-  if (!c.partition.empty()) {
-    std::string p;
-    for (size_t i = 0; i < c.partition.size(); ++i)
-      p += (i ? "," : "") + std::to_string(c.partition[i]);
-    add("--partition", p);
-  }
-  if (c.recompute) add("--recompute", "");
+  // The strategy options that differ from their defaults (core/run_options.h).
+  for (StrategyOption o : kStrategyOptions)
+    if (option_set(c, o)) add(flag_name(o), option_value_text(c, o));
   return a;
 }
 

@@ -11,44 +11,64 @@
 #include "app/gui/logic/memory_logic.h"
 #include "core/pipeline_analysis.h"
 #include "core/predict/projection.h"
+#include "core/run_options.h"
 #include "core/strategy.h"
 
 namespace shardlab::gui {
 
 namespace {
 
-// The options' names in the --compare list syntax, for its errors (English, as
-// the command line's).
-const char* option_name(SlotOption o) {
-  switch (o) {
-    case SlotOption::micro_batches:
-      return "micro-batches (m=N)";  // i18n: not shown
-    case SlotOption::stages:
-      return "stages=N";  // i18n: not shown
-    case SlotOption::precision:
-      return "precision (bf16, fp16)";  // i18n: not shown
-    case SlotOption::recompute:
-      return "recompute";  // i18n: not shown
-    case SlotOption::prefetch:
-      return "no-prefetch";  // i18n: not shown
-    case SlotOption::overlap:
-      return "no-overlap";  // i18n: not shown
-    case SlotOption::bucket_mb:
-      return "bucket-mb=X";  // i18n: not shown
-    case SlotOption::fsdp_unit:
-      return "fsdp-unit=K";  // i18n: not shown
-    case SlotOption::reshard:
-      return "no-reshard";  // i18n: not shown
-    case SlotOption::offload:
-      return "offload";  // i18n: not shown
-  }
-  return "?";
+// Whether `strategy` reads o (its registration says: one source of truth for
+// validation, the run bar and these configurations).
+bool uses(const std::string& strategy, StrategyOption o) {
+  const StrategyInfo* info = find_strategy(strategy);
+  return info && info->reads_option(o);
 }
 
-// i18n: not shown (the command line's errors)
-const char* kValidOptions =
-    "m=N, stages=N, bf16, fp16, fp32, recompute, no-prefetch, no-overlap, bucket-mb=X, "
-    "fsdp-unit=K, no-reshard, offload";
+// An option's name in the --compare list syntax, for its errors (English, as the
+// command line's): "micro-batches (m=N)", "bucket-mb=X", "no-prefetch".
+std::string option_name(const OptionRow& r) {
+  const std::string flag = r.flag + 2, key = r.compare_key;
+  switch (r.kind) {
+    case OptionKind::integer:
+    case OptionKind::number: {
+      const std::string typed = key + (r.kind == OptionKind::integer ? "=N" : "=X");
+      return key == flag ? typed : flag + " (" + typed + ")";
+    }
+    case OptionKind::choice: {
+      std::string values;
+      for (const std::string& v : r.choices) values += (values.empty() ? "" : ", ") + v;
+      return flag + " (" + values + ")";
+    }
+    default:
+      return key;
+  }
+}
+
+// Every option a compare item may set, as typed: "m=N, stages=N, fp32, bf16, ...".
+std::string valid_options() {
+  std::string out;
+  for (const OptionRow& r : option_rows()) {
+    if (!r.compare_key) continue;
+    std::string item;
+    if (r.kind == OptionKind::integer) item = std::string(r.compare_key) + "=N";
+    if (r.kind == OptionKind::number) item = std::string(r.compare_key) + "=X";
+    if (r.kind == OptionKind::on_flag || r.kind == OptionKind::off_flag) item = r.compare_key;
+    if (r.kind == OptionKind::choice)
+      for (const std::string& v : r.choices) item += (item.empty() ? "" : ", ") + v;
+    out += (out.empty() ? "" : ", ") + item;
+  }
+  return out;
+}
+
+// A flag's two words in a compare item: the one that sets it ("no-overlap",
+// "offload") and its opposite, which puts the default back ("overlap", "no-offload").
+std::string opposite_word(const OptionRow& r) {
+  const std::string key = r.compare_key;
+  const std::string no = "no-";  // i18n: not shown (a command-line word)
+  return r.kind == OptionKind::off_flag ? key.substr(no.size()) : no + key;
+}
+
 const char* kListExample = "e.g. naive-mp:4,gpipe:4/m=8,1f1b:4/m=8";  // i18n: not shown
 
 std::string trim(const std::string& s) {
@@ -67,124 +87,54 @@ bool parse_int(const std::string& s, long lo, long hi, int& out) {
   return true;
 }
 
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 int stages_of(const CompareSlot& s) {
-  return s.stages > 0 ? s.stages : s.world;
+  return s.options.stages > 0 ? s.options.stages : s.world;
 }
 
 }  // namespace
 
-bool strategy_uses(const std::string& strategy, SlotOption o) {
-  // The strategy's registration says what it reads (core/strategy.h): one source
-  // of truth for validation, the run bar and these slots.
-  const StrategyInfo* info = find_strategy(strategy);
-  if (!info) return false;
-  switch (o) {
-    case SlotOption::micro_batches:
-      return info->reads_option(StrategyOption::micro_batches);
-    case SlotOption::recompute:
-      return info->reads_option(StrategyOption::recompute);
-    case SlotOption::stages:
-      return info->reads_option(StrategyOption::stages);
-    case SlotOption::precision:
-      return info->reads_option(StrategyOption::precision);
-    case SlotOption::prefetch:
-      return info->reads_option(StrategyOption::no_prefetch);
-    case SlotOption::overlap:
-      return info->reads_option(StrategyOption::no_overlap);
-    case SlotOption::bucket_mb:
-      return info->reads_option(StrategyOption::bucket_mb);
-    case SlotOption::fsdp_unit:
-      return info->reads_option(StrategyOption::fsdp_unit);
-    case SlotOption::reshard:
-      return info->reads_option(StrategyOption::no_reshard);
-    case SlotOption::offload:
-      return info->reads_option(StrategyOption::offload);
-  }
-  return false;
-}
-
-std::string strategies_using(SlotOption o) {
-  std::string s;
-  for (const StrategyInfo& i : all_strategies())
-    if (strategy_uses(i.name, o)) s += (s.empty() ? "" : ", ") + i.name;
-  return s;
+bool CompareSlot::operator==(const CompareSlot& o) const {
+  if (strategy != o.strategy || world != o.world) return false;
+  for (const OptionRow& r : option_rows())
+    if (r.compare_key && !option_equal(options, o.options, r.id)) return false;
+  return true;
 }
 
 CompareSlot slot_from(const RunConfig& base, const std::string& strategy, int world) {
-  const RunConfig d;
-  const auto pick = [&](SlotOption o, auto base_value, auto default_value) {
-    return strategy_uses(strategy, o) ? base_value : default_value;
-  };
   CompareSlot s;
   s.strategy = strategy;
   const StrategyInfo* info = find_strategy(strategy);
   const int asked = world > 0 ? world : base.world;
   s.world = info ? info->world_for(asked) : asked;
-  s.micro_batches = pick(SlotOption::micro_batches, base.micro_batches, d.micro_batches);
+  for (const OptionRow& r : option_rows())
+    if (r.compare_key && uses(strategy, r.id)) copy_option(base, s.options, r.id);
   // --stages is one per rank in this build; a base's count only fits its own world.
-  s.stages =
-      strategy_uses(strategy, SlotOption::stages) && base.stages == s.world ? base.stages : 0;
-  s.precision = pick(SlotOption::precision, base.precision, d.precision);
-  s.recompute = pick(SlotOption::recompute, base.recompute, d.recompute);
-  s.prefetch = pick(SlotOption::prefetch, base.prefetch, d.prefetch);
-  s.overlap = pick(SlotOption::overlap, base.overlap, d.overlap);
-  s.bucket_mb = pick(SlotOption::bucket_mb, base.bucket_mb, d.bucket_mb);
-  s.fsdp_unit = pick(SlotOption::fsdp_unit, base.fsdp_unit, d.fsdp_unit);
-  s.reshard = pick(SlotOption::reshard, base.reshard_after_forward, d.reshard_after_forward);
-  s.offload = pick(SlotOption::offload, base.offload, d.offload);
+  if (s.options.stages != s.world) s.options.stages = 0;
   return s;
 }
 
 RunConfig config_for(const CompareSlot& slot, const RunConfig& base) {
-  const RunConfig d;
   RunConfig c = base;
   c.strategy = slot.strategy;
   c.world = slot.world;
-  const auto set = [&](SlotOption o, auto& field, auto slot_value, auto default_value) {
-    field = strategy_uses(slot.strategy, o) ? slot_value : default_value;
-  };
-  set(SlotOption::micro_batches, c.micro_batches, slot.micro_batches, d.micro_batches);
-  set(SlotOption::stages, c.stages, slot.stages, d.stages);
-  set(SlotOption::precision, c.precision, slot.precision, d.precision);
-  set(SlotOption::recompute, c.recompute, slot.recompute, d.recompute);
-  set(SlotOption::prefetch, c.prefetch, slot.prefetch, d.prefetch);
-  set(SlotOption::overlap, c.overlap, slot.overlap, d.overlap);
-  set(SlotOption::bucket_mb, c.bucket_mb, slot.bucket_mb, d.bucket_mb);
-  set(SlotOption::fsdp_unit, c.fsdp_unit, slot.fsdp_unit, d.fsdp_unit);
-  set(SlotOption::reshard, c.reshard_after_forward, slot.reshard, d.reshard_after_forward);
-  set(SlotOption::offload, c.offload, slot.offload, d.offload);
+  // The slot's value of every option it can set and its strategy reads, the
+  // default of every option its strategy does not read; the others (partition) the base's.
+  for (const OptionRow& r : option_rows()) {
+    if (!uses(slot.strategy, r.id))
+      reset_option(c, r.id);
+    else if (r.compare_key)
+      copy_option(slot.options, c, r.id);
+  }
   // The run bar's --partition applies to the pipelines with as many stages as it has entries.
-  if (!is_pipeline_strategy(slot.strategy) ||
-      static_cast<int>(base.partition.size()) != stages_of(slot))
-    c.partition.clear();
+  if (static_cast<int>(c.partition.size()) != stages_of(slot)) c.partition.clear();
   return c;
 }
 
 // The list syntax: command-line words, the same in every language.
 std::string slot_text(const CompareSlot& s) {
-  const CompareSlot d;
   std::string t = s.strategy + ":" + std::to_string(s.world);
-  const auto uses = [&](SlotOption o) { return strategy_uses(s.strategy, o); };
-  if (uses(SlotOption::micro_batches) && s.micro_batches != 1)
-    t += "/m=" + std::to_string(s.micro_batches);
-  if (uses(SlotOption::stages) && s.stages != 0)
-    t += "/stages=" + std::to_string(s.stages);  // i18n: not shown
-  if (uses(SlotOption::precision) && s.precision != d.precision) t += "/" + s.precision;
-  if (uses(SlotOption::recompute) && s.recompute) t += "/recompute";   // i18n: not shown
-  if (uses(SlotOption::prefetch) && !s.prefetch) t += "/no-prefetch";  // i18n: not shown
-  if (uses(SlotOption::overlap) && !s.overlap) t += "/no-overlap";     // i18n: not shown
-  if (uses(SlotOption::bucket_mb) && s.bucket_mb != d.bucket_mb)
-    t += "/bucket-mb=" + number(s.bucket_mb);  // i18n: not shown
-  if (uses(SlotOption::fsdp_unit) && s.fsdp_unit != d.fsdp_unit)
-    t += "/fsdp-unit=" + std::to_string(s.fsdp_unit);               // i18n: not shown
-  if (uses(SlotOption::reshard) && !s.reshard) t += "/no-reshard";  // i18n: not shown
-  if (uses(SlotOption::offload) && s.offload) t += "/offload";      // i18n: not shown
+  for (const OptionRow& r : option_rows())
+    if (uses(s.strategy, r.id)) t += option_compare_text(s.options, r.id);
   return t;
 }
 
@@ -218,71 +168,45 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
   CompareSlot s = slot_from(base, strategy, world);
   if (world > 0) s.world = world;  // `single:2` is refused by validate() below, not rewritten
 
-  std::set<SlotOption> seen;
+  std::set<StrategyOption> seen;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     const size_t eq = p.find('=');
     const std::string key = p.substr(0, eq),
                       value = eq == std::string::npos ? "" : p.substr(eq + 1);
     const bool has_value = eq != std::string::npos;
-    SlotOption o = SlotOption::micro_batches;
+    // The row this part sets: by its compare key or its flag's name, a flag by
+    // either of its words, a choice by a bare value.
+    const OptionRow* row = nullptr;
     bool ok = true;
-    if ((key == "m" || key == "micro-batches") && has_value) {
-      o = SlotOption::micro_batches;
-      ok = parse_int(value, 1, 1 << 20, s.micro_batches);
-    } else if (key == "stages" && has_value) {
-      o = SlotOption::stages;
-      // As --stages: 0 would read as "not given", so it is no stage count.
-      ok = parse_int(value, 1, 64, s.stages);
-    } else if ((key == "bf16" || key == "fp16" || key == "fp32") && !has_value) {
-      o = SlotOption::precision;
-      s.precision = key;
-    } else if (key == "precision" && has_value) {
-      o = SlotOption::precision;
-      ok = value == "bf16" || value == "fp16" || value == "fp32";
-      s.precision = value;
-    } else if ((key == "recompute" || key == "no-recompute") && !has_value) {
-      o = SlotOption::recompute;
-      s.recompute = key == "recompute";
-    } else if ((key == "prefetch" || key == "no-prefetch") && !has_value) {
-      o = SlotOption::prefetch;
-      s.prefetch = key == "prefetch";
-    } else if ((key == "overlap" || key == "no-overlap") && !has_value) {
-      o = SlotOption::overlap;
-      s.overlap = key == "overlap";
-    } else if ((key == "reshard" || key == "no-reshard") && !has_value) {
-      o = SlotOption::reshard;
-      s.reshard = key == "reshard";
-    } else if ((key == "offload" || key == "no-offload") && !has_value) {
-      o = SlotOption::offload;
-      s.offload = key == "offload";
-    } else if (key == "bucket-mb" && has_value) {
-      o = SlotOption::bucket_mb;
-      char* end = nullptr;
-      s.bucket_mb = std::strtod(value.c_str(), &end);
-      ok = !value.empty() && *end == '\0' && s.bucket_mb > 0 && std::isfinite(s.bucket_mb);
-    } else if ((key == "fsdp-unit" || key == "unit") && has_value) {
-      o = SlotOption::fsdp_unit;
-      ok = parse_int(value, 1, 1 << 20, s.fsdp_unit);
-    } else {
-      throw ConfigError(where + "unknown option '" + p + "' (valid: " + kValidOptions + ")");
+    for (const OptionRow& r : option_rows()) {
+      if (!r.compare_key) continue;
+      const bool named = key == r.compare_key || key == r.flag + 2;
+      if (r.kind == OptionKind::on_flag || r.kind == OptionKind::off_flag) {
+        if (has_value || (key != r.compare_key && key != opposite_word(r))) continue;
+        s.options.*r.boolean = (key == r.compare_key) == (r.kind == OptionKind::on_flag);
+      } else if (r.kind == OptionKind::choice && !has_value &&
+                 std::find(r.choices.begin(), r.choices.end(), key) != r.choices.end()) {
+        s.options.*r.text = key;
+      } else if (named && has_value) {
+        ok = parse_option_value(s.options, r.id, value);
+        if (ok && r.kind == OptionKind::integer)  // as typed: 0 stages reads as "not given"
+          ok = s.options.*r.integer >= r.lo && s.options.*r.integer <= r.hi;
+        if (ok && r.kind == OptionKind::number) ok = s.options.*r.number > 0;
+      } else {
+        continue;
+      }
+      row = &r;
+      break;
     }
-    if (!ok) {
-      // i18n: not shown (the command line's error)
-      const std::string stages = "stages=" + std::to_string(stages_of(s)) + ", one per rank";
-      throw ConfigError(where + "'" + p + "' is invalid (valid: " +
-                        (o == SlotOption::precision ? std::string("bf16, fp16 or fp32")
-                         : o == SlotOption::stages  ? stages
-                         : o == SlotOption::bucket_mb
-                             ? std::string("a positive number of MiB, e.g. bucket-mb=4")
-                             : std::string("a whole number, e.g. m=8")) +
-                        ")");
-    }
-    if (!strategy_uses(strategy, o))
+    if (!row)
+      throw ConfigError(where + "unknown option '" + p + "' (valid: " + valid_options() + ")");
+    if (!ok) throw ConfigError(where + "'" + p + "' is invalid (valid: " + row->valid + ")");
+    if (!uses(strategy, row->id))
       throw ConfigError(where + "'" + p + "' does not apply to " + strategy + " (" +
-                        option_name(o) + " is for: " + strategies_using(o) + ")");
-    if (!seen.insert(o).second)
-      throw ConfigError(where + "'" + p + "' sets " + option_name(o) + " a second time");
+                        option_name(*row) + " is for: " + strategies_reading(row->id) + ")");
+    if (!seen.insert(row->id).second)
+      throw ConfigError(where + "'" + p + "' sets " + option_name(*row) + " a second time");
   }
   try {
     validate(config_for(s, base));
@@ -337,9 +261,9 @@ std::vector<CompareSlot> default_compare_slots(const RunConfig& base) {
     if (!find_strategy(name)) continue;
     CompareSlot s = slot_from(base, name, base.world);
     // Without micro-batches of its own a pipeline would be naive-mp under another name.
-    if (strategy_uses(name, SlotOption::micro_batches) && base.micro_batches == 1) {
+    if (uses(name, StrategyOption::micro_batches) && base.micro_batches == 1) {
       const int m = 2 * stages_of(s);
-      if (m > 0 && base.batch % m == 0) s.micro_batches = m;
+      if (m > 0 && base.batch % m == 0) s.options.micro_batches = m;
     }
     add(s);
   }
@@ -353,33 +277,16 @@ std::vector<RunConfig> default_compare_configs(const RunConfig& base) {
 }
 
 std::string config_label(const RunConfig& c, const Tr& tr) {
-  const RunConfig d;
   std::string t = c.strategy + " \xC3\x97" + std::to_string(c.world);  // "ddp ×2"
-  const auto uses = [&](SlotOption o) { return strategy_uses(c.strategy, o); };
-  if (uses(SlotOption::micro_batches)) t += " M=" + std::to_string(c.micro_batches);
-  if (uses(SlotOption::stages) && c.stages != 0 && c.stages != c.world)
-    t += " P=" + std::to_string(c.stages);
-  if (is_pipeline_strategy(c.strategy) && !c.partition.empty()) {
-    t += " [";
-    for (size_t i = 0; i < c.partition.size(); ++i) {
-      if (i) t += ',';
-      t += std::to_string(c.partition[i]);
-    }
-    t += "]";
+  // Each option its strategy reads and the configuration sets, as its row's
+  // word (in `tr`'s language): "M=8", "bf16", "no-prefetch", "bucket 4 MiB".
+  for (const OptionRow& r : option_rows()) {
+    if (!r.label_word || !uses(c.strategy, r.id)) continue;
+    if (!r.label_always && !option_set(c, r.id)) continue;
+    t += " " + strf(tr(r.label_word), option_value_text(c, r.id).c_str());
   }
-  if (uses(SlotOption::precision) && c.precision != d.precision) t += " " + c.precision;
-  const auto add = [&](const std::string& word) { t += " " + word; };
-  if (uses(SlotOption::recompute) && c.recompute) add(tr("recompute"));
-  if (uses(SlotOption::prefetch) && !c.prefetch) add(tr("no-prefetch"));
-  if (uses(SlotOption::overlap) && !c.overlap) add(tr("no-overlap"));
-  if (uses(SlotOption::bucket_mb) && c.bucket_mb != d.bucket_mb)
-    add(strf(tr("bucket %s MiB"), number(c.bucket_mb).c_str()));
-  if (uses(SlotOption::fsdp_unit) && c.fsdp_unit != d.fsdp_unit)
-    add(strf(tr("unit %d"), c.fsdp_unit));
-  if (uses(SlotOption::reshard) && !c.reshard_after_forward) add(tr("no-reshard"));
-  if (uses(SlotOption::offload) && c.offload) add(tr("offload"));
   // A model option, not a strategy's: named where it is not the CPU's naive default.
-  if (c.attention == "flash") add(tr("flash attention"));
+  if (c.attention == "flash") t += std::string(" ") + tr("flash attention");
   return t;
 }
 
@@ -440,7 +347,7 @@ CompareRow compare_row(const RunResult& r) {
   if (row.pipeline) {
     row.stages = r.cfg.stages > 0 ? r.cfg.stages : r.cfg.world;
     row.micro_batches =
-        strategy_uses(r.cfg.strategy, SlotOption::micro_batches) ? r.cfg.micro_batches : 1;
+        uses(r.cfg.strategy, StrategyOption::micro_batches) ? r.cfg.micro_batches : 1;
     row.bubble_formula = bubble_formula(row.stages, row.micro_batches);
   }
   row.final_loss = r.losses.empty() ? 0.0 : r.losses.back();

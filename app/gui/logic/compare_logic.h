@@ -8,6 +8,7 @@
 
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
+#include "core/run_options.h"
 #include "core/runner.h"
 
 namespace shardlab::gui {
@@ -20,34 +21,13 @@ inline constexpr int kMaxCompare = 6;
 struct CompareSlot {
   std::string strategy = "ddp";  // i18n: not shown (a strategy name)
   int world = 2;
-  int micro_batches = 1;           // gpipe, 1f1b
-  int stages = 0;                  // pipelines; 0 = one stage per rank
-  std::string precision = "fp32";  // i18n: not shown (a dtype); single, ddp, dp, zero1-3, fsdp
-  bool recompute = false;          // gpipe, 1f1b
-  bool prefetch = true;            // zero3, fsdp
-  bool overlap = true;             // ddp
-  double bucket_mb = 25.0;         // ddp
-  int fsdp_unit = 1;               // fsdp
-  bool reshard = true;             // fsdp
-  bool offload = false;            // fsdp
-  bool operator==(const CompareSlot&) const = default;
+  // The strategy options (core/run_options.h) the configuration sets, those with
+  // a compare key; only the ones its strategy reads count (config_for), and a
+  // strategy chosen later that reads one takes it over.
+  RunConfig options{};
+  // Same strategy, world and value of every option a compare item can set.
+  bool operator==(const CompareSlot& o) const;
 };
-
-// The options a configuration can set, and which strategies read them.
-enum class SlotOption {
-  micro_batches,
-  stages,
-  precision,
-  recompute,
-  prefetch,
-  overlap,
-  bucket_mb,
-  fsdp_unit,
-  reshard,
-  offload
-};
-bool strategy_uses(const std::string& strategy, SlotOption o);
-std::string strategies_using(SlotOption o);  // "gpipe, 1f1b"
 
 // `strategy` at `world` (0: the base's world; `single` is always 1) with the
 // base's value of every option that strategy uses and the defaults elsewhere.
@@ -59,8 +39,10 @@ CompareSlot slot_from(const RunConfig& base, const std::string& strategy, int wo
 RunConfig config_for(const CompareSlot& slot, const RunConfig& base);
 
 // The list syntax, one item per configuration:  STRATEGY[:W][/OPTION]...
-// options: m=N (micro-batches), stages=N, bf16 | fp16 | fp32, recompute,
-// no-prefetch, no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload.
+// options, one per row of core/run_options.h with a compare key: m=N
+// (micro-batches), stages=N, bf16 | fp16 | fp32, recompute, no-prefetch,
+// no-overlap, bucket-mb=X, fsdp-unit=N, no-reshard, offload (a flag's opposite,
+// "prefetch", "no-offload", puts its default back).
 // E.g. "naive-mp:4,gpipe:4/m=8,1f1b:4/m=8" or "ddp:4,zero3:4/no-prefetch,fsdp:4/bf16".
 std::string slot_text(const CompareSlot& s);  // the item that gives back `s`
 // Throws ConfigError naming the item: bad syntax, an unknown strategy or option,

@@ -120,7 +120,7 @@ const StringPairs& strings_zh_compare() {
       {"no-prefetch", "不预取"},
       {"no-overlap", "不重叠"},
       {"bucket %s MiB", "桶 %s MiB"},
-      {"unit %d", "单元 %d"},
+      {"unit %s", "单元 %s"},
       {"no-reshard", "不重新分片"},
       {"%s processes", "%s 多进程"},
       {"idle share: for each step, the window from the first compute span any rank begins to "

@@ -1,0 +1,273 @@
+// The strategy options' table (see run_options.h) and the readers every view
+// shares: each works for any row by its kind, none names an option.
+#include "core/run_options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace shardlab {
+
+namespace {
+
+// Numbers as the user would type them, 0.5 and not 0.500000, yet exact: a
+// value that %g would round reads back from all its digits.
+std::string number_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::vector<OptionRow> make_rows() {
+  std::vector<OptionRow> r;
+  // clang-format off
+  r.push_back({.id = StrategyOption::micro_batches, .flag = "--micro-batches",
+               .json_key = "micro_batches", .compare_key = "m", .kind = OptionKind::integer,
+               .integer = &RunConfig::micro_batches, .lo = 1, .hi = 1 << 20,
+               .valid = "1 to --batch, dividing it", .missing = "micro-batches",
+               .label = "Micro-batches", .tip = "micro-batches per batch",
+               .place = OptionPlace::main_bar, .short_label = "M", .label_word = "M=%s",
+               .label_always = true});
+  // Not in a compare item or label: --stages is one per rank in this build, so a
+  // configuration's world says it.
+  r.push_back({.id = StrategyOption::stages, .flag = "--stages", .json_key = "stages",
+               .compare_key = "stages", .kind = OptionKind::integer,
+               .integer = &RunConfig::stages, .lo = 1, .hi = 64,
+               .valid = "one stage per rank of --world, or leave it out",
+               .missing = "pipeline stages",
+               .label = "Stages", .tip = "pipeline stages (0 = one per rank)",
+               .place = OptionPlace::main_bar, .default_note = "(one per rank)"});
+  r.push_back({.id = StrategyOption::partition, .flag = "--partition", .json_key = "partition",
+               .compare_key = nullptr, .kind = OptionKind::int_list,
+               .list = &RunConfig::partition,
+               .valid = "layers per stage, e.g. 3,2,2,1, or cost",
+               .missing = "pipeline stages to partition",
+               .label = "Partition", .tip = "layers per stage, e.g. 3,2,2,1",
+               .label_word = "[%s]"});
+  r.push_back({.id = StrategyOption::precision, .flag = "--precision", .json_key = "precision",
+               .compare_key = "precision", .kind = OptionKind::choice,
+               .text = &RunConfig::precision, .choices = {"fp32", "bf16", "fp16"},
+               .valid = "fp32, bf16 or fp16", .missing = "mixed precision",
+               .label = "Precision", .tip = "bf16/fp16: mixed precision, fp32 master weights",
+               .place = OptionPlace::main_bar, .short_label = "", .label_word = "%s"});
+  r.push_back({.id = StrategyOption::recompute, .flag = "--recompute", .json_key = "recompute",
+               .compare_key = "recompute", .kind = OptionKind::on_flag,
+               .boolean = &RunConfig::recompute, .missing = "activation recomputation",
+               .label = "recompute", .tip = "recompute forward in backward",
+               .short_label = "", .label_word = "recompute"});
+  r.push_back({.id = StrategyOption::no_prefetch, .flag = "--no-prefetch", .json_key = "prefetch",
+               .compare_key = "no-prefetch", .kind = OptionKind::off_flag,
+               .boolean = &RunConfig::prefetch, .missing = "all-gather to prefetch",
+               .label = "prefetch", .tip = "start the next all-gather early (off: --no-prefetch)",
+               .short_label = "", .label_word = "no-prefetch"});
+  r.push_back({.id = StrategyOption::no_overlap, .flag = "--no-overlap", .json_key = "overlap",
+               .compare_key = "no-overlap", .kind = OptionKind::off_flag,
+               .boolean = &RunConfig::overlap,
+               .missing = "bucketed all-reduce to overlap with backward",
+               .label = "overlap", .tip = "all-reduce buckets during backward (off: --no-overlap)",
+               .short_label = "", .label_word = "no-overlap"});
+  r.push_back({.id = StrategyOption::bucket_mb, .flag = "--bucket-mb", .json_key = "bucket_mb",
+               .compare_key = "bucket-mb", .kind = OptionKind::number,
+               .number = &RunConfig::bucket_mb,
+               .valid = "a positive number of MiB up to 1048576, e.g. 25",
+               .missing = "gradient buckets",
+               .label = "Bucket MiB", .tip = "gradient bucket size in MiB",
+               .short_label = "bucket MiB", .label_word = "bucket %s MiB"});
+  r.push_back({.id = StrategyOption::fsdp_unit, .flag = "--fsdp-unit", .json_key = "fsdp_unit",
+               .compare_key = "fsdp-unit", .kind = OptionKind::integer,
+               .integer = &RunConfig::fsdp_unit, .lo = 1, .hi = 1 << 20,
+               .valid = "1 to the model's layers", .missing = "FSDP units",
+               .label = "FSDP unit", .tip = "layers per FSDP unit",
+               .short_label = "unit", .label_word = "unit %s"});
+  r.push_back({.id = StrategyOption::no_reshard, .flag = "--no-reshard",
+               .json_key = "reshard_after_forward", .compare_key = "no-reshard",
+               .kind = OptionKind::off_flag, .boolean = &RunConfig::reshard_after_forward,
+               .missing = "reshard-after-forward switch",
+               .label = "reshard", .tip = "free gathered params after forward (off: --no-reshard)",
+               .short_label = "", .label_word = "no-reshard"});
+  r.push_back({.id = StrategyOption::offload, .flag = "--offload", .json_key = "offload",
+               .compare_key = "offload", .kind = OptionKind::on_flag,
+               .boolean = &RunConfig::offload, .missing = "CPU offload",
+               .label = "offload", .tip = "model states in host memory",
+               .short_label = "", .label_word = "offload"});
+  // clang-format on
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].id != kStrategyOptions[i])
+      throw std::logic_error(std::string("option table out of kStrategyOptions order at ") +
+                             r[i].flag);
+  // The enum indexes the table.
+  for (size_t i = 0; i < r.size(); ++i)
+    if (static_cast<size_t>(r[i].id) != i)
+      throw std::logic_error(std::string("option table out of enum order at ") + r[i].flag);
+  return r;
+}
+
+}  // namespace
+
+const std::vector<OptionRow>& option_rows() {
+  static const std::vector<OptionRow> rows = make_rows();
+  return rows;
+}
+
+const OptionRow& option_row(StrategyOption o) {
+  return option_rows().at(static_cast<size_t>(o));
+}
+
+const OptionRow* find_option(const std::string& name) {
+  for (const OptionRow& r : option_rows())
+    if (name == r.flag || name == r.flag + 2 || name == r.json_key) return &r;
+  return nullptr;
+}
+
+const char* flag_name(StrategyOption o) {
+  return option_row(o).flag;
+}
+
+bool option_equal(const RunConfig& a, const RunConfig& b, StrategyOption o) {
+  const OptionRow& r = option_row(o);
+  switch (r.kind) {
+    case OptionKind::integer:
+      return a.*r.integer == b.*r.integer;
+    case OptionKind::number:
+      return a.*r.number == b.*r.number;
+    case OptionKind::on_flag:
+    case OptionKind::off_flag:
+      return a.*r.boolean == b.*r.boolean;
+    case OptionKind::choice:
+      return a.*r.text == b.*r.text;
+    case OptionKind::int_list:
+      return a.*r.list == b.*r.list;
+  }
+  return true;
+}
+
+bool option_set(const RunConfig& c, StrategyOption o) {
+  return !option_equal(c, RunConfig{}, o);
+}
+
+void copy_option(const RunConfig& from, RunConfig& to, StrategyOption o) {
+  const OptionRow& r = option_row(o);
+  switch (r.kind) {
+    case OptionKind::integer:
+      to.*r.integer = from.*r.integer;
+      break;
+    case OptionKind::number:
+      to.*r.number = from.*r.number;
+      break;
+    case OptionKind::on_flag:
+    case OptionKind::off_flag:
+      to.*r.boolean = from.*r.boolean;
+      break;
+    case OptionKind::choice:
+      to.*r.text = from.*r.text;
+      break;
+    case OptionKind::int_list:
+      to.*r.list = from.*r.list;
+      break;
+  }
+}
+
+void reset_option(RunConfig& c, StrategyOption o) {
+  copy_option(RunConfig{}, c, o);
+}
+
+std::string option_value_text(const RunConfig& c, StrategyOption o) {
+  const OptionRow& r = option_row(o);
+  switch (r.kind) {
+    case OptionKind::integer:
+      return std::to_string(c.*r.integer);
+    case OptionKind::number:
+      return number_text(c.*r.number);
+    case OptionKind::on_flag:
+    case OptionKind::off_flag:
+      return "";
+    case OptionKind::choice:
+      return c.*r.text;
+    case OptionKind::int_list: {
+      std::string list;
+      for (int n : c.*r.list) list += (list.empty() ? "" : ",") + std::to_string(n);
+      return list;
+    }
+  }
+  return "";
+}
+
+std::string option_text(const RunConfig& c, StrategyOption o) {
+  const std::string value = option_value_text(c, o);
+  return std::string(flag_name(o)) + (value.empty() ? "" : " " + value);
+}
+
+std::string option_compare_text(const RunConfig& c, StrategyOption o) {
+  const OptionRow& r = option_row(o);
+  if (!r.compare_key || !option_set(c, o)) return "";
+  switch (r.kind) {
+    case OptionKind::on_flag:
+    case OptionKind::off_flag:
+      return std::string("/") + r.compare_key;
+    case OptionKind::choice:
+      return "/" + c.*r.text;  // the value alone: /bf16
+    default:
+      return std::string("/") + r.compare_key + "=" + option_value_text(c, o);
+  }
+}
+
+bool parse_option_value(RunConfig& c, StrategyOption o, const std::string& text) {
+  const OptionRow& r = option_row(o);
+  switch (r.kind) {
+    case OptionKind::integer: {
+      char* end = nullptr;
+      const long v = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || v < -(1L << 30) || v > (1L << 30)) return false;
+      c.*r.integer = static_cast<int>(v);
+      return true;
+    }
+    case OptionKind::number: {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(v)) return false;
+      c.*r.number = v;
+      return true;
+    }
+    case OptionKind::choice:
+      for (const std::string& v : r.choices)
+        if (v == text) {
+          c.*r.text = text;
+          return true;
+        }
+      return false;
+    case OptionKind::int_list:
+      try {
+        c.*r.list = parse_int_list(text, r.flag);
+        return true;
+      } catch (const ConfigError&) {
+        return false;
+      }
+    case OptionKind::on_flag:
+    case OptionKind::off_flag:
+      return false;
+  }
+  return false;
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < -1000000 || v > 1000000)
+      throw ConfigError(what + " '" + text +
+                        "' is not a comma-separated list of integers (valid: e.g. 3,2,2,1)");
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace shardlab
