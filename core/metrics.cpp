@@ -59,6 +59,21 @@ const std::vector<MetricInfo> kRegistry = {
      "model_state_bytes ÷ Ψ (the model's parameter count)",
      "the model-state formula ÷ Ψ: 16 for fp32 AdamW without sharding",
      false},
+    {"predicted_peak_bytes",
+     "B",
+     {A::rank, A::category, A::pool},
+     "peak_bytes as predicted before the run by the meta run: the same strategy and model code "
+     "on devices that hold no memory, every allocation counted by the real allocator "
+     "(`shardlab estimate`)",
+     "",
+     false},
+    {"peak_prediction_error",
+     "B",
+     {A::rank, A::category, A::pool},
+     "predicted_peak_bytes − peak_bytes: 0 where the meta run predicted the allocator's peak to "
+     "the byte, above 0 where a buffer that the meta run keeps to the end was freed early",
+     "",
+     false},
     {"param_count", "count", {}, "Ψ, the parameters of the whole model", "", false},
     {"sent_bytes_per_step",
      "B",
@@ -352,6 +367,12 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
         strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) + ")");
 }
 
+const MemoryEstimate& MetricRuns::estimate(char which) {
+  auto it = estimates_.find(which);
+  if (it == estimates_.end()) it = estimates_.emplace(which, estimate_memory(run(which).cfg)).first;
+  return it->second;
+}
+
 const RunResult& MetricRuns::run(char which) const {
   if (which == 'b') {
     if (!b_) throw ConfigError("this metric needs a compare run (run 'b')");
@@ -423,12 +444,23 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     const RunResult& rb = runs.run('b');
     if (rb.median_step_ms <= 0) throw RunError("step_time_ratio: run b has no step time");
     v.measured = runs.run('a').median_step_ms / rb.median_step_ms;
-  } else if (n == "peak_bytes") {
-    const PoolStats& p =
-        r.ranks[ref.rank].memory.pool(ref.pool == "host" ? Pool::host : Pool::device);
-    v.measured = static_cast<double>(ref.category == "total"
-                                         ? p.peak_total
-                                         : p.peak[static_cast<int>(*parse_category(ref.category))]);
+  } else if (n == "peak_bytes" || n == "predicted_peak_bytes" || n == "peak_prediction_error") {
+    const auto peak = [&](const MemStats& m) {
+      const PoolStats& p = m.pool(ref.pool == "host" ? Pool::host : Pool::device);
+      return static_cast<double>(ref.category == "total"
+                                     ? p.peak_total
+                                     : p.peak[static_cast<int>(*parse_category(ref.category))]);
+    };
+    const double measured = peak(r.ranks[ref.rank].memory);
+    if (n == "peak_bytes") {
+      v.measured = measured;
+    } else {
+      const MemoryEstimate& e = runs.estimate(ref.run);
+      if (ref.rank >= static_cast<int>(e.ranks.size()))
+        throw RunError(n + ": the meta run has no rank " + std::to_string(ref.rank));
+      const double predicted = peak(e.ranks[ref.rank].at_report);
+      v.measured = n == "predicted_peak_bytes" ? predicted : predicted - measured;
+    }
   } else if (n == "model_state_bytes" || n == "bytes_per_param") {
     // Divided, not multiplied by 1/Ψ: 16Ψ bytes must give exactly 16 (a gate
     // compares with ==), and 3 106 816 × (1/194 176) is 15.999999999999998.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_estimate.h"
 #include "core/predict/projection.h"
 #include "core/runner.h"
 
@@ -65,6 +66,8 @@ class MetricRuns {
   const RunResult& run(char which) const;  // throws ConfigError for 'b' without b
   bool has_b() const { return b_ != nullptr; }
   const RunResult& single_reference(char which);
+  // The meta run's prediction of the run's memory (core/memory_estimate.h); made once.
+  const MemoryEstimate& estimate(char which);
   // The run as on one dedicated device per rank joined by `link`; made once.
   const Projection& projection(char which, const std::string& link);
 
@@ -73,6 +76,7 @@ class MetricRuns {
   const RunResult* b_;
   std::optional<RunResult> single_a_, single_b_;
   std::map<std::pair<char, std::string>, Projection> projections_;
+  std::map<char, MemoryEstimate> estimates_;
 };
 
 // Evaluates one metric. Throws ConfigError as check_metric does, and RunError

@@ -205,6 +205,15 @@ TEST_CASE("estimate lays out GPT-3 175B under ZeRO-3 on 1024 ranks in seconds", 
     CHECK(over >= 0);
     // At most one padding value per layer group and state (2 + 2 + 12 bytes).
     CHECK(over <= 98 * 16 * 1024);
+    // The figures lessons/13-predict-memory.toml quotes (GB = 10^9 bytes, as printed).
+    const auto gb = [&](const char* category) {
+      return std::round(g["category_peak_bytes"][category].get<double>() / 1e8) / 10;
+    };
+    CHECK(std::round(g["peak_bytes"].get<double>() / 1e8) / 10 == 178.4);
+    CHECK(gb("activations") == 154.7);
+    CHECK(gb("comm_buffers") == 18.1);
+    CHECK(gb("temporary") == 6.0);
+    CHECK(std::round(states / 1e6) / 1000 == 2.719);
   }
   CHECK(seconds < 10);
 }

@@ -328,7 +328,18 @@ TEST_CASE("metrics on a real zero3 world-2 run: model states = allocator = 16Ψ/
     const double pad = padding_per_rank(make_flat_groups(layout, 1, 2)) * 16;
     CHECK(std::abs(v.measured - *v.formula) <= pad + 1e-9);
     CHECK(v.unit == "B");
+  }  // The meta run's prediction of each rank's whole peak, made as before the run.
+  for (int rank = 0; rank < 2; ++rank) {
+    MetricRef p = ref("predicted_peak_bytes"), e = ref("peak_prediction_error"),
+              measured = ref("peak_bytes");
+    p.rank = e.rank = measured.rank = rank;
+    const double predicted = evaluate_metric(p, runs).measured;
+    const double error = evaluate_metric(e, runs).measured;
+    CHECK(predicted > 0);
+    CHECK(error >= 0);
+    CHECK(predicted == evaluate_metric(measured, runs).measured + error);
   }
+
   m = ref("bytes_per_param");
   CHECK(evaluate_metric(m, runs).measured == Approx(8).epsilon(0.01));
   m = ref("param_count");

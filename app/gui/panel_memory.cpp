@@ -125,6 +125,12 @@ void draw_memory(App& app) {
     if (predicted.back())
       max_bytes = std::max(max_bytes, static_cast<double>(predicted.back()->model_state_bytes));
   }
+  for (size_t i = 0; i < series.size(); ++i) {
+    const bool host_row = d.has_host_memory && i % 2 == 1;
+    const int rank = static_cast<int>(d.has_host_memory ? i / 2 : i);
+    if (const auto meta = meta_predicted_peak(d.cfg, rank, host_row))
+      max_bytes = std::max(max_bytes, static_cast<double>(*meta));
+  }
   max_bytes *= 1.08;  // headroom for the peak label
 
   const float font = ImGui::GetFontSize();
@@ -137,6 +143,7 @@ void draw_memory(App& app) {
   const char* kTime = "000.0 ms";     // i18n: not shown
   const auto width = [](const std::string& text) { return ImGui::CalcTextSize(text.c_str()).x; };
   float text_w = width(strf(tr("%s: %s"), strf(tr("rank %d host"), 10).c_str(), kBytes));
+  text_w = std::max(text_w, width(strf(tr("peak predicted before the run %s"), kBytes)));
   for (int r = 0; r < d.world; ++r) {
     if (const auto& pred = predicted[r])
       text_w =
@@ -201,6 +208,15 @@ void draw_memory(App& app) {
       const float w = ImGui::CalcTextSize(label.c_str()).x;
       dl->AddText(ImVec2(std::min(px + 5, x_end - w - 2), std::max(top, py - font - 1)), ui.text,
                   label.c_str());
+    }
+    // What the check before the run predicted for this rank's peak (the meta
+    // run): a dashed line that the measured peak should touch, never rise above.
+    const bool host_row = d.has_host_memory && i % 2 == 1;
+    if (const auto meta = meta_predicted_peak(d.cfg, d.has_host_memory ? i / 2 : i, host_row);
+        meta && *meta > 0) {
+      const float my = bottom - static_cast<float>(*meta / max_bytes) * row_h;
+      for (float x = vp.x0; x < x_end; x += 10)
+        dl->AddLine(ImVec2(x, my), ImVec2(std::min(x + 5, x_end), my), ui.text_dim, 1.0f);
     }
     dl->PopClipRect();
     if (hovered && mouse.y >= top && mouse.y < bottom && mouse.x >= vp.x0) {
@@ -277,6 +293,13 @@ void draw_memory(App& app) {
     } else if (!pred && !host_row) {
       line(ui.text_dim,
            {strf(tr("no formula for %s"), d.cfg.strategy.c_str()), std::string(tr("no formula"))});
+    }
+    // The dashed line's value: the whole peak, as the check before the run predicted it.
+    if (const auto meta = meta_predicted_peak(d.cfg, rank, host_row); meta && *meta > 0) {
+      const std::string meta_text = format_bytes(static_cast<double>(*meta));
+      line(ui.text_dim, {strf(tr("peak predicted before the run %s"), meta_text.c_str()),
+                         strf(tr("predicted peak %s"), meta_text.c_str()),
+                         strf(tr("pred. peak %s"), meta_text.c_str())});
     }
     if (model_state == 0 && total(now) == 0)
       line(ui.text_dim, {std::string(tr("(nothing allocated)")), std::string(tr("(none)"))});

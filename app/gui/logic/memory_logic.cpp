@@ -4,7 +4,10 @@
 #include "core/strategy.h"
 
 #include <algorithm>
+#include <mutex>
 
+#include "app/lesson/lesson.h"
+#include "core/memory_estimate.h"
 #include "core/model.h"
 #include "core/model_state.h"
 #include "core/pipeline.h"
@@ -83,6 +86,30 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   } catch (const std::exception&) {
     return std::nullopt;  // settings the formula does not cover
   }
+}
+
+std::optional<int64_t> meta_predicted_peak(const RunConfig& cfg, int rank, bool host) {
+  struct Cache {
+    std::mutex mu;
+    std::string key;
+    std::optional<MemoryEstimate> estimate;
+  };
+  static Cache cache;
+  // Everything that decides memory is on the command line that reproduces the run.
+  const std::string key = lesson::command_line(cfg);
+  std::lock_guard<std::mutex> lock(cache.mu);
+  if (key != cache.key) {
+    cache.key = key;
+    cache.estimate.reset();
+    try {
+      cache.estimate = estimate_memory(cfg);
+    } catch (const std::exception&) {
+      // Settings this machine cannot place (cuda without a GPU): no prediction.
+    }
+  }
+  if (!cache.estimate || rank < 0 || rank >= static_cast<int>(cache.estimate->ranks.size()))
+    return std::nullopt;
+  return cache.estimate->ranks[rank].at_report.pool(host ? Pool::host : Pool::device).peak_total;
 }
 
 std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, const Tr& tr) {

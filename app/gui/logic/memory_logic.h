@@ -46,6 +46,13 @@ struct Predicted {
 };
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 
+// The meta run's prediction of `rank`'s whole peak in one pool (host or device),
+// as the check before every run makes it (core/memory_estimate.h: the strategy's
+// own code on devices that hold no memory); nullopt where it cannot be made here
+// (a GPU recording opened without a GPU). The last configuration's predictions
+// are kept, since the views ask every frame.
+std::optional<int64_t> meta_predicted_peak(const RunConfig& cfg, int rank, bool host);
+
 // gpt: what one transformer block keeps for backward, per Korthikanti et al.
 // 2022 without dropout (core/model_state.h), for the rows one forward sees
 // (the batch, a rank's slice, a pipeline's micro-batch), as short lines for
