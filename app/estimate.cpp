@@ -15,6 +15,7 @@
 #include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/model_state.h"
+#include "core/placement.h"
 #include "core/predict/meta_memory.h"
 #include "core/strategy.h"
 

@@ -85,23 +85,9 @@ struct RunConfig {
 inline constexpr int kMaxRunWorld = 64;
 inline constexpr int kMaxPredictWorld = 1000000;
 
-// Throws ConfigError for settings that are invalid for any strategy; the
-// strategy's own validate() checks the rest. `max_world`: kMaxRunWorld, or
-// kMaxPredictWorld for a prediction.
-void validate_common(const RunConfig& cfg, int max_world = kMaxRunWorld);
 // The part of validate_common that needs neither the model nor this machine:
 // --world, --batch, --steps and --lr in range. What divides or counts by them
 // before a full validate() (the GUI's compare slots) checks these first.
 void validate_sizes(const RunConfig& cfg, int max_world = kMaxRunWorld);
-
-// --attention's values, and the one a gpt run uses: as given, else flash where the
-// ranks run on GPUs (--device cuda, or auto with a GPU) and naive on the CPU.
-// Throws ConfigError for a value that is neither.
-constexpr const char* kAttentionValues = "naive, flash";
-std::string effective_attention(const RunConfig& cfg);
-// cfg with what "not given" resolves to on this machine filled in (a gpt's
-// --attention), so that what a run records and checkpoints is what it ran. A
-// config that does not validate comes back unchanged (validate() names its error).
-RunConfig resolve_defaults(const RunConfig& cfg);
 
 }  // namespace shardlab

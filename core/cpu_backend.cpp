@@ -9,7 +9,7 @@
 
 #include "core/clock.h"
 #include "core/device.h"
-#include "core/precision.h"
+#include "core/host_convert.h"
 #include "kernels/cpu.h"
 #include "kernels/flash_attention.h"
 #include "kernels/precision.h"

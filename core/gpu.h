@@ -1,21 +1,17 @@
-// What the rest of Shardlab knows about GPUs: how many there are, a CUDA device
-// backend per rank, and a group of NCCL communicators (one rank per GPU). With
+// What the rest of Shardlab knows about GPUs: how many there are and a CUDA
+// device backend per rank (the NCCL communicators: core/nccl_group.h). With
 // SHARDLAB_CUDA off, or on a machine without a usable driver, there are zero GPUs
 // and the constructors throw one clear line.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "core/comm.h"
 #include "core/device.h"
 
-namespace gloo::rendezvous {
-class Store;
-}
-
 namespace shardlab {
+
+class Recorder;
 
 // True when this binary was built with the CUDA backend.
 bool cuda_compiled();
@@ -34,26 +30,5 @@ bool cuda_memory_info(int index, int64_t* free_bytes, int64_t* total_bytes);
 // CUDA events (the recorder's DeviceClock) for the backend's lifetime. tf32: the
 // model's fp32 GEMMs run on tensor cores with TF32 inputs (--tf32), not exact fp32.
 std::unique_ptr<DeviceBackend> make_cuda_backend(int index, Recorder* recorder, bool tf32 = false);
-
-// The communicators of one in-process run, one rank per GPU: an NCCL unique id
-// made once and shared by the rank threads (ncclCommInitRank).
-class NcclGroup {
- public:
-  virtual ~NcclGroup() = default;
-  // On rank `rank`'s thread, after make_cuda_backend: joins the group (blocks
-  // until every rank has joined, or the timeout passes). `device` must be a
-  // CUDA backend; `recorder` and `alloc` may be null.
-  virtual std::unique_ptr<Comm> connect(int rank, DeviceBackend& device, Recorder* recorder,
-                                        Allocator* alloc) = 0;
-};
-std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds timeout,
-                                           FailureBoard& failures);
-// One process per rank: this process joins as `rank` alone. Rank 0 makes the
-// unique id and puts it in the run's store ("nccl/unique_id"); the others read
-// it there. The cross-rank check of point-to-point order (P2PLedger) needs the
-// ranks in one process and is off.
-std::unique_ptr<NcclGroup> make_nccl_group(int world, std::chrono::milliseconds timeout,
-                                           FailureBoard& failures, gloo::rendezvous::Store& store,
-                                           int rank);
 
 }  // namespace shardlab

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/recorder.h"
-#include "core/runner.h"
+#include "core/run_result.h"
 
 namespace shardlab {
 

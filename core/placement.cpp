@@ -86,4 +86,12 @@ Placement plan_placement(const RunConfig& cfg) {
   return p;
 }
 
+std::string effective_attention(const RunConfig& cfg) {
+  if (cfg.attention.empty()) return places_on_cuda(cfg) ? "flash" : "naive";
+  if (cfg.attention != "naive" && cfg.attention != "flash")
+    throw ConfigError("--attention '" + cfg.attention + "' is invalid (valid: " + kAttentionValues +
+                      ")");
+  return cfg.attention;
+}
+
 }  // namespace shardlab

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_convert.h"
 #include "core/memory.h"
 
 namespace shardlab {
@@ -16,15 +17,6 @@ class Optimizer;
 
 // "fp32" -> f32, "bf16" -> bf16, "fp16" -> f16; throws ConfigError otherwise.
 DType precision_dtype(const std::string& precision);
-
-// Host memory only (checkpoints, tests, offloaded tensors): device memory is
-// converted by DeviceBackend::cast/upload/download/all_finite.
-// dst[n] (dt) = round(src[n]) with round-to-nearest-even; a plain copy for f32.
-void store_from_f32(void* dst, DType dt, const float* src, size_t n);
-// dst[n] (fp32) = src[n] (dt), exact.
-void load_to_f32(float* dst, const void* src, DType dt, size_t n);
-// False when any value is inf or NaN.
-bool all_finite(const void* src, DType dt, size_t n);
 
 // Values [offset, offset + n) of `t`, in t's dtype, from or to fp32 host memory,
 // wherever t lives: through the backend for the device pool; converted in

@@ -16,10 +16,27 @@
 
 #include "core/check_store.h"
 #include "core/comm.h"
-#include "core/runner.h"
+#include "core/run_result.h"
 #include "core/strategy.h"
 
 namespace shardlab {
+
+// One rank of a run whose ranks are processes (shardlab launch, torchrun,
+// mpirun): this process runs `rank` alone and reaches its peers through
+// `store`, which every process of the run can reach (core/rdzv.h). What the
+// threads of one process share in memory travels as messages on a second Gloo
+// group ("control", never recorded or counted): each step's loss shares, the
+// ranks' reports at the end, failures (a "failed/<rank>" key in the store).
+struct ProcessContext {
+  int rank = 0;
+  int local_rank = 0;  // this process's place on its host: its GPU with --device cuda
+  CheckStore* store = nullptr;
+  std::string bind_host = "127.0.0.1";  // where this process's Gloo device listens
+  // How long a rank waits for its own thread after a peer reported a failure,
+  // before the watchdog ends the process (a rank stuck outside a collective).
+  std::chrono::milliseconds watchdog_grace{2000};
+};
+
 
 class ProcessLink {
  public:

@@ -15,6 +15,7 @@
 #include "core/cores.h"
 #include "core/data_loader.h"
 #include "core/gpu.h"
+#include "core/nccl_group.h"
 #include "core/layer_stack.h"
 #include "core/memory_estimate.h"
 #include "core/precision.h"

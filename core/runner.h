@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/memory.h"
 #include "core/placement.h"
+#include "core/process_link.h"
 #include "core/recorder.h"
 #include "core/run_result.h"
 
@@ -70,24 +71,6 @@ struct RunCallbacks {
   // clock zero: a viewer (the GUI) reads spans and allocations while the run goes on.
   std::function<void(const std::vector<std::shared_ptr<Recorder>>& recorders, int64_t t0_ns)>
       on_recorders;
-};
-
-// One rank of a run whose ranks are processes (shardlab launch, torchrun,
-// mpirun): this process runs `rank` alone and reaches its peers through
-// `store`, which every process of the run can reach (core/rdzv.h). What the
-// threads of one process share in memory travels as messages on a second Gloo
-// group ("control", never recorded or counted): each step's loss shares, the
-// ranks' reports at the end, failures (a "failed/<rank>" key in the store).
-class CheckStore;  // core/check_store.h
-
-struct ProcessContext {
-  int rank = 0;
-  int local_rank = 0;  // this process's place on its host: its GPU with --device cuda
-  CheckStore* store = nullptr;
-  std::string bind_host = "127.0.0.1";  // where this process's Gloo device listens
-  // How long a rank waits for its own thread after a peer reported a failure,
-  // before the watchdog ends the process (a rank stuck outside a collective).
-  std::chrono::milliseconds watchdog_grace{2000};
 };
 
 struct ResumeState;  // core/train_checkpoint.h

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/placement.h"
+
 namespace shardlab {
 
 namespace {
@@ -190,6 +192,42 @@ void require_batchnorm_support(const RunConfig& cfg) {
     throw ConfigError(what + "--batch " + std::to_string(cfg.batch) +
                       " gives BatchNorm1d one row (valid: 2 or more, as PyTorch's BatchNorm1d "
                       "needs in training)");
+}
+
+namespace {
+// Numbers in messages as the user would type them: 0.001, not 0.001000.
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
+RunConfig resolve_defaults(const RunConfig& cfg) {
+  RunConfig c = cfg;
+  try {
+    if (c.attention.empty() && resolve_model(cfg).family == "gpt")
+      c.attention = effective_attention(cfg);
+  } catch (const ConfigError&) {
+    return cfg;
+  }
+  return c;
+}
+
+void validate_common(const RunConfig& cfg, int max_world) {
+  resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
+  validate_sizes(cfg, max_world);
+  plan_placement(cfg);  // --device and --backend against this machine's GPUs
+  if (cfg.precision != "fp32" && cfg.precision != "bf16" && cfg.precision != "fp16")
+    throw ConfigError("--precision '" + cfg.precision + "' is invalid (valid: fp32, bf16, fp16)");
+  if (cfg.timeout_ms < 1)
+    throw ConfigError("--timeout-ms " + std::to_string(cfg.timeout_ms) +
+                      " is invalid (valid: 1 or more)");
+  // The cap becomes a byte count (size_t): 1 TiB is far beyond any model here
+  // and keeps that conversion defined.
+  if (!(cfg.bucket_mb > 0) || !(cfg.bucket_mb <= 1048576))
+    throw ConfigError("--bucket-mb " + number_text(cfg.bucket_mb) +
+                      " is invalid (valid: a positive number of MiB up to 1048576, e.g. 25)");
 }
 
 bool option_in_effect(const RunConfig& cfg, StrategyOption o) {

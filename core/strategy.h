@@ -200,6 +200,16 @@ std::string unread_option_message(const RunConfig& cfg, StrategyOption o);
 // not read back at its default: one configuration of a comparison.
 RunConfig for_strategy(RunConfig base, const std::string& strategy);
 
+// Throws ConfigError for settings that are invalid for any strategy; the
+// strategy's own validate() checks the rest. `max_world`: kMaxRunWorld, or
+// kMaxPredictWorld for a prediction.
+void validate_common(const RunConfig& cfg, int max_world = kMaxRunWorld);
+// cfg with what "not given" resolves to on this machine filled in (a gpt's
+// --attention), so that what a run records and checkpoints is what it ran. A
+// config that does not validate comes back unchanged (validate() names its error).
+RunConfig resolve_defaults(const RunConfig& cfg);
+
+
 // For `mlp:LxD+bn`: throws ConfigError unless the strategy keeps BatchNorm
 // statistics (single and the pipelines), --precision is fp32 and the batch has
 // 2 or more rows. Nothing to check without +bn.

@@ -7,6 +7,7 @@
 
 #include "core/cuda/nccl_comm.h"
 #include "core/gpu.h"
+#include "core/nccl_group.h"
 
 namespace shardlab {
 

@@ -23,6 +23,7 @@
 
 #include "core/config.h"
 #include "core/model_family.h"
+#include "core/placement.h"
 #include "core/precision.h"
 #include "core/rng.h"
 #include "core/text_data.h"

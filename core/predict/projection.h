@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runner.h"
+#include "core/run_result.h"
 
 namespace shardlab {
 

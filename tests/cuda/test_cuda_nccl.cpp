@@ -9,6 +9,7 @@
 
 #include "../test_util.h"
 #include "core/gpu.h"
+#include "core/nccl_group.h"
 #include "core/memory.h"
 
 using namespace shardlab;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/gpu.h"
+#include "core/nccl_group.h"
 
 namespace shardlab {
 
