@@ -14,8 +14,8 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/comm.h"
-#include "core/memory_estimate.h"
+#include "core/comm/comm.h"
+#include "core/predict/memory_estimate.h"
 
 namespace shardlab::app {
 namespace {

@@ -14,11 +14,11 @@
 #include "app/commands.h"
 #include "app/gpu_speed.h"
 #include "app/summary.h"
-#include "core/gpu.h"
-#include "core/memory_estimate.h"
-#include "core/model.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/device/gpu.h"
+#include "core/model/model.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/memory_estimate.h"
+#include "core/run/runner.h"
 
 namespace shardlab::app {
 

@@ -9,11 +9,11 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/summary.h"
-#include "core/cores.h"
-#include "core/memory_estimate.h"
-#include "core/placement.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/comm/cores.h"
+#include "core/comm/placement.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/memory_estimate.h"
+#include "core/run/runner.h"
 
 namespace shardlab::app {
 

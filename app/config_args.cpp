@@ -6,9 +6,9 @@
 #include <limits>
 
 #include "app/args.h"
-#include "core/pipeline.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
 #include "core/run_options.h"
-#include "core/strategy.h"
 
 namespace shardlab::app {
 

@@ -1,5 +1,5 @@
 // `shardlab estimate`: predicted model-state memory and communication per rank
-// for the data-parallel family, from the ZeRO paper's accounting (core/model_state.h).
+// for the data-parallel family, from the ZeRO paper's accounting (core/parallel/model_state.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,12 +12,12 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/atomic_file.h"
-#include "core/model.h"
-#include "core/model_state.h"
-#include "core/placement.h"
+#include "core/comm/placement.h"
+#include "core/io/atomic_file.h"
+#include "core/model/model.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
-#include "core/strategy.h"
 
 namespace shardlab::app {
 

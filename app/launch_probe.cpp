@@ -11,7 +11,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/launch_env.h"
+#include "core/launch/launch_env.h"
 
 namespace shardlab::app {
 

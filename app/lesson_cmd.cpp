@@ -15,7 +15,7 @@
 #include "app/gui/logic/lesson_progress.h"
 #include "app/lesson/lesson.h"
 #include "app/lesson/terminal.h"
-#include "core/cores.h"
+#include "core/comm/cores.h"
 
 namespace shardlab::app {
 

@@ -11,8 +11,8 @@
 #include "app/commands.h"
 #include "app/gui/gui.h"
 #include "core/config.h"
-#include "core/gpu.h"
-#include "core/strategy.h"
+#include "core/device/gpu.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 namespace {

@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/check_store.h"
 #include "core/config.h"
+#include "core/launch/check_store.h"
 
 namespace shardlab::app {
 

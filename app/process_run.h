@@ -1,13 +1,13 @@
 // One process per rank for `shardlab run`: what the launcher says this process
-// is (core/launch_env.h), the rendezvous store it meets the others in
-// (core/rdzv.h), and the address its Gloo device listens on.
+// is (core/launch/launch_env.h), the rendezvous store it meets the others in
+// (core/launch/rdzv.h), and the address its Gloo device listens on.
 #pragma once
 #include <memory>
 #include <string>
 
-#include "core/launch_env.h"
-#include "core/rdzv.h"
-#include "core/runner.h"
+#include "core/launch/launch_env.h"
+#include "core/launch/rdzv.h"
+#include "core/run/runner.h"
 
 namespace shardlab::app {
 

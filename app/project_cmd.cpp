@@ -7,11 +7,11 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/checkpoint.h"
-#include "core/cores.h"
+#include "core/comm/cores.h"
+#include "core/model/checkpoint.h"
 #include "core/predict/projection.h"
-#include "core/recording.h"
-#include "core/trace.h"
+#include "core/record/trace.h"
+#include "core/run/recording.h"
 
 namespace shardlab::app {
 namespace {
@@ -163,8 +163,8 @@ int cmd_project(int argc, char** argv) {
     for (const auto& r : p.run.recorders) snaps.push_back(r->snapshot());
     // Whoever opens it reads where its times come from.
     RecordingOrigin origin = rec.origin;
-    origin.device = std::to_string(p.devices) + " devices (projected: " + p.link.name + ", from " +
-                    file + ")";
+    origin.device =
+        std::to_string(p.devices) + " devices (projected: " + p.link.name + ", from " + file + ")";
     nlohmann::json meta = trace_metadata(p.run, origin);
     meta["projection"] = {{"devices", p.devices},
                           {"link", p.link.name},

@@ -5,18 +5,18 @@
 #include <string>
 
 #include "app/summary.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/model_state.h"
-#include "core/sharding.h"
-#include "core/strategy.h"
+#include "core/model/model.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/sharding.h"
+#include "core/parallel/strategy.h"
+#include "core/run/metrics.h"
 
 namespace shardlab::app {
 
 namespace {
 
 // Bytes of shard padding in one rank's model states: full flat buffers carry
-// each group's padding, shards carry their share of it (see core/sharding.h).
+// each group's padding, shards carry their share of it (see core/parallel/sharding.h).
 // Strategies without a ZeRO stage keep unpadded per-parameter buffers.
 double padding_bytes(const RunConfig& c, const ModelLayout& layout, const ModelStateInput& in) {
   const StrategyInfo& s = strategy_info(c.strategy);

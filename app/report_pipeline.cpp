@@ -5,9 +5,9 @@
 #include <string>
 
 #include "app/summary.h"
-#include "core/model.h"
-#include "core/pipeline.h"
-#include "core/pipeline_analysis.h"
+#include "core/model/model.h"
+#include "core/parallel/pipeline.h"
+#include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::app {
 

@@ -8,12 +8,12 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/checkpoint.h"
-#include "core/device.h"
-#include "core/layer_stack.h"
+#include "core/device/device.h"
+#include "core/io/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/model/layer_stack.h"
+#include "core/model/text_data.h"
 #include "core/rng.h"
-#include "core/safetensors.h"
-#include "core/text_data.h"
 
 namespace shardlab::app {
 

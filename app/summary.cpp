@@ -1,15 +1,15 @@
 // Run summaries: final loss, median step time, peak memory per rank by
 // category, bytes sent per rank per step, and a word when ranks outnumber cores.
 #include "app/summary.h"
-#include "core/model_state.h"
-#include "core/strategy.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/strategy.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "core/cores.h"
-#include "core/memory_estimate.h"
-#include "core/model.h"
+#include "core/comm/cores.h"
+#include "core/model/model.h"
+#include "core/predict/memory_estimate.h"
 
 namespace shardlab::app {
 

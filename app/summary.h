@@ -4,13 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/runner.h"
+#include "core/run/runner.h"
 
 namespace shardlab::app {
 
 std::string human_bytes(double bytes);  // "1.25 MiB"
 nlohmann::json summary_json(const RunResult& r);
-// One line when a CPU run's ranks outnumber `cores` (see core/cores.h), else empty.
+// One line when a CPU run's ranks outnumber `cores` (see core/comm/cores.h), else empty.
 std::string oversubscription_line(const RunResult& r, int cores);
 void print_summary(const RunResult& r);
 

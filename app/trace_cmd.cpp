@@ -6,9 +6,9 @@
 
 #include "app/args.h"
 #include "app/commands.h"
-#include "core/checkpoint.h"
-#include "core/json_file.h"
-#include "core/trace.h"
+#include "core/io/json_file.h"
+#include "core/model/checkpoint.h"
+#include "core/record/trace.h"
 
 namespace shardlab::app {
 

@@ -1,11 +1,10 @@
 // RunConfig's own checks: the sizes any run needs, before the model or this
-// machine is asked (validate_common, in core/strategy.cpp, asks them).
+// machine is asked (validate_common, in core/parallel/strategy.cpp, asks them).
 #include "core/config.h"
 
 #include <cmath>
 #include <cstdio>
 #include <string>
-
 
 namespace shardlab {
 

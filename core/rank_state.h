@@ -1,4 +1,4 @@
-// What a checkpoint saves of one rank (core/train_checkpoint.h), as the
+// What a checkpoint saves of one rank (core/run/train_checkpoint.h), as the
 // rank's strategy, layer stack or pipeline stage holds it: a value apart from
 // the strategy interface, so the pieces that fill it need not know strategies.
 #pragma once

@@ -152,7 +152,7 @@ void sgd_step(float* param, const float* grad, size_t n, float lr);
 void scale(float* x, size_t n, float s);
 
 // x[rows, dim] = N(0,1) draws of rows row_begin.. of step `step` (kernels/math.h's
-// normal_pair on the key mix_keys(seed, step, row)): core/data.h's synthetic inputs.
+// normal_pair on the key mix_keys(seed, step, row)): core/device/data.h's synthetic inputs.
 void synthetic_normals(float* x, uint64_t seed, int64_t step, int64_t row_begin, int rows, int dim);
 // out[n] = tanh(in[n]); out may alias in.
 void tanh_forward(float* out, const float* in, size_t n);

@@ -117,7 +117,7 @@ SL_HD inline T gelu_grad_scalar(T x) {
   return cdf + x * pdf;
 }
 
-// ---- counter-based random draws (the synthetic data of core/data.h)
+// ---- counter-based random draws (the synthetic data of core/device/data.h)
 // Every draw is a function of (key, counter) alone, so a GPU thread per pair of
 // elements makes the same numbers the CPU makes in a loop: no stream to replay.
 

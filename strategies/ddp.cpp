@@ -18,10 +18,10 @@
 // needs no vote: every rank reaches the same skip decision on its own.
 #include <algorithm>
 
-#include "core/data_parallel.h"
-#include "core/layer_stack.h"
-#include "core/precision.h"
-#include "core/strategy.h"
+#include "core/model/layer_stack.h"
+#include "core/model/precision.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {

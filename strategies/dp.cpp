@@ -24,19 +24,19 @@
 //
 // Here the controller is the thread of rank 0 (which is also device 0); each
 // other rank's thread is that device's worker. They meet at a PhaseBarrier
-// (core/phase_barrier.h) after each phase; what device 0 publishes between two
+// (core/comm/phase_barrier.h) after each phase; what device 0 publishes between two
 // barriers is in DpShared.
 #include <atomic>
 #include <chrono>
 
-#include "core/data_parallel.h"
-#include "core/layer_ops.h"
-#include "core/model_family.h"
-#include "core/optimizer.h"
-#include "core/phase_barrier.h"
-#include "core/precision.h"
-#include "core/sharding.h"
-#include "core/strategy.h"
+#include "core/comm/phase_barrier.h"
+#include "core/model/layer_ops.h"
+#include "core/model/model_family.h"
+#include "core/model/optimizer.h"
+#include "core/model/precision.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/sharding.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {

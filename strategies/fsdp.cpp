@@ -24,12 +24,12 @@
 //   updated on the host, whose rounded result is what goes back up.
 #include <map>
 
-#include "core/data_parallel.h"
-#include "core/layer_ops.h"
-#include "core/optimizer.h"
-#include "core/precision.h"
-#include "core/sharding.h"
-#include "core/strategy.h"
+#include "core/model/layer_ops.h"
+#include "core/model/optimizer.h"
+#include "core/model/precision.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/sharding.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {

@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/pipeline.h"
-#include "core/strategy.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab {
 

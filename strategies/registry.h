@@ -1,7 +1,7 @@
 // The built-in strategies: each file's entry function (what the strategy is
 // and how to make one), and the one call that registers them all.
 #pragma once
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab {
 
@@ -16,7 +16,7 @@ StrategyInfo naive_mp_strategy();
 StrategyInfo gpipe_strategy();
 StrategyInfo one_f_one_b_strategy();
 
-// Registers every built-in strategy with core's registry (core/strategy.h).
+// Registers every built-in strategy with core's registry (core/parallel/strategy.h).
 // Every program calls it once at start-up, before it looks a strategy up;
 // calling it again does nothing.
 void register_builtin_strategies();

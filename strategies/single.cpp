@@ -2,10 +2,10 @@
 // strategy is checked against this one: same seed, same data, same weights.
 // With --precision bf16|fp16 it is the mixed-precision reference: 2-byte
 // params, activations and grads, fp32 masters and moments in the optimizer.
-#include "core/data_parallel.h"
-#include "core/layer_stack.h"
-#include "core/precision.h"
-#include "core/strategy.h"
+#include "core/model/layer_stack.h"
+#include "core/model/precision.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {

@@ -22,12 +22,12 @@
 // state (K = 12): 16Ψ/N in all, like fp32 AdamW, but a third of it is traffic-free.
 #include <map>
 
-#include "core/data_parallel.h"
-#include "core/layer_ops.h"
-#include "core/optimizer.h"
-#include "core/precision.h"
-#include "core/sharding.h"
-#include "core/strategy.h"
+#include "core/model/layer_ops.h"
+#include "core/model/optimizer.h"
+#include "core/model/precision.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/sharding.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 namespace shardlab {

@@ -20,14 +20,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint.h"
-#include "core/layer_stack.h"
-#include "core/optimizer.h"
-#include "core/pipeline_analysis.h"
+#include "core/io/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/model/layer_stack.h"
+#include "core/model/optimizer.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 #include "core/rng.h"
-#include "core/runner.h"
-#include "core/safetensors.h"
-#include "core/strategy.h"
+#include "core/run/runner.h"
 #include "kernels/cpu.h"
 
 using namespace shardlab;

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/gpu_speed.h"
-#include "core/gpu.h"
-#include "core/model.h"
-#include "core/runner.h"
+#include "core/device/gpu.h"
+#include "core/model/model.h"
+#include "core/run/runner.h"
 #include "test_util.h"
 
 using namespace shardlab;

@@ -23,11 +23,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/checkpoint.h"
 #include "core/config.h"
-#include "core/model.h"
-#include "core/recording.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/model/model.h"
+#include "core/run/recording.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -25,8 +25,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/atomic_file.h"
-#include "core/safetensors.h"
+#include "core/io/atomic_file.h"
+#include "core/io/safetensors.h"
 #include "tests/st_bytes.h"
 #include "tests/test_util.h"
 

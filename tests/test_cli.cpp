@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
+#include "core/model/checkpoint.h"
 
 using shardlab::test::CliResult;
 using shardlab::test::max_rel_diff;

@@ -9,7 +9,7 @@
 
 #include "app/gui/logic/cluster_logic.h"
 #include "app/gui/logic/run_data.h"
-#include "core/runner.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;

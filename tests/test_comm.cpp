@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/clock.h"
-#include "core/comm.h"
-#include "core/memory.h"
-#include "core/recorder.h"
+#include "core/comm/comm.h"
+#include "core/device/memory.h"
+#include "core/record/recorder.h"
 #include "kernels/precision.h"
 
 using namespace shardlab;

@@ -1,4 +1,4 @@
-// What the Gloo and NCCL communicators share (core/comm_common.h), tested without
+// What the Gloo and NCCL communicators share (core/comm/comm_common.h), tested without
 // a group: traffic counts, flow ids, error wording, the first failure, and
 // cancelling Works that were never waited on.
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm_common.h"
+#include "core/comm/comm_common.h"
 
 using namespace shardlab;
 using namespace std::chrono_literals;

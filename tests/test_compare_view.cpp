@@ -11,8 +11,8 @@
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
-#include "core/pipeline_analysis.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;

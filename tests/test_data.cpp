@@ -1,4 +1,4 @@
-// The synthetic regression data (core/data.h): counter-based draws that any
+// The synthetic regression data (core/device/data.h): counter-based draws that any
 // slice of rows reproduces exactly, standard normal, the same on the guarded
 // device (the GPU's code path, run here) as on the host, and --tf32 refused
 // where there are no tensor cores.
@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/cores.h"
 #include "core/config.h"
-#include "core/cores.h"
-#include "core/data.h"
-#include "core/data_loader.h"
-#include "core/device.h"
-#include "core/memory.h"
-#include "core/model.h"
-#include "core/model_family.h"
-#include "core/recording.h"
-#include "core/runner.h"
-#include "core/trace.h"
+#include "core/device/data.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
+#include "core/model/data_loader.h"
+#include "core/model/model.h"
+#include "core/model/model_family.h"
+#include "core/record/trace.h"
+#include "core/run/recording.h"
+#include "core/run/runner.h"
 #include "test_util.h"
 
 using namespace shardlab;

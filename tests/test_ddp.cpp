@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/checkpoint.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/model/checkpoint.h"
+#include "core/parallel/strategy.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;

@@ -10,11 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/gpu.h"
-#include "core/placement.h"
-#include "core/runner.h"
-#include "core/staging_comm.h"
-#include "core/strategy.h"
+#include "core/comm/placement.h"
+#include "core/comm/staging_comm.h"
+#include "core/device/gpu.h"
+#include "core/parallel/strategy.h"
+#include "core/run/runner.h"
 #include "test_util.h"
 
 using namespace shardlab;

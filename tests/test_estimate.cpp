@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
-#include "core/model_state.h"
+#include "core/parallel/model_state.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/rng.h"
 #include "kernels/flash_attention.h"
 #include "kernels/transformer.h"

@@ -13,19 +13,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/checkpoint.h"
-#include "core/device.h"
-#include "core/layer_stack.h"
-#include "core/model_family.h"
-#include "core/model_state.h"
-#include "core/optimizer.h"
-#include "core/pipeline.h"
-#include "core/precision.h"
-#include "core/recording.h"
+#include "core/device/device.h"
+#include "core/io/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/model/layer_stack.h"
+#include "core/model/model_family.h"
+#include "core/model/optimizer.h"
+#include "core/model/precision.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
 #include "core/rng.h"
-#include "core/runner.h"
-#include "core/safetensors.h"
-#include "core/strategy.h"
+#include "core/run/recording.h"
+#include "core/run/runner.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;

@@ -8,7 +8,7 @@
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/timeline_logic.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;

@@ -19,7 +19,7 @@
 #include "app/gui/logic/run_session.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "app/gui/logic/wait_logic.h"
-#include "core/model_state.h"
+#include "core/parallel/model_state.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -665,8 +665,9 @@ TEST_CASE("next collective: 35% into the next comm span on any rank", "[gui]") {
   CHECK(next_collective(d, 570) == Approx(570));
 }
 
-TEST_CASE("cards follow the naming scheme of core/sharding.h: roles, temporary copies, host",
-          "[gui]") {
+TEST_CASE(
+    "cards follow the naming scheme of core/parallel/sharding.h: roles, temporary copies, host",
+    "[gui]") {
   BufferName n = parse_buffer_name("layers.2-3.flat[unreduced].grad");
   CHECK(n.kind == HoldKind::unreduced);
   CHECK(n.role == Role::grad);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "app/gui/logic/i18n.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;

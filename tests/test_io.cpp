@@ -18,9 +18,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/recorder.h"
-#include "core/safetensors.h"
-#include "core/trace.h"
+#include "core/io/safetensors.h"
+#include "core/record/recorder.h"
+#include "core/record/trace.h"
 #include "tests/st_bytes.h"
 #include "tests/test_util.h"
 

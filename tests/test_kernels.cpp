@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/layer_stack.h"
+#include "core/model/layer_stack.h"
 #include "core/rng.h"
 #include "kernels/cpu.h"
 #include "tests/test_util.h"

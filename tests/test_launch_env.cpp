@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "core/config.h"
-#include "core/launch_env.h"
+#include "core/launch/launch_env.h"
 #include "tests/test_util.h"
 
 using shardlab::ConfigError;

@@ -17,7 +17,7 @@
 #include "app/gui/logic/lesson_player.h"
 #include "app/gui/logic/lesson_progress.h"
 #include "app/gui/logic/text_tokens.h"
-#include "core/atomic_file.h"
+#include "core/io/atomic_file.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;

@@ -20,10 +20,10 @@
 
 #include "app/lesson/lesson.h"
 #include "app/lesson/terminal.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/model_state.h"
-#include "core/sharding.h"
+#include "core/model/model.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/sharding.h"
+#include "core/run/metrics.h"
 
 using namespace shardlab;
 using namespace shardlab::lesson;

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "app/gui/logic/run_session.h"
-#include "core/live_stream.h"
+#include "core/record/live_stream.h"
 #include "test_util.h"
 
 using namespace shardlab;

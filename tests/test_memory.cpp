@@ -2,8 +2,8 @@
 // peak per category; caching kept apart; residency read back from events.
 #include <catch2/catch.hpp>
 
-#include "core/memory.h"
-#include "core/memory_timeline.h"
+#include "core/device/memory.h"
+#include "core/record/memory_timeline.h"
 
 using namespace shardlab;
 

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/memory_estimate.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/memory_estimate.h"
+#include "core/run/runner.h"
 #include "test_util.h"
 
 using namespace shardlab;

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "core/layer_stack.h"
-#include "core/meta_backend.h"
+#include "core/device/meta_backend.h"
+#include "core/model/layer_stack.h"
+#include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 

@@ -9,15 +9,15 @@
 #include <functional>
 #include <map>
 
-#include "core/data.h"
-#include "core/device.h"
-#include "core/memory.h"
-#include "core/model.h"
-#include "core/model_state.h"
-#include "core/optimizer.h"
-#include "core/precision.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/device/data.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
+#include "core/model/model.h"
+#include "core/model/optimizer.h"
+#include "core/model/precision.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/strategy.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;

@@ -22,10 +22,10 @@
 #include "app/config_args.h"
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/run_session.h"
-#include "core/checkpoint.h"
-#include "core/model.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/model/checkpoint.h"
+#include "core/model/model.h"
+#include "core/parallel/strategy.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;

@@ -18,11 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/pipeline.h"
-#include "core/pipeline_analysis.h"
-#include "core/runner.h"
-#include "core/strategy.h"
-#include "core/trace.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
+#include "core/record/trace.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using nlohmann::json;

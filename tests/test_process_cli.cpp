@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "core/recording.h"
+#include "core/run/recording.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

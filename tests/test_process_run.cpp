@@ -7,10 +7,10 @@
 #include <future>
 #include <thread>
 
-#include "core/check_store.h"
-#include "core/runner.h"
-#include "core/strategy.h"
-#include "core/trace.h"
+#include "core/launch/check_store.h"
+#include "core/parallel/strategy.h"
+#include "core/record/trace.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 namespace fs = std::filesystem;

@@ -12,8 +12,8 @@
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/projected_run.h"
 #include "app/gui/logic/run_data.h"
-#include "core/cores.h"
-#include "core/runner.h"
+#include "core/comm/cores.h"
+#include "core/run/runner.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;

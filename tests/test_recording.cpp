@@ -20,10 +20,10 @@
 
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/logic/run_data.h"
-#include "core/memory_timeline.h"
-#include "core/recording.h"
-#include "core/strategy.h"
-#include "core/trace.h"
+#include "core/parallel/strategy.h"
+#include "core/record/memory_timeline.h"
+#include "core/record/trace.h"
+#include "core/run/recording.h"
 #include "test_util.h"
 
 using namespace shardlab;

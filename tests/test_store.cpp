@@ -30,10 +30,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "core/config.h"
-#include "core/rdzv.h"
-#include "core/tcp_store.h"
+#include "core/launch/rdzv.h"
+#include "core/launch/tcp_store.h"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 // The registry's built-in entries and what they declare (traffic, in-flight
 // formula), the ZeRO accounting's one split, and the shared data-parallel
-// mechanics (core/data_parallel.h, core/phase_barrier.h).
+// mechanics (core/parallel/data_parallel.h, core/comm/phase_barrier.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/comm.h"
-#include "core/model_state.h"
-#include "core/phase_barrier.h"
-#include "core/sharding.h"
-#include "core/strategy.h"
+#include "core/comm/comm.h"
+#include "core/comm/phase_barrier.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/sharding.h"
+#include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
 using namespace shardlab;
@@ -104,7 +104,7 @@ TEST_CASE("no switch on a strategy's family, controller or ZeRO stage outside it
           "[structure]") {
   const std::string found = sources_containing(
       {"app", "core", "bench"}, {"StrategyFamily::", ".controller", ".zero_stage", "in_family("},
-      {"core/strategy.h", "core/strategy.cpp"});
+      {"core/parallel/strategy.h", "core/parallel/strategy.cpp"});
   INFO(found);
   CHECK(found.empty());
 }
@@ -113,8 +113,8 @@ TEST_CASE("no switch on a strategy's family, controller or ZeRO stage outside it
 // command line, recordings, validation, the run bar and the compare view read
 // its rows, so adding an option is one row, not a case in every switch.
 TEST_CASE("no switch on a strategy option outside its table", "[structure]") {
-  const std::string found = sources_containing(
-      {"app", "core", "bench", "strategies"}, {"case StrategyOption::", "SlotOption"});
+  const std::string found = sources_containing({"app", "core", "bench", "strategies"},
+                                               {"case StrategyOption::", "SlotOption"});
   INFO(found);
   CHECK(found.empty());
 }
@@ -246,4 +246,60 @@ TEST_CASE("a strategy's descriptor answers what the program asks of it", "[struc
   CHECK_FALSE(strategy_info("ddp").shards(ModelStatePart::optimizer_state));
   CHECK(is_reference_strategy("single"));
   CHECK_FALSE(is_reference_strategy("nope"));
+}
+
+// Issue 25: core/ in folders that show the architecture, lowest first; a file
+// includes only from its own folder or one below it, so each folder can be read
+// (and tested) with only what is under it. A new folder must be given its place here.
+TEST_CASE("core's folders include only downward", "[structure]") {
+  const std::vector<std::string> levels = {
+      "",          // core/ itself: RunConfig, the option table, the clock, the RNG
+      "io",        // files written whole or not at all, JSON, safetensors
+      "record",    // the recorder, spans, traces
+      "device",    // backends (CPU, meta, guarded, CUDA), the allocator
+      "comm",      // communicators (Gloo, NCCL, meta, staging) and where ranks run
+      "model",     // layers, models, optimizers, mixed precision, data
+      "models",    // one model, one file
+      "parallel",  // the strategy descriptor and the machinery strategies share
+      "predict",   // the meta run, the preflight, projections
+      "launch",    // processes, stores, rendezvous
+      "run",       // the runner, recordings, metrics, checkpoints of a run
+  };
+  // The folder's level: models sits with model, so both get model's.
+  const auto level_of = [&](const std::string& path) -> int {
+    // "core/comm/gloo/gloo_comm.cpp" -> "comm"; "core/config.h" -> "".
+    const std::string rest = path.substr(std::string("core/").size());
+    const size_t slash = rest.find('/');
+    const std::string folder = slash == std::string::npos ? "" : rest.substr(0, slash);
+    if (folder == "models") return 5;
+    const auto it = std::find(levels.begin(), levels.end(), folder);
+    return it == levels.end() ? -1 : static_cast<int>(it - levels.begin());
+  };
+  std::string unplaced, upward;
+  int includes = 0;
+  for (const auto& [path, src] : sources_under("core")) {
+    const int own = level_of(path);
+    if (own < 0) {
+      unplaced += path + "\n";
+      continue;
+    }
+    size_t at = 0;
+    while ((at = src.find("#include \"core/", at)) != std::string::npos) {
+      const size_t begin = at + std::string("#include \"").size();
+      const size_t end = src.find('"', begin);
+      const std::string target = src.substr(begin, end - begin);
+      at = end;
+      ++includes;
+      const int to = level_of(target);
+      if (to < 0)
+        unplaced += path + " includes " + target + "\n";
+      else if (to > own)
+        upward += path + " (" + levels[own] + ") includes " + target + " (" + levels[to] + ")\n";
+    }
+  }
+  INFO("in no folder of the table:\n" << unplaced);
+  CHECK(unplaced.empty());
+  INFO("includes pointing up:\n" << upward);
+  CHECK(upward.empty());
+  CHECK(includes > 300);
 }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/text_data.h"
+#include "core/model/text_data.h"
 #include "test_util.h"
 
 using namespace shardlab;

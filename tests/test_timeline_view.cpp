@@ -12,7 +12,7 @@
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "app/gui/logic/wait_logic.h"
-#include "core/runner.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -625,7 +625,7 @@ TEST_CASE("a label on a block of narrow spans knows when it sits over their gaps
   CHECK(covered_share(lane, 0, 2, vp, 60, 60) == 0.0f);
 }
 
-TEST_CASE("span labels: the app's English words are the traces' (core/span_label.h)",
+TEST_CASE("span labels: the app's English words are the traces' (core/record/span_label.h)",
           "[timeline]") {
   for (int k = 0; k < kNumSpanKinds; ++k) {
     const SpanKind kind = static_cast<SpanKind>(k);

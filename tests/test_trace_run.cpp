@@ -7,9 +7,9 @@
 #include <set>
 #include <thread>
 
-#include "core/comm.h"
-#include "core/runner.h"
-#include "core/trace.h"
+#include "core/comm/comm.h"
+#include "core/record/trace.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using nlohmann::json;

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/runner.h"
-#include "core/safetensors.h"
-#include "core/train_checkpoint.h"
+#include "core/io/safetensors.h"
+#include "core/run/runner.h"
+#include "core/run/train_checkpoint.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/rng.h"
 #include "kernels/cpu.h"
 #include "kernels/storage.h"

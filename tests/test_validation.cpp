@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "app/gui/logic/run_session.h"
-#include "core/cores.h"
-#include "core/model_state.h"
-#include "core/pipeline_analysis.h"
-#include "core/strategy.h"
+#include "core/comm/cores.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;

@@ -11,10 +11,10 @@
 #include <map>
 #include <thread>
 
-#include "core/model_state.h"
-#include "core/runner.h"
-#include "core/sharding.h"
-#include "core/strategy.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/sharding.h"
+#include "core/parallel/strategy.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;

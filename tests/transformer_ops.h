@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/rng.h"
 #include "kernels/transformer.h"
 

@@ -14,10 +14,10 @@
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
 #include "app/lesson/lesson.h"
-#include "core/cores.h"
-#include "core/gpu.h"
-#include "core/pipeline_analysis.h"
-#include "core/strategy.h"
+#include "core/comm/cores.h"
+#include "core/device/gpu.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
 

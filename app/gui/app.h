@@ -14,7 +14,7 @@
 #include "app/gui/logic/projected_run.h"
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/run_session.h"
-#include "core/recording.h"
+#include "core/run/recording.h"
 
 namespace shardlab::gui {
 

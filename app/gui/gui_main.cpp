@@ -21,11 +21,11 @@
 #include "app/gui/logic/lesson_progress.h"
 #include "app/gui/window.h"
 #include "app/lesson/lesson.h"
-#include "core/checkpoint.h"
+#include "core/model/checkpoint.h"
+#include "core/parallel/strategy.h"
 #include "core/predict/projection.h"
-#include "core/recording.h"
+#include "core/run/recording.h"
 #include "core/run_options.h"
-#include "core/strategy.h"
 
 namespace shardlab::app {
 

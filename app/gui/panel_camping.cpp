@@ -17,7 +17,7 @@
 #include "app/gui/logic/cluster_logic.h"
 #include "app/gui/logic/format.h"
 #include "app/gui/panels.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab::gui {
 

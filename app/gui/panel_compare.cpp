@@ -17,8 +17,8 @@
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/memory_logic.h"
 #include "app/gui/panels.h"
-#include "core/pipeline_analysis.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
 

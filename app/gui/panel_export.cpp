@@ -1,4 +1,4 @@
-// Export (trace JSON through core/trace.h, the same exporter as the CLI; a PNG
+// Export (trace JSON through core/record/trace.h, the same exporter as the CLI; a PNG
 // of the window; the compare table as CSV) and the menu bar that leads there.
 #include <string>
 
@@ -9,9 +9,9 @@
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/i18n.h"
 #include "app/gui/panels.h"
-#include "core/atomic_file.h"
-#include "core/recording.h"
-#include "core/trace.h"
+#include "core/io/atomic_file.h"
+#include "core/record/trace.h"
+#include "core/run/recording.h"
 
 namespace shardlab::gui {
 

@@ -10,8 +10,8 @@
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/recording_view.h"
 #include "app/gui/panels.h"
-#include "core/placement.h"
-#include "core/strategy.h"
+#include "core/comm/placement.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab::gui {
 

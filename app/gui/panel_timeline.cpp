@@ -15,10 +15,10 @@
 #include "app/gui/logic/projected_run.h"
 #include "app/gui/logic/wait_logic.h"
 #include "app/gui/panels.h"
-#include "core/cores.h"
-#include "core/model.h"
-#include "core/pipeline.h"
-#include "core/pipeline_analysis.h"
+#include "core/comm/cores.h"
+#include "core/model/model.h"
+#include "core/parallel/pipeline.h"
+#include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
 
@@ -595,8 +595,8 @@ void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
   if (u.duration() <= 0) return;
   WindowUse up;
   if (projected) up = step_use(projected->data, k);
-  const bool with_projected = projected && up.duration() > 0 &&
-                              static_cast<int>(up.ranks.size()) == d.world;
+  const bool with_projected =
+      projected && up.duration() > 0 && static_cast<int>(up.ranks.size()) == d.world;
   const Tr tr = app.tr();
   const char* idle = idle_name(d.cfg.strategy, tr);
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
@@ -695,8 +695,7 @@ void draw_step_breakdown(App& app, const ProjectedRun* projected = nullptr) {
     ImGui::Dummy(ImVec2(bar_w, h));
     for (int64_t ns : {s.computing - s.hidden, s.hidden, s.exposed, s.idle}) {
       ImGui::TableNextColumn();
-      ImGui::Text("%s (%.0f%%)", format_time_ns(static_cast<double>(ns)).c_str(),
-                  100.0 * ns / dur);
+      ImGui::Text("%s (%.0f%%)", format_time_ns(static_cast<double>(ns)).c_str(), 100.0 * ns / dur);
     }
   };
   for (int r = 0; r < d.world; ++r) {
@@ -887,8 +886,8 @@ void draw_timeline(App& app) {
 
   const float font = ImGui::GetFontSize();
   const float line = ImGui::GetTextLineHeightWithSpacing();
-  const int table_lines = (d.world + 4) + (pipeline ? d.world + 3 : 0) +
-                          (s.timeline.projected ? d.world + 1 : 0);
+  const int table_lines =
+      (d.world + 4) + (pipeline ? d.world + 3 : 0) + (s.timeline.projected ? d.world + 1 : 0);
   // "As on N devices": a caption over each run's rows, the projected run's
   // rows (with their own band of step names) under the measured ones.
   const bool both = s.timeline.projected;

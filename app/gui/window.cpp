@@ -15,7 +15,7 @@
 #include <stb/stb_image_write.h>
 
 #include "app/gui/panels.h"
-#include "core/atomic_file.h"
+#include "core/io/atomic_file.h"
 
 namespace shardlab::gui {
 

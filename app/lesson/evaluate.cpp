@@ -20,7 +20,7 @@
 
 #include "app/lesson/lesson.h"
 
-#include "core/recording.h"
+#include "core/run/recording.h"
 
 namespace shardlab::lesson {
 

@@ -3,7 +3,7 @@
 // runs. Every problem is one LessonError naming the file, the line and the key.
 #include "app/lesson/lesson.h"
 
-#include "core/recording.h"
+#include "core/run/recording.h"
 
 #include <toml++/toml.h>
 
@@ -20,9 +20,9 @@
 #include "app/config_args.h"
 #include "app/lesson/lesson_file.h"
 #include "app/lesson/terminal.h"
-#include "core/model.h"
-#include "core/pipeline_analysis.h"
-#include "core/strategy.h"
+#include "core/model/model.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 
 #ifndef SHARDLAB_LESSONS_DIR
 #define SHARDLAB_LESSONS_DIR "lessons"

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/metrics.h"
-#include "core/recorder.h"
-#include "core/runner.h"
+#include "core/record/recorder.h"
+#include "core/run/metrics.h"
+#include "core/run/runner.h"
 
 namespace shardlab::lesson {
 
@@ -125,7 +125,7 @@ struct ProcessOptions {
 
 // A run of one process per rank that this process started: `shardlab launch
 // --nproc-per-node <world> -- run …` with its recording (and, with `live`, each
-// rank's live file: core/live_stream.h) in a private directory, removed with it.
+// rank's live file: core/record/live_stream.h) in a private directory, removed with it.
 class LaunchedGroup {
  public:
   // Starts it; throws RunError when it cannot.

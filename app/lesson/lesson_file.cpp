@@ -10,7 +10,7 @@
 #include <string>
 
 #include "app/lesson/lesson.h"
-#include "core/atomic_file.h"
+#include "core/io/atomic_file.h"
 
 namespace shardlab::lesson {
 

@@ -21,12 +21,12 @@
 #include <map>
 #include <mutex>
 
+#include "core/comm/placement.h"
 #include "core/config.h"
-#include "core/model_family.h"
-#include "core/placement.h"
-#include "core/precision.h"
+#include "core/model/model_family.h"
+#include "core/model/precision.h"
+#include "core/model/text_data.h"
 #include "core/rng.h"
-#include "core/text_data.h"
 
 namespace shardlab {
 namespace {
@@ -58,7 +58,7 @@ std::string corpus_path(const RunConfig& cfg) {
   return cfg.data.empty() ? default_corpus_path() : cfg.data;
 }
 
-// Windows of T+1 characters (core/text_data.h) behind the Dataset interface.
+// Windows of T+1 characters (core/model/text_data.h) behind the Dataset interface.
 class TextDataset final : public Dataset {
  public:
   TextDataset(std::shared_ptr<const Corpus> corpus, int seq, uint64_t seed, std::string path)

@@ -1,5 +1,5 @@
 // `mlp:LxD[+bn]`: L Linear(D,D) layers with exact GELU between them (none
-// after the last) and an MSE loss on synthetic regression data (core/data.h);
+// after the last) and an MSE loss on synthetic regression data (core/device/data.h);
 // `+bn` puts a BatchNorm1d(D) between each hidden Linear and its GELU
 // (Linear → BatchNorm1d → GELU; the output Linear stays plain). The model the
 // first lessons use: every layer the same size, so sharding and pipeline
@@ -9,16 +9,16 @@
 #include <regex>
 
 #include "core/config.h"
-#include "core/data.h"
-#include "core/layer_ops.h"
-#include "core/model_family.h"
-#include "core/precision.h"
+#include "core/device/data.h"
+#include "core/model/layer_ops.h"
+#include "core/model/model_family.h"
+#include "core/model/precision.h"
 #include "core/rng.h"
 
 namespace shardlab {
 namespace {
 
-// The regression rows of core/data.h behind the Dataset interface.
+// The regression rows of core/device/data.h behind the Dataset interface.
 class SyntheticDataset final : public Dataset {
  public:
   SyntheticDataset(int dim, uint64_t seed) : data_(dim, seed) {}

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/clock.h"
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "core/config.h"
 #include "core/predict/projection.h"
 

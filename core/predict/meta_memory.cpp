@@ -8,13 +8,13 @@
 #include <memory>
 #include <thread>
 
-#include "core/meta_backend.h"
-#include "core/meta_comm.h"
-#include "core/model.h"
-#include "core/model_family.h"
-#include "core/placement.h"
-#include "core/staging_comm.h"
-#include "core/strategy.h"
+#include "core/comm/meta_comm.h"
+#include "core/comm/placement.h"
+#include "core/comm/staging_comm.h"
+#include "core/device/meta_backend.h"
+#include "core/model/model.h"
+#include "core/model/model_family.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab {
 

@@ -1,14 +1,14 @@
-// Memory predicted by running the real strategy on meta devices (core/meta_backend.h)
+// Memory predicted by running the real strategy on meta devices (core/device/meta_backend.h)
 // under the real Allocator and a meta communicator: the prediction is the
-// implementation, not a hand-kept twin of it (core/memory_estimate.h's plans).
+// implementation, not a hand-kept twin of it (core/predict/memory_estimate.h's plans).
 #pragma once
 #include <vector>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "core/config.h"
-#include "core/memory.h"
-#include "core/meta_backend.h"
-#include "core/recorder.h"
+#include "core/device/memory.h"
+#include "core/device/meta_backend.h"
+#include "core/record/recorder.h"
 
 namespace shardlab {
 

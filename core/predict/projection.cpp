@@ -19,7 +19,7 @@
 #include <unordered_map>
 
 #include "core/config.h"
-#include "core/model.h"
+#include "core/model/model.h"
 
 namespace shardlab {
 namespace {
@@ -702,9 +702,12 @@ Projection project(const RunResult& run, const ProjectionOptions& o) {
           "cannot pool op costs with a run of different work (valid: runs that differ only in "
           "overlap, bucket size, prefetch, resharding, backend, steps or seed)");
     if (static_cast<int>(other->recorders.size()) != world)
-      throw ConfigError("a run to pool op costs with holds no spans (it was made with --no-record)");
+      throw ConfigError(
+          "a run to pool op costs with holds no spans (it was made with --no-record)");
     for (const auto& r : other->recorders)
-      if (!r) throw ConfigError("a run to pool op costs with holds no spans (it was made with --no-record)");
+      if (!r)
+        throw ConfigError(
+            "a run to pool op costs with holds no spans (it was made with --no-record)");
   }
   p.pooled_runs = static_cast<int>(o.pool_costs_with.size());
   p.ranks.assign(world, ProjectedRank{});

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/run_result.h"
+#include "core/parallel/run_result.h"
 
 namespace shardlab {
 
@@ -84,7 +84,7 @@ struct Projection {
   std::string compute_source;
   bool with_data = false;  // as in the options
   bool raw_costs = false;
-  int pooled_runs = 0;  // other runs whose op costs were pooled with this one's
+  int pooled_runs = 0;          // other runs whose op costs were pooled with this one's
   std::vector<double> step_ms;  // per step, the slowest rank's projected time
   double median_step_ms = 0;
   // Averages over the steps in the breakdown: all but the first (warm-up)

@@ -1,8 +1,8 @@
 // The one error check for CUDA runtime, cuBLAS and NCCL calls in kernels/cuda and
-// core/cuda. A failure reads, on one line, the call as written, the library's words
-// for the error (and its name), and where the call is:
+// core/device/cuda and core/comm/nccl. A failure reads, on one line, the call as written, the
+// library's words for the error (and its name), and where the call is:
 //   cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()): invalid argument
-//   (cudaErrorInvalidValue, at core/cuda/cuda_backend.cpp:350)
+//   (cudaErrorInvalidValue, at core/device/cuda/cuda_backend.cpp:350)
 //
 //   SHARDLAB_CUDA_CHECK(call)        throws std::runtime_error with that text
 //   SHARDLAB_CUDA_ERROR(call)        the text as a value, "" on success: for errors
@@ -15,7 +15,7 @@
 //                                    result in hand
 //   SHARDLAB_CUDA_CHECK_LAUNCH(name) right after a <<<launch>>>: throws naming the kernel
 //   SHARDLAB_CUBLAS_CHECK(call)      throws with cuBLAS's status (include cublas_v2.h)
-// core/cuda/nccl_check.h adds the same forms for NCCL calls.
+// core/comm/nccl/nccl_check.h adds the same forms for NCCL calls.
 //
 // A CUDA failure, reported or dropped, also clears CUDA's last-error slot, so that
 // a later check does not report it as its own call's (a sticky error, which
@@ -29,7 +29,7 @@
 
 namespace shardlab::check_detail {
 
-// The path from the project root ("core/cuda/nccl_issue.cpp"), whatever form the
+// The path from the project root ("core/comm/nccl/nccl_issue.cpp"), whatever form the
 // compiler was given it in (absolute, or relative to the build directory).
 inline const char* project_path(const char* file) {
   const char* found = file;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../test_util.h"
-#include "core/runner.h"
+#include "core/run/runner.h"
 #include "kernels/cpu.h"
 #include "kernels/cuda.h"
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "../test_util.h"
-#include "core/gpu.h"
-#include "core/nccl_group.h"
-#include "core/memory.h"
+#include "core/comm/nccl_group.h"
+#include "core/device/gpu.h"
+#include "core/device/memory.h"
 
 using namespace shardlab;
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "../test_util.h"
-#include "core/data.h"
-#include "core/gpu.h"
-#include "core/memory_estimate.h"
-#include "core/runner.h"
+#include "core/device/data.h"
+#include "core/device/gpu.h"
+#include "core/predict/memory_estimate.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 using shardlab::test::max_rel_diff;
@@ -224,8 +224,7 @@ TEST_CASE("cuda embedding backward lists each id's positions and adds them in th
     Buf gdo(*gpu, dt, dout), gdw(*gpu, dt, dwte0), gdp(*gpu, dt, dwpe0);
     void* gids = gpu->raw_alloc(ids.size() * 4);
     gpu->copy(gids, ids.data(), ids.size() * 4, CopyKind::host_to_device);
-    gpu->embedding_backward(dt, gdw.p, gdp.p, gdo.p, static_cast<const int32_t*>(gids), B, T, C,
-                            V);
+    gpu->embedding_backward(dt, gdw.p, gdp.p, gdo.p, static_cast<const int32_t*>(gids), B, T, C, V);
     CHECK(gdw.get() == cdw.get());
     CHECK(gdp.get() == cdp.get());
     gpu->raw_free(gids, ids.size() * 4);

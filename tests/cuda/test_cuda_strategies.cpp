@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "../test_util.h"
-#include "core/gpu.h"
-#include "core/runner.h"
-#include "core/strategy.h"
+#include "core/device/gpu.h"
+#include "core/parallel/strategy.h"
+#include "core/run/runner.h"
 
 using shardlab::test::max_rel_diff;
 using namespace shardlab;

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/gpu.h"
-#include "core/memory_estimate.h"
-#include "core/runner.h"
+#include "core/device/gpu.h"
+#include "core/predict/memory_estimate.h"
+#include "core/run/runner.h"
 #include "tests/test_util.h"
 #include "tests/transformer_ops.h"
 

@@ -60,7 +60,7 @@ Written by the small writer in this script: 8-byte little-endian header
 length, a JSON header (dtype, shape, data_offsets per tensor, plus
 "__metadata__" strings), spaces to an 8-byte boundary, then the tensors in
 header order tiling the data section exactly. Only F32 and I64 are used
-(what core/safetensors.cpp reads); float64 results are stored rounded to
+(what core/io/safetensors.cpp reads); float64 results are stored rounded to
 F32, and where the exact double matters it is also in __metadata__ as a
 "%.17g" string.
 

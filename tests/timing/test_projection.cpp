@@ -14,9 +14,9 @@
 
 #include "core/config.h"
 #include "core/predict/projection.h"
-#include "core/recording.h"
-#include "core/runner.h"
-#include "core/trace.h"
+#include "core/record/trace.h"
+#include "core/run/recording.h"
+#include "core/run/runner.h"
 
 using namespace shardlab;
 
@@ -261,8 +261,8 @@ TEST_CASE("projection: replicas and same-shape layers share a cost, so a slow co
   const Projection apart = project(ddp, o);
   INFO("rank 0 bubble: pooled " << pooled.bubble_share(0) << ", each its own cost "
                                 << apart.bubble_share(0) << " (compute ms "
-                                << apart.ranks[0].compute_ms << " and "
-                                << apart.ranks[1].compute_ms << ")");
+                                << apart.ranks[0].compute_ms << " and " << apart.ranks[1].compute_ms
+                                << ")");
   CHECK(apart.bubble_share(0) > 0.25);
   CHECK(pooled.bubble_share(0) < 0.15);
   CHECK(pooled.bubble_share(1) < 0.15);
@@ -312,7 +312,7 @@ TEST_CASE("projection: a compare pair of the same work shares one cost table", "
   const double compute_ratio = on_pooled.ranks[0].compute_ms / off_pooled.ranks[0].compute_ms;
   INFO("each alone: on " << on_alone.median_step_ms << " ms, off " << off_alone.median_step_ms
                          << " ms; pooled: on " << on_pooled.median_step_ms << " ms, off "
-                    << off_pooled.median_step_ms << " ms; compute ratio " << compute_ratio);
+                         << off_pooled.median_step_ms << " ms; compute ratio " << compute_ratio);
   // Unpooled, the 2x-stretched run would project 2x the compute. Pooled, the
   // spans cost alike, but the thread's CPU time between spans (issuing ops,
   // bookkeeping) is each run's own, and stretched 2x in `on`: the two sit 5-9%
@@ -324,7 +324,8 @@ TEST_CASE("projection: a compare pair of the same work shares one cost table", "
   // Different work is refused, with what is valid.
   const RunResult gpipe = run_training(mlp_run("mlp:4x256", "gpipe", 2, 64, 3, 2));
   o.pool_costs_with = {&gpipe};
-  CHECK_THROWS_WITH(project(off, o), Catch::Contains("different work") && Catch::Contains("valid:"));
+  CHECK_THROWS_WITH(project(off, o),
+                    Catch::Contains("different work") && Catch::Contains("valid:"));
   RunConfig other_batch = on_cfg;
   other_batch.batch = 32;
   CHECK_FALSE(same_work(on_cfg, other_batch));

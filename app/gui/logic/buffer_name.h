@@ -1,6 +1,6 @@
 // Reading what a named buffer is from its allocation name alone:
 // "layers.3.weight", "layers.3.flat[shard 1/4].grad", "layers.2-3.flat[gathered]",
-// "layers.2.output[mb 1]" (the scheme is described in core/sharding.h).
+// "layers.2.output[mb 1]" (the scheme is described in core/parallel/sharding.h).
 // Strategies choose the names; the GUI never asks them.
 #pragma once
 #include <string>

@@ -10,7 +10,7 @@
 
 #include "app/gui/logic/palette.h"
 #include "app/gui/logic/timeline_logic.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab::gui {
 

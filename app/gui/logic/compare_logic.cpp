@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "app/gui/logic/memory_logic.h"
-#include "core/pipeline_analysis.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 #include "core/predict/projection.h"
 #include "core/run_options.h"
-#include "core/strategy.h"
 
 namespace shardlab::gui {
 

@@ -8,8 +8,8 @@
 
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
+#include "core/run/runner.h"
 #include "core/run_options.h"
-#include "core/runner.h"
 
 namespace shardlab::gui {
 
@@ -77,7 +77,7 @@ struct CompareRow {
   std::vector<int64_t> peak_bytes;  // per rank, device pool, peak of the total
   double sent_bytes_per_step = 0;   // the busiest rank's
   // Idle share (every strategy): per rank, the part of each step in which its
-  // compute lane runs nothing (core/pipeline_analysis.h bubble_share_per_rank),
+  // compute lane runs nothing (core/predict/pipeline_analysis.h bubble_share_per_rank),
   // averaged over steps 1.. and then over ranks.
   std::vector<double> idle_per_rank;
   double idle_share = 0;

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "core/model.h"
+#include "core/model/model.h"
 
 namespace shardlab::gui {
 

@@ -13,7 +13,7 @@
 
 #include "app/gui/logic/lesson_progress.h"
 #include "app/lesson/lesson.h"
-#include "core/runner.h"
+#include "core/run/runner.h"
 
 namespace shardlab::gui {
 

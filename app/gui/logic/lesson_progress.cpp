@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/atomic_file.h"
+#include "core/io/atomic_file.h"
 
 namespace shardlab::gui {
 

@@ -1,16 +1,16 @@
 // Memory stacks and samples (see memory_logic.h).
 #include "app/gui/logic/memory_logic.h"
 #include "app/gui/logic/format.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 #include <algorithm>
 #include <mutex>
 
 #include "app/lesson/lesson.h"
-#include "core/memory_estimate.h"
-#include "core/model.h"
-#include "core/model_state.h"
-#include "core/pipeline.h"
+#include "core/model/model.h"
+#include "core/parallel/model_state.h"
+#include "core/parallel/pipeline.h"
+#include "core/predict/memory_estimate.h"
 
 namespace shardlab::gui {
 
@@ -74,7 +74,7 @@ Peak peak_of(const std::vector<CategorySample>& series) {
   return p;
 }
 
-// The formulas live with the strategies' accounting (core/model_state.h); the
+// The formulas live with the strategies' accounting (core/parallel/model_state.h); the
 // GUI carries no copy of them, so the marker can never disagree with
 // `shardlab estimate`.
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {

@@ -10,7 +10,7 @@
 
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/timeline_logic.h"
-#include "core/memory_timeline.h"
+#include "core/record/memory_timeline.h"
 
 namespace shardlab::gui {
 
@@ -38,7 +38,7 @@ struct Peak {
 Peak peak_of(const std::vector<CategorySample>& series);
 
 // Predicted model-state bytes (params + grads + optimizer state) of `rank`,
-// where core/model_state.h has a formula for the strategy; nullopt otherwise.
+// where core/parallel/model_state.h has a formula for the strategy; nullopt otherwise.
 struct Predicted {
   int64_t model_state_bytes = 0;
   std::string formula;   // "16Ψ", "4Ψ + 12Ψ/N", ...
@@ -47,14 +47,14 @@ struct Predicted {
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 
 // The meta run's prediction of `rank`'s whole peak in one pool (host or device),
-// as the check before every run makes it (core/memory_estimate.h: the strategy's
+// as the check before every run makes it (core/predict/memory_estimate.h: the strategy's
 // own code on devices that hold no memory); nullopt where it cannot be made here
 // (a GPU recording opened without a GPU). The last configuration's predictions
 // are kept, since the views ask every frame.
 std::optional<int64_t> meta_predicted_peak(const RunConfig& cfg, int rank, bool host);
 
 // gpt: what one transformer block keeps for backward, per Korthikanti et al.
-// 2022 without dropout (core/model_state.h), for the rows one forward sees
+// 2022 without dropout (core/parallel/model_state.h), for the rows one forward sees
 // (the batch, a rank's slice, a pipeline's micro-batch), as short lines for
 // the panel's side of `rank`: "2 blocks × 578.0 KiB", "2·sbh(32+2as/h)+LN",
 // "Korthikanti, no dropout", "b=4 sequences" (--attention flash: "2·sbh·32+LN+lse",

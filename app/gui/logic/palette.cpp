@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/span_label.h"
+#include "core/record/span_label.h"
 
 namespace shardlab::gui {
 

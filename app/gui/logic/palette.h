@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "app/gui/logic/i18n.h"
-#include "core/recorder.h"
+#include "core/record/recorder.h"
 
 namespace shardlab::gui {
 

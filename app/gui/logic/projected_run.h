@@ -11,7 +11,7 @@
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/replay_logic.h"
 #include "app/gui/logic/run_data.h"
-#include "core/runner.h"
+#include "core/run/runner.h"
 
 namespace shardlab::gui {
 
@@ -86,7 +86,7 @@ double projected_offset(const RunData& measured, const RunData& projected, int s
 // One line: why the run on screen cannot be shown as on N devices.
 std::string projection_reason(const ProjectedRun& p, const Tr& tr = Tr{});
 // Above the measured rows: "measured here · 4 ranks on 2 cores · median step 9.81 ms"
-// (`cores`: this machine's, core/cores.h).
+// (`cores`: this machine's, core/comm/cores.h).
 std::string measured_caption(const RunResult& r, int cores, const Tr& tr = Tr{});
 // Above the projected rows: "as on 4 × CPU core, nvlink-h100 · median step 3.10 ms".
 std::string projected_caption(const ProjectedRun& p, const Tr& tr = Tr{});

@@ -3,7 +3,7 @@
 
 #include <cctype>
 
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab::gui {
 

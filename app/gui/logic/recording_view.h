@@ -5,7 +5,7 @@
 #include <string>
 
 #include "app/gui/logic/i18n.h"
-#include "core/recording.h"
+#include "core/run/recording.h"
 
 namespace shardlab::gui {
 

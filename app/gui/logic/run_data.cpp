@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "core/model.h"
+#include "core/model/model.h"
 
 namespace shardlab::gui {
 

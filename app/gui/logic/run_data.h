@@ -11,9 +11,9 @@
 
 #include "app/gui/logic/buffer_name.h"
 #include "core/config.h"
-#include "core/memory_timeline.h"
-#include "core/recorder.h"
-#include "core/runner.h"
+#include "core/record/memory_timeline.h"
+#include "core/record/recorder.h"
+#include "core/run/runner.h"
 
 namespace shardlab::gui {
 

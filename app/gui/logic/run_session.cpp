@@ -5,9 +5,9 @@
 #include <chrono>
 
 #include "app/lesson/lesson.h"
-#include "core/live_stream.h"
+#include "core/parallel/strategy.h"
 #include "core/predict/projection.h"
-#include "core/strategy.h"
+#include "core/record/live_stream.h"
 
 namespace shardlab::gui {
 

@@ -14,7 +14,7 @@
 
 #include "app/gui/logic/compare_logic.h"
 #include "app/gui/logic/run_data.h"
-#include "core/runner.h"
+#include "core/run/runner.h"
 
 namespace shardlab::gui {
 

@@ -10,7 +10,7 @@
 #include "app/gui/logic/format.h"
 #include "app/gui/logic/palette.h"
 #include "app/gui/logic/wait_logic.h"
-#include "core/pipeline_analysis.h"
+#include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
 

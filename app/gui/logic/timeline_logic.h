@@ -10,7 +10,7 @@
 
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
-#include "core/span_label.h"
+#include "core/record/span_label.h"
 
 namespace shardlab {
 struct RunResult;
@@ -51,7 +51,7 @@ void visible_spans(const LaneData& lane, const Viewport& vp, float min_px,
 // Index range [first, last) of spans that may intersect [t_begin, t_end).
 std::pair<size_t, size_t> span_window(const LaneData& lane, double t_begin, double t_end);
 
-// micro_batch_tag ("F3", "B3") and the English wording: core/span_label.h.
+// micro_batch_tag ("F3", "B3") and the English wording: core/record/span_label.h.
 // "F3"/"B3" for a micro-batch's forward/backward, "F L2" for a layer's, "AR L4"
 // for a collective, "send F3 →r1" / "recv F3 ←r0" for pipeline messages;
 // `long_form` adds the layer and the bytes ("AR L4 · 1.00 MiB"); words in `tr`'s language.
@@ -167,7 +167,7 @@ std::pair<double, double> step_range(const RunData& d, int step);
 // followed, the last finished one (the newest is still half done).
 int step_to_show(const RunData& d, double playhead_t, bool live);
 // Step 0 of a run of several steps: every median step leaves it out
-// (core/runner.h, steady_median), and the timeline says so.
+// (core/run/runner.h, steady_median), and the timeline says so.
 bool is_warmup_step(const RunData& d, int step);
 // "step 3", "step 0 (warm-up)", in `tr`'s language.
 std::string step_label(const RunData& d, int step, const Tr& tr = Tr{});
@@ -185,7 +185,7 @@ double all_steps_begin(const RunData& d, double playhead_t, bool live);
 // step_to_show's step.
 void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t, bool live);
 
-// The per-stage table of a finished pipeline run (core/pipeline_analysis.h):
+// The per-stage table of a finished pipeline run (core/predict/pipeline_analysis.h):
 // the measured bubble beside (P-1)/(M+P-1), and the activations a stage held
 // at its peak beside what the micro-batches expected in flight hold.
 struct StageRow {

@@ -7,8 +7,8 @@
 #include <unordered_map>
 
 #include "app/gui/logic/timeline_logic.h"
-#include "core/pipeline_analysis.h"
-#include "core/strategy.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
 

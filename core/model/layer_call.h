@@ -1,0 +1,56 @@
+// The pieces of a layer call that LayerStack, LayerTape and the model
+// families share (model_family.h has the families themselves): naming, what a
+// layer keeps for its backward, running statistics, and the data a model trains on.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/device/memory.h"
+
+namespace shardlab {
+
+// One call of a layer: where its buffers come from and how they are named.
+struct LayerCall {
+  Allocator& alloc;
+  DType dt;  // storage of parameters, activations and gradients
+  int rows;  // rows of the batch (samples or sequences) in this call
+  int mb;    // micro-batch (-1: none); only names use it
+  // "layers.3.pre_gelu[mb 2]": an activation's name in the memory panel.
+  std::string name(int layer, const std::string& what) const;
+};
+
+// What one layer keeps between its forward and its backward, and its output.
+// Tensors are freed in order when backward is done with them.
+struct LayerKeep {
+  std::vector<Tensor> t;
+  int out = -1;  // index of the layer's output in t
+  Tensor& output() { return t[static_cast<size_t>(out)]; }
+  // Frees everything but the output, last allocated first.
+  void drop_saved();
+};
+
+// A layer's running statistics (mlp +bn): updated by a forward unless null
+// (a recomputed forward must not count its micro-batch twice).
+struct LayerNorms {
+  void* running_mean = nullptr;
+  void* running_var = nullptr;
+};
+
+// The rows a step trains on: inputs (fp32 values or int32 token ids) and the
+// targets the loss compares the output with, made from (seed, step, row) alone
+// so every strategy and world size sees the same global batch.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // x_dev [rows, act_numel(0)], y_dev [rows, target_numel()] (device memory;
+  // y_dev may be null when only inputs are needed). True when the rows were
+  // made ahead, beside the step (a data loader, core/model/data_loader.h).
+  virtual bool load(DeviceBackend& dev, int step, int row_begin, int rows, void* x_dev,
+                    void* y_dev) const = 0;
+  // The same into host memory, for --save-data.
+  virtual void rows(int step, int row_begin, int rows, void* x, void* y) const = 0;
+  virtual bool tokens() const = 0;  // int32 token ids (else fp32 values)
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,100 @@
+// Forward and backward of layers on weights the caller supplies, with the
+// activations each layer keeps for its backward. ZeRO-3 and FSDP compute on
+// freshly gathered buffers, dp on per-step replicas: the weights are not owned
+// here. Also the MLP layer's math (core/models/mlp.cpp uses it).
+#pragma once
+#include <vector>
+
+#include "core/device/memory.h"
+#include "core/model/layer_call.h"
+#include "core/model/model.h"
+#include "core/record/recorder.h"
+
+namespace shardlab {
+
+// One layer's math with every buffer stored in `dt`, shared by LayerTape and
+// LayerStack. fp32 runs the float kernels on the buffers themselves; bf16/fp16
+// upcast the inputs into fp32 temporaries, run the same kernels and round the
+// results back to 2 bytes (compute in fp32, storage and traffic in 2 bytes).
+//
+// A layer's BatchNorm1d under `mlp:LxD+bn` (fp32 only), all device pointers.
+// Forward reads weight and bias [d], writes xhat [rows, d] and invstd [d] (kept
+// for backward) and updates running_mean/var [d], unless they are null: a
+// recomputed forward must not count its micro-batch twice. Backward reads
+// weight, xhat and invstd and accumulates into dweight and dbias.
+struct BatchNormArgs {
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  void* running_mean = nullptr;
+  void* running_var = nullptr;
+  void* xhat = nullptr;
+  void* invstd = nullptr;
+  void* dweight = nullptr;
+  void* dbias = nullptr;
+};
+
+// pre = x · Wᵀ + b; out = gelu(pre). Without GELU (pre == nullptr): out = x · Wᵀ + b.
+// With BatchNorm (bn given, pre required): pre = bn(x · Wᵀ + b) over the rows; out = gelu(pre).
+// x, pre, out are [rows, d]; w [d, d]; b [d].
+void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
+                   const void* b, int rows, int d, const BatchNormArgs* bn = nullptr);
+// g [rows, d]: the gradient of the layer's output, overwritten (through GELU when
+// pre is given, then through BatchNorm when bn is). dw, db (and bn's dweight,
+// dbias) accumulate (+=); din [rows, d] is overwritten (may be null).
+void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
+                    void* db, const void* x, const void* w, int rows, int d,
+                    const BatchNormArgs* bn = nullptr);
+
+// Layers that compute on gathered or replicated weights (the data-parallel
+// family), through the model family's forward and backward; BatchNorm's
+// running statistics would need per-rank buffers there, so a +bn layout is
+// refused (validation names the strategies that support it).
+class LayerTape {
+ public:
+  // `dt`: how weights, activations and gradients are stored (f32, or bf16/f16
+  // under mixed precision; then every pointer below points at 2-byte values).
+  LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt = DType::f32);
+
+  // Starts a pass over `rows` rows; `input` [rows, act_numel(0)] (fp32 values
+  // or int32 token ids, the batch) must stay valid until the last backward. In
+  // mixed precision fp32 values are first cast to the tape's dtype (an
+  // activation). The first layer gets no input gradient.
+  void begin(const void* input, int rows);
+
+  // Layer `layer`, in order, on its parameters: `params` holds them
+  // contiguously in table order (a flat group's slice). x is the previous
+  // layer's output, or the input. Keeps what backward needs; returns the output.
+  const void* forward(int layer, const void* params);
+  // The same with one pointer per parameter (dp's replicas are separate tensors).
+  const void* forward(int layer, const std::vector<void*>& params);
+  const void* output() const;  // the last forward's output
+
+  // dout [rows, act_numel(L)] is the gradient of the last forward's output.
+  void begin_backward(const void* dout);
+  // Layer `layer`, in reverse order: its gradients (contiguous like params)
+  // accumulate (+=); the layer's activations are freed as soon as it is done.
+  void backward(int layer, const void* params, void* grads);
+  void backward(int layer, const std::vector<void*>& params, const std::vector<void*>& grads);
+  bool done() const { return layers_.empty(); }
+  DType dtype() const { return dt_; }
+
+ private:
+  struct Saved {
+    int layer;
+    LayerKeep keep;
+  };
+  const void* forward_on(int layer, const std::vector<const void*>& params);
+  void backward_on(int layer, const std::vector<const void*>& params,
+                   const std::vector<void*>& grads);
+  const ModelLayout& layout_;
+  Allocator& alloc_;
+  Recorder* rec_;
+  DType dt_;
+  const void* input_ = nullptr;
+  Tensor cast_input_;  // mixed precision: the input in dt_
+  int rows_ = 0;
+  std::vector<Saved> layers_;  // in forward order
+  Tensor grad_;                // gradient flowing backward: of the next layer's output
+};
+
+}  // namespace shardlab

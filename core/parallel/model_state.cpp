@@ -1,0 +1,155 @@
+// The ZeRO paper's per-rank model-state and communication accounting (see model_state.h).
+#include "core/parallel/model_state.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/parallel/strategy.h"
+
+namespace shardlab {
+
+namespace {
+
+// "8Ψ + 8Ψ/N", dropping terms whose coefficient is zero.
+std::string formula(int replicated, int sharded) {
+  std::string s;
+  if (replicated) s = std::to_string(replicated) + "Ψ";
+  if (sharded) s += (s.empty() ? "" : " + ") + std::to_string(sharded) + "Ψ/N";
+  return s.empty() ? "0" : s;
+}
+
+ModelStateBytes state(double params, double grads, double optimizer, std::string formula) {
+  ModelStateBytes m;
+  m.params = params;
+  m.grads = grads;
+  m.optimizer = optimizer;
+  m.formula = std::move(formula);
+  return m;
+}
+
+}  // namespace
+
+BytesPerParam bytes_per_param(const std::string& precision, OptimizerKind optimizer) {
+  const bool adamw = optimizer == OptimizerKind::adamw;
+  if (precision == "fp32") return {4, 4, adamw ? 8 : 0, 4};
+  if (precision == "bf16" || precision == "fp16") return {2, 2, adamw ? 12 : 4, 2};
+  throw ConfigError("--precision '" + precision + "' is invalid (valid: fp32, bf16, fp16)");
+}
+
+bool has_model_state_prediction(const std::string& s) {
+  const StrategyInfo* info = find_strategy(s);
+  return info && (info->is_reference() || info->is_data_parallel());
+}
+
+std::string model_state_strategy_names() {
+  std::string names;
+  for (const StrategyInfo& i : all_strategies())
+    if (has_model_state_prediction(i.name)) names += (names.empty() ? "" : ", ") + i.name;
+  return names;
+}
+
+void check_model_state_input(const ModelStateInput& in) {
+  if (!has_model_state_prediction(in.strategy))
+    throw ConfigError("--strategy '" + in.strategy + "' has no model-state estimate (valid: " +
+                      model_state_strategy_names() + ")");
+  bytes_per_param(in.precision, in.optimizer);
+  if (!(in.params > 0) || !std::isfinite(in.params))
+    throw ConfigError("--params must be a positive number of parameters (e.g. 7.5e9)");
+  if (in.world < 1) throw ConfigError("--world must be 1 or more");
+  if (strategy_info(in.strategy).world_for(in.world) != in.world)
+    throw ConfigError("--world " + std::to_string(in.world) +
+                      " is invalid for strategy single (valid: 1)");
+}
+
+ModelStateInput model_state_input(const RunConfig& cfg, double params) {
+  ModelStateInput in;
+  in.params = params;
+  in.world = cfg.world;
+  in.strategy = cfg.strategy;
+  in.precision = cfg.precision;
+  in.optimizer = cfg.optimizer.kind;
+  in.reshard_after_forward = !option_in_effect(cfg, StrategyOption::no_reshard);
+  in.offload = option_in_effect(cfg, StrategyOption::offload);
+  return in;
+}
+
+// The ZeRO stages' accounting, worked out here only: which model states one
+// rank keeps whole and which as a 1/N shard, and so the bytes per parameter of
+// each. Stage 1 shards the optimizer state, 2 also the gradients, 3 also the
+// parameters; dp's replicas keep parameters and gradients but no optimizer.
+ModelStateSplit model_state_split(const ModelStateInput& in, int rank) {
+  check_model_state_input(in);
+  const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
+  const StrategyInfo& s = strategy_info(in.strategy);
+  ModelStateSplit m;
+  m.params = {b.params, s.shards(ModelStatePart::params)};
+  m.grads = {b.grads, s.shards(ModelStatePart::grads)};
+  m.optimizer = {s.role(rank, in.world) == RankRole::replica ? 0 : b.optimizer,
+                 s.shards(ModelStatePart::optimizer_state)};
+  for (const ModelStateSplit::Share& share : {m.params, m.grads, m.optimizer})
+    (share.sharded ? m.sharded : m.whole) += share.bytes;
+  m.on_host = s.shards(ModelStatePart::params) && in.offload;
+  return m;
+}
+
+ModelStateBytes predict_model_state(const ModelStateInput& in, int rank) {
+  const ModelStateSplit split = model_state_split(in, rank);
+  const double psi = in.params, n = in.world;
+  auto bytes = [&](const ModelStateSplit::Share& s) {
+    return s.sharded ? s.bytes * psi / n : s.bytes * psi;
+  };
+  ModelStateBytes m = state(bytes(split.params), bytes(split.grads), bytes(split.optimizer),
+                            formula(split.whole, split.sharded));
+  m.on_host = split.on_host;
+  return m;
+}
+
+CommPrediction predict_comm(const ModelStateInput& in, int rank) {
+  check_model_state_input(in);
+  const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
+  const double psi = in.params, n = in.world;
+  const StrategyInfo& s = strategy_info(in.strategy);
+  CommPrediction c;
+  c.bytes_per_element = b.comm;
+  if (s.traffic == Traffic::controller_copies) {
+    // Point-to-point copies: what a device sends is what the wire carries.
+    const double k = in.world == 1 ? 0 : (rank == 0 ? n - 1 : 1);
+    c.volume_elements = k * psi;
+    c.volume_bytes = c.volume_elements * b.comm;
+    c.sent_bytes = c.volume_bytes;
+    c.formula = in.world == 1 ? "0" : (rank == 0 ? "(N−1)Ψ" : "Ψ");
+    return c;
+  }
+  // Volume in units of Ψ: an all-reduce (or reduce-scatter + all-gather) of the
+  // gradients, plus one more all-gather when parameters are gathered again in
+  // backward (ZeRO-3 resharding after forward). One device: nothing to send.
+  double times = 0;
+  if (s.traffic == Traffic::all_reduce) times = 2;
+  if (s.traffic == Traffic::gather_per_pass) times = in.reshard_after_forward ? 3 : 2;
+  c.volume_elements = times * psi;
+  c.volume_bytes = c.volume_elements * b.comm;
+  c.sent_bytes = c.volume_bytes * (n - 1) / n;
+  c.formula = times == 0 ? "0" : std::to_string(static_cast<int>(times)) + "Ψ";
+  return c;
+}
+
+BlockActivations block_activations(int seq, int batch, int channels, int heads,
+                                   const std::string& precision, bool flash) {
+  const double s = seq, b = batch, h = channels, a = heads;
+  const int e = precision == "fp32" ? 4 : 2;  // bytes per stored value
+  BlockActivations r;
+  r.layernorm_stats = 16 * s * b;
+  if (flash) {
+    r.with_dropout_16bit = s * b * h * 34;
+    r.without_dropout = (e / 2.0) * s * b * h * 32;
+    r.softmax_stats = 4 * a * s * b;
+    r.formula = e == 2 ? "s·b·h·32" : "2 × s·b·h·32 (fp32: 4 bytes a value)";
+    return r;
+  }
+  r.with_dropout_16bit = s * b * h * (34 + 5 * a * s / h);
+  r.without_dropout = (e / 2.0) * s * b * h * (32 + 2 * a * s / h);
+  r.formula = e == 2 ? "s·b·h·(32 + 2·a·s/h)" : "2 × s·b·h·(32 + 2·a·s/h) (fp32: 4 bytes a value)";
+  return r;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,451 @@
+// The parts every pipeline schedule shares (see pipeline.h): the partition, the
+// stage topology, the checks on the settings, and a stage's forward/backward of
+// one micro-batch with its receives posted in order and its sends asynchronous.
+#include "core/parallel/pipeline.h"
+
+#include "core/model/model_family.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+
+namespace shardlab {
+
+namespace {
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+std::string mb_name(const char* what, int mb) {
+  return std::string(what) + "[mb " + std::to_string(mb) + "]";
+}
+
+}  // namespace
+
+int pipeline_stages(const RunConfig& cfg) {
+  return cfg.stages > 0 ? cfg.stages : cfg.world;
+}
+
+namespace {
+// The contiguous split of layers with weights w into `stages` whose largest
+// stage weighs least; among equally good splits the earlier stages take the
+// extra layers.
+template <typename W>
+std::vector<int> balance(const std::vector<W>& w, int stages) {
+  const int L = static_cast<int>(w.size());
+  if (stages < 1 || stages > L)
+    throw std::invalid_argument("balanced_partition: need 1 to " + std::to_string(L) + " stages");
+  std::vector<W> prefix(L + 1, W{});
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + w[l];
+  auto weight = [&](int begin, int end) { return prefix[end] - prefix[begin]; };
+
+  // best[k][j]: the smallest possible largest stage when layers [0, j) form k stages.
+  const W kNone = std::numeric_limits<W>::max();
+  std::vector<std::vector<W>> best(stages + 1, std::vector<W>(L + 1, kNone));
+  best[0][0] = W{};
+  for (int k = 1; k <= stages; ++k)
+    for (int j = k; j <= L; ++j)
+      for (int i = k - 1; i < j; ++i)
+        if (best[k - 1][i] != kNone)
+          best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], weight(i, j)));
+  const W cap = best[stages][L];
+
+  // With that cap, each stage takes as many layers as fit while leaving one for
+  // each later stage: the earlier stages get the extra layers. (Greedy filling
+  // is never behind an optimal split, so the last stage fits under the cap too.)
+  std::vector<int> counts;
+  int begin = 0;
+  for (int k = 0; k < stages; ++k) {
+    const int limit = L - (stages - k - 1);
+    int end = begin + 1;
+    if (k + 1 == stages) end = L;
+    while (end < limit && weight(begin, end + 1) <= cap) ++end;
+    counts.push_back(end - begin);
+    begin = end;
+  }
+  return counts;
+}
+}  // namespace
+
+std::vector<int> balanced_partition(const ModelLayout& layout, int stages) {
+  std::vector<size_t> numel;
+  for (int l = 0; l < layout.num_layers(); ++l) numel.push_back(layout.layer_numel(l));
+  return balance(numel, stages);
+}
+
+std::vector<int> balanced_partition(const std::vector<double>& costs, int stages) {
+  return balance(costs, stages);
+}
+
+std::vector<double> measure_layer_costs(const RunConfig& cfg) {
+  const ModelLayout m = make_layout(cfg);
+  const std::unique_ptr<Dataset> data = m.family().dataset(m, cfg.seed, cfg);
+  const std::unique_ptr<DeviceBackend> dev = make_cpu_backend();
+  Recorder rec(0, true);
+  Allocator alloc(*dev, &rec);
+  const std::vector<float> init = init_params(m, cfg.seed);
+  LayerStack stack(m, 0, m.num_layers(), alloc, &rec, FlatParams(init));
+  const int rows = std::max(1, cfg.batch / std::max(1, cfg.micro_batches));
+  Tensor x = alloc.alloc("probe.x", MemCategory::activations,
+                         {rows, static_cast<int64_t>(m.act_numel(0))});
+  Tensor y = alloc.alloc("probe.y", MemCategory::activations,
+                         {rows, static_cast<int64_t>(m.target_numel())});
+  data->load(*dev, 0, 0, rows, x.raw(), y.raw());
+  const MixedPrecision fp32("fp32");
+  std::vector<double> cost(m.num_layers(), 0.0);
+  constexpr int kWarmup = 1, kRounds = 3;
+  for (int round = 0; round < kWarmup + kRounds; ++round) {
+    std::vector<Span> spans;
+    rec.spans_since(0, spans);
+    const size_t seen = spans.size();
+    const void* out = stack.forward(x.raw(), rows, 0);
+    Tensor g = alloc.alloc("probe.grad", MemCategory::temporary,
+                           {rows, static_cast<int64_t>(m.act_numel(m.num_layers()))});
+    m.family().loss(alloc, fp32, m, g.raw(), out, y.raw(), rows, rows);
+    stack.backward(g.raw(), 0, false);
+    if (round < kWarmup) continue;
+    spans.clear();
+    rec.spans_since(seen, spans);
+    for (const Span& s : spans)
+      if (s.layer >= 0 && (s.kind == SpanKind::forward || s.kind == SpanKind::backward))
+        cost[s.layer] += static_cast<double>(s.t_end_ns - s.t_begin_ns) / 1e6 / kRounds;
+  }
+  return cost;
+}
+
+std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout) {
+  return cfg.partition.empty() ? balanced_partition(layout, pipeline_stages(cfg)) : cfg.partition;
+}
+
+StageTopology stage_topology(int rank, const std::vector<int>& partition) {
+  const int P = static_cast<int>(partition.size());
+  if (rank < 0 || rank >= P) throw std::invalid_argument("stage_topology: rank out of range");
+  StageTopology t;
+  t.rank = rank;
+  t.stages = P;
+  t.first_layer = std::accumulate(partition.begin(), partition.begin() + rank, 0);
+  t.last_layer = t.first_layer + partition[rank];
+  t.prev = rank > 0 ? rank - 1 : -1;
+  t.next = rank + 1 < P ? rank + 1 : -1;
+  t.is_first = rank == 0;
+  t.is_last = rank + 1 == P;
+  return t;
+}
+
+void validate_pipeline(const RunConfig& cfg) {
+  const ModelLayout layout = make_layout(cfg);
+  const int L = layout.num_layers();
+  const std::string W = std::to_string(cfg.world);
+  if (cfg.stages < 0)
+    throw ConfigError("--stages " + std::to_string(cfg.stages) +
+                      " is invalid (valid: one stage per rank, --stages " + W +
+                      ", or leave it out)");
+  if (cfg.stages != 0 && cfg.stages != cfg.world)
+    throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match --world " + W +
+                      " (valid: --stages " + W + ", or leave it out: one stage per rank)");
+  const int P = pipeline_stages(cfg);
+  if (P > L)
+    throw ConfigError(
+        (cfg.stages ? "--stages " + std::to_string(P) : "--world " + W + " (one stage per rank)") +
+        " is more stages than the " + std::to_string(L) + " layers of " + cfg.model +
+        " (valid: 1 to " + std::to_string(L) + " stages, each holding at least one layer)");
+  if (!cfg.partition.empty()) {
+    const std::string given = "--partition " + join(cfg.partition);
+    const std::string valid = " (valid: " + std::to_string(P) +
+                              " layer counts of 1 or more summing to " + std::to_string(L) +
+                              ", e.g. " + join(balanced_partition(layout, P)) + ")";
+    if (static_cast<int>(cfg.partition.size()) != P)
+      throw ConfigError(given + " has " + std::to_string(cfg.partition.size()) + " entries for " +
+                        std::to_string(P) + " stages" + valid);
+    for (int c : cfg.partition)
+      if (c < 1)
+        throw ConfigError(given + " gives a stage " + std::to_string(c) + " layers" + valid);
+    const int sum = std::accumulate(cfg.partition.begin(), cfg.partition.end(), 0);
+    if (sum != L)
+      throw ConfigError(given + " sums to " + std::to_string(sum) + " but " + cfg.model + " has " +
+                        std::to_string(L) + " layers" + valid);
+  }
+  const int M = cfg.micro_batches;
+  if (M < 1 || M > cfg.batch)
+    throw ConfigError("--micro-batches " + std::to_string(M) + " is invalid (valid: 1 to --batch " +
+                      std::to_string(cfg.batch) + ", dividing it)");
+  if (cfg.batch % M != 0)
+    throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                      " is not divisible by --micro-batches " + std::to_string(M) +
+                      " (valid: a multiple of " + std::to_string(M) + ", e.g. " +
+                      std::to_string(M * std::max(1, cfg.batch / M)) + ")");
+  // PyTorch's BatchNorm1d refuses a single row in training: no variance to normalise by.
+  if (layout.spec().batchnorm && cfg.batch / M < 2)
+    throw ConfigError("--model " + cfg.model + ": --batch " + std::to_string(cfg.batch) +
+                      " in --micro-batches " + std::to_string(M) + " gives BatchNorm1d " +
+                      std::to_string(cfg.batch / M) +
+                      " row per micro-batch (valid: 2 or more rows per micro-batch, e.g. "
+                      "--micro-batches " +
+                      std::to_string(std::max(1, cfg.batch / 2)) + " or fewer)");
+}
+
+int pipe_tag(int micro_batch, PipeDirection direction) {
+  if (micro_batch < 0) throw std::invalid_argument("pipe_tag: micro-batch must be >= 0");
+  return 2 * micro_batch + static_cast<int>(direction);
+}
+
+// ---- one stage ----------------------------------------------------------------
+
+PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) {
+  topo_ = stage_topology(env.rank, pipeline_partition(env.cfg, env.layout));
+  micro_batches_ = env.cfg.micro_batches;
+  rows_ = env.cfg.batch / micro_batches_;
+  boundary_in_ = topo_.first_layer - 1;
+  boundary_out_ = topo_.last_layer - 1;
+  layers_ = std::make_unique<LayerStack>(env.layout, topo_.first_layer, topo_.last_layer, env.alloc,
+                                         env.rec, init);
+  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, layers_->ranges());
+}
+
+void PipelineStage::begin_step(int step) {
+  step_ = step;
+  loss_ = 0;
+  next_input_recv_ = 0;
+  next_grad_recv_ = 0;
+  layers_->zero_grads();
+}
+
+PipelineStage::PendingRecv PipelineStage::post_recv(int mb, PipeDirection direction,
+                                                    MemCategory category) {
+  const bool activation = direction == PipeDirection::activation;
+  PendingRecv p;
+  p.buffer = env_.alloc.alloc(
+      mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb), category,
+      {rows_, static_cast<int64_t>(
+                  env_.layout.act_numel(activation ? topo_.first_layer : topo_.last_layer))});
+  p.work = env_.comm->recv_async(p.buffer.raw(), p.buffer.bytes(),
+                                 activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
+                                 CommMeta{activation ? boundary_in_ : boundary_out_, mb});
+  return p;
+}
+
+// Receives are posted in micro-batch order, the order the neighbour sends in,
+// so that message n from a neighbour is receive n here: that is what pairs the
+// flow ids of the send and recv spans in the trace. Posting mb early therefore
+// posts every earlier micro-batch not yet posted too.
+void PipelineStage::post_recv_input(int mb) {
+  if (topo_.is_first) return;
+  for (; next_input_recv_ <= mb && next_input_recv_ < micro_batches_; ++next_input_recv_)
+    input_recvs_.emplace(next_input_recv_, post_recv(next_input_recv_, PipeDirection::activation,
+                                                     MemCategory::activations));
+}
+
+void PipelineStage::post_recv_grad(int mb) {
+  if (topo_.is_last) return;
+  for (; next_grad_recv_ <= mb && next_grad_recv_ < micro_batches_; ++next_grad_recv_)
+    grad_recvs_.emplace(next_grad_recv_, post_recv(next_grad_recv_, PipeDirection::gradient,
+                                                   MemCategory::temporary));
+}
+
+Tensor PipelineStage::wait_recv(std::map<int, PendingRecv>& posted, int mb) {
+  auto it = posted.find(mb);
+  if (it == posted.end()) throw std::logic_error("pipeline: receive for micro-batch not posted");
+  it->second.work.wait();
+  Tensor t = std::move(it->second.buffer);
+  posted.erase(it);
+  return t;
+}
+
+void PipelineStage::send(const void* borrowed, Tensor owned, int mb, PipeDirection direction) {
+  const bool activation = direction == PipeDirection::activation;
+  PendingSend s;
+  s.buffer = std::move(owned);
+  const void* data = s.buffer.empty() ? borrowed : s.buffer.raw();
+  // An activation leaves through this stage's output boundary, a gradient
+  // through its input boundary: rows × the activation's size there.
+  const size_t values = env_.layout.act_numel(activation ? topo_.last_layer : topo_.first_layer);
+  s.work = env_.comm->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
+                                 activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
+                                 CommMeta{activation ? boundary_out_ : boundary_in_, mb});
+  sends_.push_back(std::move(s));
+}
+
+// Called before every forward and backward: the sends of the previous one are
+// waited for here, not at the flush, so that their spans end where the
+// neighbour took the data and their buffers go back to the allocator. The
+// neighbour posts its receives early, so this rarely waits.
+void PipelineStage::settle_sends() {
+  for (PendingSend& s : sends_) s.work.wait();
+  sends_.clear();
+}
+
+void PipelineStage::forward(int mb) {
+  settle_sends();
+  Tensor input;
+  if (topo_.is_first) {
+    // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
+    input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
+                             {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
+    span.set_made_ahead(
+        env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr));
+  } else {
+    post_recv_input(mb);
+    input = wait_recv(input_recvs_, mb);
+  }
+  const void* in = input.raw();
+  inputs_[mb] = std::move(input);  // the first layer's backward reads it
+
+  if (!env_.cfg.recompute) {
+    const void* out = layers_->forward(in, rows_, mb);
+    // Sent straight from the layer's output, which lives until backward(mb).
+    if (topo_.is_last)
+      compute_loss(out, mb);
+    else
+      send(out, Tensor(), mb, PipeDirection::activation);
+  } else {
+    // --recompute: the layers keep only the stage input; the output is dropped
+    // once the loss has read it, or once its send has been waited for.
+    Tensor out = layers_->forward_keep_input(in, rows_, mb);
+    if (topo_.is_last)
+      compute_loss(out.raw(), mb);
+    else
+      send(nullptr, std::move(out), mb, PipeDirection::activation);
+  }
+}
+
+void PipelineStage::compute_loss(const void* pred, int mb) {
+  const ModelLayout& m = env_.layout;
+  Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary,
+                              {rows_, static_cast<int64_t>(m.target_numel())});
+  {
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
+    Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary,
+                                       {rows_, static_cast<int64_t>(m.act_numel(0))});
+    span.set_made_ahead(
+        env_.data.load(env_.device, step_, mb * rows_, rows_, unused_x.raw(), y.raw()));
+  }
+  // Divided by the global batch's size, not the micro-batch's: the
+  // micro-batches' gradients then add up to exactly the full-batch gradient.
+  Tensor dpred = env_.alloc.alloc(mb_name("loss.grad", mb), MemCategory::temporary,
+                                  {rows_, static_cast<int64_t>(m.act_numel(m.num_layers()))});
+  ScopedSpan span(env_.rec, Lane::compute, SpanKind::loss, -1, mb);
+  loss_ += m.family().loss(env_.alloc, fp32_, m, dpred.raw(), pred, y.raw(), rows_, env_.cfg.batch);
+  loss_grads_[mb] = std::move(dpred);
+}
+
+void PipelineStage::backward(int mb) {
+  settle_sends();
+  Tensor dout;
+  if (topo_.is_last) {
+    auto it = loss_grads_.find(mb);
+    if (it == loss_grads_.end()) throw std::logic_error("pipeline: backward before forward");
+    dout = std::move(it->second);
+    loss_grads_.erase(it);
+  } else {
+    post_recv_grad(mb);
+    dout = wait_recv(grad_recvs_, mb);
+  }
+  if (env_.cfg.recompute) layers_->recompute(mb);
+  Tensor din = layers_->backward(dout.raw(), mb, !topo_.is_first);
+  dout.reset();
+  inputs_.erase(mb);
+  if (!topo_.is_first) send(nullptr, std::move(din), mb, PipeDirection::gradient);
+}
+
+LossShare PipelineStage::finish_step() {
+  if (!inputs_.empty() || !loss_grads_.empty() || !input_recvs_.empty() || !grad_recvs_.empty())
+    throw std::logic_error("pipeline: the schedule left micro-batches in flight at the flush");
+  settle_sends();
+  sum_tied_grads();
+  {
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
+    optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
+  }
+  if (!topo_.is_last) return {};
+  return {loss_ * env_.cfg.batch, env_.cfg.batch};
+}
+
+// A tied pair (gpt's token embedding on the first stage, lm_head on the last)
+// lives on two stages, as in Megatron: the two stages swap their gradients
+// and each adds the other's, so both copies take the same update. The sum
+// a + b is the same bits on both sides (addition commutes).
+void PipelineStage::sum_tied_grads() {
+  const ModelLayout& m = env_.layout;
+  if (!m.has_tied()) return;
+  const std::vector<int> partition = pipeline_partition(env_.cfg, m);
+  auto stage_of = [&](int layer) {
+    int end = 0;
+    for (size_t s = 0; s < partition.size(); ++s)
+      if (layer < (end += partition[s])) return static_cast<int>(s);
+    throw std::logic_error("pipeline: layer past the partition");
+  };
+  for (int i = 0; i < static_cast<int>(m.params().size()); ++i) {
+    const ParamInfo& p = m.params()[i];
+    if (p.tied_to < 0) continue;
+    const int a = stage_of(m.params()[p.tied_to].layer), b = stage_of(p.layer);
+    if (a == b) {
+      if (a == topo_.rank) layers_->sum_tied_grads();
+      continue;
+    }
+    if (topo_.rank != a && topo_.rank != b) continue;
+    const bool home = topo_.rank == a;
+    float* mine = static_cast<float*>(layers_->grad_of(home ? p.tied_to : i));
+    const int peer = home ? b : a;
+    Tensor theirs = env_.alloc.alloc(p.name + "[tied].grad", MemCategory::comm_buffers, p.numel);
+    Work sent = env_.comm->send_async(mine, p.numel * sizeof(float), peer, kTiedGradTag);
+    Work got = env_.comm->recv_async(theirs.raw(), p.numel * sizeof(float), peer, kTiedGradTag);
+    got.wait();
+    sent.wait();
+    env_.device.add(mine, theirs.raw(), DType::f32, p.numel);
+  }
+}
+
+std::vector<float> PipelineStage::export_params() {
+  const ModelLayout& layout = env_.layout;
+  // A stage's layers are one contiguous run of the parameters (weight, bias,
+  // weight, ...) and one of the BatchNorm buffers, which follow all parameters.
+  struct Slices {
+    size_t params_begin, params_count, buffers_begin, buffers_count;
+  };
+  auto slices = [&](const StageTopology& t) {
+    return Slices{layout.layer_begin(t.first_layer),
+                  layout.layer_begin(t.last_layer) - layout.layer_begin(t.first_layer),
+                  layout.buffer_begin(t.first_layer),
+                  layout.buffer_begin(t.last_layer) - layout.buffer_begin(t.first_layer)};
+  };
+  if (env_.rank != 0) {
+    const Slices mine = slices(topo_);
+    ExportBuffer params(env_.alloc, mine.params_count), buffers(env_.alloc, mine.buffers_count);
+    float* p = params.at(0, mine.params_count);
+    float* b = buffers.at(0, mine.buffers_count);
+    if (params.keeps()) layers_->copy_state_slices(p, b);
+    env_.comm->send(p, mine.params_count * sizeof(float), 0, kGatherParamsTag);
+    if (mine.buffers_count)
+      env_.comm->send(b, mine.buffers_count * sizeof(float), 0, kGatherBuffersTag);
+    return {};
+  }
+  ExportBuffer flat(env_.alloc, layout.state_total());
+  layers_->copy_params_to(flat);
+  const std::vector<int> partition = pipeline_partition(env_.cfg, layout);
+  std::vector<Work> works;
+  for (int r = 1; r < topo_.stages; ++r) {
+    const Slices theirs = slices(stage_topology(r, partition));
+    // (On a meta device nothing is kept, and the receives land nowhere.)
+    works.push_back(env_.comm->recv_async(flat.at(theirs.params_begin, theirs.params_count),
+                                          theirs.params_count * sizeof(float), r,
+                                          kGatherParamsTag));
+    if (theirs.buffers_count)
+      works.push_back(env_.comm->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
+                                            theirs.buffers_count * sizeof(float), r,
+                                            kGatherBuffersTag));
+  }
+  for (Work& w : works) w.wait();
+  return flat.take();
+}
+
+}  // namespace shardlab

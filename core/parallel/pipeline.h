@@ -1,0 +1,148 @@
+// What the pipeline strategies (naive-mp, gpipe, 1f1b) share: how layers are cut
+// into stages, a stage's place in the pipeline (a value), the checks on the
+// settings, and one stage's forward and backward of a micro-batch with the
+// sends and receives around them. The strategies only decide the order.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/layer_stack.h"
+#include "core/model/optimizer.h"
+#include "core/model/precision.h"
+#include "core/parallel/strategy.h"
+
+namespace shardlab {
+
+// --stages, or one stage per rank when it is left out.
+int pipeline_stages(const RunConfig& cfg);
+
+// Layers per stage balanced by parameter count: the contiguous split whose
+// largest stage holds the fewest parameters; among equally good splits the
+// earlier stages take the extra layers (mlp:5xD on 3 stages is 2,2,1).
+std::vector<int> balanced_partition(const ModelLayout& layout, int stages);
+// The same over a measured cost per layer (ms).
+std::vector<int> balanced_partition(const std::vector<double>& costs, int stages);
+
+// `--partition cost`: each layer's forward + backward time (ms, the mean of 3
+// timed rounds after one warm-up) on one micro-batch of the run's model, fp32,
+// on this machine's CPU. Measured once, before the ranks start, and then an
+// explicit partition: every rank must cut the model the same way.
+std::vector<double> measure_layer_costs(const RunConfig& cfg);
+
+// --partition when given, else balanced_partition. Assumes validate_pipeline passed.
+std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout);
+
+// One stage's place in the pipeline, computed once from (rank, partition) and
+// passed around as a value: tests build every stage of a pipeline in one process.
+struct StageTopology {
+  int rank = 0;
+  int stages = 1;
+  int first_layer = 0;  // this stage holds layers [first_layer, last_layer)
+  int last_layer = 0;
+  int prev = -1;  // rank of the previous stage, -1 on the first
+  int next = -1;  // rank of the next stage, -1 on the last
+  bool is_first = true;
+  bool is_last = true;
+};
+StageTopology stage_topology(int rank, const std::vector<int>& partition);
+
+// The checks every pipeline strategy shares; each throws ConfigError with one
+// line naming the value and what is valid: --stages against --world and the
+// layer count, --partition (count, sum, positive entries), --micro-batches (≥ 1
+// and dividing --batch).
+void validate_pipeline(const RunConfig& cfg);
+
+// Stage-to-stage messages. The tag says which micro-batch and which way, so a
+// receive can only ever match the message it was posted for; within one
+// (sender, receiver) pair messages are also posted in the same order on both
+// sides, which is what pairs the send and recv spans' flow ids in the trace.
+enum class PipeDirection : int { activation = 0, gradient = 1 };
+int pipe_tag(int micro_batch, PipeDirection direction);
+inline constexpr int kGatherParamsTag = 1 << 30;  // export_params' slices, never a micro-batch
+inline constexpr int kGatherBuffersTag = kGatherParamsTag + 1;  // and its BatchNorm buffers
+inline constexpr int kTiedGradTag =
+    kGatherParamsTag + 2;  // a tied weight's gradient between stages
+
+// One stage of the pipeline on this rank: its layers (a LayerStack holding
+// per-micro-batch activations), their optimizer, and the messages to and from
+// its neighbours. Sends are posted without waiting, so a stage never blocks on
+// a neighbour that is itself sending, and waited for when the stage starts its
+// next forward or backward, by when the neighbour has normally taken them
+// (its receive was posted early); a receive blocks only when its data is needed.
+//
+//   forward(mb):  input  = stage 0 ? rows of x : recv activation(mb) from prev
+//                 output = layers(input)           (activations kept for backward)
+//                 last stage ? loss and its gradient : send output to next
+//   backward(mb): dout = last stage ? loss gradient : recv gradient(mb) from next
+//                 din  = layers'ᵀ(dout)            (parameter gradients accumulate)
+//                 first stage ? done : send din to prev
+//
+// The loss (the model family's: MSE, cross-entropy) is over the global batch
+// (divided by the batch, not the micro-batch), so the gradients of the
+// micro-batches add up to exactly the full-batch gradient. Messages carry the
+// activation of any shape the layer table gives at the stage boundary.
+class PipelineStage {
+ public:
+  PipelineStage(RankEnv& env, const ParamSource& init);
+
+  const StageTopology& topology() const { return topo_; }
+  // This stage's parameters and optimizer as a checkpoint sees them (fp32 only).
+  RankState rank_state() { return layers_->rank_state(optimizer_.get(), nullptr); }
+  int micro_batches() const { return micro_batches_; }
+
+  void begin_step(int step);  // zeroes the gradients of the flush
+  // Posts the receive for a later forward(mb) / backward(mb) now, so the data
+  // arrives while this stage computes something else. Optional: forward and
+  // backward post it themselves when it was not posted early.
+  void post_recv_input(int mb);
+  void post_recv_grad(int mb);
+  void forward(int mb);
+  void backward(int mb);
+  // The flush: wait for the sends still in flight, then one optimizer step
+  // with the gradient accumulated over all micro-batches.
+  LossShare finish_step();
+
+  // Collective: every stage sends its parameters (and BatchNorm buffers) to
+  // rank 0, which returns the full flat state vector in model order (other ranks
+  // return {}).
+  std::vector<float> export_params();
+
+ private:
+  struct PendingRecv {  // the buffer is declared first so it outlives the wait
+    Tensor buffer;
+    Work work;
+  };
+  struct PendingSend {
+    Tensor buffer;  // owned when the sent tensor would otherwise die first
+    Work work;
+  };
+  PendingRecv post_recv(int mb, PipeDirection direction, MemCategory category);
+  Tensor wait_recv(std::map<int, PendingRecv>& posted, int mb);
+  // Posts `owned` (kept alive until settled) when given, else `borrowed`.
+  void send(const void* borrowed, Tensor owned, int mb, PipeDirection direction);
+  void settle_sends();
+  void compute_loss(const void* pred, int mb);
+  void sum_tied_grads();
+
+  RankEnv& env_;
+  StageTopology topo_;
+  int micro_batches_ = 1;
+  int rows_ = 0;           // rows per micro-batch
+  int boundary_in_ = -1;   // layer whose output this stage receives (first_layer − 1)
+  int boundary_out_ = -1;  // layer whose output this stage sends (last_layer − 1)
+  int step_ = 0;
+  int next_input_recv_ = 0;  // receives are posted in micro-batch order (see post_recv_input)
+  int next_grad_recv_ = 0;
+  double loss_ = 0;              // Σ over micro-batches of each one's share of the mean loss
+  MixedPrecision fp32_{"fp32"};  // pipelines train in fp32
+  std::unique_ptr<LayerStack> layers_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::map<int, Tensor> inputs_;      // stage input per micro-batch in flight
+  std::map<int, Tensor> loss_grads_;  // last stage: dloss/dpred per micro-batch
+  std::map<int, PendingRecv> input_recvs_, grad_recvs_;
+  std::vector<PendingSend> sends_;  // posted, not yet waited for (see settle_sends)
+};
+
+}  // namespace shardlab

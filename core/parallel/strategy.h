@@ -1,0 +1,227 @@
+// The Strategy interface and the registry of strategies by name, each with
+// what it is (family, ZeRO stage, options it reads). The same strategy object
+// runs on every rank (SPMD), knowing only its RankEnv.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/comm/comm.h"
+#include "core/config.h"
+#include "core/device/memory.h"
+#include "core/model/layer_call.h"
+#include "core/model/model.h"
+#include "core/model/param_source.h"
+#include "core/rank_state.h"
+#include "core/record/recorder.h"
+#include "core/run_options.h"
+
+namespace shardlab {
+
+// Objects shared by the ranks of one in-process run, created on first use.
+// Only a strategy that is not SPMD needs it: `dp`, whose controller thread
+// hands work to the device threads through memory instead of a communicator.
+class RunShared {
+ public:
+  template <typename T, typename... Args>
+  std::shared_ptr<T> get_or_create(const std::string& key, Args&&... args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = slots_[key];
+    if (!slot) slot = std::make_shared<T>(std::forward<Args>(args)...);
+    return std::static_pointer_cast<T>(slot);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<void>> slots_;
+};
+
+// What one rank sees: its place in the group and its own device, allocator,
+// recorder and communicator. A value per rank, never a global.
+struct RankEnv {
+  int rank = 0;
+  int world = 1;
+  const RunConfig& cfg;
+  const ModelLayout& layout;
+  const Dataset& data;  // the model family's (model_family.h)
+  DeviceBackend& device;
+  Allocator& alloc;
+  Recorder* rec;  // may be null (recording off)
+  Comm* comm;     // null for strategies that do not communicate
+  RunShared& shared;
+};
+
+// A rank's share of the step's loss: the global loss is Σsum / Σcount over ranks
+// (count = samples this rank computed the loss for; 0 on ranks without a loss).
+struct LossShare {
+  double sum = 0;
+  int64_t count = 0;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // Allocate and fill this rank's state from the full initial state vector
+  // (a meta run's holds no values and is never read: see param_source.h).
+  virtual void setup(RankEnv& env, const ParamSource& init) = 0;
+  virtual LossShare step(int step) = 0;
+  // Collective: the full flat parameters on rank 0 (other ranks may return {}).
+  virtual std::vector<float> export_params() = 0;
+  // Bytes this rank has sent so far outside its communicator (dp's device
+  // copies); the runner adds them to the communicator's count.
+  virtual int64_t bytes_sent_outside_comm() const { return 0; }
+  // For --checkpoint-every and --resume (core/run/train_checkpoint.h); empty when
+  // the strategy cannot be checkpointed.
+  virtual RankState rank_state() { return {}; }
+};
+
+// What a strategy is, for the reports and views that treat strategies alike.
+enum class StrategyFamily {
+  single,         // the whole model and batch on one device: the reference
+  data_parallel,  // every rank runs every layer on its share of the batch (ddp, dp, ZeRO, fsdp)
+  pipeline,       // every rank runs its own layers on the whole batch (naive-mp, gpipe, 1f1b)
+};
+const char* to_string(StrategyFamily f);  // "single", "data-parallel", "pipeline"
+
+// How a strategy moves its model states each step, in the ZeRO paper's units
+// of Ψ (core/parallel/model_state.h turns it into bytes and the formula shown).
+enum class Traffic {
+  none,               // one device, nothing to send (single)
+  all_reduce,         // the gradients, all-reduced or reduce-scattered and the
+                      // updated parameters all-gathered: 2Ψ (ddp, zero1, zero2)
+  gather_per_pass,    // parameters all-gathered for forward and again for backward,
+                      // gradients reduce-scattered: 3Ψ; 2Ψ when the gathered
+                      // parameters are kept from forward to backward (zero3, fsdp)
+  controller_copies,  // device 0 copies the weights to every other device, each copies
+                      // its gradients back: (N−1)Ψ from device 0, Ψ from the others (dp)
+  activations,        // pipelines send activations and their gradients between stages,
+                      // no model states: nothing for the ZeRO accounting to predict
+};
+
+// What one rank does in a strategy whose ranks are not all alike.
+enum class RankRole {
+  peer,        // as every other rank (SPMD: the data-parallel family, single)
+  stage,       // one stage of a pipeline, its own layers
+  controller,  // dp's device 0: keeps the optimizer and the master weights
+  replica,     // dp's other devices: a fresh replica each step, no optimizer state
+};
+const char* to_string(RankRole r);
+
+// The three model states of ZeRO's accounting.
+enum class ModelStatePart { params, grads, optimizer_state };
+
+struct StrategyInfo {
+  std::string name{};
+  std::string summary{};  // one line for --help and the UI
+  StrategyFamily family = StrategyFamily::data_parallel;
+  std::vector<StrategyOption> reads{};  // the options above this strategy reads
+  // The model-state prediction (core/parallel/model_state.h), as a ZeRO stage: what each
+  // rank keeps only 1/N of. 0 nothing (full replicas), 1 optimizer state,
+  // 2 + gradients, 3 + parameters.
+  int zero_stage = 0;
+  // Not SPMD: a controller on device 0 keeps the optimizer and updates, the
+  // other devices get a fresh replica every step (dp). Its replicas hold
+  // parameters and gradients but no optimizer state.
+  bool controller = false;
+  // The traffic prediction (core/parallel/model_state.h).
+  Traffic traffic = Traffic::none;
+  // Data-parallel family: what its comm-buffers category holds, for the reports.
+  std::string comm_buffers{};
+  // Pipeline family: micro-batches whose activations stage `rank` of `stages`
+  // holds at once with `micro_batches` per batch (the schedule's signature),
+  // and the same as the formula shown beside the measured value ("M").
+  std::function<int(int micro_batches, int stages, int rank)> in_flight{};
+  std::string in_flight_formula{};
+  std::function<std::unique_ptr<Strategy>()> make{};
+  // Checks settings this strategy cannot run with; throws ConfigError.
+  std::function<void(const RunConfig&)> validate{};
+
+  bool reads_option(StrategyOption o) const;
+
+  // ---- What the rest of the program asks of a strategy. The answers come
+  // from the fields above, here and nowhere else: no caller switches on a
+  // family, a controller flag or a ZeRO stage, so a strategy whose ranks
+  // differ (a parameter server) or that composes axes adds no new switch.
+
+  // The single-device reference every other strategy is checked against.
+  bool is_reference() const;
+  // The ranks a run of it has when `requested` are asked for (the reference: 1).
+  int world_for(int requested) const;
+  // Ranks that each train on their own rows of the batch (1: every rank sees
+  // every row, or the model is split instead).
+  int data_parallel_degree(const RunConfig& cfg) const;
+  // Rows of the batch that one forward call on rank `rank` computes.
+  int rows_per_pass(const RunConfig& cfg, int rank) const;
+  // Micro-batches a step cuts the batch into (1 for a strategy without them).
+  int micro_batches(const RunConfig& cfg) const;
+  // Cuts the model into one stage per rank, run by a schedule of micro-batches.
+  bool has_stages() const;
+  // Every rank holds the whole model (or its share of every layer: ZeRO) and
+  // trains on its own rows: ZeRO's model-state accounting applies.
+  bool is_data_parallel() const;
+  // What rank `rank` of `world` does.
+  RankRole role(int rank, int world) const;
+  // The rank whose figures stand for its peers in a report: the first one
+  // whose role is `peer` or `replica` (dp: rank 1, beside its controller).
+  int typical_rank(int world) const;
+  // ZeRO's accounting: whether each rank keeps 1/N of this model state.
+  bool shards(ModelStatePart part) const;
+};
+
+// Adds a strategy to the registry. The built-in ones are registered by
+// register_builtin_strategies() (strategies/registry.h), which every program
+// calls once at start-up; the lookups below refuse to run before that.
+void register_strategy(StrategyInfo info);
+const std::vector<StrategyInfo>& all_strategies();
+const StrategyInfo* find_strategy(const std::string& name);
+// The registration of a known strategy; throws ConfigError naming the valid ones.
+const StrategyInfo& strategy_info(const std::string& name);
+std::string strategy_names();  // "single, ddp, ..."
+// The registered strategies whose descriptor says yes, in registration order:
+// "gpipe, naive-mp, 1f1b" for has_stages.
+std::string strategy_names_where(const std::function<bool(const StrategyInfo&)>& pick);
+// The descriptor's answers by name, false for unknown names.
+bool is_reference_strategy(const std::string& strategy);
+bool is_pipeline_strategy(const std::string& strategy);  // has_stages
+bool is_controller(const std::string& strategy);         // rank 0 is a controller (dp)
+// Names of the strategies that read o, registration order: "gpipe, 1f1b".
+std::string strategies_reading(StrategyOption o);
+
+// Whether o changes this run: its strategy reads it and cfg sets it.
+bool option_in_effect(const RunConfig& cfg, StrategyOption o);
+// The options cfg sets that its strategy does not read (kStrategyOptions order).
+std::vector<StrategyOption> unread_options(const RunConfig& cfg);
+// "--micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b".
+std::string unread_option_message(const RunConfig& cfg, StrategyOption o);
+// base with its strategy set to `strategy` and every option that strategy does
+// not read back at its default: one configuration of a comparison.
+RunConfig for_strategy(RunConfig base, const std::string& strategy);
+
+// Throws ConfigError for settings that are invalid for any strategy; the
+// strategy's own validate() checks the rest. `max_world`: kMaxRunWorld, or
+// kMaxPredictWorld for a prediction.
+void validate_common(const RunConfig& cfg, int max_world = kMaxRunWorld);
+// cfg with what "not given" resolves to on this machine filled in (a gpt's
+// --attention), so that what a run records and checkpoints is what it ran. A
+// config that does not validate comes back unchanged (validate() names its error).
+RunConfig resolve_defaults(const RunConfig& cfg);
+
+// For `mlp:LxD+bn`: throws ConfigError unless the strategy keeps BatchNorm
+// statistics (single and the pipelines), --precision is fp32 and the batch has
+// 2 or more rows. Nothing to check without +bn.
+void require_batchnorm_support(const RunConfig& cfg);
+
+// validate_common, then options the strategy does not read, then the
+// strategy's own checks; throws ConfigError. `given` lists option names as
+// typed ("micro-batches"), in command-line order: of several unread options
+// the message names the first given (without it, kStrategyOptions order). A
+// given option the strategy does not read is refused even at its default
+// value (`--micro-batches 1` with ddp), except --precision fp32. `max_world`:
+// see validate_common.
+void validate(const RunConfig& cfg, const std::vector<std::string>& given = {},
+              int max_world = kMaxRunWorld);
+
+}  // namespace shardlab

@@ -1,0 +1,197 @@
+// Measured pipeline numbers (see pipeline_analysis.h): bubble from the spans,
+// activations from the allocator, schedule order from the compute spans.
+#include "core/predict/pipeline_analysis.h"
+#include "core/comm/placement.h"
+#include "core/model/model_family.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "core/device/meta_backend.h"
+#include "core/model/layer_stack.h"
+#include "core/model/model.h"
+#include "core/model/param_source.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
+
+namespace shardlab {
+
+namespace {
+
+struct Interval {
+  int64_t begin, end;
+};
+
+// Length of the union of intervals clipped to [lo, hi): compute spans of one
+// rank should not overlap, but a strategy that nests spans must not count twice.
+int64_t covered(std::vector<Interval> v, int64_t lo, int64_t hi) {
+  std::sort(v.begin(), v.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  int64_t total = 0, cur_begin = 0, cur_end = 0;
+  bool open = false;
+  for (const Interval& i : v) {
+    const int64_t b = std::max(i.begin, lo), e = std::min(i.end, hi);
+    if (e <= b) continue;
+    if (open && b <= cur_end) {
+      cur_end = std::max(cur_end, e);
+      continue;
+    }
+    if (open) total += cur_end - cur_begin;
+    cur_begin = b, cur_end = e, open = true;
+  }
+  if (open) total += cur_end - cur_begin;
+  return total;
+}
+
+struct StageShape {
+  int64_t unit = 0;               // bytes of the stage input for one micro-batch
+  int64_t kept = 0;               // bytes one micro-batch keeps for backward, stage input aside
+  int64_t forward_transient = 0;  // bytes a forward that frees as it goes holds at once
+  int64_t saved() const { return kept; }
+};
+
+// Measured on the stage's own layers, run on a meta device (no memory behind
+// them) for one micro-batch in fp32, the pipelines' precision: what forward
+// keeps, and the most a forward that frees as it goes (--recompute) holds at once.
+StageShape stage_shape(const RunConfig& cfg, int rank) {
+  const ModelLayout layout = make_layout(cfg);
+  const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
+  const int rows = cfg.batch / micro_batches_run(cfg);
+  const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
+  Allocator alloc(*dev, nullptr);
+  const MetaParams init(layout.state_total());
+  LayerStack stack(layout, t.first_layer, t.last_layer, alloc, nullptr, init);
+  const size_t in_numel = static_cast<size_t>(rows) * layout.act_numel(t.first_layer);
+  const Tensor in = alloc.alloc("stage_input", MemCategory::temporary, in_numel);
+  const auto activations = [&](bool peak) {
+    const PoolStats s = alloc.stats().device;
+    return (peak ? s.peak : s.current)[static_cast<int>(MemCategory::activations)];
+  };
+  StageShape s;
+  s.unit = static_cast<int64_t>(in_numel * sizeof(float));
+  const int64_t before = activations(false);
+  stack.forward(in.raw(), rows, 0);
+  s.kept = activations(false) - before;
+  alloc.reset_peaks();
+  const int64_t holding = activations(false);
+  { const Tensor out = stack.forward_keep_input(in.raw(), rows, 1); }
+  s.forward_transient = activations(true) - holding;
+  return s;
+}
+
+}  // namespace
+
+std::vector<double> bubble_share_per_rank(const RunResult& r) {
+  const size_t W = r.recorders.size();
+  // busy[step][rank]: that rank's compute-lane spans in that step.
+  std::vector<std::vector<std::vector<Interval>>> busy;
+  std::vector<bool> recorded(W, false);
+  for (size_t w = 0; w < W; ++w)
+    for (const Span& s : r.recorders[w]->snapshot().spans) {
+      if (s.lane != Lane::compute || s.step < 0) continue;
+      if (busy.size() <= static_cast<size_t>(s.step))
+        busy.resize(s.step + 1, std::vector<std::vector<Interval>>(W));
+      busy[s.step][w].push_back({s.t_begin_ns, s.t_end_ns});
+      recorded[w] = true;
+    }
+  std::vector<double> share(W, 0.0);
+  int counted = 0;
+  for (size_t step = busy.size() > 1 ? 1 : 0; step < busy.size(); ++step) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const auto& spans : busy[step])
+      for (const Interval& i : spans) lo = std::min(lo, i.begin), hi = std::max(hi, i.end);
+    if (hi <= lo) continue;
+    for (size_t w = 0; w < W; ++w)
+      share[w] +=
+          1.0 - static_cast<double>(covered(busy[step][w], lo, hi)) / static_cast<double>(hi - lo);
+    ++counted;
+  }
+  for (size_t w = 0; w < W; ++w) share[w] = counted && recorded[w] ? share[w] / counted : 0.0;
+  return share;
+}
+
+double bubble_formula(int stages, int micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
+int micro_batches_run(const RunConfig& cfg) {
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  return info ? info->micro_batches(cfg) : 1;
+}
+
+int expected_in_flight(const RunConfig& cfg, int rank) {
+  const StrategyInfo& info = strategy_info(cfg.strategy);
+  if (!info.in_flight)
+    throw std::invalid_argument("expected_in_flight: " + cfg.strategy + " is not a pipeline");
+  return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), rank);
+}
+
+int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank) {
+  const StageShape s = stage_shape(cfg, rank);
+  return s.unit + s.saved();
+}
+
+int64_t stage_input_bytes(const RunConfig& cfg, int rank) {
+  return stage_shape(cfg, rank).unit;
+}
+
+int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
+  const StageShape s = stage_shape(cfg, rank);
+  const int64_t k = expected_in_flight(cfg, rank);
+  if (!cfg.recompute) return k * (s.unit + s.saved());
+  return k * s.unit + std::max(s.saved(), s.forward_transient);
+}
+
+std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
+  const RunConfig& cfg = r.cfg;
+  if (!is_pipeline_strategy(cfg.strategy)) return {};
+  const ModelLayout layout = make_layout(cfg);
+  const std::vector<int> partition = pipeline_partition(cfg, layout);
+  const int P = static_cast<int>(partition.size());
+  const int M = micro_batches_run(cfg);
+  const std::vector<double> bubble = bubble_share_per_rank(r);
+  std::vector<StageReport> out;
+  for (int rank = 0; rank < P && rank < static_cast<int>(r.ranks.size()); ++rank) {
+    const StageTopology t = stage_topology(rank, partition);
+    StageReport s;
+    s.rank = rank;
+    s.first_layer = t.first_layer;
+    s.last_layer = t.last_layer;
+    s.bubble_measured = bubble[rank];
+    s.bubble_formula = bubble_formula(P, M);
+    s.peak_activation_bytes =
+        r.ranks[rank].memory.device.peak[static_cast<int>(MemCategory::activations)];
+    s.predicted_peak_activation_bytes = predicted_peak_activation_bytes(cfg, rank);
+    s.micro_batch_activation_bytes = micro_batch_activation_bytes(cfg, rank);
+    s.in_flight_expected = expected_in_flight(cfg, rank);
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<std::string> schedule_order(const Recorder::Snapshot& snap, int step, int first_layer,
+                                        int last_layer) {
+  std::vector<const Span*> marks;
+  for (const Span& s : snap.spans) {
+    if (s.step != step || s.lane != Lane::compute || s.micro_batch < 0) continue;
+    if ((s.kind == SpanKind::forward && s.layer == first_layer) ||
+        (s.kind == SpanKind::backward && s.layer == last_layer - 1))
+      marks.push_back(&s);
+  }
+  std::stable_sort(marks.begin(), marks.end(),
+                   [](const Span* a, const Span* b) { return a->t_begin_ns < b->t_begin_ns; });
+  std::vector<std::string> order;
+  std::set<int> forwarded;
+  for (const Span* s : marks) {
+    const char* letter = s->kind == SpanKind::backward             ? "B"
+                         : forwarded.insert(s->micro_batch).second ? "F"
+                                                                   : "R";
+    std::string mark = letter;
+    mark += std::to_string(s->micro_batch);
+    order.push_back(std::move(mark));
+  }
+  return order;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,540 @@
+// The embedded launcher: ranks are threads of this process, each with its own
+// device backend (CPU, guarded CPU, or a GPU), allocator, recorder and
+// communicator (Gloo, Gloo with host staging, or NCCL: see placement.h). Nothing
+// is shared between ranks but the group and the result slots each rank writes alone.
+#include "core/run/runner.h"
+
+#include "core/model/model_family.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "core/comm/cores.h"
+#include "core/comm/nccl_group.h"
+#include "core/comm/staging_comm.h"
+#include "core/device/gpu.h"
+#include "core/launch/process_link.h"
+#include "core/model/data_loader.h"
+#include "core/model/layer_stack.h"
+#include "core/model/precision.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/memory_estimate.h"
+#include "core/run/train_checkpoint.h"
+#include "kernels/cpu.h"
+
+namespace shardlab {
+
+void RunControl::pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = true;
+  // A step some rank has already entered must be let in for every rank: the
+  // others would otherwise leave it waiting in a collective while paused.
+  allowed_until_ = highest_admitted_ + 1;
+}
+
+void RunControl::resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
+void RunControl::step_once() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    allowed_until_ = std::max(allowed_until_, highest_admitted_ + 1) + 1;
+  }
+  cv_.notify_all();
+}
+
+void RunControl::cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The same rule as pause: every rank finishes the steps any rank has
+    // entered, and all of them stop at the same boundary, none in a collective.
+    cancel_from_ = std::min(cancel_from_, highest_admitted_ + 1);
+  }
+  cv_.notify_all();
+}
+
+bool RunControl::paused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return paused_;
+}
+
+void RunControl::gate(int step) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return step >= cancel_from_ || !paused_ || step < allowed_until_; });
+  if (step >= cancel_from_) throw RunCancelled();
+  highest_admitted_ = std::max(highest_admitted_, step);
+}
+
+namespace {
+
+// "loss became nan at step 2 on rank 0; try a smaller --lr (now 1e+30)"
+std::string divergence_message(const RunConfig& cfg, double loss, int step, int rank) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", static_cast<double>(cfg.optimizer.lr));
+  std::string m = std::string("loss became ") +
+                  (std::isnan(loss) ? "nan"
+                   : loss > 0       ? "inf"
+                                    : "-inf") +
+                  " at step " + std::to_string(step + 1) +
+                  (rank >= 0 ? " on rank " + std::to_string(rank) : " (summed over the ranks)") +
+                  "; try a smaller --lr (now " + lr + ")";
+  // fp16's range ends at 65504: activations beyond it are inf whatever the scale.
+  if (cfg.precision == "fp16") m += " or --precision bf16";
+  return m;
+}
+
+}  // namespace
+
+namespace {
+
+void check_process_run(const RunConfig& cfg, const ProcessContext& process) {
+  if (!process.store) throw ConfigError("one process per rank needs a rendezvous store");
+  if (process.rank < 0 || process.rank >= cfg.world)
+    throw ConfigError("rank " + std::to_string(process.rank) + " is not a rank of a world of " +
+                      std::to_string(cfg.world) + " (valid: 0 to " + std::to_string(cfg.world - 1) +
+                      ")");
+  check_process_config(cfg);
+}
+
+}  // namespace
+
+void check_process_config(const RunConfig& cfg) {
+  if (is_controller(cfg.strategy))
+    throw ConfigError(
+        "dp cannot run one process per rank: its controller thread hands the devices their "
+        "work through shared memory, so it is one process by nature (use ddp, its "
+        "one-process-per-device form)");
+}
+
+namespace {
+
+// Ranks as threads: once a rank has failed, every other rank's collective
+// fails within the timeout and its thread returns; one that has not returned
+// a grace period later is stuck outside any communication, and no thread can
+// be unwound from outside. The caller hears of it once, in one line naming it
+// (RunCallbacks::on_stuck), and this keeps watching until every thread is back.
+void watch_threads(const FailureBoard& failures, const std::vector<std::atomic<bool>>& done,
+                   const std::vector<std::atomic<int>>& step,
+                   const std::function<void(const std::string&)>& on_stuck) {
+  using clock = std::chrono::steady_clock;
+  constexpr auto kGrace = std::chrono::seconds(2);
+  clock::time_point failed_at{};
+  bool told = false;
+  for (;;) {
+    bool all = true;
+    for (const auto& d : done) all &= d.load();
+    if (all) return;
+    if (failed_at == clock::time_point{} && failures.any()) failed_at = clock::now();
+    if (!told && failed_at != clock::time_point{} && clock::now() - failed_at > kGrace) {
+      std::string stuck;
+      for (size_t r = 0; r < done.size(); ++r)
+        if (!done[r].load())
+          stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
+                   (step[r].load() < 0 ? std::string(" (before step 1)")
+                                       : " (step " + std::to_string(step[r].load() + 1) + ")");
+      on_stuck(
+          failures.summary() + "; " + stuck + " did not return within " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kGrace).count()) +
+          " ms of it: stuck outside any communication");
+      told = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// One process per rank: rank 0 draws the checkpoints' run id and the others
+// read it from the store, so every rank's files name the same run.
+std::string shared_run_id(const ProcessContext& p, std::chrono::milliseconds timeout) {
+  if (!p.store) throw std::logic_error("shared_run_id: a process run without a store");
+  const std::string key = "checkpoint-run-id";
+  if (p.rank == 0) {
+    const std::string id = new_run_id();
+    p.store->set(key, std::vector<char>(id.begin(), id.end()));
+    return id;
+  }
+  try {
+    p.store->wait({key}, timeout);
+    const std::vector<char> v = p.store->get(key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    throw RunError("rank " + std::to_string(p.rank) +
+                   " did not receive rank 0's checkpoint run id " + "within " +
+                   std::to_string(timeout.count()) + " ms: " + e.what());
+  }
+}
+
+RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
+                   const RunCallbacks& callbacks, const ProcessContext* process,
+                   const Checkpointing& ckpt) {
+  // Defaults that depend on the machine (a gpt's --attention) are settled once, here:
+  // the result, recordings and checkpoints then say what ran.
+  const RunConfig cfg = resolve_defaults(given);
+  validate(cfg);
+  if (process) check_process_run(cfg, *process);
+  const ResumeState* resume = ckpt.resume;
+  if (ckpt.every > 0 || resume) check_checkpointable(cfg);
+  if (resume) {
+    check_resume(cfg, *resume);
+    initial = &resume->weights;
+  }
+  // Every checkpoint file of this run names it (core/run/train_checkpoint.h).
+  std::string run_id = ckpt.run_id;
+  if (ckpt.every > 0) {
+    check_checkpoint_dir(ckpt.dir, resume);
+    if (run_id.empty())
+      run_id = process ? shared_run_id(*process, std::chrono::milliseconds(cfg.timeout_ms))
+                       : new_run_id();
+  }
+  const int first_step = resume ? resume->steps_done : 0;
+  // Before anything is allocated: a run that cannot fit is refused in one line
+  // now, rather than failing minutes later (the caller holds `initial` already).
+  check_memory(cfg, RunOutputs{.caller_holds_init = initial != nullptr});
+  const StrategyInfo& info = *find_strategy(cfg.strategy);
+  const ModelLayout layout = make_layout(cfg);
+  const std::unique_ptr<Dataset> dataset = layout.family().dataset(layout, cfg.seed, cfg);
+  const Dataset& data = *dataset;
+  const std::vector<float> seeded = initial ? std::vector<float>{} : init_params(layout, cfg.seed);
+  const std::vector<float>& init = initial ? *initial : seeded;
+  if (init.size() != layout.state_total())
+    throw ConfigError("initial parameters have " + std::to_string(init.size()) + " values, model " +
+                      cfg.model + " needs " + std::to_string(layout.state_total()));
+  const FlatParams init_source(init);
+
+  const int world = cfg.world;
+  RunResult result;
+  result.cfg = cfg;
+  result.placement = plan_placement(cfg);
+  if (process) {
+    // A process's GPU is its place on its host (LOCAL_RANK), not its global rank.
+    Placement& p = result.placement;
+    if (p.kind == DeviceKind::cuda)
+      p.gpu_of_rank[process->rank] = process->local_rank % std::max(1, cuda_device_count());
+    p.summary =
+        std::to_string(world) + " rank(s), one process each, " +
+        (p.kind == DeviceKind::cuda ? "on GPU " + std::to_string(p.gpu_of_rank[process->rank]) +
+                                          " here, Gloo with host staging"
+                                    : std::string("Gloo over TCP")) +
+        " (this is rank " + std::to_string(process->rank) + ", listening on " + process->bind_host +
+        ")";
+  }
+  const Placement& place = result.placement;
+  result.ranks.resize(world);
+  // One process per rank: only this process's rank records (the others' are
+  // empty placeholders, so a recorder's index is still its rank).
+  for (int r = 0; r < world; ++r)
+    result.recorders.push_back(
+        std::make_shared<Recorder>(r, cfg.record && (!process || r == process->rank)));
+
+  const std::chrono::milliseconds timeout(cfg.timeout_ms);
+  // The Gloo group also holds the run's failure board, which NCCL ranks report to.
+  const GlooGroupOptions gloo_options{timeout, process ? process->bind_host : "127.0.0.1"};
+  std::unique_ptr<ProcessLink> link;
+  if (process) {
+    result.process_rank = process->rank;
+    link = std::make_unique<ProcessLink>(*process, world, gloo_options);
+  }
+  std::unique_ptr<GlooGroup> group_owner =
+      link ? std::make_unique<GlooGroup>(world, gloo_options, link->store(), "train")
+           : std::make_unique<GlooGroup>(world, gloo_options);
+  GlooGroup& group = *group_owner;
+  if (link) link->attach(group.failures());
+  std::unique_ptr<NcclGroup> nccl;
+  if (place.comm == CommKind::nccl)
+    nccl = link ? make_nccl_group(world, timeout, group.failures(), link->store(), process->rank)
+                : make_nccl_group(world, timeout, group.failures());
+  std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
+  // Per step, every rank's share of the loss and a completion count (a --force
+  // run can ask for more steps than these fit in).
+  std::vector<LossShare> shares;
+  std::vector<std::atomic<int>> reported;
+  try {
+    shares.resize(static_cast<size_t>(cfg.steps) * world);
+    reported = std::vector<std::atomic<int>>(cfg.steps);
+  } catch (const std::bad_alloc&) {
+    throw RunError("could not allocate the loss history of " + std::to_string(cfg.steps) +
+                   " steps x " + std::to_string(world) + " ranks (" +
+                   bytes_string(static_cast<double>(cfg.steps) * (sizeof(LossShare) * world + 4)) +
+                   "): out of memory; use fewer --steps");
+  }
+  std::vector<std::string> errors(world);
+  // Set once, by the rank that finds a step's loss non-finite; the others stop
+  // at their next step boundary, or fail fast in a collective with it.
+  std::atomic<bool> diverged{false};
+  std::string diverged_message;  // written before `diverged` is set
+  RunShared shared;
+  result.t0_ns = now_ns();
+  if (callbacks.on_recorders) callbacks.on_recorders(result.recorders, result.t0_ns);
+
+  // Which ranks have returned, and the step each last began (the watchdog's view).
+  std::vector<std::atomic<bool>> rank_done(world);
+  std::vector<std::atomic<int>> rank_step(world);
+  for (int r = 0; r < world; ++r) rank_step[r].store(-1);
+  auto rank_main = [&](int rank) {
+    kernels::set_single_threaded_blas();
+    Recorder* rec = result.recorders[rank].get();
+    std::unique_ptr<DeviceBackend> device;
+    std::unique_ptr<Allocator> alloc_owner;
+    std::unique_ptr<Comm> comm;
+    std::unique_ptr<Strategy> strategy;
+    // The strategy's tensors go back to this rank's allocator before it dies;
+    // the communicator closes, so peers blocked on this rank fail fast.
+    auto teardown = [&] {
+      strategy.reset();
+      comm.reset();
+      if (device) {
+        try {
+          device->synchronize();  // device-timed spans still in flight reach the recorder
+        } catch (const std::exception&) {
+        }
+      }
+      alloc_owner.reset();
+      device.reset();
+    };
+    std::string phase = "the start of the rank";  // for an allocation failure outside the allocator
+    try {
+      if (place.kind == DeviceKind::cuda)
+        device = make_cuda_backend(place.gpu_of_rank[rank], rec, cfg.tf32);
+      else if (place.guarded)
+        device = make_guarded_cpu_backend(guard);
+      else
+        device = make_cpu_backend();
+      alloc_owner = std::make_unique<Allocator>(*device, rec, rank);
+      Allocator& alloc = *alloc_owner;
+      if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
+      if (callbacks.on_allocator) callbacks.on_allocator(rank, alloc);
+      // One process per rank: the control group first, then the clocks: every
+      // process's trace starts at rank 0's t0, seen through its own clock.
+      if (link) result.t0_ns = link->connect_and_align(result);
+      if (place.comm == CommKind::nccl)
+        comm = nccl->connect(rank, *device, rec, &alloc);
+      else if (place.comm == CommKind::gloo_staged)
+        comm = make_staging_comm(group.connect(rank, rec, &alloc), *device, &alloc, rec);
+      else
+        comm = group.connect(rank, rec, &alloc);
+      // Where the host makes the batches (a plain CPU device), a data loader
+      // makes the next one beside the step; a GPU makes its own on the device.
+      // Only with a core to spare: where the ranks already fill the cores, a
+      // loader thread would take its time from them (the batch is made no
+      // sooner, and the ranks' clocks get noisier), so the batch is made in
+      // the step as before, its span not marked made_ahead.
+      std::unique_ptr<DataLoader> loader;
+      if (place.kind != DeviceKind::cuda && !place.guarded && world < cores_available())
+        loader = std::make_unique<DataLoader>(data, layout.act_numel(0), layout.target_numel(),
+                                              cfg.steps);
+      const Dataset& rank_data = loader ? static_cast<const Dataset&>(*loader) : data;
+      RankEnv env{rank, world, cfg, layout, rank_data, *device, alloc, rec, comm.get(), shared};
+      strategy = info.make();
+      phase = "setup";
+      strategy->setup(env, init_source);
+      if (resume) {
+        const RankState state = strategy->rank_state();
+        if (state.empty()) throw RunError(cfg.strategy + " cannot resume from a checkpoint");
+        restore_rank_state(state, *resume);
+      }
+      auto sent_so_far = [&] {
+        return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
+      };
+      const int64_t sent_before = sent_so_far();
+      RankReport& report = result.ranks[rank];
+      // fp16: the loss scaler's count of skipped steps on rank 0, to name the
+      // steps it skipped (every rank skips alike: precision.h).
+      auto skipped_count = [&]() -> int64_t {
+        if (rank != 0 || cfg.precision != "fp16") return 0;
+        const RankState state = strategy->rank_state();
+        return state.precision ? state.precision->scaler().skipped_steps() : 0;
+      };
+      int64_t skipped_before = skipped_count();
+      for (int s = first_step; s < cfg.steps; ++s) {
+        phase = "step " + std::to_string(s);
+        rec->set_step(s);
+        if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
+        if (callbacks.control) callbacks.control->gate(s);
+        if (link) link->note_step(s);
+        rank_step[rank].store(s);
+        if (callbacks.before_step) callbacks.before_step(rank, s);
+        const int64_t t0 = now_ns();
+        ScopedMark step_mark(rec, MarkKind::step, static_cast<uint64_t>(s));
+        shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
+        // A GPU runs behind the host: the step ends when its work has run.
+        device->synchronize();
+        step_mark.done();
+        report.step_ms.push_back((now_ns() - t0) / 1e6);
+        if (const int64_t skipped = skipped_count(); skipped != skipped_before) {
+          result.skipped_steps.push_back(s);
+          skipped_before = skipped;
+        }
+        if (link) {
+          // The other ranks' shares arrive as a message; every process then
+          // computes the same global loss and stops alike when it is not finite.
+          link->gather_shares(shares.data() + static_cast<size_t>(s) * world, rank);
+          reported[s].store(world - 1);
+        }
+        // The last rank to finish a step sees every share: it reports the global
+        // loss, or stops the run when it is not finite. (The fp16 loss scaler's
+        // skipped steps are not stopped: their loss is computed in fp32 before
+        // scaling and is finite; what overflowed were the scaled gradients.)
+        if (reported[s].fetch_add(1) + 1 == world) {
+          double sum = 0;
+          int64_t count = 0;
+          int bad_rank = -1;  // the lowest rank whose own share is not finite
+          for (int r = 0; r < world; ++r) {
+            const LossShare& share = shares[static_cast<size_t>(s) * world + r];
+            sum += share.sum;
+            count += share.count;
+            if (bad_rank < 0 && !std::isfinite(share.sum)) bad_rank = r;
+          }
+          const double loss = count ? sum / count : 0.0;
+          if (!std::isfinite(loss)) {
+            diverged_message = divergence_message(cfg, loss, s, bad_rank);
+            diverged.store(true);
+            throw LossDiverged(diverged_message);
+          }
+          if (callbacks.on_step) callbacks.on_step(s, loss);
+        }
+        if (ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
+          phase = "the checkpoint after step " + std::to_string(s + 1);
+          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), *device,
+                               run_id);
+          // Every rank has saved (and written its loss share) before rank 0
+          // makes the checkpoint count.
+          if (comm) comm->barrier();
+          if (rank == 0) {
+            std::vector<double> losses(static_cast<size_t>(s) + 1);
+            for (int k = 0; k <= s; ++k) {
+              if (k < first_step) {
+                losses[k] = resume->losses[k];
+                continue;
+              }
+              double sum = 0;
+              int64_t count = 0;
+              for (int r = 0; r < world; ++r) {
+                sum += shares[static_cast<size_t>(k) * world + r].sum;
+                count += shares[static_cast<size_t>(k) * world + r].count;
+              }
+              losses[k] = count ? sum / count : 0.0;
+            }
+            commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses, run_id);
+          }
+        }
+      }
+      report.bytes_sent_per_step =
+          static_cast<double>(sent_so_far() - sent_before) / (cfg.steps - first_step);
+      report.memory = alloc.stats();
+      rec->set_step(-1);
+      phase = "export of the final weights";
+      std::vector<float> params = strategy->export_params();
+      if (rank == 0) result.final_params = std::move(params);
+      if (link) {
+        // Teardown before the exchange, so the records every process receives
+        // hold this rank's frees too (its memory returns to zero at the end,
+        // in rank 0's whole-run trace as in this process's own).
+        teardown();
+        phase = "the exchange of the ranks' reports";
+        link->gather_reports(result.ranks, rank, cfg.steps - first_step);
+        if (cfg.record) {
+          phase = "the exchange of the ranks' records";
+          link->gather_records(result, rank);
+        }
+      }
+    } catch (const OutOfMemory& e) {
+      // The allocator names the buffer and its size; the board names the rank.
+      errors[rank] = e.what();
+      group.failures().report(rank, e.detail());
+    } catch (const std::bad_alloc&) {
+      // Host memory outside the allocator (a strategy's staging vectors, the records).
+      const std::string what = "ran out of host memory (std::bad_alloc) in " + phase;
+      errors[rank] = what;
+      group.failures().report(rank, what);
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+      group.failures().report(rank, e.what());
+    }
+    if (link && !errors[rank].empty()) {
+      // One process per rank, failed: this process ends in a moment. Gloo's
+      // device thread may still be signalling the failed ops' buffers (and
+      // writing into their memory), so nothing is freed under it: the
+      // communicator, the strategy's tensors and the allocator are left to
+      // the process's exit. Its connections close now, so peers blocked on
+      // this rank fail at once.
+      if (comm) comm->close_connections();
+      (void)strategy.release();
+      (void)comm.release();
+      (void)alloc_owner.release();
+      (void)device.release();
+      rank_done[rank].store(true);
+      return;
+    }
+    teardown();  // already done on a process's successful path (before the exchange)
+    rank_done[rank].store(true);
+  };
+
+  std::vector<std::thread> threads;
+  if (link) {
+    link->start_watchdog();
+    threads.emplace_back(rank_main, process->rank);
+  } else {
+    for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
+  }
+  if (!link && callbacks.on_stuck)
+    watch_threads(group.failures(), rank_done, rank_step, callbacks.on_stuck);
+  for (std::thread& t : threads) t.join();
+  if (link) link->stop_watchdog();
+
+  // The cause, not its echoes (the peers' closed connections).
+  if (diverged.load()) throw LossDiverged(diverged_message);
+
+  if (callbacks.control && group.failures().any()) {
+    bool all_cancelled = true;
+    for (const std::string& e : errors) all_cancelled &= e.empty() || e == RunCancelled().what();
+    if (all_cancelled) throw RunCancelled();
+  }
+  if (group.failures().any()) throw RunError(group.failures().summary());
+
+  // A resumed run: the steps before the checkpoint have its losses and no times.
+  result.losses.resize(cfg.steps);
+  result.resumed_after_step = first_step;
+  for (int s = 0; s < first_step; ++s) result.losses[s] = resume->losses[s];
+  for (int s = first_step; s < cfg.steps; ++s) {
+    double sum = 0;
+    int64_t count = 0;
+    double slowest = 0;
+    for (int r = 0; r < world; ++r) {
+      sum += shares[static_cast<size_t>(s) * world + r].sum;
+      count += shares[static_cast<size_t>(s) * world + r].count;
+      slowest = std::max(slowest, result.ranks[r].step_ms[s - first_step]);
+    }
+    result.losses[s] = count ? sum / count : 0.0;
+    result.step_ms.push_back(slowest);
+  }
+  result.median_step_ms = steady_median(result.step_ms);
+  return result;
+}
+
+}  // namespace
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks) {
+  return run_impl(cfg, initial, callbacks, nullptr, {});
+}
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks, const ProcessContext& process) {
+  return run_impl(cfg, initial, callbacks, &process, {});
+}
+
+RunResult run_training(const RunConfig& cfg, const std::vector<float>* initial,
+                       const RunCallbacks& callbacks, const ProcessContext* process,
+                       const Checkpointing& checkpoints) {
+  return run_impl(cfg, initial, callbacks, process, checkpoints);
+}
+
+}  // namespace shardlab
