@@ -125,10 +125,12 @@ void draw_memory(App& app) {
     if (predicted.back())
       max_bytes = std::max(max_bytes, static_cast<double>(predicted.back()->model_state_bytes));
   }
+  // What the check before the run predicted (the meta run), once per frame.
+  const std::shared_ptr<const MemoryEstimate> meta_est = meta_prediction(d.cfg);
   for (size_t i = 0; i < series.size(); ++i) {
     const bool host_row = d.has_host_memory && i % 2 == 1;
     const int rank = static_cast<int>(d.has_host_memory ? i / 2 : i);
-    if (const auto meta = meta_predicted_peak(d.cfg, rank, host_row))
+    if (const auto meta = meta_predicted_peak(meta_est.get(), rank, host_row))
       max_bytes = std::max(max_bytes, static_cast<double>(*meta));
   }
   max_bytes *= 1.08;  // headroom for the peak label
@@ -212,7 +214,8 @@ void draw_memory(App& app) {
     // What the check before the run predicted for this rank's peak (the meta
     // run): a dashed line that the measured peak should touch, never rise above.
     const bool host_row = d.has_host_memory && i % 2 == 1;
-    if (const auto meta = meta_predicted_peak(d.cfg, d.has_host_memory ? i / 2 : i, host_row);
+    if (const auto meta =
+            meta_predicted_peak(meta_est.get(), d.has_host_memory ? i / 2 : i, host_row);
         meta && *meta > 0) {
       const float my = bottom - static_cast<float>(*meta / max_bytes) * row_h;
       for (float x = vp.x0; x < x_end; x += 10)
@@ -295,7 +298,7 @@ void draw_memory(App& app) {
            {strf(tr("no formula for %s"), d.cfg.strategy.c_str()), std::string(tr("no formula"))});
     }
     // The dashed line's value: the whole peak, as the check before the run predicted it.
-    if (const auto meta = meta_predicted_peak(d.cfg, rank, host_row); meta && *meta > 0) {
+    if (const auto meta = meta_predicted_peak(meta_est.get(), rank, host_row); meta && *meta > 0) {
       const std::string meta_text = format_bytes(static_cast<double>(*meta));
       line(ui.text_dim, {strf(tr("peak predicted before the run %s"), meta_text.c_str()),
                          strf(tr("predicted peak %s"), meta_text.c_str()),

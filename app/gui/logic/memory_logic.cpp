@@ -88,11 +88,11 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   }
 }
 
-std::optional<int64_t> meta_predicted_peak(const RunConfig& cfg, int rank, bool host) {
+std::shared_ptr<const MemoryEstimate> meta_prediction(const RunConfig& cfg) {
   struct Cache {
     std::mutex mu;
     std::string key;
-    std::optional<MemoryEstimate> estimate;
+    std::shared_ptr<const MemoryEstimate> estimate;
   };
   static Cache cache;
   // Everything that decides memory is on the command line that reproduces the run.
@@ -102,14 +102,17 @@ std::optional<int64_t> meta_predicted_peak(const RunConfig& cfg, int rank, bool 
     cache.key = key;
     cache.estimate.reset();
     try {
-      cache.estimate = estimate_memory(cfg);
+      cache.estimate = std::make_shared<const MemoryEstimate>(estimate_memory(cfg));
     } catch (const std::exception&) {
       // Settings this machine cannot place (cuda without a GPU): no prediction.
     }
   }
-  if (!cache.estimate || rank < 0 || rank >= static_cast<int>(cache.estimate->ranks.size()))
-    return std::nullopt;
-  return cache.estimate->ranks[rank].at_report.pool(host ? Pool::host : Pool::device).peak_total;
+  return cache.estimate;
+}
+
+std::optional<int64_t> meta_predicted_peak(const MemoryEstimate* e, int rank, bool host) {
+  if (!e || rank < 0 || rank >= static_cast<int>(e->ranks.size())) return std::nullopt;
+  return e->ranks[rank].at_report.pool(host ? Pool::host : Pool::device).peak_total;
 }
 
 std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, const Tr& tr) {

@@ -4,12 +4,14 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/timeline_logic.h"
+#include "core/predict/memory_estimate.h"
 #include "core/record/memory_timeline.h"
 
 namespace shardlab::gui {
@@ -46,12 +48,13 @@ struct Predicted {
 };
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 
-// The meta run's prediction of `rank`'s whole peak in one pool (host or device),
-// as the check before every run makes it (core/predict/memory_estimate.h: the strategy's
-// own code on devices that hold no memory); nullopt where it cannot be made here
-// (a GPU recording opened without a GPU). The last configuration's predictions
-// are kept, since the views ask every frame.
-std::optional<int64_t> meta_predicted_peak(const RunConfig& cfg, int rank, bool host);
+// The meta run's prediction of cfg's memory, as the check before every run
+// makes it (core/predict/memory_estimate.h: the strategy's own code on devices
+// that hold no memory); null where it cannot be made here (a GPU recording
+// opened without a GPU). The last configuration's is kept: the views ask every frame.
+std::shared_ptr<const MemoryEstimate> meta_prediction(const RunConfig& cfg);
+// Its prediction of `rank`'s whole peak in one pool (host or device); nullopt without one.
+std::optional<int64_t> meta_predicted_peak(const MemoryEstimate* e, int rank, bool host);
 
 // gpt: what one transformer block keeps for backward, per Korthikanti et al.
 // 2022 without dropout (core/parallel/model_state.h), for the rows one forward sees
