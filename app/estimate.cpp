@@ -117,6 +117,7 @@ nlohmann::json state_json(const ModelStateBytes& m) {
 
 nlohmann::json comm_json(const CommPrediction& c) {
   return {{"formula", c.formula},
+          {"by_operation", c.by_operation},
           {"volume_elements", c.volume_elements},
           {"bytes_per_element", c.bytes_per_element},
           {"volume_bytes", c.volume_bytes},
@@ -140,6 +141,7 @@ void print_comm(const char* who, const CommPrediction& c, bool ring) {
     std::printf("; on a ring each rank sends (N−1)/N of it: %s bytes (%s)",
                 num(c.sent_bytes).c_str(), gb(c.sent_bytes).c_str());
   std::printf("\n");
+  if (!c.by_operation.empty()) std::printf("    by operation: %s\n", c.by_operation.c_str());
 }
 
 // --ops: one JSON line of what ran, then one per rank with its operation list.

@@ -181,6 +181,7 @@ void model_state_report_json(const RunResult& r, nlohmann::json& j) {
     const Row& w = rs[k];
     nlohmann::json sent = {{"predicted", w.comm.sent_bytes},
                            {"volume_formula", w.comm.formula},
+                           {"by_operation", w.comm.by_operation},
                            {"volume_bytes", w.comm.volume_bytes}};
     if (w.sent >= 0) sent["measured"] = w.sent;
     if (controller && w.sent >= 0) sent["measured_activations"] = w.sent_activations;

@@ -187,7 +187,11 @@ StrategyInfo ddp_strategy() {
           "with backward",
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
-      .traffic = Traffic::all_reduce,
+      .moves =
+          [](const MoveQuery&) {
+            return std::vector<StateMove>{{StateOp::all_reduce, ModelStatePart::grads, 2, 0,
+                                           "in backward, a bucket at a time"}};
+          },
       .comm_buffers = "gradient buckets",
       .make = [] { return std::make_unique<Ddp>(); },
       .validate =

@@ -328,7 +328,17 @@ StrategyInfo dp_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision},
       .controller = true,
-      .traffic = Traffic::controller_copies,
+      // Device 0 copies the weights to each of the N−1 replicas; each copies its
+      // gradients back.
+      .moves =
+          [](const MoveQuery& q) {
+            if (q.world == 1) return std::vector<StateMove>{};
+            if (q.rank == 0)
+              return std::vector<StateMove>{
+                  {StateOp::copy, ModelStatePart::params, -1, 1, "to every replica"}};
+            return std::vector<StateMove>{
+                {StateOp::copy, ModelStatePart::grads, 1, 0, "to device 0"}};
+          },
       .comm_buffers = "device 0's inboxes for every replica's gradients",
       .make = [] { return std::make_unique<Dp>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

@@ -54,7 +54,6 @@ StrategyInfo gpipe_strategy() {
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
                 StrategyOption::recompute},
-      .traffic = Traffic::activations,
       .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
       .make = [] { return std::make_unique<PipelineStrategy<GPipeSchedule>>(); },

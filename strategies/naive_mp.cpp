@@ -44,7 +44,6 @@ StrategyInfo naive_mp_strategy() {
           "time",
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::partition},
-      .traffic = Traffic::activations,
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
       .make = [] { return std::make_unique<PipelineStrategy<NaiveMpSchedule>>(); },

@@ -116,7 +116,12 @@ StrategyInfo zero1_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision},
       .zero_stage = 1,
-      .traffic = Traffic::all_reduce,
+      .moves =
+          [](const MoveQuery&) {
+            return std::vector<StateMove>{
+                {StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"},
+                {StateOp::all_gather, ModelStatePart::params, 1, 0, "after the update"}};
+          },
       .comm_buffers = "reduce-scatter scratch",
       .make = [] { return std::make_unique<Zero1>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

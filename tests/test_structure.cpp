@@ -23,7 +23,8 @@
 
 using namespace shardlab;
 
-TEST_CASE("built-in strategies are registered once, each with its traffic", "[structure]") {
+TEST_CASE("built-in strategies are registered once, each with its traffic by operation",
+          "[structure]") {
   register_builtin_strategies();  // main() already did: a second call changes nothing
   const size_t n = all_strategies().size();
   register_builtin_strategies();
@@ -31,20 +32,48 @@ TEST_CASE("built-in strategies are registered once, each with its traffic", "[st
   CHECK_THROWS_AS(register_strategy(ddp_strategy()), std::logic_error);
   CHECK(all_strategies().size() == n);
 
-  const std::map<std::string, Traffic> traffic = {
-      {"single", Traffic::none},          {"ddp", Traffic::all_reduce},
-      {"dp", Traffic::controller_copies}, {"zero1", Traffic::all_reduce},
-      {"zero2", Traffic::all_reduce},     {"zero3", Traffic::gather_per_pass},
-      {"fsdp", Traffic::gather_per_pass}, {"naive-mp", Traffic::activations},
-      {"gpipe", Traffic::activations},    {"1f1b", Traffic::activations}};
+  // Each strategy's model-state traffic, as its operations sum to (rank 1 of 4, the reference's
+  // only rank; resharding after forward) and the first of them. Pipelines move only activations,
+  // which ZeRO's accounting leaves out: no operations.
+  struct Expect {
+    std::string formula;
+    std::string first;
+  };
+  const std::map<std::string, Expect> traffic = {
+      {"single", {"0", ""}},
+      {"ddp", {"2Ψ", "all-reduce of the gradients"}},
+      {"dp", {"Ψ", "copy of the gradients"}},
+      {"zero1", {"2Ψ", "reduce-scatter of the gradients"}},
+      {"zero2", {"2Ψ", "reduce-scatter of the gradients"}},
+      {"zero3", {"3Ψ", "all-gather of the parameters"}},
+      {"fsdp", {"3Ψ", "all-gather of the parameters"}},
+      {"naive-mp", {"", ""}},
+      {"gpipe", {"", ""}},
+      {"1f1b", {"", ""}}};
   REQUIRE(n == traffic.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
     REQUIRE(traffic.count(s.name));
-    CHECK(s.traffic == traffic.at(s.name));
+    const Expect& want = traffic.at(s.name);
+    if (s.has_stages()) {
+      CHECK_FALSE(s.moves);
+    } else {
+      const int world = s.world_for(4);
+      const CommPrediction c = predict_comm(ModelStateInput{1e6, world, s.name}, world - 1);
+      CHECK(c.formula == want.formula);
+      CHECK(c.by_operation.rfind(want.first, 0) == 0);
+    }
     CHECK(s.in_flight_formula.empty() == (s.family != StrategyFamily::pipeline));
     CHECK(is_controller(s.name) == (s.name == "dp"));
   }
+  // Rank 0 of dp copies the weights to each replica; fsdp keeping its gathered
+  // parameters from forward to backward saves one all-gather.
+  CHECK(predict_comm(ModelStateInput{1e6, 4, "dp"}, 0).formula == "(N−1)Ψ");
+  CHECK(predict_comm(ModelStateInput{1e6, 4, "dp"}, 0).sent_bytes == 3e6 * 4);
+  ModelStateInput keep{1e6, 4, "fsdp"};
+  keep.reshard_after_forward = false;
+  CHECK(predict_comm(keep, 1).formula == "2Ψ");
+  CHECK(predict_comm(ModelStateInput{1e6, 1, "dp"}, 0).formula == "0");
   CHECK(strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) ==
         "gpipe, naive-mp, 1f1b");
   CHECK(strategy_names_where([](const StrategyInfo& s) { return s.is_reference(); }) == "single");

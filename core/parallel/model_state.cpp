@@ -104,6 +104,18 @@ ModelStateBytes predict_model_state(const ModelStateInput& in, int rank) {
   return m;
 }
 
+namespace {
+
+// "2Ψ", "Ψ", "(N−1)Ψ": a volume of (a + b·N)·Ψ as the papers write it.
+std::string psi_formula(int a, int b) {
+  if (b == 0) return a == 0 ? "0" : a == 1 ? "Ψ" : std::to_string(a) + "Ψ";
+  std::string n = b == 1 ? "N" : std::to_string(b) + "N";
+  if (a == 0) return n + "Ψ";
+  return "(" + n + (a < 0 ? "−" : "+") + std::to_string(a < 0 ? -a : a) + ")Ψ";
+}
+
+}  // namespace
+
 CommPrediction predict_comm(const ModelStateInput& in, int rank) {
   check_model_state_input(in);
   const BytesPerParam b = bytes_per_param(in.precision, in.optimizer);
@@ -111,25 +123,23 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank) {
   const StrategyInfo& s = strategy_info(in.strategy);
   CommPrediction c;
   c.bytes_per_element = b.comm;
-  if (s.traffic == Traffic::controller_copies) {
-    // Point-to-point copies: what a device sends is what the wire carries.
-    const double k = in.world == 1 ? 0 : (rank == 0 ? n - 1 : 1);
-    c.volume_elements = k * psi;
-    c.volume_bytes = c.volume_elements * b.comm;
-    c.sent_bytes = c.volume_bytes;
-    c.formula = in.world == 1 ? "0" : (rank == 0 ? "(N−1)Ψ" : "Ψ");
-    return c;
+  if (s.moves) c.moves = s.moves(MoveQuery{rank, in.world, in.reshard_after_forward});
+  // Sum the strategy's operations. A ring collective over N ranks puts (N−1)/N
+  // of its volume on each rank's wire; a copy sends all of it.
+  int a = 0, per_rank = 0;
+  for (const StateMove& m : c.moves) {
+    const double units = m.psi + m.psi_per_rank * n;
+    a += m.psi;
+    per_rank += m.psi_per_rank;
+    c.volume_elements += units * psi;
+    c.sent_bytes += units * psi * b.comm * (m.op == StateOp::copy ? 1.0 : (n - 1) / n);
+    if (!c.by_operation.empty()) c.by_operation += " + ";
+    c.by_operation += std::string(to_string(m.op)) + " of the " + to_string(m.part) +
+                      (m.when.empty() ? "" : " " + m.when) + " (" +
+                      psi_formula(m.psi, m.psi_per_rank) + ")";
   }
-  // Volume in units of Ψ: an all-reduce (or reduce-scatter + all-gather) of the
-  // gradients, plus one more all-gather when parameters are gathered again in
-  // backward (ZeRO-3 resharding after forward). One device: nothing to send.
-  double times = 0;
-  if (s.traffic == Traffic::all_reduce) times = 2;
-  if (s.traffic == Traffic::gather_per_pass) times = in.reshard_after_forward ? 3 : 2;
-  c.volume_elements = times * psi;
   c.volume_bytes = c.volume_elements * b.comm;
-  c.sent_bytes = c.volume_bytes * (n - 1) / n;
-  c.formula = times == 0 ? "0" : std::to_string(static_cast<int>(times)) + "Ψ";
+  c.formula = psi_formula(a, per_rank);
   return c;
 }
 

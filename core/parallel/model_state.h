@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab {
 
@@ -92,7 +93,11 @@ struct CommPrediction {
   int bytes_per_element = 4;
   double volume_bytes = 0;
   double sent_bytes = 0;  // what this rank sends per step, as implemented here
-  std::string formula;    // "2Ψ", "3Ψ", ...
+  std::string formula;    // "2Ψ", "3Ψ", "(N−1)Ψ", ...
+  // The strategy's operations that make it up (StrategyInfo::moves), and the
+  // same in words: "reduce-scatter of the gradients in backward (Ψ) + ...".
+  std::vector<StateMove> moves;
+  std::string by_operation;
 };
 CommPrediction predict_comm(const ModelStateInput& in, int rank);
 

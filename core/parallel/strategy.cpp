@@ -55,6 +55,32 @@ const char* to_string(RankRole r) {
   return "";
 }
 
+const char* to_string(ModelStatePart p) {
+  switch (p) {
+    case ModelStatePart::params:
+      return "parameters";
+    case ModelStatePart::grads:
+      return "gradients";
+    case ModelStatePart::optimizer_state:
+      return "optimizer state";
+  }
+  return "";
+}
+
+const char* to_string(StateOp op) {
+  switch (op) {
+    case StateOp::all_reduce:
+      return "all-reduce";
+    case StateOp::reduce_scatter:
+      return "reduce-scatter";
+    case StateOp::all_gather:
+      return "all-gather";
+    case StateOp::copy:
+      return "copy";
+  }
+  return "";
+}
+
 bool StrategyInfo::is_reference() const {
   return family == StrategyFamily::single;
 }

@@ -86,19 +86,33 @@ enum class StrategyFamily {
 };
 const char* to_string(StrategyFamily f);  // "single", "data-parallel", "pipeline"
 
-// How a strategy moves its model states each step, in the ZeRO paper's units
-// of Ψ (core/parallel/model_state.h turns it into bytes and the formula shown).
-enum class Traffic {
-  none,               // one device, nothing to send (single)
-  all_reduce,         // the gradients, all-reduced or reduce-scattered and the
-                      // updated parameters all-gathered: 2Ψ (ddp, zero1, zero2)
-  gather_per_pass,    // parameters all-gathered for forward and again for backward,
-                      // gradients reduce-scattered: 3Ψ; 2Ψ when the gathered
-                      // parameters are kept from forward to backward (zero3, fsdp)
-  controller_copies,  // device 0 copies the weights to every other device, each copies
-                      // its gradients back: (N−1)Ψ from device 0, Ψ from the others (dp)
-  activations,        // pipelines send activations and their gradients between stages,
-                      // no model states: nothing for the ZeRO accounting to predict
+// The three model states of ZeRO's accounting.
+enum class ModelStatePart { params, grads, optimizer_state };
+const char* to_string(ModelStatePart p);  // "parameters", "gradients", "optimizer state"
+
+// One operation by which a strategy moves a model state each step, its volume
+// in the ZeRO paper's units of Ψ: (psi + psi_per_rank·N)·Ψ. A strategy lists
+// its operations (StrategyInfo::moves); core/parallel/model_state.h sums them
+// into bytes and the formula shown, so a new strategy adds rows, not a case.
+enum class StateOp {
+  all_reduce,      // every rank ends with the sum: 2Ψ (a reduce-scatter + an all-gather)
+  reduce_scatter,  // every rank ends with the sum of its 1/N: Ψ
+  all_gather,      // every rank ends with every rank's 1/N: Ψ
+  copy,            // point to point: what this rank sends is what the wire carries
+};
+const char* to_string(StateOp op);  // "all-reduce", "reduce-scatter", ...
+struct StateMove {
+  StateOp op = StateOp::all_reduce;
+  ModelStatePart part = ModelStatePart::grads;
+  int psi = 1;           // Ψ of volume, plus
+  int psi_per_rank = 0;  // this many Ψ for each of the N ranks
+  std::string when{};    // "in backward", "after the update", ...
+};
+// What a strategy's moves depend on.
+struct MoveQuery {
+  int rank = 0;
+  int world = 1;
+  bool reshard_after_forward = true;  // fsdp's --no-reshard sets false
 };
 
 // What one rank does in a strategy whose ranks are not all alike.
@@ -109,9 +123,6 @@ enum class RankRole {
   replica,     // dp's other devices: a fresh replica each step, no optimizer state
 };
 const char* to_string(RankRole r);
-
-// The three model states of ZeRO's accounting.
-enum class ModelStatePart { params, grads, optimizer_state };
 
 struct StrategyInfo {
   std::string name{};
@@ -126,8 +137,10 @@ struct StrategyInfo {
   // other devices get a fresh replica every step (dp). Its replicas hold
   // parameters and gradients but no optimizer state.
   bool controller = false;
-  // The traffic prediction (core/parallel/model_state.h).
-  Traffic traffic = Traffic::none;
+  // The traffic prediction (core/parallel/model_state.h): how rank q.rank moves
+  // model states each step, one row per operation. Empty: none (single), or
+  // only activations, which ZeRO's accounting does not cover (the pipelines).
+  std::function<std::vector<StateMove>(const MoveQuery& q)> moves{};
   // Data-parallel family: what its comm-buffers category holds, for the reports.
   std::string comm_buffers{};
   // Pipeline family: micro-batches whose activations stage `rank` of `stages`
