@@ -26,6 +26,9 @@ struct OptimizerConfig {
 };
 const char* to_string(OptimizerKind k);
 
+// --attention's values (RunConfig::attention).
+constexpr const char* kAttentionValues = "naive, flash";
+
 struct RunConfig {
   std::string model = "mlp:8x256";
   // gpt: context length T (0: the default, 64) and the training text (empty:

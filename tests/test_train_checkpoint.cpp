@@ -476,3 +476,54 @@ TEST_CASE("a gpt checkpoint names its attention, and one from before --attention
   CHECK(run_training(cfg, nullptr, {}, nullptr, Checkpointing{0, "", &old, ""}).losses.size() == 3);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a checkpoint's settings are the run's configuration as recordings write it",
+          "[checkpoint][config]") {
+  RunConfig cfg = base("ddp", 2);
+  cfg.steps = 2;
+  const fs::path dir = fresh_dir("settings");
+  run_training(cfg, nullptr, {}, nullptr, Checkpointing{2, dir.string(), nullptr, ""});
+  const ModelLayout layout = make_layout(cfg);
+  const ResumeState now = load_checkpoint(dir.string(), layout);
+  CHECK(now.saved.strategy == "ddp");
+  CHECK(now.saved.world == 2);
+  CHECK(now.saved.timeout_ms == cfg.timeout_ms);  // the whole configuration, not a part
+  CHECK(now.saved.optimizer.lr == cfg.optimizer.lr);
+
+  // A version-2 manifest wrote a shorter block, with unset values as 0 and "".
+  edit_manifest(dir / "step-000002", [&](json& m) {
+    m["version"] = 2;
+    m["settings"] = {{"model", cfg.model},
+                     {"seq", 0},
+                     {"data", ""},
+                     {"attention", ""},
+                     {"seed", cfg.seed},
+                     {"batch", cfg.batch},
+                     {"strategy", "ddp"},
+                     {"world", 2},
+                     {"precision", "fp32"},
+                     {"steps", 2},
+                     {"optimizer", m["settings"]["optimizer"]}};
+  });
+  const ResumeState old = load_checkpoint(dir.string(), layout);
+  CHECK(old.saved.model == cfg.model);
+  CHECK(old.saved.seq == 0);
+  CHECK(old.saved.data.empty());
+  CHECK(old.saved.attention.empty());
+  cfg.steps = 3;
+  CHECK(run_training(cfg, nullptr, {}, nullptr, Checkpointing{0, "", &old, ""}).losses.size() == 3);
+
+  // A bad value is one line naming the manifest, the field and what is valid.
+  edit_manifest(dir / "step-000002", [](json& m) { m["settings"]["world"] = "two"; });
+  CHECK_THROWS_WITH(
+      load_checkpoint(dir.string(), layout),
+      Catch::Contains("checkpoint manifest '") &&
+          Catch::Contains("settings.world: expected an integer, got the string 'two'"));
+  edit_manifest(dir / "step-000002", [](json& m) {
+    m["settings"]["world"] = 2;
+    m["settings"]["colour"] = "red";
+  });
+  CHECK_THROWS_WITH(load_checkpoint(dir.string(), layout),
+                    Catch::Contains("settings: unknown key 'colour' (valid: "));
+  fs::remove_all(dir);
+}

@@ -28,9 +28,8 @@ Placement plan_placement(const RunConfig& cfg);
 // without plan_placement's checks: what a device-dependent default asks.
 bool places_on_cuda(const RunConfig& cfg);
 
-// --attention's values, and the one a gpt run uses: as given, else flash where the
-// ranks run on GPUs (--device cuda, or auto with a GPU) and naive on the CPU.
-// Throws ConfigError for a value that is neither.
-constexpr const char* kAttentionValues = "naive, flash";
+// The attention a gpt run uses (kAttentionValues, config.h): as given, else flash
+// where the ranks run on GPUs (--device cuda, or auto with a GPU) and naive on
+// the CPU. Throws ConfigError for a value that is neither.
 std::string effective_attention(const RunConfig& cfg);
 }  // namespace shardlab

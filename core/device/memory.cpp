@@ -141,7 +141,7 @@ Tensor Allocator::alloc(std::string name, MemCategory category, std::vector<int6
   // Recorded under the lock, with the totals' change: a comm thread allocating
   // beside the rank's thread cannot then record its events in another order
   // than the totals moved, and a recording's events replay to its peaks exactly
-  // (the loader checks them against the peaks: core/run/recording.cpp).
+  // (the loader checks them against the peaks: core/run/recording_read.cpp).
   auto record = [&] {
     if (recorder_)
       recorder_->add_alloc(

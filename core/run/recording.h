@@ -38,7 +38,7 @@ RecordingOrigin describe_origin(const RunResult& run);
 // The file's content. Throws std::runtime_error when the run cannot be recorded
 // (recording was off, or it would not load back).
 nlohmann::json recording_to_json(const RunResult& run, const RecordingOrigin& origin);
-// Checks everything (see recording.cpp); throws ConfigError "recording 'FILE': ..."
+// Checks everything (see recording_read.cpp); throws ConfigError "recording 'FILE': ..."
 // (one line) on anything wrong. `file` only names the source in messages.
 Recording recording_from_json(const nlohmann::json& j, const std::string& file);
 

@@ -19,6 +19,7 @@
 
 #include "core/comm/placement.h"
 #include "core/io/atomic_file.h"
+#include "core/io/config_json.h"
 #include "core/io/json_file.h"
 #include "core/io/safetensors.h"
 #include "core/model/model.h"
@@ -33,8 +34,10 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kFormat = "shardlab-checkpoint";
-// 2: every file names its run ("run_id"). Version 1 files (no run id) still load.
-constexpr int kVersion = 2;
+// 2: every file names its run ("run_id"). 3: the settings are the run's whole
+// configuration in the form recordings carry (core/io/config_json.h). Version 1
+// and 2 files (no run id; settings with empty values where unset) still load.
+constexpr int kVersion = 3;
 
 std::string step_dir_name(int steps_done) {
   char buf[32];
@@ -46,27 +49,6 @@ std::string rank_file_name(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", rank);
   return buf;
-}
-
-json settings_json(const RunConfig& c) {
-  const OptimizerConfig& o = c.optimizer;
-  return {{"model", c.model},
-          {"seq", c.seq},
-          {"data", c.data},
-          {"attention", c.attention},
-          {"seed", c.seed},
-          {"batch", c.batch},
-          {"strategy", c.strategy},
-          {"world", c.world},
-          {"precision", c.precision},
-          {"steps", c.steps},
-          {"optimizer",
-           {{"kind", to_string(o.kind)},
-            {"lr", o.lr},
-            {"beta1", o.beta1},
-            {"beta2", o.beta2},
-            {"eps", o.eps},
-            {"weight_decay", o.weight_decay}}}};
 }
 
 void write_atomic(const std::string& path, const std::string& text, const std::string& what) {
@@ -210,7 +192,7 @@ void commit_checkpoint(const std::string& dir, int steps_done, const RunConfig& 
       {"run_id", run_id},
       {"steps_done", steps_done},
       {"world", world},
-      {"settings", settings_json(cfg)},
+      {"settings", config_json(cfg)},
       {"ranks", ranks},
       {"losses", std::vector<double>(losses.begin(), losses.begin() + steps_done)}};
   write_atomic((step_dir / "manifest.json").string(), manifest.dump(1) + "\n",
@@ -315,7 +297,8 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
   try {
     if (m.at("format") != kFormat || !m.at("version").is_number_integer() ||
         m.at("version").get<int>() < 1 || m.at("version").get<int>() > kVersion)
-      throw bad(mpath + " is not a version-1 or version-2 Shardlab checkpoint manifest");
+      throw bad(mpath + " is not a version 1 to " + std::to_string(kVersion) +
+                " Shardlab checkpoint manifest");
     const int version = m.at("version").get<int>();
     if (version >= 2) {
       r.run_id = m.at("run_id").get<std::string>();
@@ -326,28 +309,17 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
     if (named >= 0 && named != r.steps_done)
       throw bad(mpath + " says " + std::to_string(r.steps_done) + " steps done, its directory " +
                 step_dir.filename().string());
-    const json& s = m.at("settings");
-    r.saved.model = s.at("model").get<std::string>();
-    r.saved.seq = s.at("seq").get<int>();
-    r.saved.data = s.at("data").get<std::string>();
-    // Checkpoints made before --attention ran the materialised one.
-    r.saved.attention = s.contains("attention")               ? s.at("attention").get<std::string>()
-                        : r.saved.model.rfind("gpt:", 0) == 0 ? "naive"
-                                                              : "";
-    r.saved.seed = s.at("seed").get<uint64_t>();
-    r.saved.batch = s.at("batch").get<int>();
-    r.saved.strategy = s.at("strategy").get<std::string>();
-    r.saved.world = s.at("world").get<int>();
-    r.saved.precision = s.at("precision").get<std::string>();
-    r.saved.steps = s.at("steps").get<int>();
-    const json& o = s.at("optimizer");
-    r.saved.optimizer.kind =
-        o.at("kind").get<std::string>() == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
-    r.saved.optimizer.lr = o.at("lr").get<float>();
-    r.saved.optimizer.beta1 = o.at("beta1").get<float>();
-    r.saved.optimizer.beta2 = o.at("beta2").get<float>();
-    r.saved.optimizer.eps = o.at("eps").get<float>();
-    r.saved.optimizer.weight_decay = o.at("weight_decay").get<float>();
+    json s = m.at("settings");
+    if (version < 3 && s.is_object()) {
+      // Versions 1 and 2 wrote the unset ones as 0 and "".
+      if (s.contains("seq") && s["seq"] == 0) s.erase("seq");
+      for (const char* k : {"data", "attention"})
+        if (s.contains(k) && s[k] == "") s.erase(k);
+    }
+    // What resuming compares (check_resume) must be there; the rest is read too.
+    r.saved =
+        config_from_json(JsonChecker(mpath, "checkpoint manifest"), s, "settings",
+                         {"model", "seed", "batch", "strategy", "world", "steps", "optimizer"});
     r.losses = m.at("losses").get<std::vector<double>>();
     // The resumed run reports these as its first steps' losses.
     if (r.steps_done < 0 || r.losses.size() != static_cast<size_t>(r.steps_done))
