@@ -184,43 +184,388 @@ void link_combo(App& app, const char* id) {
                  "10 us), ib400 (50 GB/s, 2 us)"));
 }
 
+namespace {
+
+// What every phase of drawing the rows shares: where they are, the view, the
+// colours and the mouse. Filled once a frame by draw_timeline_rows.
+struct RowsFrame {
+  ImDrawList* dl = nullptr;
+  Viewport vp;
+  RowsLayout L;
+  ImVec2 origin, end;
+  float x_end = 0, lane_h = 0, font = 0, small = 0;
+  float rows_top = 0, rows_bottom = 0;
+  bool hc = false;
+  const UiColors* ui = nullptr;
+  ImVec2 mouse;
+  bool hovered = false;
+};
+
+// What the mouse is over, found while the lanes are drawn, shown after.
+struct RowsHover {
+  const Span* span = nullptr;
+  const LaneData* lane = nullptr;
+  const CommWait* wait = nullptr;
+  DrawSpan block;
+  int idle_rank = -1;
+  Interval idle{0, 0};
+};
+
+// One label a lane asks for, with how to draw it.
+struct LaneLabel {
+  LabelRequest req;
+  std::string text;
+  ImU32 col;
+  bool on_stripes = false;  // over a wait's stripes: dark text would vanish
+  // A pipeline block's spans [first, last), to see whether its label sits on
+  // them or on the gaps between them; {0, 0} for other labels.
+  std::pair<size_t, size_t> block_spans{0, 0};
+};
+
+// Lane backgrounds and gutter labels (rank, its layers, the lane names): first,
+// so markers and spans draw over them.
+void draw_row_gutters(App& app, const RunData& d, const RowsFrame& f,
+                      const TimelineRowsOptions& opt, const char* const lane_names[2],
+                      const Tr& tr) {
+  const UiColors& ui = *f.ui;
+  const std::vector<std::string> layers = stage_layers(d.cfg, d.world);
+  for (int r = 0; r < d.world; ++r) {
+    const float y = f.origin.y + f.L.rank_y(r);
+    for (int l = 0; l < 2; ++l) {
+      const float ly = f.origin.y + f.L.lane_y(r, l);
+      f.dl->AddRectFilled(ImVec2(f.vp.x0, ly), ImVec2(f.x_end, ly + f.lane_h),
+                          l ? ui.lane_bg_alt : ui.lane_bg);
+    }
+    f.dl->AddLine(ImVec2(f.origin.x, y - f.L.gap * 0.5f), ImVec2(f.x_end, y - f.L.gap * 0.5f),
+                  ui.grid);
+    const std::string rank_name = strf(tr("rank %d"), r);
+    const char* name = rank_name.c_str();
+    if (f.lane_h >= f.font) {
+      f.dl->AddText(ImVec2(f.origin.x + 2, f.origin.y + text_y_in_lane(f.L, r, 0, f.font)), ui.text,
+                    name);
+      if (static_cast<size_t>(r) < layers.size())
+        f.dl->AddText(ImGui::GetFont(), f.small,
+                      ImVec2(f.origin.x + 2, f.origin.y + text_y_in_lane(f.L, r, 1, f.small)),
+                      ui.text_dim, layers[r].c_str());
+    } else {  // short lanes (compare): one name between the two
+      f.dl->AddText(ImVec2(f.origin.x + 2, y + f.lane_h - f.font * 0.5f), ui.text, name);
+    }
+    if (f.lane_h >= f.small) {
+      for (int l = 0; l < 2; ++l)
+        f.dl->AddText(ImGui::GetFont(), f.small,
+                      ImVec2(f.vp.x0 - ImGui::CalcTextSize(lane_names[l]).x * 0.85f - 6,
+                             f.origin.y + text_y_in_lane(f.L, r, l, f.small)),
+                      ui.text_dim, lane_names[l]);
+    }
+    // A lesson may point at this rank's lanes (the measured run's rows only).
+    if (opt.click_sets_playhead && &d == &app.data)
+      mark_region(app, r, nullptr, -1, ImVec2(f.origin.x, f.origin.y + f.L.lane_y(r, 0)),
+                  ImVec2(f.x_end, f.origin.y + f.L.lane_y(r, 1) + f.lane_h));
+  }
+}
+
+// Step boundaries: a line per step through the rows, labelled in a band under
+// the axis, where a short window cannot clip the labels. Returns the first and
+// last step meeting the view (-1, -1: none).
+std::pair<int, int> draw_step_lines(const RunData& d, const RowsFrame& f,
+                                    const TimelineRowsOptions& opt, const Tr& tr) {
+  int first_step = -1, last_step = -1;
+  if (d.step_begin.empty()) return {first_step, last_step};
+  const Viewport& vp = f.vp;
+  float last_x = -1e9f;
+  std::vector<std::pair<float, float>> boxes;
+  std::vector<size_t> box_steps;
+  for (size_t s = 0; s < d.step_begin.size(); ++s) {
+    if (d.step_begin[s] < 0) continue;
+    const double b = static_cast<double>(d.step_begin[s]);
+    const double e = s + 1 < d.step_begin.size() && d.step_begin[s + 1] >= 0
+                         ? static_cast<double>(d.step_begin[s + 1])
+                         : static_cast<double>(d.t_end);
+    if (e >= vp.t_begin && b <= vp.t_end) {
+      if (first_step < 0) first_step = static_cast<int>(s);
+      last_step = static_cast<int>(s);
+    }
+    if (!opt.show_steps) continue;
+    const float x = vp.x_of(b);
+    if (x < vp.x0 && vp.x_of(e) > vp.x0) {
+      // The step the view starts inside keeps its name at the left edge.
+      const std::string label = step_label(d, static_cast<int>(s), tr);
+      boxes.push_back({vp.x0 + 3, ImGui::CalcTextSize(label.c_str()).x});
+      box_steps.push_back(s);
+      continue;
+    }
+    // Closer than a few pixels the lines are a grey wash (and thousands of
+    // full-height lines are what a software rasteriser chokes on).
+    if (x < vp.x0 || x > f.x_end || x - last_x < 6) continue;
+    last_x = x;
+    f.dl->AddLine(ImVec2(x, f.rows_top - f.L.steps_h), ImVec2(x, f.rows_bottom), f.ui->grid);
+    const std::string label = step_label(d, static_cast<int>(s), tr);
+    boxes.push_back({x + 3, ImGui::CalcTextSize(label.c_str()).x});
+    box_steps.push_back(s);
+  }
+  // The left edge's name gives way to a step boundary right next to it.
+  if (boxes.size() > 1 && boxes[0].first == vp.x0 + 3 &&
+      boxes[1].first < boxes[0].first + boxes[0].second + 8) {
+    boxes.erase(boxes.begin());
+    box_steps.erase(box_steps.begin());
+  }
+  const std::vector<bool> keep = keep_apart(boxes, 8, f.x_end);
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    if (!keep[k]) continue;
+    const std::string label = step_label(d, static_cast<int>(box_steps[k]), tr);
+    f.dl->AddText(ImVec2(boxes[k].first, f.rows_top - f.L.steps_h + (f.L.steps_h - f.font) * 0.5f),
+                  f.ui->text_dim, label.c_str());
+  }
+  return {first_step, last_step};
+}
+
+// Labels left to right, none over another (place_labels), on the top layer.
+void draw_lane_labels(const RowsFrame& f, const LaneData& lane, int l, float y0, float y1,
+                      const std::vector<LaneLabel>& labels) {
+  const UiColors& ui = *f.ui;
+  f.dl->ChannelsSetCurrent(2);
+  std::vector<size_t> order(labels.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t p, size_t q) { return labels[p].req.x0 < labels[q].req.x0; });
+  std::vector<LabelRequest> sorted;
+  for (size_t k : order) sorted.push_back(labels[k].req);
+  const std::vector<LabelPlace> placed = place_labels(sorted, std::max(3.0f, f.font * 0.5f));
+  const float ty = std::floor((y0 + y1 - f.font) * 0.5f);
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (!placed[k].shown || f.lane_h < f.font) continue;
+    const LaneLabel& label = labels[order[k]];
+    const float x = std::floor(placed[k].x);
+    // Outside its block, or over the stripes of a wait, dark text would
+    // vanish: light text on a patch of the lane's own colour.
+    // A block of narrow spans with gaps between them (several micro-batches
+    // grouped, or a rank sharing a core) is no background for dark text either.
+    const float w = ImGui::CalcTextSize(label.text.c_str()).x;
+    const auto [bf, bl] = label.block_spans;
+    const bool patch = !placed[k].inside || label.on_stripes ||
+                       (bl > bf && covered_share(lane, bf, bl, f.vp, x, x + w) < 0.9f);
+    if (patch) {
+      f.dl->AddRectFilled(ImVec2(x - 1, ty), ImVec2(x + w + 1, ty + f.font),
+                          l ? ui.lane_bg_alt : ui.lane_bg);
+    }
+    f.dl->AddText(ImVec2(x, ty), patch ? ui.text : label.col, label.text.c_str());
+  }
+  f.dl->ChannelsSetCurrent(0);
+}
+
+// One lane of one rank: its idle time (compute lane), the waits inside its comm
+// spans, the spans themselves (folded where narrow), pipeline blocks outlined,
+// then every label placed; notes what the mouse is over in `hover`.
+void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
+               const std::vector<WindowUse>& uses, const char* idle_word, const Tr& tr,
+               RowsHover& hover) {
+  const Viewport& vp = f.vp;
+  const UiColors& ui = *f.ui;
+  ImDrawList* dl = f.dl;
+  const LaneData& lane = d.ranks[r].lanes[l];
+  const float y0 = f.origin.y + f.L.lane_y(r, l) + 1, y1 = y0 + f.lane_h - 2;
+  const bool mouse_in_lane =
+      f.hovered && f.mouse.y >= y0 && f.mouse.y < y1 + 2 && f.mouse.x >= vp.x0;
+  const auto text_w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
+  auto wait_of = [&](uint32_t index) -> const CommWait* {
+    for (const WindowUse& u : uses)
+      if (const CommWait* w = u.ranks[r].wait_of(index)) return w;
+    return nullptr;
+  };
+  std::vector<LaneLabel> labels;
+
+  // Idle first, under the spans: the compute lane shows where the rank
+  // neither computed nor moved bytes (once, where two steps' windows overlap).
+  const std::vector<Interval> idle =
+      l == static_cast<int>(Lane::compute) ? merged_idle(uses, r) : std::vector<Interval>{};
+  for (const Interval& iv : idle) {
+    const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0 - 2);
+    const float b = std::min(vp.x_of(static_cast<double>(iv.second)), f.x_end + 2);
+    if (b - a < 2) continue;
+    draw_idle(dl, ImVec2(a, y0), ImVec2(b, y1), f.hc);
+    if (mouse_in_lane && f.mouse.x >= a && f.mouse.x <= b) {
+      hover.idle_rank = r;
+      hover.idle = iv;
+    }
+  }
+
+  std::vector<DrawSpan> blocks;
+  visible_spans(lane, vp, kMinSpanPx, blocks);
+  std::vector<PhaseRun> runs;
+  const bool have_runs = l == static_cast<int>(Lane::compute) &&
+                         phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs) && !runs.empty();
+  // Waiting for the peer, then moving bytes. Comm spans overlap (a stage posts
+  // several recvs at once): waits are drawn in a first pass, so no wait covers
+  // another span's moving bytes.
+  if (l == static_cast<int>(Lane::comm))
+    for (const DrawSpan& b : blocks) {
+      if (b.folded()) continue;
+      const CommWait* w = wait_of(b.first);
+      if (!w) continue;
+      const Color base = kind_color(b.kind, f.hc);
+      const ImVec2 a(std::max(b.x0, vp.x0 - 2), y0), z(std::min(b.x1, f.x_end + 2), y1);
+      const float xr = std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x);
+      dl->AddRectFilled(a, ImVec2(xr, z.y), with_alpha(base, 0.18f));
+      draw_idle(dl, a, ImVec2(xr, z.y), f.hc);
+      dl->AddRect(a, ImVec2(xr, z.y), with_alpha(base, 0.8f));
+    }
+  size_t run_k = 0;
+  for (const DrawSpan& b : blocks) {
+    const Color base = kind_color(b.kind, f.hc);
+    const ImVec2 a(std::max(b.x0, vp.x0 - 2), y0), z(std::min(b.x1, f.x_end + 2), y1);
+    if (b.folded()) {
+      // Folded: darker, with a bright top edge. (Hatching thousands of blocks
+      // cost a software rasteriser ~200 ms a frame.)
+      dl->AddRectFilled(a, z, scale_rgb(base, 0.55f));
+      dl->AddRectFilled(a, ImVec2(z.x, a.y + 2), base);
+      if (!have_runs) {
+        char n[24];
+        std::snprintf(n, sizeof n, "\xC3\x97%u", b.count);
+        text_in_rect(dl, a, z, ui.text, n);
+      }
+      continue;
+    }
+    const Span& s = lane.spans[b.first];
+    const CommWait* w = l == static_cast<int>(Lane::comm) ? wait_of(b.first) : nullptr;
+    const float xr = w ? std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x) : a.x;
+    // Set-up and tear-down (step -1, e.g. the final weights going to rank
+    // 0) are drawn faint: they are not part of a training step.
+    const bool training = s.step >= 0;
+    dl->AddRectFilled(ImVec2(xr, a.y), z, training ? base : with_alpha(base, 0.35f));
+    if (z.x - a.x > 4) dl->AddRect(a, z, ui.outline);
+    // Spans of a pipeline block are labelled once, for the whole block.
+    while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
+    if (have_runs && run_k < runs.size() && runs[run_k].first <= b.first) continue;
+    std::string lf = span_label(s, true, tr);
+    std::string sf = span_label(s, false, tr);
+    // After the last step, step -1 is the final weights' export to rank 0: say so.
+    if (!training && !d.step_begin.empty() && d.step_begin.back() >= 0 &&
+        s.t_begin_ns > d.step_begin.back()) {
+      lf = strf(tr("final weights: %s"), lf.c_str());
+      sf = strf(tr("final weights: %s"), sf.c_str());
+    }
+    const float wl = text_w(lf), ws = text_w(sf);
+    // Labels go in the visible part of a span (the rest is clipped).
+    const float la = std::max(a.x, vp.x0), lz = std::min(z.x, f.x_end);
+    const bool long_fits = wl + 4 <= lz - la;
+    labels.push_back({{la, lz, long_fits ? wl : ws, la},
+                      long_fits ? lf : sf,
+                      training ? ui.label_on_span : ui.text_dim,
+                      w != nullptr});
+  }
+
+  // Pipeline blocks: an outline around each micro-batch's run of spans, and
+  // its name inside, or just after it when the block is too narrow.
+  for (const PhaseRun& run : runs) {
+    const float a = vp.x_of(static_cast<double>(run.t_begin));
+    const float z = vp.x_of(static_cast<double>(run.t_end));
+    if (z - a >= 3 && z >= vp.x0 && a <= f.x_end)
+      dl->AddRect(ImVec2(a, y0), ImVec2(z, y1), ui.outline, 0, 0, 1.5f);
+  }
+  size_t next_block = 0;
+  for (const RunGroup& g : group_runs(runs, vp, f.font * 2.0f, 3, text_w)) {
+    const PhaseRun& first = runs[g.first];
+    const PhaseRun& last = runs[g.first + g.count - 1];
+    // The visible part; under 2 px a run is a zoomed-out wash, not worth a name.
+    const float a = std::max(vp.x_of(static_cast<double>(first.t_begin)), vp.x0);
+    const float z = std::min(vp.x_of(static_cast<double>(last.t_end)), f.x_end);
+    if (z - a < 2) continue;
+    while (next_block < blocks.size() && blocks[next_block].x0 < z - 0.5f) ++next_block;
+    float limit = f.x_end;
+    if (next_block < blocks.size()) limit = std::min(limit, blocks[next_block].x0);
+    if (g.first + g.count < runs.size())
+      limit = std::min(limit, vp.x_of(static_cast<double>(runs[g.first + g.count].t_begin)));
+    labels.push_back({{a, z, text_w(g.label), limit},
+                      g.label,
+                      ui.label_on_span,
+                      false,
+                      {first.first, last.first + last.count}});
+  }
+
+  // Idle gets its name where there is room.
+  for (const Interval& iv : idle) {
+    const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0);
+    const float b = std::min(vp.x_of(static_cast<double>(iv.second)), f.x_end);
+    const float w = ImGui::CalcTextSize(idle_word).x;
+    if (b - a < w + 8) continue;
+    labels.push_back({{a, b, w, b}, idle_word, ui.text});
+  }
+  draw_lane_labels(f, lane, l, y0, y1, labels);
+
+  if (mouse_in_lane) {
+    const int k = hit_test(blocks, f.mouse.x, 2.0f);
+    if (k >= 0) {
+      hover.block = blocks[k];
+      hover.lane = &lane;
+      hover.span = &lane.spans[blocks[k].first];
+      hover.wait = l == static_cast<int>(Lane::comm) && !blocks[k].folded()
+                       ? wait_of(blocks[k].first)
+                       : nullptr;
+    }
+  }
+}
+
+// send -> recv: from the send's start on the sender to the recv's end on the
+// receiver; many in view are bundled into a few strokes.
+void draw_flow_lines(const RunData& d, const RowsFrame& f) {
+  f.dl->ChannelsSetCurrent(1);
+  std::vector<FlowLine> lines;
+  flow_lines(d.flows, f.vp, kMaxSingleFlows, 16, lines);
+  const bool bundled =
+      !lines.empty() && lines.size() < d.flows.size() &&
+      std::any_of(lines.begin(), lines.end(), [](const FlowLine& l) { return l.count > 1; });
+  const ImU32 col = f.hc ? IM_COL32(255, 255, 255, 170) : IM_COL32(225, 228, 235, 95);
+  for (const FlowLine& l : lines) {
+    const float ya = f.origin.y + f.L.lane_y(l.from_rank, 1) + f.lane_h * 0.5f;
+    const float yb = f.origin.y + f.L.lane_y(l.to_rank, 1) + f.lane_h * 0.5f;
+    const float thick =
+        bundled ? std::min(4.0f, 1.0f + std::log2(static_cast<float>(l.count)) * 0.5f) : 1.2f;
+    draw_arrow(f.dl, ImVec2(l.xa, ya), ImVec2(l.xb, yb), col, thick, bundled ? 0 : 5);
+  }
+}
+
+}  // namespace
+
 bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
                         const TimelineRowsOptions& opt) {
+  RowsFrame f;
   // Rows may be drawn shifted (compare: each run from its own first span); the
   // caller's viewport stays in its own coordinates.
-  Viewport vp = shared_vp;
-  vp.t_begin += opt.t_offset;
-  vp.t_end += opt.t_offset;
-  const bool hc = app.state.presenter.high_contrast;
-  const UiColors& ui = ui_colors(hc);
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const float font = ImGui::GetFontSize();
-  const float small = font * 0.85f;
-  const float lane_h_req = opt.lane_height > 0 ? opt.lane_height : font + 6;
-  const RowsLayout L = rows_layout(font, lane_h_req, d.world, opt.show_axis, opt.show_steps);
-  const float lane_h = L.lane_h;
+  f.vp = shared_vp;
+  f.vp.t_begin += opt.t_offset;
+  f.vp.t_end += opt.t_offset;
+  Viewport& vp = f.vp;
+  f.hc = app.state.presenter.high_contrast;
+  f.ui = &ui_colors(f.hc);
+  f.dl = ImGui::GetWindowDrawList();
+  f.font = ImGui::GetFontSize();
+  f.small = f.font * 0.85f;
+  const float lane_h_req = opt.lane_height > 0 ? opt.lane_height : f.font + 6;
+  f.L = rows_layout(f.font, lane_h_req, d.world, opt.show_axis, opt.show_steps);
+  f.lane_h = f.L.lane_h;
   const Tr tr = app.tr();
   const char* lane_names[2] = {lane_name(Lane::compute, tr), lane_name(Lane::comm, tr)};
   const float gutter =
       ImGui::CalcTextSize((strf(tr("rank %d"), 10) + " ").c_str()).x +
       std::max(ImGui::CalcTextSize(lane_names[0]).x, ImGui::CalcTextSize(lane_names[1]).x) * 0.85f +
       14;
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  f.origin = ImGui::GetCursorScreenPos();
   const float width = std::max(50.0f, ImGui::GetContentRegionAvail().x);
-  const float height = opt.height > 0 ? opt.height : L.height();
+  const float height = opt.height > 0 ? opt.height : f.L.height();
   const bool pipeline = is_pipeline_strategy(d.cfg.strategy);
   const char* idle_word = idle_name(d.cfg.strategy, tr);
 
+  // Input: zoom, pan, click to move the playhead, double-click to fit.
   ImGui::InvisibleButton(opt.id, ImVec2(width, height));
-  vp.x0 = origin.x + gutter;
+  vp.x0 = f.origin.x + gutter;
   vp.width = std::max(1.0f, width - gutter - 6);
   TimelineState& ts = app.state.timeline;
   const bool moved = zoom_pan(vp, ts);
-  const ImVec2 mouse = ImGui::GetIO().MousePos;
-  const bool hovered = ImGui::IsItemHovered();
-  if (opt.click_sets_playhead && ImGui::IsItemDeactivated() && !ts.dragging && mouse.x >= vp.x0)
-    app.set_playhead_on(d, vp.t_of(mouse.x));
-  if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
+  f.mouse = ImGui::GetIO().MousePos;
+  f.hovered = ImGui::IsItemHovered();
+  if (opt.click_sets_playhead && ImGui::IsItemDeactivated() && !ts.dragging && f.mouse.x >= vp.x0)
+    app.set_playhead_on(d, vp.t_of(f.mouse.x));
+  if (f.hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
     fit(vp, d.steps_begin(), static_cast<double>(d.t_end));
     ts.follow = true;
     if (opt.click_sets_playhead) ts.one_step = false;
@@ -229,102 +574,21 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   shared_vp.t_begin -= opt.t_offset;
   shared_vp.t_end -= opt.t_offset;
 
-  const ImVec2 end(origin.x + width, origin.y + height);
-  dl->PushClipRect(origin, end, true);
-  const float x_end = vp.x0 + vp.width;
+  f.end = ImVec2(f.origin.x + width, f.origin.y + height);
+  f.dl->PushClipRect(f.origin, f.end, true);
+  f.x_end = vp.x0 + vp.width;
   if (opt.show_axis) {
     // Label the axis in the caller's time (compare: time since each run's first span).
     Viewport axis_vp = vp;
     axis_vp.t_begin -= opt.t_offset;
     axis_vp.t_end -= opt.t_offset;
-    draw_time_axis(dl, axis_vp, origin.y, L.axis_h, ui);
+    draw_time_axis(f.dl, axis_vp, f.origin.y, f.L.axis_h, *f.ui);
   }
-  const float rows_top = origin.y + L.rows_top();
-  const float rows_bottom = origin.y + L.height();
+  f.rows_top = f.origin.y + f.L.rows_top();
+  f.rows_bottom = f.origin.y + f.L.height();
 
-  // Lane backgrounds and gutter labels first, so markers and spans draw over them.
-  const std::vector<std::string> layers = stage_layers(d.cfg, d.world);
-  for (int r = 0; r < d.world; ++r) {
-    const float y = origin.y + L.rank_y(r);
-    for (int l = 0; l < 2; ++l) {
-      const float ly = origin.y + L.lane_y(r, l);
-      dl->AddRectFilled(ImVec2(vp.x0, ly), ImVec2(x_end, ly + lane_h),
-                        l ? ui.lane_bg_alt : ui.lane_bg);
-    }
-    dl->AddLine(ImVec2(origin.x, y - L.gap * 0.5f), ImVec2(x_end, y - L.gap * 0.5f), ui.grid);
-    const std::string rank_name = strf(tr("rank %d"), r);
-    const char* name = rank_name.c_str();
-    if (lane_h >= font) {
-      dl->AddText(ImVec2(origin.x + 2, origin.y + text_y_in_lane(L, r, 0, font)), ui.text, name);
-      if (static_cast<size_t>(r) < layers.size())
-        dl->AddText(ImGui::GetFont(), small,
-                    ImVec2(origin.x + 2, origin.y + text_y_in_lane(L, r, 1, small)), ui.text_dim,
-                    layers[r].c_str());
-    } else {  // short lanes (compare): one name between the two
-      dl->AddText(ImVec2(origin.x + 2, y + lane_h - font * 0.5f), ui.text, name);
-    }
-    if (lane_h >= small) {
-      for (int l = 0; l < 2; ++l)
-        dl->AddText(ImGui::GetFont(), small,
-                    ImVec2(vp.x0 - ImGui::CalcTextSize(lane_names[l]).x * 0.85f - 6,
-                           origin.y + text_y_in_lane(L, r, l, small)),
-                    ui.text_dim, lane_names[l]);
-    }
-    // A lesson may point at this rank's lanes (the measured run's rows only).
-    if (opt.click_sets_playhead && &d == &app.data)
-      mark_region(app, r, nullptr, -1, ImVec2(origin.x, origin.y + L.lane_y(r, 0)),
-                  ImVec2(x_end, origin.y + L.lane_y(r, 1) + lane_h));
-  }
-
-  // Step boundaries: a line per step through the rows, labelled in a band
-  // under the axis, where a short window cannot clip the labels.
-  int first_step = -1, last_step = -1;  // steps meeting the view
-  if (!d.step_begin.empty()) {
-    float last_x = -1e9f;
-    std::vector<std::pair<float, float>> boxes;
-    std::vector<size_t> box_steps;
-    for (size_t s = 0; s < d.step_begin.size(); ++s) {
-      if (d.step_begin[s] < 0) continue;
-      const double b = static_cast<double>(d.step_begin[s]);
-      const double e = s + 1 < d.step_begin.size() && d.step_begin[s + 1] >= 0
-                           ? static_cast<double>(d.step_begin[s + 1])
-                           : static_cast<double>(d.t_end);
-      if (e >= vp.t_begin && b <= vp.t_end) {
-        if (first_step < 0) first_step = static_cast<int>(s);
-        last_step = static_cast<int>(s);
-      }
-      if (!opt.show_steps) continue;
-      const float x = vp.x_of(b);
-      if (x < vp.x0 && vp.x_of(e) > vp.x0) {
-        // The step the view starts inside keeps its name at the left edge.
-        const std::string label = step_label(d, static_cast<int>(s), tr);
-        boxes.push_back({vp.x0 + 3, ImGui::CalcTextSize(label.c_str()).x});
-        box_steps.push_back(s);
-        continue;
-      }
-      // Closer than a few pixels the lines are a grey wash (and thousands of
-      // full-height lines are what a software rasteriser chokes on).
-      if (x < vp.x0 || x > x_end || x - last_x < 6) continue;
-      last_x = x;
-      dl->AddLine(ImVec2(x, rows_top - L.steps_h), ImVec2(x, rows_bottom), ui.grid);
-      const std::string label = step_label(d, static_cast<int>(s), tr);
-      boxes.push_back({x + 3, ImGui::CalcTextSize(label.c_str()).x});
-      box_steps.push_back(s);
-    }
-    // The left edge's name gives way to a step boundary right next to it.
-    if (boxes.size() > 1 && boxes[0].first == vp.x0 + 3 &&
-        boxes[1].first < boxes[0].first + boxes[0].second + 8) {
-      boxes.erase(boxes.begin());
-      box_steps.erase(box_steps.begin());
-    }
-    const std::vector<bool> keep = keep_apart(boxes, 8, x_end);
-    for (size_t k = 0; k < boxes.size(); ++k) {
-      if (!keep[k]) continue;
-      const std::string label = step_label(d, static_cast<int>(box_steps[k]), tr);
-      dl->AddText(ImVec2(boxes[k].first, rows_top - L.steps_h + (L.steps_h - font) * 0.5f),
-                  ui.text_dim, label.c_str());
-    }
-  }
+  draw_row_gutters(app, d, f, opt, lane_names, tr);
+  const auto [first_step, last_step] = draw_step_lines(d, f, opt, tr);
 
   // Where each rank waited, per step in view (while few enough are).
   // (Narrow steps would show stripes too fine to read, at a cost per frame.)
@@ -333,243 +597,37 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   if (first_step >= 0 && steps_in_view <= kMaxClassifiedSteps &&
       vp.width / static_cast<float>(steps_in_view) >= kMinClassifiedStepPx)
     for (int s = first_step; s <= last_step; ++s) uses.push_back(step_use(d, s));
-  auto wait_of = [&](int rank, uint32_t index) -> const CommWait* {
-    for (const WindowUse& u : uses)
-      if (const CommWait* w = u.ranks[rank].wait_of(index)) return w;
-    return nullptr;
-  };
 
-  dl->PushClipRect(ImVec2(vp.x0, rows_top), ImVec2(x_end, end.y), true);
+  f.dl->PushClipRect(ImVec2(vp.x0, f.rows_top), ImVec2(f.x_end, f.end.y), true);
   // Three layers: spans, then the send->recv lines over them, then the labels
   // over the lines (a line drawn across "recv B0 ←r1" made it unreadable).
-  dl->ChannelsSplit(3);
-  dl->ChannelsSetCurrent(0);
-  std::vector<DrawSpan> blocks;
-  std::vector<PhaseRun> runs;
-  const auto text_w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
-  const Span* hover_span = nullptr;
-  const LaneData* hover_lane = nullptr;
-  const CommWait* hover_wait = nullptr;
-  DrawSpan hover_block;
-  int hover_idle_rank = -1;
-  Interval hover_idle{0, 0};
-  for (int r = 0; r < d.world; ++r) {
-    for (int l = 0; l < 2; ++l) {
-      const LaneData& lane = d.ranks[r].lanes[l];
-      const float y0 = origin.y + L.lane_y(r, l) + 1, y1 = y0 + lane_h - 2;
-      const bool mouse_in_lane = hovered && mouse.y >= y0 && mouse.y < y1 + 2 && mouse.x >= vp.x0;
-      std::vector<LabelRequest> requests;
-      std::vector<std::string> texts;
-      std::vector<ImU32> text_cols;
-      std::vector<bool> on_stripes;
-      // A pipeline block's spans [first, last), to see whether its label sits on
-      // them or on the gaps between them; {0, 0} for other labels.
-      std::vector<std::pair<size_t, size_t>> block_spans;
-
-      // Idle first, under the spans: the compute lane shows where the rank
-      // neither computed nor moved bytes (once, where two steps' windows overlap).
-      const std::vector<Interval> idle =
-          l == static_cast<int>(Lane::compute) ? merged_idle(uses, r) : std::vector<Interval>{};
-      for (const Interval& iv : idle) {
-        const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0 - 2);
-        const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end + 2);
-        if (b - a < 2) continue;
-        draw_idle(dl, ImVec2(a, y0), ImVec2(b, y1), hc);
-        if (mouse_in_lane && mouse.x >= a && mouse.x <= b) {
-          hover_idle_rank = r;
-          hover_idle = iv;
-        }
-      }
-
-      blocks.clear();
-      visible_spans(lane, vp, kMinSpanPx, blocks);
-      runs.clear();
-      const bool have_runs = l == static_cast<int>(Lane::compute) &&
-                             phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs) && !runs.empty();
-      size_t run_k = 0;
-      if (l == static_cast<int>(Lane::comm))
-        for (const DrawSpan& b : blocks) {
-          if (b.folded()) continue;
-          const CommWait* w = wait_of(r, b.first);
-          if (!w) continue;
-          const Color base = kind_color(b.kind, hc);
-          const ImVec2 a(std::max(b.x0, vp.x0 - 2), y0), z(std::min(b.x1, x_end + 2), y1);
-          const float xr = std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x);
-          dl->AddRectFilled(a, ImVec2(xr, z.y), with_alpha(base, 0.18f));
-          draw_idle(dl, a, ImVec2(xr, z.y), hc);
-          dl->AddRect(a, ImVec2(xr, z.y), with_alpha(base, 0.8f));
-        }
-      for (const DrawSpan& b : blocks) {
-        const Color base = kind_color(b.kind, hc);
-        const ImVec2 a(std::max(b.x0, vp.x0 - 2), y0), z(std::min(b.x1, x_end + 2), y1);
-        if (b.folded()) {
-          // Folded: darker, with a bright top edge. (Hatching thousands of blocks
-          // cost a software rasteriser ~200 ms a frame.)
-          dl->AddRectFilled(a, z, scale_rgb(base, 0.55f));
-          dl->AddRectFilled(a, ImVec2(z.x, a.y + 2), base);
-          if (!have_runs) {
-            char n[24];
-            std::snprintf(n, sizeof n, "\xC3\x97%u", b.count);
-            text_in_rect(dl, a, z, ui.text, n);
-          }
-          continue;
-        }
-        const Span& s = lane.spans[b.first];
-        const CommWait* w = l == static_cast<int>(Lane::comm) ? wait_of(r, b.first) : nullptr;
-        // Waiting for the peer, then moving bytes. Comm spans overlap (a stage
-        // posts several recvs at once): waits were drawn in a first pass, so
-        // no wait covers another span's moving bytes.
-        const float xr = w ? std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x) : a.x;
-        // Set-up and tear-down (step -1, e.g. the final weights going to rank
-        // 0) are drawn faint: they are not part of a training step.
-        const bool training = s.step >= 0;
-        dl->AddRectFilled(ImVec2(xr, a.y), z, training ? base : with_alpha(base, 0.35f));
-        if (z.x - a.x > 4) dl->AddRect(a, z, ui.outline);
-        // Spans of a pipeline block are labelled once, for the whole block.
-        while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
-        if (have_runs && run_k < runs.size() && runs[run_k].first <= b.first) continue;
-        std::string lf = span_label(s, true, tr);
-        std::string sf = span_label(s, false, tr);
-        // After the last step, step -1 is the final weights' export to rank 0: say so.
-        if (!training && !d.step_begin.empty() && d.step_begin.back() >= 0 &&
-            s.t_begin_ns > d.step_begin.back()) {
-          lf = strf(tr("final weights: %s"), lf.c_str());
-          sf = strf(tr("final weights: %s"), sf.c_str());
-        }
-        const float wl = text_w(lf), ws = text_w(sf);
-        // Labels go in the visible part of a span (the rest is clipped).
-        const float la = std::max(a.x, vp.x0), lz = std::min(z.x, x_end);
-        requests.push_back({la, lz, wl + 4 <= lz - la ? wl : ws, la});
-        texts.push_back(wl + 4 <= lz - la ? lf : sf);
-        text_cols.push_back(training ? ui.label_on_span : ui.text_dim);
-        on_stripes.push_back(w != nullptr);
-        block_spans.push_back({0, 0});
-      }
-
-      // Pipeline blocks: an outline around each micro-batch's run of spans, and
-      // its name inside, or just after it when the block is too narrow.
-      for (const PhaseRun& run : runs) {
-        const float a = vp.x_of(static_cast<double>(run.t_begin));
-        const float z = vp.x_of(static_cast<double>(run.t_end));
-        if (z - a >= 3 && z >= vp.x0 && a <= x_end)
-          dl->AddRect(ImVec2(a, y0), ImVec2(z, y1), ui.outline, 0, 0, 1.5f);
-      }
-      size_t next_block = 0;
-      for (const RunGroup& g : group_runs(runs, vp, font * 2.0f, 3, text_w)) {
-        const PhaseRun& first = runs[g.first];
-        const PhaseRun& last = runs[g.first + g.count - 1];
-        // The visible part; under 2 px a run is a zoomed-out wash, not worth a name.
-        const float a = std::max(vp.x_of(static_cast<double>(first.t_begin)), vp.x0);
-        const float z = std::min(vp.x_of(static_cast<double>(last.t_end)), x_end);
-        if (z - a < 2) continue;
-        while (next_block < blocks.size() && blocks[next_block].x0 < z - 0.5f) ++next_block;
-        float limit = x_end;
-        if (next_block < blocks.size()) limit = std::min(limit, blocks[next_block].x0);
-        if (g.first + g.count < runs.size())
-          limit = std::min(limit, vp.x_of(static_cast<double>(runs[g.first + g.count].t_begin)));
-        requests.push_back({a, z, text_w(g.label), limit});
-        texts.push_back(g.label);
-        text_cols.push_back(ui.label_on_span);
-        on_stripes.push_back(false);
-        block_spans.push_back({first.first, last.first + last.count});
-      }
-
-      // Idle gets its name where there is room.
-      for (const Interval& iv : idle) {
-        const float a = std::max(vp.x_of(static_cast<double>(iv.first)), vp.x0);
-        const float b = std::min(vp.x_of(static_cast<double>(iv.second)), x_end);
-        const float w = ImGui::CalcTextSize(idle_word).x;
-        if (b - a < w + 8) continue;
-        requests.push_back({a, b, w, b});
-        texts.push_back(idle_word);
-        text_cols.push_back(ui.text);
-        on_stripes.push_back(false);
-        block_spans.push_back({0, 0});
-      }
-
-      // Labels left to right, none over another (place_labels), on the top layer.
-      dl->ChannelsSetCurrent(2);
-      std::vector<size_t> order(requests.size());
-      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-      std::stable_sort(order.begin(), order.end(),
-                       [&](size_t p, size_t q) { return requests[p].x0 < requests[q].x0; });
-      std::vector<LabelRequest> sorted;
-      for (size_t k : order) sorted.push_back(requests[k]);
-      const std::vector<LabelPlace> placed = place_labels(sorted, std::max(3.0f, font * 0.5f));
-      const float ty = std::floor((y0 + y1 - font) * 0.5f);
-      for (size_t k = 0; k < order.size(); ++k) {
-        if (!placed[k].shown || lane_h < font) continue;
-        const size_t i = order[k];
-        const float x = std::floor(placed[k].x);
-        // Outside its block, or over the stripes of a wait, dark text would
-        // vanish: light text on a patch of the lane's own colour.
-        // A block of narrow spans with gaps between them (several micro-batches
-        // grouped, or a rank sharing a core) is no background for dark text either.
-        const float w = ImGui::CalcTextSize(texts[i].c_str()).x;
-        const auto [bf, bl] = block_spans[i];
-        const bool patch = !placed[k].inside || on_stripes[i] ||
-                           (bl > bf && covered_share(lane, bf, bl, vp, x, x + w) < 0.9f);
-        if (patch) {
-          dl->AddRectFilled(ImVec2(x - 1, ty), ImVec2(x + w + 1, ty + font),
-                            l ? ui.lane_bg_alt : ui.lane_bg);
-        }
-        dl->AddText(ImVec2(x, ty), patch ? ui.text : text_cols[i], texts[i].c_str());
-      }
-      dl->ChannelsSetCurrent(0);
-
-      if (mouse_in_lane) {
-        const int k = hit_test(blocks, mouse.x, 2.0f);
-        if (k >= 0) {
-          hover_block = blocks[k];
-          hover_lane = &lane;
-          hover_span = &lane.spans[blocks[k].first];
-          hover_wait = l == static_cast<int>(Lane::comm) && !blocks[k].folded()
-                           ? wait_of(r, blocks[k].first)
-                           : nullptr;
-        }
-      }
-    }
-  }
-
-  // send -> recv: from the send's start on the sender to the recv's end on the
-  // receiver; many in view are bundled into a few strokes.
-  if (opt.show_flows && ts.show_flows) {
-    dl->ChannelsSetCurrent(1);
-    std::vector<FlowLine> lines;
-    flow_lines(d.flows, vp, kMaxSingleFlows, 16, lines);
-    const bool bundled =
-        !lines.empty() && lines.size() < d.flows.size() &&
-        std::any_of(lines.begin(), lines.end(), [](const FlowLine& f) { return f.count > 1; });
-    const ImU32 col = hc ? IM_COL32(255, 255, 255, 170) : IM_COL32(225, 228, 235, 95);
-    for (const FlowLine& f : lines) {
-      const float ya = origin.y + L.lane_y(f.from_rank, 1) + lane_h * 0.5f;
-      const float yb = origin.y + L.lane_y(f.to_rank, 1) + lane_h * 0.5f;
-      const float thick =
-          bundled ? std::min(4.0f, 1.0f + std::log2(static_cast<float>(f.count)) * 0.5f) : 1.2f;
-      draw_arrow(dl, ImVec2(f.xa, ya), ImVec2(f.xb, yb), col, thick, bundled ? 0 : 5);
-    }
-  }
-  dl->ChannelsMerge();
-  dl->PopClipRect();
+  f.dl->ChannelsSplit(3);
+  f.dl->ChannelsSetCurrent(0);
+  RowsHover hover;
+  for (int r = 0; r < d.world; ++r)
+    for (int l = 0; l < 2; ++l) draw_lane(d, f, r, l, uses, idle_word, tr, hover);
+  if (opt.show_flows && ts.show_flows) draw_flow_lines(d, f);
+  f.dl->ChannelsMerge();
+  f.dl->PopClipRect();
 
   if (opt.show_playhead && d.t_end > 0) {
     const float x = vp.x_of(app.playhead_on(d));
-    if (x >= vp.x0 && x <= x_end) {
-      dl->AddLine(ImVec2(x, origin.y), ImVec2(x, rows_bottom), ui.playhead, 2.0f);
-      dl->AddTriangleFilled(ImVec2(x - 5, origin.y), ImVec2(x + 5, origin.y),
-                            ImVec2(x, origin.y + 7), ui.playhead);
+    if (x >= vp.x0 && x <= f.x_end) {
+      f.dl->AddLine(ImVec2(x, f.origin.y), ImVec2(x, f.rows_bottom), f.ui->playhead, 2.0f);
+      f.dl->AddTriangleFilled(ImVec2(x - 5, f.origin.y), ImVec2(x + 5, f.origin.y),
+                              ImVec2(x, f.origin.y + 7), f.ui->playhead);
     }
   }
-  dl->PopClipRect();
+  f.dl->PopClipRect();
 
   if (!ts.dragging) {
-    if (hover_span) {
-      if (hover_block.folded())
-        fold_tooltip(*hover_lane, hover_block, tr);
+    if (hover.span) {
+      if (hover.block.folded())
+        fold_tooltip(*hover.lane, hover.block, tr);
       else
-        span_tooltip(*hover_span, hover_wait, idle_word, tr);
-    } else if (hover_idle_rank >= 0) {
-      idle_tooltip(hover_idle_rank, hover_idle, idle_word, pipeline, tr);
+        span_tooltip(*hover.span, hover.wait, idle_word, tr);
+    } else if (hover.idle_rank >= 0) {
+      idle_tooltip(hover.idle_rank, hover.idle, idle_word, pipeline, tr);
     }
   }
   return moved;
