@@ -1,6 +1,6 @@
-// The meta run (see meta_memory.h): the embedded runner's rank body (runner.cpp's
-// rank_main) without data loader, recorder, checkpoints or loss checks, each
-// rank on a meta device standing for the one the placement gives it.
+// The meta run (see meta_memory.h): the embedded runner's rank body
+// (core/parallel/rank_body.h) without data loader, recorder, checkpoints or loss
+// checks, each rank on a meta device standing for the one the placement gives it.
 #include "core/predict/meta_memory.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "core/device/meta_backend.h"
 #include "core/model/model.h"
 #include "core/model/model_family.h"
+#include "core/parallel/rank_body.h"
 #include "core/parallel/strategy.h"
 
 namespace shardlab {
@@ -59,61 +60,57 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
   RunShared shared;
   std::vector<std::exception_ptr> errors(world);
 
+  // One rank: meta resources standing for the placement's, then the runner's
+  // own rank body (core/parallel/rank_body.h), counting records around step 0.
   auto rank_main = [&](int rank) {
     try {
       const Device stands_for = place.kind == DeviceKind::cuda
                                     ? Device{DeviceKind::cuda, place.gpu_of_rank[rank]}
                                     : Device{DeviceKind::cpu, 0};
-      // Declared in the runner's order, so they die in its teardown's order:
-      // the strategy's tensors, then the comm's scratch, then the allocator.
+      // Declared before the resources, so it outlives them as the runner's does.
       std::unique_ptr<Recorder> counter;
       if (options.count_records || options.keep_ops)
         counter = std::make_unique<Recorder>(rank, Recorder::CountOnly{});
       Recorder* rec = counter.get();
-      const std::unique_ptr<DeviceBackend> device = make_meta_backend(stands_for);
       OpLog log;
       OpLog* ops = options.keep_ops ? &log : nullptr;
       std::unique_ptr<DeviceClock> clock;
+      RankResources res;
+      res.device = make_meta_backend(stands_for);
       if (ops) {
-        clock = make_meta_flop_clock(*device, *rec, log);
+        clock = make_meta_flop_clock(*res.device, *rec, log);
         rec->set_device_clock(clock.get());
       }
-      Allocator alloc(*device, rec, rank);
-      std::unique_ptr<Comm> comm = make_meta_comm(rank, world, &alloc, scratch, rec, ops);
+      res.alloc = std::make_unique<Allocator>(*res.device, rec, rank);
+      res.comm = make_meta_comm(rank, world, res.alloc.get(), scratch, rec, ops);
       if (place.comm == CommKind::gloo_staged)
-        comm = make_staging_comm(std::move(comm), *device, &alloc, rec);
-      RankEnv env{rank, world, cfg, layout, data, *device, alloc, rec, comm.get(), shared};
+        res.comm = make_staging_comm(std::move(res.comm), *res.device, res.alloc.get(), rec);
+      RankEnv env{rank,        world,      cfg, layout,         data,
+                  *res.device, *res.alloc, rec, res.comm.get(), shared};
       std::unique_ptr<Strategy> strategy = info.make();
-      strategy->setup(env, init);
-      auto sent_so_far = [&] {
-        return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
-      };
-      const int64_t sent_before = sent_so_far();
       MetaRankMemory& r = out.ranks[rank];
-      for (int s = 0; s < out.steps; ++s) {
-        // As the runner steps: its step mark, and the step every record carries.
-        if (rec) rec->set_step(s);
-        const Recorder::Counts before = rec ? rec->counts() : Recorder::Counts{};
-        {
-          ScopedMark step_mark(rec, MarkKind::step, static_cast<uint64_t>(s));
-          strategy->step(s);
-        }
-        if (rec && s == 0) {
-          const Recorder::Counts after = rec->counts();
-          r.records_per_step = {after.spans - before.spans, after.allocs - before.allocs,
-                                after.marks - before.marks};
-        }
-      }
+      Recorder::Counts before{};
+      RankSteps steps;
+      steps.end = out.steps;
+      steps.before = [&](int) {
+        if (rec) before = rec->counts();
+      };
+      steps.after = [&](int s, const LossShare&, double) {
+        if (!rec || s != 0) return;
+        const Recorder::Counts after = rec->counts();
+        r.records_per_step = {after.spans - before.spans, after.allocs - before.allocs,
+                              after.marks - before.marks};
+      };
+      std::string phase;
+      const RankTotals totals = run_rank_body(env, *strategy, init, steps, phase);
       r.rank = rank;
-      if (out.steps > 0)
-        r.bytes_sent_per_step = static_cast<double>(sent_so_far() - sent_before) / out.steps;
-      r.at_report = alloc.stats();
-      if (rec) rec->set_step(-1);  // as the runner: the export belongs to no step
-      strategy->export_params();
-      r.at_end = alloc.stats();
-      r.comm = comm->stats();
-      r.outside_peak = alloc.outside_peak();
+      r.bytes_sent_per_step = totals.bytes_sent_per_step;
+      r.at_report = totals.at_report;
+      r.at_end = res.alloc->stats();
+      r.comm = res.comm->stats();
+      r.outside_peak = res.alloc->outside_peak();
       if (ops) r.ops = log.take();
+      strategy.reset();  // its tensors back to the allocator before it goes
     } catch (...) {
       errors[rank] = std::current_exception();
     }

@@ -20,6 +20,7 @@
 #include "core/model/data_loader.h"
 #include "core/model/layer_stack.h"
 #include "core/model/precision.h"
+#include "core/parallel/rank_body.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/memory_estimate.h"
 #include "core/run/train_checkpoint.h"
@@ -278,48 +279,42 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
   std::vector<std::atomic<bool>> rank_done(world);
   std::vector<std::atomic<int>> rank_step(world);
   for (int r = 0; r < world; ++r) rank_step[r].store(-1);
+  // One rank: its resources from the placement, then the shared body (setup,
+  // steps, export: core/parallel/rank_body.h) with this run's checks, losses
+  // and checkpoints around the steps.
   auto rank_main = [&](int rank) {
     kernels::set_single_threaded_blas();
     Recorder* rec = result.recorders[rank].get();
-    std::unique_ptr<DeviceBackend> device;
-    std::unique_ptr<Allocator> alloc_owner;
-    std::unique_ptr<Comm> comm;
+    RankResources res;
     std::unique_ptr<Strategy> strategy;
-    // The strategy's tensors go back to this rank's allocator before it dies;
-    // the communicator closes, so peers blocked on this rank fail fast.
+    // The strategy's tensors go back to this rank's allocator before it dies.
     auto teardown = [&] {
       strategy.reset();
-      comm.reset();
-      if (device) {
-        try {
-          device->synchronize();  // device-timed spans still in flight reach the recorder
-        } catch (const std::exception&) {
-        }
-      }
-      alloc_owner.reset();
-      device.reset();
+      res.release();
     };
     std::string phase = "the start of the rank";  // for an allocation failure outside the allocator
     try {
       if (place.kind == DeviceKind::cuda)
-        device = make_cuda_backend(place.gpu_of_rank[rank], rec, cfg.tf32);
+        res.device = make_cuda_backend(place.gpu_of_rank[rank], rec, cfg.tf32);
       else if (place.guarded)
-        device = make_guarded_cpu_backend(guard);
+        res.device = make_guarded_cpu_backend(guard);
       else
-        device = make_cpu_backend();
-      alloc_owner = std::make_unique<Allocator>(*device, rec, rank);
-      Allocator& alloc = *alloc_owner;
+        res.device = make_cpu_backend();
+      res.alloc = std::make_unique<Allocator>(*res.device, rec, rank);
+      DeviceBackend& device = *res.device;
+      Allocator& alloc = *res.alloc;
       if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
       if (callbacks.on_allocator) callbacks.on_allocator(rank, alloc);
       // One process per rank: the control group first, then the clocks: every
       // process's trace starts at rank 0's t0, seen through its own clock.
       if (link) result.t0_ns = link->connect_and_align(result);
       if (place.comm == CommKind::nccl)
-        comm = nccl->connect(rank, *device, rec, &alloc);
+        res.comm = nccl->connect(rank, device, rec, &alloc);
       else if (place.comm == CommKind::gloo_staged)
-        comm = make_staging_comm(group.connect(rank, rec, &alloc), *device, &alloc, rec);
+        res.comm = make_staging_comm(group.connect(rank, rec, &alloc), device, &alloc, rec);
       else
-        comm = group.connect(rank, rec, &alloc);
+        res.comm = group.connect(rank, rec, &alloc);
+      Comm& comm = *res.comm;
       // Where the host makes the batches (a plain CPU device), a data loader
       // makes the next one beside the step; a GPU makes its own on the device.
       // Only with a core to spare: where the ranks already fill the cores, a
@@ -331,19 +326,8 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         loader = std::make_unique<DataLoader>(data, layout.act_numel(0), layout.target_numel(),
                                               cfg.steps);
       const Dataset& rank_data = loader ? static_cast<const Dataset&>(*loader) : data;
-      RankEnv env{rank, world, cfg, layout, rank_data, *device, alloc, rec, comm.get(), shared};
+      RankEnv env{rank, world, cfg, layout, rank_data, device, alloc, rec, &comm, shared};
       strategy = info.make();
-      phase = "setup";
-      strategy->setup(env, init_source);
-      if (resume) {
-        const RankState state = strategy->rank_state();
-        if (state.empty()) throw RunError(cfg.strategy + " cannot resume from a checkpoint");
-        restore_rank_state(state, *resume);
-      }
-      auto sent_so_far = [&] {
-        return comm->stats().bytes_sent + strategy->bytes_sent_outside_comm();
-      };
-      const int64_t sent_before = sent_so_far();
       RankReport& report = result.ranks[rank];
       // fp16: the loss scaler's count of skipped steps on rank 0, to name the
       // steps it skipped (every rank skips alike: precision.h).
@@ -352,22 +336,29 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         const RankState state = strategy->rank_state();
         return state.precision ? state.precision->scaler().skipped_steps() : 0;
       };
-      int64_t skipped_before = skipped_count();
-      for (int s = first_step; s < cfg.steps; ++s) {
-        phase = "step " + std::to_string(s);
-        rec->set_step(s);
+      int64_t skipped_before = 0;
+
+      RankSteps steps;
+      steps.first = first_step;
+      steps.end = cfg.steps;
+      steps.after_setup = [&] {
+        if (resume) {
+          const RankState state = strategy->rank_state();
+          if (state.empty()) throw RunError(cfg.strategy + " cannot resume from a checkpoint");
+          restore_rank_state(state, *resume);
+        }
+        skipped_before = skipped_count();
+      };
+      steps.before = [&](int s) {
         if (diverged.load()) throw RunError("stopped: another rank's loss was not finite");
         if (callbacks.control) callbacks.control->gate(s);
         if (link) link->note_step(s);
         rank_step[rank].store(s);
         if (callbacks.before_step) callbacks.before_step(rank, s);
-        const int64_t t0 = now_ns();
-        ScopedMark step_mark(rec, MarkKind::step, static_cast<uint64_t>(s));
-        shares[static_cast<size_t>(s) * world + rank] = strategy->step(s);
-        // A GPU runs behind the host: the step ends when its work has run.
-        device->synchronize();
-        step_mark.done();
-        report.step_ms.push_back((now_ns() - t0) / 1e6);
+      };
+      steps.after = [&](int s, const LossShare& share, double ms) {
+        shares[static_cast<size_t>(s) * world + rank] = share;
+        report.step_ms.push_back(ms);
         if (const int64_t skipped = skipped_count(); skipped != skipped_before) {
           result.skipped_steps.push_back(s);
           skipped_before = skipped;
@@ -387,10 +378,10 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
           int64_t count = 0;
           int bad_rank = -1;  // the lowest rank whose own share is not finite
           for (int r = 0; r < world; ++r) {
-            const LossShare& share = shares[static_cast<size_t>(s) * world + r];
-            sum += share.sum;
-            count += share.count;
-            if (bad_rank < 0 && !std::isfinite(share.sum)) bad_rank = r;
+            const LossShare& sh = shares[static_cast<size_t>(s) * world + r];
+            sum += sh.sum;
+            count += sh.count;
+            if (bad_rank < 0 && !std::isfinite(sh.sum)) bad_rank = r;
           }
           const double loss = count ? sum / count : 0.0;
           if (!std::isfinite(loss)) {
@@ -402,11 +393,11 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         }
         if (ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
           phase = "the checkpoint after step " + std::to_string(s + 1);
-          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), *device,
+          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), device,
                                run_id);
           // Every rank has saved (and written its loss share) before rank 0
           // makes the checkpoint count.
-          if (comm) comm->barrier();
+          comm.barrier();
           if (rank == 0) {
             std::vector<double> losses(static_cast<size_t>(s) + 1);
             for (int k = 0; k <= s; ++k) {
@@ -425,14 +416,11 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
             commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses, run_id);
           }
         }
-      }
-      report.bytes_sent_per_step =
-          static_cast<double>(sent_so_far() - sent_before) / (cfg.steps - first_step);
-      report.memory = alloc.stats();
-      rec->set_step(-1);
-      phase = "export of the final weights";
-      std::vector<float> params = strategy->export_params();
-      if (rank == 0) result.final_params = std::move(params);
+      };
+      RankTotals totals = run_rank_body(env, *strategy, init_source, steps, phase);
+      report.bytes_sent_per_step = totals.bytes_sent_per_step;
+      report.memory = totals.at_report;
+      if (rank == 0) result.final_params = std::move(totals.params);
       if (link) {
         // Teardown before the exchange, so the records every process receives
         // hold this rank's frees too (its memory returns to zero at the end,
@@ -465,11 +453,11 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
       // communicator, the strategy's tensors and the allocator are left to
       // the process's exit. Its connections close now, so peers blocked on
       // this rank fail at once.
-      if (comm) comm->close_connections();
+      if (res.comm) res.comm->close_connections();
       (void)strategy.release();
-      (void)comm.release();
-      (void)alloc_owner.release();
-      (void)device.release();
+      (void)res.comm.release();
+      (void)res.alloc.release();
+      (void)res.device.release();
       rank_done[rank].store(true);
       return;
     }

@@ -1,0 +1,55 @@
+// The rank body shared by the runner and the meta run (rank_body.h).
+#include "core/parallel/rank_body.h"
+
+#include "core/clock.h"
+
+namespace shardlab {
+
+void RankResources::release() {
+  comm.reset();
+  if (device) {
+    try {
+      device->synchronize();
+    } catch (const std::exception&) {
+      // A failed device has nothing more to report; it is released all the same.
+    }
+  }
+  alloc.reset();
+  device.reset();
+}
+
+RankTotals run_rank_body(RankEnv& env, Strategy& strategy, const ParamSource& init,
+                         const RankSteps& steps, std::string& phase) {
+  Recorder* rec = env.rec;
+  phase = "setup";
+  strategy.setup(env, init);
+  if (steps.after_setup) steps.after_setup();
+  auto sent_so_far = [&] {
+    return (env.comm ? env.comm->stats().bytes_sent : 0) + strategy.bytes_sent_outside_comm();
+  };
+  const int64_t sent_before = sent_so_far();
+  for (int s = steps.first; s < steps.end; ++s) {
+    phase = "step " + std::to_string(s);
+    if (rec) rec->set_step(s);
+    if (steps.before) steps.before(s);
+    const int64_t t0 = now_ns();
+    ScopedMark step_mark(rec, MarkKind::step, static_cast<uint64_t>(s));
+    const LossShare share = strategy.step(s);
+    // A GPU runs behind the host: the step ends when its work has run.
+    env.device.synchronize();
+    step_mark.done();
+    const double ms = (now_ns() - t0) / 1e6;
+    if (steps.after) steps.after(s, share, ms);
+  }
+  RankTotals out;
+  if (steps.end > steps.first)
+    out.bytes_sent_per_step =
+        static_cast<double>(sent_so_far() - sent_before) / (steps.end - steps.first);
+  out.at_report = env.alloc.stats();
+  if (rec) rec->set_step(-1);  // the export belongs to no step
+  phase = "export of the final weights";
+  out.params = strategy.export_params();
+  return out;
+}
+
+}  // namespace shardlab
