@@ -21,6 +21,23 @@ std::set<std::string> option_flags(bool with_value) {
   return out;
 }
 
+std::string strategy_option_help() {
+  constexpr size_t kColumn = 22;  // where the other options' texts begin
+  std::string out;
+  for (const OptionRow& r : option_rows()) {
+    std::string head = std::string("  ") + r.flag + (r.metavar ? std::string(" ") + r.metavar : "");
+    head += head.size() + 2 <= kColumn ? std::string(kColumn - head.size(), ' ') : "  ";
+    std::string readers = r.help_names_readers ? strategies_reading(r.id) : "";
+    for (size_t at = readers.find(", "); at != std::string::npos; at = readers.find(", ", at))
+      readers.replace(at, 2, "/");
+    std::string text = (readers.empty() ? "" : readers + ": ") + r.help;
+    for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1))
+      text.insert(at + 1, std::string(kColumn, ' '));
+    out += head + text + "\n";
+  }
+  return out;
+}
+
 const std::set<std::string>& run_options() {
   static const std::set<std::string> options = [] {
     std::set<std::string> o = {"model",     "strategy",   "world",     "batch",      "steps",

@@ -15,6 +15,9 @@ class Args;
 // The strategy options' flags (core/run_options.h) that take a value
 // ("micro-batches") or, with_value false, those that are flags ("no-overlap").
 std::set<std::string> option_flags(bool with_value);
+// The strategy options' lines of `shardlab run --help`, from their table rows
+// (core/run_options.h): flag, placeholder, the strategies reading it, what it does.
+std::string strategy_option_help();
 // `shardlab run`'s options (with a value) and flags (without one).
 const std::set<std::string>& run_options();
 const std::set<std::string>& run_flags();

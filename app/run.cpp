@@ -55,23 +55,9 @@ through Gloo over TCP on 127.0.0.1 (or NCCL on GPUs), and print a summary.
   --optimizer NAME    adamw | sgd (default adamw; torch defaults: betas 0.9/0.999, eps 1e-8, wd 0.01)
   --lr X              learning rate (default 1e-3)
   --seed N            seed for init and data (default 1)
-  --bucket-mb X       ddp: gradient bucket size in MiB (default 25)
-  --no-overlap        ddp: all-reduce after backward instead of during it
-  --precision P       fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32;
-                      the pipeline strategies run fp32 only)
   --tf32              cuda, fp32: the model's GEMMs on tensor cores with TF32 inputs (~1e-3
                       relative) instead of exact fp32; refused on the CPU
-  --no-prefetch       zero3/fsdp: do not start the next all-gather early
-  --fsdp-unit K       fsdp: layers per unit (default 1)
-  --no-reshard        fsdp: keep gathered parameters from forward until backward
-  --offload           fsdp: params, grads and optimizer state live in host memory
-  --stages P          naive-mp/gpipe/1f1b: pipeline stages (default: one per rank)
-  --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)
-  --partition A,B,..  naive-mp/gpipe/1f1b: layers per stage (default: balanced by parameter count);
-                      'cost': balanced by each layer's forward + backward time, measured on one
-                      micro-batch before the run (gpt: embedding, blocks and head differ)
-  --recompute         gpipe/1f1b: keep stage inputs only, recompute forward in backward
-  --device D          cpu | cuda | auto | cpu-guarded (default cpu). cuda: one GPU per
+%s  --device D          cpu | cuda | auto | cpu-guarded (default cpu). cuda: one GPU per
                       rank over NCCL, or ranks sharing GPUs over Gloo with host staging;
                       auto: cuda when a GPU is usable, else cpu; cpu-guarded: the CPU with
                       device memory unreadable outside kernels (checks a strategy is GPU-clean)
@@ -264,7 +250,7 @@ Checkpointing checkpointing_from(const Args& a) {
 int cmd_run(int argc, char** argv) {
   const Args a(argc, argv, "run", run_command_options(), run_flags());
   if (a.help()) {
-    std::printf(kRunHelp, strategy_names().c_str());
+    std::printf(kRunHelp, strategy_names().c_str(), strategy_option_help().c_str());
     return 0;
   }
   // Launched as one rank of a group (shardlab launch, torchrun, mpirun, Slurm)?

@@ -29,7 +29,8 @@ std::vector<OptionRow> make_rows() {
                .valid = "1 to --batch, dividing it", .missing = "micro-batches",
                .label = "Micro-batches", .tip = "micro-batches per batch",
                .place = OptionPlace::main_bar, .short_label = "M", .label_word = "M=%s",
-               .label_always = true});
+               .label_always = true, .metavar = "M",
+               .help = "micro-batches per global batch (default 1)"});
   // Not in a compare item or label: --stages is one per rank in this build, so a
   // configuration's world says it.
   r.push_back({.id = StrategyOption::stages, .flag = "--stages", .json_key = "stages",
@@ -38,60 +39,74 @@ std::vector<OptionRow> make_rows() {
                .valid = "one stage per rank of --world, or leave it out",
                .missing = "pipeline stages",
                .label = "Stages", .tip = "pipeline stages (0 = one per rank)",
-               .place = OptionPlace::main_bar, .default_note = "(one per rank)"});
+               .place = OptionPlace::main_bar, .default_note = "(one per rank)", .metavar = "P",
+               .help = "pipeline stages (default: one per rank)"});
   r.push_back({.id = StrategyOption::partition, .flag = "--partition", .json_key = "partition",
                .compare_key = nullptr, .kind = OptionKind::int_list,
                .list = &RunConfig::partition,
                .valid = "layers per stage, e.g. 3,2,2,1, or cost",
                .missing = "pipeline stages to partition",
                .label = "Partition", .tip = "layers per stage, e.g. 3,2,2,1",
-               .label_word = "[%s]"});
+               .label_word = "[%s]", .metavar = "A,B,..",
+               .help = "layers per stage (default: balanced by parameter count);\n"
+                       "'cost': balanced by each layer's forward + backward time, measured on one\n"
+                       "micro-batch before the run (gpt: embedding, blocks and head differ)"});
   r.push_back({.id = StrategyOption::precision, .flag = "--precision", .json_key = "precision",
                .compare_key = "precision", .kind = OptionKind::choice,
                .text = &RunConfig::precision, .choices = {"fp32", "bf16", "fp16"},
                .valid = "fp32, bf16 or fp16", .missing = "mixed precision",
                .label = "Precision", .tip = "bf16/fp16: mixed precision, fp32 master weights",
-               .place = OptionPlace::main_bar, .short_label = "", .label_word = "%s"});
+               .place = OptionPlace::main_bar, .short_label = "", .label_word = "%s", .metavar = "P",
+               .help = "fp32 | bf16 | fp16 (mixed precision: fp32 master weights; default fp32;\n"
+                       "the pipeline strategies run fp32 only)",
+               .help_names_readers = false});
   r.push_back({.id = StrategyOption::recompute, .flag = "--recompute", .json_key = "recompute",
                .compare_key = "recompute", .kind = OptionKind::on_flag,
                .boolean = &RunConfig::recompute, .missing = "activation recomputation",
                .label = "recompute", .tip = "recompute forward in backward",
-               .short_label = "", .label_word = "recompute"});
+               .short_label = "", .label_word = "recompute",
+               .help = "keep stage inputs only, recompute forward in backward"});
   r.push_back({.id = StrategyOption::no_prefetch, .flag = "--no-prefetch", .json_key = "prefetch",
                .compare_key = "no-prefetch", .kind = OptionKind::off_flag,
                .boolean = &RunConfig::prefetch, .missing = "all-gather to prefetch",
                .label = "prefetch", .tip = "start the next all-gather early (off: --no-prefetch)",
-               .short_label = "", .label_word = "no-prefetch"});
+               .short_label = "", .label_word = "no-prefetch",
+               .help = "do not start the next all-gather early"});
   r.push_back({.id = StrategyOption::no_overlap, .flag = "--no-overlap", .json_key = "overlap",
                .compare_key = "no-overlap", .kind = OptionKind::off_flag,
                .boolean = &RunConfig::overlap,
                .missing = "bucketed all-reduce to overlap with backward",
                .label = "overlap", .tip = "all-reduce buckets during backward (off: --no-overlap)",
-               .short_label = "", .label_word = "no-overlap"});
+               .short_label = "", .label_word = "no-overlap",
+               .help = "all-reduce after backward instead of during it"});
   r.push_back({.id = StrategyOption::bucket_mb, .flag = "--bucket-mb", .json_key = "bucket_mb",
                .compare_key = "bucket-mb", .kind = OptionKind::number,
                .number = &RunConfig::bucket_mb,
                .valid = "a positive number of MiB up to 1048576, e.g. 25",
                .missing = "gradient buckets",
                .label = "Bucket MiB", .tip = "gradient bucket size in MiB",
-               .short_label = "bucket MiB", .label_word = "bucket %s MiB"});
+               .short_label = "bucket MiB", .label_word = "bucket %s MiB", .metavar = "X",
+               .help = "gradient bucket size in MiB (default 25)"});
   r.push_back({.id = StrategyOption::fsdp_unit, .flag = "--fsdp-unit", .json_key = "fsdp_unit",
                .compare_key = "fsdp-unit", .kind = OptionKind::integer,
                .integer = &RunConfig::fsdp_unit, .lo = 1, .hi = 1 << 20,
                .valid = "1 to the model's layers", .missing = "FSDP units",
                .label = "FSDP unit", .tip = "layers per FSDP unit",
-               .short_label = "unit", .label_word = "unit %s"});
+               .short_label = "unit", .label_word = "unit %s", .metavar = "K",
+               .help = "layers per unit (default 1)"});
   r.push_back({.id = StrategyOption::no_reshard, .flag = "--no-reshard",
                .json_key = "reshard_after_forward", .compare_key = "no-reshard",
                .kind = OptionKind::off_flag, .boolean = &RunConfig::reshard_after_forward,
                .missing = "reshard-after-forward switch",
                .label = "reshard", .tip = "free gathered params after forward (off: --no-reshard)",
-               .short_label = "", .label_word = "no-reshard"});
+               .short_label = "", .label_word = "no-reshard",
+               .help = "keep gathered parameters from forward until backward"});
   r.push_back({.id = StrategyOption::offload, .flag = "--offload", .json_key = "offload",
                .compare_key = "offload", .kind = OptionKind::on_flag,
                .boolean = &RunConfig::offload, .missing = "CPU offload",
                .label = "offload", .tip = "model states in host memory",
-               .short_label = "", .label_word = "offload"});
+               .short_label = "", .label_word = "offload",
+               .help = "params, grads and optimizer state live in host memory"});
   // clang-format on
   for (size_t i = 0; i < r.size(); ++i)
     if (r[i].id != kStrategyOptions[i])

@@ -86,6 +86,13 @@ struct OptionRow {
   const char* short_label = nullptr;
   const char* label_word = nullptr;
   bool label_always = false;
+  // `shardlab run --help`: the value's placeholder after the flag ("M"; nullptr
+  // for a flag), and what the option does, continuation lines after '\n'. The
+  // strategies reading it are named before it ("gpipe/1f1b: ...") from the
+  // registry, unless `help_names_readers` is false (an option most strategies read).
+  const char* metavar = nullptr;
+  const char* help = "";
+  bool help_names_readers = true;
 };
 
 // Every row, in kStrategyOptions order.

@@ -218,16 +218,7 @@ StrategyInfo fsdp_strategy() {
       .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
                 StrategyOption::no_reshard, StrategyOption::offload},
       .zero_stage = 3,
-      .moves =
-          [](const MoveQuery& q) {
-            std::vector<StateMove> m{
-                {StateOp::all_gather, ModelStatePart::params, 1, 0, "for forward"}};
-            if (q.reshard_after_forward)
-              m.push_back(
-                  {StateOp::all_gather, ModelStatePart::params, 1, 0, "again for backward"});
-            m.push_back({StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"});
-            return m;
-          },
+      .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",
       .make = [] { return std::make_unique<Fsdp>(); },
       .validate =

@@ -116,12 +116,7 @@ StrategyInfo zero1_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision},
       .zero_stage = 1,
-      .moves =
-          [](const MoveQuery&) {
-            return std::vector<StateMove>{
-                {StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"},
-                {StateOp::all_gather, ModelStatePart::params, 1, 0, "after the update"}};
-          },
+      .moves = sharded_update_moves,
       .comm_buffers = "reduce-scatter scratch",
       .make = [] { return std::make_unique<Zero1>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

@@ -117,12 +117,7 @@ StrategyInfo zero2_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision},
       .zero_stage = 2,
-      .moves =
-          [](const MoveQuery&) {
-            return std::vector<StateMove>{
-                {StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"},
-                {StateOp::all_gather, ModelStatePart::params, 1, 0, "after the update"}};
-          },
+      .moves = sharded_update_moves,
       .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",
       .make = [] { return std::make_unique<Zero2>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

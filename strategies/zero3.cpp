@@ -152,16 +152,7 @@ StrategyInfo zero3_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
       .zero_stage = 3,
-      .moves =
-          [](const MoveQuery& q) {
-            std::vector<StateMove> m{
-                {StateOp::all_gather, ModelStatePart::params, 1, 0, "for forward"}};
-            if (q.reshard_after_forward)
-              m.push_back(
-                  {StateOp::all_gather, ModelStatePart::params, 1, 0, "again for backward"});
-            m.push_back({StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"});
-            return m;
-          },
+      .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
       .make = [] { return std::make_unique<Zero3>(); },
       .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },

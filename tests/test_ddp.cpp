@@ -13,6 +13,7 @@
 #include "core/model/checkpoint.h"
 #include "core/parallel/strategy.h"
 #include "core/run/runner.h"
+#include "tests/run_util.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;
@@ -22,17 +23,8 @@ using shardlab::test::run_cli;
 namespace {
 
 RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt) {
-  RunConfig c;
-  c.model = "mlp:4x48";
-  c.strategy = strategy;
-  c.world = world;
-  c.batch = 48;  // divisible by 1, 2, 3 and 4
-  c.steps = 20;
-  c.optimizer.kind = opt;
-  c.optimizer.lr = opt == OptimizerKind::sgd ? 0.5f : 1e-2f;
-  c.seed = 7;
-  c.timeout_ms = 20000;
-  return c;
+  // batch 48: divisible by 1, 2, 3 and 4
+  return test::small_run("mlp:4x48", strategy, world, 48, 7, opt);
 }
 
 }  // namespace
@@ -148,25 +140,12 @@ TEST_CASE("a rank that fails mid-run, or stalls, does not hang the others", "[dd
   RunConfig c = small_config("ddp", 3, OptimizerKind::adamw);
   c.timeout_ms = 1000;
   for (bool stall : {false, true}) {
-    RunCallbacks cb;
-    cb.before_step = [stall](int rank, int step) {
-      if (rank != 2 || step != 3) return;
-      if (stall) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      throw std::runtime_error("gave up at step 3");
-    };
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string message;
-    try {
-      run_training(c, nullptr, cb);
-    } catch (const RunError& e) {
-      message = e.what();
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    INFO("stall " << stall << ": " << message);
-    REQUIRE(message.find("rank 2") != std::string::npos);
-    if (stall) REQUIRE(message.find("timed out") != std::string::npos);
-    REQUIRE(seconds < 10);
+    const test::FailedRun f =
+        test::run_with_failing_rank(c, 2, 3, "gave up at step 3", stall ? 2500 : 0);
+    INFO("stall " << stall << ": " << f.message);
+    REQUIRE(f.message.find("rank 2") != std::string::npos);
+    if (stall) REQUIRE(f.message.find("timed out") != std::string::npos);
+    REQUIRE(f.seconds < 10);
   }
 }
 

@@ -241,6 +241,16 @@ TEST_CASE("i18n: every string a view shows goes through tr() and has an entry", 
   CHECK(translated > 300);
 }
 
+TEST_CASE("i18n: every span kind's label has Chinese (the legend and tooltips show them)",
+          "[i18n]") {
+  for (int k = 0; k < kNumSpanKinds; ++k) {
+    const SpanKindRow& row = span_kind_row(static_cast<SpanKind>(k));
+    INFO(row.name);
+    CHECK(static_cast<int>(row.kind) == k);
+    CHECK(has_translation(row.label));
+  }
+}
+
 TEST_CASE("i18n: every strategy's summary has Chinese (the run bar lists them)", "[i18n]") {
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name << ": " << s.summary);

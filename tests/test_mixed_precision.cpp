@@ -18,6 +18,7 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/strategy.h"
 #include "core/run/runner.h"
+#include "tests/run_util.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;
@@ -27,17 +28,8 @@ using shardlab::test::run_cli;
 namespace {
 
 RunConfig mp_config(const std::string& strategy, int world, const std::string& precision) {
-  RunConfig c;
-  c.model = "mlp:4x32";
-  c.strategy = strategy;
-  c.world = world;
-  c.batch = 48;
-  c.steps = 100;
-  c.optimizer.kind = OptimizerKind::adamw;
-  c.optimizer.lr = 1e-2f;
-  c.seed = 5;
+  RunConfig c = test::small_run("mlp:4x32", strategy, world, 48, 5, OptimizerKind::adamw, 100);
   c.precision = precision;
-  c.timeout_ms = 20000;
   return c;
 }
 

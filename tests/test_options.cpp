@@ -624,3 +624,30 @@ TEST_CASE("option table: every row round-trips through the command line and a co
     }
   }
 }
+
+TEST_CASE("run --help lists every strategy option from its row, with the strategies reading it",
+          "[options][cli]") {
+  const CliResult h = run_cli("run --help");
+  REQUIRE(h.code == 0);
+  for (const OptionRow& r : option_rows()) {
+    INFO(r.flag);
+    // "  --micro-batches M   gpipe/1f1b: micro-batches per global batch (default 1)"
+    std::string head =
+        std::string("\n  ") + r.flag + (r.metavar ? std::string(" ") + r.metavar : "");
+    const size_t at = h.out.find(head + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = h.out.substr(at + 1, h.out.find('\n', at + 1) - at - 1);
+    if (r.help_names_readers) {
+      std::string readers = strategies_reading(r.id);
+      for (size_t k = readers.find(", "); k != std::string::npos; k = readers.find(", ", k))
+        readers.replace(k, 2, "/");
+      CHECK(line.find(readers + ": ") != std::string::npos);
+    }
+    const std::string first = std::string(r.help).substr(0, std::string(r.help).find('\n'));
+    CHECK(line.find(first) != std::string::npos);
+  }
+  CHECK(h.out.find("  --bucket-mb X       ddp: gradient bucket size in MiB (default 25)\n") !=
+        std::string::npos);
+  CHECK(h.out.find("  --partition A,B,..  gpipe/naive-mp/1f1b: layers per stage") !=
+        std::string::npos);
+}

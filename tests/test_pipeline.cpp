@@ -23,6 +23,7 @@
 #include "core/predict/pipeline_analysis.h"
 #include "core/record/trace.h"
 #include "core/run/runner.h"
+#include "tests/run_util.h"
 
 using namespace shardlab;
 using nlohmann::json;
@@ -33,17 +34,9 @@ using shardlab::test::run_cli;
 namespace {
 
 RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt) {
-  RunConfig c;
-  c.model = "mlp:5x32";  // 5 layers: uneven stages at P = 2 (3,2), 3 (2,2,1), 4 (2,1,1,1)
-  c.strategy = strategy;
-  c.world = world;
-  c.batch = 32;  // divisible by M = 1, 4, 8
-  c.steps = 20;
-  c.optimizer.kind = opt;
-  c.optimizer.lr = opt == OptimizerKind::sgd ? 0.5f : 1e-2f;
-  c.seed = 11;
-  c.timeout_ms = 20000;
-  return c;
+  // 5 layers: uneven stages at P = 2 (3,2), 3 (2,2,1), 4 (2,1,1,1); batch 32:
+  // divisible by M = 1, 4, 8
+  return test::small_run("mlp:5x32", strategy, world, 32, 11, opt);
 }
 
 std::vector<std::string> words(const std::string& text) {
@@ -442,21 +435,9 @@ TEST_CASE("a stage that fails mid-run does not hang the pipeline", "[pipeline]")
     RunConfig c = small_config(strategy, 3, OptimizerKind::adamw);
     c.micro_batches = 4;
     c.timeout_ms = 1000;
-    RunCallbacks cb;
-    cb.before_step = [](int rank, int step) {
-      if (rank == 1 && step == 3) throw std::runtime_error("stage 1 gave up at step 3");
-    };
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string message;
-    try {
-      run_training(c, nullptr, cb);
-    } catch (const RunError& e) {
-      message = e.what();
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    INFO(strategy << ": " << message);
-    REQUIRE(message.find("stage 1 gave up at step 3") != std::string::npos);
-    REQUIRE(seconds < 10);
+    const test::FailedRun f = test::run_with_failing_rank(c, 1, 3, "stage 1 gave up at step 3");
+    INFO(strategy << ": " << f.message);
+    REQUIRE(f.message.find("stage 1 gave up at step 3") != std::string::npos);
+    REQUIRE(f.seconds < 10);
   }
 }

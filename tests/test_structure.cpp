@@ -332,3 +332,16 @@ TEST_CASE("core's folders include only downward", "[structure]") {
   CHECK(upward.empty());
   CHECK(includes > 300);
 }
+
+// Issue 25: what a span kind is called, abbreviated to and whether it is a
+// collective is one table (SpanKindRow, core/record/recorder.cpp); the traces,
+// the app's legend and the projection read its rows.
+TEST_CASE("a span kind's names and nature come from its table", "[structure]") {
+  const std::string found =
+      sources_containing({"app", "core", "bench", "strategies"},
+                         {"return \"AR\"", "tr(\"reduce-scatter\")", "return \"reduce_scatter\"",
+                          "bool is_collective(", "k == SpanKind::barrier"},
+                         {"core/record/recorder.h", "core/record/recorder.cpp"});
+  INFO(found);
+  CHECK(found.empty());
+}

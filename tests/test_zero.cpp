@@ -15,6 +15,7 @@
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
 #include "core/run/runner.h"
+#include "tests/run_util.h"
 
 using namespace shardlab;
 using shardlab::test::CliResult;
@@ -26,17 +27,8 @@ namespace {
 // mlp:4x25: a layer has 25·26 = 650 values, which world 3 and world 4 do not
 // divide, so every shard plan there pads (and fsdp units of 2 layers, 1300 values, too).
 RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt) {
-  RunConfig c;
-  c.model = "mlp:4x25";
-  c.strategy = strategy;
-  c.world = world;
-  c.batch = 48;  // divisible by 1, 2, 3 and 4
-  c.steps = 20;
-  c.optimizer.kind = opt;
-  c.optimizer.lr = opt == OptimizerKind::sgd ? 0.5f : 1e-2f;
-  c.seed = 11;
-  c.timeout_ms = 20000;
-  return c;
+  // batch 48: divisible by 1, 2, 3 and 4
+  return test::small_run("mlp:4x25", strategy, world, 48, 11, opt);
 }
 
 struct Variant {
@@ -350,28 +342,16 @@ TEST_CASE("dp: a device that fails or stalls does not hang the others", "[zero]"
   };
   // Device 2 fails, device 2 stalls, and the controller (device 0) itself fails.
   for (Case k : {Case{2, false}, Case{2, true}, Case{0, false}}) {
-    RunCallbacks cb;
-    cb.before_step = [k](int rank, int step) {
-      if (rank != k.rank || step != 3) return;
-      if (k.stall) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      throw std::runtime_error("gave up at step 3");
-    };
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string message;
-    try {
-      run_training(c, nullptr, cb);
-    } catch (const RunError& e) {
-      message = e.what();
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    INFO("rank " << k.rank << " stall " << k.stall << ": " << message);
+    const test::FailedRun f =
+        test::run_with_failing_rank(c, k.rank, 3, "gave up at step 3", k.stall ? 2500 : 0);
+    INFO("rank " << k.rank << " stall " << k.stall << ": " << f.message);
     if (k.stall)
-      REQUIRE(message.find("timed out after 1000 ms waiting for device(s) 2") != std::string::npos);
-    else
-      REQUIRE(message.find("rank " + std::to_string(k.rank) + " failed: gave up at step 3") !=
+      REQUIRE(f.message.find("timed out after 1000 ms waiting for device(s) 2") !=
               std::string::npos);
-    REQUIRE(seconds < 10);
+    else
+      REQUIRE(f.message.find("rank " + std::to_string(k.rank) + " failed: gave up at step 3") !=
+              std::string::npos);
+    REQUIRE(f.seconds < 10);
   }
 }
 

@@ -25,8 +25,9 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Shared by the ranks of one in-process run, so that a rank that times out can
-// say which peer failed first and why.
+// One per run, owned by the run (core/run/runner.cpp) and shared by its ranks
+// and communicators, so that a rank that times out can say which peer failed
+// first and why.
 class FailureBoard {
  public:
   FailureBoard();
@@ -171,6 +172,10 @@ struct GlooGroupOptions {
   // The address the TCP device listens on: loopback unless a multi-host run
   // names the interface's address.
   std::string bind_host = "127.0.0.1";
+  // The run's failure board, which every rank and every group of the run (NCCL's,
+  // a process's control link) reports to and reads; null: the group keeps its
+  // own (a group on its own, as in a benchmark).
+  FailureBoard* failures = nullptr;
 };
 class GlooGroup {
  public:
@@ -182,6 +187,7 @@ class GlooGroup {
             const std::string& prefix);
   ~GlooGroup();
   int world() const { return world_; }
+  // The board this group reports to: the run's (GlooGroupOptions::failures) or its own.
   FailureBoard& failures() { return failures_; }
   // Connects rank `rank` (blocks until every rank has joined, or times out).
   // `recorder` and `alloc` may be null; comm spans and scratch buffers go there.
@@ -192,7 +198,8 @@ class GlooGroup {
  private:
   int world_;
   GlooGroupOptions options_;
-  FailureBoard failures_;
+  FailureBoard own_failures_;
+  FailureBoard& failures_;
   std::unique_ptr<Impl> impl_;
 };
 

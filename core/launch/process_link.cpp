@@ -65,7 +65,11 @@ void ProcessLink::attach(FailureBoard& train_board) {
   };
   auto remote = [this] { return describe_peers(); };
   train_board.set_remote(publish, remote);
-  control_group_ = std::make_unique<GlooGroup>(world_, options_, *locked_, "control");
+  // The control group's ops are the link's, not the run's: its own board, so
+  // the run's board times only the training's communication.
+  GlooGroupOptions control = options_;
+  control.failures = nullptr;
+  control_group_ = std::make_unique<GlooGroup>(world_, control, *locked_, "control");
   control_group_->failures().set_remote(publish, remote);
 }
 

@@ -201,4 +201,17 @@ std::vector<int> TiedGradients::released_by(int g) const {
   return out;
 }
 
+std::vector<StateMove> sharded_update_moves(const MoveQuery&) {
+  return {{StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"},
+          {StateOp::all_gather, ModelStatePart::params, 1, 0, "after the update"}};
+}
+
+std::vector<StateMove> sharded_params_moves(const MoveQuery& q) {
+  std::vector<StateMove> m{{StateOp::all_gather, ModelStatePart::params, 1, 0, "for forward"}};
+  if (q.reshard_after_forward)
+    m.push_back({StateOp::all_gather, ModelStatePart::params, 1, 0, "again for backward"});
+  m.push_back({StateOp::reduce_scatter, ModelStatePart::grads, 1, 0, "in backward"});
+  return m;
+}
+
 }  // namespace shardlab

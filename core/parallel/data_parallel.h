@@ -168,4 +168,17 @@ class ReduceScatterQueue {
   std::deque<Pending> pending_;
 };
 
+// ---------------------------------------------------------------------------
+// Traffic of sharded model states (StrategyInfo::moves)
+// ---------------------------------------------------------------------------
+
+// Gradients reduce-scattered in backward, the updated parameter shards
+// all-gathered after the update: the two halves of ddp's all-reduce, 2Ψ
+// (zero1, zero2).
+std::vector<StateMove> sharded_update_moves(const MoveQuery& q);
+// Parameters all-gathered for forward and, when they were freed after it,
+// again for backward; gradients reduce-scattered: 3Ψ, or 2Ψ keeping them
+// (zero3, fsdp).
+std::vector<StateMove> sharded_params_moves(const MoveQuery& q);
+
 }  // namespace shardlab

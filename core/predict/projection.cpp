@@ -43,20 +43,6 @@ struct Item {
   uint64_t ref = 0;            // span index, op id, sync ordinal or step
 };
 
-bool is_collective(SpanKind k) {
-  switch (k) {
-    case SpanKind::all_reduce:
-    case SpanKind::reduce_scatter:
-    case SpanKind::all_gather:
-    case SpanKind::broadcast:
-    case SpanKind::reduce:
-    case SpanKind::barrier:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Seconds a collective of `bytes` (the full buffer) takes on `n` devices in a
 // ring, and the bytes each device puts on the wire.
 double collective_seconds(SpanKind k, double bytes, int n, const Link& link) {

@@ -4,46 +4,53 @@
 
 namespace shardlab {
 
+namespace {
+
+// In SpanKind's order (checked below, and by a test).
+constexpr SpanKindRow kSpanKinds[kNumSpanKinds] = {
+    {SpanKind::forward, "forward", "forward", "F", false},
+    {SpanKind::backward, "backward", "backward", "B", false},
+    {SpanKind::loss, "loss", "loss", "loss", false},
+    {SpanKind::optimizer, "optimizer", "optimizer", "opt", false},
+    {SpanKind::all_reduce, "all_reduce", "all-reduce", "AR", true},
+    {SpanKind::reduce_scatter, "reduce_scatter", "reduce-scatter", "RS", true},
+    {SpanKind::all_gather, "all_gather", "all-gather", "AG", true},
+    {SpanKind::broadcast, "broadcast", "broadcast", "BC", true},
+    {SpanKind::reduce, "reduce", "reduce", "RD", true},
+    {SpanKind::send, "send", "send", "send", false},
+    {SpanKind::recv, "recv", "recv", "recv", false},
+    {SpanKind::barrier, "barrier", "barrier", "bar", true},
+    {SpanKind::copy_h2d, "copy_h2d",
+     "copy host\xE2\x86\x92"
+     "device",
+     "H2D", false},
+    {SpanKind::copy_d2h, "copy_d2h",
+     "copy device\xE2\x86\x92"
+     "host",
+     "D2H", false},
+    {SpanKind::scatter, "scatter", "scatter", "SC", false},
+    {SpanKind::gather, "gather", "gather", "GA", false},
+    {SpanKind::data, "data", "data", "data", false},
+    {SpanKind::other, "other", "other", "other", false},
+};
+
+constexpr bool rows_in_order() {
+  for (int i = 0; i < kNumSpanKinds; ++i)
+    if (static_cast<int>(kSpanKinds[i].kind) != i) return false;
+  return true;
+}
+static_assert(rows_in_order(), "kSpanKinds must list every SpanKind in its order");
+
+}  // namespace
+
+const SpanKindRow& span_kind_row(SpanKind kind) {
+  const int i = static_cast<int>(kind);
+  return i >= 0 && i < kNumSpanKinds ? kSpanKinds[i] : kSpanKinds[kNumSpanKinds - 1];
+}
+
 const char* to_string(SpanKind kind) {
-  switch (kind) {
-    case SpanKind::forward:
-      return "forward";
-    case SpanKind::backward:
-      return "backward";
-    case SpanKind::loss:
-      return "loss";
-    case SpanKind::optimizer:
-      return "optimizer";
-    case SpanKind::all_reduce:
-      return "all_reduce";
-    case SpanKind::reduce_scatter:
-      return "reduce_scatter";
-    case SpanKind::all_gather:
-      return "all_gather";
-    case SpanKind::broadcast:
-      return "broadcast";
-    case SpanKind::reduce:
-      return "reduce";
-    case SpanKind::send:
-      return "send";
-    case SpanKind::recv:
-      return "recv";
-    case SpanKind::barrier:
-      return "barrier";
-    case SpanKind::copy_h2d:
-      return "copy_h2d";
-    case SpanKind::copy_d2h:
-      return "copy_d2h";
-    case SpanKind::scatter:
-      return "scatter";
-    case SpanKind::gather:
-      return "gather";
-    case SpanKind::data:
-      return "data";
-    case SpanKind::other:
-      return "other";
-  }
-  return "?";
+  const int i = static_cast<int>(kind);
+  return i >= 0 && i < kNumSpanKinds ? kSpanKinds[i].name : "?";
 }
 
 const char* to_string(MarkKind kind) {

@@ -35,7 +35,21 @@ enum class SpanKind : uint8_t {
   other,
 };
 inline constexpr int kNumSpanKinds = static_cast<int>(SpanKind::other) + 1;
-const char* to_string(SpanKind kind);
+
+// What each kind is, in one table (recorder.cpp): every reader of a kind's
+// name, abbreviation or nature asks here instead of switching on it.
+struct SpanKindRow {
+  SpanKind kind;
+  const char* name;    // in files and traces: "all_reduce"
+  const char* label;   // for a person, in English: "all-reduce", "copy host→device"
+  const char* abbrev;  // on a narrow block or a trace slice: "AR"
+  bool collective;     // every rank of the group takes part (a ring or tree of them)
+};
+const SpanKindRow& span_kind_row(SpanKind kind);
+const char* to_string(SpanKind kind);  // span_kind_row(kind).name
+inline bool is_collective(SpanKind kind) {
+  return span_kind_row(kind).collective;
+}
 const char* to_string(Lane lane);
 
 struct Span {

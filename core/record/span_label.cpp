@@ -24,45 +24,7 @@ std::string micro_batch_tag(const Span& s) {
 }
 
 const char* kind_abbrev(SpanKind k) {
-  switch (k) {
-    case SpanKind::forward:
-      return "F";
-    case SpanKind::backward:
-      return "B";
-    case SpanKind::loss:
-      return "loss";
-    case SpanKind::optimizer:
-      return "opt";
-    case SpanKind::all_reduce:
-      return "AR";
-    case SpanKind::reduce_scatter:
-      return "RS";
-    case SpanKind::all_gather:
-      return "AG";
-    case SpanKind::broadcast:
-      return "BC";
-    case SpanKind::reduce:
-      return "RD";
-    case SpanKind::send:
-      return "send";
-    case SpanKind::recv:
-      return "recv";
-    case SpanKind::barrier:
-      return "bar";
-    case SpanKind::copy_h2d:
-      return "H2D";
-    case SpanKind::copy_d2h:
-      return "D2H";
-    case SpanKind::scatter:
-      return "SC";
-    case SpanKind::gather:
-      return "GA";
-    case SpanKind::data:
-      return "data";
-    case SpanKind::other:
-      return "other";
-  }
-  return to_string(k);
+  return span_kind_row(k).abbrev;
 }
 
 std::string span_title(const Span& s, bool with_layer,

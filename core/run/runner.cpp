@@ -236,8 +236,12 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         std::make_shared<Recorder>(r, cfg.record && (!process || r == process->rank)));
 
   const std::chrono::milliseconds timeout(cfg.timeout_ms);
-  // The Gloo group also holds the run's failure board, which NCCL ranks report to.
-  const GlooGroupOptions gloo_options{timeout, process ? process->bind_host : "127.0.0.1"};
+  // The run's failure board: every rank reports to it, every communicator
+  // (Gloo's, NCCL's) fails fast on it, the process link publishes it to the
+  // other processes, and the watchdog reads it.
+  FailureBoard failures;
+  const GlooGroupOptions gloo_options{timeout, process ? process->bind_host : "127.0.0.1",
+                                      &failures};
   std::unique_ptr<ProcessLink> link;
   if (process) {
     result.process_rank = process->rank;
@@ -247,11 +251,11 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
       link ? std::make_unique<GlooGroup>(world, gloo_options, link->store(), "train")
            : std::make_unique<GlooGroup>(world, gloo_options);
   GlooGroup& group = *group_owner;
-  if (link) link->attach(group.failures());
+  if (link) link->attach(failures);
   std::unique_ptr<NcclGroup> nccl;
   if (place.comm == CommKind::nccl)
-    nccl = link ? make_nccl_group(world, timeout, group.failures(), link->store(), process->rank)
-                : make_nccl_group(world, timeout, group.failures());
+    nccl = link ? make_nccl_group(world, timeout, failures, link->store(), process->rank)
+                : make_nccl_group(world, timeout, failures);
   std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
   // Per step, every rank's share of the loss and a completion count (a --force
   // run can ask for more steps than these fit in).
@@ -436,15 +440,15 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     } catch (const OutOfMemory& e) {
       // The allocator names the buffer and its size; the board names the rank.
       errors[rank] = e.what();
-      group.failures().report(rank, e.detail());
+      failures.report(rank, e.detail());
     } catch (const std::bad_alloc&) {
       // Host memory outside the allocator (a strategy's staging vectors, the records).
       const std::string what = "ran out of host memory (std::bad_alloc) in " + phase;
       errors[rank] = what;
-      group.failures().report(rank, what);
+      failures.report(rank, what);
     } catch (const std::exception& e) {
       errors[rank] = e.what();
-      group.failures().report(rank, e.what());
+      failures.report(rank, e.what());
     }
     if (link && !errors[rank].empty()) {
       // One process per rank, failed: this process ends in a moment. Gloo's
@@ -473,19 +477,19 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   }
   if (!link && callbacks.on_stuck)
-    watch_threads(group.failures(), rank_done, rank_step, callbacks.on_stuck);
+    watch_threads(failures, rank_done, rank_step, callbacks.on_stuck);
   for (std::thread& t : threads) t.join();
   if (link) link->stop_watchdog();
 
   // The cause, not its echoes (the peers' closed connections).
   if (diverged.load()) throw LossDiverged(diverged_message);
 
-  if (callbacks.control && group.failures().any()) {
+  if (callbacks.control && failures.any()) {
     bool all_cancelled = true;
     for (const std::string& e : errors) all_cancelled &= e.empty() || e == RunCancelled().what();
     if (all_cancelled) throw RunCancelled();
   }
-  if (group.failures().any()) throw RunError(group.failures().summary());
+  if (failures.any()) throw RunError(failures.summary());
 
   // A resumed run: the steps before the checkpoint have its losses and no times.
   result.losses.resize(cfg.steps);

@@ -143,51 +143,7 @@ const char* kind_short(SpanKind kind, const Tr& tr) {
 }
 
 const char* kind_label(SpanKind kind, const Tr& tr) {
-  switch (kind) {
-    case SpanKind::forward:
-      return tr("forward");
-    case SpanKind::backward:
-      return tr("backward");
-    case SpanKind::loss:
-      return tr("loss");
-    case SpanKind::optimizer:
-      return tr("optimizer");
-    case SpanKind::all_reduce:
-      return tr("all-reduce");
-    case SpanKind::reduce_scatter:
-      return tr("reduce-scatter");
-    case SpanKind::all_gather:
-      return tr("all-gather");
-    case SpanKind::broadcast:
-      return tr("broadcast");
-    case SpanKind::reduce:
-      return tr("reduce");
-    case SpanKind::send:
-      return tr("send");
-    case SpanKind::recv:
-      return tr("recv");
-    case SpanKind::barrier:
-      return tr("barrier");
-    case SpanKind::copy_h2d:
-      return tr(
-          "copy host\xE2\x86\x92"
-          "device");
-    case SpanKind::copy_d2h:
-      return tr(
-          "copy device\xE2\x86\x92"
-          "host");
-    case SpanKind::scatter:
-      return tr("scatter");
-    case SpanKind::gather:
-      return tr("gather");
-    case SpanKind::data:
-      return tr("data");
-    case SpanKind::other:
-      return tr("other");
-    default:
-      break;
-  }
-  return to_string(kind);
+  return tr(span_kind_row(kind).label);  // each label has its entry (tests/test_i18n.cpp)
 }
 
 const char* category_label(MemCategory c, const Tr& tr) {

@@ -67,11 +67,6 @@ struct Found {
 
 }  // namespace
 
-bool is_collective(SpanKind k) {
-  return k == SpanKind::all_reduce || k == SpanKind::all_gather || k == SpanKind::reduce_scatter ||
-         k == SpanKind::broadcast || k == SpanKind::reduce || k == SpanKind::barrier;
-}
-
 const CommWait* RankUse::wait_of(uint32_t index) const {
   const auto it = std::lower_bound(waits.begin(), waits.end(), index,
                                    [](const CommWait& w, uint32_t i) { return w.span < i; });

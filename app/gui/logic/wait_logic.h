@@ -45,9 +45,6 @@ struct WindowUse {
   int64_t duration() const { return end - begin; }
 };
 
-// Collectives whose bytes move only once every rank of the group is in them.
-bool is_collective(SpanKind kind);
-
 // Matching, for the part of a comm span that is waiting: a recv waits until its
 // send begins (same flow_id); a send waits until its recv is posted (a
 // rendezvous protocol cannot move bytes into a buffer nobody posted); the n-th

@@ -684,7 +684,10 @@ std::shared_ptr<gloo::transport::Device> make_device(const std::string& host) {
 }  // namespace
 
 GlooGroup::GlooGroup(int world, GlooGroupOptions options)
-    : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
+    : world_(world),
+      options_(options),
+      failures_(options.failures ? *options.failures : own_failures_),
+      impl_(std::make_unique<Impl>()) {
   check_world(world);
   // A unique prefix per group keeps keys apart if a store is ever shared.
   static std::atomic<uint64_t> next_group{0};
@@ -696,7 +699,10 @@ GlooGroup::GlooGroup(int world, GlooGroupOptions options)
 
 GlooGroup::GlooGroup(int world, GlooGroupOptions options, gloo::rendezvous::Store& store,
                      const std::string& prefix)
-    : world_(world), options_(options), impl_(std::make_unique<Impl>()) {
+    : world_(world),
+      options_(options),
+      failures_(options.failures ? *options.failures : own_failures_),
+      impl_(std::make_unique<Impl>()) {
   check_world(world);
   impl_->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(prefix, store);
   impl_->store = std::make_unique<FailFastStore>(*impl_->prefixed, failures_);
@@ -705,8 +711,9 @@ GlooGroup::GlooGroup(int world, GlooGroupOptions options, gloo::rendezvous::Stor
 
 GlooGroup::~GlooGroup() = default;
 
-// The comm keeps a reference to this group's failure board, so the group must
-// outlive its comms (the device and contexts are shared_ptrs and need nothing).
+// The comm keeps a reference to the group's failure board, so the board (the
+// run's, or the group's own) must outlive its comms (the device and contexts are shared_ptrs and
+// need nothing).
 std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator* alloc) {
   if (rank < 0 || rank >= world_) {
     throw CommError("GlooGroup::connect: rank " + std::to_string(rank) +
