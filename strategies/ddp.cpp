@@ -133,14 +133,7 @@ class Ddp final : public Strategy {
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
     if (env_->rank != 0) return {};
-    ExportBuffer flat(env_->alloc, env_->layout.total());
-    model_->copy_params_to(flat);
-    if (optimizer_->mixed() && flat.keeps())  // the model's weights are the fp32 masters
-      for (size_t i = 0; i < env_->layout.params().size(); ++i) {
-        const ParamInfo& p = env_->layout.params()[i];
-        optimizer_->read_master(i, flat.at(p.offset, p.numel));
-      }
-    return flat.take();
+    return model_->export_params(env_->layout.total(), *optimizer_);
   }
 
  private:

@@ -44,14 +44,8 @@ class Single final : public Strategy {
 
   RankState rank_state() override { return model_->rank_state(optimizer_.get(), mp_.get()); }
   std::vector<float> export_params() override {
-    ExportBuffer flat(env_->alloc, env_->layout.state_total());  // + BatchNorm buffers under +bn
-    model_->copy_params_to(flat);
-    if (optimizer_->mixed() && flat.keeps())  // the model's weights are the fp32 masters
-      for (size_t i = 0; i < env_->layout.params().size(); ++i) {
-        const ParamInfo& p = env_->layout.params()[i];
-        optimizer_->read_master(i, flat.at(p.offset, p.numel));
-      }
-    return flat.take();
+    // + BatchNorm's buffers under +bn
+    return model_->export_params(env_->layout.state_total(), *optimizer_);
   }
 
  private:

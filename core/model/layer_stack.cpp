@@ -296,6 +296,17 @@ void LayerStack::copy_params_to(ExportBuffer& flat) const {
                             layout_.buffer_begin(last_) - layout_.buffer_begin(first_)));
 }
 
+std::vector<float> LayerStack::export_params(size_t values, const Optimizer& opt) const {
+  ExportBuffer flat(alloc_, values);
+  copy_params_to(flat);
+  if (opt.mixed() && flat.keeps())  // the model's weights are the fp32 masters
+    for (size_t i = 0; i < layout_.params().size(); ++i) {
+      const ParamInfo& p = layout_.params()[i];
+      opt.read_master(i, flat.at(p.offset, p.numel));
+    }
+  return flat.take();
+}
+
 void LayerStack::copy_state_slices(float* params, float* buffers) const {
   size_t k = 0;
   for (int l = first_; l < last_; ++l)

@@ -95,6 +95,11 @@ class LayerStack {
   void copy_params_to(std::vector<float>& flat) const;
   // The same into an export (nothing on a meta device, whose values are none).
   void copy_params_to(ExportBuffer& flat) const;
+  // A whole-model stack's weights for Strategy::export_params, as `values`
+  // floats (layout.total(), or state_total() with BatchNorm's buffers), staged
+  // through the allocator: where `opt` keeps fp32 masters (mixed precision),
+  // those instead of the 2-byte weights. Empty on a meta device.
+  std::vector<float> export_params(size_t values, const Optimizer& opt) const;
   // The same as two contiguous runs: params gets the flat vector's
   // [layer_begin(first), layer_begin(last)), buffers its
   // [buffer_begin(first), buffer_begin(last)) (may be null when that is empty).
