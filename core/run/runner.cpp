@@ -173,6 +173,35 @@ std::string shared_run_id(const ProcessContext& p, std::chrono::milliseconds tim
   }
 }
 
+// Where the ranks run: the plan for this machine, and with one process per rank
+// this process's GPU (its place on its host, LOCAL_RANK, not its global rank)
+// and a summary saying which rank this is.
+Placement run_placement(const RunConfig& cfg, const ProcessContext* process) {
+  Placement p = plan_placement(cfg);
+  if (!process) return p;
+  if (p.kind == DeviceKind::cuda)
+    p.gpu_of_rank[process->rank] = process->local_rank % std::max(1, cuda_device_count());
+  p.summary =
+      std::to_string(cfg.world) + " rank(s), one process each, " +
+      (p.kind == DeviceKind::cuda ? "on GPU " + std::to_string(p.gpu_of_rank[process->rank]) +
+                                        " here, Gloo with host staging"
+                                  : std::string("Gloo over TCP")) +
+      " (this is rank " + std::to_string(process->rank) + ", listening on " + process->bind_host +
+      ")";
+  return p;
+}
+
+// Step `s`'s global loss from every rank's share: Σsum / Σcount.
+double step_loss(const std::vector<LossShare>& shares, int s, int world) {
+  double sum = 0;
+  int64_t count = 0;
+  for (int r = 0; r < world; ++r) {
+    sum += shares[static_cast<size_t>(s) * world + r].sum;
+    count += shares[static_cast<size_t>(s) * world + r].count;
+  }
+  return count ? sum / count : 0.0;
+}
+
 RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
                    const RunCallbacks& callbacks, const ProcessContext* process,
                    const Checkpointing& ckpt) {
@@ -213,20 +242,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
   const int world = cfg.world;
   RunResult result;
   result.cfg = cfg;
-  result.placement = plan_placement(cfg);
-  if (process) {
-    // A process's GPU is its place on its host (LOCAL_RANK), not its global rank.
-    Placement& p = result.placement;
-    if (p.kind == DeviceKind::cuda)
-      p.gpu_of_rank[process->rank] = process->local_rank % std::max(1, cuda_device_count());
-    p.summary =
-        std::to_string(world) + " rank(s), one process each, " +
-        (p.kind == DeviceKind::cuda ? "on GPU " + std::to_string(p.gpu_of_rank[process->rank]) +
-                                          " here, Gloo with host staging"
-                                    : std::string("Gloo over TCP")) +
-        " (this is rank " + std::to_string(process->rank) + ", listening on " + process->bind_host +
-        ")";
-  }
+  result.placement = run_placement(cfg, process);
   const Placement& place = result.placement;
   result.ranks.resize(world);
   // One process per rank: only this process's rank records (the others' are
@@ -378,17 +394,11 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         // skipped steps are not stopped: their loss is computed in fp32 before
         // scaling and is finite; what overflowed were the scaled gradients.)
         if (reported[s].fetch_add(1) + 1 == world) {
-          double sum = 0;
-          int64_t count = 0;
-          int bad_rank = -1;  // the lowest rank whose own share is not finite
-          for (int r = 0; r < world; ++r) {
-            const LossShare& sh = shares[static_cast<size_t>(s) * world + r];
-            sum += sh.sum;
-            count += sh.count;
-            if (bad_rank < 0 && !std::isfinite(sh.sum)) bad_rank = r;
-          }
-          const double loss = count ? sum / count : 0.0;
+          const double loss = step_loss(shares, s, world);
           if (!std::isfinite(loss)) {
+            int bad_rank = -1;  // the lowest rank whose own share is not finite
+            for (int r = 0; r < world && bad_rank < 0; ++r)
+              if (!std::isfinite(shares[static_cast<size_t>(s) * world + r].sum)) bad_rank = r;
             diverged_message = divergence_message(cfg, loss, s, bad_rank);
             diverged.store(true);
             throw LossDiverged(diverged_message);
@@ -409,13 +419,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
                 losses[k] = resume->losses[k];
                 continue;
               }
-              double sum = 0;
-              int64_t count = 0;
-              for (int r = 0; r < world; ++r) {
-                sum += shares[static_cast<size_t>(k) * world + r].sum;
-                count += shares[static_cast<size_t>(k) * world + r].count;
-              }
-              losses[k] = count ? sum / count : 0.0;
+              losses[k] = step_loss(shares, k, world);
             }
             commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses, run_id);
           }
@@ -496,15 +500,11 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
   result.resumed_after_step = first_step;
   for (int s = 0; s < first_step; ++s) result.losses[s] = resume->losses[s];
   for (int s = first_step; s < cfg.steps; ++s) {
-    double sum = 0;
-    int64_t count = 0;
+    result.losses[s] = step_loss(shares, s, world);
+    // The run's step takes as long as its slowest rank's.
     double slowest = 0;
-    for (int r = 0; r < world; ++r) {
-      sum += shares[static_cast<size_t>(s) * world + r].sum;
-      count += shares[static_cast<size_t>(s) * world + r].count;
+    for (int r = 0; r < world; ++r)
       slowest = std::max(slowest, result.ranks[r].step_ms[s - first_step]);
-    }
-    result.losses[s] = count ? sum / count : 0.0;
     result.step_ms.push_back(slowest);
   }
   result.median_step_ms = steady_median(result.step_ms);
