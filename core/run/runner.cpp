@@ -191,15 +191,154 @@ Placement run_placement(const RunConfig& cfg, const ProcessContext* process) {
   return p;
 }
 
-// Step `s`'s global loss from every rank's share: Σsum / Σcount.
-double step_loss(const std::vector<LossShare>& shares, int s, int world) {
-  double sum = 0;
-  int64_t count = 0;
-  for (int r = 0; r < world; ++r) {
-    sum += shares[static_cast<size_t>(s) * world + r].sum;
-    count += shares[static_cast<size_t>(s) * world + r].count;
+// Every rank's share of each step's loss, and how many ranks have reported it
+// (a --force run can ask for more steps than these fit in).
+class LossHistory {
+ public:
+  LossHistory(int steps, int world) : world_(world) {
+    try {
+      shares_.resize(static_cast<size_t>(steps) * world);
+      reported_ = std::vector<std::atomic<int>>(steps);
+    } catch (const std::bad_alloc&) {
+      throw RunError("could not allocate the loss history of " + std::to_string(steps) +
+                     " steps x " + std::to_string(world) + " ranks (" +
+                     bytes_string(static_cast<double>(steps) * (sizeof(LossShare) * world + 4)) +
+                     "): out of memory; use fewer --steps");
+    }
   }
-  return count ? sum / count : 0.0;
+  // Step `s`'s shares, one per rank.
+  LossShare* step(int s) { return shares_.data() + static_cast<size_t>(s) * world_; }
+  const LossShare& share(int s, int rank) const {
+    return shares_[static_cast<size_t>(s) * world_ + rank];
+  }
+  // Step `s`'s global loss from every rank's share: Σsum / Σcount.
+  double loss(int s) const {
+    double sum = 0;
+    int64_t count = 0;
+    for (int r = 0; r < world_; ++r) {
+      sum += share(s, r).sum;
+      count += share(s, r).count;
+    }
+    return count ? sum / count : 0.0;
+  }
+  // Counts `n` more ranks as reported for step `s`; true for the call that
+  // completes it (that rank then sees every share).
+  bool report(int s, int n = 1) { return reported_[s].fetch_add(n) + n == world_; }
+
+ private:
+  int world_;
+  std::vector<LossShare> shares_;
+  std::vector<std::atomic<int>> reported_;
+};
+
+// The run's communication, made before any rank starts: the failure board
+// every rank reports to (every communicator, Gloo's and NCCL's, fails fast on
+// it, the process link publishes it to the other processes, and the watchdog
+// reads it), the process link (one process per rank), the Gloo group, NCCL's
+// where the placement asks for it, and the guard of a guarded CPU.
+struct RunComms {
+  FailureBoard failures;
+  std::unique_ptr<ProcessLink> link;
+  std::unique_ptr<GlooGroup> group;
+  std::unique_ptr<NcclGroup> nccl;
+  std::shared_ptr<MemoryGuard> guard;
+
+  RunComms(const RunConfig& cfg, const Placement& place, const ProcessContext* process) {
+    const std::chrono::milliseconds timeout(cfg.timeout_ms);
+    const GlooGroupOptions gloo{timeout, process ? process->bind_host : "127.0.0.1", &failures};
+    if (process) link = std::make_unique<ProcessLink>(*process, cfg.world, gloo);
+    group = link ? std::make_unique<GlooGroup>(cfg.world, gloo, link->store(), "train")
+                 : std::make_unique<GlooGroup>(cfg.world, gloo);
+    if (link) link->attach(failures);
+    if (place.comm == CommKind::nccl)
+      nccl = link ? make_nccl_group(cfg.world, timeout, failures, link->store(), process->rank)
+                  : make_nccl_group(cfg.world, timeout, failures);
+    if (place.guarded) guard = make_memory_guard();
+  }
+};
+
+// This rank's device as the placement says (a GPU, a guarded CPU or a CPU),
+// and its allocator over it.
+void make_rank_device(RankResources& res, const RunConfig& cfg, const Placement& place,
+                      const RunComms& comms, int rank, Recorder* rec) {
+  if (place.kind == DeviceKind::cuda)
+    res.device = make_cuda_backend(place.gpu_of_rank[rank], rec, cfg.tf32);
+  else if (place.guarded)
+    res.device = make_guarded_cpu_backend(comms.guard);
+  else
+    res.device = make_cpu_backend();
+  res.alloc = std::make_unique<Allocator>(*res.device, rec, rank);
+}
+
+// This rank's communicator as the placement says: NCCL, Gloo with host staging
+// (a GPU's buffers go through host memory), or Gloo.
+void connect_rank(RankResources& res, const Placement& place, RunComms& comms, int rank,
+                  Recorder* rec) {
+  if (place.comm == CommKind::nccl)
+    res.comm = comms.nccl->connect(rank, *res.device, rec, res.alloc.get());
+  else if (place.comm == CommKind::gloo_staged)
+    res.comm = make_staging_comm(comms.group->connect(rank, rec, res.alloc.get()), *res.device,
+                                 res.alloc.get(), rec);
+  else
+    res.comm = comms.group->connect(rank, rec, res.alloc.get());
+}
+
+// One process per rank, failed: this process ends in a moment. Gloo's device
+// thread may still be signalling the failed ops' buffers (and writing into
+// their memory), so nothing is freed under it: the communicator, the
+// strategy's tensors and the allocator are left to the process's exit. Its
+// connections close now, so peers blocked on this rank fail at once.
+void abandon_rank(RankResources& res, std::unique_ptr<Strategy>& strategy) {
+  if (res.comm) res.comm->close_connections();
+  (void)strategy.release();
+  (void)res.comm.release();
+  (void)res.alloc.release();
+  (void)res.device.release();
+}
+
+// The checkpoints' run id: the caller's, or a new one (with one process per
+// rank, rank 0's, shared through the store); none without checkpoints.
+std::string checkpoint_run_id(const Checkpointing& ckpt, const RunConfig& cfg,
+                              const ProcessContext* process) {
+  if (ckpt.every <= 0 || !ckpt.run_id.empty()) return ckpt.run_id;
+  return process ? shared_run_id(*process, std::chrono::milliseconds(cfg.timeout_ms))
+                 : new_run_id();
+}
+
+// After step `s`, every `ckpt.every` steps: every rank saves its state, then
+// rank 0 commits the checkpoint with the losses so far (a resumed run's
+// earlier losses from its checkpoint).
+void checkpoint_after_step(const Checkpointing& ckpt, const RunConfig& cfg, int s, RankEnv& env,
+                           Strategy& strategy, const std::string& run_id,
+                           const LossHistory& history, int first_step) {
+  save_rank_checkpoint(ckpt.dir, s + 1, cfg, env.rank, env.world, strategy.rank_state(), env.device,
+                       run_id);
+  // Every rank has saved (and written its loss share) before rank 0 makes the
+  // checkpoint count.
+  env.comm->barrier();
+  if (env.rank != 0) return;
+  std::vector<double> losses(static_cast<size_t>(s) + 1);
+  for (int k = 0; k <= s; ++k)
+    losses[k] = k < first_step ? ckpt.resume->losses[k] : history.loss(k);
+  commit_checkpoint(ckpt.dir, s + 1, cfg, env.world, losses, run_id);
+}
+
+// The run's losses and step times once every rank is back. A resumed run: the
+// steps before the checkpoint have its losses and no times.
+void finish_result(RunResult& result, const LossHistory& history, const ResumeState* resume,
+                   int first_step) {
+  const int steps = result.cfg.steps;
+  result.losses.resize(steps);
+  result.resumed_after_step = first_step;
+  for (int s = 0; s < first_step; ++s) result.losses[s] = resume->losses[s];
+  for (int s = first_step; s < steps; ++s) {
+    result.losses[s] = history.loss(s);
+    // The run's step takes as long as its slowest rank's.
+    double slowest = 0;
+    for (const RankReport& r : result.ranks) slowest = std::max(slowest, r.step_ms[s - first_step]);
+    result.step_ms.push_back(slowest);
+  }
+  result.median_step_ms = steady_median(result.step_ms);
 }
 
 RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
@@ -216,14 +355,9 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     check_resume(cfg, *resume);
     initial = &resume->weights;
   }
+  if (ckpt.every > 0) check_checkpoint_dir(ckpt.dir, resume);
   // Every checkpoint file of this run names it (core/run/train_checkpoint.h).
-  std::string run_id = ckpt.run_id;
-  if (ckpt.every > 0) {
-    check_checkpoint_dir(ckpt.dir, resume);
-    if (run_id.empty())
-      run_id = process ? shared_run_id(*process, std::chrono::milliseconds(cfg.timeout_ms))
-                       : new_run_id();
-  }
+  const std::string run_id = checkpoint_run_id(ckpt, cfg, process);
   const int first_step = resume ? resume->steps_done : 0;
   // Before anything is allocated: a run that cannot fit is refused in one line
   // now, rather than failing minutes later (the caller holds `initial` already).
@@ -244,6 +378,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
   result.cfg = cfg;
   result.placement = run_placement(cfg, process);
   const Placement& place = result.placement;
+  if (process) result.process_rank = process->rank;
   result.ranks.resize(world);
   // One process per rank: only this process's rank records (the others' are
   // empty placeholders, so a recorder's index is still its rank).
@@ -251,41 +386,9 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     result.recorders.push_back(
         std::make_shared<Recorder>(r, cfg.record && (!process || r == process->rank)));
 
-  const std::chrono::milliseconds timeout(cfg.timeout_ms);
-  // The run's failure board: every rank reports to it, every communicator
-  // (Gloo's, NCCL's) fails fast on it, the process link publishes it to the
-  // other processes, and the watchdog reads it.
-  FailureBoard failures;
-  const GlooGroupOptions gloo_options{timeout, process ? process->bind_host : "127.0.0.1",
-                                      &failures};
-  std::unique_ptr<ProcessLink> link;
-  if (process) {
-    result.process_rank = process->rank;
-    link = std::make_unique<ProcessLink>(*process, world, gloo_options);
-  }
-  std::unique_ptr<GlooGroup> group_owner =
-      link ? std::make_unique<GlooGroup>(world, gloo_options, link->store(), "train")
-           : std::make_unique<GlooGroup>(world, gloo_options);
-  GlooGroup& group = *group_owner;
-  if (link) link->attach(failures);
-  std::unique_ptr<NcclGroup> nccl;
-  if (place.comm == CommKind::nccl)
-    nccl = link ? make_nccl_group(world, timeout, failures, link->store(), process->rank)
-                : make_nccl_group(world, timeout, failures);
-  std::shared_ptr<MemoryGuard> guard = place.guarded ? make_memory_guard() : nullptr;
-  // Per step, every rank's share of the loss and a completion count (a --force
-  // run can ask for more steps than these fit in).
-  std::vector<LossShare> shares;
-  std::vector<std::atomic<int>> reported;
-  try {
-    shares.resize(static_cast<size_t>(cfg.steps) * world);
-    reported = std::vector<std::atomic<int>>(cfg.steps);
-  } catch (const std::bad_alloc&) {
-    throw RunError("could not allocate the loss history of " + std::to_string(cfg.steps) +
-                   " steps x " + std::to_string(world) + " ranks (" +
-                   bytes_string(static_cast<double>(cfg.steps) * (sizeof(LossShare) * world + 4)) +
-                   "): out of memory; use fewer --steps");
-  }
+  RunComms comms(cfg, place, process);
+  ProcessLink* link = comms.link.get();
+  LossHistory history(cfg.steps, world);
   std::vector<std::string> errors(world);
   // Set once, by the rank that finds a step's loss non-finite; the others stop
   // at their next step boundary, or fail fast in a collective with it.
@@ -314,27 +417,13 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     };
     std::string phase = "the start of the rank";  // for an allocation failure outside the allocator
     try {
-      if (place.kind == DeviceKind::cuda)
-        res.device = make_cuda_backend(place.gpu_of_rank[rank], rec, cfg.tf32);
-      else if (place.guarded)
-        res.device = make_guarded_cpu_backend(guard);
-      else
-        res.device = make_cpu_backend();
-      res.alloc = std::make_unique<Allocator>(*res.device, rec, rank);
-      DeviceBackend& device = *res.device;
-      Allocator& alloc = *res.alloc;
+      make_rank_device(res, cfg, place, comms, rank, rec);
       if (callbacks.on_rank_start) callbacks.on_rank_start(rank);
-      if (callbacks.on_allocator) callbacks.on_allocator(rank, alloc);
+      if (callbacks.on_allocator) callbacks.on_allocator(rank, *res.alloc);
       // One process per rank: the control group first, then the clocks: every
       // process's trace starts at rank 0's t0, seen through its own clock.
       if (link) result.t0_ns = link->connect_and_align(result);
-      if (place.comm == CommKind::nccl)
-        res.comm = nccl->connect(rank, device, rec, &alloc);
-      else if (place.comm == CommKind::gloo_staged)
-        res.comm = make_staging_comm(group.connect(rank, rec, &alloc), device, &alloc, rec);
-      else
-        res.comm = group.connect(rank, rec, &alloc);
-      Comm& comm = *res.comm;
+      connect_rank(res, place, comms, rank, rec);
       // Where the host makes the batches (a plain CPU device), a data loader
       // makes the next one beside the step; a GPU makes its own on the device.
       // Only with a core to spare: where the ranks already fill the cores, a
@@ -346,7 +435,8 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         loader = std::make_unique<DataLoader>(data, layout.act_numel(0), layout.target_numel(),
                                               cfg.steps);
       const Dataset& rank_data = loader ? static_cast<const Dataset&>(*loader) : data;
-      RankEnv env{rank, world, cfg, layout, rank_data, device, alloc, rec, &comm, shared};
+      RankEnv env{rank,        world,      cfg, layout,         rank_data,
+                  *res.device, *res.alloc, rec, res.comm.get(), shared};
       strategy = info.make();
       RankReport& report = result.ranks[rank];
       // fp16: the loss scaler's count of skipped steps on rank 0, to name the
@@ -377,28 +467,25 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         if (callbacks.before_step) callbacks.before_step(rank, s);
       };
       steps.after = [&](int s, const LossShare& share, double ms) {
-        shares[static_cast<size_t>(s) * world + rank] = share;
+        history.step(s)[rank] = share;
         report.step_ms.push_back(ms);
         if (const int64_t skipped = skipped_count(); skipped != skipped_before) {
           result.skipped_steps.push_back(s);
           skipped_before = skipped;
         }
-        if (link) {
-          // The other ranks' shares arrive as a message; every process then
-          // computes the same global loss and stops alike when it is not finite.
-          link->gather_shares(shares.data() + static_cast<size_t>(s) * world, rank);
-          reported[s].store(world - 1);
-        }
+        // The other ranks' shares arrive as a message; every process then
+        // computes the same global loss and stops alike when it is not finite.
+        if (link) link->gather_shares(history.step(s), rank);
         // The last rank to finish a step sees every share: it reports the global
         // loss, or stops the run when it is not finite. (The fp16 loss scaler's
         // skipped steps are not stopped: their loss is computed in fp32 before
         // scaling and is finite; what overflowed were the scaled gradients.)
-        if (reported[s].fetch_add(1) + 1 == world) {
-          const double loss = step_loss(shares, s, world);
+        if (history.report(s, link ? world : 1)) {
+          const double loss = history.loss(s);
           if (!std::isfinite(loss)) {
             int bad_rank = -1;  // the lowest rank whose own share is not finite
             for (int r = 0; r < world && bad_rank < 0; ++r)
-              if (!std::isfinite(shares[static_cast<size_t>(s) * world + r].sum)) bad_rank = r;
+              if (!std::isfinite(history.share(s, r).sum)) bad_rank = r;
             diverged_message = divergence_message(cfg, loss, s, bad_rank);
             diverged.store(true);
             throw LossDiverged(diverged_message);
@@ -407,22 +494,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         }
         if (ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
           phase = "the checkpoint after step " + std::to_string(s + 1);
-          save_rank_checkpoint(ckpt.dir, s + 1, cfg, rank, world, strategy->rank_state(), device,
-                               run_id);
-          // Every rank has saved (and written its loss share) before rank 0
-          // makes the checkpoint count.
-          comm.barrier();
-          if (rank == 0) {
-            std::vector<double> losses(static_cast<size_t>(s) + 1);
-            for (int k = 0; k <= s; ++k) {
-              if (k < first_step) {
-                losses[k] = resume->losses[k];
-                continue;
-              }
-              losses[k] = step_loss(shares, k, world);
-            }
-            commit_checkpoint(ckpt.dir, s + 1, cfg, world, losses, run_id);
-          }
+          checkpoint_after_step(ckpt, cfg, s, env, *strategy, run_id, history, first_step);
         }
       };
       RankTotals totals = run_rank_body(env, *strategy, init_source, steps, phase);
@@ -444,32 +516,20 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     } catch (const OutOfMemory& e) {
       // The allocator names the buffer and its size; the board names the rank.
       errors[rank] = e.what();
-      failures.report(rank, e.detail());
+      comms.failures.report(rank, e.detail());
     } catch (const std::bad_alloc&) {
       // Host memory outside the allocator (a strategy's staging vectors, the records).
       const std::string what = "ran out of host memory (std::bad_alloc) in " + phase;
       errors[rank] = what;
-      failures.report(rank, what);
+      comms.failures.report(rank, what);
     } catch (const std::exception& e) {
       errors[rank] = e.what();
-      failures.report(rank, e.what());
+      comms.failures.report(rank, e.what());
     }
-    if (link && !errors[rank].empty()) {
-      // One process per rank, failed: this process ends in a moment. Gloo's
-      // device thread may still be signalling the failed ops' buffers (and
-      // writing into their memory), so nothing is freed under it: the
-      // communicator, the strategy's tensors and the allocator are left to
-      // the process's exit. Its connections close now, so peers blocked on
-      // this rank fail at once.
-      if (res.comm) res.comm->close_connections();
-      (void)strategy.release();
-      (void)res.comm.release();
-      (void)res.alloc.release();
-      (void)res.device.release();
-      rank_done[rank].store(true);
-      return;
-    }
-    teardown();  // already done on a process's successful path (before the exchange)
+    if (link && !errors[rank].empty())
+      abandon_rank(res, strategy);
+    else
+      teardown();  // already done on a process's successful path (before the exchange)
     rank_done[rank].store(true);
   };
 
@@ -481,33 +541,20 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   }
   if (!link && callbacks.on_stuck)
-    watch_threads(failures, rank_done, rank_step, callbacks.on_stuck);
+    watch_threads(comms.failures, rank_done, rank_step, callbacks.on_stuck);
   for (std::thread& t : threads) t.join();
   if (link) link->stop_watchdog();
 
   // The cause, not its echoes (the peers' closed connections).
   if (diverged.load()) throw LossDiverged(diverged_message);
 
-  if (callbacks.control && failures.any()) {
+  if (callbacks.control && comms.failures.any()) {
     bool all_cancelled = true;
     for (const std::string& e : errors) all_cancelled &= e.empty() || e == RunCancelled().what();
     if (all_cancelled) throw RunCancelled();
   }
-  if (failures.any()) throw RunError(failures.summary());
-
-  // A resumed run: the steps before the checkpoint have its losses and no times.
-  result.losses.resize(cfg.steps);
-  result.resumed_after_step = first_step;
-  for (int s = 0; s < first_step; ++s) result.losses[s] = resume->losses[s];
-  for (int s = first_step; s < cfg.steps; ++s) {
-    result.losses[s] = step_loss(shares, s, world);
-    // The run's step takes as long as its slowest rank's.
-    double slowest = 0;
-    for (int r = 0; r < world; ++r)
-      slowest = std::max(slowest, result.ranks[r].step_ms[s - first_step]);
-    result.step_ms.push_back(slowest);
-  }
-  result.median_step_ms = steady_median(result.step_ms);
+  if (comms.failures.any()) throw RunError(comms.failures.summary());
+  finish_result(result, history, resume, first_step);
   return result;
 }
 
