@@ -98,9 +98,26 @@ struct CommStats {
 // total % world ranks get one element more.
 std::vector<size_t> even_counts(size_t total, int world);
 
+// Which ranks a communicator joins, and who they are in the run: its rank i is
+// the run's rank `ranks[i]`. Every run has group 0, the whole world; a mesh's
+// axis groups are numbered after it (core/mesh.h). Spans and error messages
+// name the run's ranks and the group, so that two groups' collectives at once
+// are told apart.
+struct CommGroup {
+  int id = 0;
+  std::string name;        // for messages: "tp group 2 (ranks 4, 5)"; empty for the world
+  std::vector<int> ranks;  // empty: the world, rank i is rank i
+  int global(int local) const {
+    return ranks.empty() || local < 0 ? local : ranks[static_cast<size_t>(local)];
+  }
+};
+
 class Comm {
  public:
+  explicit Comm(CommGroup group = {}) : group_(std::move(group)) {}
   virtual ~Comm() = default;
+  // The group this communicator joins; rank() and world() are within it.
+  const CommGroup& group() const { return group_; }
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual std::string backend_name() const = 0;
@@ -155,6 +172,9 @@ class Comm {
     recv_async(buf, bytes, src, tag, meta).wait();
   }
   void barrier() { barrier_async().wait(); }
+
+ private:
+  CommGroup group_;
 };
 
 }  // namespace shardlab
@@ -191,7 +211,10 @@ class GlooGroup {
   FailureBoard& failures() { return failures_; }
   // Connects rank `rank` (blocks until every rank has joined, or times out).
   // `recorder` and `alloc` may be null; comm spans and scratch buffers go there.
-  std::unique_ptr<Comm> connect(int rank, Recorder* recorder, Allocator* alloc);
+  // `group` says which of the run's ranks this group's are (a mesh axis's group);
+  // empty: the world.
+  std::unique_ptr<Comm> connect(int rank, Recorder* recorder, Allocator* alloc,
+                                const CommGroup& group = {});
 
   struct Impl;
 

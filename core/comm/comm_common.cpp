@@ -51,23 +51,32 @@ std::string CommErrors::others(const OpInfo& op, uint64_t seq) const {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const std::string others = board_.describe();
-  const std::string stalled = op.peer < 0 && seq ? board_.behind(seq) : "";
+  // The board counts the world's collectives only (a group's have their own numbers).
+  const std::string stalled = op.peer < 0 && seq && group_.id == 0 ? board_.behind(seq) : "";
   if (!others.empty()) return " (" + others + ")";
   if (!stalled.empty()) return " waiting for " + stalled;
   return " (no rank reported a failure)";
 }
 
+std::string CommErrors::prefix(const OpInfo& op) const {
+  std::string s = op_prefix(global(rank_), op);
+  if (group_.id == 0) return s;
+  const size_t colon = s.find(':');
+  return s.substr(0, colon) + " in " + group_.name + s.substr(colon);
+}
+
 std::string CommErrors::timed_out(const OpInfo& op, uint64_t seq) const {
   std::ostringstream os;
   os << prefix(op) << " timed out after " << timeout_.count() << " ms";
-  if (op.peer >= 0) os << " waiting for rank " << op.peer;
+  if (op.peer >= 0) os << " waiting for rank " << global(op.peer);
   return os.str() + others(op, seq);
 }
 
 std::string CommErrors::failed(const OpInfo& op, uint64_t seq, const std::string& detail) const {
   std::ostringstream os;
   os << prefix(op);
-  if (op.peer >= 0) os << (op.kind == SpanKind::send ? " to" : " from") << " rank " << op.peer;
+  if (op.peer >= 0)
+    os << (op.kind == SpanKind::send ? " to" : " from") << " rank " << global(op.peer);
   os << " failed: " << detail;
   return os.str() + others(op, seq);
 }
@@ -80,7 +89,7 @@ std::string CommErrors::peer_failed(const OpInfo& op,
                                                               since)
             .count()
      << " ms";
-  if (op.peer >= 0) os << " waiting for rank " << op.peer;
+  if (op.peer >= 0) os << " waiting for rank " << global(op.peer);
   os << " (" << board_.describe() << ")";
   return os.str();
 }
@@ -197,15 +206,16 @@ void track_issue(Recorder* recorder, const OpInfo& op, Work::State& state) {
   state.op = op.id;
 }
 
-Span comm_span(int rank, const OpInfo& op) {
+Span comm_span(const CommGroup& group, int rank, const OpInfo& op) {
   Span span;
-  span.rank = rank;
+  span.rank = group.global(rank);
+  span.group = group.id;
   span.lane = Lane::comm;
   span.kind = op.kind;
   span.layer = op.meta.layer;
   span.micro_batch = op.meta.micro_batch;
   span.bytes = op.bytes;
-  span.peer = op.peer;
+  span.peer = group.global(op.peer);
   span.flow_id = op.flow_id;
   span.op = op.id;
   return span;

@@ -65,11 +65,14 @@ std::string one_line(std::string s);
 // with no failure reported, the message names the ranks that never issued it.
 class CommErrors {
  public:
-  CommErrors(int rank, std::chrono::milliseconds timeout, const FailureBoard& board)
-      : rank_(rank), timeout_(timeout), board_(board) {}
+  // `rank` within `group`; messages name the run's ranks and the group.
+  CommErrors(int rank, std::chrono::milliseconds timeout, const FailureBoard& board,
+             CommGroup group = {})
+      : rank_(rank), timeout_(timeout), board_(board), group_(std::move(group)) {}
 
-  // "rank R: all_reduce of N bytes (tag T)"
-  std::string prefix(const OpInfo& op) const { return op_prefix(rank_, op); }
+  // "rank R: all_reduce of N bytes (tag T)", with " in tp group 1 (ranks 2, 3)"
+  // for a group other than the world.
+  std::string prefix(const OpInfo& op) const;
   // "<prefix> timed out after T ms [waiting for rank P]" and what the others know.
   std::string timed_out(const OpInfo& op, uint64_t seq) const;
   // "<prefix> [to|from rank P] failed: <detail>" and what the others know.
@@ -91,9 +94,13 @@ class CommErrors {
   // usually reports just after this rank notices.
   std::string others(const OpInfo& op, uint64_t seq) const;
 
+  // The run's rank of this group's rank `r`.
+  int global(int r) const { return group_.global(r); }
+
   const int rank_;
   const std::chrono::milliseconds timeout_;
   const FailureBoard& board_;
+  const CommGroup group_;
 };
 
 // ---------------------------------------------------------------------------
@@ -198,7 +205,8 @@ class UnwaitedWorks {
   std::vector<std::pair<std::weak_ptr<Work::State>, std::string>> works_;
 };
 
-// The span of an op on the rank's comm lane, all but its times and step.
-Span comm_span(int rank, const OpInfo& op);
+// The span of an op on the rank's comm lane, all but its times and step:
+// `rank` (and the op's peer) within `group`, recorded as the run's ranks.
+Span comm_span(const CommGroup& group, int rank, const OpInfo& op);
 
 }  // namespace shardlab

@@ -44,8 +44,9 @@ class MetaScratch {
 class MetaComm final : public Comm {
  public:
   MetaComm(int rank, int world, Allocator* alloc, ScratchPlacement scratch, Recorder* recorder,
-           OpLog* log)
-      : rank_(rank),
+           OpLog* log, const CommGroup& group)
+      : Comm(group),
+        rank_(rank),
         world_(world),
         alloc_(alloc),
         scratch_(scratch),
@@ -135,6 +136,7 @@ class MetaComm final : public Comm {
     Recorder* rec = recorder_;
     OpLog* log = log_;
     const int rank = rank_;
+    CommGroup group = this->group();  // a copy: a Work may be waited on after its comm is gone
     MetaOp entry;
     entry.what = MetaOp::What::issue;
     entry.kind = op.kind;
@@ -142,11 +144,11 @@ class MetaComm final : public Comm {
     entry.layer = op.meta.layer;
     entry.micro_batch = op.meta.micro_batch;
     entry.bytes = op.bytes;
-    entry.peer = op.peer;
+    entry.peer = this->group().global(op.peer);  // the run's rank
     entry.id = op.id;
     if (log) log->add(entry);
     auto state = std::make_shared<Work::State>();
-    state->complete = [keep, rec, log, rank, op, entry]() mutable {
+    state->complete = [keep, rec, log, rank, group, op, entry]() mutable {
       keep->reset();
       if (log) {
         entry.what = MetaOp::What::wait;
@@ -154,7 +156,7 @@ class MetaComm final : public Comm {
         log->add(entry);
       }
       if (rec) {
-        Span span = comm_span(rank, op);
+        Span span = comm_span(group, rank, op);
         span.t_begin_ns = span.t_end_ns = now_ns();
         rec->add_span(span);
       }
@@ -177,8 +179,9 @@ class MetaComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
-                                     ScratchPlacement scratch, Recorder* recorder, OpLog* log) {
-  return std::make_unique<MetaComm>(rank, world, alloc, scratch, recorder, log);
+                                     ScratchPlacement scratch, Recorder* recorder, OpLog* log,
+                                     const CommGroup& group) {
+  return std::make_unique<MetaComm>(rank, world, alloc, scratch, recorder, log, group);
 }
 
 }  // namespace shardlab

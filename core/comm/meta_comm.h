@@ -23,9 +23,10 @@ enum class ScratchPlacement {
 // non-root reduce keep. For ranks that stage through the host (cuda ranks
 // sharing Gloo, the guarded CPU), wrap it in make_staging_comm as the real run does.
 // `recorder` (may be null) gets each op's issue, wait and span, as from GlooComm;
-// `log` (may be null) each op's issue and wait, in program order.
+// `log` (may be null) each op's issue and wait, in program order. `group`: which
+// of the run's ranks the comm's are (a mesh axis's group); empty: the world.
 std::unique_ptr<Comm> make_meta_comm(int rank, int world, Allocator* alloc,
                                      ScratchPlacement scratch, Recorder* recorder = nullptr,
-                                     OpLog* log = nullptr);
+                                     OpLog* log = nullptr, const CommGroup& group = {});
 
 }  // namespace shardlab

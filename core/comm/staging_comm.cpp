@@ -38,7 +38,7 @@ class Staged {
 class StagingComm final : public Comm {
  public:
   StagingComm(std::unique_ptr<Comm> inner, DeviceBackend& device, Allocator* alloc, Recorder* rec)
-      : inner_(std::move(inner)), device_(device), alloc_(alloc), rec_(rec) {}
+      : Comm(inner->group()), inner_(std::move(inner)), device_(device), alloc_(alloc), rec_(rec) {}
 
   int rank() const override { return inner_->rank(); }
   int world() const override { return inner_->world(); }

@@ -81,7 +81,8 @@ void LiveWriter::flush() {
   for (const Span& s : spans)
     out += json{{"s",
                  {s.t_begin_ns - t0_ns_, s.t_end_ns - t0_ns_, to_string(s.lane), to_string(s.kind),
-                  s.layer, s.micro_batch, s.step, s.bytes, s.peer, s.flow_id, s.made_ahead}}}
+                  s.layer, s.micro_batch, s.step, s.bytes, s.peer, s.flow_id, s.made_ahead,
+                  s.group}}}
                .dump() +
            "\n";
   for (const AllocEvent& a : allocs)
@@ -149,6 +150,7 @@ bool LiveReader::poll(std::vector<double>& losses) {
           s.peer = v.at(8).get<int>();
           s.flow_id = v.at(9).get<uint64_t>();
           if (v.size() > 10) s.made_ahead = v.at(10).get<bool>();
+          if (v.size() > 11) s.group = v.at(11).get<int>();
           recs_[r]->add_span(s);
         } else if (j.contains("a")) {
           const json& v = j["a"];

@@ -62,7 +62,8 @@ struct Span {
   int micro_batch = -1;  // -1 when the strategy has no micro-batches
   int step = -1;         // training step; filled from the recorder's current step
   int64_t bytes = 0;     // payload of a communication or copy
-  int peer = -1;         // the other rank of a send/recv
+  int peer = -1;         // the other rank of a send/recv (the run's rank, not the group's)
+  int group = 0;         // the communicator's group (CommGroup::id): 0, the world
   uint64_t flow_id = 0;  // links a send to its recv (same id on both), 0 = none
   // The recording thread's CPU clock (thread_cpu_ns) at the span's begin and
   // end, -1 when not measured (device-timed spans, older files). For a compute

@@ -26,11 +26,17 @@ inline constexpr double kMaxStepMs = 1e9;                   // 11 days
 inline constexpr int64_t kMaxRanks = 1 << 20;               // far above any world size
 inline const std::vector<std::string> kSpanColumns = {
     "t_begin_ns", "t_end_ns", "lane",    "kind",         "layer",      "micro_batch", "step",
-    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op",          "made_ahead"};
+    "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op",          "made_ahead",
+    "group"};
 // Files written before spans had CPU clocks and op ids: the first ten columns;
-// before batches were made ahead, thirteen.
+// before batches were made ahead, thirteen; before communicator groups (every
+// span's group the world's, 0), fourteen.
 inline constexpr size_t kSpanColumnsV1 = 10;
 inline constexpr size_t kSpanColumnsV2 = 13;
+inline constexpr size_t kSpanColumnsV3 = 14;
+// The most groups a run's communicators form (a mesh of the largest world has
+// fewer: core/mesh.h).
+inline constexpr int64_t kMaxGroups = int64_t{1} << 22;
 inline const std::vector<std::string> kMarkColumns = {"kind",     "id",           "t_begin_ns",
                                                       "t_end_ns", "cpu_begin_ns", "cpu_end_ns"};
 inline const std::vector<std::string> kAllocColumns = {"t_ns",     "delta_bytes", "buffer_id",

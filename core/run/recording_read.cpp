@@ -158,6 +158,7 @@ Span span_from_json(const JsonChecker& ck, const json& row, const std::string& w
     s.op = ck.unsigned_integer(row[12], col(12));
   }
   if (columns > kSpanColumnsV2) s.made_ahead = ck.boolean(row[13], col(13));
+  if (columns > kSpanColumnsV3) s.group = static_cast<int>(ck.integer(row[14], col(14), 0, kMaxGroups));
   return s;
 }
 
@@ -374,11 +375,12 @@ Recording from_json(const json& j, const JsonChecker& ck, bool weights) {
 
   if (weights) read_weights(ck, j["final_params"], c, layout, r.final_params);
 
-  // Spans of older files have the first ten or thirteen columns; the marks are
+  // Spans of older files have the first ten, thirteen or fourteen columns; the marks are
   // newer than the first ten.
   const size_t span_columns =
       j["span_columns"].is_array() && (j["span_columns"].size() == kSpanColumnsV1 ||
-                                       j["span_columns"].size() == kSpanColumnsV2)
+                                       j["span_columns"].size() == kSpanColumnsV2 ||
+                                       j["span_columns"].size() == kSpanColumnsV3)
           ? j["span_columns"].size()
           : kSpanColumns.size();
   check_columns(

@@ -129,12 +129,13 @@ class GlooComm final : public Comm {
  public:
   GlooComm(int rank, int world, std::shared_ptr<gloo::Context> ctx,
            std::chrono::milliseconds timeout, FailureBoard& board, Recorder* recorder,
-           Allocator* alloc)
-      : rank_(rank),
+           Allocator* alloc, const CommGroup& group)
+      : Comm(group),
+        rank_(rank),
         world_(world),
         ctx_(std::move(ctx)),
         timeout_(timeout),
-        errors_(rank, timeout, board),
+        errors_(rank, timeout, board, group),
         board_(board),
         recorder_(recorder),
         alloc_(alloc),
@@ -317,7 +318,7 @@ class GlooComm final : public Comm {
     std::function<void(uint64_t)> body;
   };
 
-  std::string op_prefix(const OpInfo& op) const { return shardlab::op_prefix(rank_, op); }
+  std::string op_prefix(const OpInfo& op) const { return errors_.prefix(op); }
 
   void check_rank(const OpInfo& op, int r, const char* what) const {
     shardlab::check_rank(rank_, world_, op, r, what);
@@ -357,7 +358,7 @@ class GlooComm final : public Comm {
 
   void record(const OpInfo& op, int64_t t_begin, int64_t t_end) {
     if (!recorder_) return;
-    Span span = comm_span(rank_, op);
+    Span span = comm_span(group(), rank_, op);
     span.t_begin_ns = t_begin;
     span.t_end_ns = t_end;
     recorder_->add_span(span);
@@ -373,7 +374,8 @@ class GlooComm final : public Comm {
       if (stopping_) throw CommError(errors_.being_destroyed(op));
       // Every rank issues collectives in the same order, so equal sequence
       // numbers (used as Gloo tags) name the same collective on every rank.
-      board_.note_issued(rank_, next_seq_);
+      // (The board counts the world's collectives: a group's have their own numbers.)
+      if (group().id == 0) board_.note_issued(rank_, next_seq_);
       queue_.push_back(Task{state, op, next_seq_++, std::move(body)});
     }
     cv_.notify_one();
@@ -473,7 +475,8 @@ class GlooComm final : public Comm {
   }
 
   std::string op_name_abort(const char* what) const {
-    return "rank " + std::to_string(rank_) + ": reduce_scatter " + what + " was aborted";
+    return "rank " + std::to_string(group().global(rank_)) + ": reduce_scatter " + what +
+           " was aborted";
   }
 
   // ---- point-to-point: posted on the caller's thread ------------------------
@@ -497,8 +500,9 @@ class GlooComm final : public Comm {
       // The message number is taken under the same lock as the post, so that
       // numbering and Gloo's in-order matching agree even with several posters.
       std::lock_guard<std::mutex> lock(p2p_mu_);
-      const int src = is_send ? rank_ : peer;
-      const int dst = is_send ? peer : rank_;
+      // Flow ids name the run's ranks: two groups' messages never share one.
+      const int src = group().global(is_send ? rank_ : peer);
+      const int dst = group().global(is_send ? peer : rank_);
       op.flow_id = p2p_flow_id(src, dst, p2p_numbers_.next(is_send, peer));
       try {
         if (is_send) {
@@ -541,7 +545,7 @@ class GlooComm final : public Comm {
       };
     }
     track_issue(recorder_, op, *state);
-    unwaited_p2p_.add(state, "rank " + std::to_string(rank_) +
+    unwaited_p2p_.add(state, "rank " + std::to_string(group().global(rank_)) +
                                  ": send/recv never waited on before the comm was destroyed");
     return Work(state);
   }
@@ -714,7 +718,12 @@ GlooGroup::~GlooGroup() = default;
 // The comm keeps a reference to the group's failure board, so the board (the
 // run's, or the group's own) must outlive its comms (the device and contexts are shared_ptrs and
 // need nothing).
-std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator* alloc) {
+std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator* alloc,
+                                         const CommGroup& group) {
+  if (!group.ranks.empty() && group.ranks.size() != static_cast<size_t>(world_))
+    throw CommError("GlooGroup::connect: " + group.name + " names " +
+                    std::to_string(group.ranks.size()) + " ranks for a group of " +
+                    std::to_string(world_));
   if (rank < 0 || rank >= world_) {
     throw CommError("GlooGroup::connect: rank " + std::to_string(rank) +
                     " is not a rank of a group of " + std::to_string(world_));
@@ -725,12 +734,13 @@ std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator
     ctx->connectFullMesh(*impl_->store, impl_->device);
   } catch (const std::exception& e) {
     const std::string others = failures_.describe();
-    throw CommError("rank " + std::to_string(rank) + ": connecting to a group of " +
-                    std::to_string(world_) + " failed: " + clean_gloo_message(e.what()) +
+    throw CommError("rank " + std::to_string(group.global(rank)) + ": connecting to " +
+                    (group.id ? group.name : "a group of " + std::to_string(world_)) +
+                    " failed: " + clean_gloo_message(e.what()) +
                     (others.empty() ? "" : " (" + others + ")"));
   }
   return std::make_unique<GlooComm>(rank, world_, std::move(ctx), options_.timeout, failures_,
-                                    recorder, alloc);
+                                    recorder, alloc, group);
 }
 
 }  // namespace shardlab

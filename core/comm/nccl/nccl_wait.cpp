@@ -87,7 +87,7 @@ std::string NcclComm::finish_ok(Op& op) {
 }
 
 Span NcclComm::span_of(const Op& op) const {
-  Span span = comm_span(rank_, op.info);
+  Span span = comm_span(group(), rank_, op.info);
   span.step = op.step;  // resolved later, when the recorder may be on the next step
   return span;
 }
