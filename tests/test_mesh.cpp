@@ -2,7 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <thread>
 
+#include "core/comm/comm_common.h"
+#include "core/comm/mesh_comms.h"
 #include "core/config.h"
 #include "core/mesh.h"
 
@@ -90,4 +93,83 @@ TEST_CASE("mesh: a bad --mesh or --mesh-order is refused in one line naming it",
   refused("dp=2", "dp,pp", "does not name every axis");
   refused("dp=2", "dp,pp,pp", "pp is given twice");
   refused("dp=2", "dp,pp,mp", "'mp' is not an axis");
+}
+
+TEST_CASE("mesh: each axis's groups all-reduce at once without meeting; spans name the group and "
+          "the run's ranks",
+          "[mesh][comm]") {
+  const Mesh mesh = parse_mesh("dp=2,tp=2");  // rank = tp + 2*dp
+  const int world = mesh.world();
+  GlooGroupOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
+  MeshGlooGroups groups(mesh, options);
+  std::vector<std::shared_ptr<Recorder>> recs;
+  for (int r = 0; r < world; ++r) recs.push_back(std::make_shared<Recorder>(r, true));
+  std::vector<float> tp_sum(world), dp_sum(world), got(world, -1);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Comm> tp = groups.connect(r, MeshAxis::tp, recs[r].get(), nullptr);
+        std::unique_ptr<Comm> dp = groups.connect(r, MeshAxis::dp, recs[r].get(), nullptr);
+        REQUIRE(tp);
+        REQUIRE(dp);
+        CHECK(tp->rank() == mesh.coord(r, MeshAxis::tp));
+        CHECK(dp->world() == 2);
+        float x = static_cast<float>(r + 1);
+        tp->all_reduce(&x, 1, DType::f32);
+        tp_sum[r] = x;
+        float y = static_cast<float>(10 * (r + 1));
+        dp->all_reduce(&y, 1, DType::f32);
+        dp_sum[r] = y;
+        // Within each tp group: its rank 0 sends to its rank 1.
+        float msg = static_cast<float>(100 + r);
+        if (tp->rank() == 0)
+          tp->send(&msg, sizeof msg, 1, 7);
+        else
+          tp->recv(&got[r], sizeof(float), 0, 7);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < world; ++r) CHECK(errors[r].empty());
+  // tp groups {0,1} and {2,3}; dp groups {0,2} and {1,3}.
+  CHECK(tp_sum == std::vector<float>{3, 3, 7, 7});
+  CHECK(dp_sum == std::vector<float>{40, 60, 40, 60});
+  CHECK(got[1] == 100);
+  CHECK(got[3] == 102);
+  for (int r = 0; r < world; ++r) {
+    std::set<int> seen_groups;
+    for (const Span& s : recs[r]->snapshot().spans) {
+      if (s.lane != Lane::comm) continue;
+      seen_groups.insert(s.group);
+      if (s.kind == SpanKind::all_reduce)
+        CHECK((s.group == mesh.group_id(r, MeshAxis::tp) ||
+               s.group == mesh.group_id(r, MeshAxis::dp)));
+      if (s.kind == SpanKind::send || s.kind == SpanKind::recv) {
+        CHECK(s.group == mesh.group_id(r, MeshAxis::tp));
+        CHECK(s.peer == (r % 2 == 0 ? r + 1 : r - 1));  // the run's rank, not the group's
+        CHECK(s.flow_id == p2p_flow_id(r - r % 2, r - r % 2 + 1, 1));
+      }
+    }
+    CHECK(seen_groups.size() == 2);
+    CHECK(seen_groups.count(0) == 0);
+  }
+}
+
+TEST_CASE("mesh: a group's comm names the group and the run's ranks in its errors", "[mesh][comm]") {
+  const Mesh mesh = parse_mesh("dp=2,tp=2");
+  const CommGroup g = mesh_comm_group(mesh, 3, MeshAxis::tp);
+  CHECK(g.name == "tp group " + std::to_string(mesh.group_id(3, MeshAxis::tp)) + " (ranks 2, 3)");
+  CHECK(g.global(0) == 2);
+  const FailureBoard board;
+  const CommErrors errors(1, std::chrono::milliseconds(5), board, g);
+  OpInfo op{SpanKind::recv, 4, {}, 0, 7};
+  const std::string msg = errors.timed_out(op, 0);
+  CHECK_THAT(msg, Contains("rank 3 in " + g.name + ": recv of 4 bytes"));
+  CHECK_THAT(msg, Contains("waiting for rank 2"));
+  // The world's: no group named.
+  CHECK(mesh_comm_group(one_axis_mesh(MeshAxis::dp, 4), 1, MeshAxis::dp).id == 0);
 }

@@ -128,6 +128,35 @@ TEST_CASE("a send waits until its recv is posted, unmatched spans move bytes", "
   CHECK(u.ranks[0].idle == 100);     // 100..200
 }
 
+TEST_CASE("two mesh groups' collectives at once wait only for their own group's ranks",
+          "[timeline-view]") {
+  // A mesh tp=2 inside dp=2: tp groups {0,1} (group 1) and {2,3} (group 2)
+  // all-reduce in the same step; matching by kind and ordinal alone would
+  // join all four and make ranks 0 and 1 wait for rank 3.
+  RunData d = make_data(4);
+  auto ar = [](int64_t b, int group) {
+    Span s = make(b, 400, SpanKind::all_reduce, Lane::comm);
+    s.group = group;
+    return s;
+  };
+  append(d, 0, {compute(0, 100), ar(100, 1)}, {});
+  append(d, 1, {compute(0, 150), ar(150, 1)}, {});
+  append(d, 2, {compute(0, 200), ar(200, 2)}, {});
+  append(d, 3, {compute(0, 300), ar(300, 2)}, {});
+  const WindowUse u = step_use(d, 0);
+  require_partition(u);
+  auto ready_of = [&](int rank) -> int64_t {
+    const CommWait* w = u.ranks[rank].wait_of(0);
+    return w ? w->ready : -1;
+  };
+  CHECK(ready_of(0) == 150);  // rank 1, its group's last
+  CHECK(u.ranks[0].waits.at(0).peer == 1);
+  CHECK(ready_of(1) == -1);
+  CHECK(ready_of(2) == 300);  // rank 3
+  CHECK(u.ranks[2].waits.at(0).peer == 3);
+  CHECK(ready_of(3) == -1);
+}
+
 TEST_CASE("collectives wait for the last rank to enter the same one", "[timeline-view]") {
   RunData d = make_data(3);
   auto coll = [](int64_t b, int64_t e, SpanKind k) { return make(b, e, k, Lane::comm); };

@@ -104,7 +104,9 @@ struct RankSim {
   double now = 0;
   int64_t anchor = 0;
   bool started = false;
-  int collectives = 0;                      // issued so far: the n-th joins every rank's n-th
+  // Collectives issued so far, per communicator group (Span::group): a group's
+  // n-th joins the n-th of every rank of that group.
+  std::map<int, int> collectives;
   std::unordered_map<size_t, double> open;  // span index -> projected begin
   int step = -1;
   double step_begin = 0;
@@ -208,6 +210,14 @@ class Simulation {
           "trace written by this version; run it again)");
     out_.compute_source = use_cpu_ ? "thread CPU time" : "span wall time (no CPU clocks recorded)";
     for (int r = 0; r < world_; ++r) build(r);
+    for (int r = 0; r < world_; ++r) {
+      group_ranks_[0].push_back(r);
+      for (const Span& s : snaps_[r].spans)
+        if (s.group != 0 && is_collective(s.kind)) {
+          std::vector<int>& g = group_ranks_[s.group];
+          if (g.empty() || g.back() != r) g.push_back(r);
+        }
+    }
     steady_.resize(world_);
     if (use_cpu_ && !raw_costs_) steady_costs();
     out_.run.recorders.clear();
@@ -428,37 +438,43 @@ class Simulation {
     op.issued = s.now;
     const Span& sp = snaps_[r].spans[op.span];
     if (is_collective(sp.kind)) {
-      const int n = s.collectives++;
-      Collective& c = collectives_[n];
+      // The group's ranks (the world's, or a mesh axis's group), each with
+      // its own stream: a rank's groups run their collectives side by side.
+      const std::vector<int>& ranks = group_ranks(sp.group);
+      const int size = static_cast<int>(ranks.size());
+      const int n = s.collectives[sp.group]++;
+      Collective& c = collectives_[{sp.group, n}];
       if (c.op_of_rank.empty()) {
         c.op_of_rank.assign(world_, 0);
         c.kind = sp.kind;
       } else if (c.kind != sp.kind) {
-        throw ConfigError("cannot project: collective #" + std::to_string(n) + " is " +
-                          to_string(c.kind) + " on one rank and " + to_string(sp.kind) +
-                          " on rank " + std::to_string(r) + " (the recording is inconsistent)");
+        throw ConfigError("cannot project: collective #" + std::to_string(n) + " of group " +
+                          std::to_string(sp.group) + " is " + to_string(c.kind) +
+                          " on one rank and " + to_string(sp.kind) + " on rank " +
+                          std::to_string(r) + " (the recording is inconsistent)");
       }
       c.op_of_rank[r] = id;
       c.bytes = std::max(c.bytes, sp.bytes);
       c.last_arrival = std::max(c.last_arrival, s.now);
-      if (++c.arrived < world_) return;
+      if (++c.arrived < size) return;
       double start = c.last_arrival;
-      for (int q = 0; q < world_; ++q) start = std::max(start, stream_free_[q]);
+      for (int q : ranks) start = std::max(start, stream_free_[{q, sp.group}]);
       const double end =
-          start + collective_seconds(c.kind, static_cast<double>(c.bytes), world_, link_) * 1e9;
-      const int64_t sent = collective_sent(c.kind, c.bytes, world_);
-      for (int q = 0; q < world_; ++q) {
-        stream_free_[q] = end;
+          start + collective_seconds(c.kind, static_cast<double>(c.bytes), size, link_) * 1e9;
+      const int64_t sent = collective_sent(c.kind, c.bytes, size);
+      for (int i = 0; i < size; ++i) {
+        const int q = ranks[i];
+        stream_free_[{q, sp.group}] = end;
         Op& o = ops_.at(key(q, c.op_of_rank[q]));
         o.done = end;
         owe(q, end - start);
         o.ready = c.last_arrival;
         emit(q, snaps_[q].spans[o.span], start, end);
-        count_sent(q, (q + 1) % world_, sent);
+        count_sent(q, ranks[(i + 1) % size], sent);
       }
       const std::vector<uint64_t> members = std::move(c.op_of_rank);
-      collectives_.erase(n);
-      for (int q = 0; q < world_; ++q) wake(ops_.at(key(q, members[q])));
+      collectives_.erase({sp.group, n});
+      for (int q : ranks) wake(ops_.at(key(q, members[q])));
       return;
     }
     if (sp.kind == SpanKind::send) {
@@ -485,6 +501,13 @@ class Simulation {
     // Any other op completes at once.
     op.done = op.ready = s.now;
     emit(r, sp, s.now, s.now);
+  }
+
+  const std::vector<int>& group_ranks(int group) const {
+    const auto it = group_ranks_.find(group);
+    if (it == group_ranks_.end())
+      throw std::logic_error("projection: group " + std::to_string(group) + " has no ranks");
+    return it->second;
   }
 
   void complete_recv(Op& recv) {
@@ -587,7 +610,7 @@ class Simulation {
   }
 
   void simulate() {
-    stream_free_.assign(world_, 0.0);
+    stream_free_.clear();
     out_free_.assign(world_, 0.0);
     in_free_.assign(world_, 0.0);
     for (int r = 0; r < world_; ++r)
@@ -632,10 +655,14 @@ class Simulation {
   std::vector<std::vector<double>> steady_;  // per rank and span: its steady cost, -1 = its own
   std::unordered_map<uint64_t, Op> ops_;
   std::unordered_map<uint64_t, uint64_t> recv_of_flow_;
-  std::map<int, Collective> collectives_;
+  std::map<std::pair<int, int>, Collective> collectives_;  // by (group, n)
+  // The ranks of each communicator group, from the spans that name it; the
+  // world's (group 0) is every rank.
+  std::map<int, std::vector<int>> group_ranks_;
   std::map<uint64_t, Collective> syncs_;
   std::map<uint64_t, std::vector<int>> sync_waiters_;
-  std::vector<double> stream_free_, out_free_, in_free_;
+  std::map<std::pair<int, int>, double> stream_free_;  // by (rank, group): a comm's own stream
+  std::vector<double> out_free_, in_free_;
   using Entry = std::pair<double, int>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
 };

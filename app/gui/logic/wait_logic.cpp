@@ -172,15 +172,20 @@ WindowUse window_use(const RunData& d, int64_t begin, int64_t end) {
     }
   }
   std::unordered_map<uint64_t, Found> sends, recvs;
-  // Collective entries per (step, kind): who entered the n-th one when.
+  // Collective entries per (group, step, kind): who entered the n-th one when.
+  // The group (Span::group) keeps two mesh groups' collectives at once apart.
   struct Key {
+    int group;
     int step;
     SpanKind kind;
-    bool operator==(const Key& o) const { return step == o.step && kind == o.kind; }
+    bool operator==(const Key& o) const {
+      return group == o.group && step == o.step && kind == o.kind;
+    }
   };
   struct KeyHash {
     size_t operator()(const Key& k) const {
-      return std::hash<int64_t>()(static_cast<int64_t>(k.step) * kNumSpanKinds +
+      return std::hash<int64_t>()((static_cast<int64_t>(k.group) * (int64_t{1} << 24) + k.step) *
+                                      kNumSpanKinds +
                                   static_cast<int>(k.kind));
     }
   };
@@ -197,7 +202,7 @@ WindowUse window_use(const RunData& d, int64_t begin, int64_t end) {
       if (is_collective(s.kind) && s.step >= 0) {
         // Counting from the step's start needs the whole step in the scan.
         if (d.step_begin[s.step] < ext_lo) continue;
-        auto& list = entries[r][Key{s.step, s.kind}];
+        auto& list = entries[r][Key{s.group, s.step, s.kind}];
         nth[r][static_cast<uint32_t>(i)] = list.size();
         list.push_back(&s);
       }
@@ -244,7 +249,8 @@ WindowUse window_use(const RunData& d, int64_t begin, int64_t end) {
         if (it != recvs.end()) partner = it->second;
       } else if (is_collective(s.kind)) {
         const auto it = nth[r].find(static_cast<uint32_t>(i));
-        if (it != nth[r].end()) partner = last_entry(Key{s.step, s.kind}, it->second);
+        if (it != nth[r].end())
+          partner = last_entry(Key{s.group, s.step, s.kind}, it->second);
       }
       int64_t ready = s.t_begin_ns;
       if (partner.span && partner.rank != r)
