@@ -27,6 +27,8 @@ std::string example_value(const std::string& key) {
       {"stages", "4"},
       {"micro-batches", "8"},
       {"partition", "3,2,2,1"},
+      {"mesh", "dp=2,pp=2"},
+      {"mesh-order", "pp,dp,tp"},
       {"device", "cpu"},
       {"backend", "gloo"},
       {"trace", "out.json"},

@@ -112,6 +112,7 @@ RunConfig config_from(const Args& a) {
         c.*r.boolean = !a.has(key);
         break;
       case OptionKind::choice:
+      case OptionKind::text:
         c.*r.text = a.str(key, c.*r.text);  // validate() names the valid values
         break;
       case OptionKind::int_list:

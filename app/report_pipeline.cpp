@@ -22,6 +22,13 @@ std::string partition_text(const RunConfig& c) {
   return s;
 }
 
+// "0, 2": the first pipeline's ranks, by stage.
+std::string partition_ranks(const RunConfig& c) {
+  std::string s;
+  for (int r : first_pipeline_ranks(c)) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
 }  // namespace
 
 void print_pipeline_report(const RunResult& r) {
@@ -29,9 +36,17 @@ void print_pipeline_report(const RunResult& r) {
   if (stages.empty()) return;
   const RunConfig& c = r.cfg;
   const int M = micro_batches_run(c);
+  const int R = pipeline_replicas(c);
   std::printf("  pipeline: %zu stages (layers %s), %d micro-batch%s of %d rows%s\n", stages.size(),
-              partition_text(c).c_str(), M, M == 1 ? "" : "es", c.batch / M,
+              partition_text(c).c_str(), M, M == 1 ? "" : "es", c.batch / R / M,
               c.recompute ? ", --recompute (stage inputs kept, forward re-run in backward)" : "");
+  if (R > 1)
+    std::printf(
+        "  mesh              %s: %d pipelines side by side, each on %d rows of the batch; the "
+        "same\n"
+        "                    stage of every pipeline all-reduces its gradients over its dp group\n"
+        "                    (the stages of the first pipeline below: ranks %s)\n",
+        run_mesh(c).text().c_str(), R, c.batch / R, partition_ranks(c).c_str());
   std::printf(
       "    bubble = idle share of the compute lane in the step (steps 1..), vs (P-1)/(M+P-1)\n");
   std::printf(
@@ -49,7 +64,7 @@ void print_pipeline_report(const RunResult& r) {
       layers += '-';
       layers += std::to_string(s.last_layer - 1);
     }
-    std::printf("    %-5d %-8s %8.1f%% %8.1f%% %13s %13s %12s %10d%s\n", s.rank, layers.c_str(),
+    std::printf("    %-5d %-8s %8.1f%% %8.1f%% %13s %13s %12s %10d%s\n", s.stage, layers.c_str(),
                 100 * s.bubble_measured, 100 * s.bubble_formula,
                 human_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),
                 human_bytes(static_cast<double>(s.predicted_peak_activation_bytes)).c_str(),
@@ -66,7 +81,8 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j) {
   const int M = micro_batches_run(c);
   nlohmann::json rows = nlohmann::json::array();
   for (const StageReport& s : stages)
-    rows.push_back({{"stage", s.rank},
+    rows.push_back({{"stage", s.stage},
+                    {"rank", s.rank},
                     {"first_layer", s.first_layer},
                     {"last_layer", s.last_layer},  // exclusive
                     {"bubble_measured", s.bubble_measured},

@@ -345,8 +345,9 @@ int cmd_run(int argc, char** argv) {
   const bool json = a.has("json");
   if (!json && lead)
     std::printf(
-        "shardlab run: %s (%zu params), %s, world %d, batch %d, %d steps, %s lr %g, seed %llu\n",
-        cfg.model.c_str(), layout.unique_total(), cfg.strategy.c_str(), cfg.world, cfg.batch,
+        "shardlab run: %s (%zu params), %s, world %d%s, batch %d, %d steps, %s lr %g, seed %llu\n",
+        cfg.model.c_str(), layout.unique_total(), cfg.strategy.c_str(), cfg.world,
+        cfg.mesh.empty() ? "" : (" (mesh " + run_mesh(cfg).text() + ")").c_str(), cfg.batch,
         cfg.steps, to_string(cfg.optimizer.kind), cfg.optimizer.lr,
         static_cast<unsigned long long>(cfg.seed));
 

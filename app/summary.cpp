@@ -123,8 +123,9 @@ nlohmann::json summary_json(const RunResult& r) {
 
 void print_summary(const RunResult& r) {
   const RunConfig& c = r.cfg;
-  std::printf("\nSummary — %s, %s, world %d, batch %d, %d steps\n", c.model.c_str(),
-              c.strategy.c_str(), c.world, c.batch, c.steps);
+  std::printf("\nSummary — %s, %s, world %d%s, batch %d, %d steps\n", c.model.c_str(),
+              c.strategy.c_str(), c.world, c.mesh.empty() ? "" : (" (" + c.mesh + ")").c_str(),
+              c.batch, c.steps);
   std::printf("  placement         %s\n", r.placement.summary.c_str());
   if (!c.attention.empty())  // gpt: what --attention resolved to
     std::printf("  attention         %s\n",

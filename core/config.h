@@ -80,6 +80,13 @@ struct RunConfig {
   int micro_batches = 1;       // micro-batches per global batch
   std::vector<int> partition;  // layers per stage; empty = balanced by parameter count
   bool recompute = false;      // gpipe: keep stage inputs only, recompute forward in backward
+
+  // The device mesh (core/mesh.h): "dp=2,pp=2" — the pipelines' stages on the
+  // pp axis, each pipeline a data-parallel replica on the dp axis. Empty: one
+  // axis, the strategy's own, over the world. mesh_order lays the axes out,
+  // outermost first (empty: Megatron's, pp,dp,tp).
+  std::string mesh;
+  std::string mesh_order;
 };
 
 // The most ranks a run starts (threads or processes on this machine, every

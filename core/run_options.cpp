@@ -51,6 +51,23 @@ std::vector<OptionRow> make_rows() {
                .help = "layers per stage (default: balanced by parameter count);\n"
                        "'cost': balanced by each layer's forward + backward time, measured on one\n"
                        "micro-batch before the run (gpt: embedding, blocks and head differ)"});
+  r.push_back({.id = StrategyOption::mesh, .flag = "--mesh", .json_key = "mesh",
+               .compare_key = nullptr, .kind = OptionKind::text, .text = &RunConfig::mesh,
+               .valid = "axes whose sizes multiply to --world, e.g. dp=2,pp=2",
+               .missing = "device mesh",
+               .label = "Mesh", .tip = "ranks on axes, e.g. dp=2,pp=2: pipelines replicated",
+               .label_word = "%s", .metavar = "AXES",
+               .help = "the ranks on a device mesh, e.g. dp=2,pp=2 (world 4): the stages on pp,\n"
+                       "and dp pipelines each training on 1/dp of the batch (default: pp=world)"});
+  r.push_back({.id = StrategyOption::mesh_order, .flag = "--mesh-order",
+               .json_key = "mesh_order", .compare_key = nullptr, .kind = OptionKind::text,
+               .text = &RunConfig::mesh_order,
+               .valid = "dp, pp and tp, each once, outermost first, e.g. pp,dp,tp",
+               .missing = "device mesh to order",
+               .label = "Mesh order", .tip = "the mesh's axes, outermost first (default pp,dp,tp)",
+               .metavar = "A,B,C",
+               .help = "how --mesh lays ranks out, outermost axis first (default pp,dp,tp:\n"
+                       "Megatron's, tensor parallel innermost)"});
   r.push_back({.id = StrategyOption::precision, .flag = "--precision", .json_key = "precision",
                .compare_key = "precision", .kind = OptionKind::choice,
                .text = &RunConfig::precision, .choices = {"fp32", "bf16", "fp16"},
@@ -151,6 +168,7 @@ bool option_equal(const RunConfig& a, const RunConfig& b, StrategyOption o) {
     case OptionKind::off_flag:
       return a.*r.boolean == b.*r.boolean;
     case OptionKind::choice:
+    case OptionKind::text:
       return a.*r.text == b.*r.text;
     case OptionKind::int_list:
       return a.*r.list == b.*r.list;
@@ -176,6 +194,7 @@ void copy_option(const RunConfig& from, RunConfig& to, StrategyOption o) {
       to.*r.boolean = from.*r.boolean;
       break;
     case OptionKind::choice:
+    case OptionKind::text:
       to.*r.text = from.*r.text;
       break;
     case OptionKind::int_list:
@@ -199,6 +218,7 @@ std::string option_value_text(const RunConfig& c, StrategyOption o) {
     case OptionKind::off_flag:
       return "";
     case OptionKind::choice:
+    case OptionKind::text:
       return c.*r.text;
     case OptionKind::int_list: {
       std::string list;
@@ -259,6 +279,9 @@ bool parse_option_value(RunConfig& c, StrategyOption o, const std::string& text)
       } catch (const ConfigError&) {
         return false;
       }
+    case OptionKind::text:
+      c.*r.text = text;  // validate() checks it
+      return true;
     case OptionKind::on_flag:
     case OptionKind::off_flag:
       return false;

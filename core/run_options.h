@@ -19,6 +19,8 @@ enum class StrategyOption {
   micro_batches,
   stages,
   partition,
+  mesh,
+  mesh_order,
   precision,  // anything but fp32
   recompute,
   no_prefetch,
@@ -31,10 +33,11 @@ enum class StrategyOption {
 // In the order the views list them: a pipeline's first, then precision, then
 // the data-parallel family's.
 inline constexpr StrategyOption kStrategyOptions[] = {
-    StrategyOption::micro_batches, StrategyOption::stages,    StrategyOption::partition,
-    StrategyOption::precision,     StrategyOption::recompute, StrategyOption::no_prefetch,
-    StrategyOption::no_overlap,    StrategyOption::bucket_mb, StrategyOption::fsdp_unit,
-    StrategyOption::no_reshard,    StrategyOption::offload};
+    StrategyOption::micro_batches, StrategyOption::stages,      StrategyOption::partition,
+    StrategyOption::mesh,          StrategyOption::mesh_order,  StrategyOption::precision,
+    StrategyOption::recompute,     StrategyOption::no_prefetch, StrategyOption::no_overlap,
+    StrategyOption::bucket_mb,     StrategyOption::fsdp_unit,   StrategyOption::no_reshard,
+    StrategyOption::offload};
 
 // How an option is typed, and so how every reader parses, prints and shows it.
 enum class OptionKind {
@@ -44,6 +47,7 @@ enum class OptionKind {
   off_flag,  // --no-overlap: true unless given; overlap / no-overlap
   choice,    // --precision bf16; a bare bf16 (or precision=bf16)
   int_list,  // --partition 3,2,2,1; not in compare items, whose ',' separates items
+  text,      // --mesh dp=2,pp=2: free text validate() checks; not in compare items either
 };
 
 // Where in the run bar an option's widget sits.

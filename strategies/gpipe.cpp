@@ -53,7 +53,7 @@ StrategyInfo gpipe_strategy() {
           "activations)",
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-                StrategyOption::recompute},
+                StrategyOption::mesh, StrategyOption::mesh_order, StrategyOption::recompute},
       .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
       .make = [] { return std::make_unique<PipelineStrategy<GPipeSchedule>>(); },

@@ -43,7 +43,8 @@ StrategyInfo naive_mp_strategy() {
           "naive model parallelism: consecutive layers per rank, one batch, one stage busy at a "
           "time",
       .family = StrategyFamily::pipeline,
-      .reads = {StrategyOption::stages, StrategyOption::partition},
+      .reads = {StrategyOption::stages, StrategyOption::partition, StrategyOption::mesh,
+                StrategyOption::mesh_order},
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
       .make = [] { return std::make_unique<PipelineStrategy<NaiveMpSchedule>>(); },

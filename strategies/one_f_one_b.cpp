@@ -64,7 +64,7 @@ StrategyInfo one_f_one_b_strategy() {
           "activations of at most P - rank micro-batches",
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-                StrategyOption::recompute},
+                StrategyOption::mesh, StrategyOption::mesh_order, StrategyOption::recompute},
       .in_flight = [](int micro_batches, int stages,
                       int rank) { return std::min(micro_batches, stages - rank); },
       .in_flight_formula = "min(P−rank, M)",

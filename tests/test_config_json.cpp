@@ -52,6 +52,8 @@ RunConfig everything_set() {
   c.fsdp_unit = 2;
   c.reshard_after_forward = false;
   c.offload = true;
+  c.mesh = "dp=2,pp=2";
+  c.mesh_order = "dp,pp,tp";
   return c;
 }
 

@@ -39,7 +39,7 @@ TEST_CASE("mesh: --mesh-order lays the axes out as given, outermost first", "[me
   CHECK(m.group_ranks(0, MeshAxis::tp) == std::vector<int>{0, 4});
 }
 
-TEST_CASE("mesh: every axis's groups partition the world; ids are the world, then each axis",
+TEST_CASE("mesh: every axis's groups partition the world, ids are the world then each axis",
           "[mesh]") {
   const Mesh m = parse_mesh("dp=2,pp=2,tp=2");
   const std::vector<MeshGroup> groups = m.groups();
@@ -95,7 +95,7 @@ TEST_CASE("mesh: a bad --mesh or --mesh-order is refused in one line naming it",
   refused("dp=2", "dp,pp,mp", "'mp' is not an axis");
 }
 
-TEST_CASE("mesh: each axis's groups all-reduce at once without meeting; spans name the group and "
+TEST_CASE("mesh: each axis's groups all-reduce at once without meeting, spans name the group and "
           "the run's ranks",
           "[mesh][comm]") {
   const Mesh mesh = parse_mesh("dp=2,tp=2");  // rank = tp + 2*dp

@@ -56,6 +56,7 @@ std::string run_base(const StrategyInfo& s) {
 // never at their default when given, fp32 is what every strategy runs).
 struct Typed {
   std::string set, at_default;
+  std::string needs = "";  // typed after it: an option it needs (--mesh-order needs a --mesh)
 };
 const std::map<StrategyOption, Typed>& typed_options() {
   static const std::map<StrategyOption, Typed> m = {
@@ -70,6 +71,8 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::micro_batches, {"--micro-batches 4", "--micro-batches 1"}},
       {StrategyOption::partition, {"--partition 3,1", ""}},
       {StrategyOption::recompute, {"--recompute", ""}},
+      {StrategyOption::mesh, {"--mesh dp=2", ""}},
+      {StrategyOption::mesh_order, {"--mesh-order dp,pp,tp", "", "--mesh pp=2"}},
   };
   return m;
 }
@@ -123,7 +126,7 @@ TEST_CASE("every strategy x every option it does not read: exit 2 naming its rea
       REQUIRE_FALSE(readers.empty());
       for (const std::string& typed : {t.set, t.at_default}) {
         if (typed.empty()) continue;
-        const CliResult r = run_cli(run_base(s) + typed);
+        const CliResult r = run_cli(run_base(s) + typed + " " + t.needs);
         INFO(run_base(s) + typed << "\n" << r.out);
         CHECK(r.code == 2);
         // "error: --micro-batches 1: ddp has no micro-batches; used by gpipe, 1f1b"
@@ -145,7 +148,8 @@ TEST_CASE("every strategy takes every option it reads from the command line", "[
   for (const StrategyInfo& s : all_strategies())
     for (StrategyOption o : kStrategyOptions) {
       if (!s.reads_option(o)) continue;
-      const CliResult r = run_cli(run_base(s) + typed_options().at(o).set + " --json");
+      const Typed& t = typed_options().at(o);
+      const CliResult r = run_cli(run_base(s) + t.set + " " + t.needs + " --json");
       INFO(run_base(s) + typed_options().at(o).set << "\n" << r.out);
       CHECK(r.code == 0);
     }
@@ -239,9 +243,10 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
           "[options][cli]") {
   use_real_lessons();
   // Every option `shardlab run` takes is here: a new one must say how it is checked.
-  const std::set<std::string> not_numeric = {
-      "model",     "strategy",   "optimizer", "precision", "device", "backend", "trace",
-      "save-init", "save-final", "init-from", "save-data", "record", "data",    "attention"};
+  const std::set<std::string> not_numeric = {"model",      "strategy",  "optimizer", "precision",
+                                             "device",     "backend",   "trace",     "save-init",
+                                             "save-final", "init-from", "save-data", "record",
+                                             "data",       "attention", "mesh",      "mesh-order"};
   struct Numeric {
     std::string strategy;            // one that reads it
     std::vector<std::string> valid;  // of the values below, those the option takes
@@ -549,6 +554,11 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
       break;
     case OptionKind::int_list:
       c.*r.list = {3, 1};
+      break;
+    case OptionKind::text:
+      // --mesh-order orders a --mesh, so it comes with one.
+      if (r.id == StrategyOption::mesh_order) c.mesh = "pp=2";
+      c.*r.text = r.id == StrategyOption::mesh_order ? "dp,pp,tp" : "pp=2";
       break;
   }
   return c;

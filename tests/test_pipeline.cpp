@@ -33,6 +33,13 @@ using shardlab::test::run_cli;
 
 namespace {
 
+// Micro-batches sum a gradient in another order than `single`'s one GEMM;
+// AdamW divides each small gradient by its own running size, so 20 steps grow
+// that rounding to 2.5e-5 of the largest weight where OpenBLAS runs its
+// Haswell kernels (an AMD EPYC), under 2e-5 with its SkylakeX ones. A wrong
+// gradient moves the weights by far more.
+constexpr double kWeightsTol = 5e-5;
+
 RunConfig small_config(const std::string& strategy, int world, OptimizerKind opt) {
   // 5 layers: uneven stages at P = 2 (3,2), 3 (2,2,1), 4 (2,1,1,1); batch 32:
   // divisible by M = 1, 4, 8
@@ -76,7 +83,7 @@ TEST_CASE("naive-mp, gpipe (with and without recompute) and 1f1b match single", 
         const RunResult r = run_training(c);
         INFO(to_string(opt) << " P=" << P << " " << v.strategy << " M=" << v.M
                             << (v.recompute ? " --recompute" : ""));
-        REQUIRE(max_rel_diff(r.final_params, ref.final_params) < 2e-5);
+        REQUIRE(max_rel_diff(r.final_params, ref.final_params) < kWeightsTol);
         for (int s = 0; s < c.steps; ++s)
           REQUIRE(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-4));
         // Same micro-batches, gradients accumulated in the same order: the
@@ -96,7 +103,7 @@ TEST_CASE("an explicit --partition trains to the same weights", "[pipeline]") {
     c.micro_batches = 4;
     const RunResult r = run_training(c);
     INFO(strategy);
-    REQUIRE(max_rel_diff(r.final_params, ref.final_params) < 2e-5);
+    REQUIRE(max_rel_diff(r.final_params, ref.final_params) < kWeightsTol);
   }
 }
 

@@ -95,6 +95,13 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::recompute:
       c.recompute = true;
       return "--recompute";
+    case StrategyOption::mesh:
+      c.mesh = "dp=1,pp=2";
+      return "--mesh dp=1,pp=2";
+    case StrategyOption::mesh_order:
+      c.mesh = "pp=2";  // an order needs a mesh to order
+      c.mesh_order = "dp,pp,tp";
+      return "--mesh-order dp,pp,tp";
   }
   return "";
 }

@@ -162,6 +162,7 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc,
         ImGui::InputDouble(id.c_str(), &(s.options.*r.number), 0, 0, "%g");
         break;
       case OptionKind::int_list:
+      case OptionKind::text:
         break;  // no compare key: never here
     }
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s (%s)", tr(r.tip), r.flag);

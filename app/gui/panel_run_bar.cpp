@@ -119,13 +119,21 @@ void option_widget(RunConfig& f, const OptionRow& r, std::string& partition, con
       ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
       ImGui::InputTextWithHint(id.c_str(), tr("balanced"), &partition);
       break;
+    case OptionKind::text:
+      label(tr(r.label), 6);
+      ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+      ImGui::InputText(id.c_str(), &(f.*r.text));
+      break;
   }
   end_option(use, f, r.id, tr(r.tip), tr);
   // "Stages 0" alone reads as no pipeline at all: say what 0 means.
   if (r.default_note && !option_set(f, r.id) && use == OptionUse::read) {
     ImGui::SameLine(0, 0);
     ImGui::AlignTextToFramePadding();
-    ImGui::TextDisabled("%s", tr(r.default_note));
+    // On a mesh the stages are its pp axis, not one per rank.
+    ImGui::TextDisabled("%s", r.id == StrategyOption::stages && !f.mesh.empty()
+                                  ? tr("(the mesh's pp)")
+                                  : tr(r.default_note));
   }
   ImGui::SameLine(0, 12);
 }

@@ -67,6 +67,11 @@ json config_json(const RunConfig& c) {
       case OptionKind::choice:
         j[r.json_key] = c.*r.text;
         break;
+      case OptionKind::text:
+        // Only when set, like seq and data: files written before the option
+        // (--mesh) lack it, and read back the same.
+        if (!(c.*r.text).empty()) j[r.json_key] = c.*r.text;
+        break;
       case OptionKind::int_list:
         j[r.json_key] = c.*r.list;
         break;
@@ -139,6 +144,7 @@ RunConfig config_from_json(const JsonChecker& ck, const json& j, const std::stri
         c.*r.boolean = ck.boolean(v, where);
         break;
       case OptionKind::choice:
+      case OptionKind::text:
         c.*r.text = ck.text(v, where);
         break;
       case OptionKind::int_list: {

@@ -32,7 +32,23 @@ std::string mb_name(const char* what, int mb) {
 }  // namespace
 
 int pipeline_stages(const RunConfig& cfg) {
+  if (!cfg.mesh.empty()) return parse_mesh(cfg.mesh, cfg.mesh_order).size(MeshAxis::pp);
   return cfg.stages > 0 ? cfg.stages : cfg.world;
+}
+
+int pipeline_replicas(const RunConfig& cfg) {
+  return cfg.mesh.empty() ? 1 : parse_mesh(cfg.mesh, cfg.mesh_order).size(MeshAxis::dp);
+}
+
+int pipeline_stage_of(const RunConfig& cfg, int rank) {
+  return cfg.mesh.empty() ? rank : parse_mesh(cfg.mesh, cfg.mesh_order).coord(rank, MeshAxis::pp);
+}
+
+std::vector<int> first_pipeline_ranks(const RunConfig& cfg) {
+  if (!cfg.mesh.empty()) return parse_mesh(cfg.mesh, cfg.mesh_order).group_ranks(0, MeshAxis::pp);
+  std::vector<int> ranks(static_cast<size_t>(pipeline_stages(cfg)));
+  for (size_t s = 0; s < ranks.size(); ++s) ranks[s] = static_cast<int>(s);
+  return ranks;
 }
 
 namespace {
@@ -149,15 +165,39 @@ void validate_pipeline(const RunConfig& cfg) {
     throw ConfigError("--stages " + std::to_string(cfg.stages) +
                       " is invalid (valid: one stage per rank, --stages " + W +
                       ", or leave it out)");
-  if (cfg.stages != 0 && cfg.stages != cfg.world)
+  const Mesh mesh = run_mesh(cfg);  // the mesh's own checks: it parses, its ranks are --world
+  const int R = mesh.size(MeshAxis::dp);
+  if (!cfg.mesh.empty()) {
+    const std::string given = "--mesh " + cfg.mesh;
+    if (mesh.size(MeshAxis::tp) > 1)
+      throw ConfigError(given + ": the pipelines split no layer across ranks, tp=" +
+                        std::to_string(mesh.size(MeshAxis::tp)) +
+                        " (valid: dp and pp axes, e.g. dp=2,pp=" + std::to_string(cfg.world / 2) +
+                        ")");
+    if (cfg.stages != 0 && cfg.stages != mesh.size(MeshAxis::pp))
+      throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match " + given +
+                        " (valid: --stages " + std::to_string(mesh.size(MeshAxis::pp)) +
+                        ", the pp axis, or leave it out)");
+    if (cfg.batch % R != 0)
+      throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                        " does not split over dp=" + std::to_string(R) + " of " + given +
+                        " (valid: a multiple of " + std::to_string(R) + ")");
+    if (R > 1 && layout.spec().batchnorm)
+      throw ConfigError("--model " + cfg.model + " on " + given +
+                        ": each pipeline replica would keep its own BatchNorm statistics "
+                        "(valid: dp=1, or a model without +bn)");
+  }
+  if (cfg.stages != 0 && cfg.mesh.empty() && cfg.stages != cfg.world)
     throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match --world " + W +
                       " (valid: --stages " + W + ", or leave it out: one stage per rank)");
   const int P = pipeline_stages(cfg);
   if (P > L)
-    throw ConfigError(
-        (cfg.stages ? "--stages " + std::to_string(P) : "--world " + W + " (one stage per rank)") +
-        " is more stages than the " + std::to_string(L) + " layers of " + cfg.model +
-        " (valid: 1 to " + std::to_string(L) + " stages, each holding at least one layer)");
+    throw ConfigError((!cfg.mesh.empty() ? "--mesh " + cfg.mesh + " (pp=" + std::to_string(P) + ")"
+                       : cfg.stages      ? "--stages " + std::to_string(P)
+                                         : "--world " + W + " (one stage per rank)") +
+                      " is more stages than the " + std::to_string(L) + " layers of " + cfg.model +
+                      " (valid: 1 to " + std::to_string(L) +
+                      " stages, each holding at least one layer)");
   if (!cfg.partition.empty()) {
     const std::string given = "--partition " + join(cfg.partition);
     const std::string valid = " (valid: " + std::to_string(P) +
@@ -175,6 +215,11 @@ void validate_pipeline(const RunConfig& cfg) {
                         std::to_string(L) + " layers" + valid);
   }
   const int M = cfg.micro_batches;
+  if (R > 1 && M >= 1 && (cfg.batch / R) % M != 0)
+    throw ConfigError("--micro-batches " + std::to_string(M) + " does not divide the " +
+                      std::to_string(cfg.batch / R) + " rows of each of the dp=" +
+                      std::to_string(R) + " pipelines of --batch " + std::to_string(cfg.batch) +
+                      " (valid: a divisor of " + std::to_string(cfg.batch / R) + ")");
   if (M < 1 || M > cfg.batch)
     throw ConfigError("--micro-batches " + std::to_string(M) + " is invalid (valid: 1 to --batch " +
                       std::to_string(cfg.batch) + ", dividing it)");
@@ -201,9 +246,19 @@ int pipe_tag(int micro_batch, PipeDirection direction) {
 // ---- one stage ----------------------------------------------------------------
 
 PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) {
-  topo_ = stage_topology(env.rank, pipeline_partition(env.cfg, env.layout));
+  // On a mesh (dp=R, pp=P), this rank is stage coord(pp) of pipeline
+  // coord(dp): it talks to its stages over the pp group and to its replicas
+  // over the dp group. Without one (a test's env), the world is one pipeline.
+  const bool meshed = env.mesh != nullptr;
+  const int stage = meshed ? env.mesh->coord(env.rank, MeshAxis::pp) : env.rank;
+  replicas_ = meshed ? env.mesh->size(MeshAxis::dp) : 1;
+  replica_ = meshed ? env.mesh->coord(env.rank, MeshAxis::dp) : 0;
+  pp_comm_ = meshed ? env.comm_on(MeshAxis::pp) : env.comm;
+  dp_comm_ = meshed ? env.comm_on(MeshAxis::dp) : nullptr;
+  topo_ = stage_topology(stage, pipeline_partition(env.cfg, env.layout));
   micro_batches_ = env.cfg.micro_batches;
-  rows_ = env.cfg.batch / micro_batches_;
+  rows_ = env.cfg.batch / replicas_ / micro_batches_;
+  first_row_ = replica_ * (env.cfg.batch / replicas_);
   boundary_in_ = topo_.first_layer - 1;
   boundary_out_ = topo_.last_layer - 1;
   layers_ = std::make_unique<LayerStack>(env.layout, topo_.first_layer, topo_.last_layer, env.alloc,
@@ -227,9 +282,9 @@ PipelineStage::PendingRecv PipelineStage::post_recv(int mb, PipeDirection direct
       mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb), category,
       {rows_, static_cast<int64_t>(
                   env_.layout.act_numel(activation ? topo_.first_layer : topo_.last_layer))});
-  p.work = env_.comm->recv_async(p.buffer.raw(), p.buffer.bytes(),
-                                 activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
-                                 CommMeta{activation ? boundary_in_ : boundary_out_, mb});
+  p.work = pp_comm_->recv_async(p.buffer.raw(), p.buffer.bytes(),
+                                activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
+                                CommMeta{activation ? boundary_in_ : boundary_out_, mb});
   return p;
 }
 
@@ -268,9 +323,9 @@ void PipelineStage::send(const void* borrowed, Tensor owned, int mb, PipeDirecti
   // An activation leaves through this stage's output boundary, a gradient
   // through its input boundary: rows × the activation's size there.
   const size_t values = env_.layout.act_numel(activation ? topo_.last_layer : topo_.first_layer);
-  s.work = env_.comm->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
-                                 activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
-                                 CommMeta{activation ? boundary_out_ : boundary_in_, mb});
+  s.work = pp_comm_->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
+                                activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
+                                CommMeta{activation ? boundary_out_ : boundary_in_, mb});
   sends_.push_back(std::move(s));
 }
 
@@ -292,7 +347,7 @@ void PipelineStage::forward(int mb) {
                              {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
     span.set_made_ahead(
-        env_.data.load(env_.device, step_, mb * rows_, rows_, input.raw(), nullptr));
+        env_.data.load(env_.device, step_, first_row_ + mb * rows_, rows_, input.raw(), nullptr));
   } else {
     post_recv_input(mb);
     input = wait_recv(input_recvs_, mb);
@@ -326,8 +381,8 @@ void PipelineStage::compute_loss(const void* pred, int mb) {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
     Tensor unused_x = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::temporary,
                                        {rows_, static_cast<int64_t>(m.act_numel(0))});
-    span.set_made_ahead(
-        env_.data.load(env_.device, step_, mb * rows_, rows_, unused_x.raw(), y.raw()));
+    span.set_made_ahead(env_.data.load(env_.device, step_, first_row_ + mb * rows_, rows_,
+                                       unused_x.raw(), y.raw()));
   }
   // Divided by the global batch's size, not the micro-batch's: the
   // micro-batches' gradients then add up to exactly the full-batch gradient.
@@ -362,12 +417,30 @@ LossShare PipelineStage::finish_step() {
     throw std::logic_error("pipeline: the schedule left micro-batches in flight at the flush");
   settle_sends();
   sum_tied_grads();
+  reduce_over_replicas();
   {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
     optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
   }
   if (!topo_.is_last) return {};
-  return {loss_ * env_.cfg.batch, env_.cfg.batch};
+  // This pipeline's loss is its rows' share of the global mean (divided by the
+  // whole batch), so the replicas' shares add up: each counts its own rows.
+  return {loss_ * env_.cfg.batch, env_.cfg.batch / replicas_};
+}
+
+// On a mesh with dp > 1: each pipeline computed the gradient of its own rows
+// (each divided by the whole batch), so the sum over the dp group — the same
+// stage of every pipeline — is the whole batch's gradient, as in ddp. One
+// all-reduce per parameter, all issued before any is waited for.
+void PipelineStage::reduce_over_replicas() {
+  if (!dp_comm_) return;
+  const std::vector<float*> grads = layers_->grad_ptrs_mut();
+  const std::vector<Optimizer::Range> ranges = layers_->ranges();
+  std::vector<Work> works;
+  works.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i)
+    works.push_back(dp_comm_->all_reduce_async(grads[i], ranges[i].numel, DType::f32));
+  for (Work& w : works) w.wait();
 }
 
 // A tied pair (gpt's token embedding on the first stage, lm_head on the last)
@@ -397,8 +470,8 @@ void PipelineStage::sum_tied_grads() {
     float* mine = static_cast<float*>(layers_->grad_of(home ? p.tied_to : i));
     const int peer = home ? b : a;
     Tensor theirs = env_.alloc.alloc(p.name + "[tied].grad", MemCategory::comm_buffers, p.numel);
-    Work sent = env_.comm->send_async(mine, p.numel * sizeof(float), peer, kTiedGradTag);
-    Work got = env_.comm->recv_async(theirs.raw(), p.numel * sizeof(float), peer, kTiedGradTag);
+    Work sent = pp_comm_->send_async(mine, p.numel * sizeof(float), peer, kTiedGradTag);
+    Work got = pp_comm_->recv_async(theirs.raw(), p.numel * sizeof(float), peer, kTiedGradTag);
     got.wait();
     sent.wait();
     env_.device.add(mine, theirs.raw(), DType::f32, p.numel);
@@ -418,15 +491,17 @@ std::vector<float> PipelineStage::export_params() {
                   layout.buffer_begin(t.first_layer),
                   layout.buffer_begin(t.last_layer) - layout.buffer_begin(t.first_layer)};
   };
-  if (env_.rank != 0) {
+  // Every pipeline holds the same weights: the first one's are the export.
+  if (replica_ != 0) return {};
+  if (topo_.rank != 0) {
     const Slices mine = slices(topo_);
     ExportBuffer params(env_.alloc, mine.params_count), buffers(env_.alloc, mine.buffers_count);
     float* p = params.at(0, mine.params_count);
     float* b = buffers.at(0, mine.buffers_count);
     if (params.keeps()) layers_->copy_state_slices(p, b);
-    env_.comm->send(p, mine.params_count * sizeof(float), 0, kGatherParamsTag);
+    pp_comm_->send(p, mine.params_count * sizeof(float), 0, kGatherParamsTag);
     if (mine.buffers_count)
-      env_.comm->send(b, mine.buffers_count * sizeof(float), 0, kGatherBuffersTag);
+      pp_comm_->send(b, mine.buffers_count * sizeof(float), 0, kGatherBuffersTag);
     return {};
   }
   ExportBuffer flat(env_.alloc, layout.state_total());
@@ -436,13 +511,12 @@ std::vector<float> PipelineStage::export_params() {
   for (int r = 1; r < topo_.stages; ++r) {
     const Slices theirs = slices(stage_topology(r, partition));
     // (On a meta device nothing is kept, and the receives land nowhere.)
-    works.push_back(env_.comm->recv_async(flat.at(theirs.params_begin, theirs.params_count),
-                                          theirs.params_count * sizeof(float), r,
-                                          kGatherParamsTag));
+    works.push_back(pp_comm_->recv_async(flat.at(theirs.params_begin, theirs.params_count),
+                                         theirs.params_count * sizeof(float), r, kGatherParamsTag));
     if (theirs.buffers_count)
-      works.push_back(env_.comm->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
-                                            theirs.buffers_count * sizeof(float), r,
-                                            kGatherBuffersTag));
+      works.push_back(pp_comm_->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
+                                           theirs.buffers_count * sizeof(float), r,
+                                           kGatherBuffersTag));
   }
   for (Work& w : works) w.wait();
   return flat.take();

@@ -15,8 +15,15 @@
 
 namespace shardlab {
 
-// --stages, or one stage per rank when it is left out.
+// The pp axis of --mesh, else --stages, or one stage per rank when both are left out.
 int pipeline_stages(const RunConfig& cfg);
+// The dp axis of --mesh: pipelines side by side, each training on 1/R of the
+// batch (1 without a mesh).
+int pipeline_replicas(const RunConfig& cfg);
+// The stage rank `rank` runs: its pp coordinate on --mesh, else the rank itself.
+int pipeline_stage_of(const RunConfig& cfg, int rank);
+// The ranks of the first pipeline, by stage (with one pipeline: 0 .. P-1).
+std::vector<int> first_pipeline_ranks(const RunConfig& cfg);
 
 // Layers per stage balanced by parameter count: the contiguous split whose
 // largest stage holds the fewest parameters; among equally good splits the
@@ -125,9 +132,15 @@ class PipelineStage {
   void settle_sends();
   void compute_loss(const void* pred, int mb);
   void sum_tied_grads();
+  void reduce_over_replicas();
 
   RankEnv& env_;
   StageTopology topo_;
+  Comm* pp_comm_ = nullptr;  // to the other stages of this pipeline (stage = its rank there)
+  Comm* dp_comm_ = nullptr;  // to this stage in the other pipelines; null with one pipeline
+  int replicas_ = 1;         // pipelines side by side (the mesh's dp)
+  int replica_ = 0;          // which one this rank's is
+  int first_row_ = 0;        // this pipeline's first row of the batch
   int micro_batches_ = 1;
   int rows_ = 0;           // rows per micro-batch
   int boundary_in_ = -1;   // layer whose output this stage receives (first_layer − 1)

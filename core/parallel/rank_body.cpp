@@ -5,7 +5,25 @@
 
 namespace shardlab {
 
+std::array<Comm*, std::size(kMeshAxes)> RankResources::axis_comm_ptrs() const {
+  std::array<Comm*, std::size(kMeshAxes)> out{};
+  for (size_t a = 0; a < axis_comms.size(); ++a) out[a] = axis_comms[a].get();
+  return out;
+}
+
+CommStats RankResources::comm_stats() const {
+  CommStats s = comm ? comm->stats() : CommStats{};
+  for (const auto& c : axis_comms)
+    if (c) {
+      const CommStats o = c->stats();
+      s.bytes_sent += o.bytes_sent;
+      s.ops += o.ops;
+    }
+  return s;
+}
+
 void RankResources::release() {
+  for (auto& c : axis_comms) c.reset();
   comm.reset();
   if (device) {
     try {
@@ -25,7 +43,10 @@ RankTotals run_rank_body(RankEnv& env, Strategy& strategy, const ParamSource& in
   strategy.setup(env, init);
   if (steps.after_setup) steps.after_setup();
   auto sent_so_far = [&] {
-    return (env.comm ? env.comm->stats().bytes_sent : 0) + strategy.bytes_sent_outside_comm();
+    int64_t sent = env.comm ? env.comm->stats().bytes_sent : 0;
+    for (Comm* c : env.axis_comms)
+      if (c) sent += c->stats().bytes_sent;
+    return sent + strategy.bytes_sent_outside_comm();
   };
   const int64_t sent_before = sent_so_far();
   for (int s = steps.first; s < steps.end; ++s) {

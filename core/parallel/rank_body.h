@@ -3,7 +3,9 @@
 // placement, then its strategy's setup, its steps and the export of the final
 // weights. A prediction runs this body itself, so it cannot drift from it.
 #pragma once
+#include <array>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "core/comm/comm.h"
 #include "core/device/device.h"
 #include "core/device/memory.h"
+#include "core/mesh.h"
 #include "core/parallel/strategy.h"
 
 namespace shardlab {
@@ -22,6 +25,14 @@ struct RankResources {
   std::unique_ptr<DeviceBackend> device;
   std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Comm> comm;
+  // A mesh's axes whose groups are smaller than the world: one communicator
+  // each (by MeshAxis), closed before the world's.
+  std::array<std::unique_ptr<Comm>, std::size(kMeshAxes)> axis_comms;
+
+  // The axis communicators as a rank's env holds them.
+  std::array<Comm*, std::size(kMeshAxes)> axis_comm_ptrs() const;
+  // Every communicator's counters added up.
+  CommStats comm_stats() const;
 
   // In the order they were made, backwards: the communicator closes (peers
   // blocked on this rank fail fast), work still on the device finishes (its

@@ -90,7 +90,15 @@ int StrategyInfo::world_for(int requested) const {
 }
 
 int StrategyInfo::data_parallel_degree(const RunConfig& cfg) const {
-  return family == StrategyFamily::data_parallel ? cfg.world : 1;
+  if (family == StrategyFamily::data_parallel) return cfg.world;
+  // A pipeline on a mesh: its dp axis (a --mesh that does not parse is
+  // validate()'s to name; until then, one pipeline).
+  if (has_stages() && !cfg.mesh.empty()) try {
+      return run_mesh(cfg).size(MeshAxis::dp);
+    } catch (const ConfigError&) {
+      return 1;
+    }
+  return 1;
 }
 
 int StrategyInfo::micro_batches(const RunConfig& cfg) const {
@@ -238,6 +246,23 @@ RunConfig resolve_defaults(const RunConfig& cfg) {
     return cfg;
   }
   return c;
+}
+
+Mesh run_mesh(const RunConfig& cfg) {
+  if (!cfg.mesh.empty()) {
+    const Mesh mesh = parse_mesh(cfg.mesh, cfg.mesh_order);
+    if (mesh.world() != cfg.world)
+      throw ConfigError("--mesh " + cfg.mesh + " has " + std::to_string(mesh.world()) +
+                        " ranks but --world is " + std::to_string(cfg.world) +
+                        " (valid: axis sizes that multiply to --world " +
+                        std::to_string(cfg.world) + ")");
+    return mesh;
+  }
+  if (!cfg.mesh_order.empty())
+    throw ConfigError("--mesh-order " + cfg.mesh_order +
+                      " orders no mesh (valid: with --mesh, e.g. --mesh dp=2,pp=2)");
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  return one_axis_mesh(info && info->has_stages() ? MeshAxis::pp : MeshAxis::dp, cfg.world);
 }
 
 void validate_common(const RunConfig& cfg, int max_world) {

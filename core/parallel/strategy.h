@@ -2,7 +2,9 @@
 // what it is (family, ZeRO stage, options it reads). The same strategy object
 // runs on every rank (SPMD), knowing only its RankEnv.
 #pragma once
+#include <array>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include "core/comm/comm.h"
 #include "core/config.h"
 #include "core/device/memory.h"
+#include "core/mesh.h"
 #include "core/model/layer_call.h"
 #include "core/model/model.h"
 #include "core/model/param_source.h"
@@ -52,6 +55,23 @@ struct RankEnv {
   Recorder* rec;  // may be null (recording off)
   Comm* comm;     // null for strategies that do not communicate
   RunShared& shared;
+  // The run's device mesh (run_mesh), and this rank's communicator on each
+  // axis whose groups are smaller than the world (by MeshAxis; null: none).
+  const Mesh* mesh = nullptr;
+  std::array<Comm*, std::size(kMeshAxes)> axis_comms{};
+
+  // This rank's communicator on `axis`: its group's, the world's where the
+  // axis spans the world, null where the axis has size 1 (a group of one has
+  // no one to talk to). Without a mesh (a test's hand-made env), every axis is
+  // the strategy's one axis: the world's.
+  Comm* comm_on(MeshAxis axis) const {
+    if (Comm* c = axis_comms[static_cast<size_t>(axis)]) return c;
+    const int n = mesh ? mesh->size(axis) : world;
+    return n == world && n > 1 ? comm : nullptr;
+  }
+  // This rank's coordinate on `axis` and the axis's size (no mesh: the world's).
+  int coord(MeshAxis axis) const { return mesh ? mesh->coord(rank, axis) : rank; }
+  int axis_size(MeshAxis axis) const { return mesh ? mesh->size(axis) : world; }
 };
 
 // A rank's share of the step's loss: the global loss is Σsum / Σcount over ranks
@@ -212,6 +232,11 @@ std::string unread_option_message(const RunConfig& cfg, StrategyOption o);
 // base with its strategy set to `strategy` and every option that strategy does
 // not read back at its default: one configuration of a comparison.
 RunConfig for_strategy(RunConfig base, const std::string& strategy);
+
+// The run's device mesh: --mesh laid out by --mesh-order, or the strategy's one
+// axis over the world (pp for a pipeline, dp for the rest). Throws ConfigError
+// for a --mesh that does not parse or whose ranks are not --world.
+Mesh run_mesh(const RunConfig& cfg);
 
 // Throws ConfigError for settings that are invalid for any strategy; the
 // strategy's own validate() checks the rest. `max_world`: kMaxRunWorld, or

@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/comm/mesh_comms.h"
 #include "core/comm/meta_comm.h"
 #include "core/comm/placement.h"
 #include "core/comm/staging_comm.h"
@@ -49,6 +50,7 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
   const MetaParams init(layout.state_total());
 
   const int world = cfg.world;
+  const Mesh mesh = run_mesh(cfg);
   MetaMemory out;
   out.device = place.kind;
   out.steps = std::min(cfg.steps, 2);
@@ -85,8 +87,19 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
       res.comm = make_meta_comm(rank, world, res.alloc.get(), scratch, rec, ops);
       if (place.comm == CommKind::gloo_staged)
         res.comm = make_staging_comm(std::move(res.comm), *res.device, res.alloc.get(), rec);
-      RankEnv env{rank,        world,      cfg, layout,         data,
-                  *res.device, *res.alloc, rec, res.comm.get(), shared};
+      // A mesh's axes: a meta communicator per group smaller than the world.
+      for (MeshAxis axis : kMeshAxes) {
+        const CommGroup g = mesh_comm_group(mesh, rank, axis);
+        if (g.id <= 0) continue;
+        std::unique_ptr<Comm> c = make_meta_comm(mesh.coord(rank, axis), mesh.size(axis),
+                                                 res.alloc.get(), scratch, rec, ops, g);
+        if (place.comm == CommKind::gloo_staged)
+          c = make_staging_comm(std::move(c), *res.device, res.alloc.get(), rec);
+        res.axis_comms[static_cast<size_t>(axis)] = std::move(c);
+      }
+      RankEnv env{rank,           world,       cfg,        layout,
+                  data,           *res.device, *res.alloc, rec,
+                  res.comm.get(), shared,      &mesh,      res.axis_comm_ptrs()};
       std::unique_ptr<Strategy> strategy = info.make();
       MetaRankMemory& r = out.ranks[rank];
       Recorder::Counts before{};
@@ -107,7 +120,7 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
       r.bytes_sent_per_step = totals.bytes_sent_per_step;
       r.at_report = totals.at_report;
       r.at_end = res.alloc->stats();
-      r.comm = res.comm->stats();
+      r.comm = res.comm_stats();
       r.outside_peak = res.alloc->outside_peak();
       if (ops) r.ops = log.take();
       strategy.reset();  // its tensors back to the allocator before it goes

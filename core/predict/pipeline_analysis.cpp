@@ -56,8 +56,9 @@ struct StageShape {
 // keeps, and the most a forward that frees as it goes (--recompute) holds at once.
 StageShape stage_shape(const RunConfig& cfg, int rank) {
   const ModelLayout layout = make_layout(cfg);
-  const StageTopology t = stage_topology(rank, pipeline_partition(cfg, layout));
-  const int rows = cfg.batch / micro_batches_run(cfg);
+  const StageTopology t =
+      stage_topology(pipeline_stage_of(cfg, rank), pipeline_partition(cfg, layout));
+  const int rows = cfg.batch / pipeline_replicas(cfg) / micro_batches_run(cfg);
   const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
   Allocator alloc(*dev, nullptr);
   const MetaParams init(layout.state_total());
@@ -124,7 +125,7 @@ int expected_in_flight(const RunConfig& cfg, int rank) {
   const StrategyInfo& info = strategy_info(cfg.strategy);
   if (!info.in_flight)
     throw std::invalid_argument("expected_in_flight: " + cfg.strategy + " is not a pipeline");
-  return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), rank);
+  return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), pipeline_stage_of(cfg, rank));
 }
 
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank) {
@@ -152,10 +153,13 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   const int M = micro_batches_run(cfg);
   const std::vector<double> bubble = bubble_share_per_rank(r);
   std::vector<StageReport> out;
-  for (int rank = 0; rank < P && rank < static_cast<int>(r.ranks.size()); ++rank) {
-    const StageTopology t = stage_topology(rank, partition);
+  // The first pipeline's stages (the others, on a mesh's dp axis, are alike).
+  for (int rank : first_pipeline_ranks(cfg)) {
+    if (rank >= static_cast<int>(r.ranks.size())) break;
+    const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank), partition);
     StageReport s;
     s.rank = rank;
+    s.stage = t.rank;
     s.first_layer = t.first_layer;
     s.last_layer = t.last_layer;
     s.bubble_measured = bubble[rank];

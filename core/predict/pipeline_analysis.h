@@ -49,7 +49,8 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank);
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank);
 
 struct StageReport {
-  int rank = 0;
+  int rank = 0;                         // the first pipeline's rank of this stage
+  int stage = 0;                        // its place in the pipeline (= rank, but on a mesh)
   int first_layer = 0, last_layer = 0;  // [first, last)
   double bubble_measured = 0;
   double bubble_formula = 0;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/comm/cores.h"
+#include "core/comm/mesh_comms.h"
 #include "core/comm/nccl_group.h"
 #include "core/comm/staging_comm.h"
 #include "core/device/gpu.h"
@@ -241,9 +242,11 @@ struct RunComms {
   std::unique_ptr<ProcessLink> link;
   std::unique_ptr<GlooGroup> group;
   std::unique_ptr<NcclGroup> nccl;
+  std::unique_ptr<MeshGlooGroups> mesh;  // a mesh's groups smaller than the world
   std::shared_ptr<MemoryGuard> guard;
 
-  RunComms(const RunConfig& cfg, const Placement& place, const ProcessContext* process) {
+  RunComms(const RunConfig& cfg, const Placement& place, const ProcessContext* process,
+           const Mesh& run_mesh) {
     const std::chrono::milliseconds timeout(cfg.timeout_ms);
     const GlooGroupOptions gloo{timeout, process ? process->bind_host : "127.0.0.1", &failures};
     if (process) link = std::make_unique<ProcessLink>(*process, cfg.world, gloo);
@@ -254,6 +257,17 @@ struct RunComms {
       nccl = link ? make_nccl_group(cfg.world, timeout, failures, link->store(), process->rank)
                   : make_nccl_group(cfg.world, timeout, failures);
     if (place.guarded) guard = make_memory_guard();
+    if (run_mesh.groups().size() > 1) {
+      // The axes' groups talk through Gloo (NCCL's would be split from the
+      // world's communicator: not in this build).
+      if (place.comm == CommKind::nccl)
+        throw ConfigError("--mesh " + run_mesh.text() +
+                          " runs its axes' groups on Gloo in this build, not NCCL (valid: "
+                          "--backend gloo)");
+      mesh = link ? std::make_unique<MeshGlooGroups>(run_mesh, gloo, &link->store(), "train-mesh",
+                                                     process->rank)
+                  : std::make_unique<MeshGlooGroups>(run_mesh, gloo);
+    }
   }
 };
 
@@ -281,6 +295,14 @@ void connect_rank(RankResources& res, const Placement& place, RunComms& comms, i
                                  res.alloc.get(), rec);
   else
     res.comm = comms.group->connect(rank, rec, res.alloc.get());
+  // Then every rank joins its group on each axis, in the same axis order.
+  if (comms.mesh)
+    for (MeshAxis axis : kMeshAxes) {
+      std::unique_ptr<Comm> c = comms.mesh->connect(rank, axis, rec, res.alloc.get());
+      if (c && place.comm == CommKind::gloo_staged)
+        c = make_staging_comm(std::move(c), *res.device, res.alloc.get(), rec);
+      res.axis_comms[static_cast<size_t>(axis)] = std::move(c);
+    }
 }
 
 // One process per rank, failed: this process ends in a moment. Gloo's device
@@ -290,6 +312,11 @@ void connect_rank(RankResources& res, const Placement& place, RunComms& comms, i
 // connections close now, so peers blocked on this rank fail at once.
 void abandon_rank(RankResources& res, std::unique_ptr<Strategy>& strategy) {
   if (res.comm) res.comm->close_connections();
+  for (auto& c : res.axis_comms)
+    if (c) {
+      c->close_connections();
+      (void)c.release();
+    }
   (void)strategy.release();
   (void)res.comm.release();
   (void)res.alloc.release();
@@ -386,7 +413,8 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
     result.recorders.push_back(
         std::make_shared<Recorder>(r, cfg.record && (!process || r == process->rank)));
 
-  RunComms comms(cfg, place, process);
+  const Mesh mesh = run_mesh(cfg);
+  RunComms comms(cfg, place, process, mesh);
   ProcessLink* link = comms.link.get();
   LossHistory history(cfg.steps, world);
   std::vector<std::string> errors(world);
@@ -435,8 +463,9 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
         loader = std::make_unique<DataLoader>(data, layout.act_numel(0), layout.target_numel(),
                                               cfg.steps);
       const Dataset& rank_data = loader ? static_cast<const Dataset&>(*loader) : data;
-      RankEnv env{rank,        world,      cfg, layout,         rank_data,
-                  *res.device, *res.alloc, rec, res.comm.get(), shared};
+      RankEnv env{rank,           world,       cfg,        layout,
+                  rank_data,      *res.device, *res.alloc, rec,
+                  res.comm.get(), shared,      &mesh,      res.axis_comm_ptrs()};
       strategy = info.make();
       RankReport& report = result.ranks[rank];
       // fp16: the loss scaler's count of skipped steps on rank 0, to name the

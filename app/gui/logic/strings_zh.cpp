@@ -105,6 +105,13 @@ const StringPairs& strings_zh_app() {
       {"Partition", "划分"},
       {"balanced", "均衡"},
       {"layers per stage, e.g. 3,2,2,1", "每个阶段的层数，例如 3,2,2,1"},
+      {"Mesh", "设备网格"},
+      {"(the mesh's pp)", "（网格的 pp 轴）"},
+      {"ranks on axes, e.g. dp=2,pp=2: pipelines replicated",
+       "各轴上的进程，例如 dp=2,pp=2：流水线被复制"},
+      {"Mesh order", "网格顺序"},
+      {"the mesh's axes, outermost first (default pp,dp,tp)",
+       "网格的各轴，最外层在前（默认 pp,dp,tp）"},
       {"Backend", "后端"},
       {"Model", "模型"},
       {"mlp:LxD = L Linear(D,D) layers with GELU between; mlp:LxD+bn puts a BatchNorm1d before "

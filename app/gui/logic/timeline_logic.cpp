@@ -502,7 +502,7 @@ std::vector<StageRow> stage_rows(const RunResult& r) {
   std::vector<StageRow> out;
   for (const StageReport& s : pipeline_stage_reports(r)) {
     StageRow row;
-    row.stage = s.rank;
+    row.stage = s.stage;
     row.first_layer = s.first_layer;
     row.last_layer = s.last_layer;
     row.bubble_measured = s.bubble_measured;
