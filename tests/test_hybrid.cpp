@@ -123,7 +123,7 @@ TEST_CASE("hybrid: a mesh the pipelines cannot run is refused in one line, exit 
     CHECK(r.out.find(part) != std::string::npos);
   };
   refused("--world 4 --mesh dp=2,pp=3", "has 6 ranks but --world is 4");
-  refused("--world 4 --mesh dp=2,tp=2", "split no layer across ranks, tp=2");
+  refused("--world 3 --mesh tp=3", "tp=3 does not divide the width 16 of mlp:4x16");
   refused("--world 4 --mesh dp=2,pp=2 --stages 4", "--stages 4 does not match --mesh dp=2,pp=2");
   refused("--world 3 --mesh dp=3", "--batch 8 does not split over dp=3");
   refused("--world 4 --mesh dp=2,pp=2 --micro-batches 8",

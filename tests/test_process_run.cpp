@@ -115,6 +115,30 @@ TEST_CASE("ranks meeting through a store end with the threaded run's bits", "[pr
   }
 }
 
+TEST_CASE("a dp x pp x tp mesh as processes ends with the threaded run's bits",
+          "[process][mesh][tp]") {
+  // Each axis group is its own Gloo context behind a prefixed store: the tp
+  // all-reduces inside the layers, the pp sends, the dp all-reduce.
+  RunConfig cfg;
+  cfg.model = "mlp:4x32";
+  cfg.strategy = "1f1b";
+  cfg.mesh = "dp=2,pp=2,tp=2";
+  cfg.world = 8;
+  cfg.batch = 16;
+  cfg.micro_batches = 2;
+  cfg.steps = 2;
+  const RunResult threads = run_training(cfg);
+  const fs::path dir = fresh_dir("proc-mesh-tp");
+  const std::vector<RunResult> procs = run_as_processes(cfg, dir);
+  CHECK(procs[0].final_params == threads.final_params);  // bit for bit
+  for (int r = 0; r < cfg.world; ++r) {
+    INFO("rank " << r);
+    CHECK(procs[r].losses == threads.losses);
+    CHECK(procs[0].ranks[r].bytes_sent_per_step == threads.ranks[r].bytes_sent_per_step);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("one process per rank: a rank's failure reaches its peers by name", "[process]") {
   RunConfig cfg;
   cfg.model = "mlp:2x16";

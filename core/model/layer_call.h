@@ -9,12 +9,17 @@
 
 namespace shardlab {
 
+class Comm;
+
 // One call of a layer: where its buffers come from and how they are named.
 struct LayerCall {
   Allocator& alloc;
   DType dt;  // storage of parameters, activations and gradients
   int rows;  // rows of the batch (samples or sequences) in this call
   int mb;    // micro-batch (-1: none); only names use it
+  // Tensor parallelism: the communicator of this rank's tp group, whose ranks
+  // hold the other slices of the layer (null: the layer is whole here).
+  Comm* tp = nullptr;
   // "layers.3.pre_gelu[mb 2]": an activation's name in the memory panel.
   std::string name(int layer, const std::string& what) const;
 };

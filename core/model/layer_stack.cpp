@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/comm/comm.h"
 #include "core/model/model_family.h"
 
 namespace shardlab {
@@ -27,8 +28,16 @@ std::vector<const ParamInfo*> table_params(const ModelLayout& layout, int l) {
 }  // namespace
 
 LayerStack::LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc,
-                       Recorder* rec, const ParamSource& init, DType dtype)
-    : layout_(layout), first_(first), last_(last), alloc_(alloc), rec_(rec), dtype_(dtype) {
+                       Recorder* rec, const ParamSource& init, DType dtype, Comm* tp)
+    : layout_(layout),
+      first_(first),
+      last_(last),
+      alloc_(alloc),
+      rec_(rec),
+      dtype_(dtype),
+      tp_(tp) {
+  if (layout.tensor_parallel() && (!tp || tp->world() != layout.slice().size))
+    throw std::logic_error("LayerStack: a tensor-parallel slice needs its tp group's communicator");
   if (layout.has_buffers() && dtype != DType::f32)
     throw std::logic_error("LayerStack: BatchNorm1d runs in fp32 only");
   if (init.size() < (layout.has_buffers() ? layout.state_total() : layout.total()))
@@ -106,7 +115,7 @@ void LayerStack::layer(int l, const void* x, LayerKeep& keep, int rows, int mb, 
     ++norm.batches_tracked;
     n = &norms;
   }
-  const LayerCall call{alloc_, dtype_, rows, mb};
+  const LayerCall call{alloc_, dtype_, rows, mb, tp_};
   layout_.family().forward(call, layout_, l, layer_params(l), x, keep, n);
 }
 
@@ -183,7 +192,7 @@ Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
   Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary,
                           shape(last_), dtype_);
   alloc_.backend().copy(g.raw(), dout, g.bytes(), CopyKind::device_to_device);
-  const LayerCall call{alloc_, dtype_, rows, mb};
+  const LayerCall call{alloc_, dtype_, rows, mb, tp_};
   for (int l = last_ - 1; l >= first_; --l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::backward, l, mb);
     const int i = l - first_;
@@ -322,9 +331,9 @@ void LayerStack::copy_state_slices(float* params, float* buffers) const {
       return buffers + (b.offset - layout_.buffer_begin(first_));
     };
     alloc_.backend().download(at(layout_.running_mean(l)), n.running_mean.raw(), DType::f32,
-                              layout_.dim());
+                              layout_.running_mean(l).numel);
     alloc_.backend().download(at(layout_.running_var(l)), n.running_var.raw(), DType::f32,
-                              layout_.dim());
+                              layout_.running_var(l).numel);
     *at(layout_.num_batches_tracked(l)) = static_cast<float>(n.batches_tracked);
   }
 }

@@ -29,9 +29,11 @@ namespace shardlab {
 class LayerStack {
  public:
   // init_flat: the model's flat state vector (ModelLayout: parameters, then
-  // buffers); the stack takes its own layers' part.
+  // buffers); the stack takes its own layers' part. Under tensor parallelism
+  // `layout` is this rank's slice (and init its state vector) and `tp` the
+  // communicator of its tp group, which the layers' forward and backward use.
   LayerStack(const ModelLayout& layout, int first, int last, Allocator& alloc, Recorder* rec,
-             const ParamSource& init, DType dtype = DType::f32);
+             const ParamSource& init, DType dtype = DType::f32, Comm* tp = nullptr);
 
   int first() const { return first_; }
   int last() const { return last_; }
@@ -134,6 +136,7 @@ class LayerStack {
   Allocator& alloc_;
   Recorder* rec_;
   DType dtype_;
+  Comm* tp_;
   std::vector<Tensor> params_, grads_;  // model order: weight, bias[, bn.weight, bn.bias] per layer
   std::vector<int> first_param_;        // per layer of the stack: its weight's index in params_
   std::vector<Norm> norms_;             // per layer of the stack (empty tensors without BN)

@@ -39,9 +39,55 @@ std::string ModelSpec::str() const {
   return "mlp:" + std::to_string(layers) + "x" + std::to_string(dim) + (batchnorm ? "+bn" : "");
 }
 
-ModelLayout::ModelLayout(ModelSpec spec) : spec_(std::move(spec)) {
+ModelLayout::ModelLayout(ModelSpec spec) : ModelLayout(std::move(spec), TensorSlice{}) {}
+
+ModelLayout::ModelLayout(ModelSpec spec, TensorSlice slice)
+    : spec_(std::move(spec)), slice_(slice) {
+  if (slice_.size < 1 || slice_.rank < 0 || slice_.rank >= slice_.size)
+    throw std::logic_error("ModelLayout: tp rank " + std::to_string(slice_.rank) + " of " +
+                           std::to_string(slice_.size));
   family_ = &find_family(spec_.family);
   family_->build(*this);
+}
+
+ParamInfo ModelLayout::sliced(std::string name, std::vector<int64_t> shape, int split_dim,
+                              size_t offset, size_t full_offset) const {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.full_shape = shape;
+  if (slice_.size > 1 && split_dim >= 0) {
+    if (split_dim >= static_cast<int>(shape.size()) || shape[split_dim] % slice_.size != 0)
+      throw std::logic_error("ModelLayout: " + p.name + " cannot be cut into " +
+                             std::to_string(slice_.size) + " slices on dimension " +
+                             std::to_string(split_dim));
+    shape[split_dim] /= slice_.size;
+    p.split_dim = split_dim;
+  }
+  p.shape = std::move(shape);
+  p.numel = 1;
+  for (int64_t d : p.shape) p.numel *= static_cast<size_t>(d);
+  p.offset = offset;
+  p.full_offset = full_offset;
+  return p;
+}
+
+void for_each_slice_run(const ModelLayout& slice,
+                        const std::function<void(size_t, size_t, size_t)>& fn) {
+  const int T = slice.slice().size, r = slice.slice().rank;
+  for (const auto* list : {&slice.params(), &slice.buffers()})
+    for (const ParamInfo& p : *list) {
+      if (p.split_dim < 0) {
+        fn(p.offset, p.full_offset, p.numel);
+        continue;
+      }
+      size_t outer = 1, inner = 1;
+      for (int d = 0; d < p.split_dim; ++d) outer *= static_cast<size_t>(p.shape[d]);
+      for (size_t d = p.split_dim + 1; d < p.shape.size(); ++d)
+        inner *= static_cast<size_t>(p.shape[d]);
+      const size_t run = static_cast<size_t>(p.shape[p.split_dim]) * inner;  // this slice's
+      for (size_t o = 0; o < outer; ++o)
+        fn(p.offset + o * run, p.full_offset + o * run * T + static_cast<size_t>(r) * run, run);
+    }
 }
 
 size_t ModelLayout::unique_total() const {
@@ -68,18 +114,23 @@ void ModelLayout::begin_layer(std::string name, std::string kind) {
   layer_offset_.push_back(total_);
 }
 
-void ModelLayout::add_param(std::string name, std::vector<int64_t> shape, int tied_to) {
-  size_t numel = 1;
-  for (int64_t d : shape) numel *= static_cast<size_t>(d);
-  const int layer = num_layers() - 1;
-  params_.push_back({std::move(name), std::move(shape), total_, numel, layer, false, tied_to});
+void ModelLayout::add_param(std::string name, std::vector<int64_t> shape, int tied_to,
+                            int split_dim) {
+  ParamInfo p = sliced(std::move(name), std::move(shape), split_dim, total_, full_total_);
+  p.layer = num_layers() - 1;
+  p.tied_to = tied_to;
   ++layers_.back().param_count;
-  total_ += numel;
+  total_ += p.numel;
+  size_t full = 1;
+  for (int64_t d : p.full_shape) full *= static_cast<size_t>(d);
+  full_total_ += full;
+  params_.push_back(std::move(p));
 }
 
 void ModelLayout::end_params() {
   layer_offset_.push_back(total_);
   state_total_ = total_;  // buffers follow every parameter: the parameters stay one range
+  full_state_total_ = full_total_;
 }
 
 void ModelLayout::begin_layer_buffers(int layer) {
@@ -89,12 +140,17 @@ void ModelLayout::begin_layer_buffers(int layer) {
   }
 }
 
-void ModelLayout::add_buffer(std::string name, std::vector<int64_t> shape, bool int64) {
-  size_t numel = 1;
-  for (int64_t d : shape) numel *= static_cast<size_t>(d);
-  const int layer = static_cast<int>(first_buffer_.size()) - 1;
-  buffers_.push_back({std::move(name), std::move(shape), state_total_, numel, layer, int64, -1});
-  state_total_ += numel;
+void ModelLayout::add_buffer(std::string name, std::vector<int64_t> shape, bool int64,
+                             int split_dim) {
+  ParamInfo b = sliced(std::move(name), std::move(shape), split_dim, state_total_,
+                       full_state_total_);
+  b.layer = static_cast<int>(first_buffer_.size()) - 1;
+  b.int64 = int64;
+  state_total_ += b.numel;
+  size_t full = 1;
+  for (int64_t d : b.full_shape) full *= static_cast<size_t>(d);
+  full_state_total_ += full;
+  buffers_.push_back(std::move(b));
 }
 
 void ModelLayout::end_buffers() {

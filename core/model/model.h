@@ -9,6 +9,7 @@
 //   gpt:LxCxH     nanoGPT's GPT-2 (L blocks, C channels, H heads), cross-entropy on text
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,21 @@ struct ParamInfo {
   // holds the embedding), the two gradients are summed before every update
   // (sum_tied_grads), so the copies stay equal; checkpoints store it once.
   int tied_to = -1;
+  // Tensor parallelism (TensorSlice): the dimension of the full tensor this
+  // layout holds 1/T of (-1: every tp rank holds all of it), the full shape,
+  // and where the full tensor starts in the full model's flat vector. Without
+  // tensor parallelism full_shape == shape and full_offset == offset.
+  int split_dim = -1;
+  std::vector<int64_t> full_shape{};
+  size_t full_offset = 0;
+};
+
+// Which slice of the model a layout describes: tp rank `rank` of `size`
+// (Megatron's tensor parallelism). A family splits each tensor along the
+// dimension it names (ModelLayout::add_param); size 1 is the whole model.
+struct TensorSlice {
+  int size = 1;
+  int rank = 0;
 };
 
 // One row of the layer table.
@@ -65,7 +81,14 @@ struct LayerInfo {
 class ModelLayout {
  public:
   explicit ModelLayout(ModelSpec spec);  // builds the table through the spec's family
+  // The table of tp rank slice.rank's part of the model: every split tensor
+  // 1/slice.size of its full shape, activations as that rank holds them.
+  ModelLayout(ModelSpec spec, TensorSlice slice);
   const ModelSpec& spec() const { return spec_; }
+  const TensorSlice& slice() const { return slice_; }
+  bool tensor_parallel() const { return slice_.size > 1; }
+  // The full model's state vector length (state_total() without tensor parallelism).
+  size_t full_state_total() const { return full_state_total_; }
   const ModelFamily& family() const { return *family_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<LayerInfo>& layers() const { return layers_; }
@@ -116,16 +139,24 @@ class ModelLayout {
 
   // ---- building the table (a family's build() calls these, in order)
   void begin_layer(std::string name, std::string kind);
-  void add_param(std::string name, std::vector<int64_t> shape, int tied_to = -1);
+  // shape is the full tensor's; under tensor parallelism dimension split_dim
+  // (if >= 0) is cut into slice().size equal parts (it must divide: the family
+  // checks its settings in resolve()).
+  void add_param(std::string name, std::vector<int64_t> shape, int tied_to = -1,
+                 int split_dim = -1);
   void end_params();  // after the last layer's parameters: buffers follow
   void begin_layer_buffers(int layer);
-  void add_buffer(std::string name, std::vector<int64_t> shape, bool int64 = false);
+  void add_buffer(std::string name, std::vector<int64_t> shape, bool int64 = false,
+                  int split_dim = -1);
   void end_buffers();
   void set_activations(std::vector<std::vector<int64_t>> per_boundary, bool input_tokens,
                        size_t target_numel);
 
  private:
+  ParamInfo sliced(std::string name, std::vector<int64_t> shape, int split_dim, size_t offset,
+                   size_t full_offset) const;
   ModelSpec spec_;
+  TensorSlice slice_;
   const ModelFamily* family_ = nullptr;
   std::vector<LayerInfo> layers_;
   std::vector<ParamInfo> params_, buffers_;
@@ -136,7 +167,16 @@ class ModelLayout {
   size_t target_numel_ = 0;
   size_t total_ = 0;
   size_t state_total_ = 0;
+  size_t full_total_ = 0, full_state_total_ = 0;
 };
+
+// Every tensor of a sliced layout (parameters, then buffers) as runs of
+// contiguous values: fn(at, full_at, n) says that n values at `at` of the
+// slice's flat vector are the full flat vector's values at `full_at`. A
+// replicated tensor is one run; a tensor split on dimension d of [a0, .., ak]
+// is one run per index of the dimensions before d.
+void for_each_slice_run(const ModelLayout& slice,
+                        const std::function<void(size_t at, size_t full_at, size_t n)>& fn);
 
 // The flat state vector (size state_total()), initialised as the family's
 // PyTorch module would be, from a generator seeded with `seed`.

@@ -54,6 +54,10 @@ class ModelFamily {
                       int divisor_rows) const = 0;
   // Host bytes the dataset holds for a run (the memory preflight's shared part).
   virtual int64_t data_bytes(const ModelLayout& m, const RunConfig& cfg) const = 0;
+  // Tensor parallelism over `tp` ranks (a mesh's tp axis, named `given` in
+  // messages): throws ConfigError in one line when this model cannot be cut so.
+  virtual void check_tensor_parallel(const ModelSpec& spec, int tp,
+                                     const std::string& given) const = 0;
 };
 
 // The registry, like strategies': every family, and the one that parses `text`.

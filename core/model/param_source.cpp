@@ -1,11 +1,13 @@
 // The real source of initial weights: a flat vector, written where each tensor lives.
 #include "core/model/param_source.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
 #include "core/device/device.h"
 #include "core/device/memory.h"
+#include "core/model/model.h"
 #include "core/model/precision.h"
 
 namespace shardlab {
@@ -26,6 +28,49 @@ void FlatParams::write_to(DeviceBackend& dev, Tensor& t, size_t offset, size_t f
 void FlatParams::read(float* dst, size_t from, size_t n) const {
   check_range(from, n, flat_.size());
   if (n) std::memcpy(dst, flat_.data() + from, n * sizeof(float));
+}
+
+SlicedParams::SlicedParams(const ParamSource& full, const ModelLayout& slice)
+    : full_(full), slice_(slice) {
+  for_each_slice_run(slice, [&](size_t at, size_t full_at, size_t n) {
+    if (n) runs_.push_back({at, full_at, n});
+  });
+  std::sort(runs_.begin(), runs_.end(), [](const Run& a, const Run& b) { return a.at < b.at; });
+}
+
+size_t SlicedParams::size() const {
+  return slice_.state_total();
+}
+
+void SlicedParams::read(float* dst, size_t from, size_t n) const {
+  check_range(from, n, size());
+  if (n == 0) return;
+  // The run holding `from`, then each run after it until n values are read.
+  auto it = std::upper_bound(runs_.begin(), runs_.end(), from,
+                             [](size_t v, const Run& r) { return v < r.at; });
+  if (it == runs_.begin()) throw std::logic_error("SlicedParams: a gap in the runs");
+  for (--it; n > 0; ++it) {
+    const size_t skip = from - it->at, take = std::min(n, it->n - skip);
+    full_.read(dst, it->full_at + skip, take);
+    dst += take;
+    from += take;
+    n -= take;
+  }
+}
+
+void SlicedParams::write_to(DeviceBackend& dev, Tensor& t, size_t offset, size_t from,
+                            size_t n) const {
+  check_range(from, n, size());
+  if (!dev.holds_values()) return;  // a meta device: nothing to write
+  std::vector<float> host(n);
+  read(host.data(), from, n);
+  write_from_host(dev, t, offset, host.data(), n);
+}
+
+float SlicedParams::value(size_t at) const {
+  float v = 0;
+  read(&v, at, 1);
+  return v;
 }
 
 ExportBuffer::ExportBuffer(Allocator& alloc, size_t n)

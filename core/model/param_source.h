@@ -11,6 +11,7 @@ namespace shardlab {
 
 class Allocator;
 class DeviceBackend;
+class ModelLayout;
 class Tensor;
 
 class ParamSource {
@@ -53,6 +54,26 @@ class MetaParams final : public ParamSource {
 
  private:
   size_t size_;
+};
+
+// One tp rank's part of a full state vector (tensor parallelism): the state
+// vector of a sliced layout (ModelLayout(spec, TensorSlice)), each value read
+// from where for_each_slice_run puts it in `full`. A meta source stays one.
+class SlicedParams final : public ParamSource {
+ public:
+  SlicedParams(const ParamSource& full, const ModelLayout& slice);
+  size_t size() const override;
+  void write_to(DeviceBackend& dev, Tensor& t, size_t offset, size_t from, size_t n) const override;
+  void read(float* dst, size_t from, size_t n) const override;
+  float value(size_t at) const override;
+
+ private:
+  struct Run {
+    size_t at, full_at, n;
+  };
+  const ParamSource& full_;
+  const ModelLayout& slice_;
+  std::vector<Run> runs_;  // in order of `at`
 };
 
 // Rank 0's exported state vector (Strategy::export_params), filled by

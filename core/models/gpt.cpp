@@ -245,7 +245,14 @@ class Gpt final : public ModelFamily {
     return spec;
   }
 
+  void check_tensor_parallel(const ModelSpec&, int tp, const std::string& given) const override {
+    if (tp > 1)
+      throw ConfigError(given + ": tensor parallelism of gpt models is not built yet, tp=" +
+                        std::to_string(tp) + " (valid: tp=1, or an mlp:LxD model)");
+  }
+
   void build(ModelLayout& m) const override {
+    if (m.tensor_parallel()) throw std::logic_error("gpt: no tensor-parallel layout yet");
     const ModelSpec& s = m.spec();
     if (s.seq < 1 || s.vocab < 1)
       throw std::logic_error("gpt layout needs seq and vocab (resolve_model)");

@@ -4,10 +4,24 @@
 // (Linear → BatchNorm1d → GELU; the output Linear stays plain). The model the
 // first lessons use: every layer the same size, so sharding and pipeline
 // pictures stay simple.
+//
+// Tensor parallelism (a mesh with tp = T), as Megatron splits a transformer's
+// MLP: the layers go in pairs. The first of a pair is column-parallel — each
+// tp rank holds D/T of its output features (rows of the weight, the bias and
+// BatchNorm's features) and computes them from the whole input; the second is
+// row-parallel — each holds the D/T input features it is given (columns of the
+// weight) and computes a partial sum of every output, which one all-reduce
+// completes. The operators Megatron calls f and g: f (before the column layer)
+// is the identity forward and an all-reduce of the input's gradient backward;
+// g (after the row layer) is the all-reduce forward and the identity backward.
+// So a pair costs one all-reduce of [rows, D] each way, and GELU and BatchNorm
+// run on the slice between them with no communication. An odd last layer is
+// replicated: every tp rank computes it whole, from the same input.
 #include <algorithm>
 #include <cmath>
 #include <regex>
 
+#include "core/comm/comm.h"
 #include "core/config.h"
 #include "core/device/data.h"
 #include "core/model/layer_ops.h"
@@ -17,6 +31,14 @@
 
 namespace shardlab {
 namespace {
+
+// How a layer is cut under tensor parallelism (see the top of this file).
+enum class TpRole { whole, column, row };
+TpRole tp_role(const ModelLayout& m, int l) {
+  if (!m.tensor_parallel()) return TpRole::whole;
+  if (l % 2 == 1) return TpRole::row;
+  return l + 1 < m.spec().layers ? TpRole::column : TpRole::whole;  // (the table may be half built)
+}
 
 // The regression rows of core/device/data.h behind the Dataset interface.
 class SyntheticDataset final : public Dataset {
@@ -90,17 +112,40 @@ class Mlp final : public ModelFamily {
     return spec;
   }
 
+  void check_tensor_parallel(const ModelSpec& spec, int tp, const std::string& given) const override {
+    if (tp > 1 && spec.dim % tp != 0)
+      throw ConfigError(given + ": tp=" + std::to_string(tp) + " does not divide the width " +
+                        std::to_string(spec.dim) + " of " + spec.str() +
+                        " (valid: a tp that divides " + std::to_string(spec.dim) +
+                        ": each tp rank holds width/tp features of a split layer)");
+    if (tp > 1 && spec.layers < 2)
+      throw ConfigError(given + ": " + spec.str() +
+                        " has one layer, which tensor parallelism would not split (valid: tp=1, "
+                        "or 2 or more layers: a column-parallel layer, then a row-parallel one)");
+  }
+
   void build(ModelLayout& m) const override {
     const int64_t d = m.spec().dim;
     const int L = m.spec().layers;
+    // The dimension each tensor is cut on (-1: whole on every tp rank). A
+    // weight is [out, in]: a column layer cuts its outputs (dimension 0) and
+    // with them its bias and BatchNorm's features; a row layer its inputs (1).
+    auto cut = [&](int l, bool weight) {
+      switch (tp_role(m, l)) {
+        case TpRole::column: return 0;
+        case TpRole::row: return weight ? 1 : -1;
+        case TpRole::whole: return -1;
+      }
+      return -1;
+    };
     for (int l = 0; l < L; ++l) {
       const std::string prefix = "layers." + std::to_string(l);
       m.begin_layer(prefix, "linear");
-      m.add_param(prefix + ".weight", {d, d});
-      m.add_param(prefix + ".bias", {d});
+      m.add_param(prefix + ".weight", {d, d}, -1, cut(l, true));
+      m.add_param(prefix + ".bias", {d}, -1, cut(l, false));
       if (m.spec().batchnorm && l + 1 < L) {
-        m.add_param(prefix + ".bn.weight", {d});
-        m.add_param(prefix + ".bn.bias", {d});
+        m.add_param(prefix + ".bn.weight", {d}, -1, cut(l, false));
+        m.add_param(prefix + ".bn.bias", {d}, -1, cut(l, false));
       }
     }
     m.end_params();
@@ -108,12 +153,16 @@ class Mlp final : public ModelFamily {
       m.begin_layer_buffers(l);
       if (!m.has_bn(l)) continue;
       const std::string prefix = "layers." + std::to_string(l) + ".bn.";
-      m.add_buffer(prefix + "running_mean", {d});
-      m.add_buffer(prefix + "running_var", {d});
+      m.add_buffer(prefix + "running_mean", {d}, false, cut(l, false));
+      m.add_buffer(prefix + "running_var", {d}, false, cut(l, false));
       m.add_buffer(prefix + "num_batches_tracked", {}, true);
     }
     m.end_buffers();
-    m.set_activations(std::vector<std::vector<int64_t>>(L + 1, {d}), false, static_cast<size_t>(d));
+    // Every boundary carries [D], but a column layer's output, which is D/T.
+    std::vector<std::vector<int64_t>> acts(L + 1, {d});
+    for (int l = 0; l < L; ++l)
+      if (tp_role(m, l) == TpRole::column) acts[l + 1] = {d / m.slice().size};
+    m.set_activations(std::move(acts), false, static_cast<size_t>(d));
   }
 
   // PyTorch's default nn.Linear init (weight and bias uniform in ±1/√in_features),
@@ -121,6 +170,8 @@ class Mlp final : public ModelFamily {
   // +bn leaves the Linear weights of the same seed unchanged; running_mean 0,
   // running_var 1, num_batches_tracked 0.
   std::vector<float> init(const ModelLayout& layout, uint64_t seed) const override {
+    if (layout.tensor_parallel())
+      throw std::logic_error("mlp init: initialise the whole model, then slice it (SlicedParams)");
     std::vector<float> flat(layout.state_total(), 0.0f);
     Rng rng(mix_seed(seed, 0x1417));
     const double bound = 1.0 / std::sqrt(static_cast<double>(layout.dim()));
@@ -140,6 +191,7 @@ class Mlp final : public ModelFamily {
   void forward(const LayerCall& c, const ModelLayout& m, int l,
                const std::vector<const void*>& params, const void* x, LayerKeep& keep,
                const LayerNorms* norms) const override {
+    if (tp_role(m, l) != TpRole::whole) return tp_forward(c, m, l, params, x, keep, norms);
     const int d = m.dim();
     Tensor out = c.alloc.alloc(c.name(l, "output"), MemCategory::activations, {c.rows, d}, c.dt);
     Tensor pre, xhat, invstd;
@@ -172,6 +224,7 @@ class Mlp final : public ModelFamily {
   void backward(const LayerCall& c, const ModelLayout& m, int l,
                 const std::vector<const void*>& params, const std::vector<void*>& grads,
                 const void* x, LayerKeep& keep, void* g, void* din) const override {
+    if (tp_role(m, l) != TpRole::whole) return tp_backward(c, m, l, params, grads, x, keep, g, din);
     BatchNormArgs bn;
     if (m.has_bn(l)) {
       bn.weight = params[2];
@@ -182,6 +235,76 @@ class Mlp final : public ModelFamily {
     }
     layer_backward(c.alloc, c.dt, g, keep.t[0].empty() ? nullptr : keep.t[0].raw(), din, grads[0],
                    grads[1], x, params[0], c.rows, m.dim(), m.has_bn(l) ? &bn : nullptr);
+  }
+
+  // A column or row layer's slice (fp32: validation refuses tensor parallelism
+  // in 2-byte precision). keep: pre, out, xhat, invstd, as forward's.
+  void tp_forward(const LayerCall& c, const ModelLayout& m, int l,
+                  const std::vector<const void*>& params, const void* x, LayerKeep& keep,
+                  const LayerNorms* norms) const {
+    DeviceBackend& dev = c.alloc.backend();
+    const ParamInfo& w = m.weight(l);
+    const int out_dim = static_cast<int>(w.shape[0]), in_dim = static_cast<int>(w.shape[1]);
+    const auto* wf = static_cast<const float*>(params[0]);
+    const auto* bf = static_cast<const float*>(params[1]);
+    Tensor out = c.alloc.alloc(c.name(l, "output"), MemCategory::activations, {c.rows, out_dim});
+    Tensor pre, xhat, invstd;
+    if (m.has_gelu(l))
+      pre = c.alloc.alloc(c.name(l, "pre_gelu"), MemCategory::activations, {c.rows, out_dim});
+    float* y = static_cast<float*>(pre.empty() ? out.raw() : pre.raw());
+    if (tp_role(m, l) == TpRole::column) {
+      // f: the whole input, as every tp rank has it; this rank's output features.
+      dev.linear_forward(y, static_cast<const float*>(x), wf, bf, c.rows, in_dim, out_dim);
+    } else {
+      // This rank's input features' share of every output; g: the all-reduce
+      // sums the shares. The bias is added once, by tp rank 0.
+      dev.linear_forward(y, static_cast<const float*>(x), wf, c.tp->rank() == 0 ? bf : nullptr,
+                         c.rows, in_dim, out_dim);
+      c.tp->all_reduce(y, static_cast<size_t>(c.rows) * out_dim, DType::f32, CommMeta{l, c.mb});
+    }
+    if (m.has_bn(l)) {
+      xhat = c.alloc.alloc(c.name(l, "bn.xhat"), MemCategory::activations, {c.rows, out_dim});
+      invstd = c.alloc.alloc(c.name(l, "bn.invstd"), MemCategory::activations,
+                             std::vector<int64_t>{out_dim});
+      dev.batchnorm_forward(y, xhat.data<float>(), invstd.data<float>(), y,
+                            static_cast<const float*>(params[2]),
+                            static_cast<const float*>(params[3]),
+                            norms ? static_cast<float*>(norms->running_mean) : nullptr,
+                            norms ? static_cast<float*>(norms->running_var) : nullptr, c.rows,
+                            out_dim, kernels::BatchNormParams{});
+    }
+    if (!pre.empty()) dev.gelu_forward(out.data<float>(), y, static_cast<size_t>(c.rows) * out_dim);
+    keep.t.clear();
+    keep.t.push_back(std::move(pre));
+    keep.t.push_back(std::move(out));
+    keep.t.push_back(std::move(xhat));
+    keep.t.push_back(std::move(invstd));
+    keep.out = 1;
+  }
+
+  void tp_backward(const LayerCall& c, const ModelLayout& m, int l,
+                   const std::vector<const void*>& params, const std::vector<void*>& grads,
+                   const void* x, LayerKeep& keep, void* g, void* din) const {
+    DeviceBackend& dev = c.alloc.backend();
+    const ParamInfo& w = m.weight(l);
+    const int out_dim = static_cast<int>(w.shape[0]), in_dim = static_cast<int>(w.shape[1]);
+    auto* gf = static_cast<float*>(g);
+    if (!keep.t[0].empty())
+      dev.gelu_backward(gf, gf, keep.t[0].data<float>(), static_cast<size_t>(c.rows) * out_dim);
+    if (m.has_bn(l))
+      dev.batchnorm_backward(gf, static_cast<float*>(grads[2]), static_cast<float*>(grads[3]), gf,
+                             keep.t[2].data<float>(), keep.t[3].data<float>(),
+                             static_cast<const float*>(params[2]), c.rows, out_dim);
+    // A row layer's output gradient is the same on every tp rank (g's backward
+    // is the identity), so its bias gradient is too: each rank keeps it whole.
+    auto* dx = static_cast<float*>(din);
+    dev.linear_backward(dx, static_cast<float*>(grads[0]), static_cast<float*>(grads[1]), gf,
+                        static_cast<const float*>(x), static_cast<const float*>(params[0]), c.rows,
+                        in_dim, out_dim);
+    // f's backward: each tp rank's output features contributed to every input's
+    // gradient; the all-reduce adds the contributions.
+    if (dx && tp_role(m, l) == TpRole::column)
+      c.tp->all_reduce(dx, static_cast<size_t>(c.rows) * in_dim, DType::f32, CommMeta{l, c.mb});
   }
 
   std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,

@@ -169,11 +169,7 @@ void validate_pipeline(const RunConfig& cfg) {
   const int R = mesh.size(MeshAxis::dp);
   if (!cfg.mesh.empty()) {
     const std::string given = "--mesh " + cfg.mesh;
-    if (mesh.size(MeshAxis::tp) > 1)
-      throw ConfigError(given + ": the pipelines split no layer across ranks, tp=" +
-                        std::to_string(mesh.size(MeshAxis::tp)) +
-                        " (valid: dp and pp axes, e.g. dp=2,pp=" + std::to_string(cfg.world / 2) +
-                        ")");
+    layout.family().check_tensor_parallel(layout.spec(), mesh.size(MeshAxis::tp), given);
     if (cfg.stages != 0 && cfg.stages != mesh.size(MeshAxis::pp))
       throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match " + given +
                         " (valid: --stages " + std::to_string(mesh.size(MeshAxis::pp)) +
@@ -246,23 +242,41 @@ int pipe_tag(int micro_batch, PipeDirection direction) {
 // ---- one stage ----------------------------------------------------------------
 
 PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) {
-  // On a mesh (dp=R, pp=P), this rank is stage coord(pp) of pipeline
-  // coord(dp): it talks to its stages over the pp group and to its replicas
-  // over the dp group. Without one (a test's env), the world is one pipeline.
+  // On a mesh (dp=R, pp=P, tp=T), this rank is stage coord(pp) of pipeline
+  // coord(dp), holding slice coord(tp) of the stage's layers: it talks to its
+  // stages over the pp group (the ranks with its dp and tp coordinates), to
+  // its replicas over the dp group and to the other slices of its layers over
+  // the tp group. Without one (a test's env), the world is one pipeline.
   const bool meshed = env.mesh != nullptr;
   const int stage = meshed ? env.mesh->coord(env.rank, MeshAxis::pp) : env.rank;
   replicas_ = meshed ? env.mesh->size(MeshAxis::dp) : 1;
   replica_ = meshed ? env.mesh->coord(env.rank, MeshAxis::dp) : 0;
   pp_comm_ = meshed ? env.comm_on(MeshAxis::pp) : env.comm;
   dp_comm_ = meshed ? env.comm_on(MeshAxis::dp) : nullptr;
+  tp_comm_ = meshed ? env.comm_on(MeshAxis::tp) : nullptr;
+  tp_rank_ = meshed ? env.mesh->coord(env.rank, MeshAxis::tp) : 0;
+  // Every rank cuts the model where the whole model's parameter counts say,
+  // so the slices of one stage hold the same layers.
   topo_ = stage_topology(stage, pipeline_partition(env.cfg, env.layout));
   micro_batches_ = env.cfg.micro_batches;
   rows_ = env.cfg.batch / replicas_ / micro_batches_;
   first_row_ = replica_ * (env.cfg.batch / replicas_);
   boundary_in_ = topo_.first_layer - 1;
   boundary_out_ = topo_.last_layer - 1;
-  layers_ = std::make_unique<LayerStack>(env.layout, topo_.first_layer, topo_.last_layer, env.alloc,
-                                         env.rec, init);
+  layout_ = &env.layout;
+  if (tp_comm_) {
+    // This rank's slice of the model, initialised from the whole model's
+    // seeded values: the tp ranks together hold exactly `single`'s weights.
+    slice_ = std::make_unique<ModelLayout>(
+        env.layout.spec(), TensorSlice{env.mesh->size(MeshAxis::tp), tp_rank_});
+    layout_ = slice_.get();
+    const SlicedParams sliced(init, *slice_);
+    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer,
+                                           env.alloc, env.rec, sliced, DType::f32, tp_comm_);
+  } else {
+    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer,
+                                           env.alloc, env.rec, init);
+  }
   optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, layers_->ranges());
 }
 
@@ -281,7 +295,7 @@ PipelineStage::PendingRecv PipelineStage::post_recv(int mb, PipeDirection direct
   p.buffer = env_.alloc.alloc(
       mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb), category,
       {rows_, static_cast<int64_t>(
-                  env_.layout.act_numel(activation ? topo_.first_layer : topo_.last_layer))});
+                  layout_->act_numel(activation ? topo_.first_layer : topo_.last_layer))});
   p.work = pp_comm_->recv_async(p.buffer.raw(), p.buffer.bytes(),
                                 activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
                                 CommMeta{activation ? boundary_in_ : boundary_out_, mb});
@@ -322,7 +336,7 @@ void PipelineStage::send(const void* borrowed, Tensor owned, int mb, PipeDirecti
   const void* data = s.buffer.empty() ? borrowed : s.buffer.raw();
   // An activation leaves through this stage's output boundary, a gradient
   // through its input boundary: rows × the activation's size there.
-  const size_t values = env_.layout.act_numel(activation ? topo_.last_layer : topo_.first_layer);
+  const size_t values = layout_->act_numel(activation ? topo_.last_layer : topo_.first_layer);
   s.work = pp_comm_->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
                                 activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
                                 CommMeta{activation ? boundary_out_ : boundary_in_, mb});
@@ -344,7 +358,7 @@ void PipelineStage::forward(int mb) {
   if (topo_.is_first) {
     // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
-                             {rows_, static_cast<int64_t>(env_.layout.act_numel(0))});
+                             {rows_, static_cast<int64_t>(layout_->act_numel(0))});
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::data, -1, mb);
     span.set_made_ahead(
         env_.data.load(env_.device, step_, first_row_ + mb * rows_, rows_, input.raw(), nullptr));
@@ -374,7 +388,7 @@ void PipelineStage::forward(int mb) {
 }
 
 void PipelineStage::compute_loss(const void* pred, int mb) {
-  const ModelLayout& m = env_.layout;
+  const ModelLayout& m = *layout_;
   Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary,
                               {rows_, static_cast<int64_t>(m.target_numel())});
   {
@@ -422,7 +436,8 @@ LossShare PipelineStage::finish_step() {
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
     optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
   }
-  if (!topo_.is_last) return {};
+  // Every tp rank of the last stage computed the same loss: the first reports it.
+  if (!topo_.is_last || tp_rank_ != 0) return {};
   // This pipeline's loss is its rows' share of the global mean (divided by the
   // whole batch), so the replicas' shares add up: each counts its own rows.
   return {loss_ * env_.cfg.batch, env_.cfg.batch / replicas_};
@@ -448,7 +463,7 @@ void PipelineStage::reduce_over_replicas() {
 // and each adds the other's, so both copies take the same update. The sum
 // a + b is the same bits on both sides (addition commutes).
 void PipelineStage::sum_tied_grads() {
-  const ModelLayout& m = env_.layout;
+  const ModelLayout& m = *layout_;
   if (!m.has_tied()) return;
   const std::vector<int> partition = pipeline_partition(env_.cfg, m);
   auto stage_of = [&](int layer) {
@@ -479,7 +494,7 @@ void PipelineStage::sum_tied_grads() {
 }
 
 std::vector<float> PipelineStage::export_params() {
-  const ModelLayout& layout = env_.layout;
+  const ModelLayout& layout = *layout_;
   // A stage's layers are one contiguous run of the parameters (weight, bias,
   // weight, ...) and one of the BatchNorm buffers, which follow all parameters.
   struct Slices {
@@ -506,7 +521,7 @@ std::vector<float> PipelineStage::export_params() {
   }
   ExportBuffer flat(env_.alloc, layout.state_total());
   layers_->copy_params_to(flat);
-  const std::vector<int> partition = pipeline_partition(env_.cfg, layout);
+  const std::vector<int> partition = pipeline_partition(env_.cfg, env_.layout);
   std::vector<Work> works;
   for (int r = 1; r < topo_.stages; ++r) {
     const Slices theirs = slices(stage_topology(r, partition));
@@ -519,7 +534,36 @@ std::vector<float> PipelineStage::export_params() {
                                            kGatherBuffersTag));
   }
   for (Work& w : works) w.wait();
-  return flat.take();
+  if (!tp_comm_) return flat.take();
+  return gather_slices(flat);
+}
+
+// Under tensor parallelism the first stage now holds its slice of the whole
+// model (the pp gather above ran within its tp coordinate); the tp group's
+// first rank puts every slice where it belongs in the full state vector.
+std::vector<float> PipelineStage::gather_slices(ExportBuffer& mine) {
+  const size_t n = layout_->state_total();
+  if (tp_rank_ != 0) {
+    tp_comm_->send(mine.at(0, n), n * sizeof(float), 0, kGatherParamsTag);
+    return {};
+  }
+  ExportBuffer full(env_.alloc, layout_->full_state_total());
+  ExportBuffer theirs(env_.alloc, n);
+  const int T = layout_->slice().size;
+  for (int r = T - 1; r >= 0; --r) {  // slice 0 last: a replicated tensor is its copy
+    float* src = mine.at(0, n);
+    if (r > 0) {
+      src = theirs.at(0, n);
+      tp_comm_->recv(src, n * sizeof(float), r, kGatherParamsTag);
+    }
+    if (!full.keeps()) continue;
+    // Slice r's layout says where its values go.
+    const ModelLayout slice(layout_->spec(), TensorSlice{T, r});
+    for_each_slice_run(slice, [&](size_t at, size_t full_at, size_t count) {
+      std::copy_n(src + at, count, full.at(full_at, count));
+    });
+  }
+  return full.take();
 }
 
 }  // namespace shardlab

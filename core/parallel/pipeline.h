@@ -133,6 +133,7 @@ class PipelineStage {
   void compute_loss(const void* pred, int mb);
   void sum_tied_grads();
   void reduce_over_replicas();
+  std::vector<float> gather_slices(ExportBuffer& mine);
 
   RankEnv& env_;
   StageTopology topo_;
@@ -140,6 +141,10 @@ class PipelineStage {
   Comm* dp_comm_ = nullptr;  // to this stage in the other pipelines; null with one pipeline
   int replicas_ = 1;         // pipelines side by side (the mesh's dp)
   int replica_ = 0;          // which one this rank's is
+  Comm* tp_comm_ = nullptr;  // to the other slices of this stage's layers; null without tp
+  int tp_rank_ = 0;          // which slice this rank holds
+  std::unique_ptr<ModelLayout> slice_;  // tensor parallelism: this rank's slice of the model
+  const ModelLayout* layout_ = nullptr;  // the layers as this rank holds them (env's, or slice_)
   int first_row_ = 0;        // this pipeline's first row of the batch
   int micro_batches_ = 1;
   int rows_ = 0;           // rows per micro-batch

@@ -1,0 +1,207 @@
+// Tensor parallelism on a device mesh (the tp axis): the MLP's layers cut in
+// column-then-row pairs, each tp rank initialised with its slice of the whole
+// model's seeded weights; every mesh ends with `single`'s weights, the tp
+// group carries exactly the all-reduces Megatron's f and g say, and a model
+// that cannot be cut is refused in one line.
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.h"
+
+#include <set>
+#include <tuple>
+
+#include "core/mesh.h"
+#include "core/model/param_source.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
+#include "core/predict/meta_memory.h"
+#include "core/run/runner.h"
+#include "tests/run_util.h"
+
+using namespace shardlab;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
+
+namespace {
+ModelSpec mlp(const std::string& name) {
+  return ModelSpec::parse(name);
+}
+}  // namespace
+
+TEST_CASE("tensor parallel: an mlp slice cuts column layers on rows, row layers on columns",
+          "[tp]") {
+  const ModelLayout full(mlp("mlp:3x8+bn"));
+  const ModelLayout s(mlp("mlp:3x8+bn"), TensorSlice{2, 1});
+  REQUIRE(s.tensor_parallel());
+  REQUIRE(s.params().size() == full.params().size());
+  // layers.0: column (weight [4, 8], bias and BatchNorm [4]); layers.1: row
+  // (weight [8, 4], bias whole); layers.2, the odd last one: whole.
+  CHECK(s.weight(0).shape == std::vector<int64_t>{4, 8});
+  CHECK(s.weight(0).split_dim == 0);
+  CHECK(s.bias(0).shape == std::vector<int64_t>{4});
+  CHECK(s.bn_weight(0).shape == std::vector<int64_t>{4});
+  CHECK(s.weight(1).shape == std::vector<int64_t>{8, 4});
+  CHECK(s.weight(1).split_dim == 1);
+  CHECK(s.bias(1).split_dim == -1);
+  CHECK(s.bn_weight(1).split_dim == -1);
+  CHECK(s.weight(2).shape == std::vector<int64_t>{8, 8});
+  CHECK(s.running_mean(0).shape == std::vector<int64_t>{4});
+  CHECK(s.running_mean(1).shape == std::vector<int64_t>{8});
+  for (size_t i = 0; i < s.params().size(); ++i) {
+    CHECK(s.params()[i].full_shape == full.params()[i].shape);
+    CHECK(s.params()[i].full_offset == full.params()[i].offset);
+  }
+  CHECK(s.full_state_total() == full.state_total());
+  // The boundary after the column layer carries this rank's 4 features.
+  CHECK(s.act_numel(1) == 4);
+  CHECK(s.act_numel(2) == 8);
+
+  // The slices' runs cover every split value of the full vector exactly once,
+  // and a replicated value once per slice.
+  std::vector<int> seen(full.state_total(), 0);
+  for (int r = 0; r < 2; ++r) {
+    const ModelLayout slice(mlp("mlp:3x8+bn"), TensorSlice{2, r});
+    size_t covered = 0;
+    for_each_slice_run(slice, [&](size_t at, size_t full_at, size_t n) {
+      CHECK(at == covered);  // in order, no gap
+      covered += n;
+      for (size_t i = 0; i < n; ++i) ++seen[full_at + i];
+    });
+    CHECK(covered == slice.state_total());
+  }
+  for (const auto* list : {&full.params(), &full.buffers()})
+    for (const ParamInfo& p : *list) {
+      const bool whole = [&] {
+        for (const auto* sl : {&s.params(), &s.buffers()})
+          for (const ParamInfo& q : *sl)
+            if (q.name == p.name) return q.split_dim < 0;
+        return true;
+      }();
+      for (size_t i = 0; i < p.numel; ++i) {
+        INFO(p.name << "[" << i << "]");
+        REQUIRE(seen[p.offset + i] == (whole ? 2 : 1));
+      }
+    }
+
+  // SlicedParams reads each value from where the run says.
+  std::vector<float> flat(full.state_total());
+  for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i);
+  const FlatParams source(flat);
+  const SlicedParams sliced(source, s);
+  REQUIRE(sliced.size() == s.state_total());
+  std::vector<float> got(s.state_total());
+  sliced.read(got.data(), 0, got.size());
+  // layers.0.weight row 0 of slice 1 is the full weight's row 4.
+  CHECK(got[s.weight(0).offset] == flat[full.weight(0).offset + 4 * 8]);
+  // layers.1.weight row 2, column 0 of slice 1 is the full weight's [2, 4].
+  CHECK(got[s.weight(1).offset + 2 * 4] == flat[full.weight(1).offset + 2 * 8 + 4]);
+  CHECK(sliced.value(s.bias(1).offset + 3) == flat[full.bias(1).offset + 3]);
+  // A read across runs matches the value-by-value reads.
+  std::vector<float> part(7);
+  sliced.read(part.data(), s.weight(1).offset + 2, part.size());
+  for (size_t i = 0; i < part.size(); ++i) CHECK(part[i] == got[s.weight(1).offset + 2 + i]);
+}
+
+TEST_CASE("tensor parallel: meshes with a tp axis train the mlp to single's weights",
+          "[tp][mesh]") {
+  // The row layers' all-reduce sums T partial products where single sums one:
+  // reduction-order noise, which AdamW's division by small gradients lets grow.
+  for (const auto& [model, opt, tol] : {std::tuple{"mlp:4x32", OptimizerKind::sgd, 2e-5},
+                                        std::tuple{"mlp:5x32", OptimizerKind::adamw, 1e-4},
+                                        std::tuple{"mlp:4x32+bn", OptimizerKind::sgd, 2e-5}}) {
+    const bool bn = std::string(model).find("+bn") != std::string::npos;
+    RunConfig base = test::small_run(model, "single", 1, 16, 5, opt, 6);
+    const RunResult ref = run_training(base);
+    struct Case {
+      std::string strategy, mesh;
+      int M;
+    };
+    std::vector<Case> cases = {
+        {"gpipe", "tp=2", 1}, {"gpipe", "tp=4", 2}, {"1f1b", "pp=2,tp=2", 4},
+        {"naive-mp", "pp=2,tp=2", 1},
+    };
+    if (!bn) {  // replicas would keep their own BatchNorm statistics (refused)
+      cases.push_back({"gpipe", "dp=2,tp=2", 2});
+      cases.push_back({"1f1b", "dp=2,pp=2,tp=2", 2});
+    }
+    for (const Case& k : cases) {
+      RunConfig c = base;
+      c.strategy = k.strategy;
+      c.mesh = k.mesh;
+      c.world = parse_mesh(k.mesh, "").world();
+      // BatchNorm normalises over one forward call's rows: single's whole batch.
+      c.micro_batches = bn ? 1 : k.M;
+      INFO(model << " " << to_string(opt) << " " << k.strategy << " --mesh " << k.mesh
+                 << " M=" << k.M);
+      const RunResult r = run_training(c);
+      REQUIRE(r.final_params.size() == ref.final_params.size());
+      REQUIRE(max_rel_diff(r.final_params, ref.final_params) < tol);
+      for (int s = 0; s < c.steps; ++s) REQUIRE(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("tensor parallel: the tp group carries one all-reduce of [rows, D] per pair each way",
+          "[tp][mesh]") {
+  // mlp:4x32 on pp=2,tp=2, 2 micro-batches of 4 rows: stage 0 holds layers 0
+  // (column) and 1 (row), stage 1 layers 2 and 3. Forward: each row layer's
+  // g all-reduces its output. Backward: each column layer's f all-reduces its
+  // input's gradient — but the model's first layer, whose input has none.
+  RunConfig c = test::small_run("mlp:4x32", "gpipe", 4, 8, 3, OptimizerKind::adamw, 2);
+  c.mesh = "pp=2,tp=2";
+  c.micro_batches = 2;
+  const Mesh mesh = run_mesh(c);
+  const RunResult r = run_training(c);
+  const int64_t one = 4 * 32 * 4;  // a micro-batch's [rows, D] in fp32
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    const int stage = mesh.coord(rank, MeshAxis::pp);
+    int64_t forward = 0, backward = 0, sent = 0;
+    for (const Span& s : r.recorders[rank]->snapshot().spans) {
+      if (s.lane != Lane::comm || s.step != 1) continue;
+      if (s.kind == SpanKind::all_reduce) {
+        CHECK(s.group == mesh.group_id(rank, MeshAxis::tp));
+        CHECK(s.bytes == one);
+        (s.layer % 2 == 1 ? forward : backward) += s.bytes;
+      }
+      if (s.kind == SpanKind::send) {
+        CHECK(s.group == mesh.group_id(rank, MeshAxis::pp));
+        sent += s.bytes;
+      }
+    }
+    CHECK(forward == 2 * one);                      // one row layer, two micro-batches
+    CHECK(backward == (stage == 0 ? 0 : 2 * one));  // layer 0's input has no gradient
+    CHECK(sent == 2 * one);  // the boundary after a row layer: whole [rows, D]
+  }
+  // The meta run predicts the same traffic on every rank.
+  const MetaMemory m = predict_memory_meta(c);
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    CHECK(m.ranks[rank].bytes_sent_per_step == r.ranks[rank].bytes_sent_per_step);
+    CHECK(m.ranks[rank].at_report.device.peak_total >= r.ranks[rank].memory.device.peak_total);
+  }
+  // Each tp rank holds half of each split layer: the stage's parameters halve
+  // but for the row layer's bias, which both keep whole.
+  const ModelLayout layout = make_layout(c);
+  const int64_t stage_full = static_cast<int64_t>(layout.layer_begin(2));
+  CHECK(r.ranks[0].memory.device.peak[static_cast<size_t>(MemCategory::params)] ==
+        (stage_full / 2 + 32 / 2) * 4);
+}
+
+TEST_CASE("tensor parallel: a model or mesh that cannot be cut is refused in one line, exit 2",
+          "[tp][mesh][cli]") {
+  auto refused = [&](const std::string& args, const std::string& part) {
+    const test::CliResult r = run_cli("run --batch 8 --steps 1 " + args);
+    INFO(args << "\n" << r.out);
+    CHECK(r.code == 2);
+    CHECK(r.out.rfind("error: ", 0) == 0);
+    CHECK(r.out.find('\n') == r.out.size() - 1);
+    CHECK(r.out.find(part) != std::string::npos);
+  };
+  refused("--model mlp:4x30 --strategy gpipe --world 4 --mesh tp=4",
+          "tp=4 does not divide the width 30 of mlp:4x30");
+  refused("--model mlp:1x32 --strategy gpipe --world 2 --mesh tp=2",
+          "mlp:1x32 has one layer, which tensor parallelism would not split");
+  refused("--model gpt:2x32x2 --strategy gpipe --world 2 --mesh tp=2",
+          "tensor parallelism of gpt models is not built yet, tp=2");
+}
