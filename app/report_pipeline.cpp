@@ -47,6 +47,12 @@ void print_pipeline_report(const RunResult& r) {
         "                    stage of every pipeline all-reduces its gradients over its dp group\n"
         "                    (the stages of the first pipeline below: ranks %s)\n",
         run_mesh(c).text().c_str(), R, c.batch / R, partition_ranks(c).c_str());
+  if (const int T = run_mesh(c).size(MeshAxis::tp); T > 1)
+    std::printf(
+        "  tensor parallel   tp=%d: each stage's layers cut across a tp group of %d ranks, each\n"
+        "                    holding 1/%d of a split layer; the group all-reduces activations\n"
+        "                    inside the layers (the first slice's figures below)\n",
+        T, T, T);
   std::printf(
       "    bubble = idle share of the compute lane in the step (steps 1..), vs (P-1)/(M+P-1)\n");
   std::printf(

@@ -1,6 +1,8 @@
 // Measured pipeline numbers (see pipeline_analysis.h): bubble from the spans,
 // activations from the allocator, schedule order from the compute spans.
 #include "core/predict/pipeline_analysis.h"
+
+#include "core/comm/meta_comm.h"
 #include "core/comm/placement.h"
 #include "core/model/model_family.h"
 
@@ -55,14 +57,23 @@ struct StageShape {
 // them) for one micro-batch in fp32, the pipelines' precision: what forward
 // keeps, and the most a forward that frees as it goes (--recompute) holds at once.
 StageShape stage_shape(const RunConfig& cfg, int rank) {
-  const ModelLayout layout = make_layout(cfg);
+  const ModelLayout whole = make_layout(cfg);
   const StageTopology t =
-      stage_topology(pipeline_stage_of(cfg, rank), pipeline_partition(cfg, layout));
+      stage_topology(pipeline_stage_of(cfg, rank), pipeline_partition(cfg, whole));
   const int rows = cfg.batch / pipeline_replicas(cfg) / micro_batches_run(cfg);
   const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
   Allocator alloc(*dev, nullptr);
+  // Under tensor parallelism the stage holds its tp slice: the slice's
+  // activations, its layers' all-reduces on a meta communicator (nothing moves).
+  const Mesh mesh = run_mesh(cfg);
+  const int T = mesh.size(MeshAxis::tp);
+  const ModelLayout layout(whole.spec(), TensorSlice{T, mesh.coord(rank, MeshAxis::tp)});
+  const std::unique_ptr<Comm> tp =
+      T > 1 ? make_meta_comm(mesh.coord(rank, MeshAxis::tp), T, nullptr, ScratchPlacement::device)
+            : nullptr;
   const MetaParams init(layout.state_total());
-  LayerStack stack(layout, t.first_layer, t.last_layer, alloc, nullptr, init);
+  LayerStack stack(layout, t.first_layer, t.last_layer, alloc, nullptr, init, DType::f32,
+                   tp.get());
   const size_t in_numel = static_cast<size_t>(rows) * layout.act_numel(t.first_layer);
   const Tensor in = alloc.alloc("stage_input", MemCategory::temporary, in_numel);
   const auto activations = [&](bool peak) {
