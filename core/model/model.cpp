@@ -51,17 +51,19 @@ ModelLayout::ModelLayout(ModelSpec spec, TensorSlice slice)
 }
 
 ParamInfo ModelLayout::sliced(std::string name, std::vector<int64_t> shape, int split_dim,
-                              size_t offset, size_t full_offset) const {
+                              int split_parts, size_t offset, size_t full_offset) const {
   ParamInfo p;
   p.name = std::move(name);
   p.full_shape = shape;
   if (slice_.size > 1 && split_dim >= 0) {
-    if (split_dim >= static_cast<int>(shape.size()) || shape[split_dim] % slice_.size != 0)
+    if (split_dim >= static_cast<int>(shape.size()) || split_parts < 1 ||
+        shape[split_dim] % (static_cast<int64_t>(slice_.size) * split_parts) != 0)
       throw std::logic_error("ModelLayout: " + p.name + " cannot be cut into " +
                              std::to_string(slice_.size) + " slices on dimension " +
                              std::to_string(split_dim));
     shape[split_dim] /= slice_.size;
     p.split_dim = split_dim;
+    p.split_parts = split_parts;
   }
   p.shape = std::move(shape);
   p.numel = 1;
@@ -80,11 +82,12 @@ void for_each_slice_run(const ModelLayout& slice,
         fn(p.offset, p.full_offset, p.numel);
         continue;
       }
-      size_t outer = 1, inner = 1;
+      size_t outer = static_cast<size_t>(p.split_parts), inner = 1;
       for (int d = 0; d < p.split_dim; ++d) outer *= static_cast<size_t>(p.shape[d]);
       for (size_t d = p.split_dim + 1; d < p.shape.size(); ++d)
         inner *= static_cast<size_t>(p.shape[d]);
-      const size_t run = static_cast<size_t>(p.shape[p.split_dim]) * inner;  // this slice's
+      // This slice's run of one part: its share of the split dimension.
+      const size_t run = static_cast<size_t>(p.shape[p.split_dim] / p.split_parts) * inner;
       for (size_t o = 0; o < outer; ++o)
         fn(p.offset + o * run, p.full_offset + o * run * T + static_cast<size_t>(r) * run, run);
     }
@@ -115,8 +118,9 @@ void ModelLayout::begin_layer(std::string name, std::string kind) {
 }
 
 void ModelLayout::add_param(std::string name, std::vector<int64_t> shape, int tied_to,
-                            int split_dim) {
-  ParamInfo p = sliced(std::move(name), std::move(shape), split_dim, total_, full_total_);
+                            int split_dim, int split_parts) {
+  ParamInfo p =
+      sliced(std::move(name), std::move(shape), split_dim, split_parts, total_, full_total_);
   p.layer = num_layers() - 1;
   p.tied_to = tied_to;
   ++layers_.back().param_count;
@@ -142,7 +146,7 @@ void ModelLayout::begin_layer_buffers(int layer) {
 
 void ModelLayout::add_buffer(std::string name, std::vector<int64_t> shape, bool int64,
                              int split_dim) {
-  ParamInfo b = sliced(std::move(name), std::move(shape), split_dim, state_total_,
+  ParamInfo b = sliced(std::move(name), std::move(shape), split_dim, 1, state_total_,
                        full_state_total_);
   b.layer = static_cast<int>(first_buffer_.size()) - 1;
   b.int64 = int64;

@@ -55,6 +55,10 @@ struct ParamInfo {
   // and where the full tensor starts in the full model's flat vector. Without
   // tensor parallelism full_shape == shape and full_offset == offset.
   int split_dim = -1;
+  // The split dimension is `split_parts` tensors side by side, each cut into
+  // T slices (gpt's c_attn: q, k and v, each split by heads): slice r holds
+  // the r-th slice of every part, in part order.
+  int split_parts = 1;
   std::vector<int64_t> full_shape{};
   size_t full_offset = 0;
 };
@@ -143,7 +147,7 @@ class ModelLayout {
   // (if >= 0) is cut into slice().size equal parts (it must divide: the family
   // checks its settings in resolve()).
   void add_param(std::string name, std::vector<int64_t> shape, int tied_to = -1,
-                 int split_dim = -1);
+                 int split_dim = -1, int split_parts = 1);
   void end_params();  // after the last layer's parameters: buffers follow
   void begin_layer_buffers(int layer);
   void add_buffer(std::string name, std::vector<int64_t> shape, bool int64 = false,
@@ -153,8 +157,8 @@ class ModelLayout {
                        size_t target_numel);
 
  private:
-  ParamInfo sliced(std::string name, std::vector<int64_t> shape, int split_dim, size_t offset,
-                   size_t full_offset) const;
+  ParamInfo sliced(std::string name, std::vector<int64_t> shape, int split_dim, int split_parts,
+                   size_t offset, size_t full_offset) const;
   ModelSpec spec_;
   TensorSlice slice_;
   const ModelFamily* family_ = nullptr;
@@ -174,7 +178,7 @@ class ModelLayout {
 // contiguous values: fn(at, full_at, n) says that n values at `at` of the
 // slice's flat vector are the full flat vector's values at `full_at`. A
 // replicated tensor is one run; a tensor split on dimension d of [a0, .., ak]
-// is one run per index of the dimensions before d.
+// is one run per index of the dimensions before d (and per part of d).
 void for_each_slice_run(const ModelLayout& slice,
                         const std::function<void(size_t at, size_t full_at, size_t n)>& fn);
 

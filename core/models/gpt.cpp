@@ -16,11 +16,24 @@
 // `--attention flash` (FlashAttention-2) the T² term goes: the block keeps one
 // fp32 logsumexp per position and head instead, and backward recomputes the
 // probabilities tile by tile.
+//
+// Tensor parallelism (a mesh with tp = T, Megatron-LM's split of a block):
+// c_attn is column-parallel by heads — each tp rank holds the q, k and v rows
+// of its H/T heads — so attention runs on its own heads with no
+// communication; attn.c_proj is row-parallel (the C/T input channels of those
+// heads), and an all-reduce of [rows, T, C] completes its output (g). The MLP
+// likewise: c_fc column-parallel (4C/T features), GELU on the slice, c_proj
+// row-parallel with one all-reduce. In backward the gradients of ln_1's and
+// ln_2's outputs, which fed every head and feature, are all-reduced (f): two
+// all-reduces of b·s·h per block forward and two backward. LayerNorms, the
+// row layers' biases (added by tp rank 0), the embeddings and the tied
+// lm_head stay whole on every tp rank (the vocabulary is not split yet).
 #include <cctype>
 #include <cmath>
 #include <map>
 #include <mutex>
 
+#include "core/comm/comm.h"
 #include "core/comm/placement.h"
 #include "core/config.h"
 #include "core/model/model_family.h"
@@ -152,6 +165,29 @@ void gelu_backward(const LayerCall& c, void* g, const void* in, size_t n) {
   g32.store(g);
 }
 
+// A block's tensor parallelism (see the top): its tp group's size, and
+// Megatron's two operators on [R, C] activations. Without a tp group both are
+// nothing and bias() gives every rank its bias.
+struct TpBlock {
+  TpBlock(const LayerCall& c, const ModelLayout& m, int l)
+      : call(c), size(m.slice().size), layer(l) {}
+  const LayerCall& call;
+  int size;
+  int layer;
+  // g, forward: the row-parallel projection's partial sums, summed over the group.
+  void g(void* x, int rows, int cols) const { all_reduce(x, rows, cols); }
+  // f, backward: the column-parallel layer's input gradient, one share per rank.
+  void f_backward(void* dx, int rows, int cols) const { all_reduce(dx, rows, cols); }
+  // A row-parallel layer's bias is added once, by the first tp rank.
+  const void* bias(const void* b) const { return !call.tp || call.tp->rank() == 0 ? b : nullptr; }
+
+ private:
+  void all_reduce(void* x, int rows, int cols) const {
+    if (call.tp)
+      call.tp->all_reduce(x, static_cast<size_t>(rows) * cols, call.dt, CommMeta{layer, call.mb});
+  }
+};
+
 // Indices into a block's parameters (table order, nanoGPT's state_dict order).
 enum BlockParam {
   ln_1_w,
@@ -245,14 +281,15 @@ class Gpt final : public ModelFamily {
     return spec;
   }
 
-  void check_tensor_parallel(const ModelSpec&, int tp, const std::string& given) const override {
-    if (tp > 1)
-      throw ConfigError(given + ": tensor parallelism of gpt models is not built yet, tp=" +
-                        std::to_string(tp) + " (valid: tp=1, or an mlp:LxD model)");
+  void check_tensor_parallel(const ModelSpec& spec, int tp, const std::string& given) const override {
+    if (tp > 1 && spec.heads % tp != 0)
+      throw ConfigError(given + ": tp=" + std::to_string(tp) + " does not divide the " +
+                        std::to_string(spec.heads) + " heads of " + spec.str() +
+                        " (valid: a tp that divides " + std::to_string(spec.heads) +
+                        ": each tp rank computes heads/tp whole heads)");
   }
 
   void build(ModelLayout& m) const override {
-    if (m.tensor_parallel()) throw std::logic_error("gpt: no tensor-parallel layout yet");
     const ModelSpec& s = m.spec();
     if (s.seq < 1 || s.vocab < 1)
       throw std::logic_error("gpt layout needs seq and vocab (resolve_model)");
@@ -265,15 +302,17 @@ class Gpt final : public ModelFamily {
       m.begin_layer(h, "block");
       m.add_param(h + ".ln_1.weight", {C});
       m.add_param(h + ".ln_1.bias", {C});
-      m.add_param(h + ".attn.c_attn.weight", {3 * C, C});
-      m.add_param(h + ".attn.c_attn.bias", {3 * C});
-      m.add_param(h + ".attn.c_proj.weight", {C, C});
+      // Under tensor parallelism (see the top): q, k and v are each cut by
+      // heads (dimension 0 in 3 parts), the projections on their inputs.
+      m.add_param(h + ".attn.c_attn.weight", {3 * C, C}, -1, 0, 3);
+      m.add_param(h + ".attn.c_attn.bias", {3 * C}, -1, 0, 3);
+      m.add_param(h + ".attn.c_proj.weight", {C, C}, -1, 1);
       m.add_param(h + ".attn.c_proj.bias", {C});
       m.add_param(h + ".ln_2.weight", {C});
       m.add_param(h + ".ln_2.bias", {C});
-      m.add_param(h + ".mlp.c_fc.weight", {4 * C, C});
-      m.add_param(h + ".mlp.c_fc.bias", {4 * C});
-      m.add_param(h + ".mlp.c_proj.weight", {C, 4 * C});
+      m.add_param(h + ".mlp.c_fc.weight", {4 * C, C}, -1, 0);
+      m.add_param(h + ".mlp.c_fc.bias", {4 * C}, -1, 0);
+      m.add_param(h + ".mlp.c_proj.weight", {C, 4 * C}, -1, 1);
       m.add_param(h + ".mlp.c_proj.bias", {C});
     }
     m.begin_layer("lm_head", "head");
@@ -293,6 +332,8 @@ class Gpt final : public ModelFamily {
   // biases 0, LayerNorm weight 1 and bias 0; drawn in table order from our
   // generator (not torch's), lm_head a copy of wte.
   std::vector<float> init(const ModelLayout& m, uint64_t seed) const override {
+    if (m.tensor_parallel())
+      throw std::logic_error("gpt init: initialise the whole model, then slice it (SlicedParams)");
     std::vector<float> flat(m.state_total(), 0.0f);
     Rng rng(mix_seed(seed, 0x6e7));
     const double proj_std = 0.02 / std::sqrt(2.0 * m.spec().layers);
@@ -345,45 +386,50 @@ class Gpt final : public ModelFamily {
       keep.out = k_logits;
       return;
     }
-    // A block: x + attn(ln_1(x)) → x2; x2 + mlp(ln_2(x2)) → out.
-    const int H = s.heads;
+    // A block: x + attn(ln_1(x)) → x2; x2 + mlp(ln_2(x2)) → out. Under tensor
+    // parallelism this rank computes H/tp heads and 4C/tp MLP features (the top).
+    const TpBlock tp(c, m, l);
+    const int H = s.heads / tp.size, Ch = C / tp.size;  // this rank's heads and their channels
     Tensor& ln1 = act("ln_1", {c.rows, T, C}, c.dt);
     Tensor& mean1 = act("ln_1.mean", {R}, DType::f32);
     Tensor& rstd1 = act("ln_1.rstd", {R}, DType::f32);
     dev.layernorm_forward(c.dt, ln1.raw(), f32(mean1.raw()), f32(rstd1.raw()), x, params[ln_1_w],
                           params[ln_1_b], R, C, kLayerNormEps);
-    Tensor& qkv = act("attn.qkv", {c.rows, T, 3 * C}, c.dt);
-    linear(c, qkv.raw(), ln1.raw(), params[c_attn_w], params[c_attn_b], R, C, 3 * C);
-    void* atty = nullptr;  // the attention's output, [rows,T,C]
+    Tensor& qkv = act("attn.qkv", {c.rows, T, 3 * Ch}, c.dt);
+    linear(c, qkv.raw(), ln1.raw(), params[c_attn_w], params[c_attn_b], R, C, 3 * Ch);
+    void* atty = nullptr;  // the attention's output, [rows,T,Ch]
     if (s.flash_attention) {
       Tensor& lse = act("attn.lse", {c.rows, H, T}, DType::f32);
-      atty = act("attn.y", {c.rows, T, C}, c.dt).raw();
-      dev.flash_attention_forward(c.dt, atty, f32(lse.raw()), qkv.raw(), c.rows, T, C, H);
+      atty = act("attn.y", {c.rows, T, Ch}, c.dt).raw();
+      dev.flash_attention_forward(c.dt, atty, f32(lse.raw()), qkv.raw(), c.rows, T, Ch, H);
     } else {
       Tensor& att = act("attn.att", {c.rows, H, T, T}, c.dt);
-      atty = act("attn.y", {c.rows, T, C}, c.dt).raw();
+      atty = act("attn.y", {c.rows, T, Ch}, c.dt).raw();
       // 2-byte storage: the scores are made in fp32 first.
       Tensor scratch;
       if (c.dt != DType::f32)
         scratch =
             c.alloc.alloc(c.name(l, "attn.scores"), MemCategory::temporary, {c.rows, H, T, T});
       dev.attention_forward(c.dt, atty, att.raw(), qkv.raw(),
-                            scratch.empty() ? nullptr : f32(scratch.raw()), c.rows, T, C, H);
+                            scratch.empty() ? nullptr : f32(scratch.raw()), c.rows, T, Ch, H);
     }
     Tensor& x2 = act("residual", {c.rows, T, C}, c.dt);
-    linear(c, x2.raw(), atty, params[attn_proj_w], params[attn_proj_b], R, C, C);
+    linear(c, x2.raw(), atty, params[attn_proj_w], tp.bias(params[attn_proj_b]), R, Ch, C);
+    tp.g(x2.raw(), R, C);
     dev.residual_forward(c.dt, x2.raw(), x2.raw(), x, static_cast<size_t>(R) * C);
     Tensor& ln2 = act("ln_2", {c.rows, T, C}, c.dt);
     Tensor& mean2 = act("ln_2.mean", {R}, DType::f32);
     Tensor& rstd2 = act("ln_2.rstd", {R}, DType::f32);
     dev.layernorm_forward(c.dt, ln2.raw(), f32(mean2.raw()), f32(rstd2.raw()), x2.raw(),
                           params[ln_2_w], params[ln_2_b], R, C, kLayerNormEps);
-    Tensor& h = act("mlp.pre_gelu", {c.rows, T, 4 * C}, c.dt);
-    linear(c, h.raw(), ln2.raw(), params[c_fc_w], params[c_fc_b], R, C, 4 * C);
-    Tensor& hg = act("mlp.gelu", {c.rows, T, 4 * C}, c.dt);
-    gelu(c, hg.raw(), h.raw(), static_cast<size_t>(R) * 4 * C);
+    const int F = 4 * Ch;  // this rank's MLP features
+    Tensor& h = act("mlp.pre_gelu", {c.rows, T, F}, c.dt);
+    linear(c, h.raw(), ln2.raw(), params[c_fc_w], params[c_fc_b], R, C, F);
+    Tensor& hg = act("mlp.gelu", {c.rows, T, F}, c.dt);
+    gelu(c, hg.raw(), h.raw(), static_cast<size_t>(R) * F);
     Tensor& out = act("output", {c.rows, T, C}, c.dt);
-    linear(c, out.raw(), hg.raw(), params[mlp_proj_w], params[mlp_proj_b], R, 4 * C, C);
+    linear(c, out.raw(), hg.raw(), params[mlp_proj_w], tp.bias(params[mlp_proj_b]), R, F, C);
+    tp.g(out.raw(), R, C);
     dev.residual_forward(c.dt, out.raw(), out.raw(), x2.raw(), static_cast<size_t>(R) * C);
     keep.out = k_out;
   }
@@ -412,40 +458,45 @@ class Gpt final : public ModelFamily {
                              f32(kept(k_meanf)), f32(kept(k_rstdf)), params[0], R, C, false);
       return;
     }
-    const int H = s.heads;
-    // The MLP branch: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
+    const TpBlock tp(c, m, l);
+    const int H = s.heads / tp.size, Ch = C / tp.size, F = 4 * Ch;
+    // The MLP branch: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))). Under tensor
+    // parallelism g is the same on every tp rank, and so is c_proj's bias
+    // gradient: each rank keeps the whole bias.
     {
-      Tensor dh = temp("mlp.grad", {c.rows, T, 4 * C}, c.dt);
+      Tensor dh = temp("mlp.grad", {c.rows, T, F}, c.dt);
       linear_backward(c, dh.raw(), grads[mlp_proj_w], grads[mlp_proj_b], g, kept(k_hg),
-                      params[mlp_proj_w], R, 4 * C, C);
-      gelu_backward(c, dh.raw(), kept(k_h), static_cast<size_t>(R) * 4 * C);
+                      params[mlp_proj_w], R, F, C);
+      gelu_backward(c, dh.raw(), kept(k_h), static_cast<size_t>(R) * F);
       Tensor dln2 = temp("ln_2.grad", {c.rows, T, C}, c.dt);
       linear_backward(c, dln2.raw(), grads[c_fc_w], grads[c_fc_b], dh.raw(), kept(k_ln2),
-                      params[c_fc_w], R, C, 4 * C);
+                      params[c_fc_w], R, C, F);
       dh.reset();
+      tp.f_backward(dln2.raw(), R, C);
       // g becomes the gradient of x2: the residual's own path plus ln_2's.
       dev.layernorm_backward(c.dt, g, grads[ln_2_w], grads[ln_2_b], dln2.raw(), kept(k_x2),
                              f32(kept(k_mean2)), f32(kept(k_rstd2)), params[ln_2_w], R, C, true);
     }
     // The attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x)))).
-    Tensor datty = temp("attn.grad", {c.rows, T, C}, c.dt);
+    Tensor datty = temp("attn.grad", {c.rows, T, Ch}, c.dt);
     linear_backward(c, datty.raw(), grads[attn_proj_w], grads[attn_proj_b], g, kept(k_atty),
-                    params[attn_proj_w], R, C, C);
-    Tensor dqkv = temp("attn.qkv.grad", {c.rows, T, 3 * C}, c.dt);
+                    params[attn_proj_w], R, Ch, C);
+    Tensor dqkv = temp("attn.qkv.grad", {c.rows, T, 3 * Ch}, c.dt);
     if (s.flash_attention) {
       Tensor delta = temp("attn.delta", {c.rows, H, T}, DType::f32);
       dev.flash_attention_backward(c.dt, dqkv.raw(), f32(delta.raw()), datty.raw(), kept(k_qkv),
-                                   kept(k_atty), f32(kept(k_att)), c.rows, T, C, H);
+                                   kept(k_atty), f32(kept(k_att)), c.rows, T, Ch, H);
     } else {
       Tensor scratch = temp("attn.scores.grad", {c.rows, H, T, T}, DType::f32);
       dev.attention_backward(c.dt, dqkv.raw(), kept(k_att), f32(scratch.raw()), datty.raw(),
-                             kept(k_qkv), c.rows, T, C, H);
+                             kept(k_qkv), c.rows, T, Ch, H);
     }
     datty.reset();
     Tensor dln1 = temp("ln_1.grad", {c.rows, T, C}, c.dt);
     linear_backward(c, dln1.raw(), grads[c_attn_w], grads[c_attn_b], dqkv.raw(), kept(k_ln1),
-                    params[c_attn_w], R, C, 3 * C);
+                    params[c_attn_w], R, C, 3 * Ch);
     dqkv.reset();
+    tp.f_backward(dln1.raw(), R, C);
     // din = dx2 (the residual) + ln_1's gradient.
     void* dx = g;
     if (din) {
