@@ -53,6 +53,11 @@ void print_pipeline_report(const RunResult& r) {
         "                    holding 1/%d of a split layer; the group all-reduces activations\n"
         "                    inside the layers (the first slice's figures below)\n",
         T, T, T);
+  if (c.sequence_parallel)
+    std::printf(
+        "  sequence parallel each tp rank holds 1/%d of the tokens around the LayerNorms; the\n"
+        "                    all-reduces are reduce-scatters and all-gathers (the same bytes)\n",
+        run_mesh(c).size(MeshAxis::tp));
   std::printf(
       "    bubble = idle share of the compute lane in the step (steps 1..), vs (P-1)/(M+P-1)\n");
   std::printf(

@@ -87,6 +87,10 @@ struct RunConfig {
   // outermost first (empty: Megatron's, pp,dp,tp).
   std::string mesh;
   std::string mesh_order;
+  // Megatron's sequence parallelism on the mesh's tp axis (gpt): between the
+  // tensor-parallel regions each tp rank holds 1/tp of the tokens, and the
+  // all-reduces become reduce-scatters and all-gathers.
+  bool sequence_parallel = false;
 };
 
 // The most ranks a run starts (threads or processes on this machine, every

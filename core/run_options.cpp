@@ -57,8 +57,10 @@ std::vector<OptionRow> make_rows() {
                .missing = "device mesh",
                .label = "Mesh", .tip = "ranks on axes, e.g. dp=2,pp=2: pipelines replicated",
                .label_word = "%s", .metavar = "AXES",
-               .help = "the ranks on a device mesh, e.g. dp=2,pp=2 (world 4): the stages on pp,\n"
-                       "and dp pipelines each training on 1/dp of the batch (default: pp=world)"});
+               .help = "the ranks on a device mesh, e.g. dp=2,pp=2,tp=2 (world 8): the stages on\n"
+                       "pp, dp pipelines each training on 1/dp of the batch, each layer cut\n"
+                       "across tp ranks (tensor parallelism; default: pp=world)",
+               .only_when_set = true});
   r.push_back({.id = StrategyOption::mesh_order, .flag = "--mesh-order",
                .json_key = "mesh_order", .compare_key = nullptr, .kind = OptionKind::text,
                .text = &RunConfig::mesh_order,
@@ -67,7 +69,18 @@ std::vector<OptionRow> make_rows() {
                .label = "Mesh order", .tip = "the mesh's axes, outermost first (default pp,dp,tp)",
                .metavar = "A,B,C",
                .help = "how --mesh lays ranks out, outermost axis first (default pp,dp,tp:\n"
-                       "Megatron's, tensor parallel innermost)"});
+                       "Megatron's, tensor parallel innermost)",
+               .only_when_set = true});
+  r.push_back({.id = StrategyOption::sequence_parallel, .flag = "--sequence-parallel",
+               .json_key = "sequence_parallel", .compare_key = "sp", .kind = OptionKind::on_flag,
+               .boolean = &RunConfig::sequence_parallel,
+               .missing = "tensor-parallel layers to run sequence-parallel",
+               .label = "sequence parallel",
+               .tip = "gpt on a tp axis: tokens split between the tp regions",
+               .short_label = "", .label_word = "sp",
+               .help = "gpt on a mesh with tp: each tp rank holds 1/tp of the tokens around the\n"
+                       "LayerNorms; reduce-scatter and all-gather instead of all-reduce",
+               .only_when_set = true});
   r.push_back({.id = StrategyOption::precision, .flag = "--precision", .json_key = "precision",
                .compare_key = "precision", .kind = OptionKind::choice,
                .text = &RunConfig::precision, .choices = {"fp32", "bf16", "fp16"},

@@ -21,6 +21,7 @@ enum class StrategyOption {
   partition,
   mesh,
   mesh_order,
+  sequence_parallel,
   precision,  // anything but fp32
   recompute,
   no_prefetch,
@@ -34,10 +35,10 @@ enum class StrategyOption {
 // the data-parallel family's.
 inline constexpr StrategyOption kStrategyOptions[] = {
     StrategyOption::micro_batches, StrategyOption::stages,      StrategyOption::partition,
-    StrategyOption::mesh,          StrategyOption::mesh_order,  StrategyOption::precision,
-    StrategyOption::recompute,     StrategyOption::no_prefetch, StrategyOption::no_overlap,
-    StrategyOption::bucket_mb,     StrategyOption::fsdp_unit,   StrategyOption::no_reshard,
-    StrategyOption::offload};
+    StrategyOption::mesh,          StrategyOption::mesh_order,  StrategyOption::sequence_parallel,
+    StrategyOption::precision,     StrategyOption::recompute,   StrategyOption::no_prefetch,
+    StrategyOption::no_overlap,    StrategyOption::bucket_mb,   StrategyOption::fsdp_unit,
+    StrategyOption::no_reshard,    StrategyOption::offload};
 
 // How an option is typed, and so how every reader parses, prints and shows it.
 enum class OptionKind {
@@ -97,6 +98,9 @@ struct OptionRow {
   const char* metavar = nullptr;
   const char* help = "";
   bool help_names_readers = true;
+  // Written to recordings and configurations only when set (an option newer
+  // than files already saved, which lack its key and read back its default).
+  bool only_when_set = false;
 };
 
 // Every row, in kStrategyOptions order.

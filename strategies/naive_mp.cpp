@@ -44,7 +44,7 @@ StrategyInfo naive_mp_strategy() {
           "time",
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::partition, StrategyOption::mesh,
-                StrategyOption::mesh_order},
+                StrategyOption::mesh_order, StrategyOption::sequence_parallel},
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
       .make = [] { return std::make_unique<PipelineStrategy<NaiveMpSchedule>>(); },

@@ -54,6 +54,7 @@ RunConfig everything_set() {
   c.offload = true;
   c.mesh = "dp=2,pp=2";
   c.mesh_order = "dp,pp,tp";
+  c.sequence_parallel = true;
   return c;
 }
 

@@ -73,6 +73,8 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::recompute, {"--recompute", ""}},
       {StrategyOption::mesh, {"--mesh dp=2", ""}},
       {StrategyOption::mesh_order, {"--mesh-order dp,pp,tp", "", "--mesh pp=2"}},
+      {StrategyOption::sequence_parallel,
+       {"--sequence-parallel", "", "--mesh tp=2 --model gpt:4x16x2 --seq 8"}},
   };
   return m;
 }
@@ -548,6 +550,12 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
     case OptionKind::on_flag:
     case OptionKind::off_flag:
       c.*r.boolean = !(c.*r.boolean);
+      // Sequence parallelism splits a gpt's tokens over a tp axis: it comes with both.
+      if (r.id == StrategyOption::sequence_parallel) {
+        c.model = "gpt:4x16x2";
+        c.seq = 8;
+        c.mesh = "tp=2";
+      }
       break;
     case OptionKind::choice:
       c.*r.text = r.choices.at(1);
@@ -612,6 +620,15 @@ TEST_CASE("option table: every row round-trips through the command line and a co
         "--model",    "mlp:4x16",   "--batch", "8",
         "--strategy", reader->name, "--world", std::to_string(base.world)};
     for (std::string w; words >> w;) typed.push_back(w);
+    // What sequence parallelism needs beside it (a gpt on a tp axis) is typed too,
+    // and is part of the compare view's base.
+    if (r.id == StrategyOption::sequence_parallel) {
+      for (const char* w : {"--model", "gpt:4x16x2", "--seq", "8", "--mesh", "tp=2"})
+        typed.push_back(w);
+      base.model = set.model;
+      base.seq = set.seq;
+      base.mesh = set.mesh;
+    }
     const RunConfig parsed = from_command_line(typed);
     CHECK(option_equal(parsed, set, r.id));
     CHECK(parsed.strategy == reader->name);

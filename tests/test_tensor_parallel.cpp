@@ -205,6 +205,12 @@ TEST_CASE("tensor parallel: a model or mesh that cannot be cut is refused in one
           "mlp:1x32 has one layer, which tensor parallelism would not split");
   refused("--model gpt:2x32x2 --strategy gpipe --world 4 --mesh tp=4",
           "tp=4 does not divide the 2 heads of gpt:2x32x2");
+  refused("--model gpt:2x32x2 --seq 9 --strategy gpipe --world 2 --mesh tp=2 --sequence-parallel",
+          "--sequence-parallel: tp=2 does not divide --seq 9");
+  refused("--model gpt:2x32x2 --strategy gpipe --world 2 --mesh pp=2 --sequence-parallel",
+          "--mesh pp=2 has no tp axis");
+  refused("--model mlp:4x32 --strategy gpipe --world 2 --mesh tp=2 --sequence-parallel",
+          "--sequence-parallel is invalid for model mlp:4x32");
 }
 
 TEST_CASE("tensor parallel: a gpt slice holds q, k and v of its heads, and the projections' inputs",
@@ -288,4 +294,73 @@ TEST_CASE("tensor parallel: a gpt block all-reduces b·s·h twice forward and tw
     // Blocks are layers 1 and 2 (0 the embedding, 3 the head); 2 micro-batches.
     CHECK(per_block == std::map<int, int>{{1, 8}, {2, 8}});
   }
+}
+
+TEST_CASE("sequence parallel: the gpt trains to single's weights and plain tp's",
+          "[tp][sp][gpt][mesh]") {
+  for (const char* attention : {"naive", "flash"}) {
+    RunConfig base = test::small_run("gpt:2x32x4", "single", 1, 8, 5, OptimizerKind::adamw, 5);
+    base.seq = 8;
+    base.attention = attention;
+    const RunResult ref = run_training(base);
+    struct Case {
+      std::string strategy, mesh;
+      int M;
+    };
+    for (const Case& k : {Case{"gpipe", "tp=2", 1}, Case{"gpipe", "tp=4", 2},
+                          Case{"1f1b", "pp=2,tp=2", 2}, Case{"gpipe", "dp=2,tp=2", 2}}) {
+      RunConfig c = base;
+      c.strategy = k.strategy;
+      c.mesh = k.mesh;
+      c.world = parse_mesh(k.mesh, "").world();
+      c.micro_batches = k.M;
+      INFO(attention << " " << k.strategy << " --mesh " << k.mesh << " M=" << k.M);
+      const RunResult plain = run_training(c);
+      c.sequence_parallel = true;
+      const RunResult sp = run_training(c);
+      REQUIRE(sp.final_params.size() == ref.final_params.size());
+      CHECK(max_rel_diff(sp.final_params, ref.final_params) < 1e-4);
+      CHECK(max_rel_diff(sp.final_params, plain.final_params) < 1e-4);
+      for (int s = 0; s < c.steps; ++s) CHECK(sp.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("sequence parallel: reduce-scatters and all-gathers in place of the all-reduces",
+          "[tp][sp][gpt][mesh]") {
+  RunConfig c = test::small_run("gpt:2x32x2", "gpipe", 2, 4, 3, OptimizerKind::adamw, 2);
+  c.seq = 8;
+  c.mesh = "tp=2";
+  c.micro_batches = 2;
+  c.sequence_parallel = true;
+  const RunResult r = run_training(c);
+  const int64_t one = 2 * 8 * 32 * 4;  // a micro-batch's [rows, T, C] in fp32, every token
+  using Count = std::map<std::pair<int, SpanKind>, int>;
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    Count n;
+    for (const Span& s : r.recorders[rank]->snapshot().spans) {
+      if (s.lane != Lane::comm || s.step != 1) continue;
+      ++n[{s.layer, s.kind}];
+      // A LayerNorm's weight or bias gradient (C values), else every token's activation.
+      CHECK(s.bytes == (s.kind == SpanKind::all_reduce ? 32 * 4 : one));
+    }
+    // Per micro-batch (2 of them): the embedding's backward gathers its output's
+    // gradient; a block gathers before c_attn and c_fc and reduce-scatters after
+    // each c_proj (forward), gathers g twice and the LayerNorm outputs again,
+    // reduce-scatters the two input gradients and sums its LayerNorms' weight
+    // and bias gradients (backward); the head gathers ln_f's output and sums
+    // ln_f's gradients.
+    const Count want = {{{0, SpanKind::all_gather}, 2},     {{1, SpanKind::all_gather}, 12},
+                        {{1, SpanKind::reduce_scatter}, 8}, {{1, SpanKind::all_reduce}, 8},
+                        {{2, SpanKind::all_gather}, 12},    {{2, SpanKind::reduce_scatter}, 8},
+                        {{2, SpanKind::all_reduce}, 8},     {{3, SpanKind::all_gather}, 2},
+                        {{3, SpanKind::all_reduce}, 4}};
+    CHECK(n == want);
+  }
+  // Each tp rank keeps half of the tokens between the tensor-parallel regions.
+  const ModelLayout whole = make_layout(c);
+  const ModelLayout slice(whole.spec(), TensorSlice{2, 0});
+  CHECK(slice.act_shape(1) == std::vector<int64_t>{4, 32});
+  CHECK(whole.act_shape(1) == std::vector<int64_t>{8, 32});
 }

@@ -102,6 +102,11 @@ std::string set_option(RunConfig& c, StrategyOption o) {
       c.mesh = "pp=2";  // an order needs a mesh to order
       c.mesh_order = "dp,pp,tp";
       return "--mesh-order dp,pp,tp";
+    case StrategyOption::sequence_parallel:  // needs a gpt on a tp axis (test_tensor_parallel.cpp)
+      c.model = "gpt:4x16x2";
+      c.mesh = "tp=2";
+      c.sequence_parallel = true;
+      return "--sequence-parallel";
   }
   return "";
 }

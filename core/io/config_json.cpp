@@ -53,6 +53,9 @@ json config_json(const RunConfig& c) {
             {"record", c.record}};
   // The strategy options, each under its row's key (core/run_options.h).
   for (const OptionRow& r : option_rows()) {
+    // Only when set, like seq and data: files written before the option
+    // (--mesh) lack it, and read back the same.
+    if (r.only_when_set && !option_set(c, r.id)) continue;
     switch (r.kind) {
       case OptionKind::integer:
         j[r.json_key] = c.*r.integer;
@@ -68,9 +71,7 @@ json config_json(const RunConfig& c) {
         j[r.json_key] = c.*r.text;
         break;
       case OptionKind::text:
-        // Only when set, like seq and data: files written before the option
-        // (--mesh) lack it, and read back the same.
-        if (!(c.*r.text).empty()) j[r.json_key] = c.*r.text;
+        j[r.json_key] = c.*r.text;
         break;
       case OptionKind::int_list:
         j[r.json_key] = c.*r.list;

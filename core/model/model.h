@@ -28,6 +28,9 @@ struct ModelSpec {
   int vocab = 0;           // gpt: vocabulary size V (from the tokenizer; not part of the name)
   std::string vocabulary;  // gpt: the tokenizer's characters in id order (UTF-8)
   bool flash_attention = false;  // gpt: --attention flash (no [T,T] matrix kept; not in the name)
+  // gpt: --sequence-parallel (not in the name); only a tensor-parallel slice
+  // (ModelLayout's TensorSlice) holds its tokens split.
+  bool sequence_parallel = false;
   // Parses any registered family's name ("mlp:8x256", "mlp:8x256+bn",
   // "gpt:2x64x4"); throws ConfigError naming the bad spec and the valid forms.
   static ModelSpec parse(const std::string& text);

@@ -165,27 +165,112 @@ void gelu_backward(const LayerCall& c, void* g, const void* in, size_t n) {
   g32.store(g);
 }
 
-// A block's tensor parallelism (see the top): its tp group's size, and
-// Megatron's two operators on [R, C] activations. Without a tp group both are
-// nothing and bias() gives every rank its bias.
-struct TpBlock {
-  TpBlock(const LayerCall& c, const ModelLayout& m, int l)
-      : call(c), size(m.slice().size), layer(l) {}
-  const LayerCall& call;
-  int size;
-  int layer;
-  // g, forward: the row-parallel projection's partial sums, summed over the group.
-  void g(void* x, int rows, int cols) const { all_reduce(x, rows, cols); }
-  // f, backward: the column-parallel layer's input gradient, one share per rank.
-  void f_backward(void* dx, int rows, int cols) const { all_reduce(dx, rows, cols); }
+// A layer's tensor and sequence parallelism (see the top): its tp group, and
+// Megatron's operators on [tokens, C] activations. Without a tp group every
+// operator is the identity, and bias() gives every rank its bias. Under
+// sequence parallelism this rank holds `tokens(R)` = R/tp of the R tokens
+// outside the tensor-parallel regions: the slice [rank·R/tp, (rank+1)·R/tp).
+class Tp {
+ public:
+  Tp(const LayerCall& c, const ModelLayout& m, int l)
+      : c_(c),
+        size_(m.slice().size),
+        sp_(m.tensor_parallel() && m.spec().sequence_parallel),
+        layer_(l) {}
+  int size() const { return size_; }
+  bool sp() const { return sp_; }
+  int tokens(int R) const { return sp_ ? R / size_ : R; }
   // A row-parallel layer's bias is added once, by the first tp rank.
-  const void* bias(const void* b) const { return !call.tp || call.tp->rank() == 0 ? b : nullptr; }
+  const void* bias(const void* b) const { return !c_.tp || c_.tp->rank() == 0 ? b : nullptr; }
+
+  // Entering a tensor-parallel region with this rank's tokens `x`: every token
+  // (SP: all-gathered into `full`, a temporary; else x itself).
+  const void* gather(const void* x, Tensor& full, const char* what, int R, int C,
+                     MemCategory category = MemCategory::temporary) const {
+    if (!sp_) return x;
+    full = c_.alloc.alloc(c_.name(layer_, what), category, {R, C}, c_.dt);
+    c_.tp->all_gather(x, full.raw(), counts(R, C), c_.dt, meta());
+    return full.raw();
+  }
+  // Where a row-parallel layer writes its partial sums of every token: `out`
+  // itself, or (SP) a temporary the size of all tokens.
+  void* partial(void* out, Tensor& full, const char* what, int R, int C) const {
+    if (!sp_) return out;
+    full = temp(what, R, C);
+    return full.raw();
+  }
+  // g (forward): the partial sums summed over the group — in place, or (SP)
+  // reduce-scattered, this rank's tokens into `out`.
+  void g(void* y, void* out, int R, int C) const {
+    if (!c_.tp) return;
+    if (sp_)
+      c_.tp->reduce_scatter(y, out, counts(R, C), c_.dt, meta());
+    else
+      c_.tp->all_reduce(y, static_cast<size_t>(R) * C, c_.dt, meta());
+  }
+  // f (backward): a column-parallel layer's input gradient dx [R, C] (this
+  // rank's heads' or features' share) summed over the group: in place, or
+  // (SP) reduce-scattered into `shard`. Returns where this rank's sum is.
+  void* f_backward(void* dx, Tensor& shard, const char* what, int R, int C) const {
+    if (!c_.tp) return dx;
+    if (!sp_) {
+      c_.tp->all_reduce(dx, static_cast<size_t>(R) * C, c_.dt, meta());
+      return dx;
+    }
+    shard = temp(what, R / size_, C);
+    c_.tp->reduce_scatter(dx, shard.raw(), counts(R, C), c_.dt, meta());
+    return shard.raw();
+  }
+  // This rank's tokens of a tensor of every token (SP), else the tensor.
+  const void* own(const void* all, int R, int C) const {
+    if (!sp_) return all;
+    const size_t at = static_cast<size_t>(c_.tp->rank()) * (R / size_) * C * dtype_size(c_.dt);
+    return static_cast<const char*>(all) + at;
+  }
+
+  // A LayerNorm's weight and bias gradients (C each). Under SP the LayerNorm
+  // saw only this rank's tokens: its backward writes into zeroed temporaries,
+  // and finish() sums them over the group into the gradients. Else the
+  // gradients themselves.
+  class LnGrads {
+   public:
+    LnGrads(const Tp& tp, void* dw, void* db, int C) : tp_(tp), dw_(dw), db_(db), C_(C) {
+      if (!tp.sp_) return;
+      for (Tensor* t : {&w_, &b_}) {
+        *t = tp.temp("ln.grad", 1, C);
+        tp.c_.alloc.backend().fill_zero(t->raw(), t->bytes());
+      }
+    }
+    void* dw() { return tp_.sp_ ? w_.raw() : dw_; }
+    void* db() { return tp_.sp_ ? b_.raw() : db_; }
+    void finish() {
+      if (!tp_.sp_) return;
+      for (auto [mine, grad] : {std::pair{&w_, dw_}, std::pair{&b_, db_}}) {
+        tp_.c_.tp->all_reduce(mine->raw(), static_cast<size_t>(C_), tp_.c_.dt, tp_.meta());
+        tp_.c_.alloc.backend().add(grad, mine->raw(), tp_.c_.dt, static_cast<size_t>(C_));
+      }
+    }
+
+   private:
+    const Tp& tp_;
+    void* dw_;
+    void* db_;
+    int C_;
+    Tensor w_, b_;
+  };
 
  private:
-  void all_reduce(void* x, int rows, int cols) const {
-    if (call.tp)
-      call.tp->all_reduce(x, static_cast<size_t>(rows) * cols, call.dt, CommMeta{layer, call.mb});
+  Tensor temp(const char* what, int R, int C) const {
+    return c_.alloc.alloc(c_.name(layer_, what), MemCategory::temporary, {R, C}, c_.dt);
   }
+  std::vector<size_t> counts(int R, int C) const {
+    return std::vector<size_t>(static_cast<size_t>(size_), static_cast<size_t>(R / size_) * C);
+  }
+  CommMeta meta() const { return CommMeta{layer_, c_.mb}; }
+  const LayerCall& c_;
+  int size_;
+  bool sp_;
+  int layer_;
 };
 
 // Indices into a block's parameters (table order, nanoGPT's state_dict order).
@@ -220,7 +305,9 @@ enum BlockKeep {
   k_out
 };
 // The head's: ln_f's output and statistics, the logits.
-enum HeadKeep { k_lnf, k_meanf, k_rstdf, k_logits };
+// The head's: ln_f's output and statistics, the logits; under sequence
+// parallelism then ln_f's output of every token (lm_head's input).
+enum HeadKeep { k_lnf, k_meanf, k_rstdf, k_logits, k_lnf_all };
 
 class Gpt final : public ModelFamily {
  public:
@@ -270,6 +357,7 @@ class Gpt final : public ModelFamily {
     if (spec.seq < 1 || spec.seq > 4096)
       throw ConfigError("--seq " + std::to_string(cfg.seq) + " is invalid (valid: 1 to 4096)");
     spec.flash_attention = effective_attention(cfg) == "flash";
+    spec.sequence_parallel = cfg.sequence_parallel;
     const std::shared_ptr<const Corpus> corpus = load_corpus(corpus_path(cfg));
     spec.vocab = corpus->tokenizer.vocab_size();
     spec.vocabulary = corpus->tokenizer.vocabulary();
@@ -287,6 +375,11 @@ class Gpt final : public ModelFamily {
                         std::to_string(spec.heads) + " heads of " + spec.str() +
                         " (valid: a tp that divides " + std::to_string(spec.heads) +
                         ": each tp rank computes heads/tp whole heads)");
+    if (tp > 1 && spec.sequence_parallel && spec.seq % tp != 0)
+      throw ConfigError("--sequence-parallel: tp=" + std::to_string(tp) +
+                        " does not divide --seq " + std::to_string(spec.seq) +
+                        " (valid: a --seq that tp divides: each tp rank holds seq/tp tokens of "
+                        "every sequence between the tensor-parallel regions)");
   }
 
   void build(ModelLayout& m) const override {
@@ -321,8 +414,11 @@ class Gpt final : public ModelFamily {
     m.add_param("lm_head.weight", {V, C}, /*tied_to=*/0);  // transformer.wte.weight
     m.end_params();
     m.end_buffers();
+    // Between layers [T, C] per sequence; under sequence parallelism each tp
+    // rank holds T/tp of the tokens there.
+    const int64_t Tl = m.tensor_parallel() && s.sequence_parallel ? T / m.slice().size : T;
     std::vector<std::vector<int64_t>> acts{{T}};
-    for (int i = 0; i <= s.layers; ++i) acts.push_back({T, C});
+    for (int i = 0; i <= s.layers; ++i) acts.push_back({Tl, C});
     acts.push_back({T, V});
     m.set_activations(std::move(acts), true, static_cast<size_t>(T));
   }
@@ -361,6 +457,10 @@ class Gpt final : public ModelFamily {
     const ModelSpec& s = m.spec();
     const int T = s.seq, C = s.dim, V = s.vocab, R = c.rows * T;
     DeviceBackend& dev = c.alloc.backend();
+    const Tp tp(c, m, l);
+    // Tokens this rank holds outside the tensor-parallel regions (R, or R/tp
+    // under sequence parallelism), and per sequence.
+    const int Rl = tp.tokens(R), Tl = tp.sp() ? T / tp.size() : T;
     keep.t.clear();
     keep.t.reserve(k_out + 1);  // the references act() returns must stay valid
     auto act = [&](const char* what, std::vector<int64_t> shape, DType dt) -> Tensor& {
@@ -369,34 +469,48 @@ class Gpt final : public ModelFamily {
       return keep.t.back();
     };
     if (l == 0) {  // token and position embeddings
-      Tensor& out = act("output", {c.rows, T, C}, c.dt);
-      dev.embedding_forward(c.dt, out.raw(), static_cast<const int32_t*>(x), params[0], params[1],
-                            c.rows, T, C, V);
+      Tensor& out = act("output", {c.rows, Tl, C}, c.dt);
+      Tensor all;  // sequence parallelism: every token's, of which this rank keeps its own
+      if (tp.sp())
+        all = c.alloc.alloc(c.name(l, "embedding.all"), MemCategory::temporary, {c.rows, T, C},
+                            c.dt);
+      dev.embedding_forward(c.dt, tp.sp() ? all.raw() : out.raw(), static_cast<const int32_t*>(x),
+                            params[0], params[1], c.rows, T, C, V);
+      if (tp.sp())
+        dev.copy(out.raw(), tp.own(all.raw(), R, C), out.bytes(), CopyKind::device_to_device);
       keep.out = 0;
       return;
     }
     if (l == m.num_layers() - 1) {  // ln_f and the tied lm_head
-      Tensor& ln = act("ln_f", {c.rows, T, C}, c.dt);
-      Tensor& mean = act("ln_f.mean", {R}, DType::f32);
-      Tensor& rstd = act("ln_f.rstd", {R}, DType::f32);
+      Tensor& ln = act("ln_f", {c.rows, Tl, C}, c.dt);
+      Tensor& mean = act("ln_f.mean", {Rl}, DType::f32);
+      Tensor& rstd = act("ln_f.rstd", {Rl}, DType::f32);
       dev.layernorm_forward(c.dt, ln.raw(), f32(mean.raw()), f32(rstd.raw()), x, params[0],
-                            params[1], R, C, kLayerNormEps);
+                            params[1], Rl, C, kLayerNormEps);
+      // Sequence parallelism: lm_head reads every token (kept for its backward).
+      Tensor all;
+      const void* ln_in = tp.gather(ln.raw(), all, "ln_f.all", R, C, MemCategory::activations);
       Tensor& logits = act("logits", {c.rows, T, V}, c.dt);
-      linear(c, logits.raw(), ln.raw(), params[2], nullptr, R, C, V);
+      linear(c, logits.raw(), ln_in, params[2], nullptr, R, C, V);
       keep.out = k_logits;
+      if (tp.sp()) keep.t.push_back(std::move(all));  // k_lnf_all
       return;
     }
     // A block: x + attn(ln_1(x)) → x2; x2 + mlp(ln_2(x2)) → out. Under tensor
-    // parallelism this rank computes H/tp heads and 4C/tp MLP features (the top).
-    const TpBlock tp(c, m, l);
-    const int H = s.heads / tp.size, Ch = C / tp.size;  // this rank's heads and their channels
-    Tensor& ln1 = act("ln_1", {c.rows, T, C}, c.dt);
-    Tensor& mean1 = act("ln_1.mean", {R}, DType::f32);
-    Tensor& rstd1 = act("ln_1.rstd", {R}, DType::f32);
+    // parallelism this rank computes H/tp heads and 4C/tp MLP features, from
+    // every token (the top).
+    const int H = s.heads / tp.size(), Ch = C / tp.size();  // this rank's heads and their channels
+    Tensor& ln1 = act("ln_1", {c.rows, Tl, C}, c.dt);
+    Tensor& mean1 = act("ln_1.mean", {Rl}, DType::f32);
+    Tensor& rstd1 = act("ln_1.rstd", {Rl}, DType::f32);
     dev.layernorm_forward(c.dt, ln1.raw(), f32(mean1.raw()), f32(rstd1.raw()), x, params[ln_1_w],
-                          params[ln_1_b], R, C, kLayerNormEps);
+                          params[ln_1_b], Rl, C, kLayerNormEps);
     Tensor& qkv = act("attn.qkv", {c.rows, T, 3 * Ch}, c.dt);
-    linear(c, qkv.raw(), ln1.raw(), params[c_attn_w], params[c_attn_b], R, C, 3 * Ch);
+    {
+      Tensor all;
+      linear(c, qkv.raw(), tp.gather(ln1.raw(), all, "ln_1.all", R, C), params[c_attn_w],
+             params[c_attn_b], R, C, 3 * Ch);
+    }
     void* atty = nullptr;  // the attention's output, [rows,T,Ch]
     if (s.flash_attention) {
       Tensor& lse = act("attn.lse", {c.rows, H, T}, DType::f32);
@@ -413,24 +527,36 @@ class Gpt final : public ModelFamily {
       dev.attention_forward(c.dt, atty, att.raw(), qkv.raw(),
                             scratch.empty() ? nullptr : f32(scratch.raw()), c.rows, T, Ch, H);
     }
-    Tensor& x2 = act("residual", {c.rows, T, C}, c.dt);
-    linear(c, x2.raw(), atty, params[attn_proj_w], tp.bias(params[attn_proj_b]), R, Ch, C);
-    tp.g(x2.raw(), R, C);
-    dev.residual_forward(c.dt, x2.raw(), x2.raw(), x, static_cast<size_t>(R) * C);
-    Tensor& ln2 = act("ln_2", {c.rows, T, C}, c.dt);
-    Tensor& mean2 = act("ln_2.mean", {R}, DType::f32);
-    Tensor& rstd2 = act("ln_2.rstd", {R}, DType::f32);
+    Tensor& x2 = act("residual", {c.rows, Tl, C}, c.dt);
+    {
+      Tensor all;
+      void* y = tp.partial(x2.raw(), all, "attn.c_proj.partial", R, C);
+      linear(c, y, atty, params[attn_proj_w], tp.bias(params[attn_proj_b]), R, Ch, C);
+      tp.g(y, x2.raw(), R, C);
+    }
+    dev.residual_forward(c.dt, x2.raw(), x2.raw(), x, static_cast<size_t>(Rl) * C);
+    Tensor& ln2 = act("ln_2", {c.rows, Tl, C}, c.dt);
+    Tensor& mean2 = act("ln_2.mean", {Rl}, DType::f32);
+    Tensor& rstd2 = act("ln_2.rstd", {Rl}, DType::f32);
     dev.layernorm_forward(c.dt, ln2.raw(), f32(mean2.raw()), f32(rstd2.raw()), x2.raw(),
-                          params[ln_2_w], params[ln_2_b], R, C, kLayerNormEps);
+                          params[ln_2_w], params[ln_2_b], Rl, C, kLayerNormEps);
     const int F = 4 * Ch;  // this rank's MLP features
     Tensor& h = act("mlp.pre_gelu", {c.rows, T, F}, c.dt);
-    linear(c, h.raw(), ln2.raw(), params[c_fc_w], params[c_fc_b], R, C, F);
+    {
+      Tensor all;
+      linear(c, h.raw(), tp.gather(ln2.raw(), all, "ln_2.all", R, C), params[c_fc_w],
+             params[c_fc_b], R, C, F);
+    }
     Tensor& hg = act("mlp.gelu", {c.rows, T, F}, c.dt);
     gelu(c, hg.raw(), h.raw(), static_cast<size_t>(R) * F);
-    Tensor& out = act("output", {c.rows, T, C}, c.dt);
-    linear(c, out.raw(), hg.raw(), params[mlp_proj_w], tp.bias(params[mlp_proj_b]), R, F, C);
-    tp.g(out.raw(), R, C);
-    dev.residual_forward(c.dt, out.raw(), out.raw(), x2.raw(), static_cast<size_t>(R) * C);
+    Tensor& out = act("output", {c.rows, Tl, C}, c.dt);
+    {
+      Tensor all;
+      void* y = tp.partial(out.raw(), all, "mlp.c_proj.partial", R, C);
+      linear(c, y, hg.raw(), params[mlp_proj_w], tp.bias(params[mlp_proj_b]), R, F, C);
+      tp.g(y, out.raw(), R, C);
+    }
+    dev.residual_forward(c.dt, out.raw(), out.raw(), x2.raw(), static_cast<size_t>(Rl) * C);
     keep.out = k_out;
   }
 
@@ -440,47 +566,69 @@ class Gpt final : public ModelFamily {
     const ModelSpec& s = m.spec();
     const int T = s.seq, C = s.dim, V = s.vocab, R = c.rows * T;
     DeviceBackend& dev = c.alloc.backend();
+    const Tp tp(c, m, l);
+    const int Rl = tp.tokens(R);
     auto temp = [&](const char* what, std::vector<int64_t> shape, DType dt) {
       return c.alloc.alloc(c.name(l, what), MemCategory::temporary, std::move(shape), dt);
     };
     auto kept = [&](int i) { return keep.t[static_cast<size_t>(i)].raw(); };
     if (l == 0) {
-      dev.embedding_backward(c.dt, grads[0], grads[1], g, static_cast<const int32_t*>(x), c.rows, T,
-                             C, V);
+      // Sequence parallelism: the gradient of every token (each rank's own, gathered).
+      Tensor all;
+      dev.embedding_backward(c.dt, grads[0], grads[1], tp.gather(g, all, "output.grad.all", R, C),
+                             static_cast<const int32_t*>(x), c.rows, T, C, V);
       return;
     }
     if (l == m.num_layers() - 1) {
       Tensor dln = temp("ln_f.grad", {c.rows, T, C}, c.dt);
-      linear_backward(c, dln.raw(), grads[2], nullptr, g, kept(k_lnf), params[2], R, C, V);
+      linear_backward(c, dln.raw(), grads[2], nullptr, g, tp.sp() ? kept(k_lnf_all) : kept(k_lnf),
+                      params[2], R, C, V);
       Tensor scratch;
-      if (!din) scratch = temp("ln_f.grad_input", {c.rows, T, C}, c.dt);
-      dev.layernorm_backward(c.dt, din ? din : scratch.raw(), grads[0], grads[1], dln.raw(), x,
-                             f32(kept(k_meanf)), f32(kept(k_rstdf)), params[0], R, C, false);
+      if (!din) scratch = temp("ln_f.grad_input", {Rl, C}, c.dt);
+      // Every rank has every token's gradient (the logits are whole): its own
+      // tokens' go through its ln_f.
+      Tp::LnGrads ln(tp, grads[0], grads[1], C);
+      dev.layernorm_backward(c.dt, din ? din : scratch.raw(), ln.dw(), ln.db(),
+                             tp.own(dln.raw(), R, C), x, f32(kept(k_meanf)), f32(kept(k_rstdf)),
+                             params[0], Rl, C, false);
+      ln.finish();
       return;
     }
-    const TpBlock tp(c, m, l);
-    const int H = s.heads / tp.size, Ch = C / tp.size, F = 4 * Ch;
+    const int H = s.heads / tp.size(), Ch = C / tp.size(), F = 4 * Ch;
     // The MLP branch: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))). Under tensor
-    // parallelism g is the same on every tp rank, and so is c_proj's bias
-    // gradient: each rank keeps the whole bias.
+    // parallelism g is the same on every tp rank (under SP, once gathered),
+    // and so is c_proj's bias gradient: each rank keeps the whole bias.
     {
+      Tensor g_all;
+      const void* gin = tp.gather(g, g_all, "output.grad.all", R, C);
       Tensor dh = temp("mlp.grad", {c.rows, T, F}, c.dt);
-      linear_backward(c, dh.raw(), grads[mlp_proj_w], grads[mlp_proj_b], g, kept(k_hg),
+      linear_backward(c, dh.raw(), grads[mlp_proj_w], grads[mlp_proj_b], gin, kept(k_hg),
                       params[mlp_proj_w], R, F, C);
+      g_all.reset();
       gelu_backward(c, dh.raw(), kept(k_h), static_cast<size_t>(R) * F);
       Tensor dln2 = temp("ln_2.grad", {c.rows, T, C}, c.dt);
-      linear_backward(c, dln2.raw(), grads[c_fc_w], grads[c_fc_b], dh.raw(), kept(k_ln2),
-                      params[c_fc_w], R, C, F);
+      {
+        Tensor all;  // sequence parallelism: ln_2's output gathered again, as Megatron does
+        linear_backward(c, dln2.raw(), grads[c_fc_w], grads[c_fc_b], dh.raw(),
+                        tp.gather(kept(k_ln2), all, "ln_2.all", R, C), params[c_fc_w], R, C, F);
+      }
       dh.reset();
-      tp.f_backward(dln2.raw(), R, C);
+      Tensor shard;
+      void* dl = tp.f_backward(dln2.raw(), shard, "ln_2.grad.own", R, C);
       // g becomes the gradient of x2: the residual's own path plus ln_2's.
-      dev.layernorm_backward(c.dt, g, grads[ln_2_w], grads[ln_2_b], dln2.raw(), kept(k_x2),
-                             f32(kept(k_mean2)), f32(kept(k_rstd2)), params[ln_2_w], R, C, true);
+      Tp::LnGrads ln(tp, grads[ln_2_w], grads[ln_2_b], C);
+      dev.layernorm_backward(c.dt, g, ln.dw(), ln.db(), dl, kept(k_x2), f32(kept(k_mean2)),
+                             f32(kept(k_rstd2)), params[ln_2_w], Rl, C, true);
+      ln.finish();
     }
     // The attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x)))).
     Tensor datty = temp("attn.grad", {c.rows, T, Ch}, c.dt);
-    linear_backward(c, datty.raw(), grads[attn_proj_w], grads[attn_proj_b], g, kept(k_atty),
-                    params[attn_proj_w], R, Ch, C);
+    {
+      Tensor g_all;
+      linear_backward(c, datty.raw(), grads[attn_proj_w], grads[attn_proj_b],
+                      tp.gather(g, g_all, "residual.grad.all", R, C), kept(k_atty),
+                      params[attn_proj_w], R, Ch, C);
+    }
     Tensor dqkv = temp("attn.qkv.grad", {c.rows, T, 3 * Ch}, c.dt);
     if (s.flash_attention) {
       Tensor delta = temp("attn.delta", {c.rows, H, T}, DType::f32);
@@ -493,18 +641,25 @@ class Gpt final : public ModelFamily {
     }
     datty.reset();
     Tensor dln1 = temp("ln_1.grad", {c.rows, T, C}, c.dt);
-    linear_backward(c, dln1.raw(), grads[c_attn_w], grads[c_attn_b], dqkv.raw(), kept(k_ln1),
-                    params[c_attn_w], R, C, 3 * Ch);
+    {
+      Tensor all;
+      linear_backward(c, dln1.raw(), grads[c_attn_w], grads[c_attn_b], dqkv.raw(),
+                      tp.gather(kept(k_ln1), all, "ln_1.all", R, C), params[c_attn_w], R, C,
+                      3 * Ch);
+    }
     dqkv.reset();
-    tp.f_backward(dln1.raw(), R, C);
+    Tensor shard;
+    void* dl = tp.f_backward(dln1.raw(), shard, "ln_1.grad.own", R, C);
     // din = dx2 (the residual) + ln_1's gradient.
     void* dx = g;
     if (din) {
-      dev.copy(din, g, static_cast<size_t>(R) * C * dtype_size(c.dt), CopyKind::device_to_device);
+      dev.copy(din, g, static_cast<size_t>(Rl) * C * dtype_size(c.dt), CopyKind::device_to_device);
       dx = din;
     }
-    dev.layernorm_backward(c.dt, dx, grads[ln_1_w], grads[ln_1_b], dln1.raw(), x,
-                           f32(kept(k_mean1)), f32(kept(k_rstd1)), params[ln_1_w], R, C, true);
+    Tp::LnGrads ln(tp, grads[ln_1_w], grads[ln_1_b], C);
+    dev.layernorm_backward(c.dt, dx, ln.dw(), ln.db(), dl, x, f32(kept(k_mean1)),
+                           f32(kept(k_rstd1)), params[ln_1_w], Rl, C, true);
+    ln.finish();
   }
 
   std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,

@@ -106,6 +106,9 @@ class Mlp final : public ModelFamily {
     if (!cfg.attention.empty())
       throw ConfigError("--attention " + cfg.attention + " is invalid for model " + cfg.model +
                         " (valid: only with gpt:LxCxH models; an MLP has no attention)");
+    if (cfg.sequence_parallel)
+      throw ConfigError("--sequence-parallel is invalid for model " + cfg.model +
+                        " (valid: only with gpt:LxCxH models; an MLP has no sequence)");
     if (!cfg.data.empty())
       throw ConfigError("--data '" + cfg.data + "' is invalid for model " + cfg.model +
                         " (valid: only with gpt:LxCxH models; an MLP trains on synthetic rows)");

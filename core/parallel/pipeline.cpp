@@ -183,6 +183,11 @@ void validate_pipeline(const RunConfig& cfg) {
                         ": each pipeline replica would keep its own BatchNorm statistics "
                         "(valid: dp=1, or a model without +bn)");
   }
+  if (cfg.sequence_parallel && mesh.size(MeshAxis::tp) < 2)
+    throw ConfigError("--sequence-parallel splits the tokens of tensor-parallel layers, but " +
+                      (cfg.mesh.empty() ? std::string("there is no --mesh")
+                                        : "--mesh " + cfg.mesh + " has no tp axis") +
+                      " (valid: with a mesh whose tp is 2 or more, e.g. --mesh tp=2)");
   if (cfg.stages != 0 && cfg.mesh.empty() && cfg.stages != cfg.world)
     throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match --world " + W +
                       " (valid: --stages " + W + ", or leave it out: one stage per rank)");

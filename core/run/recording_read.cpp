@@ -41,13 +41,13 @@ RunConfig recording_config_checked(const JsonChecker& ck, const RunConfig& c,
 }
 
 // The run's settings: every key this build writes (seq, data, attention, tf32
-// and the text options, --mesh, only when set).
+// and the options newer than the format, --mesh, only when set).
 RunConfig recording_config(const JsonChecker& ck, const json& j, const std::string& w) {
   std::vector<const char*> required = {"model",   "strategy",   "world", "batch",
                                        "steps",   "optimizer",  "seed",  "device",
                                        "backend", "timeout_ms", "record"};
   for (const OptionRow& r : option_rows())
-    if (r.kind != OptionKind::text) required.push_back(r.json_key);
+    if (!r.only_when_set) required.push_back(r.json_key);
   return recording_config_checked(ck, config_from_json(ck, j, w, required), w);
 }
 
