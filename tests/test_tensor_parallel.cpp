@@ -11,7 +11,11 @@
 #include <set>
 #include <tuple>
 
+#include "core/comm/meta_comm.h"
+#include "core/device/meta_backend.h"
 #include "core/mesh.h"
+#include "core/model/layer_stack.h"
+#include "core/parallel/model_state.h"
 #include "core/model/param_source.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
@@ -363,4 +367,38 @@ TEST_CASE("sequence parallel: reduce-scatters and all-gathers in place of the al
   const ModelLayout slice(whole.spec(), TensorSlice{2, 0});
   CHECK(slice.act_shape(1) == std::vector<int64_t>{4, 32});
   CHECK(whole.act_shape(1) == std::vector<int64_t>{8, 32});
+}
+
+TEST_CASE("tensor and sequence parallel: a block slice keeps Korthikanti's share", "[tp][sp][gpt][memory]") {
+  // s·b·h·(8 + 24/t + 2·a·s/(h·t)) without dropout under tensor parallelism,
+  // s·b·h·(32 + 2·a·s/h)/t with sequence parallelism (twice that in fp32),
+  // plus the LayerNorms' fp32 statistics (split too with sequence parallelism).
+  for (const bool flash : {false, true})
+    for (const int t : {2, 4})
+      for (const bool sp : {false, true}) {
+        ModelSpec spec = ModelSpec::parse("gpt:2x64x4");
+        spec.seq = 32;
+        spec.vocab = 65;
+        spec.flash_attention = flash;
+        spec.sequence_parallel = sp;
+        const ModelLayout m(spec, TensorSlice{t, 1});
+        const int b = 3;
+        const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
+        Allocator alloc(*dev, nullptr);
+        const std::unique_ptr<Comm> tp = make_meta_comm(1, t, nullptr, ScratchPlacement::device);
+        LayerStack block(m, 1, 2, alloc, nullptr, MetaParams(m.state_total()), DType::f32,
+                         tp.get());
+        const Tensor x = alloc.alloc("x", MemCategory::temporary,
+                                     {b, static_cast<int64_t>(m.act_numel(1))});
+        const size_t act = static_cast<size_t>(MemCategory::activations);
+        const int64_t before = alloc.stats().device.current[act];
+        block.forward(x.raw(), b);
+        const int64_t measured = alloc.stats().device.current[act] - before;
+        const BlockActivations f = block_activations(32, b, 64, 4, "fp32", flash, t, sp);
+        INFO("flash " << flash << " tp " << t << " sp " << sp << ": measured " << measured
+                      << ", formula " << f.total() << " (" << f.formula << ")");
+        CHECK(static_cast<double>(measured) == f.total());
+        const BlockActivations whole = block_activations(32, b, 64, 4, "fp32", flash);
+        CHECK(f.total() < whole.total());
+      }
 }

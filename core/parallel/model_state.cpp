@@ -144,10 +144,30 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank) {
 }
 
 BlockActivations block_activations(int seq, int batch, int channels, int heads,
-                                   const std::string& precision, bool flash) {
-  const double s = seq, b = batch, h = channels, a = heads;
+                                   const std::string& precision, bool flash, int tp,
+                                   bool sequence_parallel) {
+  const double s = seq, b = batch, h = channels, a = heads, t = tp;
   const int e = precision == "fp32" ? 4 : 2;  // bytes per stored value
   BlockActivations r;
+  if (tp > 1) {
+    const bool sp = sequence_parallel;
+    const std::string f32 = e == 2 ? "" : "2 × ";
+    const std::string note = e == 2 ? "" : " (fp32: 4 bytes a value)";
+    const std::string T = std::to_string(tp);
+    r.layernorm_stats = 16 * s * b / (sp ? t : 1);
+    r.softmax_stats = flash ? 4 * a * s * b / t : 0;
+    const double attention = flash ? 0 : 2 * a * s / h;
+    if (sp) {
+      r.with_dropout_16bit = s * b * h * (34 + (flash ? 0 : 5 * a * s / h)) / t;
+      r.without_dropout = (e / 2.0) * s * b * h * (32 + attention) / t;
+      r.formula = f32 + (flash ? "s·b·h·32/" + T : "s·b·h·(32 + 2·a·s/h)/" + T) + note;
+    } else {
+      r.with_dropout_16bit = s * b * h * (10 + 24 / t + (flash ? 0 : 5 * a * s / (h * t)));
+      r.without_dropout = (e / 2.0) * s * b * h * (8 + 24 / t + attention / t);
+      r.formula = f32 + "s·b·h·(8 + 24/" + T + (flash ? "" : " + 2·a·s/(h·" + T + ")") + ")" + note;
+    }
+    return r;
+  }
   r.layernorm_stats = 16 * s * b;
   if (flash) {
     r.with_dropout_16bit = s * b * h * 34;

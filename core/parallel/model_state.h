@@ -118,6 +118,12 @@ CommPrediction predict_comm(const ModelStateInput& in, int rank);
 // 1/std per token in fp32 (the paper leaves these out): 2 × 2 × 4 = 16·s·b bytes.
 // The block's output counts here as the next block's input.
 //
+// Tensor parallelism over t ranks (§4.2) splits what lives inside the
+// tensor-parallel regions, but not the two LayerNorm inputs, the attention's
+// and the MLP's inputs (8·s·b·h here, 10 with the dropout masks):
+// s·b·h·(8 + 24/t + 2·a·s/(h·t)) without dropout. Sequence parallelism (§4.2.2)
+// splits those too: s·b·h·(32 + 2·a·s/h)/t, and the LayerNorm statistics.
+//
 // Fused attention (FlashAttention, `--attention flash`) keeps none of the
 // a·s² terms: the softmax is recomputed in backward from one logsumexp per
 // position and head (fp32, 4·a·s·b bytes), and with dropout its mask is
@@ -132,6 +138,7 @@ struct BlockActivations {
   double total() const { return without_dropout + layernorm_stats + softmax_stats; }
 };
 BlockActivations block_activations(int seq, int batch, int channels, int heads,
-                                   const std::string& precision, bool flash = false);
+                                   const std::string& precision, bool flash = false, int tp = 1,
+                                   bool sequence_parallel = false);
 
 }  // namespace shardlab

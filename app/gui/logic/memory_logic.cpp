@@ -133,14 +133,21 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
         blocks += layout.layers()[l].kind == "block";
       if (blocks == 0) return {tr("no transformer block here")};
     }
+    // Tensor (and sequence) parallelism: the slice's share (Korthikanti §4.2).
+    const int tp = pipeline ? run_mesh(cfg).size(MeshAxis::tp) : 1;
+    const bool sp = tp > 1 && spec.sequence_parallel;
     const BlockActivations b =
         // i18n: not shown (a dtype)
         block_activations(spec.seq, rows, spec.dim, spec.heads, pipeline ? "fp32" : cfg.precision,
-                          spec.flash_attention);
+                          spec.flash_attention, tp, sp);
     const bool fp32 = b.formula.rfind("2 ×", 0) == 0;
     const bool flash = spec.flash_attention;
+    const std::string t = std::to_string(tp);
     // i18n: not shown (formulas, the same in Chinese); flash keeps a logsumexp, no a·s² term
-    const std::string terms = flash ? std::string("sbh\xC2\xB7") + "32+LN+lse" : "sbh(32+2as/h)+LN";
+    const std::string terms =
+        tp == 1 ? (flash ? std::string("sbh\xC2\xB7") + "32+LN+lse" : "sbh(32+2as/h)+LN")
+        : sp    ? (flash ? "sbh\xC2\xB7" "32/" + t + "+LN+lse" : "sbh(32+2as/h)/" + t + "+LN")
+                : (flash ? "sbh(8+24/" + t + ")+LN+lse" : "sbh(8+24/" + t + "+2as/ht)+LN");
     return {strf(blocks == 1 ? tr("%d block \xC3\x97 %s") : tr("%d blocks \xC3\x97 %s"), blocks,
                  format_bytes(b.total()).c_str()),
             std::string(fp32 ? "2\xC2\xB7" : "") + terms,
