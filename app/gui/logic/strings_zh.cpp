@@ -111,6 +111,7 @@ const StringPairs& strings_zh_app() {
        "各轴上的进程，例如 dp=2,pp=2：流水线被复制"},
       {"Mesh order", "网格顺序"},
       {"sequence parallel", "序列并行"},
+      {"sp", "序列并行"},
       {"gpt on a tp axis: tokens split between the tp regions",
        "tp 轴上的 gpt：在张量并行区域之间切分词元"},
       {"the mesh's axes, outermost first (default pp,dp,tp)",
