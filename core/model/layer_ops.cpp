@@ -28,8 +28,9 @@ void require_fp32_batchnorm(DType dt, const void* pre) {
 }  // namespace
 
 void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
-                   const void* b, int rows, int d, const BatchNormArgs* bn) {
-  const size_t n = static_cast<size_t>(rows) * d;
+                   const void* b, int rows, int in_dim, int out_dim, const BatchNormArgs* bn,
+                   const AfterLinear& after_linear) {
+  const size_t n = static_cast<size_t>(rows) * out_dim;
   DeviceBackend& dev = alloc.backend();
   if (bn) require_fp32_batchnorm(dt, pre);
   if (dt == DType::f32) {
@@ -39,31 +40,37 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
     const auto* wf = static_cast<const float*>(w);
     const auto* bf = static_cast<const float*>(b);
     if (p) {
-      dev.linear_forward(p, xf, wf, bf, rows, d, d);
+      dev.linear_forward(p, xf, wf, bf, rows, in_dim, out_dim);
+      if (after_linear) after_linear(p, DType::f32);
       // Linear → BatchNorm1d → GELU: normalised in place, over this call's rows
       // (a pipeline's micro-batch: that is where its statistics come from).
       if (bn)
         dev.batchnorm_forward(p, as_f32(bn->xhat), as_f32(bn->invstd), p, as_f32(bn->weight),
                               as_f32(bn->bias), as_f32(bn->running_mean), as_f32(bn->running_var),
-                              rows, d, kernels::BatchNormParams{});
+                              rows, out_dim, kernels::BatchNormParams{});
       dev.gelu_forward(o, p, n);
     } else {
-      dev.linear_forward(o, xf, wf, bf, rows, d, d);
+      dev.linear_forward(o, xf, wf, bf, rows, in_dim, out_dim);
+      if (after_linear) after_linear(o, DType::f32);
     }
     return;
   }
   if (dev.native_2byte_math()) {
     // Tensor cores: 2-byte operands, fp32 sums, each output rounded once — the
     // upcast path's math below without its fp32 copies.
-    dev.linear_forward_2byte(dt, pre ? pre : out, x, w, b, rows, d, d);
+    dev.linear_forward_2byte(dt, pre ? pre : out, x, w, b, rows, in_dim, out_dim);
+    if (after_linear) after_linear(pre ? pre : out, dt);
     if (pre) dev.gelu_forward_2byte(dt, out, pre, n);
     return;
   }
-  AsF32 x32(alloc, "upcast.input", x, dt, n);
-  AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
-  AsF32 b32(alloc, "upcast.bias", b, dt, d);
+  AsF32 x32(alloc, "upcast.input", x, dt, static_cast<size_t>(rows) * in_dim);
+  AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(in_dim) * out_dim);
+  std::optional<AsF32> b32;
+  if (b) b32.emplace(alloc, "upcast.bias", b, dt, static_cast<size_t>(out_dim));
   AsF32 y = AsF32::scratch(alloc, "upcast.output", out, dt, n);
-  dev.linear_forward(y.get(), x32.get(), w32.get(), b32.get(), rows, d, d);
+  dev.linear_forward(y.get(), x32.get(), w32.get(), b32 ? b32->get() : nullptr, rows, in_dim,
+                     out_dim);
+  if (after_linear) after_linear(y.get(), DType::f32);
   if (pre) {
     // The linear's output is rounded to storage before GELU reads it, as
     // autocast's bf16 matmul output would be; backward sees the same values.
@@ -75,9 +82,11 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
 }
 
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
-                    void* db, const void* x, const void* w, int rows, int d,
+                    void* db, const void* x, const void* w, int rows, int in_dim, int out_dim,
                     const BatchNormArgs* bn) {
-  const size_t n = static_cast<size_t>(rows) * d;
+  const size_t n = static_cast<size_t>(rows) * out_dim;
+  const size_t n_in = static_cast<size_t>(rows) * in_dim;
+  const size_t n_w = static_cast<size_t>(in_dim) * out_dim;
   DeviceBackend& dev = alloc.backend();
   if (bn) require_fp32_batchnorm(dt, pre);
   if (dt == DType::f32) {
@@ -85,14 +94,15 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
     if (pre) dev.gelu_backward(gf, gf, static_cast<const float*>(pre), n);
     if (bn)
       dev.batchnorm_backward(gf, as_f32(bn->dweight), as_f32(bn->dbias), gf, as_f32(bn->xhat),
-                             as_f32(bn->invstd), as_f32(bn->weight), rows, d);
+                             as_f32(bn->invstd), as_f32(bn->weight), rows, out_dim);
     dev.linear_backward(static_cast<float*>(din), static_cast<float*>(dw), static_cast<float*>(db),
-                        gf, static_cast<const float*>(x), static_cast<const float*>(w), rows, d, d);
+                        gf, static_cast<const float*>(x), static_cast<const float*>(w), rows,
+                        in_dim, out_dim);
     return;
   }
   if (dev.native_2byte_math()) {
     if (pre) dev.gelu_backward_2byte(dt, g, g, pre, n);
-    dev.linear_backward_2byte(dt, din, dw, db, g, x, w, rows, d, d);
+    dev.linear_backward_2byte(dt, din, dw, db, g, x, w, rows, in_dim, out_dim);
     return;
   }
   AsF32 g32(alloc, "upcast.grad_output", g, dt, n);
@@ -104,15 +114,15 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
     dev.cast(g, dt, g32.get(), DType::f32, n);
     dev.cast(g32.get(), DType::f32, g, dt, n);
   }
-  AsF32 x32(alloc, "upcast.input", x, dt, n);
-  AsF32 w32(alloc, "upcast.weight", w, dt, static_cast<size_t>(d) * d);
+  AsF32 x32(alloc, "upcast.input", x, dt, n_in);
+  AsF32 w32(alloc, "upcast.weight", w, dt, n_w);
   // The parameter gradients accumulate in fp32 and are rounded once per layer.
-  AsF32 dw32(alloc, "upcast.weight_grad", dw, dt, static_cast<size_t>(d) * d);
-  AsF32 db32(alloc, "upcast.bias_grad", db, dt, d);
+  AsF32 dw32(alloc, "upcast.weight_grad", dw, dt, n_w);
+  AsF32 db32(alloc, "upcast.bias_grad", db, dt, static_cast<size_t>(out_dim));
   std::optional<AsF32> dx;
-  if (din) dx.emplace(AsF32::scratch(alloc, "upcast.grad_input", din, dt, n));
+  if (din) dx.emplace(AsF32::scratch(alloc, "upcast.grad_input", din, dt, n_in));
   dev.linear_backward(dx ? dx->get() : nullptr, dw32.get(), db32.get(), g32.get(), x32.get(),
-                      w32.get(), rows, d, d);
+                      w32.get(), rows, in_dim, out_dim);
   dw32.store(dw);
   db32.store(db);
   if (dx) dx->store(din);

@@ -3,6 +3,7 @@
 // freshly gathered buffers, dp on per-step replicas: the weights are not owned
 // here. Also the MLP layer's math (core/models/mlp.cpp uses it).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "core/device/memory.h"
@@ -33,16 +34,22 @@ struct BatchNormArgs {
   void* dbias = nullptr;
 };
 
+// Runs on the linear's output y [rows, out] before BatchNorm and GELU read it,
+// as it is held then (fp32 while 2-byte storage is upcast): a row-parallel
+// layer's all-reduce (core/models/mlp.cpp).
+using AfterLinear = std::function<void(void* y, DType dt)>;
+
 // pre = x · Wᵀ + b; out = gelu(pre). Without GELU (pre == nullptr): out = x · Wᵀ + b.
 // With BatchNorm (bn given, pre required): pre = bn(x · Wᵀ + b) over the rows; out = gelu(pre).
-// x, pre, out are [rows, d]; w [d, d]; b [d].
+// x is [rows, in], pre and out [rows, out]; w [out, in]; b [out] (may be null: no bias).
 void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void* x, const void* w,
-                   const void* b, int rows, int d, const BatchNormArgs* bn = nullptr);
-// g [rows, d]: the gradient of the layer's output, overwritten (through GELU when
+                   const void* b, int rows, int in_dim, int out_dim,
+                   const BatchNormArgs* bn = nullptr, const AfterLinear& after_linear = {});
+// g [rows, out]: the gradient of the layer's output, overwritten (through GELU when
 // pre is given, then through BatchNorm when bn is). dw, db (and bn's dweight,
-// dbias) accumulate (+=); din [rows, d] is overwritten (may be null).
+// dbias) accumulate (+=); din [rows, in] is overwritten (may be null).
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
-                    void* db, const void* x, const void* w, int rows, int d,
+                    void* db, const void* x, const void* w, int rows, int in_dim, int out_dim,
                     const BatchNormArgs* bn = nullptr);
 
 // Layers that compute on gathered or replicated weights (the data-parallel

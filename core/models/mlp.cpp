@@ -191,20 +191,24 @@ class Mlp final : public ModelFamily {
 
   // out = gelu(x · Wᵀ + b), or gelu(bn(x · Wᵀ + b)) under +bn; the last layer
   // has no GELU (nor BN) and keeps no pre-activation. keep: pre, out, xhat, invstd.
+  // Under tensor parallelism the weight is this rank's slice ([out, in] as
+  // held), and a row layer's linear gives a partial sum, completed by g.
   void forward(const LayerCall& c, const ModelLayout& m, int l,
                const std::vector<const void*>& params, const void* x, LayerKeep& keep,
                const LayerNorms* norms) const override {
-    if (tp_role(m, l) != TpRole::whole) return tp_forward(c, m, l, params, x, keep, norms);
-    const int d = m.dim();
-    Tensor out = c.alloc.alloc(c.name(l, "output"), MemCategory::activations, {c.rows, d}, c.dt);
+    const int out_dim = static_cast<int>(m.weight(l).shape[0]);
+    const int in_dim = static_cast<int>(m.weight(l).shape[1]);
+    Tensor out =
+        c.alloc.alloc(c.name(l, "output"), MemCategory::activations, {c.rows, out_dim}, c.dt);
     Tensor pre, xhat, invstd;
     if (m.has_gelu(l))
-      pre = c.alloc.alloc(c.name(l, "pre_gelu"), MemCategory::activations, {c.rows, d}, c.dt);
+      pre = c.alloc.alloc(c.name(l, "pre_gelu"), MemCategory::activations, {c.rows, out_dim},
+                          c.dt);
     BatchNormArgs bn;
     if (m.has_bn(l)) {
-      xhat = c.alloc.alloc(c.name(l, "bn.xhat"), MemCategory::activations, {c.rows, d});
-      invstd =
-          c.alloc.alloc(c.name(l, "bn.invstd"), MemCategory::activations, std::vector<int64_t>{d});
+      xhat = c.alloc.alloc(c.name(l, "bn.xhat"), MemCategory::activations, {c.rows, out_dim});
+      invstd = c.alloc.alloc(c.name(l, "bn.invstd"), MemCategory::activations,
+                             std::vector<int64_t>{out_dim});
       bn.weight = params[2];
       bn.bias = params[3];
       bn.xhat = xhat.raw();
@@ -214,8 +218,18 @@ class Mlp final : public ModelFamily {
         bn.running_var = norms->running_var;
       }
     }
+    // A row layer: this rank's input features' share of every output; g, the
+    // all-reduce, sums the shares before BatchNorm and GELU. Its bias is added
+    // once, by tp rank 0. (A column layer needs nothing: f is the identity.)
+    const bool row = tp_role(m, l) == TpRole::row;
+    AfterLinear g;
+    if (row)
+      g = [&](void* y, DType dt) {
+        c.tp->all_reduce(y, static_cast<size_t>(c.rows) * out_dim, dt, CommMeta{l, c.mb});
+      };
     layer_forward(c.alloc, c.dt, out.raw(), pre.empty() ? nullptr : pre.raw(), x, params[0],
-                  params[1], c.rows, d, m.has_bn(l) ? &bn : nullptr);
+                  row && c.tp->rank() != 0 ? nullptr : params[1], c.rows, in_dim, out_dim,
+                  m.has_bn(l) ? &bn : nullptr, g);
     keep.t.clear();
     keep.t.push_back(std::move(pre));
     keep.t.push_back(std::move(out));
@@ -227,7 +241,6 @@ class Mlp final : public ModelFamily {
   void backward(const LayerCall& c, const ModelLayout& m, int l,
                 const std::vector<const void*>& params, const std::vector<void*>& grads,
                 const void* x, LayerKeep& keep, void* g, void* din) const override {
-    if (tp_role(m, l) != TpRole::whole) return tp_backward(c, m, l, params, grads, x, keep, g, din);
     BatchNormArgs bn;
     if (m.has_bn(l)) {
       bn.weight = params[2];
@@ -236,78 +249,16 @@ class Mlp final : public ModelFamily {
       bn.dweight = grads[2];
       bn.dbias = grads[3];
     }
-    layer_backward(c.alloc, c.dt, g, keep.t[0].empty() ? nullptr : keep.t[0].raw(), din, grads[0],
-                   grads[1], x, params[0], c.rows, m.dim(), m.has_bn(l) ? &bn : nullptr);
-  }
-
-  // A column or row layer's slice (fp32: validation refuses tensor parallelism
-  // in 2-byte precision). keep: pre, out, xhat, invstd, as forward's.
-  void tp_forward(const LayerCall& c, const ModelLayout& m, int l,
-                  const std::vector<const void*>& params, const void* x, LayerKeep& keep,
-                  const LayerNorms* norms) const {
-    DeviceBackend& dev = c.alloc.backend();
-    const ParamInfo& w = m.weight(l);
-    const int out_dim = static_cast<int>(w.shape[0]), in_dim = static_cast<int>(w.shape[1]);
-    const auto* wf = static_cast<const float*>(params[0]);
-    const auto* bf = static_cast<const float*>(params[1]);
-    Tensor out = c.alloc.alloc(c.name(l, "output"), MemCategory::activations, {c.rows, out_dim});
-    Tensor pre, xhat, invstd;
-    if (m.has_gelu(l))
-      pre = c.alloc.alloc(c.name(l, "pre_gelu"), MemCategory::activations, {c.rows, out_dim});
-    float* y = static_cast<float*>(pre.empty() ? out.raw() : pre.raw());
-    if (tp_role(m, l) == TpRole::column) {
-      // f: the whole input, as every tp rank has it; this rank's output features.
-      dev.linear_forward(y, static_cast<const float*>(x), wf, bf, c.rows, in_dim, out_dim);
-    } else {
-      // This rank's input features' share of every output; g: the all-reduce
-      // sums the shares. The bias is added once, by tp rank 0.
-      dev.linear_forward(y, static_cast<const float*>(x), wf, c.tp->rank() == 0 ? bf : nullptr,
-                         c.rows, in_dim, out_dim);
-      c.tp->all_reduce(y, static_cast<size_t>(c.rows) * out_dim, DType::f32, CommMeta{l, c.mb});
-    }
-    if (m.has_bn(l)) {
-      xhat = c.alloc.alloc(c.name(l, "bn.xhat"), MemCategory::activations, {c.rows, out_dim});
-      invstd = c.alloc.alloc(c.name(l, "bn.invstd"), MemCategory::activations,
-                             std::vector<int64_t>{out_dim});
-      dev.batchnorm_forward(y, xhat.data<float>(), invstd.data<float>(), y,
-                            static_cast<const float*>(params[2]),
-                            static_cast<const float*>(params[3]),
-                            norms ? static_cast<float*>(norms->running_mean) : nullptr,
-                            norms ? static_cast<float*>(norms->running_var) : nullptr, c.rows,
-                            out_dim, kernels::BatchNormParams{});
-    }
-    if (!pre.empty()) dev.gelu_forward(out.data<float>(), y, static_cast<size_t>(c.rows) * out_dim);
-    keep.t.clear();
-    keep.t.push_back(std::move(pre));
-    keep.t.push_back(std::move(out));
-    keep.t.push_back(std::move(xhat));
-    keep.t.push_back(std::move(invstd));
-    keep.out = 1;
-  }
-
-  void tp_backward(const LayerCall& c, const ModelLayout& m, int l,
-                   const std::vector<const void*>& params, const std::vector<void*>& grads,
-                   const void* x, LayerKeep& keep, void* g, void* din) const {
-    DeviceBackend& dev = c.alloc.backend();
-    const ParamInfo& w = m.weight(l);
-    const int out_dim = static_cast<int>(w.shape[0]), in_dim = static_cast<int>(w.shape[1]);
-    auto* gf = static_cast<float*>(g);
-    if (!keep.t[0].empty())
-      dev.gelu_backward(gf, gf, keep.t[0].data<float>(), static_cast<size_t>(c.rows) * out_dim);
-    if (m.has_bn(l))
-      dev.batchnorm_backward(gf, static_cast<float*>(grads[2]), static_cast<float*>(grads[3]), gf,
-                             keep.t[2].data<float>(), keep.t[3].data<float>(),
-                             static_cast<const float*>(params[2]), c.rows, out_dim);
+    const int out_dim = static_cast<int>(m.weight(l).shape[0]);
+    const int in_dim = static_cast<int>(m.weight(l).shape[1]);
     // A row layer's output gradient is the same on every tp rank (g's backward
     // is the identity), so its bias gradient is too: each rank keeps it whole.
-    auto* dx = static_cast<float*>(din);
-    dev.linear_backward(dx, static_cast<float*>(grads[0]), static_cast<float*>(grads[1]), gf,
-                        static_cast<const float*>(x), static_cast<const float*>(params[0]), c.rows,
-                        in_dim, out_dim);
+    layer_backward(c.alloc, c.dt, g, keep.t[0].empty() ? nullptr : keep.t[0].raw(), din, grads[0],
+                   grads[1], x, params[0], c.rows, in_dim, out_dim, m.has_bn(l) ? &bn : nullptr);
     // f's backward: each tp rank's output features contributed to every input's
     // gradient; the all-reduce adds the contributions.
-    if (dx && tp_role(m, l) == TpRole::column)
-      c.tp->all_reduce(dx, static_cast<size_t>(c.rows) * in_dim, DType::f32, CommMeta{l, c.mb});
+    if (din && tp_role(m, l) == TpRole::column)
+      c.tp->all_reduce(din, static_cast<size_t>(c.rows) * in_dim, c.dt, CommMeta{l, c.mb});
   }
 
   std::unique_ptr<Dataset> dataset(const ModelLayout& m, uint64_t seed,
