@@ -15,8 +15,8 @@
 #include "core/device/meta_backend.h"
 #include "core/mesh.h"
 #include "core/model/layer_stack.h"
-#include "core/parallel/model_state.h"
 #include "core/model/param_source.h"
+#include "core/parallel/model_state.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
@@ -122,7 +122,9 @@ TEST_CASE("tensor parallel: meshes with a tp axis train the mlp to single's weig
       int M;
     };
     std::vector<Case> cases = {
-        {"gpipe", "tp=2", 1}, {"gpipe", "tp=4", 2}, {"1f1b", "pp=2,tp=2", 4},
+        {"gpipe", "tp=2", 1},
+        {"gpipe", "tp=4", 2},
+        {"1f1b", "pp=2,tp=2", 4},
         {"naive-mp", "pp=2,tp=2", 1},
     };
     if (!bn) {  // replicas would keep their own BatchNorm statistics (refused)
@@ -369,7 +371,8 @@ TEST_CASE("sequence parallel: reduce-scatters and all-gathers in place of the al
   CHECK(whole.act_shape(1) == std::vector<int64_t>{8, 32});
 }
 
-TEST_CASE("tensor and sequence parallel: a block slice keeps Korthikanti's share", "[tp][sp][gpt][memory]") {
+TEST_CASE("tensor and sequence parallel: a block slice keeps Korthikanti's share",
+          "[tp][sp][gpt][memory]") {
   // s·b·h·(8 + 24/t + 2·a·s/(h·t)) without dropout under tensor parallelism,
   // s·b·h·(32 + 2·a·s/h)/t with sequence parallelism (twice that in fp32),
   // plus the LayerNorms' fp32 statistics (split too with sequence parallelism).
@@ -388,8 +391,8 @@ TEST_CASE("tensor and sequence parallel: a block slice keeps Korthikanti's share
         const std::unique_ptr<Comm> tp = make_meta_comm(1, t, nullptr, ScratchPlacement::device);
         LayerStack block(m, 1, 2, alloc, nullptr, MetaParams(m.state_total()), DType::f32,
                          tp.get());
-        const Tensor x = alloc.alloc("x", MemCategory::temporary,
-                                     {b, static_cast<int64_t>(m.act_numel(1))});
+        const Tensor x =
+            alloc.alloc("x", MemCategory::temporary, {b, static_cast<int64_t>(m.act_numel(1))});
         const size_t act = static_cast<size_t>(MemCategory::activations);
         const int64_t before = alloc.stats().device.current[act];
         block.forward(x.raw(), b);

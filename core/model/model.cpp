@@ -146,8 +146,8 @@ void ModelLayout::begin_layer_buffers(int layer) {
 
 void ModelLayout::add_buffer(std::string name, std::vector<int64_t> shape, bool int64,
                              int split_dim) {
-  ParamInfo b = sliced(std::move(name), std::move(shape), split_dim, 1, state_total_,
-                       full_state_total_);
+  ParamInfo b =
+      sliced(std::move(name), std::move(shape), split_dim, 1, state_total_, full_state_total_);
   b.layer = static_cast<int>(first_buffer_.size()) - 1;
   b.int64 = int64;
   state_total_ += b.numel;

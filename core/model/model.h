@@ -149,8 +149,8 @@ class ModelLayout {
   // shape is the full tensor's; under tensor parallelism dimension split_dim
   // (if >= 0) is cut into slice().size equal parts (it must divide: the family
   // checks its settings in resolve()).
-  void add_param(std::string name, std::vector<int64_t> shape, int tied_to = -1,
-                 int split_dim = -1, int split_parts = 1);
+  void add_param(std::string name, std::vector<int64_t> shape, int tied_to = -1, int split_dim = -1,
+                 int split_parts = 1);
   void end_params();  // after the last layer's parameters: buffers follow
   void begin_layer_buffers(int layer);
   void add_buffer(std::string name, std::vector<int64_t> shape, bool int64 = false,

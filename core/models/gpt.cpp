@@ -369,7 +369,8 @@ class Gpt final : public ModelFamily {
     return spec;
   }
 
-  void check_tensor_parallel(const ModelSpec& spec, int tp, const std::string& given) const override {
+  void check_tensor_parallel(const ModelSpec& spec, int tp,
+                             const std::string& given) const override {
     if (tp > 1 && spec.heads % tp != 0)
       throw ConfigError(given + ": tp=" + std::to_string(tp) + " does not divide the " +
                         std::to_string(spec.heads) + " heads of " + spec.str() +
@@ -472,8 +473,8 @@ class Gpt final : public ModelFamily {
       Tensor& out = act("output", {c.rows, Tl, C}, c.dt);
       Tensor all;  // sequence parallelism: every token's, of which this rank keeps its own
       if (tp.sp())
-        all = c.alloc.alloc(c.name(l, "embedding.all"), MemCategory::temporary, {c.rows, T, C},
-                            c.dt);
+        all =
+            c.alloc.alloc(c.name(l, "embedding.all"), MemCategory::temporary, {c.rows, T, C}, c.dt);
       dev.embedding_forward(c.dt, tp.sp() ? all.raw() : out.raw(), static_cast<const int32_t*>(x),
                             params[0], params[1], c.rows, T, C, V);
       if (tp.sp())

@@ -115,7 +115,8 @@ class Mlp final : public ModelFamily {
     return spec;
   }
 
-  void check_tensor_parallel(const ModelSpec& spec, int tp, const std::string& given) const override {
+  void check_tensor_parallel(const ModelSpec& spec, int tp,
+                             const std::string& given) const override {
     if (tp > 1 && spec.dim % tp != 0)
       throw ConfigError(given + ": tp=" + std::to_string(tp) + " does not divide the width " +
                         std::to_string(spec.dim) + " of " + spec.str() +
@@ -135,9 +136,12 @@ class Mlp final : public ModelFamily {
     // with them its bias and BatchNorm's features; a row layer its inputs (1).
     auto cut = [&](int l, bool weight) {
       switch (tp_role(m, l)) {
-        case TpRole::column: return 0;
-        case TpRole::row: return weight ? 1 : -1;
-        case TpRole::whole: return -1;
+        case TpRole::column:
+          return 0;
+        case TpRole::row:
+          return weight ? 1 : -1;
+        case TpRole::whole:
+          return -1;
       }
       return -1;
     };
@@ -202,8 +206,7 @@ class Mlp final : public ModelFamily {
         c.alloc.alloc(c.name(l, "output"), MemCategory::activations, {c.rows, out_dim}, c.dt);
     Tensor pre, xhat, invstd;
     if (m.has_gelu(l))
-      pre = c.alloc.alloc(c.name(l, "pre_gelu"), MemCategory::activations, {c.rows, out_dim},
-                          c.dt);
+      pre = c.alloc.alloc(c.name(l, "pre_gelu"), MemCategory::activations, {c.rows, out_dim}, c.dt);
     BatchNormArgs bn;
     if (m.has_bn(l)) {
       xhat = c.alloc.alloc(c.name(l, "bn.xhat"), MemCategory::activations, {c.rows, out_dim});

@@ -272,15 +272,15 @@ PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) 
   if (tp_comm_) {
     // This rank's slice of the model, initialised from the whole model's
     // seeded values: the tp ranks together hold exactly `single`'s weights.
-    slice_ = std::make_unique<ModelLayout>(
-        env.layout.spec(), TensorSlice{env.mesh->size(MeshAxis::tp), tp_rank_});
+    slice_ = std::make_unique<ModelLayout>(env.layout.spec(),
+                                           TensorSlice{env.mesh->size(MeshAxis::tp), tp_rank_});
     layout_ = slice_.get();
     const SlicedParams sliced(init, *slice_);
-    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer,
-                                           env.alloc, env.rec, sliced, DType::f32, tp_comm_);
+    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer, env.alloc,
+                                           env.rec, sliced, DType::f32, tp_comm_);
   } else {
-    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer,
-                                           env.alloc, env.rec, init);
+    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer, env.alloc,
+                                           env.rec, init);
   }
   optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, layers_->ranges());
 }

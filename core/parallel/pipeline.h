@@ -143,9 +143,9 @@ class PipelineStage {
   int replica_ = 0;          // which one this rank's is
   Comm* tp_comm_ = nullptr;  // to the other slices of this stage's layers; null without tp
   int tp_rank_ = 0;          // which slice this rank holds
-  std::unique_ptr<ModelLayout> slice_;  // tensor parallelism: this rank's slice of the model
+  std::unique_ptr<ModelLayout> slice_;   // tensor parallelism: this rank's slice of the model
   const ModelLayout* layout_ = nullptr;  // the layers as this rank holds them (env's, or slice_)
-  int first_row_ = 0;        // this pipeline's first row of the batch
+  int first_row_ = 0;                    // this pipeline's first row of the batch
   int micro_batches_ = 1;
   int rows_ = 0;           // rows per micro-batch
   int boundary_in_ = -1;   // layer whose output this stage receives (first_layer − 1)

@@ -72,8 +72,7 @@ StageShape stage_shape(const RunConfig& cfg, int rank) {
       T > 1 ? make_meta_comm(mesh.coord(rank, MeshAxis::tp), T, nullptr, ScratchPlacement::device)
             : nullptr;
   const MetaParams init(layout.state_total());
-  LayerStack stack(layout, t.first_layer, t.last_layer, alloc, nullptr, init, DType::f32,
-                   tp.get());
+  LayerStack stack(layout, t.first_layer, t.last_layer, alloc, nullptr, init, DType::f32, tp.get());
   const size_t in_numel = static_cast<size_t>(rows) * layout.act_numel(t.first_layer);
   const Tensor in = alloc.alloc("stage_input", MemCategory::temporary, in_numel);
   const auto activations = [&](bool peak) {

@@ -159,7 +159,8 @@ Span span_from_json(const JsonChecker& ck, const json& row, const std::string& w
     s.op = ck.unsigned_integer(row[12], col(12));
   }
   if (columns > kSpanColumnsV2) s.made_ahead = ck.boolean(row[13], col(13));
-  if (columns > kSpanColumnsV3) s.group = static_cast<int>(ck.integer(row[14], col(14), 0, kMaxGroups));
+  if (columns > kSpanColumnsV3)
+    s.group = static_cast<int>(ck.integer(row[14], col(14), 0, kMaxGroups));
   return s;
 }
 

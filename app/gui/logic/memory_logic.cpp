@@ -146,7 +146,10 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
     // i18n: not shown (formulas, the same in Chinese); flash keeps a logsumexp, no a·s² term
     const std::string terms =
         tp == 1 ? (flash ? std::string("sbh\xC2\xB7") + "32+LN+lse" : "sbh(32+2as/h)+LN")
-        : sp    ? (flash ? "sbh\xC2\xB7" "32/" + t + "+LN+lse" : "sbh(32+2as/h)/" + t + "+LN")
+        : sp    ? (flash ? "sbh\xC2\xB7"
+                           "32/" +
+                            t + "+LN+lse"
+                         : "sbh(32+2as/h)/" + t + "+LN")
                 : (flash ? "sbh(8+24/" + t + ")+LN+lse" : "sbh(8+24/" + t + "+2as/ht)+LN");
     return {strf(blocks == 1 ? tr("%d block \xC3\x97 %s") : tr("%d blocks \xC3\x97 %s"), blocks,
                  format_bytes(b.total()).c_str()),
