@@ -11,6 +11,7 @@ namespace shardlab {
 class Tensor;
 class Optimizer;
 class MixedPrecision;
+class ModelLayout;
 
 // What a checkpoint saves of one rank, as the rank holds it: each range of its
 // optimizer sits at `offset` in the model's flat parameters with `count` real
@@ -32,6 +33,11 @@ struct RankState {
   // The rank keeps nothing between steps (dp's devices other than 0): it saves
   // an empty file and restores nothing.
   bool holds_nothing = false;
+  // Tensor parallelism: the offsets above (and the buffers') are in this
+  // slice's flat vector, each range the full model's values where
+  // for_each_slice_run puts them (a checkpoint saves those places, and drops
+  // a padded vocabulary's padding). Null: offsets in the full model.
+  const ModelLayout* slice = nullptr;
   bool empty() const { return optimizer == nullptr && !holds_nothing; }
 };
 

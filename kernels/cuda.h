@@ -96,9 +96,10 @@ void flag_nonfinite(const void* src, DType dt, size_t n, int* flag, cudaStream_t
 // atomics, every sum in a fixed order. A token id outside [0,V) (a target
 // outside [0,V) and not -1) cannot throw here: it makes its row NaN instead.
 
-// out[B,T,C] = wte[tokens[b,t]] + wpe[t]
+// out[B,T,C] = wte[tokens[b,t]] + wpe[t]; a vocabulary slice: wte holds ids [v_begin, v_begin +
+// v_count), other ids add nothing; wpe may be null.
 void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                       int B, int T, int C, int V, cudaStream_t s);
+                       int B, int T, int C, int V, int v_begin, int v_count, cudaStream_t s);
 // dwte[v] += Σ_{tokens = v} dout ; dwpe[t] += Σ_b dout[b,t] (either may be null). Each
 // (v,c) and (t,c) is owned by one thread that adds in ascending position from the
 // stored value and rounds once: the CPU's order, so the same bits. work: device
@@ -107,7 +108,8 @@ inline size_t embedding_work_ints(size_t rows, int V) {
   return rows + 2 * static_cast<size_t>(V) + 1;
 }
 void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                        int B, int T, int C, int V, int32_t* work, cudaStream_t s);
+                        int B, int T, int C, int V, int v_begin, int v_count, int32_t* work,
+                        cudaStream_t s);
 
 // nn.LayerNorm per row (one warp per row, statistics in double); mean, rstd [rows] fp32.
 void layernorm_forward(DType dt, void* y, float* mean, float* rstd, const void* x,
@@ -152,6 +154,14 @@ constexpr int kCrossEntropyBlocks = 256;
 void crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
                                    const int32_t* targets, int rows, int V, size_t divisor,
                                    double* partials, double* sum_out, cudaStream_t s);
+
+// Vocabulary-parallel cross-entropy (fp32; kernels/transformer.h's crossentropy_slice_stats
+// and crossentropy_slice_grad): a block per row.
+void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets, int rows,
+                              int cols, int valid, int v_begin, cudaStream_t s);
+void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                             const int32_t* targets, int rows, int cols, int valid, int v_begin,
+                             size_t divisor, cudaStream_t s);
 
 // out[n] = a[n] + b[n]; out may alias a or b.
 void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n, cudaStream_t s);

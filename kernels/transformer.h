@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -123,16 +124,23 @@ inline void scatter(S* dst, const compute_t<S>* src, int rows, int cols, int ld)
 
 // out[B,T,C] = wte[tokens[b,t]] + wpe[t]  (nanoGPT: tok_emb + pos_emb)
 // tokens[B,T] in [0,V) (else std::out_of_range, nothing written); wte[V,C]; wpe[≥T,C].
+// A vocabulary slice (Megatron's vocabulary-parallel embedding): wte holds the
+// rows of ids [v_begin, v_begin + v_count) only (v_count −1: all V); other
+// ids add nothing here (another tensor-parallel rank holds them). wpe may be
+// null: no position embedding (added once, by one of the ranks).
 template <typename S>
 void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                       int C, int V) {
+                       int C, int V, int v_begin = 0, int v_count = -1) {
   const size_t N = static_cast<size_t>(B) * T, Cs = static_cast<size_t>(C);
   transformer_detail::check_ids("embedding", "token id", tokens, N, V, false);
+  if (v_count < 0) v_count = V;
   for (size_t n = 0; n < N; ++n) {
-    const S* e = wte + static_cast<size_t>(tokens[n]) * Cs;
-    const S* p = wpe + (n % static_cast<size_t>(T)) * Cs;
+    const int local = tokens[n] - v_begin;
+    const S* e = local >= 0 && local < v_count ? wte + static_cast<size_t>(local) * Cs : nullptr;
+    const S* p = wpe ? wpe + (n % static_cast<size_t>(T)) * Cs : nullptr;
     S* o = out + n * Cs;
-    for (size_t c = 0; c < Cs; ++c) store(o[c], load(e[c]) + load(p[c]));
+    for (size_t c = 0; c < Cs; ++c)
+      store(o[c], (e ? load(e[c]) : compute_t<S>(0)) + (p ? load(p[c]) : compute_t<S>(0)));
   }
 }
 
@@ -141,21 +149,29 @@ void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe
 // Every sum starts from the stored gradient, adds the rows in ascending
 // position in compute_t<S> and is rounded to storage once: the order the CUDA
 // kernel uses too, so both give the same bits. Bad ids throw as in forward.
+// A vocabulary slice (v_begin, v_count as in forward): dwte holds its rows
+// only; other ids' rows are another rank's.
 template <typename S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T, int C,
-                        int V) {
+                        int V, int v_begin = 0, int v_count = -1) {
   using A = compute_t<S>;
   const size_t N = static_cast<size_t>(B) * T, Cs = static_cast<size_t>(C);
   transformer_detail::check_ids("embedding backward", "token id", tokens, N, V, false);
+  if (v_count < 0) v_count = V;
   std::vector<A> acc(Cs);
   if (dwte) {
-    // The positions of each token, ascending (a counting sort).
-    std::vector<size_t> start(static_cast<size_t>(V) + 1, 0), order(N);
-    for (size_t n = 0; n < N; ++n) ++start[static_cast<size_t>(tokens[n]) + 1];
-    for (size_t v = 0; v < static_cast<size_t>(V); ++v) start[v + 1] += start[v];
+    // The positions of each token of the slice, ascending (a counting sort).
+    const size_t Vs = static_cast<size_t>(v_count);
+    auto held = [&](size_t n) { return tokens[n] >= v_begin && tokens[n] - v_begin < v_count; };
+    auto row = [&](size_t n) { return static_cast<size_t>(tokens[n] - v_begin); };
+    std::vector<size_t> start(Vs + 1, 0), order(N);
+    for (size_t n = 0; n < N; ++n)
+      if (held(n)) ++start[row(n) + 1];
+    for (size_t v = 0; v < Vs; ++v) start[v + 1] += start[v];
     std::vector<size_t> next(start.begin(), start.end() - 1);
-    for (size_t n = 0; n < N; ++n) order[next[static_cast<size_t>(tokens[n])]++] = n;
-    for (size_t v = 0; v < static_cast<size_t>(V); ++v) {
+    for (size_t n = 0; n < N; ++n)
+      if (held(n)) order[next[row(n)]++] = n;
+    for (size_t v = 0; v < Vs; ++v) {
       if (start[v] == start[v + 1]) continue;
       S* g = dwte + v * Cs;
       for (size_t c = 0; c < Cs; ++c) acc[c] = load(g[c]);
@@ -422,6 +438,78 @@ double crossentropy_forward_backward(S* dlogits, const S* logits, const int32_t*
   return total / static_cast<double>(divisor);
 }
 
+// Megatron's vocabulary-parallel cross-entropy, one tensor-parallel rank's
+// share (fp32). logits [rows, cols] hold the logits of ids [v_begin, v_begin +
+// valid) in their first `valid` columns; the rest is padding (the vocabulary
+// padded to a multiple of the ranks), left out. Per row writes stats[3r..3r+2]
+// = {this slice's max, Σ exp(logit − that max), the target's logit if this
+// slice holds it, else 0}; a slice of padding only gives {−inf, 0, 0}. The
+// ranks' stats merge into each row's max M and Σ exp(logit − M) over the whole
+// vocabulary (crossentropy_merge).
+inline void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets,
+                                     int rows, int cols, int valid, int v_begin) {
+  const size_t Cs = static_cast<size_t>(cols);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+    const float* x = logits + r * Cs;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int c = 0; c < valid; ++c) m = std::max(m, x[c]);
+    float sum = 0;
+    for (int c = 0; c < valid; ++c) sum += std::exp(x[c] - m);
+    const int local = targets[r] - v_begin;
+    stats[3 * r] = m;
+    stats[3 * r + 1] = valid > 0 ? sum : 0.0f;
+    stats[3 * r + 2] = targets[r] >= 0 && local >= 0 && local < valid ? x[local] : 0.0f;
+  }
+}
+
+// The whole vocabulary's max M and Σ exp(logit − M) of each row, from the
+// stats of every slice (`slices` blocks of rows·3, rank order, as an
+// all-gather lays them out), written to ms[2r], ms[2r+1]; returns Σ over the
+// rows whose target is not −1 of (log Σ − (target logit − M)) / divisor, the
+// loss crossentropy_forward_backward returns. Every rank merges the same
+// stats in the same order, so all hold the same bits.
+inline double crossentropy_merge(float* ms, const float* stats, const int32_t* targets, int rows,
+                                 int slices, size_t divisor) {
+  transformer_detail::check_divisor(divisor, rows);
+  const size_t block = static_cast<size_t>(rows) * 3;
+  double total = 0;
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+    float M = -std::numeric_limits<float>::infinity(), target = 0;
+    for (int k = 0; k < slices; ++k) M = std::max(M, stats[k * block + 3 * r]);
+    float sum = 0;
+    for (int k = 0; k < slices; ++k) {
+      const float* s = stats + k * block + 3 * r;
+      if (s[1] > 0) sum += s[1] * std::exp(s[0] - M);
+      target += s[2];  // one slice holds it, the others add 0
+    }
+    ms[2 * r] = M;
+    ms[2 * r + 1] = sum;
+    if (targets[r] != kIgnoreTarget) total += static_cast<double>(std::log(sum) - (target - M));
+  }
+  return total / static_cast<double>(divisor);
+}
+
+// dlogits [rows, cols] = (softmax − onehot(target)) / divisor in the slice's
+// valid columns, from each row's merged M and Σ (ms); 0 in the padding and in
+// rows whose target is −1. May alias logits.
+inline void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                                    const int32_t* targets, int rows, int cols, int valid,
+                                    int v_begin, size_t divisor) {
+  transformer_detail::check_divisor(divisor, rows);
+  const size_t Cs = static_cast<size_t>(cols);
+  const float scale = 1.0f / static_cast<float>(divisor);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+    const float* x = logits + r * Cs;
+    float* d = dlogits + r * Cs;
+    const bool ignored = targets[r] == kIgnoreTarget;
+    const int local = targets[r] - v_begin;
+    for (int c = 0; c < cols; ++c)
+      d[c] = ignored || c >= valid ? 0.0f
+                                   : crossentropy_grad<float>(std::exp(x[c] - ms[2 * r]),
+                                                              ms[2 * r + 1], c == local, scale);
+  }
+}
+
 // ---- residual
 
 // out[n] = a[n] + b[n] (x + attn(ln_1(x)), x + mlp(ln_2(x))); out may alias a
@@ -437,9 +525,9 @@ void residual_forward(S* out, const S* a, const S* b, size_t n) {
 // kernels' optimisation flags; double ones (tests) are instantiated where used.
 #define SHARDLAB_TRANSFORMER_KERNELS(EXTERN, S)                                                    \
   EXTERN template void embedding_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int, \
-                                            int);                                                  \
-  EXTERN template void embedding_backward<S>(S*, S*, const S*, const int32_t*, int, int, int,      \
-                                             int);                                                 \
+                                            int, int, int);                                        \
+  EXTERN template void embedding_backward<S>(S*, S*, const S*, const int32_t*, int, int, int, int, \
+                                             int, int);                                            \
   EXTERN template void layernorm_forward<S>(S*, compute_t<S>*, compute_t<S>*, const S*, const S*,  \
                                             const S*, int, int, double);                           \
   EXTERN template void layernorm_backward<S>(S*, S*, S*, const S*, const S*, const compute_t<S>*,  \

@@ -104,7 +104,8 @@ double forward_backward(LayerStack& stack, const ModelLayout& m, Allocator& allo
   Tensor dlogits = alloc.alloc("loss.grad", MemCategory::temporary,
                                static_cast<size_t>(B) * m.act_numel(m.num_layers()));
   const MixedPrecision fp32("fp32");
-  const double loss = m.family().loss(alloc, fp32, m, dlogits.raw(), logits, y.data(), B, B);
+  const double loss =
+      m.family().loss(alloc, fp32, m, dlogits.raw(), logits, y.data(), B, B, nullptr, -1);
   stack.backward(dlogits.raw(), -1, false);
   stack.sum_tied_grads();
   return loss;

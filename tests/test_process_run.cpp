@@ -192,3 +192,28 @@ TEST_CASE("one process per rank: what cannot run that way says so", "[process]")
                     Catch::Contains("rank 2 is not a rank of a world of 2"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("the gpt on tp=2 with sequence parallelism as processes ends with the threaded bits",
+          "[process][mesh][tp][gpt]") {
+  // The vocabulary-parallel embedding and cross-entropy, the block's
+  // reduce-scatters and all-gathers, each through the tp group's own context.
+  RunConfig cfg;
+  cfg.model = "gpt:2x32x4";
+  cfg.seq = 8;
+  cfg.strategy = "gpipe";
+  cfg.mesh = "pp=2,tp=2";
+  cfg.sequence_parallel = true;
+  cfg.world = 4;
+  cfg.batch = 4;
+  cfg.micro_batches = 2;
+  cfg.steps = 2;
+  const RunResult threads = run_training(cfg);
+  const fs::path dir = fresh_dir("proc-mesh-gpt");
+  const std::vector<RunResult> procs = run_as_processes(cfg, dir);
+  CHECK(procs[0].final_params == threads.final_params);
+  for (int r = 0; r < cfg.world; ++r) {
+    INFO("rank " << r);
+    CHECK(procs[r].losses == threads.losses);
+  }
+  fs::remove_all(dir);
+}

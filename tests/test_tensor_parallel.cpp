@@ -238,8 +238,16 @@ TEST_CASE("tensor parallel: a gpt slice holds q, k and v of its heads, and the p
   CHECK(find(s, "transformer.h.0.attn.c_proj.weight").shape == std::vector<int64_t>{4, 2});
   CHECK(find(s, "transformer.h.0.mlp.c_fc.weight").shape == std::vector<int64_t>{8, 4});
   CHECK(find(s, "transformer.h.0.mlp.c_proj.weight").shape == std::vector<int64_t>{4, 8});
-  CHECK(find(s, "transformer.wte.weight").shape == std::vector<int64_t>{5, 4});  // whole
+  // The vocabulary of 5 is padded to 6: slice 1 holds ids 3 and 4, then a
+  // row of padding; the tied lm_head the same rows.
+  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+    INFO(name);
+    CHECK(find(s, name).shape == std::vector<int64_t>{3, 4});
+    CHECK(find(s, name).full_shape == std::vector<int64_t>{5, 4});
+    CHECK(find(s, name).split_pad == 1);
+  }
   CHECK(find(s, "lm_head.weight").tied_to == 0);
+  CHECK(s.act_shape(s.num_layers()) == std::vector<int64_t>{3, 3});  // [T, this slice's vocabulary]
   // Slice 1 of c_attn holds rows 2-3 of q, of k and of v: full rows 2, 3, 6, 7, 10, 11.
   std::vector<float> flat(full.state_total());
   for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i);
@@ -253,6 +261,23 @@ TEST_CASE("tensor parallel: a gpt slice holds q, k and v of its heads, and the p
       CHECK(sliced.value(qkv.offset + static_cast<size_t>(i * 4 + j)) ==
             flat[base + static_cast<size_t>(rows[i] * 4 + j)]);
     }
+  // The vocabulary slice reads ids 3 and 4, and zeros for the padding, also in
+  // a read that runs on past it into wpe.
+  const ParamInfo& wte = find(s, "transformer.wte.weight");
+  std::vector<float> got(wte.numel + 4);
+  sliced.read(got.data(), wte.offset, got.size());
+  for (size_t i = 0; i < 8; ++i)
+    CHECK(got[i] == flat[find(full, "transformer.wte.weight").offset + 12 + i]);
+  for (size_t i = 8; i < 12; ++i) CHECK(got[i] == 0.0f);
+  for (size_t i = 12; i < 16; ++i)
+    CHECK(got[i] == flat[find(full, "transformer.wpe.weight").offset + i - 12]);
+  // Slice 0's runs and slice 1's cover every full value of wte once.
+  size_t covered = 0;
+  for (int r = 0; r < 2; ++r)
+    for_each_slice_run(ModelLayout(spec, TensorSlice{2, r}), [&](size_t, size_t full_at, size_t n) {
+      if (full_at < static_cast<size_t>(5 * 4)) covered += n;
+    });
+  CHECK(covered == 5u * 4u);
 }
 
 TEST_CASE("tensor parallel: the gpt on tp meshes trains to single's weights", "[tp][gpt][mesh]") {
@@ -281,6 +306,35 @@ TEST_CASE("tensor parallel: the gpt on tp meshes trains to single's weights", "[
   }
 }
 
+TEST_CASE(
+    "vocabulary parallel: the 719-character vocabulary, padded, trains as single for 10 steps",
+    "[tp][gpt][mesh]") {
+  // SGD: AdamW divides by each gradient's own size, so a gradient that is 0
+  // up to rounding (c_attn's key bias: softmax ignores a shift shared by every
+  // key) takes steps of ±lr whose signs are the rounding's; 10 such steps part
+  // runs by 1e-3 whatever the strategy. SGD keeps the rounding at its size.
+  RunConfig base = test::small_run("gpt:1x32x4", "single", 1, 8, 3, OptimizerKind::sgd, 10);
+  base.seq = 8;
+  const ModelLayout whole = make_layout(base);
+  REQUIRE(whole.spec().vocab == 719);  // prime: every tp > 1 pads
+  const RunResult ref = run_training(base);
+  for (const int tp : {2, 4}) {
+    const ModelLayout last(whole.spec(), TensorSlice{tp, tp - 1});
+    CHECK(last.params()[0].split_pad == 1);  // 720 rows: 360 or 180 a rank
+    CHECK(last.params()[0].shape[0] == 720 / tp);
+    RunConfig c = base;
+    c.strategy = "gpipe";
+    c.mesh = "tp=" + std::to_string(tp);
+    c.world = tp;
+    INFO("tp " << tp);
+    const RunResult r = run_training(c);
+    // The export holds the 719 real rows: the padding never leaves the ranks.
+    REQUIRE(r.final_params.size() == ref.final_params.size());
+    CHECK(max_rel_diff(r.final_params, ref.final_params) < 1e-6);
+    for (int s = 0; s < c.steps; ++s) CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("tensor parallel: a gpt block all-reduces b·s·h twice forward and twice backward",
           "[tp][gpt][mesh]") {
   RunConfig c = test::small_run("gpt:2x32x2", "gpipe", 2, 4, 3, OptimizerKind::adamw, 2);
@@ -291,14 +345,24 @@ TEST_CASE("tensor parallel: a gpt block all-reduces b·s·h twice forward and tw
   const int64_t one = 2 * 8 * 32 * 4;  // a micro-batch's [rows, T, C] in fp32
   for (int rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);
-    std::map<int, int> per_block;
+    std::map<int, int> per_block, gathers;
     for (const Span& s : r.recorders[rank]->snapshot().spans) {
-      if (s.lane != Lane::comm || s.step != 1 || s.kind != SpanKind::all_reduce) continue;
+      if (s.lane != Lane::comm || s.step != 1) continue;
+      if (s.kind == SpanKind::all_gather) {
+        // The cross-entropy's 3 floats a token from each of the 2 slices.
+        CHECK(s.bytes == 2 * (2 * 8) * 3 * 4);
+        ++gathers[s.layer];
+        continue;
+      }
+      REQUIRE(s.kind == SpanKind::all_reduce);
       CHECK(s.bytes == one);
       ++per_block[s.layer];
     }
-    // Blocks are layers 1 and 2 (0 the embedding, 3 the head); 2 micro-batches.
-    CHECK(per_block == std::map<int, int>{{1, 8}, {2, 8}});
+    // Per micro-batch (2): blocks (layers 1 and 2) 2 forward + 2 backward; the
+    // vocabulary-parallel embedding (layer 0) sums its slices forward, and the
+    // head (layer 3) ln_f's input gradient backward.
+    CHECK(per_block == std::map<int, int>{{0, 2}, {1, 8}, {2, 8}, {3, 2}});
+    CHECK(gathers == std::map<int, int>{{3, 2}});
   }
 }
 
@@ -348,19 +412,23 @@ TEST_CASE("sequence parallel: reduce-scatters and all-gathers in place of the al
     for (const Span& s : r.recorders[rank]->snapshot().spans) {
       if (s.lane != Lane::comm || s.step != 1) continue;
       ++n[{s.layer, s.kind}];
-      // A LayerNorm's weight or bias gradient (C values), else every token's activation.
-      CHECK(s.bytes == (s.kind == SpanKind::all_reduce ? 32 * 4 : one));
+      // A LayerNorm's weight or bias gradient (C values), the cross-entropy's
+      // 3 floats a token from each slice, else every token's activation.
+      const bool loss = s.layer == 3 && s.kind == SpanKind::all_gather && s.bytes != one;
+      CHECK(s.bytes == (s.kind == SpanKind::all_reduce ? 32 * 4 : loss ? 2 * 16 * 3 * 4 : one));
     }
-    // Per micro-batch (2 of them): the embedding's backward gathers its output's
-    // gradient; a block gathers before c_attn and c_fc and reduce-scatters after
-    // each c_proj (forward), gathers g twice and the LayerNorm outputs again,
-    // reduce-scatters the two input gradients and sums its LayerNorms' weight
-    // and bias gradients (backward); the head gathers ln_f's output and sums
-    // ln_f's gradients.
-    const Count want = {{{0, SpanKind::all_gather}, 2},     {{1, SpanKind::all_gather}, 12},
-                        {{1, SpanKind::reduce_scatter}, 8}, {{1, SpanKind::all_reduce}, 8},
-                        {{2, SpanKind::all_gather}, 12},    {{2, SpanKind::reduce_scatter}, 8},
-                        {{2, SpanKind::all_reduce}, 8},     {{3, SpanKind::all_gather}, 2},
+    // Per micro-batch (2 of them): the embedding reduce-scatters its slices'
+    // sum and its backward gathers its output's gradient; a block gathers
+    // before c_attn and c_fc and reduce-scatters after each c_proj (forward),
+    // gathers g twice and the LayerNorm outputs again, reduce-scatters the two
+    // input gradients and sums its LayerNorms' weight and bias gradients
+    // (backward); the head gathers ln_f's output, the loss its slices' stats,
+    // and backward reduce-scatters ln_f's input gradient and sums ln_f's.
+    const Count want = {{{0, SpanKind::all_gather}, 2},     {{0, SpanKind::reduce_scatter}, 2},
+                        {{1, SpanKind::all_gather}, 12},    {{1, SpanKind::reduce_scatter}, 8},
+                        {{1, SpanKind::all_reduce}, 8},     {{2, SpanKind::all_gather}, 12},
+                        {{2, SpanKind::reduce_scatter}, 8}, {{2, SpanKind::all_reduce}, 8},
+                        {{3, SpanKind::all_gather}, 4},     {{3, SpanKind::reduce_scatter}, 2},
                         {{3, SpanKind::all_reduce}, 4}};
     CHECK(n == want);
   }

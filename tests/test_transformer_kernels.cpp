@@ -574,13 +574,94 @@ TEST_CASE("backend GPT ops: bad ids throw on the cpu and guarded devices, unknow
     void* wpe = d.put(std::vector<float>(2 * 2, 1.0f));
     void* out = d.alloc(2 * 2 * 4);
     const int32_t* bad = d.put_ids({1, 4});
-    CHECK_THROWS_WITH(dev->embedding_forward(DType::f32, out, bad, wte, wpe, 1, 2, 2, 4),
+    CHECK_THROWS_WITH(dev->embedding_forward(DType::f32, out, bad, wte, wpe, 1, 2, 2, 4, 0, 4),
                       Catch::Contains("token id 4 at row 1"));
     CHECK_THROWS_AS(dev->residual_forward(static_cast<DType>(7), out, out, out, 4),
                     std::invalid_argument);
     // Still usable after the throw (the guard closed again).
     const int32_t* good = d.put_ids({1, 3});
-    dev->embedding_forward(DType::f32, out, good, wte, wpe, 1, 2, 2, 4);
+    dev->embedding_forward(DType::f32, out, good, wte, wpe, 1, 2, 2, 4, 0, 4);
     CHECK(d.get(out, 4) == std::vector<float>(4, 2.0f));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Vocabulary parallelism (tensor-parallel ranks each holding a slice of the
+// vocabulary, padded to a multiple of them)
+
+TEST_CASE("vocabulary slices: embeddings add up to the whole, gradients land in each slice's rows",
+          "[transformer][tp]") {
+  const int B = 2, T = 3, C = 4, V = 7;
+  const std::vector<int32_t> tokens = {6, 0, 3, 3, 5, 1};
+  std::vector<float> wte(V * C), wpe(T * C), dout(B * T * C);
+  Rng rng(5);
+  for (auto* v : {&wte, &wpe, &dout})
+    for (float& x : *v) x = static_cast<float>(rng.normal());
+  std::vector<float> whole(B * T * C), dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+  kernels::embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, V);
+  kernels::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, V);
+  for (const int P : {2, 3, 4, 8}) {
+    INFO(P << " slices");
+    const int rows = (V + P - 1) / P;  // the padded vocabulary's rows per slice
+    std::vector<float> sum(whole.size(), 0.0f);
+    for (int r = 0; r < P; ++r) {
+      const int begin = r * rows, real = std::clamp(V - begin, 0, rows);
+      // The slice's rows of wte, then zero padding.
+      std::vector<float> mine(static_cast<size_t>(rows) * C, 0.0f), dmine(mine.size(), 0.0f);
+      std::copy_n(wte.begin() + begin * C, real * C, mine.begin());
+      std::vector<float> out(whole.size());
+      kernels::embedding_forward(out.data(), tokens.data(), mine.data(),
+                                 r == 0 ? wpe.data() : nullptr, B, T, C, V, begin, rows);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
+      kernels::embedding_backward(dmine.data(), static_cast<float*>(nullptr), dout.data(),
+                                  tokens.data(), B, T, C, V, begin, rows);
+      for (int i = 0; i < real * C; ++i) CHECK(dmine[i] == dwte[begin * C + i]);
+      for (int i = real * C; i < rows * C; ++i) CHECK(dmine[i] == 0.0f);  // the padding
+    }
+    // One slice holds each id, the others add exact zeros: the same bits.
+    CHECK(sum == whole);
+  }
+}
+
+TEST_CASE("vocabulary-parallel cross-entropy equals the whole one, padding left out",
+          "[transformer][tp]") {
+  const int rows = 5, V = 7;
+  const std::vector<int32_t> targets = {6, 0, -1, 3, 4};  // -1: ignored
+  std::vector<float> logits(rows * V);
+  Rng rng(9);
+  for (float& x : logits) x = static_cast<float>(3 * rng.normal());
+  const size_t divisor = 8;
+  std::vector<float> dwhole(logits.size());
+  const double whole = kernels::crossentropy_forward_backward(dwhole.data(), logits.data(),
+                                                              targets.data(), rows, V, divisor);
+  for (const int P : {1, 2, 3, 4, 8}) {
+    INFO(P << " slices");
+    const int cols = (V + P - 1) / P;
+    // Each slice's logits (the padding filled with a large value the loss must ignore).
+    std::vector<std::vector<float>> slice(P, std::vector<float>(rows * cols, 50.0f));
+    std::vector<float> stats(static_cast<size_t>(P) * rows * 3);
+    for (int r = 0; r < P; ++r) {
+      const int begin = r * cols, valid = std::clamp(V - begin, 0, cols);
+      for (int i = 0; i < rows; ++i)
+        std::copy_n(logits.begin() + i * V + begin, valid, slice[r].begin() + i * cols);
+      kernels::crossentropy_slice_stats(stats.data() + r * rows * 3, slice[r].data(),
+                                        targets.data(), rows, cols, valid, begin);
+    }
+    std::vector<float> ms(rows * 2);
+    const double loss =
+        kernels::crossentropy_merge(ms.data(), stats.data(), targets.data(), rows, P, divisor);
+    CHECK(loss == Approx(whole).epsilon(1e-6));
+    for (int r = 0; r < P; ++r) {
+      const int begin = r * cols, valid = std::clamp(V - begin, 0, cols);
+      std::vector<float> d(rows * cols, -1.0f);
+      kernels::crossentropy_slice_grad(d.data(), slice[r].data(), ms.data(), targets.data(), rows,
+                                       cols, valid, begin, divisor);
+      for (int i = 0; i < rows; ++i)
+        for (int c = 0; c < cols; ++c) {
+          INFO("slice " << r << " row " << i << " col " << c);
+          const float want = c < valid ? dwhole[i * V + begin + c] : 0.0f;
+          CHECK(d[i * cols + c] == Approx(want).margin(1e-7));
+        }
+    }
   }
 }

@@ -107,11 +107,12 @@ inline OpResults run_ops(DeviceBackend& backend, DType dt, const OpInputs& in) {
   const int32_t* targets = d.put_ids(in.targets);
 
   void* emb = d.alloc(N * C * dtype_size(dt));
-  backend.embedding_forward(dt, emb, tokens, d.put(in.wte), d.put(in.wpe), in.B, in.T, in.C, in.V);
+  backend.embedding_forward(dt, emb, tokens, d.put(in.wte), d.put(in.wpe), in.B, in.T, in.C, in.V,
+                            0, in.V);
   r.tensors.push_back(d.get(emb, N * C));
   void* dwte = d.put(in.dwte0);
   void* dwpe = d.put(in.dwpe0);
-  backend.embedding_backward(dt, dwte, dwpe, d.put(in.dy), tokens, in.B, in.T, in.C, in.V);
+  backend.embedding_backward(dt, dwte, dwpe, d.put(in.dy), tokens, in.B, in.T, in.C, in.V, 0, in.V);
   r.tensors.push_back(d.get(dwte, in.dwte0.size()));
   r.tensors.push_back(d.get(dwpe, in.dwpe0.size()));
 

@@ -304,11 +304,11 @@ void draw_reveal(App& app, const lesson::Step& s, const UiColors& ui) {
       ImGui::TableNextColumn();
       if (m.value && m.value->formula) {
         ImGui::TextWrapped("%s", value_text(*m.value->formula, unit).c_str());
-        text_dim_wrapped(m.value->formula_text);
+        text_dim_wrapped(tr(m.value->formula_text));  // a fixed one is translated
       } else {
         ImGui::TextDisabled("-");
         // Why there is none, when the metric says (BatchNorm on a cut batch).
-        if (m.value && !m.value->formula_text.empty()) text_dim_wrapped(m.value->formula_text);
+        if (m.value && !m.value->formula_text.empty()) text_dim_wrapped(tr(m.value->formula_text));
       }
       ImGui::TableNextColumn();
       if (m.value) {

@@ -107,17 +107,20 @@ class CpuBackend final : public DeviceBackend {
   }
   // The GPT-2 ops: one template per op, instantiated on dt's storage type.
   void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                         const void* wpe, int B, int T, int C, int V) override {
+                         const void* wpe, int B, int T, int C, int V, int v_begin,
+                         int v_count) override {
     kernels::with_storage(dt, [&](auto tag) {
       using S = decltype(tag);
-      kernels::embedding_forward(as<S>(out), tokens, as<S>(wte), as<S>(wpe), B, T, C, V);
+      kernels::embedding_forward(as<S>(out), tokens, as<S>(wte), as<S>(wpe), B, T, C, V, v_begin,
+                                 v_count);
     });
   }
   void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                          int B, int T, int C, int V) override {
+                          int B, int T, int C, int V, int v_begin, int v_count) override {
     kernels::with_storage(dt, [&](auto tag) {
       using S = decltype(tag);
-      kernels::embedding_backward(as<S>(dwte), as<S>(dwpe), as<S>(dout), tokens, B, T, C, V);
+      kernels::embedding_backward(as<S>(dwte), as<S>(dwpe), as<S>(dout), tokens, B, T, C, V,
+                                  v_begin, v_count);
     });
   }
   void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
@@ -177,6 +180,16 @@ class CpuBackend final : public DeviceBackend {
       return kernels::crossentropy_forward_backward(as<S>(dlogits), as<S>(logits), targets, rows, V,
                                                     divisor);
     });
+  }
+  void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets, int rows,
+                                int cols, int valid, int v_begin) override {
+    kernels::crossentropy_slice_stats(stats, logits, targets, rows, cols, valid, v_begin);
+  }
+  void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                               const int32_t* targets, int rows, int cols, int valid, int v_begin,
+                               size_t divisor) override {
+    kernels::crossentropy_slice_grad(dlogits, logits, ms, targets, rows, cols, valid, v_begin,
+                                     divisor);
   }
   void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) override {
     kernels::with_storage(dt, [&](auto tag) {

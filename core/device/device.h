@@ -119,13 +119,19 @@ class DeviceBackend {
   // throw (the loss turns NaN, which all_finite and the loss checks see).
   //
   // out[B,T,C] = wte[tokens[b,t]] + wpe[t]   (wte [V,C], wpe [>=T,C])
+  // A vocabulary slice (tensor parallelism): wte holds the rows of ids [v_begin, v_begin +
+  // v_count) only, and other ids add nothing; the whole vocabulary is (0, V). wpe may be null
+  // (no position embedding).
   virtual void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                                 const void* wpe, int B, int T, int C, int V) = 0;
+                                 const void* wpe, int B, int T, int C, int V, int v_begin,
+                                 int v_count) = 0;
   // dwte[v] += sum over positions holding v of dout[b,t]; dwpe[t] += sum_b dout[b,t]. Each sum
   // starts from the stored value, adds in ascending position in fp32, rounds once (the same
-  // bits on every backend). Either gradient may be null (skipped).
+  // bits on every backend). Either gradient may be null (skipped). A vocabulary slice as in
+  // forward: dwte holds its rows only.
   virtual void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout,
-                                  const int32_t* tokens, int B, int T, int C, int V) = 0;
+                                  const int32_t* tokens, int B, int T, int C, int V, int v_begin,
+                                  int v_count) = 0;
   // nn.LayerNorm(cols, eps) per row of in[rows,cols]: writes out (may alias in) and the row
   // statistics mean[rows], rstd[rows] (fp32 whatever dt) that backward reads.
   virtual void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
@@ -164,6 +170,17 @@ class DeviceBackend {
   virtual double crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
                                                const int32_t* targets, int rows, int V,
                                                size_t divisor) = 0;
+  // Vocabulary-parallel cross-entropy (fp32; kernels/transformer.h): one rank's slice of the
+  // logits [rows, cols], ids [v_begin, v_begin + valid) in its first `valid` columns, the rest
+  // padding. stats [rows, 3]: the slice's max, its sum of exp(logit - max), the target's logit
+  // where the slice holds it (else 0). Then, from each row's merged max and sum ms [rows, 2]
+  // (kernels::crossentropy_merge over every rank's stats): dlogits = (softmax - onehot) /
+  // divisor, 0 in the padding and for target -1 (may alias logits).
+  virtual void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets,
+                                        int rows, int cols, int valid, int v_begin) = 0;
+  virtual void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                                       const int32_t* targets, int rows, int cols, int valid,
+                                       int v_begin, size_t divisor) = 0;
   // out[n] = a[n] + b[n] (may alias a or b). Its backward is the identity into both inputs
   // (add() or layernorm_backward's accumulate adds the gradients).
   virtual void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) = 0;

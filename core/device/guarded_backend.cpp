@@ -137,14 +137,15 @@ class GuardedBackend final : public DeviceBackend {
     return cpu_->mse_forward_backward(dpred, pred, target, n, divisor);
   }
   void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                         const void* wpe, int B, int T, int C, int V) override {
+                         const void* wpe, int B, int T, int C, int V, int v_begin,
+                         int v_count) override {
     Open o(*guard_);
-    cpu_->embedding_forward(dt, out, tokens, wte, wpe, B, T, C, V);
+    cpu_->embedding_forward(dt, out, tokens, wte, wpe, B, T, C, V, v_begin, v_count);
   }
   void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                          int B, int T, int C, int V) override {
+                          int B, int T, int C, int V, int v_begin, int v_count) override {
     Open o(*guard_);
-    cpu_->embedding_backward(dt, dwte, dwpe, dout, tokens, B, T, C, V);
+    cpu_->embedding_backward(dt, dwte, dwpe, dout, tokens, B, T, C, V, v_begin, v_count);
   }
   void layernorm_forward(DType dt, void* out, float* mean, float* rstd, const void* in,
                          const void* weight, const void* bias, int rows, int cols,
@@ -185,6 +186,18 @@ class GuardedBackend final : public DeviceBackend {
                                        size_t divisor) override {
     Open o(*guard_);
     return cpu_->crossentropy_forward_backward(dt, dlogits, logits, targets, rows, V, divisor);
+  }
+  void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets, int rows,
+                                int cols, int valid, int v_begin) override {
+    Open o(*guard_);
+    cpu_->crossentropy_slice_stats(stats, logits, targets, rows, cols, valid, v_begin);
+  }
+  void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                               const int32_t* targets, int rows, int cols, int valid, int v_begin,
+                               size_t divisor) override {
+    Open o(*guard_);
+    cpu_->crossentropy_slice_grad(dlogits, logits, ms, targets, rows, cols, valid, v_begin,
+                                  divisor);
   }
   void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) override {
     Open o(*guard_);

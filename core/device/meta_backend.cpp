@@ -106,9 +106,9 @@ class MetaBackend final : public DeviceBackend {
   double mse_forward_backward(float*, const float*, const float*, size_t, size_t) override {
     return 0;
   }
-  void embedding_forward(DType, void*, const int32_t*, const void*, const void*, int, int, int,
-                         int) override {}
-  void embedding_backward(DType, void*, void*, const void*, const int32_t*, int, int, int,
+  void embedding_forward(DType, void*, const int32_t*, const void*, const void*, int, int, int, int,
+                         int, int) override {}
+  void embedding_backward(DType, void*, void*, const void*, const int32_t*, int, int, int, int, int,
                           int) override {}
   void layernorm_forward(DType, void*, float*, float*, const void*, const void*, const void*, int,
                          int, double) override {}
@@ -134,6 +134,10 @@ class MetaBackend final : public DeviceBackend {
                                        size_t) override {
     return 0;
   }
+  void crossentropy_slice_stats(float*, const float*, const int32_t*, int, int, int, int) override {
+  }
+  void crossentropy_slice_grad(float*, const float*, const float*, const int32_t*, int, int, int,
+                               int, size_t) override {}
   void residual_forward(DType, void*, const void*, const void*, size_t) override {}
   void adamw_step(float*, const float*, float*, float*, size_t, const kernels::AdamWParams&,
                   int64_t) override {}

@@ -1,6 +1,7 @@
 // The layer table (model.h) and the model family registry (model_family.h).
 #include "core/model/model.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/config.h"
@@ -51,11 +52,16 @@ ModelLayout::ModelLayout(ModelSpec spec, TensorSlice slice)
 }
 
 ParamInfo ModelLayout::sliced(std::string name, std::vector<int64_t> shape, int split_dim,
-                              int split_parts, size_t offset, size_t full_offset) const {
+                              int split_parts, bool pad, size_t offset, size_t full_offset) const {
   ParamInfo p;
   p.name = std::move(name);
   p.full_shape = shape;
   if (slice_.size > 1 && split_dim >= 0) {
+    if (pad && split_parts == 1 && split_dim < static_cast<int>(shape.size())) {
+      const int64_t T = slice_.size;
+      p.split_pad = (T - shape[split_dim] % T) % T;
+      shape[split_dim] += p.split_pad;
+    }
     if (split_dim >= static_cast<int>(shape.size()) || split_parts < 1 ||
         shape[split_dim] % (static_cast<int64_t>(slice_.size) * split_parts) != 0)
       throw std::logic_error("ModelLayout: " + p.name + " cannot be cut into " +
@@ -75,7 +81,7 @@ ParamInfo ModelLayout::sliced(std::string name, std::vector<int64_t> shape, int 
 
 void for_each_slice_run(const ModelLayout& slice,
                         const std::function<void(size_t, size_t, size_t)>& fn) {
-  const int T = slice.slice().size, r = slice.slice().rank;
+  const int r = slice.slice().rank;
   for (const auto* list : {&slice.params(), &slice.buffers()})
     for (const ParamInfo& p : *list) {
       if (p.split_dim < 0) {
@@ -86,10 +92,17 @@ void for_each_slice_run(const ModelLayout& slice,
       for (int d = 0; d < p.split_dim; ++d) outer *= static_cast<size_t>(p.shape[d]);
       for (size_t d = p.split_dim + 1; d < p.shape.size(); ++d)
         inner *= static_cast<size_t>(p.shape[d]);
-      // This slice's run of one part: its share of the split dimension.
-      const size_t run = static_cast<size_t>(p.shape[p.split_dim] / p.split_parts) * inner;
+      // This slice's run of one part: its share of the split dimension, less
+      // any padding (a padded part's last slices hold fewer real entries).
+      const int64_t rows = p.shape[p.split_dim] / p.split_parts;
+      const int64_t full_rows = p.full_shape[p.split_dim] / p.split_parts, begin = r * rows;
+      const int64_t real = std::clamp<int64_t>(full_rows - begin, 0, rows);
+      if (real == 0) continue;
       for (size_t o = 0; o < outer; ++o)
-        fn(p.offset + o * run, p.full_offset + o * run * T + static_cast<size_t>(r) * run, run);
+        fn(p.offset + o * static_cast<size_t>(rows) * inner,
+           p.full_offset +
+               (o * static_cast<size_t>(full_rows) + static_cast<size_t>(begin)) * inner,
+           static_cast<size_t>(real) * inner);
     }
 }
 
@@ -118,9 +131,9 @@ void ModelLayout::begin_layer(std::string name, std::string kind) {
 }
 
 void ModelLayout::add_param(std::string name, std::vector<int64_t> shape, int tied_to,
-                            int split_dim, int split_parts) {
+                            int split_dim, int split_parts, bool pad) {
   ParamInfo p =
-      sliced(std::move(name), std::move(shape), split_dim, split_parts, total_, full_total_);
+      sliced(std::move(name), std::move(shape), split_dim, split_parts, pad, total_, full_total_);
   p.layer = num_layers() - 1;
   p.tied_to = tied_to;
   ++layers_.back().param_count;
@@ -146,8 +159,8 @@ void ModelLayout::begin_layer_buffers(int layer) {
 
 void ModelLayout::add_buffer(std::string name, std::vector<int64_t> shape, bool int64,
                              int split_dim) {
-  ParamInfo b =
-      sliced(std::move(name), std::move(shape), split_dim, 1, state_total_, full_state_total_);
+  ParamInfo b = sliced(std::move(name), std::move(shape), split_dim, 1, false, state_total_,
+                       full_state_total_);
   b.layer = static_cast<int>(first_buffer_.size()) - 1;
   b.int64 = int64;
   state_total_ += b.numel;

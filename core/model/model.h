@@ -62,6 +62,11 @@ struct ParamInfo {
   // T slices (gpt's c_attn: q, k and v, each split by heads): slice r holds
   // the r-th slice of every part, in part order.
   int split_parts = 1;
+  // The split dimension padded by this many entries to a multiple of T before
+  // the cut (gpt's vocabulary, as Megatron pads it): the last slices hold the
+  // padding, zeros no run of for_each_slice_run reaches, so they are never
+  // read from a full vector, exported or checkpointed.
+  int64_t split_pad = 0;
   std::vector<int64_t> full_shape{};
   size_t full_offset = 0;
 };
@@ -148,9 +153,10 @@ class ModelLayout {
   void begin_layer(std::string name, std::string kind);
   // shape is the full tensor's; under tensor parallelism dimension split_dim
   // (if >= 0) is cut into slice().size equal parts (it must divide: the family
-  // checks its settings in resolve()).
+  // checks its settings in resolve()), or with `pad` first padded to a
+  // multiple of them (ParamInfo::split_pad).
   void add_param(std::string name, std::vector<int64_t> shape, int tied_to = -1, int split_dim = -1,
-                 int split_parts = 1);
+                 int split_parts = 1, bool pad = false);
   void end_params();  // after the last layer's parameters: buffers follow
   void begin_layer_buffers(int layer);
   void add_buffer(std::string name, std::vector<int64_t> shape, bool int64 = false,
@@ -161,7 +167,7 @@ class ModelLayout {
 
  private:
   ParamInfo sliced(std::string name, std::vector<int64_t> shape, int split_dim, int split_parts,
-                   size_t offset, size_t full_offset) const;
+                   bool pad, size_t offset, size_t full_offset) const;
   ModelSpec spec_;
   TensorSlice slice_;
   const ModelFamily* family_ = nullptr;
@@ -181,7 +187,8 @@ class ModelLayout {
 // contiguous values: fn(at, full_at, n) says that n values at `at` of the
 // slice's flat vector are the full flat vector's values at `full_at`. A
 // replicated tensor is one run; a tensor split on dimension d of [a0, .., ak]
-// is one run per index of the dimensions before d (and per part of d).
+// is one run per index of the dimensions before d (and per part of d). A
+// padded tensor's padding (ParamInfo::split_pad) is in no run: a gap.
 void for_each_slice_run(const ModelLayout& slice,
                         const std::function<void(size_t at, size_t full_at, size_t n)>& fn);
 

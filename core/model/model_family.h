@@ -48,10 +48,13 @@ class ModelFamily {
   // The loss of output [rows, act_numel(L)] (dt) against targets [rows,
   // target_numel()] (device), summed over the rows and divided by
   // divisor_rows × (values per row): rows of the mean the step computes.
-  // Writes the gradient (dt, times mp's loss scale) into dout.
+  // Writes the gradient (dt, times mp's loss scale) into dout. Under tensor
+  // parallelism (m a slice, tp its group) the output may be this rank's slice
+  // of it (gpt: its vocabulary's logits), and the loss a collective over tp;
+  // micro-batch mb (-1: none) names its spans.
   virtual double loss(Allocator& alloc, const MixedPrecision& mp, const ModelLayout& m, void* dout,
-                      const void* output, const void* targets, int rows,
-                      int divisor_rows) const = 0;
+                      const void* output, const void* targets, int rows, int divisor_rows, Comm* tp,
+                      int mb) const = 0;
   // Host bytes the dataset holds for a run (the memory preflight's shared part).
   virtual int64_t data_bytes(const ModelLayout& m, const RunConfig& cfg) const = 0;
   // Tensor parallelism over `tp` ranks (a mesh's tp axis, named `given` in

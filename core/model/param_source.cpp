@@ -44,17 +44,26 @@ size_t SlicedParams::size() const {
 
 void SlicedParams::read(float* dst, size_t from, size_t n) const {
   check_range(from, n, size());
-  if (n == 0) return;
-  // The run holding `from`, then each run after it until n values are read.
+  // The run holding `from` (or the last before it), then on in order; what no
+  // run covers (a padded vocabulary's padding) reads as zero.
   auto it = std::upper_bound(runs_.begin(), runs_.end(), from,
                              [](size_t v, const Run& r) { return v < r.at; });
-  if (it == runs_.begin()) throw std::logic_error("SlicedParams: a gap in the runs");
-  for (--it; n > 0; ++it) {
-    const size_t skip = from - it->at, take = std::min(n, it->n - skip);
-    full_.read(dst, it->full_at + skip, take);
+  if (it != runs_.begin()) --it;
+  const size_t end = from + n;
+  while (from < end) {
+    if (it != runs_.end() && from >= it->at + it->n) {
+      ++it;
+      continue;
+    }
+    const size_t take = it == runs_.end() || from < it->at
+                            ? std::min(end, it == runs_.end() ? end : it->at) - from
+                            : std::min(end - from, it->n - (from - it->at));
+    if (it == runs_.end() || from < it->at)
+      std::fill_n(dst, take, 0.0f);
+    else
+      full_.read(dst, it->full_at + (from - it->at), take);
     dst += take;
     from += take;
-    n -= take;
   }
 }
 

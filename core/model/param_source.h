@@ -58,7 +58,8 @@ class MetaParams final : public ParamSource {
 
 // One tp rank's part of a full state vector (tensor parallelism): the state
 // vector of a sliced layout (ModelLayout(spec, TensorSlice)), each value read
-// from where for_each_slice_run puts it in `full`. A meta source stays one.
+// from where for_each_slice_run puts it in `full`, the padding of a padded
+// tensor as zeros. A meta source stays one.
 class SlicedParams final : public ParamSource {
  public:
   SlicedParams(const ParamSource& full, const ModelLayout& slice);

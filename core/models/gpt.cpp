@@ -25,9 +25,22 @@
 // likewise: c_fc column-parallel (4C/T features), GELU on the slice, c_proj
 // row-parallel with one all-reduce. In backward the gradients of ln_1's and
 // ln_2's outputs, which fed every head and feature, are all-reduced (f): two
-// all-reduces of b·s·h per block forward and two backward. LayerNorms, the
-// row layers' biases (added by tp rank 0), the embeddings and the tied
-// lm_head stay whole on every tp rank (the vocabulary is not split yet).
+// all-reduces of b·s·h per block forward and two backward. LayerNorms and the
+// row layers' biases (added by tp rank 0) stay whole on every tp rank.
+//
+// The vocabulary is split too (Megatron's vocabulary parallelism): V is
+// padded to a multiple of the tp ranks (the default corpus's 719 characters
+// are prime) and each rank holds a contiguous slice of wte's rows, the same
+// slice of the tied lm_head. The embedding looks up only the ids in its slice
+// (the others add nothing), tp rank 0 adds wpe, and an all-reduce sums the
+// slices (g; under sequence parallelism a reduce-scatter). lm_head is
+// column-parallel: each rank computes the logits of its slice only, never
+// the whole [rows, T, V]; the cross-entropy then all-gathers each row's max,
+// sum of exponentials and target logit per slice (3 floats a token) and
+// merges them, and ln_f's input gradient is all-reduced (f). The padding's
+// rows stay zero: their logits are left out of the loss, their gradient is
+// zero, and exports and checkpoints never see them.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -40,6 +53,7 @@
 #include "core/model/precision.h"
 #include "core/model/text_data.h"
 #include "core/rng.h"
+#include "kernels/transformer.h"
 
 namespace shardlab {
 namespace {
@@ -273,6 +287,21 @@ class Tp {
   int layer_;
 };
 
+// The vocabulary ids this rank's rows of wte and lm_head stand for: `rows`
+// rows from id `begin`, of which the first `count` are real (the rest is the
+// padding of the last slices; count can be 0). The whole vocabulary without
+// tensor parallelism.
+struct VocabRows {
+  int begin = 0, rows = 0, count = 0;
+};
+VocabRows vocab_rows(const ModelLayout& m) {
+  VocabRows v;
+  v.rows = static_cast<int>(m.params()[0].shape[0]);  // transformer.wte.weight
+  v.begin = m.slice().rank * v.rows;
+  v.count = std::clamp(m.spec().vocab - v.begin, 0, v.rows);
+  return v;
+}
+
 // Indices into a block's parameters (table order, nanoGPT's state_dict order).
 enum BlockParam {
   ln_1_w,
@@ -389,7 +418,9 @@ class Gpt final : public ModelFamily {
       throw std::logic_error("gpt layout needs seq and vocab (resolve_model)");
     const int64_t C = s.dim, T = s.seq, V = s.vocab;
     m.begin_layer("transformer.wte+wpe", "embedding");
-    m.add_param("transformer.wte.weight", {V, C});
+    // Under tensor parallelism each rank holds a slice of the vocabulary, padded
+    // to a multiple of the ranks (see the top).
+    m.add_param("transformer.wte.weight", {V, C}, -1, 0, 1, /*pad=*/true);
     m.add_param("transformer.wpe.weight", {T, C});
     for (int i = 0; i < s.layers; ++i) {
       const std::string h = "transformer.h." + std::to_string(i);
@@ -412,7 +443,7 @@ class Gpt final : public ModelFamily {
     m.begin_layer("lm_head", "head");
     m.add_param("transformer.ln_f.weight", {C});
     m.add_param("transformer.ln_f.bias", {C});
-    m.add_param("lm_head.weight", {V, C}, /*tied_to=*/0);  // transformer.wte.weight
+    m.add_param("lm_head.weight", {V, C}, /*tied_to=*/0, 0, 1, /*pad=*/true);  // transformer.wte
     m.end_params();
     m.end_buffers();
     // Between layers [T, C] per sequence; under sequence parallelism each tp
@@ -420,7 +451,7 @@ class Gpt final : public ModelFamily {
     const int64_t Tl = m.tensor_parallel() && s.sequence_parallel ? T / m.slice().size : T;
     std::vector<std::vector<int64_t>> acts{{T}};
     for (int i = 0; i <= s.layers; ++i) acts.push_back({Tl, C});
-    acts.push_back({T, V});
+    acts.push_back({T, vocab_rows(m).rows});  // the logits of this rank's slice of the vocabulary
     m.set_activations(std::move(acts), true, static_cast<size_t>(T));
   }
 
@@ -471,14 +502,15 @@ class Gpt final : public ModelFamily {
     };
     if (l == 0) {  // token and position embeddings
       Tensor& out = act("output", {c.rows, Tl, C}, c.dt);
-      Tensor all;  // sequence parallelism: every token's, of which this rank keeps its own
-      if (tp.sp())
-        all =
-            c.alloc.alloc(c.name(l, "embedding.all"), MemCategory::temporary, {c.rows, T, C}, c.dt);
-      dev.embedding_forward(c.dt, tp.sp() ? all.raw() : out.raw(), static_cast<const int32_t*>(x),
-                            params[0], params[1], c.rows, T, C, V);
-      if (tp.sp())
-        dev.copy(out.raw(), tp.own(all.raw(), R, C), out.bytes(), CopyKind::device_to_device);
+      // Under tensor parallelism each rank adds the rows of its vocabulary
+      // slice, tp rank 0 the positions, and g sums them (under sequence
+      // parallelism into each rank's own tokens).
+      const VocabRows v = vocab_rows(m);
+      Tensor all;
+      void* y = tp.partial(out.raw(), all, "embedding.partial", R, C);
+      dev.embedding_forward(c.dt, y, static_cast<const int32_t*>(x), params[0], tp.bias(params[1]),
+                            c.rows, T, C, V, v.begin, v.rows);
+      tp.g(y, out.raw(), R, C);
       keep.out = 0;
       return;
     }
@@ -491,8 +523,10 @@ class Gpt final : public ModelFamily {
       // Sequence parallelism: lm_head reads every token (kept for its backward).
       Tensor all;
       const void* ln_in = tp.gather(ln.raw(), all, "ln_f.all", R, C, MemCategory::activations);
-      Tensor& logits = act("logits", {c.rows, T, V}, c.dt);
-      linear(c, logits.raw(), ln_in, params[2], nullptr, R, C, V);
+      // Column-parallel over the vocabulary: the logits of this rank's slice.
+      const int Vl = vocab_rows(m).rows;
+      Tensor& logits = act("logits", {c.rows, T, Vl}, c.dt);
+      linear(c, logits.raw(), ln_in, params[2], nullptr, R, C, Vl);
       keep.out = k_logits;
       if (tp.sp()) keep.t.push_back(std::move(all));  // k_lnf_all
       return;
@@ -574,24 +608,29 @@ class Gpt final : public ModelFamily {
     };
     auto kept = [&](int i) { return keep.t[static_cast<size_t>(i)].raw(); };
     if (l == 0) {
-      // Sequence parallelism: the gradient of every token (each rank's own, gathered).
+      // g's backward is the identity: every tp rank has the gradient of every
+      // token (sequence parallelism: each rank's own, gathered), adds it into
+      // its slice's rows of wte and into the whole wpe (the same on every rank).
+      const VocabRows v = vocab_rows(m);
       Tensor all;
       dev.embedding_backward(c.dt, grads[0], grads[1], tp.gather(g, all, "output.grad.all", R, C),
-                             static_cast<const int32_t*>(x), c.rows, T, C, V);
+                             static_cast<const int32_t*>(x), c.rows, T, C, V, v.begin, v.rows);
       return;
     }
     if (l == m.num_layers() - 1) {
+      const int Vl = vocab_rows(m).rows;
       Tensor dln = temp("ln_f.grad", {c.rows, T, C}, c.dt);
       linear_backward(c, dln.raw(), grads[2], nullptr, g, tp.sp() ? kept(k_lnf_all) : kept(k_lnf),
-                      params[2], R, C, V);
+                      params[2], R, C, Vl);
+      // Each rank's vocabulary slice gave its share of ln_f's output gradient:
+      // f sums them (under sequence parallelism into each rank's own tokens).
+      Tensor shard;
+      void* dl = tp.f_backward(dln.raw(), shard, "ln_f.grad.own", R, C);
       Tensor scratch;
       if (!din) scratch = temp("ln_f.grad_input", {Rl, C}, c.dt);
-      // Every rank has every token's gradient (the logits are whole): its own
-      // tokens' go through its ln_f.
       Tp::LnGrads ln(tp, grads[0], grads[1], C);
-      dev.layernorm_backward(c.dt, din ? din : scratch.raw(), ln.dw(), ln.db(),
-                             tp.own(dln.raw(), R, C), x, f32(kept(k_meanf)), f32(kept(k_rstdf)),
-                             params[0], Rl, C, false);
+      dev.layernorm_backward(c.dt, din ? din : scratch.raw(), ln.dw(), ln.db(), dl, x,
+                             f32(kept(k_meanf)), f32(kept(k_rstdf)), params[0], Rl, C, false);
       ln.finish();
       return;
     }
@@ -671,20 +710,68 @@ class Gpt final : public ModelFamily {
 
   // F.cross_entropy over every position: Σ (logsumexp − logit[target]) / (divisor_rows · T).
   double loss(Allocator& alloc, const MixedPrecision& mp, const ModelLayout& m, void* dout,
-              const void* output, const void* targets, int rows, int divisor_rows) const override {
-    const int T = m.spec().seq, V = m.spec().vocab;
-    const size_t n = static_cast<size_t>(rows) * T * V;
+              const void* output, const void* targets, int rows, int divisor_rows, Comm* tp,
+              int mb) const override {
+    const int T = m.spec().seq, N = rows * T;
+    const VocabRows v = vocab_rows(m);
+    const size_t n = static_cast<size_t>(N) * v.rows;
     AsF32 logits(alloc, "loss.logits[fp32]", output, mp.dtype(), n);
     AsF32 d = AsF32::scratch(alloc, "loss.grad[fp32]", dout, mp.dtype(), n);
     DeviceBackend& dev = alloc.backend();
-    const double value = dev.crossentropy_forward_backward(
-        DType::f32, d.get(), logits.get(), static_cast<const int32_t*>(targets), rows * T, V,
-        static_cast<size_t>(divisor_rows) * T);
+    const auto* ids = static_cast<const int32_t*>(targets);
+    const size_t divisor = static_cast<size_t>(divisor_rows) * T;
+    const double value =
+        tp && m.tensor_parallel()
+            ? vocab_parallel_loss(alloc, *tp, m, d.get(), logits.get(), ids, N, divisor, mb)
+            : dev.crossentropy_forward_backward(DType::f32, d.get(), logits.get(), ids, N, v.rows,
+                                                divisor);
     // fp16: the gradient is scaled before it is rounded to 2 bytes (precision.h).
     if (mp.scaler().scale() != 1.0f) dev.scale(d.get(), n, mp.scaler().scale());
     d.store(dout);
     return value;
   }
+  // Megatron's vocabulary-parallel cross-entropy: each rank's slice of every
+  // row gives its max, its sum of exp(logit − max) and the target's logit if
+  // it holds the target (kernels/transformer.h); one all-gather of those 3
+  // floats a token gives every rank every slice's, and each merges them, in
+  // rank order, into the row's max and sum over the whole vocabulary: the loss
+  // (the same on every rank) and the softmax of its own slice, its gradient.
+  static double vocab_parallel_loss(Allocator& alloc, Comm& tp, const ModelLayout& m, float* d,
+                                    const float* logits, const int32_t* targets, int N,
+                                    size_t divisor, int mb) {
+    DeviceBackend& dev = alloc.backend();
+    const VocabRows v = vocab_rows(m);
+    const int P = tp.world();
+    const CommMeta meta{m.num_layers() - 1, mb};
+    Tensor stats = alloc.alloc("loss.slice_stats", MemCategory::temporary, {N, 3});
+    Tensor all = alloc.alloc("loss.slice_stats.all", MemCategory::temporary, {P, N, 3});
+    dev.crossentropy_slice_stats(f32(stats.raw()), logits, targets, N, v.rows, v.count, v.begin);
+    tp.all_gather(stats.raw(), all.raw(),
+                  std::vector<size_t>(static_cast<size_t>(P), static_cast<size_t>(N) * 3),
+                  DType::f32, meta);
+    stats.reset();
+    // The merge runs on the host (a few floats a token), its buffers noted
+    // with the allocator so the memory panel counts them.
+    const size_t host_bytes = all.bytes() + static_cast<size_t>(N) * (2 * 4 + 4);
+    alloc.note_outside(static_cast<int64_t>(host_bytes));
+    std::vector<float> host(static_cast<size_t>(P) * N * 3), ms(static_cast<size_t>(N) * 2);
+    std::vector<int32_t> ids(static_cast<size_t>(N));
+    double value = 0;
+    if (dev.holds_values()) {
+      dev.copy(host.data(), all.raw(), all.bytes(), CopyKind::device_to_host);
+      dev.copy(ids.data(), targets, ids.size() * sizeof(int32_t), CopyKind::device_to_host);
+      value = kernels::crossentropy_merge(ms.data(), host.data(), ids.data(), N, P, divisor);
+    }
+    all.reset();
+    Tensor merged = alloc.alloc("loss.max_sum", MemCategory::temporary, {N, 2});
+    if (dev.holds_values())
+      dev.copy(merged.raw(), ms.data(), merged.bytes(), CopyKind::host_to_device);
+    alloc.note_outside(-static_cast<int64_t>(host_bytes));
+    dev.crossentropy_slice_grad(d, logits, f32(merged.raw()), targets, N, v.rows, v.count, v.begin,
+                                divisor);
+    return value;
+  }
+
   int64_t data_bytes(const ModelLayout&, const RunConfig& cfg) const override {
     return load_corpus(corpus_path(cfg))->bytes;
   }

@@ -269,9 +269,11 @@ class Mlp final : public ModelFamily {
     return std::make_unique<SyntheticDataset>(m.dim(), seed);
   }
 
-  // MSE: Σ (pred − y)² / (divisor_rows · D).
+  // MSE: Σ (pred − y)² / (divisor_rows · D). Under tensor parallelism the last
+  // layer is whole on every tp rank: each computes the same loss, alone.
   double loss(Allocator& alloc, const MixedPrecision& mp, const ModelLayout& m, void* dout,
-              const void* output, const void* targets, int rows, int divisor_rows) const override {
+              const void* output, const void* targets, int rows, int divisor_rows, Comm*,
+              int) const override {
     const size_t d = static_cast<size_t>(m.dim());
     return mp.mse_loss(alloc, dout, output, static_cast<const float*>(targets), rows * d,
                        static_cast<size_t>(divisor_rows) * d);

@@ -126,7 +126,7 @@ std::vector<double> measure_layer_costs(const RunConfig& cfg) {
     const void* out = stack.forward(x.raw(), rows, 0);
     Tensor g = alloc.alloc("probe.grad", MemCategory::temporary,
                            {rows, static_cast<int64_t>(m.act_numel(m.num_layers()))});
-    m.family().loss(alloc, fp32, m, g.raw(), out, y.raw(), rows, rows);
+    m.family().loss(alloc, fp32, m, g.raw(), out, y.raw(), rows, rows, nullptr, -1);
     stack.backward(g.raw(), 0, false);
     if (round < kWarmup) continue;
     spans.clear();
@@ -408,7 +408,8 @@ void PipelineStage::compute_loss(const void* pred, int mb) {
   Tensor dpred = env_.alloc.alloc(mb_name("loss.grad", mb), MemCategory::temporary,
                                   {rows_, static_cast<int64_t>(m.act_numel(m.num_layers()))});
   ScopedSpan span(env_.rec, Lane::compute, SpanKind::loss, -1, mb);
-  loss_ += m.family().loss(env_.alloc, fp32_, m, dpred.raw(), pred, y.raw(), rows_, env_.cfg.batch);
+  loss_ += m.family().loss(env_.alloc, fp32_, m, dpred.raw(), pred, y.raw(), rows_, env_.cfg.batch,
+                           tp_comm_, mb);
   loss_grads_[mb] = std::move(dpred);
 }
 

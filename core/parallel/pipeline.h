@@ -95,8 +95,13 @@ class PipelineStage {
   PipelineStage(RankEnv& env, const ParamSource& init);
 
   const StageTopology& topology() const { return topo_; }
-  // This stage's parameters and optimizer as a checkpoint sees them (fp32 only).
-  RankState rank_state() { return layers_->rank_state(optimizer_.get(), nullptr); }
+  // This stage's parameters and optimizer as a checkpoint sees them (fp32
+  // only); under tensor parallelism, in its slice's coordinates.
+  RankState rank_state() {
+    RankState st = layers_->rank_state(optimizer_.get(), nullptr);
+    st.slice = slice_.get();
+    return st;
+  }
   int micro_batches() const { return micro_batches_; }
 
   void begin_step(int step);  // zeroes the gradients of the flush

@@ -56,6 +56,30 @@ void write_atomic(const std::string& path, const std::string& text, const std::s
   if (!write_file_atomic(path, text, &error, true, what)) throw RunError(error);
 }
 
+// Where a range of a rank's values lies in the full model: pieces of `n`
+// values from `at` within the range, at `full_at` in the full flat vector.
+// Without tensor parallelism one piece; a slice's range is cut where
+// for_each_slice_run cuts it (a padded vocabulary's padding is in none).
+struct Piece {
+  size_t at, full_at, n;
+};
+std::vector<Piece> full_pieces(const ModelLayout* slice, size_t offset, size_t count) {
+  if (!slice) return {{0, offset, count}};
+  std::vector<Piece> out;
+  for_each_slice_run(*slice, [&](size_t at, size_t full_at, size_t n) {
+    const size_t b = std::max(at, offset), e = std::min(at + n, offset + count);
+    if (b < e) out.push_back({b - offset, full_at + (b - at), e - b});
+  });
+  std::sort(out.begin(), out.end(), [](const Piece& a, const Piece& b) { return a.at < b.at; });
+  return out;
+}
+
+json pieces_json(const std::vector<Piece>& pieces) {
+  json a = json::array();
+  for (const Piece& p : pieces) a.push_back({p.at, p.full_at, p.n});
+  return a;
+}
+
 }  // namespace
 
 void check_checkpointable(const RunConfig& cfg) {
@@ -63,11 +87,6 @@ void check_checkpointable(const RunConfig& cfg) {
     throw ConfigError(
         "--checkpoint-every and --resume on a CUDA device are not built yet (valid: --device "
         "cpu)");
-  // Pipelines side by side hold the same stage twice; a checkpoint's rank
-  // files each hold their own part of the weights.
-  if (!cfg.mesh.empty() && run_mesh(cfg).groups().size() > 1)
-    throw ConfigError("--checkpoint-every and --resume on --mesh " + cfg.mesh +
-                      " are not built yet (valid: leave --mesh out, one pipeline)");
 }
 
 std::string new_run_id() {
@@ -89,7 +108,9 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
   if (st.empty())
     throw RunError(cfg.strategy + " cannot be checkpointed (it does not describe its state)");
   std::vector<NamedTensor> tensors;
-  json offsets = json::array(), counts = json::array();
+  // Under tensor parallelism each range also says where its values lie in the
+  // full model ("runs": per range, [at, full_at, n] pieces).
+  json offsets = json::array(), counts = json::array(), runs = json::array();
   int64_t optimizer_steps = 0;
   if (!st.holds_nothing) optimizer_steps = st.optimizer->steps_taken();
   for (size_t i = 0; i < st.offset.size() && !st.holds_nothing; ++i) {
@@ -97,6 +118,7 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
     const size_t n = st.count[i];
     offsets.push_back(st.offset[i]);
     counts.push_back(n);
+    if (st.slice) runs.push_back(pieces_json(full_pieces(st.slice, st.offset[i], n)));
     NamedTensor w{"weight/" + std::to_string(i), {static_cast<int64_t>(n)}, std::vector<float>(n)};
     if (!opt.mixed()) {
       read_to_host(device, w.data.data(), *st.weight[i], st.weight_at[i], n);
@@ -123,19 +145,26 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
     tensors.push_back(std::move(b));
     buffers = {st.buffer_offset, st.buffer_count};
   }
+  json buffer_runs = json::array();
+  if (st.slice && !buffers.empty())
+    buffer_runs = pieces_json(full_pieces(st.slice, st.buffer_offset, st.buffer_count));
   const LossScaler::State sc = st.precision ? st.precision->scaler().state() : LossScaler::State{};
-  const json meta = {{"format", kFormat},
-                     {"run_id", run_id},
-                     {"rank", rank},
-                     {"world", world},
-                     {"steps_done", steps_done},
-                     {"optimizer_steps", optimizer_steps},
-                     {"scale", sc.scale},
-                     {"good_steps", sc.good_steps},
-                     {"skipped", sc.skipped},
-                     {"offsets", offsets},
-                     {"counts", counts},
-                     {"buffers", buffers}};
+  json meta = {{"format", kFormat},
+               {"run_id", run_id},
+               {"rank", rank},
+               {"world", world},
+               {"steps_done", steps_done},
+               {"optimizer_steps", optimizer_steps},
+               {"scale", sc.scale},
+               {"good_steps", sc.good_steps},
+               {"skipped", sc.skipped},
+               {"offsets", offsets},
+               {"counts", counts},
+               {"buffers", buffers}};
+  if (st.slice) {
+    meta["runs"] = runs;
+    meta["buffer_runs"] = buffer_runs;
+  }
   const std::string path =
       (fs::path(dir) / step_dir_name(steps_done) / rank_file_name(rank)).string();
   std::error_code ec;
@@ -343,6 +372,15 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
       r.exp_avg_sq.assign(total, 0.0f);
     }
     std::vector<char> covered(state, 0);
+    // Where range `i` of a rank file (`off`, `n` values) lies in the full
+    // model: its "runs" under tensor parallelism, else [off, +n) itself.
+    auto pieces_of = [](const json& meta, const json* list, size_t off, size_t n) {
+      if (!meta.contains("runs")) return std::vector<Piece>{{0, off, n}};
+      std::vector<Piece> out;
+      for (const json& p : *list)
+        out.push_back({p.at(0).get<size_t>(), p.at(1).get<size_t>(), p.at(2).get<size_t>()});
+      return out;
+    };
     for (int rank = 0; rank < world; ++rank) {
       const std::string file = m.at("ranks")[rank].get<std::string>();
       if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
@@ -372,9 +410,26 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
         if (counts.size() != offsets.size())
           throw bad(path + ": " + std::to_string(offsets.size()) + " offsets but " +
                     std::to_string(counts.size()) + " counts");
+        const bool sliced = meta.contains("runs");
+        if (sliced && meta.at("runs").size() != offsets.size())
+          throw bad(path + ": " + std::to_string(offsets.size()) + " ranges but " +
+                    std::to_string(meta.at("runs").size()) + " lists of runs");
+        // A piece of a range, where it lies in the full model: inside [lo, hi).
+        auto check_pieces = [&](const std::vector<Piece>& pieces, size_t n, size_t lo, size_t hi,
+                                const std::string& what) {
+          for (const Piece& p : pieces)
+            if (p.at > n || p.n > n - p.at || p.full_at < lo || p.full_at > hi ||
+                p.n > hi - p.full_at)
+              throw bad(path + ": " + what + " [" + std::to_string(p.full_at) + ", +" +
+                        std::to_string(p.n) + ") lies outside the model's values [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + ")");
+        };
         for (size_t i = 0; i < offsets.size(); ++i) {
           const size_t off = offsets[i].get<size_t>(), n = counts[i].get<size_t>();
-          if (off > total || n > total - off)
+          if (sliced)
+            check_pieces(pieces_of(meta, &meta.at("runs").at(i), off, n), n, 0, total,
+                         "range " + std::to_string(i));
+          else if (off > total || n > total - off)
             throw bad(path + ": range " + std::to_string(i) + " [" + std::to_string(off) + ", +" +
                       std::to_string(n) + ") lies outside the model's " + std::to_string(total) +
                       " values");
@@ -387,7 +442,10 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
         const json buffers = meta.contains("buffers") ? meta["buffers"] : json::array();
         if (!buffers.empty()) {
           const size_t off = buffers.at(0).get<size_t>(), n = buffers.at(1).get<size_t>();
-          if (off < total || off > state || n > state - off)
+          if (sliced)
+            check_pieces(pieces_of(meta, &meta.at("buffer_runs"), off, n), n, total, state,
+                         "buffers");
+          else if (off < total || off > state || n > state - off)
             throw bad(path + ": buffers [" + std::to_string(off) + ", +" + std::to_string(n) +
                       ") lie outside the model's running statistics [" + std::to_string(total) +
                       ", " + std::to_string(state) + ")");
@@ -426,37 +484,46 @@ ResumeState load_checkpoint(const std::string& dir, const ModelLayout& layout) {
       for (const NamedTensor& t : tensors) by_name[t.name] = &t;
       const json& offsets = meta.at("offsets");
       const json& counts = meta.at("counts");
-      for (size_t i = 0; i < offsets.size(); ++i) {
-        const size_t off = offsets[i].get<size_t>(), n = counts.at(i).get<size_t>();
-        auto take = [&](const std::string& name, std::vector<float>& into) {
-          const NamedTensor& t = *by_name.at(name + "/" + std::to_string(i));
-          for (size_t k = 0; k < n; ++k) {
-            const float v = t.data[k];
-            float& slot = into[off + k];
-            // A value held by two ranks (replicas) must be the same bits.
-            if (covered[off + k] && std::memcmp(&slot, &v, sizeof v) != 0)
-              throw bad(path + ": '" + name + "' at offset " + std::to_string(off + k) +
+      // A value held by two ranks (replicas, or a tensor every tp rank holds
+      // whole) must be the same bits.
+      auto take = [&](const NamedTensor& t, const std::vector<Piece>& pieces,
+                      std::vector<float>& into, const std::string& name) {
+        for (const Piece& p : pieces)
+          for (size_t k = 0; k < p.n; ++k) {
+            const float v = t.data[p.at + k];
+            float& slot = into[p.full_at + k];
+            if (covered[p.full_at + k] && std::memcmp(&slot, &v, sizeof v) != 0)
+              throw bad(path + ": '" + name + "' at offset " + std::to_string(p.full_at + k) +
                         " differs from another rank's copy");
             slot = v;
           }
+      };
+      auto cover = [&](const std::vector<Piece>& pieces) {
+        for (const Piece& p : pieces)
+          std::fill_n(covered.begin() + static_cast<std::ptrdiff_t>(p.full_at), p.n, 1);
+      };
+      for (size_t i = 0; i < offsets.size(); ++i) {
+        const size_t off = offsets[i].get<size_t>(), n = counts.at(i).get<size_t>();
+        const std::vector<Piece> pieces =
+            pieces_of(meta, meta.contains("runs") ? &meta["runs"][i] : nullptr, off, n);
+        auto tensor = [&](const std::string& name) -> const NamedTensor& {
+          return *by_name.at(name + "/" + std::to_string(i));
         };
-        take("weight", r.weights);
+        take(tensor("weight"), pieces, r.weights, "weight");
         if (adamw) {
-          take("exp_avg", r.exp_avg);
-          take("exp_avg_sq", r.exp_avg_sq);
+          take(tensor("exp_avg"), pieces, r.exp_avg, "exp_avg");
+          take(tensor("exp_avg_sq"), pieces, r.exp_avg_sq, "exp_avg_sq");
         }
-        std::fill(covered.begin() + static_cast<std::ptrdiff_t>(off),
-                  covered.begin() + static_cast<std::ptrdiff_t>(off + n), 1);
+        cover(pieces);
       }
       // BatchNorm running statistics: [offset, +count) after the parameters.
       const json buffers = meta.contains("buffers") ? meta["buffers"] : json::array();
       if (!buffers.empty()) {
         const size_t off = buffers.at(0).get<size_t>(), n = buffers.at(1).get<size_t>();
-        const NamedTensor& t = *by_name.at("buffer/0");
-        std::copy(t.data.begin(), t.data.end(),
-                  r.weights.begin() + static_cast<std::ptrdiff_t>(off));
-        std::fill(covered.begin() + static_cast<std::ptrdiff_t>(off),
-                  covered.begin() + static_cast<std::ptrdiff_t>(off + n), 1);
+        const std::vector<Piece> pieces =
+            pieces_of(meta, meta.contains("runs") ? &meta["buffer_runs"] : nullptr, off, n);
+        take(*by_name.at("buffer/0"), pieces, r.weights, "buffer");
+        cover(pieces);
       }
     }
     const auto hole = std::find(covered.begin(), covered.end(), 0);
@@ -500,8 +567,21 @@ void restore_rank_state(const RankState& st, const ResumeState& r) {
   if (!opt.has_moments()) return;
   for (size_t i = 0; i < st.offset.size(); ++i) {
     const size_t off = st.offset[i], n = st.count[i];
-    opt.load_moment(i, false, r.exp_avg.data() + off, n);
-    opt.load_moment(i, true, r.exp_avg_sq.data() + off, n);
+    if (!st.slice) {
+      opt.load_moment(i, false, r.exp_avg.data() + off, n);
+      opt.load_moment(i, true, r.exp_avg_sq.data() + off, n);
+      continue;
+    }
+    // A slice's range, gathered from where its pieces lie (padding: zeros,
+    // as it trained: its gradient is always zero).
+    for (const bool second : {false, true}) {
+      const std::vector<float>& full = second ? r.exp_avg_sq : r.exp_avg;
+      std::vector<float> mine(n, 0.0f);
+      for (const Piece& p : full_pieces(st.slice, off, n))
+        std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(p.full_at), p.n,
+                    mine.begin() + static_cast<std::ptrdiff_t>(p.at));
+      opt.load_moment(i, second, mine.data(), n);
+    }
   }
 }
 

@@ -10,6 +10,11 @@
 //   DIR/step-000050/manifest.json            written last: the checkpoint is complete
 //   DIR/latest                               "step-000050", replaced atomically
 //
+// Under tensor parallelism a rank holds slices: each of its ranges also lists
+// where its values lie in the full model ("runs" in the file's metadata), so
+// the loader assembles the full vectors from the slices as it does from
+// shards, and a resume may use another mesh or strategy.
+//
 // Every file names the run that wrote it (a run id, new for each invocation), so
 // a step assembled from two runs' files (two runs given one directory) is
 // refused on resume instead of training on a mix. Version 1 checkpoints, from

@@ -3,6 +3,7 @@
 // exponentials and the gradient; the row losses are summed in double, per
 // block in row order and then over the blocks in order, so the result is
 // deterministic.
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -104,7 +105,64 @@ void launch(void* dlogits, const void* logits, const int32_t* targets, int rows,
   SHARDLAB_CUDA_CHECK_LAUNCH("sum_partials_kernel");
 }
 
+// One rank's slice of a vocabulary-parallel cross-entropy: a block per row.
+__global__ void slice_stats_kernel(float* stats, const float* logits, const int32_t* targets,
+                                   int rows, int cols, int valid, int v_begin) {
+  __shared__ float shared[kWarps + 1];
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = logits + static_cast<size_t>(r) * cols;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < valid; c += kThreads) m = m < x[c] ? x[c] : m;
+    m = block_reduce<true>(m, shared);
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < valid; c += kThreads) sum += math_detail::exp(x[c] - m);
+    sum = block_reduce<false>(sum, shared);
+    if (threadIdx.x == 0) {
+      const int t = targets[r], local = t - v_begin;
+      stats[3 * r] = m;
+      stats[3 * r + 1] = valid > 0 ? sum : 0.0f;
+      stats[3 * r + 2] = t >= 0 && local >= 0 && local < valid ? x[local] : 0.0f;
+    }
+  }
+}
+
+__global__ void slice_grad_kernel(float* dlogits, const float* logits, const float* ms,
+                                  const int32_t* targets, int rows, int cols, int valid,
+                                  int v_begin, float scale) {
+  const size_t total = static_cast<size_t>(rows) * cols;
+  for (size_t i = detail::global_index(); i < total; i += detail::grid_stride()) {
+    const int r = static_cast<int>(i / cols), c = static_cast<int>(i % cols);
+    const int t = targets[r];
+    dlogits[i] = t == kIgnoreTarget || c >= valid
+                     ? 0.0f
+                     : crossentropy_grad(math_detail::exp(logits[i] - ms[2 * r]), ms[2 * r + 1],
+                                         c == t - v_begin, scale);
+  }
+}
+
 }  // namespace
+
+void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets, int rows,
+                              int cols, int valid, int v_begin, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int blocks = rows < kCrossEntropyBlocks ? rows : kCrossEntropyBlocks;
+  slice_stats_kernel<<<blocks, kThreads, 0, s>>>(stats, logits, targets, rows, cols, valid,
+                                                 v_begin);
+  SHARDLAB_CUDA_CHECK_LAUNCH("slice_stats_kernel");
+}
+
+void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                             const int32_t* targets, int rows, int cols, int valid, int v_begin,
+                             size_t divisor, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  if (divisor == 0)
+    throw std::invalid_argument("cuda::crossentropy_slice_grad: divisor 0 for " +
+                                std::to_string(rows) + " rows");
+  const size_t total = static_cast<size_t>(rows) * cols;
+  slice_grad_kernel<<<detail::grid_for(total), detail::kBlock, 0, s>>>(
+      dlogits, logits, ms, targets, rows, cols, valid, v_begin, 1.0f / static_cast<float>(divisor));
+  SHARDLAB_CUDA_CHECK_LAUNCH("slice_grad_kernel");
+}
 
 void crossentropy_forward_backward(DType dt, void* dlogits, const void* logits,
                                    const int32_t* targets, int rows, int V, size_t divisor,

@@ -15,9 +15,12 @@ __device__ inline float quiet_nan() {
   return __int_as_float(0x7fc00000);
 }
 
+// A vocabulary slice: wte holds ids [v_begin, v_begin + v_count); others add
+// nothing. wpe may be null.
 template <typename S>
 __global__ void embedding_forward_kernel(S* out, const int32_t* tokens, const S* wte, const S* wpe,
-                                         size_t rows, int T, int C, int V) {
+                                         size_t rows, int T, int C, int V, int v_begin,
+                                         int v_count) {
   const size_t Cs = static_cast<size_t>(C), total = rows * Cs;
   for (size_t i = detail::global_index(); i < total; i += detail::grid_stride()) {
     const size_t n = i / Cs, c = i % Cs;
@@ -26,8 +29,10 @@ __global__ void embedding_forward_kernel(S* out, const int32_t* tokens, const S*
       store(out[i], quiet_nan());  // a bad id cannot throw here: its row turns NaN
       continue;
     }
-    store(out[i], load(wte[static_cast<size_t>(id) * Cs + c]) +
-                      load(wpe[(n % static_cast<size_t>(T)) * Cs + c]));
+    const int local = id - v_begin;
+    const float e =
+        local >= 0 && local < v_count ? load(wte[static_cast<size_t>(local) * Cs + c]) : 0.0f;
+    store(out[i], e + (wpe ? load(wpe[(n % static_cast<size_t>(T)) * Cs + c]) : 0.0f));
   }
 }
 
@@ -41,14 +46,14 @@ constexpr int kIdTile = 1024, kBlockIds = 256;
 
 template <bool kFill>
 __global__ void id_positions_kernel(int32_t* counts, const int32_t* offsets, int32_t* positions,
-                                    const int32_t* tokens, int rows, int V) {
+                                    const int32_t* tokens, int rows, int V, int v_begin) {
   __shared__ int32_t ids[kIdTile];
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
   int32_t k = 0;
   int32_t* out = kFill && v < V ? positions + offsets[v] : nullptr;
   for (int n0 = 0; n0 < rows; n0 += kIdTile) {  // bound uniform over the block
     for (int i = threadIdx.x; i < kIdTile && n0 + i < rows; i += blockDim.x)
-      ids[i] = tokens[n0 + i];
+      ids[i] = tokens[n0 + i] - v_begin;  // the slice's row; others match no v
     __syncthreads();
     const int m = rows - n0 < kIdTile ? rows - n0 : kIdTile;
     if (v < V)
@@ -117,31 +122,32 @@ __global__ void embedding_wpe_grad_kernel(S* dwpe, const S* dout, int B, int T, 
 
 template <typename S>
 void launch_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
-                    int T, int C, int V, cudaStream_t s) {
+                    int T, int C, int V, int v_begin, int v_count, cudaStream_t s) {
   const size_t rows = static_cast<size_t>(B) * T, total = rows * static_cast<size_t>(C);
   embedding_forward_kernel<S><<<detail::grid_for(total), detail::kBlock, 0, s>>>(
       static_cast<S*>(out), tokens, static_cast<const S*>(wte), static_cast<const S*>(wpe), rows, T,
-      C, V);
+      C, V, v_begin, v_count);
   SHARDLAB_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
+// dwte over the slice's v_count rows (V below is the slice's row count).
 template <typename S>
 void launch_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B, int T,
-                     int C, int V, int32_t* work, cudaStream_t s) {
+                     int C, int v_begin, int V, int32_t* work, cudaStream_t s) {
   const size_t rows = static_cast<size_t>(B) * T;
-  if (dwte) {
+  if (dwte && V > 0) {
     int32_t* counts = work;
     int32_t* offsets = work + V;
     int32_t* positions = work + 2 * static_cast<size_t>(V) + 1;
     const int n = static_cast<int>(rows);
     const unsigned id_blocks = static_cast<unsigned>((V + kBlockIds - 1) / kBlockIds);
     id_positions_kernel<false>
-        <<<id_blocks, kBlockIds, 0, s>>>(counts, nullptr, nullptr, tokens, n, V);
+        <<<id_blocks, kBlockIds, 0, s>>>(counts, nullptr, nullptr, tokens, n, V, v_begin);
     SHARDLAB_CUDA_CHECK_LAUNCH("id_positions_kernel (count)");
     id_offsets_kernel<<<1, 1024, 0, s>>>(offsets, counts, V);
     SHARDLAB_CUDA_CHECK_LAUNCH("id_offsets_kernel");
     id_positions_kernel<true>
-        <<<id_blocks, kBlockIds, 0, s>>>(nullptr, offsets, positions, tokens, n, V);
+        <<<id_blocks, kBlockIds, 0, s>>>(nullptr, offsets, positions, tokens, n, V, v_begin);
     SHARDLAB_CUDA_CHECK_LAUNCH("id_positions_kernel (fill)");
     const unsigned gx = static_cast<unsigned>((C + detail::kBlock - 1) / detail::kBlock);
     const unsigned gy = static_cast<unsigned>(V < 65535 ? V : 65535);
@@ -160,17 +166,19 @@ void launch_backward(void* dwte, void* dwpe, const void* dout, const int32_t* to
 }  // namespace
 
 void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                       int B, int T, int C, int V, cudaStream_t s) {
+                       int B, int T, int C, int V, int v_begin, int v_count, cudaStream_t s) {
   if (B <= 0 || T <= 0 || C <= 0) return;
-  with_storage(
-      dt, [&](auto tag) { launch_forward<decltype(tag)>(out, tokens, wte, wpe, B, T, C, V, s); });
+  with_storage(dt, [&](auto tag) {
+    launch_forward<decltype(tag)>(out, tokens, wte, wpe, B, T, C, V, v_begin, v_count, s);
+  });
 }
 
 void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                        int B, int T, int C, int V, int32_t* work, cudaStream_t s) {
+                        int B, int T, int C, int V, int v_begin, int v_count, int32_t* work,
+                        cudaStream_t s) {
   if (B <= 0 || T <= 0 || C <= 0 || V <= 0) return;
   with_storage(dt, [&](auto tag) {
-    launch_backward<decltype(tag)>(dwte, dwpe, dout, tokens, B, T, C, V, work, s);
+    launch_backward<decltype(tag)>(dwte, dwpe, dout, tokens, B, T, C, v_begin, v_count, work, s);
   });
 }
 

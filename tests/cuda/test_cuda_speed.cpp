@@ -220,11 +220,12 @@ TEST_CASE("cuda embedding backward lists each id's positions and adds them in th
     const auto dwpe0 = rounded(*cpu, dt, randn(static_cast<size_t>(T) * C, 14, 0.01f));
     // The CPU on its own memory, in dt.
     Buf cdo(*cpu, dt, dout), cdw(*cpu, dt, dwte0), cdp(*cpu, dt, dwpe0);
-    cpu->embedding_backward(dt, cdw.p, cdp.p, cdo.p, ids.data(), B, T, C, V);
+    cpu->embedding_backward(dt, cdw.p, cdp.p, cdo.p, ids.data(), B, T, C, V, 0, V);
     Buf gdo(*gpu, dt, dout), gdw(*gpu, dt, dwte0), gdp(*gpu, dt, dwpe0);
     void* gids = gpu->raw_alloc(ids.size() * 4);
     gpu->copy(gids, ids.data(), ids.size() * 4, CopyKind::host_to_device);
-    gpu->embedding_backward(dt, gdw.p, gdp.p, gdo.p, static_cast<const int32_t*>(gids), B, T, C, V);
+    gpu->embedding_backward(dt, gdw.p, gdp.p, gdo.p, static_cast<const int32_t*>(gids), B, T, C, V,
+                            0, V);
     CHECK(gdw.get() == cdw.get());
     CHECK(gdp.get() == cdp.get());
     gpu->raw_free(gids, ids.size() * 4);

@@ -65,7 +65,7 @@ TEST_CASE("cuda GPT ops turn a bad id's row into NaN", "[cuda][transformer]") {
   void* wte = d.put(std::vector<float>(4 * 2, 1.0f));
   void* wpe = d.put(std::vector<float>(2 * 2, 1.0f));
   void* out = d.alloc(2 * 2 * 4);
-  gpu->embedding_forward(DType::f32, out, d.put_ids({1, 4}), wte, wpe, 1, 2, 2, 4);
+  gpu->embedding_forward(DType::f32, out, d.put_ids({1, 4}), wte, wpe, 1, 2, 2, 4, 0, 4);
   const auto o = d.get(out, 4);
   CHECK(o[0] == 2.0f);
   CHECK(o[1] == 2.0f);
@@ -165,5 +165,51 @@ TEST_CASE("cuda gpt trains with flash attention by default, as the CPU's flash a
     const RunResult f = run_training(c);
     INFO(precision << ": " << test::max_rel_diff(f.final_params, n.final_params));
     CHECK(test::max_rel_diff(f.final_params, n.final_params) < 2e-2);
+  }
+}
+
+TEST_CASE("cuda vocabulary slices: embedding and cross-entropy match the CPU backend",
+          "[cuda][transformer][tp]") {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0, nullptr);
+  const int B = 2, T = 3, C = 4, V = 7, rows = B * T;
+  const std::vector<int32_t> ids = {6, 0, 3, 3, 5, 1}, targets = {6, 0, -1, 3, 4, 5};
+  std::vector<float> wte(4 * C), wpe(T * C), dout(rows * C), logits(rows * 4);
+  Rng rng(3);
+  for (auto* v : {&wte, &wpe, &dout, &logits})
+    for (float& x : *v) x = static_cast<float>(rng.normal());
+  for (const int begin : {0, 4}) {  // 2 slices of 4 rows: the second holds 3 ids and padding
+    INFO("slice from id " << begin);
+    const int valid = std::min(4, V - begin);
+    std::vector<std::vector<float>> got;
+    for (DeviceBackend* dev : {cpu.get(), gpu.get()}) {
+      DeviceBuffers d(*dev, DType::f32);
+      void* out = d.alloc(rows * C * 4);
+      void* w = d.put(wte);
+      const int32_t* x = d.put_ids(ids);
+      dev->embedding_forward(DType::f32, out, x, w, begin == 0 ? d.put(wpe) : nullptr, B, T, C, V,
+                             begin, 4);
+      void* dw = d.put(std::vector<float>(wte.size(), 0.5f));
+      dev->embedding_backward(DType::f32, dw, nullptr, d.put(dout), x, B, T, C, V, begin, 4);
+      void* stats = d.alloc(rows * 3 * 4);
+      void* lg = d.put(logits);
+      const int32_t* t = d.put_ids(targets);
+      dev->crossentropy_slice_stats(static_cast<float*>(stats), static_cast<const float*>(lg), t,
+                                    rows, 4, valid, begin);
+      std::vector<float> ms(rows * 2);
+      for (int r = 0; r < rows; ++r) ms[2 * r] = 1.0f, ms[2 * r + 1] = 3.0f;
+      void* dl = d.alloc(rows * 4 * 4);
+      dev->crossentropy_slice_grad(static_cast<float*>(dl), static_cast<const float*>(lg),
+                                   static_cast<const float*>(d.put(ms)), t, rows, 4, valid, begin,
+                                   8);
+      got.push_back(d.get(out, rows * C));
+      got.push_back(d.get(dw, wte.size()));
+      got.push_back(d.get(stats, rows * 3));
+      got.push_back(d.get(dl, rows * 4));
+    }
+    CHECK(got[0] == got[4]);  // embeddings: the same adds in the same order
+    CHECK(got[1] == got[5]);
+    CHECK(rel_diff(got[6], got[2]) < 1e-6);
+    CHECK(rel_diff(got[7], got[3]) < 1e-6);
   }
 }

@@ -500,13 +500,15 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
     return *static_cast<double*>(pinned_) / static_cast<double>(divisor);
   }
   void embedding_forward(DType dt, void* out, const int32_t* tokens, const void* wte,
-                         const void* wpe, int B, int T, int C, int V) override {
-    kernels::cuda::embedding_forward(dt, out, tokens, wte, wpe, B, T, C, V, stream());
+                         const void* wpe, int B, int T, int C, int V, int v_begin,
+                         int v_count) override {
+    kernels::cuda::embedding_forward(dt, out, tokens, wte, wpe, B, T, C, V, v_begin, v_count,
+                                     stream());
   }
   void embedding_backward(DType dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                          int B, int T, int C, int V) override {
+                          int B, int T, int C, int V, int v_begin, int v_count) override {
     kernels::cuda::embedding_backward(
-        dt, dwte, dwpe, dout, tokens, B, T, C, V,
+        dt, dwte, dwpe, dout, tokens, B, T, C, V, v_begin, v_count,
         static_cast<int32_t*>(workspace(
             kernels::cuda::embedding_work_ints(static_cast<size_t>(B) * T, V) * sizeof(int32_t))),
         stream());
@@ -555,6 +557,17 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
         cudaMemcpyAsync(pinned_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()));
     stream_->synchronize();
     return *static_cast<double*>(pinned_) / static_cast<double>(divisor);
+  }
+  void crossentropy_slice_stats(float* stats, const float* logits, const int32_t* targets, int rows,
+                                int cols, int valid, int v_begin) override {
+    kernels::cuda::crossentropy_slice_stats(stats, logits, targets, rows, cols, valid, v_begin,
+                                            stream());
+  }
+  void crossentropy_slice_grad(float* dlogits, const float* logits, const float* ms,
+                               const int32_t* targets, int rows, int cols, int valid, int v_begin,
+                               size_t divisor) override {
+    kernels::cuda::crossentropy_slice_grad(dlogits, logits, ms, targets, rows, cols, valid, v_begin,
+                                           divisor, stream());
   }
   void residual_forward(DType dt, void* out, const void* a, const void* b, size_t n) override {
     kernels::cuda::residual_forward(dt, out, a, b, n, stream());
