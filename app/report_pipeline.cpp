@@ -58,6 +58,12 @@ void print_pipeline_report(const RunResult& r) {
         "  sequence parallel each tp rank holds 1/%d of the tokens around the LayerNorms; the\n"
         "                    all-reduces are reduce-scatters and all-gathers (the same bytes)\n",
         run_mesh(c).size(MeshAxis::tp));
+  if (c.dp_zero1)
+    std::printf(
+        "  ZeRO-1 over dp    each of the %d replicas of a stage keeps the optimizer state of its\n"
+        "                    own parameters (whole ones, balanced by size): gradients reduced to\n"
+        "                    their owner, the updated parameters broadcast from it\n",
+        R);
   std::printf(
       "    bubble = idle share of the compute lane in the step (steps 1..), vs (P-1)/(M+P-1)\n");
   std::printf(

@@ -91,6 +91,9 @@ struct RunConfig {
   // tensor-parallel regions each tp rank holds 1/tp of the tokens, and the
   // all-reduces become reduce-scatters and all-gathers.
   bool sequence_parallel = false;
+  // ZeRO-1 over the mesh's dp axis (pipelines side by side): each replica keeps
+  // the optimizer state of its own share of the stage's parameters only.
+  bool dp_zero1 = false;
 };
 
 // The most ranks a run starts (threads or processes on this machine, every

@@ -81,6 +81,18 @@ std::vector<OptionRow> make_rows() {
                .help = "gpt on a mesh with tp: each tp rank holds 1/tp of the tokens around the\n"
                        "LayerNorms; reduce-scatter and all-gather instead of all-reduce",
                .only_when_set = true});
+  r.push_back({.id = StrategyOption::dp_zero1, .flag = "--dp-zero1", .json_key = "dp_zero1",
+               .compare_key = "zero1", .kind = OptionKind::on_flag,
+               .boolean = &RunConfig::dp_zero1,
+               .missing = "pipelines side by side (a mesh's dp axis) to shard the optimizer over",
+               .label = "ZeRO-1 over dp",
+               .tip = "each dp replica keeps the optimizer state of its own parameters only",
+               .short_label = "", .label_word = "zero1",
+               .help = "on a mesh with dp >= 2: ZeRO-1 over the dp axis, each replica keeping the\n"
+                       "optimizer state of whole parameters balanced by size (as PyTorch's\n"
+                       "ZeroRedundancyOptimizer); gradients reduced to their owner, updated\n"
+                       "parameters broadcast from it",
+               .only_when_set = true});
   r.push_back({.id = StrategyOption::precision, .flag = "--precision", .json_key = "precision",
                .compare_key = "precision", .kind = OptionKind::choice,
                .text = &RunConfig::precision, .choices = {"fp32", "bf16", "fp16"},

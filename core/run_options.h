@@ -22,6 +22,7 @@ enum class StrategyOption {
   mesh,
   mesh_order,
   sequence_parallel,
+  dp_zero1,
   precision,  // anything but fp32
   recompute,
   no_prefetch,
@@ -36,9 +37,9 @@ enum class StrategyOption {
 inline constexpr StrategyOption kStrategyOptions[] = {
     StrategyOption::micro_batches, StrategyOption::stages,     StrategyOption::partition,
     StrategyOption::mesh,          StrategyOption::mesh_order, StrategyOption::sequence_parallel,
-    StrategyOption::precision,     StrategyOption::recompute,  StrategyOption::no_prefetch,
-    StrategyOption::no_overlap,    StrategyOption::bucket_mb,  StrategyOption::fsdp_unit,
-    StrategyOption::no_reshard,    StrategyOption::offload};
+    StrategyOption::dp_zero1,      StrategyOption::precision,  StrategyOption::recompute,
+    StrategyOption::no_prefetch,   StrategyOption::no_overlap, StrategyOption::bucket_mb,
+    StrategyOption::fsdp_unit,     StrategyOption::no_reshard, StrategyOption::offload};
 
 // How an option is typed, and so how every reader parses, prints and shows it.
 enum class OptionKind {

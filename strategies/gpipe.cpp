@@ -54,7 +54,7 @@ StrategyInfo gpipe_strategy() {
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
                 StrategyOption::mesh, StrategyOption::mesh_order, StrategyOption::sequence_parallel,
-                StrategyOption::recompute},
+                StrategyOption::dp_zero1, StrategyOption::recompute},
       .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
       .make = [] { return std::make_unique<PipelineStrategy<GPipeSchedule>>(); },

@@ -65,7 +65,7 @@ StrategyInfo one_f_one_b_strategy() {
       .family = StrategyFamily::pipeline,
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
                 StrategyOption::mesh, StrategyOption::mesh_order, StrategyOption::sequence_parallel,
-                StrategyOption::recompute},
+                StrategyOption::dp_zero1, StrategyOption::recompute},
       .in_flight = [](int micro_batches, int stages,
                       int rank) { return std::min(micro_batches, stages - rank); },
       .in_flight_formula = "min(P−rank, M)",

@@ -55,6 +55,7 @@ RunConfig everything_set() {
   c.mesh = "dp=2,pp=2";
   c.mesh_order = "dp,pp,tp";
   c.sequence_parallel = true;
+  c.dp_zero1 = true;
   return c;
 }
 

@@ -111,6 +111,58 @@ TEST_CASE("hybrid: the meta run predicts each rank of a mesh, its axes' traffic 
   }
 }
 
+TEST_CASE("hybrid: ZeRO-1 over dp keeps 1/dp of the optimizer state, and the same weights",
+          "[hybrid][mesh][zero1]") {
+  struct Case {
+    std::string model, strategy, mesh;
+  };
+  for (const Case& k : {Case{"mlp:4x32", "gpipe", "dp=2,pp=2"}, Case{"mlp:4x32", "1f1b", "dp=4"},
+                        Case{"gpt:2x32x4", "1f1b", "dp=2,pp=2,tp=2"}}) {
+    RunConfig c = test::small_run(k.model, k.strategy, parse_mesh(k.mesh, "").world(), 16, 3,
+                                  OptimizerKind::adamw, 3);
+    c.seq = k.model.rfind("gpt", 0) == 0 ? 8 : 0;
+    c.mesh = k.mesh;
+    c.micro_batches = 2;
+    INFO(k.model << " " << k.strategy << " --mesh " << k.mesh);
+    const RunResult plain = run_training(c);
+    c.dp_zero1 = true;
+    const RunResult zero1 = run_training(c);
+    // Two replicas: a reduce adds the same two gradients an all-reduce adds.
+    // Four: the order of the sum may differ.
+    if (parse_mesh(k.mesh, "").size(MeshAxis::dp) == 2)
+      CHECK(zero1.final_params == plain.final_params);
+    else
+      CHECK(max_rel_diff(zero1.final_params, plain.final_params) < 1e-6);
+    CHECK(zero1.losses == plain.losses);
+    // The optimizer state of a stage is spread over its replicas: every rank
+    // keeps less than the whole, and together they keep it once.
+    const auto opt = static_cast<int>(MemCategory::optimizer_state);
+    const Mesh mesh = parse_mesh(k.mesh, "");
+    int64_t whole = 0, spread = 0;
+    for (int rank = 0; rank < c.world; ++rank) {
+      const int64_t a = plain.ranks[rank].memory.device.peak[opt];
+      const int64_t b = zero1.ranks[rank].memory.device.peak[opt];
+      CHECK(b < a);
+      if (mesh.coord(rank, MeshAxis::dp) == 0) whole += a;
+      spread += b;
+    }
+    CHECK(spread == whole);
+    // The meta run predicts it too.
+    const MetaMemory m = predict_memory_meta(c);
+    for (int rank = 0; rank < c.world; ++rank)
+      CHECK(m.ranks[rank].at_report.device.peak_total >=
+            zero1.ranks[rank].memory.device.peak_total);
+  }
+  // Without a dp axis there is nothing to shard over.
+  const test::CliResult r = run_cli(
+      "run --model mlp:4x16 --batch 8 --steps 1 --strategy gpipe --world 2 --mesh pp=2 "
+      "--dp-zero1");
+  CHECK(r.code == 2);
+  CHECK(r.out ==
+        "error: --dp-zero1 shards the optimizer over pipelines side by side, but --mesh pp=2 has "
+        "no dp axis (valid: with a mesh whose dp is 2 or more, e.g. --mesh dp=2,pp=2)\n");
+}
+
 TEST_CASE("hybrid: a mesh the pipelines cannot run is refused in one line, exit 2",
           "[hybrid][mesh][cli]") {
   const std::string base = "run --model mlp:4x16 --batch 8 --steps 1 --strategy gpipe ";

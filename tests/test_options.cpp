@@ -75,6 +75,7 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::mesh_order, {"--mesh-order dp,pp,tp", "", "--mesh pp=2"}},
       {StrategyOption::sequence_parallel,
        {"--sequence-parallel", "", "--mesh tp=2 --model gpt:4x16x2 --seq 8"}},
+      {StrategyOption::dp_zero1, {"--dp-zero1", "", "--mesh dp=2"}},
   };
   return m;
 }
@@ -556,6 +557,8 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
         c.seq = 8;
         c.mesh = "tp=2";
       }
+      // ZeRO-1 over dp shards over pipelines side by side: a dp axis.
+      if (r.id == StrategyOption::dp_zero1) c.mesh = "dp=2";
       break;
     case OptionKind::choice:
       c.*r.text = r.choices.at(1);
@@ -627,6 +630,10 @@ TEST_CASE("option table: every row round-trips through the command line and a co
         typed.push_back(w);
       base.model = set.model;
       base.seq = set.seq;
+      base.mesh = set.mesh;
+    }
+    if (r.id == StrategyOption::dp_zero1) {
+      for (const char* w : {"--mesh", "dp=2"}) typed.push_back(w);
       base.mesh = set.mesh;
     }
     const RunConfig parsed = from_command_line(typed);

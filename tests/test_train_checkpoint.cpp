@@ -177,9 +177,11 @@ TEST_CASE("mesh checkpoints: every slice saves where its values lie, and resume 
   struct Case {
     std::string model, strategy, mesh;
     int M;
+    bool zero1 = false;  // --dp-zero1: each replica saves its own parameters' state
   };
   for (const Case& k :
        {Case{"gpt:2x32x4", "gpipe", "dp=2,pp=2,tp=2", 2}, Case{"gpt:2x32x4", "1f1b", "tp=2", 2},
+        Case{"gpt:2x32x4", "1f1b", "dp=2,tp=2", 2, true},
         Case{"mlp:4x32+bn", "1f1b", "pp=2,tp=2", 1}}) {  // M 1: single's statistics
     RunConfig cfg = base(k.strategy, parse_mesh(k.mesh, "").world());
     cfg.model = k.model;
@@ -187,6 +189,7 @@ TEST_CASE("mesh checkpoints: every slice saves where its values lie, and resume 
     cfg.batch = 8;
     cfg.mesh = k.mesh;
     cfg.micro_batches = k.M;
+    cfg.dp_zero1 = k.zero1;
     // The biases before a BatchNorm have a gradient of 0 up to rounding, which
     // AdamW turns into ±lr steps: SGD keeps the comparison with single fair.
     if (k.model.find("+bn") != std::string::npos) cfg.optimizer.kind = OptimizerKind::sgd;
@@ -204,6 +207,7 @@ TEST_CASE("mesh checkpoints: every slice saves where its values lie, and resume 
     one.strategy = "single";
     one.world = 1;
     one.mesh.clear();
+    one.dp_zero1 = false;
     one.micro_batches = 1;
     one.steps = 4;
     const RunResult single = run_training(one);

@@ -107,6 +107,10 @@ std::string set_option(RunConfig& c, StrategyOption o) {
       c.mesh = "tp=2";
       c.sequence_parallel = true;
       return "--sequence-parallel";
+    case StrategyOption::dp_zero1:  // needs a dp axis (test_hybrid.cpp)
+      c.mesh = "dp=2";
+      c.dp_zero1 = true;
+      return "--dp-zero1";
   }
   return "";
 }

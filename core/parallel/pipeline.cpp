@@ -188,6 +188,11 @@ void validate_pipeline(const RunConfig& cfg) {
                       (cfg.mesh.empty() ? std::string("there is no --mesh")
                                         : "--mesh " + cfg.mesh + " has no tp axis") +
                       " (valid: with a mesh whose tp is 2 or more, e.g. --mesh tp=2)");
+  if (cfg.dp_zero1 && mesh.size(MeshAxis::dp) < 2)
+    throw ConfigError("--dp-zero1 shards the optimizer over pipelines side by side, but " +
+                      (cfg.mesh.empty() ? std::string("there is no --mesh")
+                                        : "--mesh " + cfg.mesh + " has no dp axis") +
+                      " (valid: with a mesh whose dp is 2 or more, e.g. --mesh dp=2,pp=2)");
   if (cfg.stages != 0 && cfg.mesh.empty() && cfg.stages != cfg.world)
     throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match --world " + W +
                       " (valid: --stages " + W + ", or leave it out: one stage per rank)");
@@ -282,7 +287,54 @@ PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) 
     layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer, env.alloc,
                                            env.rec, init);
   }
-  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, layers_->ranges());
+  std::vector<Optimizer::Range> ranges = layers_->ranges();
+  if (env.cfg.dp_zero1 && dp_comm_) {
+    assign_owners();
+    std::vector<Optimizer::Range> mine;
+    for (size_t i : owned_) mine.push_back(ranges[i]);
+    ranges = std::move(mine);
+  }
+  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges);
+}
+
+// ZeRO-1 over the dp axis, by whole parameters as PyTorch's
+// ZeroRedundancyOptimizer shards them: the largest first, each to the replica
+// holding the fewest values so far (the lowest on a tie). Every replica
+// computes the same table from the same layout.
+void PipelineStage::assign_owners() {
+  const std::vector<Optimizer::Range> ranges = layers_->ranges();
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ranges[a].numel > ranges[b].numel; });
+  std::vector<size_t> load(static_cast<size_t>(replicas_), 0);
+  owner_.assign(ranges.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner_[i] = static_cast<int>(least);
+    load[static_cast<size_t>(least)] += ranges[i].numel;
+  }
+  for (size_t i = 0; i < owner_.size(); ++i)
+    if (owner_[i] == replica_) owned_.push_back(i);
+}
+
+RankState PipelineStage::rank_state() {
+  RankState st = layers_->rank_state(optimizer_.get(), nullptr);
+  st.slice = slice_.get();
+  if (owner_.empty()) return st;
+  // Only this replica's parameters: the optimizer's ranges, in the same order.
+  RankState mine = st;
+  mine.offset.clear();
+  mine.count.clear();
+  mine.weight.clear();
+  mine.weight_at.clear();
+  for (size_t i : owned_) {
+    mine.offset.push_back(st.offset[i]);
+    mine.count.push_back(st.count[i]);
+    mine.weight.push_back(st.weight[i]);
+    mine.weight_at.push_back(st.weight_at[i]);
+  }
+  return mine;
 }
 
 void PipelineStage::begin_step(int step) {
@@ -437,8 +489,10 @@ LossShare PipelineStage::finish_step() {
     throw std::logic_error("pipeline: the schedule left micro-batches in flight at the flush");
   settle_sends();
   sum_tied_grads();
-  reduce_over_replicas();
-  {
+  if (!owner_.empty()) {
+    zero1_step();
+  } else {
+    reduce_over_replicas();
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
     optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
   }
@@ -461,6 +515,36 @@ void PipelineStage::reduce_over_replicas() {
   works.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i)
     works.push_back(dp_comm_->all_reduce_async(grads[i], ranges[i].numel, DType::f32));
+  for (Work& w : works) w.wait();
+}
+
+// ZeRO-1 over dp: each parameter's gradient is reduced to the replica that
+// owns it (the whole batch's gradient, there only), the owner updates it with
+// the optimizer state only it keeps, and broadcasts the new values to the
+// other replicas. A reduce and a broadcast move what one all-reduce moves;
+// what is saved is the optimizer state, 1/dp of it on each replica.
+void PipelineStage::zero1_step() {
+  const std::vector<float*> grads = layers_->grad_ptrs_mut();
+  const std::vector<float*> params = layers_->param_ptrs();
+  const std::vector<Optimizer::Range> ranges = layers_->ranges();
+  std::vector<Work> works;
+  works.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i)
+    works.push_back(dp_comm_->reduce_async(grads[i], ranges[i].numel, DType::f32, owner_[i]));
+  for (Work& w : works) w.wait();
+  works.clear();
+  {
+    ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
+    std::vector<float*> p;
+    std::vector<const float*> g;
+    for (size_t i : owned_) {
+      p.push_back(params[i]);
+      g.push_back(grads[i]);
+    }
+    optimizer_->step(p, g);
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    works.push_back(dp_comm_->broadcast_async(params[i], ranges[i].numel, DType::f32, owner_[i]));
   for (Work& w : works) w.wait();
 }
 

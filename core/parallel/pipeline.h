@@ -97,11 +97,9 @@ class PipelineStage {
   const StageTopology& topology() const { return topo_; }
   // This stage's parameters and optimizer as a checkpoint sees them (fp32
   // only); under tensor parallelism, in its slice's coordinates.
-  RankState rank_state() {
-    RankState st = layers_->rank_state(optimizer_.get(), nullptr);
-    st.slice = slice_.get();
-    return st;
-  }
+  // With --dp-zero1 only the parameters this replica owns (the others' state
+  // is another replica's).
+  RankState rank_state();
   int micro_batches() const { return micro_batches_; }
 
   void begin_step(int step);  // zeroes the gradients of the flush
@@ -138,6 +136,8 @@ class PipelineStage {
   void compute_loss(const void* pred, int mb);
   void sum_tied_grads();
   void reduce_over_replicas();
+  void assign_owners();
+  void zero1_step();
   std::vector<float> gather_slices(ExportBuffer& mine);
 
   RankEnv& env_;
@@ -146,6 +146,11 @@ class PipelineStage {
   Comm* dp_comm_ = nullptr;  // to this stage in the other pipelines; null with one pipeline
   int replicas_ = 1;         // pipelines side by side (the mesh's dp)
   int replica_ = 0;          // which one this rank's is
+  // ZeRO-1 over dp (--dp-zero1): the replica that owns each of the stage's
+  // parameters (keeps its optimizer state, updates it), and this rank's own,
+  // in stage order; empty without.
+  std::vector<int> owner_;
+  std::vector<size_t> owned_;
   Comm* tp_comm_ = nullptr;  // to the other slices of this stage's layers; null without tp
   int tp_rank_ = 0;          // which slice this rank holds
   std::unique_ptr<ModelLayout> slice_;   // tensor parallelism: this rank's slice of the model
