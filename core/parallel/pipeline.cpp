@@ -521,8 +521,10 @@ void PipelineStage::reduce_over_replicas() {
 // ZeRO-1 over dp: each parameter's gradient is reduced to the replica that
 // owns it (the whole batch's gradient, there only), the owner updates it with
 // the optimizer state only it keeps, and broadcasts the new values to the
-// other replicas. A reduce and a broadcast move what one all-reduce moves;
-// what is saved is the optimizer state, 1/dp of it on each replica.
+// other replicas. What is saved is the optimizer state, 1/dp of it on each
+// replica. The bytes grow: Gloo's reduce is a ring reduce-scatter and then a
+// gather to the root, so on 2 replicas a reduce and a broadcast move 1.25
+// times the all-reduce's (a flat reduce-scatter and all-gather would not).
 void PipelineStage::zero1_step() {
   const std::vector<float*> grads = layers_->grad_ptrs_mut();
   const std::vector<float*> params = layers_->param_ptrs();
