@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "app/args.h"
+#include "core/mesh.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
 #include "core/run_options.h"
@@ -118,6 +119,14 @@ RunConfig config_from(const Args& a) {
       case OptionKind::int_list:
         if (auto v = a.get(key); v && *v != "cost") c.*r.list = parse_int_list(*v, r.flag);
         break;
+    }
+  }
+  // A mesh names its ranks: without --world, the world is the axes' product
+  // (a bad --mesh is left for validate() to name).
+  if (a.has("mesh") && !a.has("world")) {
+    try {
+      c.world = parse_mesh(c.mesh, c.mesh_order).world();
+    } catch (const ConfigError&) {
     }
   }
   const std::string stages_valid = "--stages " + std::to_string(c.world) +

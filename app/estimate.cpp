@@ -16,7 +16,9 @@
 #include "core/io/atomic_file.h"
 #include "core/model/model.h"
 #include "core/parallel/model_state.h"
+#include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
+#include "core/predict/mesh_estimate.h"
 #include "core/predict/meta_memory.h"
 
 namespace shardlab::app {
@@ -49,6 +51,17 @@ not model states; 'shardlab run' prints these predictions beside what it measure
                       (JSON lines: a header, then one line per rank): compute spans with the
                       matrix FLOPs of their kernels, communication ops where issued (kind,
                       bytes, peer) and where waited for; setup, two steps and the export
+
+A mesh (tensor, pipeline and data parallel), or a pipeline strategy, takes a gpt:
+  --mesh AXES         e.g. dp=2,pp=2,tp=2 (--world: the product); --mesh-order as 'run' takes
+  --strategy S        gpipe, 1f1b or naive-mp (the schedule on the pp axis)
+  --micro-batches M   --sequence-parallel, --dp-zero1, --recompute: as 'shardlab run' takes them
+and prints, per pipeline stage, Megatron-LM's accounting of the weights a tp rank keeps
+(12h² + 13h a block, its matrices cut in t), the model states, Korthikanti et al.'s
+activations per block with and without sequence parallelism and recomputation, the
+micro-batches in flight, the bubble (P−1)/(M+P−1), and the bytes each axis's group carries
+per step (tp's all-reduces, pp's activations and gradients, dp's gradients), each beside
+the meta run's figure: what this implementation allocates and sends.
 
 With --model, also the peak this implementation reaches per rank at --batch
 (default 64, 'shardlab run's default), everything included, by category, and its
@@ -224,17 +237,261 @@ std::vector<RankGroup> rank_groups(const MetaMemory& m) {
   return groups;
 }
 
+// What the stage's ranks hold or send in the meta run, as "x" or "x to y"
+// when they differ (ZeRO-1's replicas own different parameters).
+struct MetaRange {
+  double lo = 0, hi = 0;
+  bool any = false;
+  void add(double v) {
+    lo = any ? std::min(lo, v) : v;
+    hi = any ? std::max(hi, v) : v;
+    any = true;
+  }
+};
+
+std::string bytes_text(double v) {
+  return num(v) + " B (" + short_bytes(v) + ")";
+}
+
+std::string range_text(const MetaRange& r, bool bytes = true) {
+  auto one = [&](double v) { return bytes ? bytes_text(v) : num(v); };
+  return r.lo == r.hi ? one(r.lo) : one(r.lo) + " to " + one(r.hi);
+}
+
+// `estimate --mesh`, or a pipeline strategy: Megatron's accounting per stage
+// (core/predict/mesh_estimate.h) beside the meta run's figures.
+int estimate_mesh_cmd(const Args& a) {
+  for (const char* key : {"params", "ops"})
+    if (a.has(key))
+      throw ConfigError(std::string("--") + key +
+                        " does not apply to a mesh or a pipeline strategy: their accounting needs "
+                        "the layers' shapes (valid: --model gpt:LxCxH)");
+  if (a.has("no-reshard") || a.has("offload"))
+    throw ConfigError(std::string(a.has("offload") ? "--offload" : "--no-reshard") +
+                      " applies to the data-parallel strategies, not to a mesh or a pipeline");
+  if (!a.has("model"))
+    throw ConfigError("--model is required with --mesh (valid: e.g. --model gpt:2x64x4)");
+  RunConfig cfg;
+  cfg.model = a.str("model", "");
+  if (a.has("seq")) {
+    cfg.seq = a.integer("seq", 0, "1 to 4096");
+    if (cfg.seq < 1 || cfg.seq > 4096)
+      throw ConfigError("--seq " + std::to_string(cfg.seq) + " is invalid (valid: 1 to 4096)");
+  }
+  cfg.data = a.str("data", "");
+  cfg.attention = a.str("attention", "");
+  cfg.strategy = a.str("strategy", "1f1b");
+  cfg.mesh = a.str("mesh", "");
+  cfg.mesh_order = a.str("mesh-order", "");
+  cfg.world = a.has("world")  ? a.integer("world", 1, "1 to 1000000")
+              : a.has("mesh") ? parse_mesh(cfg.mesh, cfg.mesh_order).world()
+                              : 1;
+  cfg.batch = a.integer("batch", 64, "a positive integer");
+  cfg.micro_batches = a.integer("micro-batches", cfg.micro_batches, "a positive integer");
+  cfg.precision = a.str("precision", "fp32");
+  const std::string opt = a.str("optimizer", "adamw");
+  if (opt == "adamw")
+    cfg.optimizer.kind = OptimizerKind::adamw;
+  else if (opt == "sgd")
+    cfg.optimizer.kind = OptimizerKind::sgd;
+  else
+    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  cfg.sequence_parallel = a.has("sequence-parallel");
+  cfg.dp_zero1 = a.has("dp-zero1");
+  cfg.recompute = a.has("recompute");
+  cfg.steps = 2;
+  if (!is_pipeline_strategy(cfg.strategy))
+    throw ConfigError("--strategy " + cfg.strategy + " runs no mesh (valid: " +
+                      strategy_names_where([](const StrategyInfo& i) { return i.has_stages(); }) +
+                      ")");
+  validate(cfg);  // what a run would refuse, in the run's words
+  const MeshEstimate e = estimate_mesh(cfg);
+  const MetaMemory meta = predict_memory_meta(cfg);
+  const BytesPerParam bpp = bytes_per_param(cfg.precision, cfg.optimizer.kind);
+  auto cat = [](const MetaRankMemory& r, MemCategory c) {
+    return static_cast<double>(r.at_report.device.peak[static_cast<int>(c)] +
+                               r.at_report.host.peak[static_cast<int>(c)]);
+  };
+  struct StageMeta {
+    std::vector<int> ranks;
+    MetaRange params, states, activations, peak;
+    std::array<MetaRange, std::size(kMeshAxes)> sent;
+  };
+  std::vector<StageMeta> sm(e.stages.size());
+  for (const MetaRankMemory& r : meta.ranks) {
+    StageMeta& m = sm[static_cast<size_t>(pipeline_stage_of(cfg, r.rank))];
+    m.ranks.push_back(r.rank);
+    m.params.add(cat(r, MemCategory::params) / bpp.params);
+    m.states.add(cat(r, MemCategory::params) + cat(r, MemCategory::grads) +
+                 cat(r, MemCategory::optimizer_state));
+    m.activations.add(cat(r, MemCategory::activations));
+    m.peak.add(static_cast<double>(peak_of(r)));
+    for (size_t x = 0; x < std::size(kMeshAxes); ++x) m.sent[x].add(r.sent_by_axis_per_step[x]);
+  }
+  auto ranks_text = [](const std::vector<int>& ranks) {
+    std::string t;
+    for (size_t i = 0; i < ranks.size(); ++i) t += (i ? ", " : "") + std::to_string(ranks[i]);
+    return t;
+  };
+  const double psi = static_cast<double>(make_layout(cfg).unique_total());
+
+  if (a.has("json")) {
+    nlohmann::json j;
+    j["model"] = cfg.model;
+    j["params"] = psi;
+    j["strategy"] = cfg.strategy;
+    j["mesh"] = e.mesh.text();
+    j["world"] = cfg.world;
+    j["tp"] = e.tp;
+    j["pp"] = e.pp;
+    j["dp"] = e.dp;
+    j["batch"] = cfg.batch;
+    j["micro_batches"] = e.micro_batches;
+    j["rows_per_micro_batch"] = e.rows_per_micro_batch;
+    j["seq"] = e.seq;
+    j["vocab"] = e.vocab;
+    j["vocab_padded"] = e.vocab_padded;
+    j["precision"] = cfg.precision;
+    j["optimizer"] = to_string(cfg.optimizer.kind);
+    j["sequence_parallel"] = e.sequence_parallel;
+    j["bubble_formula"] = e.bubble;
+    nlohmann::json stages = nlohmann::json::array();
+    for (size_t i = 0; i < e.stages.size(); ++i) {
+      const MeshStageEstimate& g = e.stages[i];
+      const StageMeta& m = sm[i];
+      nlohmann::json sent;
+      for (MeshAxis axis : kMeshAxes) {
+        const size_t x = static_cast<size_t>(axis);
+        if (e.mesh.size(axis) < 2) continue;
+        sent[to_string(axis)] = {{"formula", g.sent_formula[x]},
+                                 {"bytes", g.sent[x]},
+                                 {"meta_run_bytes", {m.sent[x].lo, m.sent[x].hi}}};
+      }
+      stages.push_back({{"stage", g.stage},
+                        {"ranks", m.ranks},
+                        {"layers", {g.first_layer, g.last_layer}},
+                        {"blocks", g.blocks},
+                        {"params",
+                         {{"formula", g.params_formula},
+                          {"value", g.params},
+                          {"meta_run", {m.params.lo, m.params.hi}}}},
+                        {"model_states_bytes",
+                         {{"formula", g.model_states.formula},
+                          {"value", g.model_states.total()},
+                          {"meta_run", {m.states.lo, m.states.hi}}}},
+                        {"activations_bytes",
+                         {{"in_flight", g.in_flight},
+                          {"block", g.block_activations},
+                          {"blocks_in_flight", g.activations},
+                          {"meta_run", {m.activations.lo, m.activations.hi}}}},
+                        {"meta_run_peak_bytes", {m.peak.lo, m.peak.hi}},
+                        {"sent_per_step", sent}});
+    }
+    j["stages"] = stages;
+    nlohmann::json kr = nlohmann::json::array();
+    for (const auto& k : e.korthikanti)
+      kr.push_back({{"what", k.what}, {"formula", k.formula}, {"bytes", k.bytes}});
+    j["korthikanti_block_16bit_with_dropout"] = kr;
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+
+  std::printf(
+      "shardlab estimate: %s (Ψ = %s parameters), %s on mesh %s (world %d), batch %d = %d "
+      "pipeline%s × %d micro-batch%s × %d sequence%s of s = %d, %s, %s%s\n",
+      cfg.model.c_str(), num(psi).c_str(), cfg.strategy.c_str(), e.mesh.text().c_str(), cfg.world,
+      cfg.batch, e.dp, e.dp > 1 ? "s" : "", e.micro_batches, e.micro_batches > 1 ? "es" : "",
+      e.rows_per_micro_batch, e.rows_per_micro_batch > 1 ? "s" : "", e.seq, cfg.precision.c_str(),
+      to_string(cfg.optimizer.kind), e.sequence_parallel ? ", sequence parallel" : "");
+  std::printf("  h = %d, a = %d heads, V = %d", e.dim, e.heads, e.vocab);
+  if (e.tp > 1) std::printf(" (V' = %d, padded to a multiple of t = %d)", e.vocab_padded, e.tp);
+  std::printf("; bubble (P−1)/(M+P−1) = %.1f%%\n", 100 * e.bubble);
+  std::printf(
+      "per rank of each stage: the formulas (Megatron-LM; Korthikanti et al. 2022), then the meta "
+      "run's figure (this implementation's own code on devices that hold no memory):\n");
+  for (size_t i = 0; i < e.stages.size(); ++i) {
+    const MeshStageEstimate& g = e.stages[i];
+    const StageMeta& m = sm[i];
+    std::string what = g.embedding ? "the embedding" : "";
+    if (g.blocks)
+      what += (what.empty() ? "" : ", ") + std::to_string(g.blocks) + " block" +
+              (g.blocks > 1 ? "s" : "");
+    if (g.head) what += (what.empty() ? "" : ", ") + std::string("ln_f and lm_head");
+    std::printf("stage %d (layers %d-%d: %s), ranks %s:\n", g.stage, g.first_layer,
+                g.last_layer - 1, what.c_str(), ranks_text(m.ranks).c_str());
+    std::printf("  weights       %s = %s; meta run %s\n", g.params_formula.c_str(),
+                num(g.params).c_str(), range_text(m.params, false).c_str());
+    std::printf("  model states  %s = %s; meta run %s\n", g.model_states.formula.c_str(),
+                bytes_text(g.model_states.total()).c_str(), range_text(m.states).c_str());
+    // What Korthikanti's per-block count leaves out, kept on this stage.
+    std::string besides = g.embedding ? "the embedding's output" : "";
+    if (g.head)
+      besides += std::string(besides.empty() ? "" : ", ") + "ln_f's output and the logits";
+    besides = besides.empty() ? "" : " (" + besides + " besides)";
+    if (cfg.recompute)
+      std::printf(
+          "  activations   --recompute: %d micro-batch%s in flight × the stage input + %d "
+          "block%s of one micro-batch recomputed × %s = %s; meta run %s%s\n",
+          g.in_flight, g.in_flight == 1 ? "" : "es", g.blocks, g.blocks == 1 ? "" : "s",
+          short_bytes(g.block_activations).c_str(), bytes_text(g.activations).c_str(),
+          range_text(m.activations).c_str(), besides.c_str());
+    else
+      std::printf(
+          "  activations   %d block%s × %d micro-batch%s in flight × %s a block = %s; meta run "
+          "%s%s\n",
+          g.blocks, g.blocks == 1 ? "" : "s", g.in_flight, g.in_flight == 1 ? "" : "es",
+          short_bytes(g.block_activations).c_str(), bytes_text(g.activations).c_str(),
+          range_text(m.activations).c_str(), besides.c_str());
+    std::printf("  peak          meta run %s, everything included\n", range_text(m.peak).c_str());
+    for (MeshAxis axis : {MeshAxis::tp, MeshAxis::pp, MeshAxis::dp}) {
+      const size_t x = static_cast<size_t>(axis);
+      if (e.mesh.size(axis) < 2) continue;
+      std::printf("  sent on %s    %s = %s; meta run %s\n", to_string(axis),
+                  g.sent_formula[x].c_str(), bytes_text(g.sent[x]).c_str(),
+                  range_text(m.sent[x]).c_str());
+    }
+  }
+  if (cfg.dp_zero1 && e.dp > 1)
+    std::printf(
+        "  (--dp-zero1: Gloo's reduce to each parameter's owner and broadcast back move more "
+        "than the paper's reduce-scatter and all-gather)\n");
+  std::printf(
+      "one block's activations, Korthikanti et al. Table 2 (16-bit values, with dropout), b = %d, "
+      "s = %d, h = %d, a = %d%s:\n",
+      e.rows_per_micro_batch, e.seq, e.dim, e.heads,
+      e.tp > 1 ? (", t = " + std::to_string(e.tp)).c_str() : "");
+  for (const auto& k : e.korthikanti)
+    std::printf("  %-52s %-34s %s\n", k.what.c_str(), k.formula.c_str(),
+                bytes_text(k.bytes).c_str());
+  std::printf(
+      "  this implementation keeps %s a block (%s values, no dropout; LayerNorm statistics in "
+      "fp32)\n",
+      bytes_text(e.stages.empty() ? 0 : e.stages[0].block_activations).c_str(),
+      cfg.precision.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_estimate(int argc, char** argv) {
   const Args a(argc, argv, "estimate",
                {"params", "model", "world", "strategy", "precision", "optimizer", "seq", "batch",
-                "data", "attention", "ops"},
-               {"json", "no-reshard", "offload"});
+                "data", "attention", "ops", "mesh", "mesh-order", "micro-batches"},
+               {"json", "no-reshard", "offload", "sequence-parallel", "dp-zero1", "recompute"});
   if (a.help()) {
     std::printf("%s", kEstimateHelp);
     return 0;
   }
+  if (a.has("mesh") || (a.get("strategy") && is_pipeline_strategy(*a.get("strategy"))))
+    return estimate_mesh_cmd(a);
+  for (const char* key :
+       {"mesh-order", "micro-batches", "sequence-parallel", "dp-zero1", "recompute"})
+    if (a.has(key))
+      throw ConfigError(std::string("--") + key +
+                        " applies to a mesh or a pipeline strategy only (valid: with --mesh, or "
+                        "--strategy " +
+                        strategy_names_where([](const StrategyInfo& i) { return i.has_stages(); }) +
+                        ")");
   ModelStateInput in;
   int seq = 0;  // gpt: --seq (0: the run's default)
   if (a.has("seq")) {

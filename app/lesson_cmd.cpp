@@ -103,6 +103,7 @@ std::string describe_metric(const MetricRef& m, const Out& o) {
       if (a == MetricArg::step)
         args.push_back(zh ? "第 " + std::to_string(m.step) + " 步"
                           : "step " + std::to_string(m.step));
+      if (a == MetricArg::axis) args.push_back(zh ? m.axis + " 组" : m.axis + " group");
       if (a == MetricArg::link)
         args.push_back(zh ? "按由 " + m.link + " 连接的独立设备推算"
                           : "as on devices joined by " + m.link);

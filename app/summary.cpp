@@ -68,6 +68,42 @@ std::vector<int64_t> predicted_peaks(const RunConfig& cfg) {
   }
   return peaks;
 }
+// A mesh of more than one axis: what each rank sent over each axis's group,
+// ranks that sent the same grouped ("ranks 0-3: tp 1.00 MiB, pp 16.00 KiB").
+void print_traffic_by_axis(const RunResult& r) {
+  const RunConfig& c = r.cfg;
+  if (c.mesh.empty() || r.ranks.empty()) return;
+  const Mesh mesh = run_mesh(c);
+  int axes = 0;
+  for (MeshAxis axis : kMeshAxes) axes += mesh.size(axis) > 1;
+  if (axes < 2) return;
+  auto text_of = [&](const RankReport& rr) {
+    std::string t;
+    // Innermost first: tp's all-reduces of activations, pp's one activation
+    // per micro-batch, dp's gradients once a step.
+    for (MeshAxis axis : {MeshAxis::tp, MeshAxis::pp, MeshAxis::dp}) {
+      if (mesh.size(axis) < 2) continue;
+      t += (t.empty() ? "" : ", ") + std::string(to_string(axis)) + " " +
+           human_bytes(rr.sent_by_axis_per_step[static_cast<size_t>(axis)]);
+    }
+    double axes_total = 0;
+    for (double b : rr.sent_by_axis_per_step) axes_total += b;
+    if (const double rest = rr.bytes_sent_per_step - axes_total; rest >= 1)
+      t += ", other " + human_bytes(rest);
+    return t;
+  };
+  std::printf("  sent per step over each axis's group (the table's sent/step, split):\n");
+  size_t first = 0;
+  for (size_t i = 1; i <= r.ranks.size(); ++i) {
+    const std::string t = text_of(r.ranks[first]);
+    if (i < r.ranks.size() && text_of(r.ranks[i]) == t) continue;
+    const std::string who = first + 1 == i
+                                ? "rank " + std::to_string(first)
+                                : "ranks " + std::to_string(first) + "-" + std::to_string(i - 1);
+    std::printf("    %-11s %s\n", who.c_str(), t.c_str());
+    first = i;
+  }
+}
 }  // namespace
 
 nlohmann::json summary_json(const RunResult& r) {
@@ -113,6 +149,12 @@ nlohmann::json summary_json(const RunResult& r) {
                      {"host_peak_bytes_total", rr.memory.host.peak_total},
                      {"bytes_sent_per_step", rr.bytes_sent_per_step},
                      {"median_step_ms", steady_median(rr.step_ms)}});
+    if (!c.mesh.empty()) {
+      nlohmann::json by_axis;
+      for (MeshAxis axis : kMeshAxes)
+        by_axis[to_string(axis)] = rr.sent_by_axis_per_step[static_cast<size_t>(axis)];
+      ranks.back()["sent_by_axis_per_step"] = by_axis;
+    }
     if (i < predicted.size()) ranks.back()["predicted_peak_bytes_total"] = predicted[i];
   }
   j["ranks"] = ranks;
@@ -183,6 +225,7 @@ void print_summary(const RunResult& r) {
                 human_bytes(static_cast<double>(predicted[i]));
     std::printf("    predicted peak total (memory preflight, before the run): %s\n", line.c_str());
   }
+  print_traffic_by_axis(r);
   print_block_activations(r);
   print_pipeline_report(r);
   print_model_state_report(r);

@@ -3,7 +3,9 @@
 // differ on one axis only — the ranks one axis's communicator joins. A value:
 // parsed from --mesh and --mesh-order, held by the run's configuration.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +15,8 @@ namespace shardlab {
 enum class MeshAxis : uint8_t { dp, pp, tp };
 inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp, MeshAxis::pp, MeshAxis::tp};
 const char* to_string(MeshAxis axis);  // "dp", "pp", "tp"
+// Bytes (or any figure) per axis, indexed by MeshAxis.
+using SentByAxis = std::array<double, std::size(kMeshAxes)>;
 
 // One group of a mesh: the ranks that share every coordinate but `axis`'s, in
 // the order of their coordinate on it (a rank's place in the group is its

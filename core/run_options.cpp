@@ -59,7 +59,8 @@ std::vector<OptionRow> make_rows() {
                .label_word = "%s", .metavar = "AXES",
                .help = "the ranks on a device mesh, e.g. dp=2,pp=2,tp=2 (world 8): the stages on\n"
                        "pp, dp pipelines each training on 1/dp of the batch, each layer cut\n"
-                       "across tp ranks (tensor parallelism; default: pp=world)",
+                       "across tp ranks (tensor parallelism; default: pp=world); without\n"
+                       "--world, the world is the axes' product",
                .only_when_set = true});
   r.push_back({.id = StrategyOption::mesh_order, .flag = "--mesh-order",
                .json_key = "mesh_order", .compare_key = nullptr, .kind = OptionKind::text,

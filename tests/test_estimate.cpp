@@ -122,7 +122,8 @@ TEST_CASE("estimate: bad arguments give one clear line and exit code 2", "[estim
   expect_bad("--params 1.5 " + ok, "--params '1.5' is invalid");
   expect_bad("--params 1e6 --world 0 --strategy zero2", "--world 0 is invalid");
   expect_bad("--params 1e6 --world four --strategy zero2", "--world 'four' is not an integer");
-  expect_bad("--params 1e6 --world 4 --strategy gpipe", "--strategy 'gpipe' has no model-state");
+  expect_bad("--params 1e6 --world 4 --strategy gpipe",
+             "--params does not apply to a mesh or a pipeline strategy");
   expect_bad("--params 1e6 " + ok + " --precision fp8", "--precision 'fp8' is invalid");
   expect_bad("--params 1e6 " + ok + " --optimizer adam", "unknown optimizer 'adam'");
   expect_bad("--params 1e6 " + ok + " --frobnicate", "unknown option '--frobnicate'");

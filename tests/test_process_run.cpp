@@ -135,6 +135,8 @@ TEST_CASE("a dp x pp x tp mesh as processes ends with the threaded run's bits",
     INFO("rank " << r);
     CHECK(procs[r].losses == threads.losses);
     CHECK(procs[0].ranks[r].bytes_sent_per_step == threads.ranks[r].bytes_sent_per_step);
+    // Each axis's share crosses the processes' report exchange too.
+    CHECK(procs[0].ranks[r].sent_by_axis_per_step == threads.ranks[r].sent_by_axis_per_step);
   }
   fs::remove_all(dir);
 }

@@ -409,7 +409,7 @@ ProcessOptions read_processes(const Table& rt, const RunConfig& c, const Process
 
 // The key a check_metric() message is about, from its first word.
 std::string metric_key_of(const std::string& message) {
-  for (const char* k : {"rank", "category", "pool", "kind", "step", "link", "run"})
+  for (const char* k : {"rank", "category", "pool", "kind", "step", "link", "axis", "run"})
     if (message.rfind(std::string(k) + " ", 0) == 0) return k;
   if (message.find("compare run") != std::string::npos) return "run";
   return "name";
@@ -419,7 +419,7 @@ MetricRef read_metric(const Table& parent, const std::string& key, const Step& s
   const toml::table& t = parent.table(key);
   const std::string path = parent.path + key + ".";
   const Table mt(parent.ctx, t, path, parent.line_at(key),
-                 {"name", "run", "rank", "category", "pool", "kind", "step", "link"});
+                 {"name", "run", "rank", "category", "pool", "kind", "step", "link", "axis"});
   MetricRef m;
   m.name = mt.string("name");
   const MetricInfo* info = find_metric(m.name);
@@ -443,6 +443,7 @@ MetricRef read_metric(const Table& parent, const std::string& key, const Step& s
   if (mt.get("kind")) m.kind = mt.string("kind");
   if (mt.get("step")) m.step = mt.small_int("step", 0, 1 << 30);
   if (mt.get("link")) m.link = mt.string("link");
+  if (mt.get("axis")) m.axis = mt.string("axis");
   if (step.run || step.recorded) {
     try {
       check_metric(m, step.run ? *step.run : *step.recorded,

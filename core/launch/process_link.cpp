@@ -260,8 +260,9 @@ void ProcessLink::gather_shares(LossShare* row, int rank) {
 
 void ProcessLink::gather_reports(std::vector<RankReport>& ranks, int rank, int steps) {
   static_assert(std::is_trivially_copyable_v<MemStats>);
-  // [memory | bytes sent per step | step_ms × steps], the same size on every rank.
-  const size_t bytes = sizeof(MemStats) + sizeof(double) * (1 + static_cast<size_t>(steps));
+  // [memory | bytes sent per step | by axis | step_ms × steps], the same size on every rank.
+  constexpr size_t kAxes = sizeof(SentByAxis);
+  const size_t bytes = sizeof(MemStats) + sizeof(double) * (1 + static_cast<size_t>(steps)) + kAxes;
   std::vector<char> mine(bytes, 0);
   const RankReport& me = ranks[rank];
   if (static_cast<int>(me.step_ms.size()) != steps)
@@ -269,7 +270,9 @@ void ProcessLink::gather_reports(std::vector<RankReport>& ranks, int rank, int s
                    " step times for " + std::to_string(steps) + " steps");
   std::memcpy(mine.data(), &me.memory, sizeof(MemStats));
   std::memcpy(mine.data() + sizeof(MemStats), &me.bytes_sent_per_step, sizeof(double));
-  std::memcpy(mine.data() + sizeof(MemStats) + sizeof(double), me.step_ms.data(),
+  std::memcpy(mine.data() + sizeof(MemStats) + sizeof(double), me.sent_by_axis_per_step.data(),
+              kAxes);
+  std::memcpy(mine.data() + sizeof(MemStats) + sizeof(double) + kAxes, me.step_ms.data(),
               sizeof(double) * steps);
   const std::vector<char> all = all_gather_bytes(*control_, mine.data(), bytes);
   for (int r = 0; r < world_; ++r) {
@@ -279,7 +282,9 @@ void ProcessLink::gather_reports(std::vector<RankReport>& ranks, int rank, int s
     std::memcpy(&rep.memory, p, sizeof(MemStats));
     std::memcpy(&rep.bytes_sent_per_step, p + sizeof(MemStats), sizeof(double));
     rep.step_ms.resize(steps);
-    std::memcpy(rep.step_ms.data(), p + sizeof(MemStats) + sizeof(double), sizeof(double) * steps);
+    std::memcpy(rep.sent_by_axis_per_step.data(), p + sizeof(MemStats) + sizeof(double), kAxes);
+    std::memcpy(rep.step_ms.data(), p + sizeof(MemStats) + sizeof(double) + kAxes,
+                sizeof(double) * steps);
   }
 }
 

@@ -48,7 +48,18 @@ RankTotals run_rank_body(RankEnv& env, Strategy& strategy, const ParamSource& in
       if (c) sent += c->stats().bytes_sent;
     return sent + strategy.bytes_sent_outside_comm();
   };
+  // Each axis's bytes: its group's communicator, or the world's where the axis
+  // spans it (a one-axis mesh, a strategy without --mesh).
+  auto axis_sent = [&] {
+    std::array<int64_t, std::size(kMeshAxes)> out{};
+    if (env.mesh)  // (a test's hand-made env has none: every axis would be the world)
+      for (MeshAxis axis : kMeshAxes)
+        if (const Comm* c = env.comm_on(axis))
+          out[static_cast<size_t>(axis)] = c->stats().bytes_sent;
+    return out;
+  };
   const int64_t sent_before = sent_so_far();
+  const auto axis_before = axis_sent();
   for (int s = steps.first; s < steps.end; ++s) {
     phase = "step " + std::to_string(s);
     if (rec) rec->set_step(s);
@@ -66,6 +77,12 @@ RankTotals run_rank_body(RankEnv& env, Strategy& strategy, const ParamSource& in
   if (steps.end > steps.first)
     out.bytes_sent_per_step =
         static_cast<double>(sent_so_far() - sent_before) / (steps.end - steps.first);
+  if (steps.end > steps.first) {
+    const auto axis_after = axis_sent();
+    for (size_t a = 0; a < axis_after.size(); ++a)
+      out.sent_by_axis_per_step[a] =
+          static_cast<double>(axis_after[a] - axis_before[a]) / (steps.end - steps.first);
+  }
   out.at_report = env.alloc.stats();
   if (rec) rec->set_step(-1);  // the export belongs to no step
   phase = "export of the final weights";

@@ -57,8 +57,12 @@ struct RankSteps {
 // What the body leaves for the caller's report.
 struct RankTotals {
   double bytes_sent_per_step = 0;  // the communicator's and the strategy's own copies
-  MemStats at_report;              // the allocator after the steps, before the export
-  std::vector<float> params;       // the export: the full flat weights on rank 0
+  // Of those, what each mesh axis's group carried (by MeshAxis): an axis that
+  // spans the world is the world's communicator. The rest of the total went
+  // over the world beside a mesh's axes, or as the strategy's own copies.
+  SentByAxis sent_by_axis_per_step{};
+  MemStats at_report;         // the allocator after the steps, before the export
+  std::vector<float> params;  // the export: the full flat weights on rank 0
 };
 
 // Setup, the steps [first, end), the export. `phase` names where the rank is,

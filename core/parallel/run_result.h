@@ -12,6 +12,7 @@
 #include "core/comm/placement.h"
 #include "core/config.h"
 #include "core/device/memory.h"
+#include "core/mesh.h"
 #include "core/record/recorder.h"
 
 namespace shardlab {
@@ -34,6 +35,8 @@ struct RankReport {
   MemStats memory;                 // peaks over the whole run
   std::vector<double> step_ms;     // this rank's wall time per step
   double bytes_sent_per_step = 0;  // wire bytes, training steps only (setup excluded)
+  // Of those, what each mesh axis's group carried (by MeshAxis; see RankTotals).
+  SentByAxis sent_by_axis_per_step{};
 };
 
 struct RunResult {

@@ -118,6 +118,7 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
       const RankTotals totals = run_rank_body(env, *strategy, init, steps, phase);
       r.rank = rank;
       r.bytes_sent_per_step = totals.bytes_sent_per_step;
+      r.sent_by_axis_per_step = totals.sent_by_axis_per_step;
       r.at_report = totals.at_report;
       r.at_end = res.alloc->stats();
       r.comm = res.comm_stats();

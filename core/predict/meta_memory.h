@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/device/memory.h"
 #include "core/device/meta_backend.h"
+#include "core/mesh.h"
 #include "core/record/recorder.h"
 
 namespace shardlab {
@@ -31,6 +32,7 @@ struct MetaRankMemory {
   // As RankReport::bytes_sent_per_step: the steps' bytes (dp's device copies too)
   // over the steps run.
   double bytes_sent_per_step = 0;
+  SentByAxis sent_by_axis_per_step{};  // of those, each mesh axis's group's (by MeshAxis)
 };
 
 struct MetaMemory {

@@ -82,6 +82,12 @@ const std::vector<MetricInfo> kRegistry = {
      "ring collectives: the paper's volume (2Ψ ddp/zero1/zero2, 3Ψ zero3/fsdp) × (N−1)/N × bytes "
      "per element",
      false},
+    {"axis_sent_bytes_per_step",
+     "B",
+     {A::rank, A::axis},
+     "of sent_bytes_per_step, what went over the rank's group on one mesh axis (dp, pp or tp)",
+     "",
+     false},
     {"collective_count",
      "count",
      {A::rank, A::kind, A::step},
@@ -264,6 +270,8 @@ const char* to_string(MetricArg a) {
       return "step";
     case MetricArg::link:
       return "link";
+    case MetricArg::axis:
+      return "axis";
   }
   return "?";
 }
@@ -359,6 +367,20 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
                       " is outside the run's steps (valid: 0.." + std::to_string(c.steps - 1) +
                       ")");
   if (takes(*m, A::link) && ref.link != "loopback") parse_link(ref.link);  // names what is valid
+  if (takes(*m, A::axis)) {
+    // An axis of the run's mesh (one of size 1 carries nothing: no group).
+    const Mesh mesh = run_mesh(c);
+    std::string valid;
+    bool found = false;
+    for (const auto& [axis, size] : mesh.axes())
+      if (size > 1) {
+        valid += (valid.empty() ? "" : ", ") + std::string(to_string(axis));
+        found = found || ref.axis == to_string(axis);
+      }
+    if (!found)
+      throw ConfigError("axis '" + ref.axis + "' is not an axis of the run's mesh " + mesh.text() +
+                        " (valid: " + (valid.empty() ? std::string("none") : valid) + ")");
+  }
   if (ref.name == "activations_in_flight" && !is_pipeline_strategy(c.strategy))
     throw ConfigError(
         "activations_in_flight is measured on pipeline strategies only (the run's "
@@ -473,6 +495,10 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     }
   } else if (n == "param_count") {
     v.measured = params_of(c);
+  } else if (n == "axis_sent_bytes_per_step") {
+    for (MeshAxis axis : kMeshAxes)
+      if (ref.axis == to_string(axis))
+        v.measured = r.ranks[ref.rank].sent_by_axis_per_step[static_cast<size_t>(axis)];
   } else if (n == "sent_bytes_per_step") {
     v.measured = r.ranks[ref.rank].bytes_sent_per_step;
     if (family) {

@@ -14,7 +14,7 @@
 namespace shardlab {
 
 // Which argument a metric takes (beside `run`, which every metric accepts).
-enum class MetricArg { rank, category, pool, kind, step, link };
+enum class MetricArg { rank, category, pool, kind, step, link, axis };
 
 struct MetricInfo {
   std::string name;
@@ -42,6 +42,7 @@ struct MetricRef {
   std::string kind;                  // collective_count: a span kind (all_gather, send, …)
   int step = 1;                      // collective_count: the training step counted
   std::string link = "nvlink-h100";  // projected_*: the link between the dedicated devices
+  std::string axis = "tp";           // axis_sent_bytes_per_step: a mesh axis (dp, pp, tp)
 };
 
 // Throws ConfigError when the reference cannot be evaluated on runs with these

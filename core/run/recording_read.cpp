@@ -400,7 +400,7 @@ Recording from_json(const json& j, const JsonChecker& ck, bool weights) {
     const std::string w = at("ranks", static_cast<size_t>(rank));
     const json& rj = ranks[rank];
     ck.keys(rj, w, {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs"},
-            {"marks"});
+            {"marks", "sent_by_axis_per_step"});
     if (rj.contains("marks") && !has_marks)
       ck.fail(at(w, "marks"), "present, but the file has no \"mark_columns\"");
     ck.integer(rj["rank"], at(w, "rank"), rank, rank);
@@ -413,6 +413,15 @@ Recording from_json(const json& j, const JsonChecker& ck, bool weights) {
     }
     rr.bytes_sent_per_step =
         ck.number(rj["bytes_sent_per_step"], at(w, "bytes_sent_per_step"), 0, 1e18);
+    if (rj.contains("sent_by_axis_per_step")) {
+      const std::string wa = at(w, "sent_by_axis_per_step");
+      const json& by_axis = rj["sent_by_axis_per_step"];
+      ck.keys(by_axis, wa, {}, {"dp", "pp", "tp"});
+      for (MeshAxis axis : kMeshAxes)
+        if (by_axis.contains(to_string(axis)))
+          rr.sent_by_axis_per_step[static_cast<size_t>(axis)] =
+              ck.number(by_axis[to_string(axis)], at(wa, to_string(axis)), 0, 1e18);
+    }
     const json& mem = rj["memory"];
     ck.keys(mem, at(w, "memory"), {"device", "host"});
     rr.memory.device = pool_from_json(ck, mem["device"], at(at(w, "memory"), "device"));

@@ -70,8 +70,8 @@ std::string layout(const json& j) {
     const json& rank = ranks[r];
     out += r ? ",\n{" : "\n{";
     bool first_key = true;
-    for (const char* k :
-         {"rank", "step_ms", "bytes_sent_per_step", "memory", "spans", "allocs", "marks"}) {
+    for (const char* k : {"rank", "step_ms", "bytes_sent_per_step", "sent_by_axis_per_step",
+                          "memory", "spans", "allocs", "marks"}) {
       if (!rank.contains(k)) continue;  // older content had no marks
       out += first_key ? "" : ",\n";
       first_key = false;
@@ -147,6 +147,12 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
         {"step_ms", rr.step_ms},
         {"bytes_sent_per_step", rr.bytes_sent_per_step},
         {"memory", {{"device", pool_json(rr.memory.device)}, {"host", pool_json(rr.memory.host)}}}};
+    // A mesh's axes (older files have none; a one-axis run's is its total).
+    json by_axis = json::object();
+    for (MeshAxis axis : kMeshAxes)
+      if (const double b = rr.sent_by_axis_per_step[static_cast<size_t>(axis)]; b > 0)
+        by_axis[to_string(axis)] = b;
+    if (!by_axis.empty()) row["sent_by_axis_per_step"] = std::move(by_axis);
     if (events) {
       row["spans"] = std::move(spans);
       row["allocs"] = std::move(allocs);

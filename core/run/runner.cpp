@@ -528,6 +528,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
       };
       RankTotals totals = run_rank_body(env, *strategy, init_source, steps, phase);
       report.bytes_sent_per_step = totals.bytes_sent_per_step;
+      report.sent_by_axis_per_step = totals.sent_by_axis_per_step;
       report.memory = totals.at_report;
       if (rank == 0) result.final_params = std::move(totals.params);
       if (link) {
