@@ -12,6 +12,7 @@
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "app/gui/logic/wait_logic.h"
+#include "core/parallel/strategy.h"
 #include "core/run/runner.h"
 
 using namespace shardlab;
@@ -155,6 +156,60 @@ TEST_CASE("two mesh groups' collectives at once wait only for their own group's 
   CHECK(ready_of(2) == 300);  // rank 3
   CHECK(u.ranks[2].waits.at(0).peer == 3);
   CHECK(ready_of(3) == -1);
+}
+
+TEST_CASE("a mesh of two or more axes gets a comm lane per axis, waits found through them",
+          "[timeline-view][mesh]") {
+  // The real run: each comm span lands in the lane of the axis whose group
+  // carried it, and every one of them is still found in the rank's comm lane
+  // (the waits are indexed by it).
+  RunConfig c;
+  c.model = "gpt:2x32x4";
+  c.seq = 8;
+  c.strategy = "1f1b";
+  c.mesh = "dp=2,pp=2,tp=2";
+  c.world = 8;
+  c.batch = 8;
+  c.micro_batches = 2;
+  c.steps = 2;
+  const RunResult r = run_training(c);
+  RunData d;
+  ingest_result(d, r);
+  REQUIRE(d.comm_axes == std::vector<MeshAxis>{MeshAxis::pp, MeshAxis::dp, MeshAxis::tp});
+  CHECK(display_lanes(d) == 4);
+  const Mesh mesh = run_mesh(c);
+  for (int rank = 0; rank < c.world; ++rank) {
+    INFO("rank " << rank);
+    const RankData& rd = d.ranks[static_cast<size_t>(rank)];
+    size_t n = 0;
+    for (size_t a = 0; a < d.comm_axes.size(); ++a) {
+      const LaneData& lane = display_lane(d, rank, static_cast<int>(a) + 1);
+      CHECK(&lane == &rd.axis_lanes[a]);
+      CHECK(!lane.spans.empty());
+      for (const Span& s : lane.spans) {
+        if (s.group != 0) CHECK(s.group == mesh.group_id(rank, d.comm_axes[a]));
+        const int64_t i = comm_index_of(rd, s);
+        REQUIRE(i >= 0);
+        CHECK(rd.lane(Lane::comm).spans[static_cast<size_t>(i)].t_end_ns == s.t_end_ns);
+      }
+      n += lane.spans.size();
+    }
+    CHECK(n == rd.lane(Lane::comm).spans.size());
+    CHECK(&display_lane(d, rank, 0) == &rd.lane(Lane::compute));
+  }
+  // One axis, or none: one comm lane, as before.
+  const RunData plain = make_data(4);
+  CHECK(plain.comm_axes.empty());
+  CHECK(display_lanes(plain) == 2);
+  CHECK(&display_lane(plain, 1, 1) == &plain.ranks[1].lane(Lane::comm));
+  // Rows of 4 lanes stack without overlap, and fit the height they report.
+  for (int lanes : {2, 4}) {
+    const float lane_h = lane_height_for(900, 16, 8, true, true, lanes);
+    const RowsLayout l = rows_layout(16, lane_h, 8, true, true, lanes);
+    CHECK(l.lane_y(1, 0) >= l.lane_y(0, lanes - 1) + l.lane_h);
+    CHECK(l.height() >= l.lane_y(7, lanes - 1) + l.lane_h);
+    CHECK(l.height() <= 900 + 0.01f);
+  }
 }
 
 TEST_CASE("collectives wait for the last rank to enter the same one", "[timeline-view]") {

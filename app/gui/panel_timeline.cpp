@@ -18,6 +18,7 @@
 #include "core/comm/cores.h"
 #include "core/model/model.h"
 #include "core/parallel/pipeline.h"
+#include "core/parallel/strategy.h"
 #include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
@@ -147,7 +148,7 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
   if (!is_pipeline_strategy(cfg.strategy)) return out;
   try {
     const std::vector<int> part = pipeline_partition(cfg, make_layout(cfg));
-    if (static_cast<int>(part.size()) != world) return {};
+    std::vector<std::string> stage;
     int l = 0;
     for (int n : part) {
       std::string name = "L";
@@ -156,8 +157,21 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
         name += '-';
         name += std::to_string(l + n - 1);
       }
-      out.push_back(std::move(name));
+      stage.push_back(std::move(name));
       l += n;
+    }
+    // On a mesh each rank names its stage's layers and its place on the
+    // other axes ("L0-1 dp1 tp0").
+    const Mesh mesh = run_mesh(cfg);
+    if (mesh.world() != world) return {};
+    for (int r = 0; r < world; ++r) {
+      const int st = pipeline_stage_of(cfg, r);
+      if (st < 0 || static_cast<size_t>(st) >= stage.size()) return {};
+      std::string name = stage[static_cast<size_t>(st)];
+      for (const auto& [axis, size] : mesh.axes())
+        if (axis != MeshAxis::pp && size > 1)
+          name += " " + std::string(to_string(axis)) + std::to_string(mesh.coord(r, axis));
+      out.push_back(std::move(name));
     }
   } catch (const std::exception&) {
     out.clear();  // a config the run would not have accepted: no layer names
@@ -222,19 +236,28 @@ struct LaneLabel {
   std::pair<size_t, size_t> block_spans{0, 0};
 };
 
+// A rank's gutter text under its name, by lane: its stage's layers in lane 1,
+// and where there are more lanes its mesh coordinates in lane 2.
+std::vector<std::pair<int, std::string>> gutter_lines(const std::string& layers, int lanes) {
+  const size_t cut = layers.find(' ');
+  if (lanes < 3 || cut == std::string::npos) return {{1, layers}};
+  return {{1, layers.substr(0, cut)}, {2, layers.substr(cut + 1)}};
+}
+
 // Lane backgrounds and gutter labels (rank, its layers, the lane names): first,
 // so markers and spans draw over them.
 void draw_row_gutters(App& app, const RunData& d, const RowsFrame& f,
-                      const TimelineRowsOptions& opt, const char* const lane_names[2],
+                      const TimelineRowsOptions& opt, const std::vector<std::string>& lane_names,
                       const Tr& tr) {
   const UiColors& ui = *f.ui;
   const std::vector<std::string> layers = stage_layers(d.cfg, d.world);
+  const int lanes = static_cast<int>(lane_names.size());
   for (int r = 0; r < d.world; ++r) {
     const float y = f.origin.y + f.L.rank_y(r);
-    for (int l = 0; l < 2; ++l) {
+    for (int l = 0; l < lanes; ++l) {
       const float ly = f.origin.y + f.L.lane_y(r, l);
       f.dl->AddRectFilled(ImVec2(f.vp.x0, ly), ImVec2(f.x_end, ly + f.lane_h),
-                          l ? ui.lane_bg_alt : ui.lane_bg);
+                          l % 2 ? ui.lane_bg_alt : ui.lane_bg);
     }
     f.dl->AddLine(ImVec2(f.origin.x, y - f.L.gap * 0.5f), ImVec2(f.x_end, y - f.L.gap * 0.5f),
                   ui.grid);
@@ -243,24 +266,27 @@ void draw_row_gutters(App& app, const RunData& d, const RowsFrame& f,
     if (f.lane_h >= f.font) {
       f.dl->AddText(ImVec2(f.origin.x + 2, f.origin.y + text_y_in_lane(f.L, r, 0, f.font)), ui.text,
                     name);
+      // The stage's layers, and on a mesh with lanes to spare its place on the
+      // other axes under them ("L0-1", "dp0 tp1").
       if (static_cast<size_t>(r) < layers.size())
-        f.dl->AddText(ImGui::GetFont(), f.small,
-                      ImVec2(f.origin.x + 2, f.origin.y + text_y_in_lane(f.L, r, 1, f.small)),
-                      ui.text_dim, layers[r].c_str());
+        for (const auto& [line, text] : gutter_lines(layers[r], lanes))
+          f.dl->AddText(ImGui::GetFont(), f.small,
+                        ImVec2(f.origin.x + 2, f.origin.y + text_y_in_lane(f.L, r, line, f.small)),
+                        ui.text_dim, text.c_str());
     } else {  // short lanes (compare): one name between the two
       f.dl->AddText(ImVec2(f.origin.x + 2, y + f.lane_h - f.font * 0.5f), ui.text, name);
     }
     if (f.lane_h >= f.small) {
-      for (int l = 0; l < 2; ++l)
+      for (int l = 0; l < lanes; ++l)
         f.dl->AddText(ImGui::GetFont(), f.small,
-                      ImVec2(f.vp.x0 - ImGui::CalcTextSize(lane_names[l]).x * 0.85f - 6,
+                      ImVec2(f.vp.x0 - ImGui::CalcTextSize(lane_names[l].c_str()).x * 0.85f - 6,
                              f.origin.y + text_y_in_lane(f.L, r, l, f.small)),
-                      ui.text_dim, lane_names[l]);
+                      ui.text_dim, lane_names[l].c_str());
     }
     // A lesson may point at this rank's lanes (the measured run's rows only).
     if (opt.click_sets_playhead && &d == &app.data)
       mark_region(app, r, nullptr, -1, ImVec2(f.origin.x, f.origin.y + f.L.lane_y(r, 0)),
-                  ImVec2(f.x_end, f.origin.y + f.L.lane_y(r, 1) + f.lane_h));
+                  ImVec2(f.x_end, f.origin.y + f.L.lane_y(r, lanes - 1) + f.lane_h));
   }
 }
 
@@ -346,7 +372,7 @@ void draw_lane_labels(const RowsFrame& f, const LaneData& lane, int l, float y0,
                        (bl > bf && covered_share(lane, bf, bl, f.vp, x, x + w) < 0.9f);
     if (patch) {
       f.dl->AddRectFilled(ImVec2(x - 1, ty), ImVec2(x + w + 1, ty + f.font),
-                          l ? ui.lane_bg_alt : ui.lane_bg);
+                          l % 2 ? ui.lane_bg_alt : ui.lane_bg);
     }
     f.dl->AddText(ImVec2(x, ty), patch ? ui.text : label.col, label.text.c_str());
   }
@@ -362,12 +388,17 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
   const Viewport& vp = f.vp;
   const UiColors& ui = *f.ui;
   ImDrawList* dl = f.dl;
-  const LaneData& lane = d.ranks[r].lanes[l];
+  const LaneData& lane = display_lane(d, r, l);
+  const bool comm_lane = l >= 1;  // the comm lane, or one axis's of it
   const float y0 = f.origin.y + f.L.lane_y(r, l) + 1, y1 = y0 + f.lane_h - 2;
   const bool mouse_in_lane =
       f.hovered && f.mouse.y >= y0 && f.mouse.y < y1 + 2 && f.mouse.x >= vp.x0;
   const auto text_w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
-  auto wait_of = [&](uint32_t index) -> const CommWait* {
+  auto wait_of = [&](uint32_t at) -> const CommWait* {
+    // Waits are kept by the span's place in the rank's whole comm lane.
+    const int64_t i = d.comm_axes.empty() ? at : comm_index_of(d.ranks[r], lane.spans[at]);
+    if (i < 0) return nullptr;
+    const uint32_t index = static_cast<uint32_t>(i);
     for (const WindowUse& u : uses)
       if (const CommWait* w = u.ranks[r].wait_of(index)) return w;
     return nullptr;
@@ -397,7 +428,7 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
   // Waiting for the peer, then moving bytes. Comm spans overlap (a stage posts
   // several recvs at once): waits are drawn in a first pass, so no wait covers
   // another span's moving bytes.
-  if (l == static_cast<int>(Lane::comm))
+  if (comm_lane)
     for (const DrawSpan& b : blocks) {
       if (b.folded()) continue;
       const CommWait* w = wait_of(b.first);
@@ -426,7 +457,7 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
       continue;
     }
     const Span& s = lane.spans[b.first];
-    const CommWait* w = l == static_cast<int>(Lane::comm) ? wait_of(b.first) : nullptr;
+    const CommWait* w = comm_lane ? wait_of(b.first) : nullptr;
     const float xr = w ? std::clamp(vp.x_of(static_cast<double>(w->ready)), a.x, z.x) : a.x;
     // Set-up and tear-down (step -1, e.g. the final weights going to rank
     // 0) are drawn faint: they are not part of a training step.
@@ -498,9 +529,7 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
       hover.block = blocks[k];
       hover.lane = &lane;
       hover.span = &lane.spans[blocks[k].first];
-      hover.wait = l == static_cast<int>(Lane::comm) && !blocks[k].folded()
-                       ? wait_of(blocks[k].first)
-                       : nullptr;
+      hover.wait = comm_lane && !blocks[k].folded() ? wait_of(blocks[k].first) : nullptr;
     }
   }
 }
@@ -509,6 +538,10 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
 // receiver; many in view are bundled into a few strokes.
 void draw_flow_lines(const RunData& d, const RowsFrame& f) {
   f.dl->ChannelsSetCurrent(1);
+  // Sends and recvs go between pipeline stages: the pp lane, on a mesh.
+  const auto pp = std::find(d.comm_axes.begin(), d.comm_axes.end(), MeshAxis::pp);
+  const int flow_lane =
+      pp == d.comm_axes.end() ? 1 : 1 + static_cast<int>(pp - d.comm_axes.begin());
   std::vector<FlowLine> lines;
   flow_lines(d.flows, f.vp, kMaxSingleFlows, 16, lines);
   const bool bundled =
@@ -516,8 +549,8 @@ void draw_flow_lines(const RunData& d, const RowsFrame& f) {
       std::any_of(lines.begin(), lines.end(), [](const FlowLine& l) { return l.count > 1; });
   const ImU32 col = f.hc ? IM_COL32(255, 255, 255, 170) : IM_COL32(225, 228, 235, 95);
   for (const FlowLine& l : lines) {
-    const float ya = f.origin.y + f.L.lane_y(l.from_rank, 1) + f.lane_h * 0.5f;
-    const float yb = f.origin.y + f.L.lane_y(l.to_rank, 1) + f.lane_h * 0.5f;
+    const float ya = f.origin.y + f.L.lane_y(l.from_rank, flow_lane) + f.lane_h * 0.5f;
+    const float yb = f.origin.y + f.L.lane_y(l.to_rank, flow_lane) + f.lane_h * 0.5f;
     const float thick =
         bundled ? std::min(4.0f, 1.0f + std::log2(static_cast<float>(l.count)) * 0.5f) : 1.2f;
     draw_arrow(f.dl, ImVec2(l.xa, ya), ImVec2(l.xb, yb), col, thick, bundled ? 0 : 5);
@@ -541,14 +574,23 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   f.font = ImGui::GetFontSize();
   f.small = f.font * 0.85f;
   const float lane_h_req = opt.lane_height > 0 ? opt.lane_height : f.font + 6;
-  f.L = rows_layout(f.font, lane_h_req, d.world, opt.show_axis, opt.show_steps);
+  const int lanes = display_lanes(d);
+  f.L = rows_layout(f.font, lane_h_req, d.world, opt.show_axis, opt.show_steps, lanes);
   f.lane_h = f.L.lane_h;
   const Tr tr = app.tr();
-  const char* lane_names[2] = {lane_name(Lane::compute, tr), lane_name(Lane::comm, tr)};
-  const float gutter =
-      ImGui::CalcTextSize((strf(tr("rank %d"), 10) + " ").c_str()).x +
-      std::max(ImGui::CalcTextSize(lane_names[0]).x, ImGui::CalcTextSize(lane_names[1]).x) * 0.85f +
-      14;
+  // compute, comm; on a mesh compute, then "comm tp", "comm pp", ... by axis.
+  std::vector<std::string> lane_names = {lane_name(Lane::compute, tr)};
+  if (d.comm_axes.empty()) lane_names.push_back(lane_name(Lane::comm, tr));
+  for (MeshAxis axis : d.comm_axes) lane_names.push_back(strf(tr("comm %s"), to_string(axis)));
+  float names_w = 0;
+  for (const std::string& n : lane_names)
+    names_w = std::max(names_w, ImGui::CalcTextSize(n.c_str()).x);
+  // Left of the lane names: the rank's name, or its layers and coordinates.
+  float left_w = ImGui::CalcTextSize((strf(tr("rank %d"), 10) + " ").c_str()).x;
+  for (const std::string& layers : stage_layers(d.cfg, d.world))
+    for (const auto& [line, text] : gutter_lines(layers, lanes))
+      left_w = std::max(left_w, (ImGui::CalcTextSize(text.c_str()).x + 8) * 0.85f);
+  const float gutter = left_w + names_w * 0.85f + 14;
   f.origin = ImGui::GetCursorScreenPos();
   const float width = std::max(50.0f, ImGui::GetContentRegionAvail().x);
   const float height = opt.height > 0 ? opt.height : f.L.height();
@@ -605,7 +647,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   f.dl->ChannelsSetCurrent(0);
   RowsHover hover;
   for (int r = 0; r < d.world; ++r)
-    for (int l = 0; l < 2; ++l) draw_lane(d, f, r, l, uses, idle_word, tr, hover);
+    for (int l = 0; l < lanes; ++l) draw_lane(d, f, r, l, uses, idle_word, tr, hover);
   if (opt.show_flows && ts.show_flows) draw_flow_lines(d, f);
   f.dl->ChannelsMerge();
   f.dl->PopClipRect();
@@ -954,10 +996,11 @@ void draw_timeline(App& app) {
   const int ranks_drawn = show_projected ? 2 * d.world : d.world;
   const float extra_h = !both ? 0 : show_projected ? 2 * line + font + 4 : 2 * line;
   const float rows_h = rows_height(ImGui::GetContentRegionAvail().y - extra_h, font, ranks_drawn,
-                                   line * table_lines + font, line * 1.6f) +
+                                   line * table_lines + font, line * 1.6f, display_lanes(d)) +
                        extra_h;
   TimelineRowsOptions opt;
-  opt.lane_height = lane_height_for(rows_h - extra_h, font, ranks_drawn, true, true);
+  opt.lane_height =
+      lane_height_for(rows_h - extra_h, font, ranks_drawn, true, true, display_lanes(d));
   ImGui::BeginChild("timeline_rows", ImVec2(0, rows_h), false, ImGuiWindowFlags_NoScrollWithMouse);
   if (both) {
     const RunResult* result = app.shown_result();

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/model/model.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab::gui {
 
@@ -63,6 +64,24 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
   } catch (const std::exception&) {
     d.num_layers = 0;  // names still tell the layers; cards grow to fit them
   }
+  // A comm lane per axis where more than one axis has groups.
+  try {
+    const Mesh mesh = run_mesh(cfg);
+    std::vector<MeshAxis> axes;
+    for (const auto& [axis, size] : mesh.axes())
+      if (size > 1) axes.push_back(axis);
+    if (axes.size() >= 2 && mesh.world() == world) {
+      d.comm_axes = axes;
+      for (const MeshGroup& g : mesh.groups()) {
+        if (static_cast<size_t>(g.id) >= d.group_axis.size()) d.group_axis.resize(g.id + 1, -1);
+        const auto it = std::find(axes.begin(), axes.end(), g.axis);
+        if (g.id > 0 && it != axes.end()) d.group_axis[g.id] = static_cast<int>(it - axes.begin());
+      }
+      for (RankData& r : d.ranks) r.axis_lanes.resize(axes.size());
+    }
+  } catch (const std::exception&) {
+    d.comm_axes.clear();  // a config a run would refuse: one comm lane
+  }
 }
 
 void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEvent> allocs) {
@@ -103,6 +122,16 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
       }
     }
     by_lane[static_cast<int>(s.lane) & 1].push_back(s);
+  }
+  if (!d.comm_axes.empty()) {
+    std::vector<std::vector<Span>> by_axis(d.comm_axes.size());
+    for (const Span& s : by_lane[static_cast<int>(Lane::comm)]) {
+      const int a = s.group >= 0 && static_cast<size_t>(s.group) < d.group_axis.size()
+                        ? d.group_axis[static_cast<size_t>(s.group)]
+                        : -1;
+      by_axis[static_cast<size_t>(std::max(a, 0))].push_back(s);
+    }
+    for (size_t a = 0; a < by_axis.size(); ++a) r.axis_lanes[a].insert(std::move(by_axis[a]));
   }
   for (int l = 0; l < 2; ++l) r.lanes[l].insert(std::move(by_lane[l]));
 
@@ -158,6 +187,25 @@ bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders)
 void ingest_result(RunData& d, const RunResult& r) {
   reset_run_data(d, r.cfg, r.cfg.world, r.t0_ns);
   ingest(d, r.recorders);
+}
+
+const LaneData& display_lane(const RunData& d, int rank, int l) {
+  const RankData& r = d.ranks[static_cast<size_t>(rank)];
+  if (l <= 0) return r.lane(Lane::compute);
+  if (d.comm_axes.empty() || static_cast<size_t>(l - 1) >= r.axis_lanes.size())
+    return r.lane(Lane::comm);
+  return r.axis_lanes[static_cast<size_t>(l - 1)];
+}
+
+int64_t comm_index_of(const RankData& r, const Span& s) {
+  const std::vector<Span>& all = r.lane(Lane::comm).spans;
+  auto it = std::lower_bound(all.begin(), all.end(), s.t_begin_ns,
+                             [](const Span& a, int64_t t) { return a.t_begin_ns < t; });
+  for (; it != all.end() && it->t_begin_ns == s.t_begin_ns; ++it)
+    if (it->t_end_ns == s.t_end_ns && it->kind == s.kind && it->group == s.group &&
+        it->bytes == s.bytes && it->peer == s.peer)
+      return it - all.begin();
+  return -1;
 }
 
 }  // namespace shardlab::gui

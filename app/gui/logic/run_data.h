@@ -3,6 +3,7 @@
 // flows, step starts, event times). Filled incrementally from the recorders once
 // per frame; drawing code only reads it. Times are ns since the run's start.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "app/gui/logic/buffer_name.h"
 #include "core/config.h"
+#include "core/mesh.h"
 #include "core/record/memory_timeline.h"
 #include "core/record/recorder.h"
 #include "core/run/runner.h"
@@ -27,7 +29,10 @@ struct LaneData {
 };
 
 struct RankData {
-  std::array<LaneData, 2> lanes;   // indexed by Lane
+  std::array<LaneData, 2> lanes;  // indexed by Lane
+  // On a mesh of two or more axes: the comm lane's spans again, split by the
+  // axis whose group carried them (as RunData::comm_axes); else empty.
+  std::vector<LaneData> axis_lanes;
   std::vector<AllocEvent> allocs;  // in record order
   std::vector<Residency> residency;
   std::vector<CategorySample> device_series, host_series;
@@ -48,6 +53,11 @@ struct Flow {
 struct RunData {
   RunConfig cfg;
   int world = 0;
+  // The mesh axes that get a comm lane each (outermost first), on a mesh of
+  // two or more axes; empty: one comm lane. group_axis: a span's group id ->
+  // its index in comm_axes (-1: the world's, drawn on the first).
+  std::vector<MeshAxis> comm_axes;
+  std::vector<int> group_axis;
   int num_layers = 0;
   // The model's parameter names and layers (buffer_name.h), for names without "layers.N".
   ParamLayers param_layers;
@@ -94,5 +104,16 @@ bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders)
 
 // Replaces `d` with a whole finished run (a compare entry, an opened recording).
 void ingest_result(RunData& d, const RunResult& r);
+
+// The lanes each rank's row shows: compute, then one comm lane, or on a mesh
+// of two or more axes one per axis (RunData::comm_axes).
+inline int display_lanes(const RunData& d) {
+  return 1 + std::max<int>(1, static_cast<int>(d.comm_axes.size()));
+}
+// Row lane `l` of `rank`: 0 the compute lane, then the comm lane or its axes'.
+const LaneData& display_lane(const RunData& d, int rank, int l);
+// Where span `s` of an axis lane sits in the rank's comm lane (what waits are
+// indexed by); -1 when it is not there.
+int64_t comm_index_of(const RankData& r, const Span& s);
 
 }  // namespace shardlab::gui

@@ -408,8 +408,9 @@ void flow_lines(const std::vector<Flow>& flows, const Viewport& vp, int max_sing
   }
 }
 
-RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool steps) {
+RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool steps, int lanes) {
   RowsLayout l;
+  l.lanes = std::max(1, lanes);
   l.font = font;
   l.lane_h = lane_h;
   l.gap = std::max(3.0f, lane_h * 0.3f);
@@ -419,15 +420,16 @@ RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool step
   return l;
 }
 
-float lane_height_for(float avail_h, float font, int world, bool axis, bool steps) {
-  const RowsLayout l = rows_layout(font, 0, world, axis, steps);
+float lane_height_for(float avail_h, float font, int world, bool axis, bool steps, int lanes) {
+  const RowsLayout l = rows_layout(font, 0, world, axis, steps, lanes);
   const float per_rank = (avail_h - l.rows_top()) / static_cast<float>(l.world);
-  return std::clamp(per_rank / 2.3f, font + 6, font * 4.0f);
+  // A rank's lanes and its gap (0.3 of a lane): 2.3 lanes for two.
+  return std::clamp(per_rank / (static_cast<float>(l.lanes) + 0.3f), font + 6, font * 4.0f);
 }
 
-float rows_height(float avail, float font, int world, float tables_h, float peek_h) {
-  const float rows_min = rows_layout(font, font + 6, world, true, true).height();
-  const float rows_max = rows_layout(font, font * 4, world, true, true).height();
+float rows_height(float avail, float font, int world, float tables_h, float peek_h, int lanes) {
+  const float rows_min = rows_layout(font, font + 6, world, true, true, lanes).height();
+  const float rows_max = rows_layout(font, font * 4, world, true, true, lanes).height();
   if (avail - tables_h >= rows_min) return std::min(rows_max, avail - tables_h);
   return std::max(font * 6, std::min(rows_min, avail - peek_h));
 }

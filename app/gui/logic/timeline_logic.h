@@ -135,25 +135,27 @@ void flow_lines(const std::vector<Flow>& flows, const Viewport& vp, int max_sing
 
 // Vertical layout of the timeline rows (pixels from the top of the rows): the
 // time axis, a band of step labels under it (labels never fall below the rows,
-// where a short window would clip them), then per rank a compute and a comm lane.
+// where a short window would clip them), then per rank a compute lane and its
+// comm lanes (one, or on a mesh one per axis: `lanes` in all).
 struct RowsLayout {
   float font = 13, lane_h = 19, gap = 6, axis_h = 21, steps_h = 15;
   int world = 1;
+  int lanes = 2;  // per rank
   float rows_top() const { return axis_h + steps_h; }
-  float rank_y(int r) const { return rows_top() + r * (2 * lane_h + gap); }  // its compute lane
+  float rank_y(int r) const { return rows_top() + r * (lanes * lane_h + gap); }  // compute lane
   float lane_y(int r, int lane) const { return rank_y(r) + lane * lane_h; }
-  float height() const { return rows_top() + world * (2 * lane_h + gap); }
+  float height() const { return rows_top() + world * (lanes * lane_h + gap); }
 };
-RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool steps);
+RowsLayout rows_layout(float font, float lane_h, int world, bool axis, bool steps, int lanes = 2);
 // The lane height for rows that get `avail_h` pixels: grows with the space,
 // up to 4 lines of text; never lower than a line of text and its margins, so
 // bigger fonts (presenter mode) get taller lanes.
-float lane_height_for(float avail_h, float font, int world, bool axis, bool steps);
+float lane_height_for(float avail_h, float font, int world, bool axis, bool steps, int lanes = 2);
 // How tall the rows are in a view `avail` pixels high that also shows tables
 // `tables_h` high under them: everything when it fits (lanes growing up to 4
 // lines of text); else the rows at their smallest readable lanes, the tables
 // keeping at least `peek_h` (they scroll).
-float rows_height(float avail, float font, int world, float tables_h, float peek_h);
+float rows_height(float avail, float font, int world, float tables_h, float peek_h, int lanes = 2);
 // A text line's box in a lane: [y, y + font) centred; inside the lane for any
 // lane from lane_height_for.
 inline float text_y_in_lane(const RowsLayout& l, int r, int lane, float text_h) {
