@@ -9,6 +9,7 @@
 
 #include "app/gui/logic/cluster_logic.h"
 #include "app/gui/logic/run_data.h"
+#include "core/mesh.h"
 #include "core/run/runner.h"
 
 using namespace shardlab;
@@ -582,5 +583,65 @@ TEST_CASE("a gathered copy fills as its all-gather runs, not when it is set asid
       INFO(strategy << " rank " << r);
       CHECK(gathered > 0);
     }
+  }
+}
+
+TEST_CASE("mesh: a collective's pieces stay inside its group, the cards laid out as the mesh",
+          "[cluster-view][mesh]") {
+  // dp=2,tp=2 (pp,dp,tp order): tp groups {0,1} and {2,3}, dp groups {0,2}
+  // and {1,3}. Both tp groups all-reduce at once: nothing crosses between them.
+  RunData d;
+  RunConfig cfg;
+  cfg.model = "mlp:4x16";
+  cfg.strategy = "gpipe";
+  cfg.mesh = "dp=2,tp=2";
+  cfg.world = 4;
+  reset_run_data(d, cfg, 4, 0);
+  REQUIRE(d.rank_coords.size() == 4);
+  CHECK(d.rank_coords[3] == "dp1 tp1");
+  CHECK(d.mesh_row_ranks == 2);  // a row of cards per dp coordinate
+  const Mesh mesh = parse_mesh(cfg.mesh);
+  auto in_group = [](Span s, int group) {
+    s.group = group;
+    return s;
+  };
+  for (int r = 0; r < 4; ++r)
+    append(d, r, {in_group(comm(0, 100, SpanKind::all_reduce, 1), mesh.group_id(r, MeshAxis::tp))},
+           {});
+  std::vector<Piece> p = pieces_in_flight(d, 20);  // the first half: each shard to its summer
+  REQUIRE(p.size() == 4);
+  for (const Piece& q : p) {
+    CHECK(mesh.group_id(q.from, MeshAxis::tp) == mesh.group_id(q.to, MeshAxis::tp));
+    // Half of the layer each: the receiver's place in its group of 2.
+    CHECK(q.frac_end - q.frac_begin == Approx(0.5));
+    CHECK(q.frac_begin == Approx(0.5 * mesh.coord(q.to, MeshAxis::tp)));
+  }
+  CHECK(rank_status(d, p, 0, 20, Naming{}) ==
+        "sending L1 shard 1 to rank 1 (all-reduce in a tp group); receiving L1 from rank 1 "
+        "(all-reduce in a tp group)");
+  const std::string now = now_line(d, p, 20, Naming{});
+  CHECK(now.find("ranks 0 and 1") != std::string::npos);
+  CHECK(now.find("ranks 2 and 3") != std::string::npos);
+  CHECK(now.find("ranks 0, 1, 2 and 3") == std::string::npos);
+
+  // A broadcast in a dp group goes out from the group's first rank.
+  RunData b;
+  reset_run_data(b, cfg, 4, 0);
+  for (int r : {1, 3})
+    append(b, r, {in_group(comm(0, 100, SpanKind::broadcast, 2), mesh.group_id(r, MeshAxis::dp))},
+           {});
+  p = pieces_in_flight(b, 50);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].from == 1);
+  CHECK(p[0].to == 3);
+
+  // The cards: one row per dp coordinate, at any font size.
+  for (float scale : kScales) {
+    const ClusterLayout L =
+        cluster_layout(4, Rect{0, 0, 1200, 800}, kBaseFont * scale, d.mesh_row_ranks);
+    CHECK(L.ncols == 2);
+    CHECK(L.nrows == 2);
+    for (size_t i = 0; i < L.cards.size(); ++i)
+      for (size_t j = i + 1; j < L.cards.size(); ++j) CHECK(!L.cards[i].overlaps(L.cards[j]));
   }
 }

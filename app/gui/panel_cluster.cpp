@@ -207,6 +207,21 @@ void draw_cluster(App& app, const RunData& d) {
     }
     ImGui::NewLine();
   }
+  // A mesh: how its grid reads.
+  if (!d.rank_coords.empty()) {
+    const bool tp =
+        std::find(d.comm_axes.begin(), d.comm_axes.end(), MeshAxis::tp) != d.comm_axes.end();
+    const std::string outer = to_string(d.comm_axes.front());
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(ui.text_dim));
+    ImGui::TextWrapped("%s", (tp ? strf(tr("mesh %s: a row of cards per %s coordinate; outlined "
+                                           "in red, each tp group (its ranks split every layer "
+                                           "between them)"),
+                                        d.cfg.mesh.c_str(), outer.c_str())
+                                 : strf(tr("mesh %s: a row of cards per %s coordinate"),
+                                        d.cfg.mesh.c_str(), outer.c_str()))
+                                 .c_str());
+    ImGui::PopStyleColor();
+  }
 
   // The cards fill the view; where they cannot fit readably (big presenter
   // fonts in a small window) the canvas grows and scrolls instead of overlapping.
@@ -221,12 +236,17 @@ void draw_cluster(App& app, const RunData& d) {
         rows = std::max(1, d.num_layers) + 1;  // a "flat" row may appear
         break;
       }
+  // A mesh is drawn as its grid: a row of cards per coordinate of its
+  // outermost axis (Megatron's order: a pipeline stage a row).
+  const int per_row = d.mesh_row_ranks <= 6 ? d.mesh_row_ranks : 0;
   ClusterLayout L = cluster_layout_fitting(
-      d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
+      d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows,
+      per_row);
   if (L.corridors.back().y1 > origin.y + avail.y + 0.5f) {  // room for the scrollbar
     avail.x -= ImGui::GetStyle().ScrollbarSize;
-    L = cluster_layout_fitting(
-        d.world, Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y}, font, rows);
+    L = cluster_layout_fitting(d.world,
+                               Rect{origin.x, origin.y, origin.x + avail.x, origin.y + avail.y},
+                               font, rows, per_row);
   }
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGui::InvisibleButton("cluster_canvas",  // i18n: not shown
@@ -249,7 +269,12 @@ void draw_cluster(App& app, const RunData& d) {
     dl->AddRect(cmin, cmax, ui.card_border, 6, 0, 1.5f);
     mark_region(app, r, nullptr, -1, cmin, cmax);
 
-    text_clipped(dl, g.title, ui.text, strf(tr("rank %d"), r), font * 1.15f);
+    // On a mesh the title says where the rank sits: "rank 5 · pp1 dp0 tp1".
+    const std::string title =
+        static_cast<size_t>(r) < d.rank_coords.size()
+            ? strf(tr("rank %d"), r) + " \xC2\xB7 " + d.rank_coords[static_cast<size_t>(r)]
+            : strf(tr("rank %d"), r);
+    text_clipped(dl, g.title, ui.text, title, font * 1.15f);
     if (g.held.h() > 0) {
       const double p = 100 * c.held_fraction[0], gr = 100 * c.held_fraction[1],
                    o = 100 * c.held_fraction[2];
@@ -394,6 +419,24 @@ void draw_cluster(App& app, const RunData& d) {
       text_clipped(dl, Rect{g.footer.x0, g.footer.y0 + lh, g.footer.x1, g.footer.y1}, ui.text_dim,
                    fitting({other_long, other_short, act_short}, g.footer.w()));
     }
+  }
+
+  // A mesh's tp groups outlined: the ranks that split every layer between them
+  // (neighbours in a row, in Megatron's order; other orders are not outlined).
+  for (size_t g = 1; g < d.group_ranks.size(); ++g) {
+    const std::vector<int>& ranks = d.group_ranks[g];
+    if (d.rank_coords.empty() || d.group_axes[g] != MeshAxis::tp || ranks.size() < 2) continue;
+    bool neighbours = true;
+    for (size_t k = 1; k < ranks.size(); ++k)
+      neighbours &= ranks[k] == ranks[k - 1] + 1 && ranks[k] / L.ncols == ranks[0] / L.ncols;
+    if (!neighbours || ranks.back() >= d.world) continue;
+    const Rect& a = L.cards[static_cast<size_t>(ranks.front())];
+    const Rect& b = L.cards[static_cast<size_t>(ranks.back())];
+    const float m = std::min(L.gutter * 0.4f, font * 0.4f);
+    const float right = L.corridors.front().x1 - 1;  // the last column has no gutter after it
+    dl->AddRect(ImVec2(a.x0 - m, a.y0 - m * 0.5f),
+                ImVec2(std::min(b.x1 + m, right), b.y1 + m * 0.5f),
+                kind_color(SpanKind::all_reduce, hc), 8, 0, 2.0f);
   }
 
   // Pieces in flight: each leaves its source slot (ringed), goes down into the

@@ -51,11 +51,11 @@ CardLayout card_layout(Rect card, float font, int rows) {
   return c;
 }
 
-ClusterLayout cluster_layout(int world, Rect area, float font) {
+ClusterLayout cluster_layout(int world, Rect area, float font, int per_row) {
   ClusterLayout L;
   L.world = std::max(1, world);
   L.font = font;
-  L.ncols = std::min(L.world, 4);
+  L.ncols = per_row > 0 ? std::min(L.world, per_row) : std::min(L.world, 4);
   L.nrows = (L.world + L.ncols - 1) / L.ncols;
   L.lanes = L.ncols * (L.nrows > 1 ? 2 : 1);
   const float tag_h = font * 1.3f;
@@ -82,12 +82,12 @@ ClusterLayout cluster_layout(int world, Rect area, float font) {
   return L;
 }
 
-ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows) {
+ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows, int per_row) {
   // Grown (the view then scrolls) until every card has a readable grid under
   // its title, status and column headers.
   const float min_row = std::max(6.0f, font * 0.55f);
   for (int i = 0;; ++i) {
-    ClusterLayout L = cluster_layout(world, area, font);
+    ClusterLayout L = cluster_layout(world, area, font, per_row);
     const CardLayout c = card_layout(L.cards[0], font, rows);
     const bool fits = c.row_h >= min_row && c.card.contains(c.grid);
     if (fits || i >= 40) return L;

@@ -148,7 +148,18 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
       base.progress = p;
       base.bytes = s->bytes;
       base.micro_batch = s->micro_batch;
-      const double w = 1.0 / W;
+      base.group = s->group;
+      // A collective's ranks: its group's (a mesh axis's), by coordinate; a
+      // piece's part of the layer is the receiver's or sender's place in it.
+      const std::vector<int> members = group_members(d, s->group);
+      const int G = static_cast<int>(members.size());
+      auto place = [&](int rank) {
+        const auto it = std::find(members.begin(), members.end(), rank);
+        return it == members.end() ? 0 : static_cast<int>(it - members.begin());
+      };
+      const double w = 1.0 / std::max(1, G);
+      const int me = place(r);
+      const int first = members.empty() ? 0 : members.front();
       // dp's copies: one span on the receiving device, peer = where it comes from.
       const bool pulled = s->peer >= 0 && s->peer < W && s->peer != r;
       auto from_peer = [&](int column) {
@@ -158,40 +169,42 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
         q.column = column;
         out.push_back(q);
       };
+      // To every other rank of the group; frac_for gets the receiver's place.
       auto to_all = [&](int column, auto frac_for) {
-        for (int j = 0; j < W; ++j) {
-          if (j == r) continue;
+        for (int k = 0; k < G; ++k) {
+          const int j = members[static_cast<size_t>(k)];
+          if (j == r || j < 0 || j >= W) continue;
           Piece q = base;
           q.to = j;
           q.column = column;
-          std::tie(q.frac_begin, q.frac_end) = frac_for(j);
+          std::tie(q.frac_begin, q.frac_end) = frac_for(k);
           out.push_back(q);
         }
       };
       switch (s->kind) {
         case SpanKind::all_gather:
-          to_all(0, [&](int) { return std::pair{r * w, (r + 1) * w}; });
+          to_all(0, [&](int) { return std::pair{me * w, (me + 1) * w}; });
           break;
         case SpanKind::reduce_scatter:
-          to_all(1, [&](int j) { return std::pair{j * w, (j + 1) * w}; });
+          to_all(1, [&](int k) { return std::pair{k * w, (k + 1) * w}; });
           break;
         case SpanKind::all_reduce:
-          // First half: shard j of the gradient goes to rank j to be summed;
-          // second half: the summed shard r comes back to everyone.
+          // First half: shard k of the gradient goes to the group's k-th rank
+          // to be summed; second half: the summed shard comes back to everyone.
           base.progress = p < 0.5f ? 2 * p : 2 * p - 1;
           if (p < 0.5f)
-            to_all(1, [&](int j) { return std::pair{j * w, (j + 1) * w}; });
+            to_all(1, [&](int k) { return std::pair{k * w, (k + 1) * w}; });
           else
-            to_all(1, [&](int) { return std::pair{r * w, (r + 1) * w}; });
+            to_all(1, [&](int) { return std::pair{me * w, (me + 1) * w}; });
           break;
         case SpanKind::broadcast:
           if (pulled)
             from_peer(0);
-          else if (r == (s->peer >= 0 ? s->peer : 0))
+          else if (r == (s->peer >= 0 ? s->peer : first))
             to_all(0, [&](int) { return std::pair{0.0, 1.0}; });
           break;
         case SpanKind::reduce: {
-          const int root = s->peer >= 0 ? s->peer : 0;
+          const int root = s->peer >= 0 ? s->peer : first;
           if (r != root) {
             Piece q = base;
             q.to = root;
@@ -203,11 +216,11 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
         case SpanKind::scatter:  // root hands every other rank its slice (dp)
           if (pulled)
             from_peer(-1);
-          else if (r == (s->peer >= 0 ? s->peer : 0))
+          else if (r == (s->peer >= 0 ? s->peer : first))
             to_all(-1, [&](int) { return std::pair{0.0, 1.0}; });
           break;
         case SpanKind::gather: {  // every rank's outputs go to the root (dp)
-          const int root = s->peer >= 0 ? s->peer : 0;
+          const int root = s->peer >= 0 ? s->peer : first;
           if (r != root) {
             Piece q = base;
             q.to = root;

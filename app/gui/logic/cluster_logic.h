@@ -88,12 +88,14 @@ struct Piece {
   float progress = 0;  // 0 at the source, 1 at the destination
   int64_t bytes = 0;
   int micro_batch = -1;  // pipeline messages: the micro-batch they belong to
+  int group = 0;         // the collective's group (Span::group): 0 the world
 };
 // Pieces in flight at t, from each rank's running collectives and sends:
 // all-gather sends this rank's shard to every other rank; reduce-scatter sends
 // shard j to rank j; all-reduce is shown as reduce-scatter then all-gather;
 // broadcast and scatter go out from the root. A collective records its span on
-// every rank (peer -1, root rank 0), so the root's span sends to all; dp's
+// every rank of its group (peer -1, root the group's first; a mesh's collectives
+// stay inside their group), so the root's span sends to all; dp's
 // copies record one span on the receiving device with peer = device 0, so such
 // a span is one piece from the peer to the span's rank. Gather and reduce go
 // from the span's rank to the root. A pipeline message travels from its send's
@@ -224,10 +226,11 @@ struct ClusterLayout {
   float lane_y(int row, int lane) const;
   float gutter_x(int col) const;  // centre of the gutter left of card column col
 };
-ClusterLayout cluster_layout(int world, Rect area, float font);
+// `per_row` > 0: that many cards a row (a mesh's row of ranks), else up to 4.
+ClusterLayout cluster_layout(int world, Rect area, float font, int per_row = 0);
 // The same, taller than `area` where cards of `rows` layers would not fit in it
 // (big presenter fonts in a small window: the view scrolls rather than overlaps).
-ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows);
+ClusterLayout cluster_layout_fitting(int world, Rect area, float font, int rows, int per_row = 0);
 
 // The route of a piece: from the bottom edge of the source card under its
 // column (x_from, a card-relative x), down into its lane, along the corridor

@@ -192,19 +192,28 @@ bool moves_data(SpanKind k) {
   return k == SpanKind::scatter || k == SpanKind::gather;
 }
 
+// One collective on one layer, in one communicator group (a mesh's tp groups
+// all-reduce at once, each among its own ranks).
 struct GroupKey {
   SpanKind kind;
   int layer;
+  int group = 0;
   bool operator<(const GroupKey& o) const {
-    return std::tie(kind, layer) < std::tie(o.kind, o.layer);
+    return std::tie(kind, layer, group) < std::tie(o.kind, o.layer, o.group);
   }
 };
 
 std::map<GroupKey, std::vector<const Piece*>> group_pieces(const std::vector<Piece>& pieces) {
   std::map<GroupKey, std::vector<const Piece*>> g;
   for (const Piece& p : pieces)
-    if (p.kind != SpanKind::send) g[{p.kind, p.layer}].push_back(&p);
+    if (p.kind != SpanKind::send) g[{p.kind, p.layer, p.group}].push_back(&p);
   return g;
+}
+
+// The collective's name, and on a mesh its axis: "all-reduce", "all-reduce in a tp group".
+std::string collective_label(const RunData& d, SpanKind k, int group, const Tr& tr) {
+  const char* axis = group_axis_name(d, group);
+  return axis ? strf(tr("%s in a %s group"), kind_label(k, tr), axis) : kind_label(k, tr);
 }
 
 std::string message_sentence(const Piece& p, const Naming& n, const Tr& tr) {
@@ -223,7 +232,7 @@ std::string message_sentence(const Piece& p, const Naming& n, const Tr& tr) {
 
 // One sentence for one (collective, layer) group.
 std::string group_sentence(SpanKind k, int layer, const std::vector<const Piece*>& ps, int world,
-                           const Naming& n, const Tr& tr) {
+                           const std::string& label_text, const Naming& n, const Tr& tr) {
   std::vector<int> senders, receivers;
   for (const Piece* p : ps) {
     senders.push_back(p->from);
@@ -234,7 +243,7 @@ std::string group_sentence(SpanKind k, int layer, const std::vector<const Piece*
   const bool one = senders.size() == 1;
   const std::string from = rank_list(senders, n, tr), to = rank_list(receivers, n, tr);
   const std::string what = what_of(k, layer, n, tr);
-  const char* label = kind_label(k, tr);
+  const char* label = label_text.c_str();
   switch (k) {
     case SpanKind::all_gather: {
       if (one) {
@@ -312,7 +321,9 @@ std::string now_line(const RunData& d, const std::vector<Piece>& pieces, int64_t
   const std::string sep = part_sep(tr);
   std::vector<std::string> parts;
   for (const auto& [key, ps] : group_pieces(pieces))
-    parts.push_back(group_sentence(key.kind, key.layer, ps, d.world, n, tr));
+    parts.push_back(group_sentence(key.kind, key.layer, ps,
+                                   static_cast<int>(group_members(d, key.group).size()),
+                                   collective_label(d, key.kind, key.group, tr), n, tr));
   for (const Piece& p : pieces)
     if (p.kind == SpanKind::send) parts.push_back(message_sentence(p, n, tr));
   if (!parts.empty()) {
@@ -372,17 +383,19 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
       if (p.to == rank) notes_in.push_back(&p);
       continue;
     }
-    if (p.from == rank) out_groups[{p.kind, p.layer}].push_back(&p);
-    if (p.to == rank) in_groups[{p.kind, p.layer}].push_back(&p);
+    if (p.from == rank) out_groups[{p.kind, p.layer, p.group}].push_back(&p);
+    if (p.to == rank) in_groups[{p.kind, p.layer, p.group}].push_back(&p);
   }
   for (const auto& [key, ps] : out_groups) {
     std::vector<int> to;
     for (const Piece* p : ps) to.push_back(p->to);
-    const int part = brevity >= 2 ? -1 : piece_part(*ps[0], d.world);
+    const int G = static_cast<int>(group_members(d, key.group).size());
+    const int part = brevity >= 2 ? -1 : piece_part(*ps[0], G);
     const std::string what = moves_data(key.kind) ? data_name(key.kind, key.layer, tr)
                              : key.layer >= 0     ? part_name(key.layer, part, n, tr)
                                                   : std::string(tr("data"));
-    const bool everyone = d.world > 3 && static_cast<int>(sorted_unique(to).size()) == d.world - 1;
+    // "all": every other rank of its group, where the group is more than a pair.
+    const bool everyone = G > 3 && static_cast<int>(sorted_unique(to).size()) == G - 1;
     if (brief)
       parts.push_back(std::string(kind_short(key.kind, tr)) + " " + what + " \xE2\x86\x92 " +
                       (everyone ? std::string(tr("all")) : join_numbers(sorted_unique(to), tr)));
@@ -390,7 +403,7 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
       parts.push_back(strf(tr("sending %s to %s (%s)"), what.c_str(),
                            everyone ? (hikers(n) ? tr("every other hiker") : tr("every other rank"))
                                     : rank_list(to, n, tr).c_str(),
-                           kind_label(key.kind, tr)));
+                           collective_label(d, key.kind, key.group, tr).c_str()));
   }
   for (const Piece* p : notes_out)
     parts.push_back(
@@ -407,10 +420,11 @@ std::string rank_status(const RunData& d, const std::vector<Piece>& pieces, int 
                       join_numbers(sorted_unique(from), tr));
     else if (what.empty())
       parts.push_back(strf(tr("receiving from %s (%s)"), rank_list(from, n, tr).c_str(),
-                           kind_label(key.kind, tr)));
+                           collective_label(d, key.kind, key.group, tr).c_str()));
     else
       parts.push_back(strf(tr("receiving %s from %s (%s)"), what.c_str(),
-                           rank_list(from, n, tr).c_str(), kind_label(key.kind, tr)));
+                           rank_list(from, n, tr).c_str(),
+                           collective_label(d, key.kind, key.group, tr).c_str()));
   }
   for (const Piece* p : notes_in)
     parts.push_back(strf(tr("receiving %s from %s"), message_label(*p).c_str(),

@@ -67,6 +67,15 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
   // A comm lane per axis where more than one axis has groups.
   try {
     const Mesh mesh = run_mesh(cfg);
+    if (mesh.world() == world)
+      for (const MeshGroup& g : mesh.groups()) {
+        if (static_cast<size_t>(g.id) >= d.group_ranks.size()) {
+          d.group_ranks.resize(g.id + 1);
+          d.group_axes.resize(g.id + 1, MeshAxis::dp);
+        }
+        d.group_ranks[static_cast<size_t>(g.id)] = g.ranks;
+        d.group_axes[static_cast<size_t>(g.id)] = g.axis;
+      }
     std::vector<MeshAxis> axes;
     for (const auto& [axis, size] : mesh.axes())
       if (size > 1) axes.push_back(axis);
@@ -78,9 +87,22 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
         if (g.id > 0 && it != axes.end()) d.group_axis[g.id] = static_cast<int>(it - axes.begin());
       }
       for (RankData& r : d.ranks) r.axis_lanes.resize(axes.size());
+      for (int r = 0; r < world; ++r) {
+        std::string c;
+        for (MeshAxis axis : axes)
+          c += (c.empty() ? "" : " ") + std::string(to_string(axis)) +
+               std::to_string(mesh.coord(r, axis));
+        d.rank_coords.push_back(std::move(c));
+      }
+      d.mesh_row_ranks = world / mesh.size(axes.front());
     }
   } catch (const std::exception&) {
-    d.comm_axes.clear();  // a config a run would refuse: one comm lane
+    d.comm_axes.clear();  // a config a run would refuse: one comm lane, the world's
+    d.group_axis.clear();
+    d.group_ranks.clear();
+    d.group_axes.clear();
+    d.rank_coords.clear();
+    d.mesh_row_ranks = 0;
   }
 }
 
@@ -187,6 +209,21 @@ bool ingest(RunData& d, const std::vector<std::shared_ptr<Recorder>>& recorders)
 void ingest_result(RunData& d, const RunResult& r) {
   reset_run_data(d, r.cfg, r.cfg.world, r.t0_ns);
   ingest(d, r.recorders);
+}
+
+std::vector<int> group_members(const RunData& d, int group) {
+  if (group > 0 && static_cast<size_t>(group) < d.group_ranks.size() &&
+      !d.group_ranks[static_cast<size_t>(group)].empty())
+    return d.group_ranks[static_cast<size_t>(group)];
+  std::vector<int> all(static_cast<size_t>(std::max(0, d.world)));
+  for (int r = 0; r < d.world; ++r) all[static_cast<size_t>(r)] = r;
+  return all;
+}
+
+const char* group_axis_name(const RunData& d, int group) {
+  if (d.comm_axes.empty() || group <= 0 || static_cast<size_t>(group) >= d.group_axes.size())
+    return nullptr;
+  return to_string(d.group_axes[static_cast<size_t>(group)]);
 }
 
 const LaneData& display_lane(const RunData& d, int rank, int l) {

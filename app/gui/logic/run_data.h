@@ -58,6 +58,15 @@ struct RunData {
   // its index in comm_axes (-1: the world's, drawn on the first).
   std::vector<MeshAxis> comm_axes;
   std::vector<int> group_axis;
+  // On a mesh: each group's ranks (global, by coordinate) and axis, by group
+  // id (core/mesh.h); a collective's span names its group. Empty: the world.
+  std::vector<std::vector<int>> group_ranks;
+  std::vector<MeshAxis> group_axes;
+  // On a mesh of two or more axes: each rank's coordinates ("pp1 dp0 tp1"),
+  // and how many ranks share the outermost axis's coordinate (a row of the
+  // cluster view's grid: a pipeline stage in Megatron's order); else 0.
+  std::vector<std::string> rank_coords;
+  int mesh_row_ranks = 0;
   int num_layers = 0;
   // The model's parameter names and layers (buffer_name.h), for names without "layers.N".
   ParamLayers param_layers;
@@ -110,6 +119,12 @@ void ingest_result(RunData& d, const RunResult& r);
 inline int display_lanes(const RunData& d) {
   return 1 + std::max<int>(1, static_cast<int>(d.comm_axes.size()));
 }
+// The ranks of group `group` (a collective's participants): the mesh group's,
+// or every rank for group 0 and runs without a mesh.
+std::vector<int> group_members(const RunData& d, int group);
+// "tp", "pp" or "dp" for a mesh axis group of a run with two or more axes;
+// nullptr for the world and one-axis runs (where "the group" says nothing new).
+const char* group_axis_name(const RunData& d, int group);
 // Row lane `l` of `rank`: 0 the compute lane, then the comm lane or its axes'.
 const LaneData& display_lane(const RunData& d, int rank, int l);
 // Where span `s` of an axis lane sits in the rank's comm lane (what waits are

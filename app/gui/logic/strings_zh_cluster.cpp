@@ -176,6 +176,11 @@ const StringPairs& strings_zh_cluster() {
       {"sending %s to %s (%s)", "正在把 %s 发给 %s（%s）"},
       {"every other hiker", "其他所有队员"},
       {"every other rank", "其他所有 rank"},
+      {"%s in a %s group", "%s，%s 组内"},
+      {"mesh %s: a row of cards per %s coordinate; outlined in red, each tp group (its ranks split "
+       "every layer between them)",
+       "网格 %s：每个 %s 坐标一行卡片；红框圈出的是每个 tp 组（组内的 rank 把每一层切分开）"},
+      {"mesh %s: a row of cards per %s coordinate", "网格 %s：每个 %s 坐标一行卡片"},
       {"sending %s to %s", "正在把 %s 发给 %s"},
       {"receiving from %s (%s)", "正在接收来自 %s 的数据（%s）"},
       {"receiving %s from %s (%s)", "正在接收 %s，来自 %s（%s）"},
