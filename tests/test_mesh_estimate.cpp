@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/gui/logic/memory_logic.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/mesh_estimate.h"
@@ -115,8 +116,18 @@ TEST_CASE("mesh estimate: a real dp x pp x tp run sends on each axis what the fo
     ref.axis = "pp";
     check_metric(ref, c, nullptr);
     MetricRuns runs(r, nullptr);
-    CHECK(evaluate_metric(ref, runs).measured ==
-          rr.sent_by_axis_per_step[static_cast<size_t>(MeshAxis::pp)]);
+    const MetricValue v = evaluate_metric(ref, runs);
+    CHECK(v.measured == rr.sent_by_axis_per_step[static_cast<size_t>(MeshAxis::pp)]);
+    // ... beside the formula's, as the lesson player and the memory view show it.
+    REQUIRE(v.formula);
+    CHECK(*v.formula == g.sent[static_cast<size_t>(MeshAxis::pp)]);
+    ref.name = "model_state_bytes";
+    const MetricValue states = evaluate_metric(ref, runs);
+    REQUIRE(states.formula);
+    CHECK(*states.formula == states.measured);
+    const auto shown = gui::predicted_model_state(c, rank);
+    REQUIRE(shown);
+    CHECK(shown->model_state_bytes == static_cast<int64_t>(states.measured));
   }
   // A recording keeps each axis's figure.
   const Recording back = recording_from_json(recording_to_json(r, describe_origin(r)), "mem");

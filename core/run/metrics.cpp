@@ -11,6 +11,7 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
+#include "core/predict/mesh_estimate.h"
 #include "core/predict/pipeline_analysis.h"
 
 namespace shardlab {
@@ -86,7 +87,8 @@ const std::vector<MetricInfo> kRegistry = {
      "B",
      {A::rank, A::axis},
      "of sent_bytes_per_step, what went over the rank's group on one mesh axis (dp, pp or tp)",
-     "",
+     "gpt: M × the tp all-reduces of b·s·h, the pp activations and tied gradient, 2Ψ_stage·(N−1)/N "
+     "(shardlab estimate --mesh)",
      false},
     {"collective_count",
      "count",
@@ -456,6 +458,15 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     throw RunError(n + ": the run has no report for rank " + std::to_string(ref.rank));
   const bool family = has_model_state_prediction(c.strategy);
   auto model_state_in = [&] { return model_state_input(c, params_of(c)); };
+  // A gpt on a pipeline or a mesh: Megatron's accounting of the rank's stage.
+  auto mesh_stage = [&]() -> std::optional<MeshStageEstimate> {
+    if (!is_pipeline_strategy(c.strategy) || c.model.rfind("gpt:", 0) != 0) return std::nullopt;
+    try {
+      return estimate_mesh(c).stages.at(static_cast<size_t>(pipeline_stage_of(c, ref.rank)));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
 
   if (n == "final_loss") {
     if (r.losses.empty()) throw RunError("final_loss: the run has no steps");
@@ -492,13 +503,23 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
       const ModelStateBytes p = predict_model_state(model_state_in(), ref.rank);
       v.formula = p.total() / psi;
       v.formula_text = n == "bytes_per_param" ? "(" + p.formula + ") ÷ Ψ" : p.formula;
+    } else if (const auto g = n == "model_state_bytes" ? mesh_stage() : std::nullopt) {
+      v.formula = g->model_states.total();
+      v.formula_text = g->model_states.formula + ", Ψ_stage = " + g->params_formula;
     }
   } else if (n == "param_count") {
     v.measured = params_of(c);
   } else if (n == "axis_sent_bytes_per_step") {
+    const auto g = mesh_stage();
     for (MeshAxis axis : kMeshAxes)
-      if (ref.axis == to_string(axis))
-        v.measured = r.ranks[ref.rank].sent_by_axis_per_step[static_cast<size_t>(axis)];
+      if (ref.axis == to_string(axis)) {
+        const size_t x = static_cast<size_t>(axis);
+        v.measured = r.ranks[ref.rank].sent_by_axis_per_step[x];
+        if (g && !g->sent_formula[x].empty()) {
+          v.formula = g->sent[x];
+          v.formula_text = g->sent_formula[x];
+        }
+      }
   } else if (n == "sent_bytes_per_step") {
     v.measured = r.ranks[ref.rank].bytes_sent_per_step;
     if (family) {

@@ -11,6 +11,7 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/pipeline.h"
 #include "core/predict/memory_estimate.h"
+#include "core/predict/mesh_estimate.h"
 
 namespace shardlab::gui {
 
@@ -79,6 +80,32 @@ Peak peak_of(const std::vector<CategorySample>& series) {
 // `shardlab estimate`.
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   try {
+    // A gpt on a pipeline or a mesh: Megatron's accounting of the rank's
+    // stage (core/predict/mesh_estimate.h), worked out once per configuration.
+    if (is_pipeline_strategy(cfg.strategy) && cfg.model.rfind("gpt:", 0) == 0) {
+      struct Cache {
+        std::mutex mu;
+        std::string key;
+        std::optional<MeshEstimate> estimate;
+      };
+      static Cache cache;
+      const std::string key = lesson::command_line(cfg);
+      std::lock_guard<std::mutex> lock(cache.mu);
+      if (key != cache.key) {
+        cache.key = key;
+        cache.estimate.reset();
+        try {
+          cache.estimate = estimate_mesh(cfg);
+        } catch (const std::exception&) {
+          // Settings a run would refuse: no prediction.
+        }
+      }
+      if (!cache.estimate || rank < 0 || rank >= cfg.world) return std::nullopt;
+      const MeshStageEstimate& g =
+          cache.estimate->stages.at(static_cast<size_t>(pipeline_stage_of(cfg, rank)));
+      return Predicted{static_cast<int64_t>(g.model_states.total() + 0.5), g.model_states.formula,
+                       false};
+    }
     if (!has_model_state_prediction(cfg.strategy)) return std::nullopt;
     const double params = static_cast<double>(make_layout(cfg).total());
     const ModelStateBytes b = predict_model_state(model_state_input(cfg, params), rank);

@@ -40,7 +40,8 @@ struct Peak {
 Peak peak_of(const std::vector<CategorySample>& series);
 
 // Predicted model-state bytes (params + grads + optimizer state) of `rank`,
-// where core/parallel/model_state.h has a formula for the strategy; nullopt otherwise.
+// where core/parallel/model_state.h has a formula for the strategy, or (a gpt
+// on a pipeline or mesh) Megatron's accounting of its stage; nullopt otherwise.
 struct Predicted {
   int64_t model_state_bytes = 0;
   std::string formula;   // "16Ψ", "4Ψ + 12Ψ/N", ...
