@@ -2,6 +2,7 @@
 // shares: each works for any row by its kind, none names an option.
 #include "core/run_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -52,11 +53,11 @@ std::vector<OptionRow> make_rows() {
                        "'cost': balanced by each layer's forward + backward time, measured on one\n"
                        "micro-batch before the run (gpt: embedding, blocks and head differ)"});
   r.push_back({.id = StrategyOption::mesh, .flag = "--mesh", .json_key = "mesh",
-               .compare_key = nullptr, .kind = OptionKind::text, .text = &RunConfig::mesh,
+               .compare_key = "mesh", .kind = OptionKind::text, .text = &RunConfig::mesh,
                .valid = "axes whose sizes multiply to --world, e.g. dp=2,pp=2",
                .missing = "device mesh",
                .label = "Mesh", .tip = "ranks on axes, e.g. dp=2,pp=2: pipelines replicated",
-               .label_word = "%s", .metavar = "AXES",
+               .short_label = "mesh", .label_word = "%s", .metavar = "AXES",
                .help = "the ranks on a device mesh, e.g. dp=2,pp=2,tp=2 (world 8): the stages on\n"
                        "pp, dp pipelines each training on 1/dp of the batch, each layer cut\n"
                        "across tp ranks (tensor parallelism; default: pp=world); without\n"
@@ -269,6 +270,13 @@ std::string option_compare_text(const RunConfig& c, StrategyOption o) {
       return std::string("/") + r.compare_key;
     case OptionKind::choice:
       return "/" + c.*r.text;  // the value alone: /bf16
+    case OptionKind::text: {
+      // In a comma-separated list of items, a mesh's commas are '+':
+      // /mesh=dp=2+pp=2+tp=2.
+      std::string v = option_value_text(c, o);
+      std::replace(v.begin(), v.end(), ',', '+');
+      return std::string("/") + r.compare_key + "=" + v;
+    }
     default:
       return std::string("/") + r.compare_key + "=" + option_value_text(c, o);
   }

@@ -160,6 +160,43 @@ TEST_CASE("compare list: the item text gives back the same configuration", "[com
   }
 }
 
+TEST_CASE("compare list: a mesh is an option of an item, its commas written '+'",
+          "[compare-view][mesh]") {
+  RunConfig base;
+  base.model = "gpt:2x32x4";
+  base.seq = 8;
+  base.batch = 16;
+  // Without ":W" the world is the mesh's product.
+  const std::vector<CompareSlot> slots =
+      parse_compare_slots("ddp:8,1f1b/m=4/mesh=dp=2+pp=2+tp=2,gpipe:4/mesh=tp=2+pp=2", base);
+  REQUIRE(slots.size() == 3);
+  CHECK(slots[1].world == 8);
+  const RunConfig mesh = config_for(slots[1], base);
+  CHECK(mesh.mesh == "dp=2,pp=2,tp=2");
+  CHECK(mesh.micro_batches == 4);
+  CHECK_NOTHROW(validate(mesh));
+  CHECK(config_for(slots[2], base).mesh == "tp=2,pp=2");
+  CHECK(config_for(slots[0], base).mesh.empty());  // ddp reads no mesh
+  for (const CompareSlot& s : slots) CHECK(parse_compare_item(slot_text(s), base) == s);
+  CHECK(slot_text(slots[1]) == "1f1b:8/m=4/mesh=dp=2+pp=2+tp=2");
+  // The table's bubble formula counts the mesh's pp stages, not its world.
+  RunConfig run = mesh;
+  run.steps = 2;
+  const CompareRow row = compare_row(run_training(run));
+  CHECK(row.stages == 2);
+  CHECK(row.bubble_formula == Approx(1.0 / 5));  // (P−1)/(M+P−1), P = 2, M = 4
+  // A bad mesh, or one that is not the world it is given, in one line.
+  for (const auto& [list, says] :
+       {std::pair{"gpipe/mesh=dp=2+xx=2", "'xx=2' is not an axis=size"},
+        std::pair{"gpipe:4/mesh=dp=2+pp=4", "has 8 ranks but --world is 4"},
+        std::pair{"ddp:4/mesh=dp=4", "'mesh=dp=4' does not apply to ddp"}}) {
+    INFO(list);
+    const std::string e = error_of(list, base);
+    CHECK(e.find(says) != std::string::npos);
+    CHECK(e.find('\n') == std::string::npos);
+  }
+}
+
 TEST_CASE("compare list: one-line errors that name the bad item", "[compare-view]") {
   const RunConfig base;  // batch 64, mlp:8x256
   const struct {

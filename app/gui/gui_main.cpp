@@ -54,9 +54,10 @@ gui options:
   --compare LIST      the compare view's configurations (1 to 6), comma-separated, each
                       STRATEGY[:W][/OPTION]...: ':W' sets the world size, options are m=N
                       (micro-batches), stages=N, bf16|fp16|fp32, recompute, no-prefetch,
-                      no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload, each only
-                      for the strategies that use it; unset options come from the run
-                      options where the strategy uses them. E.g.
+                      no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload, sp, zero1,
+                      mesh=AXES (its commas as '+': mesh=dp=2+pp=2+tp=2, world 8 without
+                      ':W'), each only for the strategies that use it; unset options come
+                      from the run options where the strategy uses them. E.g.
                         naive-mp:4,gpipe:4/m=8,1f1b:4/m=8     ddp:4,zero3:4,fsdp:4/bf16
                       Default: the run's own configuration, then others at its world size
                       (pipelines with 2 micro-batches per stage unless --micro-batches says),

@@ -11,6 +11,7 @@
 #include <string>
 
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include "app/gui/draw_util.h"
 #include "app/gui/logic/format.h"
@@ -90,6 +91,9 @@ float slot_width(const CompareSlot& s, const Tr& tr) {
       case OptionKind::choice:
         w += font * 3.6f + st.ItemSpacing.x;
         break;
+      case OptionKind::text:
+        w += ImGui::CalcTextSize(tr(r.short_label)).x + font * 8.5f + 12;
+        break;
       default:
         w += ImGui::CalcTextSize(tr(r.short_label)).x + font * 2.6f + 12;
     }
@@ -161,8 +165,21 @@ bool draw_slot(CompareSlot& s, size_t i, bool can_remove, bool invalid, bool hc,
         ImGui::SetNextItemWidth(font * 2.6f);
         ImGui::InputDouble(id.c_str(), &(s.options.*r.number), 0, 0, "%g");
         break;
+      case OptionKind::text: {
+        // A mesh, typed as on the command line (dp=2,pp=2,tp=2); the world follows it.
+        ImGui::TextUnformatted(tr(r.short_label));
+        ImGui::SameLine(0, 3);
+        ImGui::SetNextItemWidth(font * 8.5f);
+        if (ImGui::InputText(id.c_str(), &(s.options.*r.text)) && !(s.options.*r.text).empty()) {
+          try {
+            s.world = parse_mesh(s.options.*r.text).world();
+          } catch (const ConfigError&) {
+            // Still being typed: the slot shows as invalid until it parses.
+          }
+        }
+        break;
+      }
       case OptionKind::int_list:
-      case OptionKind::text:
         break;  // no compare key: never here
     }
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s (%s)", tr(r.tip), r.flag);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "app/gui/logic/memory_logic.h"
+#include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/pipeline_analysis.h"
 #include "core/predict/projection.h"
@@ -45,7 +46,8 @@ std::string option_name(const OptionRow& r) {
   }
 }
 
-// Every option a compare item may set, as typed: "m=N, stages=N, fp32, bf16, ...".
+// Every option a compare item may set, as typed: "m=N, stages=N, fp32, bf16, ...,
+// mesh=AXES".
 std::string valid_options() {
   std::string out;
   for (const OptionRow& r : option_rows()) {
@@ -53,6 +55,7 @@ std::string valid_options() {
     std::string item;
     if (r.kind == OptionKind::integer) item = std::string(r.compare_key) + "=N";
     if (r.kind == OptionKind::number) item = std::string(r.compare_key) + "=X";
+    if (r.kind == OptionKind::text) item = std::string(r.compare_key) + "=AXES";  // i18n: not shown
     if (r.kind == OptionKind::on_flag || r.kind == OptionKind::off_flag) item = r.compare_key;
     if (r.kind == OptionKind::choice)
       for (const std::string& v : r.choices) item += (item.empty() ? "" : ", ") + v;
@@ -87,7 +90,15 @@ bool parse_int(const std::string& s, long lo, long hi, int& out) {
   return true;
 }
 
+// A pipeline's stages: its mesh's pp axis, else --stages, else one per rank.
 int stages_of(const CompareSlot& s) {
+  if (!s.options.mesh.empty()) {
+    try {
+      return parse_mesh(s.options.mesh, s.options.mesh_order).size(MeshAxis::pp);
+    } catch (const ConfigError&) {
+      // validate() names the bad mesh
+    }
+  }
   return s.options.stages > 0 ? s.options.stages : s.world;
 }
 
@@ -189,7 +200,9 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
                  std::find(r.choices.begin(), r.choices.end(), key) != r.choices.end()) {
         s.options.*r.text = key;
       } else if (named && has_value) {
-        ok = parse_option_value(s.options, r.id, value);
+        std::string v = value;  // a mesh's commas are '+' in a list of items
+        if (r.kind == OptionKind::text) std::replace(v.begin(), v.end(), '+', ',');
+        ok = parse_option_value(s.options, r.id, v);
         if (ok && r.kind == OptionKind::integer)  // as typed: 0 stages reads as "not given"
           ok = s.options.*r.integer >= r.lo && s.options.*r.integer <= r.hi;
         if (ok && r.kind == OptionKind::number) ok = s.options.*r.number > 0;
@@ -208,10 +221,24 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
     if (!seen.insert(row->id).second)
       throw ConfigError(where + "'" + p + "' sets " + option_name(*row) + " a second time");
   }
+  // A mesh without ":W" names its world: the axes' product (a bad mesh is left
+  // for validate() to name).
+  if (world == 0 && !s.options.mesh.empty()) {
+    try {
+      s.world = parse_mesh(s.options.mesh).world();
+    } catch (const ConfigError&) {
+    }
+  }
   try {
     validate(config_for(s, base));
   } catch (const ConfigError& e) {
-    throw ConfigError(where + e.what());
+    const std::string what = e.what();
+    // The mesh's own words say "commas": in a list of items they are '+'.
+    const char* hint =
+        "; in a --compare item write its commas as '+': dp=2+pp=2";  // i18n: not shown
+    const char* flag = "--mesh ";                                    // i18n: not shown (errors)
+    const bool mesh = !s.options.mesh.empty() && what.rfind(flag, 0) == 0;
+    throw ConfigError(where + what + (mesh ? hint : ""));
   }
   return s;
 }
@@ -345,7 +372,7 @@ CompareRow compare_row(const RunResult& r) {
   row.idle_share = row.idle_per_rank.empty() ? 0.0 : sum / row.idle_per_rank.size();
   row.pipeline = is_pipeline_strategy(r.cfg.strategy);
   if (row.pipeline) {
-    row.stages = r.cfg.stages > 0 ? r.cfg.stages : r.cfg.world;
+    row.stages = pipeline_stages(r.cfg);  // a mesh's pp axis, not its world
     row.micro_batches =
         uses(r.cfg.strategy, StrategyOption::micro_batches) ? r.cfg.micro_batches : 1;
     row.bubble_formula = bubble_formula(row.stages, row.micro_batches);

@@ -82,7 +82,8 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
   try {
     // A gpt on a pipeline or a mesh: Megatron's accounting of the rank's
     // stage (core/predict/mesh_estimate.h), worked out once per configuration.
-    if (is_pipeline_strategy(cfg.strategy) && cfg.model.rfind("gpt:", 0) == 0) {
+    const bool gpt = cfg.model.rfind("gpt:", 0) == 0;  // i18n: not shown
+    if (is_pipeline_strategy(cfg.strategy) && gpt) {
       struct Cache {
         std::mutex mu;
         std::string key;

@@ -13,6 +13,7 @@ const StringPairs& strings_zh_compare() {
       {"Peak memory by category", "按类别的内存峰值"},
       {"bucket MiB", "桶 MiB"},
       {"unit", "单元"},
+      {"mesh", "网格"},
       {"world size: ranks (threads) of this run", "world size：本次运行的 rank（线程）数"},
       {"micro-batches per global batch (the batch must divide by it)",
        "每个全局批次的微批次数（批大小须能被它整除）"},
