@@ -62,6 +62,9 @@ activations per block with and without sequence parallelism and recomputation, t
 micro-batches in flight, the bubble (P−1)/(M+P−1), and the bytes each axis's group carries
 per step (tp's all-reduces, pp's activations and gradients, dp's gradients), each beside
 the meta run's figure: what this implementation allocates and sends.
+A data-parallel strategy (ddp, zero1, zero2, zero3, fsdp) with --mesh dp=D,tp=T (a gpt
+or an mlp; --sequence-parallel with a gpt) gets the ZeRO accounting below over the dp
+axis, N = D, of one tp slice's Ψ, and the meta run's bytes over each axis's group.
 
 With --model, also the peak this implementation reaches per rank at --batch
 (default 64, 'shardlab run's default), everything included, by category, and its
@@ -482,11 +485,16 @@ int cmd_estimate(int argc, char** argv) {
     std::printf("%s", kEstimateHelp);
     return 0;
   }
-  if (a.has("mesh") || (a.get("strategy") && is_pipeline_strategy(*a.get("strategy"))))
-    return estimate_mesh_cmd(a);
+  // A data-parallel strategy on a dp × tp mesh is ZeRO's accounting over the
+  // dp axis with one tp slice's Ψ, below; a pipeline's is Megatron's per stage.
+  const StrategyInfo* named = a.get("strategy") ? find_strategy(*a.get("strategy")) : nullptr;
+  const bool dp_mesh = a.has("mesh") && named && named->is_data_parallel() &&
+                       named->reads_option(StrategyOption::mesh);
+  if (!dp_mesh && (a.has("mesh") || (named && named->has_stages()))) return estimate_mesh_cmd(a);
   for (const char* key :
        {"mesh-order", "micro-batches", "sequence-parallel", "dp-zero1", "recompute"})
-    if (a.has(key))
+    if (a.has(key) &&
+        !(dp_mesh && (std::string(key) == "mesh-order" || std::string(key) == "sequence-parallel")))
       throw ConfigError(std::string("--") + key +
                         " applies to a mesh or a pipeline strategy only (valid: with --mesh, or "
                         "--strategy " +
@@ -513,6 +521,8 @@ int cmd_estimate(int argc, char** argv) {
   const bool flash = effective_attention(attention_of) == "flash";
   if (a.has("params") && a.has("model"))
     throw ConfigError("give either --params or --model, not both");
+  if (dp_mesh && !a.has("model"))
+    throw ConfigError("--model is required with --mesh (valid: e.g. --model gpt:2x64x4)");
   if (auto p = a.get("params"))
     in.params = parse_params(*p);
   else if (auto m = a.get("model")) {
@@ -522,10 +532,11 @@ int cmd_estimate(int argc, char** argv) {
     in.params = static_cast<double>(make_layout(c).unique_total());
   } else
     throw ConfigError("--params is required (e.g. --params 7.5e9, or --model mlp:8x1024)");
-  if (!a.has("world")) throw ConfigError("--world is required (e.g. --world 64)");
+  if (!a.has("world") && !dp_mesh) throw ConfigError("--world is required (e.g. --world 64)");
   if (!a.has("strategy"))
     throw ConfigError("--strategy is required (valid: " + model_state_strategy_names() + ")");
-  in.world = a.integer("world", 1);
+  in.world = a.has("world") ? a.integer("world", 1)
+                            : parse_mesh(a.str("mesh", ""), a.str("mesh-order", "")).world();
   if (in.world < 1 || in.world > 1000000)
     throw ConfigError("--world " + std::to_string(in.world) + " is invalid (valid: 1 to 1000000)");
   in.strategy = a.str("strategy", "ddp");
@@ -548,6 +559,31 @@ int cmd_estimate(int argc, char** argv) {
                       (readers.find(',') == std::string::npos ? "y " : "ies ") + readers + " only");
   }
   check_model_state_input(in);
+  // On a mesh: the run's own checks, then N = dp and Ψ = one tp slice's.
+  const int world = in.world;  // every rank of the run
+  RunConfig mesh_cfg;
+  int tp = 1;
+  if (dp_mesh) {
+    mesh_cfg.model = a.str("model", "");
+    mesh_cfg.seq = seq;
+    mesh_cfg.data = a.str("data", "");
+    mesh_cfg.attention = a.str("attention", "");
+    mesh_cfg.batch = batch;
+    mesh_cfg.strategy = in.strategy;
+    mesh_cfg.world = world;
+    mesh_cfg.mesh = a.str("mesh", "");
+    mesh_cfg.mesh_order = a.str("mesh-order", "");
+    mesh_cfg.sequence_parallel = a.has("sequence-parallel");
+    mesh_cfg.precision = in.precision;
+    mesh_cfg.optimizer.kind = in.optimizer;
+    mesh_cfg.reshard_after_forward = in.reshard_after_forward;
+    mesh_cfg.offload = in.offload;
+    validate(mesh_cfg, {}, kMaxPredictWorld);  // what a run would refuse, in the run's words
+    const ModelStateInput m = model_state_input(mesh_cfg, in.params);
+    in.world = m.world;
+    in.params = m.params;
+    tp = run_mesh(mesh_cfg).size(MeshAxis::tp);
+  }
 
   // With a model: the whole peak per rank as the run's memory check predicts it
   // (activations, buffers and padding included): the strategy's own setup, two
@@ -566,7 +602,10 @@ int cmd_estimate(int argc, char** argv) {
     cfg.attention = a.str("attention", "");
     cfg.batch = batch;
     cfg.strategy = in.strategy;
-    cfg.world = in.world;
+    cfg.world = world;
+    cfg.mesh = mesh_cfg.mesh;
+    cfg.mesh_order = mesh_cfg.mesh_order;
+    cfg.sequence_parallel = mesh_cfg.sequence_parallel;
     cfg.precision = in.precision;
     cfg.optimizer.kind = in.optimizer;
     cfg.reshard_after_forward = in.reshard_after_forward;
@@ -605,14 +644,23 @@ int cmd_estimate(int argc, char** argv) {
     c.data = a.str("data", "");
     spec = resolve_model(c);
     rank_batch = std::max(1, batch / std::max(1, in.world));
-    acts = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, flash);
-    other = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, !flash);
+    const bool sp = mesh_cfg.sequence_parallel;
+    acts = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, flash, tp,
+                             sp);
+    other = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, !flash,
+                              tp, sp);
   }
 
   if (a.has("json")) {
     nlohmann::json j;
     j["params"] = in.params;
     j["world"] = in.world;
+    if (dp_mesh) {
+      j["mesh"] = mesh_cfg.mesh;
+      j["ranks"] = world;
+      j["tp"] = tp;
+      j["sequence_parallel"] = mesh_cfg.sequence_parallel;
+    }
     j["strategy"] = in.strategy;
     j["precision"] = in.precision;
     j["optimizer"] = to_string(in.optimizer);
@@ -658,16 +706,29 @@ int cmd_estimate(int argc, char** argv) {
     return 0;
   }
 
-  std::printf("shardlab estimate: Ψ = %s parameters, N = %d ranks, %s, %s, %s\n",
-              num(in.params).c_str(), in.world, in.strategy.c_str(),
-              in.precision == "fp32" ? "fp32" : (in.precision + " mixed precision").c_str(),
-              to_string(in.optimizer));
+  if (dp_mesh)
+    std::printf(
+        "shardlab estimate: Ψ = %s parameters of one tp slice (t = %d; the model has %s), N = %d "
+        "ranks of the dp axis, %s on mesh %s (world %d), %s, %s\n",
+        num(in.params).c_str(), tp,
+        num(static_cast<double>(make_layout(mesh_cfg).unique_total())).c_str(), in.world,
+        in.strategy.c_str(), mesh_cfg.mesh.c_str(), world,
+        in.precision == "fp32" ? "fp32" : (in.precision + " mixed precision").c_str(),
+        to_string(in.optimizer));
+  else
+    std::printf("shardlab estimate: Ψ = %s parameters, N = %d ranks, %s, %s, %s\n",
+                num(in.params).c_str(), in.world, in.strategy.c_str(),
+                in.precision == "fp32" ? "fp32" : (in.precision + " mixed precision").c_str(),
+                to_string(in.optimizer));
   std::printf("bytes per parameter: %d params + %d grads + %d optimizer state (K)\n", bpp.params,
               bpp.grads, bpp.optimizer);
   std::printf("model states per rank (ZeRO paper accounting; GB = 10^9 bytes):\n");
   print_state(dp ? "device 0" : "every rank", state);
   if (dp) print_state("devices 1..N-1", predict_model_state(in, 1));
-  std::printf("communication per step:\n");
+  std::printf("communication per step%s:\n",
+              dp_mesh ? " over the dp axis's group (the tp groups carry the layers' own "
+                        "all-reduces, not model states)"
+                      : "");
   print_comm(dp ? "device 0 sends" : "every rank", comm, !dp);
   if (dp) print_comm("devices 1..N-1 send", predict_comm(in, 1), false);
   std::printf(
@@ -678,8 +739,17 @@ int cmd_estimate(int argc, char** argv) {
         "activations of one transformer block, b = %d sequences per rank, s = %d, h = %d, a = %d, "
         "--attention %s (Korthikanti et al. 2022):\n",
         rank_batch, spec->seq, spec->dim, spec->heads, flash ? "flash" : "naive");
-    std::printf("  with dropout, 16-bit: %s = %s bytes\n",
-                flash ? "s·b·h·34 (FlashAttention: no 5·a·s/h term)" : "s·b·h·(34 + 5·a·s/h)",
+    // Korthikanti §4.2: tensor parallelism splits all but 10·s·b·h; sequence
+    // parallelism that too.
+    const std::string t = std::to_string(tp);
+    const std::string paper =
+        tp < 2 ? (flash ? "s·b·h·34 (FlashAttention: no 5·a·s/h term)" : "s·b·h·(34 + 5·a·s/h)")
+        : mesh_cfg.sequence_parallel
+            ? (flash ? "s·b·h·34/" + t + " (FlashAttention: no 5·a·s/h term)"
+                     : "s·b·h·(34 + 5·a·s/h)/" + t)
+            : (flash ? "s·b·h·(10 + 24/" + t + ") (FlashAttention: no 5·a·s/h term)"
+                     : "s·b·h·(10 + 24/" + t + " + 5·a·s/(h·" + t + "))");
+    std::printf("  with dropout, 16-bit: %s = %s bytes\n", paper.c_str(),
                 num(acts->with_dropout_16bit).c_str());
     std::printf("  without dropout (Shardlab, nanoGPT at dropout 0), %s: %s = %s bytes\n",
                 in.precision.c_str(), acts->formula.c_str(), num(acts->without_dropout).c_str());
@@ -710,13 +780,19 @@ int cmd_estimate(int argc, char** argv) {
         "meta devices that hold no memory: what the memory check before every run predicts):\n",
         batch);
     for (const RankGroup& g : groups) {
-      std::printf("  %s: peak %s\n", g.who(in.world).c_str(), one(g.peak).c_str());
+      std::printf("  %s: peak %s\n", g.who(world).c_str(), one(g.peak).c_str());
       std::string cats;
       for (int c = 0; c < kNumMemCategories; ++c)
         if (g.category_peak[c])
           cats += std::string(cats.empty() ? "" : ", ") + to_string(static_cast<MemCategory>(c)) +
                   " " + short_bytes(static_cast<double>(g.category_peak[c]));
       std::printf("    each category at its own peak: %s\n", cats.c_str());
+      if (dp_mesh) {
+        const SentByAxis& sent = meta->ranks[static_cast<size_t>(g.first)].sent_by_axis_per_step;
+        std::printf("    sent per step: dp group %s, tp group %s\n",
+                    one(static_cast<int64_t>(sent[static_cast<size_t>(MeshAxis::dp)])).c_str(),
+                    one(static_cast<int64_t>(sent[static_cast<size_t>(MeshAxis::tp)])).c_str());
+      }
       const double formula = formula_states(g.first);
       std::printf(
           "    model states (params + grads + optimizer state) %s: the formula's %s and %s "

@@ -6,6 +6,7 @@
 
 #include "app/summary.h"
 #include "core/model/model.h"
+#include "core/parallel/data_parallel_mesh.h"
 #include "core/parallel/model_state.h"
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
@@ -22,7 +23,7 @@ double padding_bytes(const RunConfig& c, const ModelLayout& layout, const ModelS
   const StrategyInfo& s = strategy_info(c.strategy);
   if (!s.shards(ModelStatePart::optimizer_state)) return 0;
   const int unit = s.reads_option(StrategyOption::fsdp_unit) ? c.fsdp_unit : 1;
-  const auto groups = make_flat_groups(layout, unit, c.world);
+  const auto groups = make_flat_groups(layout, unit, in.world);
   double full = 0;
   for (const FlatGroup& g : groups) full += static_cast<double>(g.plan.padding());
   const double shard = padding_per_rank(groups);
@@ -56,15 +57,19 @@ struct Row {
   double padding = 0;
   double sent = 0;              // measured, per step
   double sent_activations = 0;  // dp: of which batch / output copies
+  double sent_tp = 0;           // on a mesh: over the tp group (not in `sent`, the dp group's)
   double h2d = 0, d2h = 0;      // fsdp --offload: host↔device copies per step (-1: not recorded)
   CommPrediction comm;
 };
 
 std::vector<Row> rows(const RunResult& r) {
   const RunConfig& c = r.cfg;
-  const ModelLayout layout = make_layout(c);
+  // What one rank holds before ZeRO shards it: on a dp × tp mesh its tp slice.
+  const ModelLayout layout = data_parallel_rank_layout(c);
   const ModelStateInput in = model_state_input(c, static_cast<double>(layout.total()));
   const double pad = padding_bytes(c, layout, in);
+  // On a mesh ZeRO's traffic is the dp axis's; the tp groups' is the layers'.
+  const bool meshed = !c.mesh.empty();
   const bool controller = is_controller(c.strategy);
   const bool offload = option_in_effect(c, StrategyOption::offload);
   std::vector<Row> out;
@@ -80,6 +85,10 @@ std::vector<Row> rows(const RunResult& r) {
       row.sent_activations = dp_sent(r, k).second;
     }
     row.sent = r.ranks[k].bytes_sent_per_step;
+    if (meshed && row.sent >= 0) {
+      row.sent = r.ranks[k].sent_by_axis_per_step[static_cast<size_t>(MeshAxis::dp)];
+      row.sent_tp = r.ranks[k].sent_by_axis_per_step[static_cast<size_t>(MeshAxis::tp)];
+    }
     if (offload) {
       row.h2d = row.d2h = c.record ? 0 : -1;
       if (c.record)
@@ -114,6 +123,11 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
          " host→device (every shard, before each all-gather) and " + human_bytes(r0.d2h) +
          " device→host (its reduced gradient shards) per step: PCIe traffic on a GPU, not counted "
          "as bytes sent.";
+  if (r0.sent_tp > 0)
+    s += " On the mesh the measured bytes are the dp group's; each rank also sent " +
+         human_bytes(r0.sent_tp) +
+         " per step over its tp group (the split layers' all-reduces of activations and their "
+         "gradients), which ZeRO's accounting does not cover, and Ψ is one tp slice's parameters.";
   if (controller)
     s += " dp's copies also move activations (the batch and output gradients from device 0, "
          "the outputs back to it), which the model-state traffic does not count.";
@@ -151,7 +165,9 @@ void print_model_state_report(const RunResult& r) {
   }
   std::printf("  bytes sent per step: measured vs predicted (%d bytes per element%s):\n",
               rs.front().comm.bytes_per_element,
-              controller ? "; dp has no communicator: these are its device copies" : "");
+              controller       ? "; dp has no communicator: these are its device copies"
+              : c.mesh.empty() ? ""
+                               : "; over the dp axis's group");
   std::printf("    %-5s %13s %13s %8s  %s\n", "rank", "measured", "predicted", "diff", "volume");
   for (size_t k = 0; k < rs.size(); ++k) {
     const Row& w = rs[k];
@@ -185,6 +201,7 @@ void model_state_report_json(const RunResult& r, nlohmann::json& j) {
                            {"volume_bytes", w.comm.volume_bytes}};
     if (w.sent >= 0) sent["measured"] = w.sent;
     if (controller && w.sent >= 0) sent["measured_activations"] = w.sent_activations;
+    if (!c.mesh.empty() && w.sent >= 0) sent["measured_tp"] = w.sent_tp;
     if (w.h2d >= 0 && option_in_effect(c, StrategyOption::offload)) {
       sent["copy_h2d"] = w.h2d;
       sent["copy_d2h"] = w.d2h;

@@ -43,16 +43,18 @@ void print_block_activations(const RunResult& r) {
   const ModelSpec spec = resolve_model(c);
   const int rows = info.rows_per_pass(c, 0);
   const int typical = std::min(info.typical_rank(c.world), static_cast<int>(r.ranks.size()) - 1);
-  const BlockActivations b =
-      block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision, spec.flash_attention);
+  // On a dp × tp mesh each rank keeps its tp share (Korthikanti §4.2).
+  const int tp = c.mesh.empty() ? 1 : run_mesh(c).size(MeshAxis::tp);
+  const BlockActivations b = block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision,
+                                               spec.flash_attention, tp, c.sequence_parallel);
   const size_t act = static_cast<size_t>(MemCategory::activations);
   std::printf(
       "    activations: %d blocks x %s (Korthikanti et al. 2022 without dropout, %s, + LayerNorm "
-      "statistics%s; s=%d b=%d h=%d a=%d) = %s of rank %s's measured %s\n",
+      "statistics%s; s=%d b=%d h=%d a=%d%s) = %s of rank %s's measured %s\n",
       spec.layers, human_bytes(b.total()).c_str(), b.formula.c_str(),
       spec.flash_attention ? " and flash attention's logsumexp, 4·a·s·b" : "", spec.seq, rows,
-      spec.dim, spec.heads, human_bytes(spec.layers * b.total()).c_str(),
-      std::to_string(typical).c_str(),
+      spec.dim, spec.heads, tp > 1 ? (" t=" + std::to_string(tp)).c_str() : "",
+      human_bytes(spec.layers * b.total()).c_str(), std::to_string(typical).c_str(),
       human_bytes(static_cast<double>(r.ranks[typical].memory.device.peak[act])).c_str());
 }
 

@@ -21,6 +21,7 @@
 #include "core/model/layer_stack.h"
 #include "core/model/precision.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
 #include "strategies/registry.h"
 
@@ -64,8 +65,8 @@ class Ddp final : public Strategy {
     const ModelLayout& layout = env.layout;
     mp_ = std::make_unique<MixedPrecision>(env.cfg.precision);
     const DType dt = mp_->dtype();
-    model_ =
-        std::make_unique<LayerStack>(layout, 0, layout.num_layers(), env.alloc, env.rec, init, dt);
+    model_ = std::make_unique<LayerStack>(layout, 0, layout.num_layers(), env.alloc, env.rec, init,
+                                          dt, env.tp);
     optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, model_->ranges(), dt);
     if (optimizer_->mixed())
       for (size_t i = 0; i < layout.params().size(); ++i)
@@ -179,7 +180,9 @@ StrategyInfo ddp_strategy() {
           "DistributedDataParallel: full replicas, bucketed gradient all-reduce overlapped "
           "with backward",
       .family = StrategyFamily::data_parallel,
-      .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap},
+      .reads = {StrategyOption::precision, StrategyOption::bucket_mb, StrategyOption::no_overlap,
+                StrategyOption::mesh, StrategyOption::mesh_order,
+                StrategyOption::sequence_parallel},
       .moves =
           [](const MoveQuery&) {
             return std::vector<StateMove>{{StateOp::all_reduce, ModelStatePart::grads, 2, 0,
@@ -187,14 +190,7 @@ StrategyInfo ddp_strategy() {
           },
       .comm_buffers = "gradient buckets",
       .make = [] { return std::make_unique<Ddp>(); },
-      .validate =
-          [](const RunConfig& cfg) {
-            if (cfg.batch % cfg.world != 0)
-              throw ConfigError("--batch " + std::to_string(cfg.batch) +
-                                " is not divisible by --world " + std::to_string(cfg.world) +
-                                " (valid: a multiple of " + std::to_string(cfg.world) + ", e.g. " +
-                                std::to_string(cfg.world * 16) + ")");
-          },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
   };
 }
 

@@ -72,7 +72,7 @@ class Fsdp final : public Strategy {
     // Phase 1 — forward, unit by unit: gather the unit's flat parameter, run
     // its layers, then reshard (free it) or, with --no-reshard, keep it.
     const DType dt = mp_->dtype();
-    LayerTape tape(env.layout, env.alloc, env.rec, dt);
+    LayerTape tape(env.layout, env.alloc, env.rec, dt, env.tp);
     tape.begin(batch.x.raw(), batch.rows);
     std::vector<Gathered> kept(U);
     for (int u = 0; u < U; ++u) {
@@ -216,7 +216,8 @@ StrategyInfo fsdp_strategy() {
           "reshard after forward, backward prefetch, optional CPU offload",
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
-                StrategyOption::no_reshard, StrategyOption::offload},
+                StrategyOption::no_reshard, StrategyOption::offload, StrategyOption::mesh,
+                StrategyOption::mesh_order, StrategyOption::sequence_parallel},
       .zero_stage = 3,
       .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",

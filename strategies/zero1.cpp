@@ -52,7 +52,7 @@ class Zero1 final : public Strategy {
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
     for (int l = 0; l < L; ++l) env.device.fill_zero(st.grads(l).raw(), st.grads(l).bytes());
     const DType dt = mp_->dtype();
-    LayerTape tape(env.layout, env.alloc, env.rec, dt);
+    LayerTape tape(env.layout, env.alloc, env.rec, dt, env.tp);
     tape.begin(batch.x.raw(), batch.rows);
     for (int l = 0; l < L; ++l) tape.forward(l, states_->params(l).raw());
     Loss loss = compute_loss(env, *mp_, tape.output(), batch);
@@ -114,7 +114,8 @@ StrategyInfo zero1_strategy() {
           "ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "
           "all-gather params",
       .family = StrategyFamily::data_parallel,
-      .reads = {StrategyOption::precision},
+      .reads = {StrategyOption::precision, StrategyOption::mesh, StrategyOption::mesh_order,
+                StrategyOption::sequence_parallel},
       .zero_stage = 1,
       .moves = sharded_update_moves,
       .comm_buffers = "reduce-scatter scratch",

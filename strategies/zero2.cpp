@@ -48,7 +48,7 @@ class Zero2 final : public Strategy {
 
     // Phase 1 — forward on the local slice with the full (replicated) parameters.
     const DType dt = mp_->dtype();
-    LayerTape tape(env.layout, env.alloc, env.rec, dt);
+    LayerTape tape(env.layout, env.alloc, env.rec, dt, env.tp);
     tape.begin(batch.x.raw(), batch.rows);
     for (int l = 0; l < L; ++l) tape.forward(l, states_->params(l).raw());
     Loss loss = compute_loss(env, *mp_, tape.output(), batch);
@@ -115,7 +115,8 @@ StrategyInfo zero2_strategy() {
           "ZeRO stage 2: optimizer state and gradients sharded 1/N; per-layer reduce-scatter frees "
           "each full gradient",
       .family = StrategyFamily::data_parallel,
-      .reads = {StrategyOption::precision},
+      .reads = {StrategyOption::precision, StrategyOption::mesh, StrategyOption::mesh_order,
+                StrategyOption::sequence_parallel},
       .zero_stage = 2,
       .moves = sharded_update_moves,
       .comm_buffers = "each layer's unreduced gradient until it is reduce-scattered",

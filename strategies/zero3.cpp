@@ -62,7 +62,7 @@ class Zero3 final : public Strategy {
     // Phase 1 — forward, layer by layer: gather, compute, free. The
     // activations stay (backward needs them); the parameters do not.
     const DType dt = mp_->dtype();
-    LayerTape tape(env.layout, env.alloc, env.rec, dt);
+    LayerTape tape(env.layout, env.alloc, env.rec, dt, env.tp);
     tape.begin(batch.x.raw(), batch.rows);
     Gathered next = gather(0);
     for (int l = 0; l < L; ++l) {
@@ -150,7 +150,8 @@ StrategyInfo zero3_strategy() {
           "ZeRO stage 3: params, grads and optimizer state sharded 1/N; all-gather each layer "
           "before forward and backward, reduce-scatter its gradient",
       .family = StrategyFamily::data_parallel,
-      .reads = {StrategyOption::precision, StrategyOption::no_prefetch},
+      .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::mesh,
+                StrategyOption::mesh_order, StrategyOption::sequence_parallel},
       .zero_stage = 3,
       .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",

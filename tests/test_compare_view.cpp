@@ -176,7 +176,7 @@ TEST_CASE("compare list: a mesh is an option of an item, its commas written '+'"
   CHECK(mesh.micro_batches == 4);
   CHECK_NOTHROW(validate(mesh));
   CHECK(config_for(slots[2], base).mesh == "tp=2,pp=2");
-  CHECK(config_for(slots[0], base).mesh.empty());  // ddp reads no mesh
+  CHECK(config_for(slots[0], base).mesh.empty());  // none given
   for (const CompareSlot& s : slots) CHECK(parse_compare_item(slot_text(s), base) == s);
   CHECK(slot_text(slots[1]) == "1f1b:8/m=4/mesh=dp=2+pp=2+tp=2");
   // The table's bubble formula counts the mesh's pp stages, not its world.
@@ -189,7 +189,7 @@ TEST_CASE("compare list: a mesh is an option of an item, its commas written '+'"
   for (const auto& [list, says] :
        {std::pair{"gpipe/mesh=dp=2+xx=2", "'xx=2' is not an axis=size"},
         std::pair{"gpipe:4/mesh=dp=2+pp=4", "has 8 ranks but --world is 4"},
-        std::pair{"ddp:4/mesh=dp=4", "'mesh=dp=4' does not apply to ddp"}}) {
+        std::pair{"dp:4/mesh=dp=4", "'mesh=dp=4' does not apply to dp"}}) {
     INFO(list);
     const std::string e = error_of(list, base);
     CHECK(e.find(says) != std::string::npos);

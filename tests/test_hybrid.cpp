@@ -185,8 +185,9 @@ TEST_CASE("hybrid: a mesh the pipelines cannot run is refused in one line, exit 
   refused("--world 2 --mesh dp=2,pp=x", "is not a whole number");
   refused("--world 4 --model mlp:4x16+bn --mesh dp=2,pp=2",
           "each pipeline replica would keep its own BatchNorm statistics");
-  const test::CliResult other =
-      run_cli("run --model mlp:4x16 --batch 8 --strategy ddp --mesh dp=2");
+  const test::CliResult other = run_cli("run --model mlp:4x16 --batch 8 --strategy dp --mesh dp=2");
   CHECK(other.code == 2);
-  CHECK(other.out == "error: --mesh dp=2: ddp has no device mesh; used by gpipe, naive-mp, 1f1b\n");
+  CHECK(other.out ==
+        "error: --mesh dp=2: dp has no device mesh; used by ddp, fsdp, gpipe, naive-mp, 1f1b, "
+        "zero1, zero2, zero3\n");
 }

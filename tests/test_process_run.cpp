@@ -195,6 +195,28 @@ TEST_CASE("one process per rank: what cannot run that way says so", "[process]")
   fs::remove_all(dir);
 }
 
+TEST_CASE("zero3 over dp with tp inside as processes ends with the threaded run's bits",
+          "[process][mesh][tp][zero]") {
+  RunConfig cfg;
+  cfg.model = "gpt:1x32x4";
+  cfg.seq = 8;
+  cfg.strategy = "zero3";
+  cfg.mesh = "dp=2,tp=2";
+  cfg.world = 4;
+  cfg.batch = 8;
+  cfg.steps = 2;
+  const RunResult threads = run_training(cfg);
+  const fs::path dir = fresh_dir("proc-zero3-tp");
+  const std::vector<RunResult> procs = run_as_processes(cfg, dir);
+  CHECK(procs[0].final_params == threads.final_params);  // bit for bit
+  for (int r = 0; r < cfg.world; ++r) {
+    INFO("rank " << r);
+    CHECK(procs[r].losses == threads.losses);
+    CHECK(procs[0].ranks[r].sent_by_axis_per_step == threads.ranks[r].sent_by_axis_per_step);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the gpt on tp=2 with sequence parallelism as processes ends with the threaded bits",
           "[process][mesh][tp][gpt]") {
   // The vocabulary-parallel embedding and cross-entropy, the block's

@@ -128,8 +128,8 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
   if (dx) dx->store(din);
 }
 
-LayerTape::LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt)
-    : layout_(layout), alloc_(alloc), rec_(rec), dt_(dt) {
+LayerTape::LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt, Comm* tp)
+    : layout_(layout), alloc_(alloc), rec_(rec), dt_(dt), tp_(tp) {
   if (layout.has_buffers())
     throw std::logic_error("LayerTape: " + layout.spec().str() +
                            " has BatchNorm1d, which only LayerStack keeps statistics for");
@@ -163,7 +163,7 @@ const void* LayerTape::forward_on(int layer, const std::vector<const void*>& par
   ScopedSpan span(rec_, Lane::compute, SpanKind::forward, layer);
   const void* x = layers_.empty() ? input_ : layers_.back().keep.output().raw();
   Saved s{layer, LayerKeep{}};
-  const LayerCall call{alloc_, dt_, rows_, -1};
+  const LayerCall call{alloc_, dt_, rows_, -1, tp_};
   layout_.family().forward(call, layout_, layer, params, x, s.keep, nullptr);
   layers_.push_back(std::move(s));
   return layers_.back().keep.output().raw();
@@ -205,7 +205,7 @@ void LayerTape::backward_on(int layer, const std::vector<const void*>& params,
   if (!first)
     din = alloc_.alloc(act_name(layer, "grad_input"), MemCategory::temporary,
                        {rows_, static_cast<int64_t>(layout_.act_numel(layer))}, dt_);
-  const LayerCall call{alloc_, dt_, rows_, -1};
+  const LayerCall call{alloc_, dt_, rows_, -1, tp_};
   layout_.family().backward(call, layout_, layer, params, grads, input, s.keep, grad_.raw(),
                             first ? nullptr : din.raw());
   for (Tensor& t : s.keep.t) t.reset();

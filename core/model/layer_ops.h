@@ -60,7 +60,10 @@ class LayerTape {
  public:
   // `dt`: how weights, activations and gradients are stored (f32, or bf16/f16
   // under mixed precision; then every pointer below points at 2-byte values).
-  LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt = DType::f32);
+  // `tp`: under tensor parallelism, the communicator of this rank's tp group
+  // (then `layout` is its slice), which the layers' f and g operators use.
+  LayerTape(const ModelLayout& layout, Allocator& alloc, Recorder* rec, DType dt = DType::f32,
+            Comm* tp = nullptr);
 
   // Starts a pass over `rows` rows; `input` [rows, act_numel(0)] (fp32 values
   // or int32 token ids, the batch) must stay valid until the last backward. In
@@ -97,6 +100,7 @@ class LayerTape {
   Allocator& alloc_;
   Recorder* rec_;
   DType dt_;
+  Comm* tp_;
   const void* input_ = nullptr;
   Tensor cast_input_;  // mixed precision: the input in dt_
   int rows_ = 0;

@@ -35,7 +35,7 @@ Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, co
       mp.dtype());
   ScopedSpan span(env.rec, Lane::compute, SpanKind::loss);
   loss.value = env.layout.family().loss(env.alloc, mp, env.layout, loss.grad.raw(), output,
-                                        batch.y.raw(), batch.rows, env.cfg.batch, nullptr, -1);
+                                        batch.y.raw(), batch.rows, env.cfg.batch, env.tp, -1);
   loss.global_rows = env.cfg.batch;
   return loss;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/parallel/data_parallel_mesh.h"
 #include "core/parallel/strategy.h"
 
 namespace shardlab {
@@ -70,6 +71,19 @@ ModelStateInput model_state_input(const RunConfig& cfg, double params) {
   in.optimizer = cfg.optimizer.kind;
   in.reshard_after_forward = !option_in_effect(cfg, StrategyOption::no_reshard);
   in.offload = option_in_effect(cfg, StrategyOption::offload);
+  // A data-parallel strategy on a dp × tp mesh: ZeRO's N is the dp axis, and
+  // its Ψ the parameters of one tp slice (the split layers' 1/tp, the whole
+  // LayerNorms and row biases), the same on every slice. (A --mesh that does
+  // not parse is validate()'s to name.)
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  if (info && info->is_data_parallel() && !cfg.mesh.empty()) try {
+      const Mesh mesh = run_mesh(cfg);
+      in.world = mesh.size(MeshAxis::dp);
+      if (const int tp = mesh.size(MeshAxis::tp); tp > 1)
+        in.params =
+            static_cast<double>(ModelLayout(make_layout(cfg).spec(), TensorSlice{tp, 0}).total());
+    } catch (const ConfigError&) {
+    }
   return in;
 }
 

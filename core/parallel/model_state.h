@@ -41,6 +41,8 @@ bool has_model_state_prediction(const std::string& strategy);
 std::string model_state_strategy_names();  // those, in registration order
 // Throws ConfigError for an unknown strategy or precision, Ψ ≤ 0 or N < 1.
 void check_model_state_input(const ModelStateInput& in);
+// cfg's input with Ψ = `params` (the model's) and N = --world; a data-parallel
+// strategy on a mesh takes N from its dp axis and, with tp, Ψ from one tp slice.
 ModelStateInput model_state_input(const RunConfig& cfg, double params);
 
 // Bytes per parameter one rank keeps of each model state, and whether it keeps

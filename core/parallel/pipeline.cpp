@@ -4,6 +4,7 @@
 #include "core/parallel/pipeline.h"
 
 #include "core/model/model_family.h"
+#include "core/parallel/data_parallel_mesh.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -634,28 +635,7 @@ std::vector<float> PipelineStage::export_params() {
 // model (the pp gather above ran within its tp coordinate); the tp group's
 // first rank puts every slice where it belongs in the full state vector.
 std::vector<float> PipelineStage::gather_slices(ExportBuffer& mine) {
-  const size_t n = layout_->state_total();
-  if (tp_rank_ != 0) {
-    tp_comm_->send(mine.at(0, n), n * sizeof(float), 0, kGatherParamsTag);
-    return {};
-  }
-  ExportBuffer full(env_.alloc, layout_->full_state_total());
-  ExportBuffer theirs(env_.alloc, n);
-  const int T = layout_->slice().size;
-  for (int r = T - 1; r >= 0; --r) {  // slice 0 last: a replicated tensor is its copy
-    float* src = mine.at(0, n);
-    if (r > 0) {
-      src = theirs.at(0, n);
-      tp_comm_->recv(src, n * sizeof(float), r, kGatherParamsTag);
-    }
-    if (!full.keeps()) continue;
-    // Slice r's layout says where its values go.
-    const ModelLayout slice(layout_->spec(), TensorSlice{T, r});
-    for_each_slice_run(slice, [&](size_t at, size_t full_at, size_t count) {
-      std::copy_n(src + at, count, full.at(full_at, count));
-    });
-  }
-  return full.take();
+  return gather_tensor_slices(*tp_comm_, env_.alloc, *layout_, mine.at(0, layout_->state_total()));
 }
 
 }  // namespace shardlab

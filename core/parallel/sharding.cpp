@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/model/precision.h"
+#include "core/parallel/data_parallel_mesh.h"
 
 namespace shardlab {
 
@@ -91,6 +92,9 @@ double padding_per_rank(const std::vector<FlatGroup>& groups) {
 }
 
 void require_batch_divisible(const RunConfig& cfg) {
+  // On a mesh the dp axis takes the batch, and the mesh has its own checks.
+  validate_data_parallel_mesh(cfg);
+  if (!cfg.mesh.empty()) return;
   if (cfg.world >= 1 && cfg.batch % cfg.world != 0)
     throw ConfigError("--batch " + std::to_string(cfg.batch) + " is not divisible by --world " +
                       std::to_string(cfg.world) + " (valid: a multiple of " +

@@ -118,7 +118,8 @@ double padding_per_rank(const std::vector<FlatGroup>& groups);
 void write_group_values(DeviceBackend& dev, Tensor& t, const FlatGroup& g,
                         const ParamSource& model_flat, size_t begin, size_t count);
 
-// Every data-parallel rank takes batch / world rows: throws ConfigError unless that divides.
+// Every data-parallel rank takes batch / world rows (batch / dp on --mesh, with
+// the mesh's checks: data_parallel_mesh.h): throws ConfigError unless that divides.
 void require_batch_divisible(const RunConfig& cfg);
 
 // Collective: all-gathers every group from this rank's fp32 shards (shards[g],

@@ -90,13 +90,13 @@ int StrategyInfo::world_for(int requested) const {
 }
 
 int StrategyInfo::data_parallel_degree(const RunConfig& cfg) const {
-  if (family == StrategyFamily::data_parallel) return cfg.world;
-  // A pipeline on a mesh: its dp axis (a --mesh that does not parse is
-  // validate()'s to name; until then, one pipeline).
-  if (has_stages() && !cfg.mesh.empty()) try {
+  if (family == StrategyFamily::data_parallel && cfg.mesh.empty()) return cfg.world;
+  // On a mesh: its dp axis (a --mesh that does not parse is validate()'s to
+  // name; until then, the world for the data-parallel family, one pipeline).
+  if ((has_stages() || is_data_parallel()) && !cfg.mesh.empty()) try {
       return run_mesh(cfg).size(MeshAxis::dp);
     } catch (const ConfigError&) {
-      return 1;
+      return is_data_parallel() ? cfg.world : 1;
     }
   return 1;
 }

@@ -59,6 +59,11 @@ struct RankEnv {
   // axis whose groups are smaller than the world (by MeshAxis; null: none).
   const Mesh* mesh = nullptr;
   std::array<Comm*, std::size(kMeshAxes)> axis_comms{};
+  // Tensor parallelism under a data-parallel strategy: the communicator of
+  // this rank's tp group, which its layers' forward, backward and loss use
+  // (`layout` is then its slice). Set only in the data-parallel view of a
+  // mesh with tp (core/parallel/data_parallel_mesh.h); null: whole layers.
+  Comm* tp = nullptr;
 
   // This rank's communicator on `axis`: its group's, the world's where the
   // axis spans the world, null where the axis has size 1 (a group of one has

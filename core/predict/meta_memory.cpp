@@ -12,6 +12,7 @@
 #include "core/comm/meta_comm.h"
 #include "core/comm/placement.h"
 #include "core/comm/staging_comm.h"
+#include "core/parallel/data_parallel_mesh.h"
 #include "core/device/meta_backend.h"
 #include "core/model/model.h"
 #include "core/model/model_family.h"
@@ -100,7 +101,7 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
       RankEnv env{rank,           world,       cfg,        layout,
                   data,           *res.device, *res.alloc, rec,
                   res.comm.get(), shared,      &mesh,      res.axis_comm_ptrs()};
-      std::unique_ptr<Strategy> strategy = info.make();
+      std::unique_ptr<Strategy> strategy = make_rank_strategy(info, cfg);
       MetaRankMemory& r = out.ranks[rank];
       Recorder::Counts before{};
       RankSteps steps;

@@ -21,6 +21,7 @@
 #include "core/model/data_loader.h"
 #include "core/model/layer_stack.h"
 #include "core/model/precision.h"
+#include "core/parallel/data_parallel_mesh.h"
 #include "core/parallel/rank_body.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/memory_estimate.h"
@@ -466,7 +467,7 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
       RankEnv env{rank,           world,       cfg,        layout,
                   rank_data,      *res.device, *res.alloc, rec,
                   res.comm.get(), shared,      &mesh,      res.axis_comm_ptrs()};
-      strategy = info.make();
+      strategy = make_rank_strategy(info, cfg);
       RankReport& report = result.ranks[rank];
       // fp16: the loss scaler's count of skipped steps on rank 0, to name the
       // steps it skipped (every rank skips alike: precision.h).
