@@ -60,6 +60,13 @@ const std::set<std::string>& run_flags() {
   return flags;
 }
 
+OptimizerKind optimizer_kind_from(const Args& a) {
+  const std::string opt = a.str("optimizer", "adamw");
+  if (opt == "adamw") return OptimizerKind::adamw;
+  if (opt == "sgd") return OptimizerKind::sgd;
+  throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+}
+
 RunConfig config_from(const Args& a) {
   RunConfig c;
   c.model = a.str("model", c.model);
@@ -76,13 +83,7 @@ RunConfig config_from(const Args& a) {
   c.world = a.integer("world", c.world, "1 to 64");
   c.batch = a.integer("batch", c.batch, "a positive integer");
   c.steps = a.integer("steps", c.steps, "1 or more");
-  const std::string opt = a.str("optimizer", "adamw");
-  if (opt == "adamw")
-    c.optimizer.kind = OptimizerKind::adamw;
-  else if (opt == "sgd")
-    c.optimizer.kind = OptimizerKind::sgd;
-  else
-    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  c.optimizer.kind = optimizer_kind_from(a);
   const double lr = a.number("lr", c.optimizer.lr, "a positive number, e.g. 1e-3");
   // The optimizer keeps lr as a float: 1e39 would become inf, not what was typed.
   if (std::abs(lr) > std::numeric_limits<float>::max())

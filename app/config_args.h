@@ -22,6 +22,10 @@ std::string strategy_option_help();
 const std::set<std::string>& run_options();
 const std::set<std::string>& run_flags();
 
+// --optimizer (default adamw), as `run` and `estimate` read it; throws
+// ConfigError naming the value and the valid ones.
+OptimizerKind optimizer_kind_from(const Args& a);
+
 // Run settings from `shardlab run`'s options; throws ConfigError naming the option.
 RunConfig config_from(const Args& a);
 

@@ -12,6 +12,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/config_args.h"
 #include "core/comm/placement.h"
 #include "core/io/atomic_file.h"
 #include "core/model/model.h"
@@ -292,13 +293,7 @@ int estimate_mesh_cmd(const Args& a) {
   cfg.batch = a.integer("batch", 64, "a positive integer");
   cfg.micro_batches = a.integer("micro-batches", cfg.micro_batches, "a positive integer");
   cfg.precision = a.str("precision", "fp32");
-  const std::string opt = a.str("optimizer", "adamw");
-  if (opt == "adamw")
-    cfg.optimizer.kind = OptimizerKind::adamw;
-  else if (opt == "sgd")
-    cfg.optimizer.kind = OptimizerKind::sgd;
-  else
-    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  cfg.optimizer.kind = optimizer_kind_from(a);
   cfg.sequence_parallel = a.has("sequence-parallel");
   cfg.dp_zero1 = a.has("dp-zero1");
   cfg.recompute = a.has("recompute");
@@ -306,7 +301,10 @@ int estimate_mesh_cmd(const Args& a) {
   if (!is_pipeline_strategy(cfg.strategy))
     throw ConfigError("--strategy " + cfg.strategy + " runs no mesh (valid: " +
                       strategy_names_where([](const StrategyInfo& i) { return i.has_stages(); }) +
-                      ")");
+                      "; " + strategy_names_where([](const StrategyInfo& i) {
+                        return i.is_data_parallel() && i.reads_option(StrategyOption::mesh);
+                      }) +
+                      " on a mesh of dp and tp)");
   validate(cfg);  // what a run would refuse, in the run's words
   const MeshEstimate e = estimate_mesh(cfg);
   const MetaMemory meta = predict_memory_meta(cfg);
@@ -431,20 +429,20 @@ int estimate_mesh_cmd(const Args& a) {
     if (g.head)
       besides += std::string(besides.empty() ? "" : ", ") + "ln_f's output and the logits";
     besides = besides.empty() ? "" : " (" + besides + " besides)";
-    if (cfg.recompute)
-      std::printf(
-          "  activations   --recompute: %d micro-batch%s in flight × the stage input + %d "
-          "block%s of one micro-batch recomputed × %s = %s; meta run %s%s\n",
-          g.in_flight, g.in_flight == 1 ? "" : "es", g.blocks, g.blocks == 1 ? "" : "s",
-          short_bytes(g.block_activations).c_str(), bytes_text(g.activations).c_str(),
-          range_text(m.activations).c_str(), besides.c_str());
-    else
-      std::printf(
-          "  activations   %d block%s × %d micro-batch%s in flight × %s a block = %s; meta run "
-          "%s%s\n",
-          g.blocks, g.blocks == 1 ? "" : "s", g.in_flight, g.in_flight == 1 ? "" : "es",
-          short_bytes(g.block_activations).c_str(), bytes_text(g.activations).c_str(),
-          range_text(m.activations).c_str(), besides.c_str());
+    auto plural = [](int n, const char* word, const char* ending) {
+      return std::to_string(n) + " " + word + (n == 1 ? "" : ending);
+    };
+    const std::string block = short_bytes(g.block_activations);
+    const std::string how =
+        cfg.recompute
+            ? "--recompute: " + plural(g.in_flight, "micro-batch", "es") +
+                  " in flight × the stage input + " + plural(g.blocks, "block", "s") +
+                  " of one micro-batch recomputed × " + block
+            : plural(g.blocks, "block", "s") + " × " + plural(g.in_flight, "micro-batch", "es") +
+                  " in flight × " + block + " a block";
+    std::printf("  activations   %s = %s; meta run %s%s\n", how.c_str(),
+                bytes_text(g.activations).c_str(), range_text(m.activations).c_str(),
+                besides.c_str());
     std::printf("  peak          meta run %s, everything included\n", range_text(m.peak).c_str());
     for (MeshAxis axis : {MeshAxis::tp, MeshAxis::pp, MeshAxis::dp}) {
       const size_t x = static_cast<size_t>(axis);
@@ -541,13 +539,7 @@ int cmd_estimate(int argc, char** argv) {
     throw ConfigError("--world " + std::to_string(in.world) + " is invalid (valid: 1 to 1000000)");
   in.strategy = a.str("strategy", "ddp");
   in.precision = a.str("precision", "fp32");
-  const std::string opt = a.str("optimizer", "adamw");
-  if (opt == "adamw")
-    in.optimizer = OptimizerKind::adamw;
-  else if (opt == "sgd")
-    in.optimizer = OptimizerKind::sgd;
-  else
-    throw ConfigError("unknown optimizer '" + opt + "' (valid: adamw, sgd)");
+  in.optimizer = optimizer_kind_from(a);
   in.reshard_after_forward = !a.has("no-reshard");
   in.offload = a.has("offload");
   for (const StrategyOption o : {StrategyOption::offload, StrategyOption::no_reshard}) {

@@ -56,12 +56,13 @@ std::vector<OptionRow> make_rows() {
                .compare_key = "mesh", .kind = OptionKind::text, .text = &RunConfig::mesh,
                .valid = "axes whose sizes multiply to --world, e.g. dp=2,pp=2",
                .missing = "device mesh",
-               .label = "Mesh", .tip = "ranks on axes, e.g. dp=2,pp=2: pipelines replicated",
+               .label = "Mesh", .tip = "ranks on axes, e.g. dp=2,pp=2 or dp=2,tp=2",
                .short_label = "mesh", .label_word = "%s", .metavar = "AXES",
                .help = "the ranks on a device mesh, e.g. dp=2,pp=2,tp=2 (world 8): the stages on\n"
                        "pp, dp pipelines each training on 1/dp of the batch, each layer cut\n"
-                       "across tp ranks (tensor parallelism; default: pp=world); without\n"
-                       "--world, the world is the axes' product",
+                       "across tp ranks (tensor parallelism; default: pp=world); ddp, zero1-3\n"
+                       "and fsdp take dp and tp: the strategy over dp, each rank one tp slice;\n"
+                       "without --world, the world is the axes' product",
                .only_when_set = true});
   r.push_back({.id = StrategyOption::mesh_order, .flag = "--mesh-order",
                .json_key = "mesh_order", .compare_key = nullptr, .kind = OptionKind::text,

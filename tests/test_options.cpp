@@ -72,9 +72,10 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::partition, {"--partition 3,1", ""}},
       {StrategyOption::recompute, {"--recompute", ""}},
       {StrategyOption::mesh, {"--mesh dp=2", ""}},
-      {StrategyOption::mesh_order, {"--mesh-order dp,pp,tp", "", "--mesh pp=2"}},
+      {StrategyOption::mesh_order, {"--mesh-order dp,pp,tp", "", "--mesh dp=2"}},
+      // dp=2: a data-parallel strategy's tp needs a dp axis of 2 or more.
       {StrategyOption::sequence_parallel,
-       {"--sequence-parallel", "", "--mesh tp=2 --model gpt:4x16x2 --seq 8"}},
+       {"--sequence-parallel", "", "--mesh dp=2,tp=2 --world 4 --model gpt:4x16x2 --seq 8"}},
       {StrategyOption::dp_zero1, {"--dp-zero1", "", "--mesh dp=2"}},
   };
   return m;
@@ -555,7 +556,8 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
       if (r.id == StrategyOption::sequence_parallel) {
         c.model = "gpt:4x16x2";
         c.seq = 8;
-        c.mesh = "tp=2";
+        c.mesh = "dp=2,tp=2";  // (a data-parallel strategy's tp needs a dp axis)
+        c.world = 4;
       }
       // ZeRO-1 over dp shards over pipelines side by side: a dp axis.
       if (r.id == StrategyOption::dp_zero1) c.mesh = "dp=2";
@@ -568,8 +570,8 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
       break;
     case OptionKind::text:
       // --mesh-order orders a --mesh, so it comes with one.
-      if (r.id == StrategyOption::mesh_order) c.mesh = "pp=2";
-      c.*r.text = r.id == StrategyOption::mesh_order ? "dp,pp,tp" : "pp=2";
+      if (r.id == StrategyOption::mesh_order) c.mesh = "dp=2";
+      c.*r.text = r.id == StrategyOption::mesh_order ? "dp,pp,tp" : "dp=2";
       break;
   }
   return c;
@@ -626,11 +628,13 @@ TEST_CASE("option table: every row round-trips through the command line and a co
     // What sequence parallelism needs beside it (a gpt on a tp axis) is typed too,
     // and is part of the compare view's base.
     if (r.id == StrategyOption::sequence_parallel) {
-      for (const char* w : {"--model", "gpt:4x16x2", "--seq", "8", "--mesh", "tp=2"})
+      for (const char* w :
+           {"--model", "gpt:4x16x2", "--seq", "8", "--mesh", "dp=2,tp=2", "--world", "4"})
         typed.push_back(w);
       base.model = set.model;
       base.seq = set.seq;
       base.mesh = set.mesh;
+      base.world = set.world;
     }
     if (r.id == StrategyOption::dp_zero1) {
       for (const char* w : {"--mesh", "dp=2"}) typed.push_back(w);

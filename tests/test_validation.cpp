@@ -43,6 +43,13 @@ const std::map<StrategyOption, Names>& expected_readers() {
       {StrategyOption::micro_batches, {"gpipe", "1f1b"}},
       {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b"}},
       {StrategyOption::recompute, {"gpipe", "1f1b"}},
+      {StrategyOption::mesh,
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
+      {StrategyOption::mesh_order,
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
+      {StrategyOption::sequence_parallel,
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
+      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b"}},
   };
   return m;
 }
@@ -61,6 +68,7 @@ RunConfig base_config(const std::string& strategy) {
 // Sets o to a value that is valid for a strategy that reads it (world 2, 4 layers),
 // and returns how the user would have typed it.
 std::string set_option(RunConfig& c, StrategyOption o) {
+  const bool data_parallel = strategy_info(c.strategy).is_data_parallel();
   switch (o) {
     case StrategyOption::precision:
       c.precision = "bf16";
@@ -95,20 +103,27 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::recompute:
       c.recompute = true;
       return "--recompute";
+    // A data-parallel strategy's mesh is dp and tp (test_data_parallel_mesh.cpp);
+    // a pipeline's any (test_hybrid.cpp).
     case StrategyOption::mesh:
-      c.mesh = "dp=1,pp=2";
-      return "--mesh dp=1,pp=2";
+      c.mesh = data_parallel ? "dp=2" : "dp=1,pp=2";
+      return "--mesh " + c.mesh;
     case StrategyOption::mesh_order:
-      c.mesh = "pp=2";  // an order needs a mesh to order
+      // An order needs a mesh to order (where a mesh is read at all).
+      if (strategy_info(c.strategy).reads_option(StrategyOption::mesh))
+        c.mesh = data_parallel ? "dp=2" : "pp=2";
       c.mesh_order = "dp,pp,tp";
       return "--mesh-order dp,pp,tp";
     case StrategyOption::sequence_parallel:  // needs a gpt on a tp axis (test_tensor_parallel.cpp)
       c.model = "gpt:4x16x2";
-      c.mesh = "tp=2";
+      if (strategy_info(c.strategy).reads_option(StrategyOption::mesh)) {
+        c.mesh = data_parallel ? "dp=2,tp=2" : "tp=2";
+        c.world = data_parallel ? 4 : c.world;
+      }
       c.sequence_parallel = true;
       return "--sequence-parallel";
     case StrategyOption::dp_zero1:  // needs a dp axis (test_hybrid.cpp)
-      c.mesh = "dp=2";
+      if (strategy_info(c.strategy).reads_option(StrategyOption::mesh)) c.mesh = "dp=2";
       c.dp_zero1 = true;
       return "--dp-zero1";
   }

@@ -75,6 +75,34 @@ Peak peak_of(const std::vector<CategorySample>& series) {
   return p;
 }
 
+// A value worked out once per configuration: everything that decides it is
+// on the command line that reproduces the run. Null when working it out threw
+// (settings a run would refuse, a device this machine lacks).
+template <typename T>
+class PerConfiguration {
+ public:
+  template <typename Make>
+  std::shared_ptr<const T> get(const RunConfig& cfg, Make make) {
+    const std::string key = lesson::command_line(cfg);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (key != key_) {
+      key_ = key;
+      value_.reset();
+      try {
+        value_ = std::make_shared<const T>(make(cfg));
+      } catch (const std::exception&) {
+        // No prediction.
+      }
+    }
+    return value_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string key_;
+  std::shared_ptr<const T> value_;
+};
+
 // The formulas live with the strategies' accounting (core/parallel/model_state.h); the
 // GUI carries no copy of them, so the marker can never disagree with
 // `shardlab estimate`.
@@ -84,26 +112,10 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
     // stage (core/predict/mesh_estimate.h), worked out once per configuration.
     const bool gpt = cfg.model.rfind("gpt:", 0) == 0;  // i18n: not shown
     if (is_pipeline_strategy(cfg.strategy) && gpt) {
-      struct Cache {
-        std::mutex mu;
-        std::string key;
-        std::optional<MeshEstimate> estimate;
-      };
-      static Cache cache;
-      const std::string key = lesson::command_line(cfg);
-      std::lock_guard<std::mutex> lock(cache.mu);
-      if (key != cache.key) {
-        cache.key = key;
-        cache.estimate.reset();
-        try {
-          cache.estimate = estimate_mesh(cfg);
-        } catch (const std::exception&) {
-          // Settings a run would refuse: no prediction.
-        }
-      }
-      if (!cache.estimate || rank < 0 || rank >= cfg.world) return std::nullopt;
-      const MeshStageEstimate& g =
-          cache.estimate->stages.at(static_cast<size_t>(pipeline_stage_of(cfg, rank)));
+      static PerConfiguration<MeshEstimate> cache;
+      const std::shared_ptr<const MeshEstimate> e = cache.get(cfg, estimate_mesh);
+      if (!e || rank < 0 || rank >= cfg.world) return std::nullopt;
+      const MeshStageEstimate& g = e->stages.at(static_cast<size_t>(pipeline_stage_of(cfg, rank)));
       return Predicted{static_cast<int64_t>(g.model_states.total() + 0.5), g.model_states.formula,
                        false};
     }
@@ -117,25 +129,8 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
 }
 
 std::shared_ptr<const MemoryEstimate> meta_prediction(const RunConfig& cfg) {
-  struct Cache {
-    std::mutex mu;
-    std::string key;
-    std::shared_ptr<const MemoryEstimate> estimate;
-  };
-  static Cache cache;
-  // Everything that decides memory is on the command line that reproduces the run.
-  const std::string key = lesson::command_line(cfg);
-  std::lock_guard<std::mutex> lock(cache.mu);
-  if (key != cache.key) {
-    cache.key = key;
-    cache.estimate.reset();
-    try {
-      cache.estimate = std::make_shared<const MemoryEstimate>(estimate_memory(cfg));
-    } catch (const std::exception&) {
-      // Settings this machine cannot place (cuda without a GPU): no prediction.
-    }
-  }
-  return cache.estimate;
+  static PerConfiguration<MemoryEstimate> cache;
+  return cache.get(cfg, [](const RunConfig& c) { return estimate_memory(c); });
 }
 
 std::optional<int64_t> meta_predicted_peak(const MemoryEstimate* e, int rank, bool host) {
@@ -162,7 +157,7 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
       if (blocks == 0) return {tr("no transformer block here")};
     }
     // Tensor (and sequence) parallelism: the slice's share (Korthikanti §4.2).
-    const int tp = pipeline ? run_mesh(cfg).size(MeshAxis::tp) : 1;
+    const int tp = cfg.mesh.empty() ? 1 : run_mesh(cfg).size(MeshAxis::tp);
     const bool sp = tp > 1 && spec.sequence_parallel;
     const BlockActivations b =
         // i18n: not shown (a dtype)
