@@ -215,7 +215,8 @@ void draw_cluster(App& app, const RunData& d) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(ui.text_dim));
     ImGui::TextWrapped("%s", (tp ? strf(tr("mesh %s: a row of cards per %s coordinate; outlined "
                                            "in red, each tp group (its ranks split every layer "
-                                           "between them)"),
+                                           "between them; a card's bars are its own slice of "
+                                           "each layer)"),
                                         d.cfg.mesh.c_str(), outer.c_str())
                                  : strf(tr("mesh %s: a row of cards per %s coordinate"),
                                         d.cfg.mesh.c_str(), outer.c_str()))

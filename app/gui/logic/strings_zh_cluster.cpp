@@ -178,8 +178,9 @@ const StringPairs& strings_zh_cluster() {
       {"every other rank", "其他所有 rank"},
       {"%s in a %s group", "%s，%s 组内"},
       {"mesh %s: a row of cards per %s coordinate; outlined in red, each tp group (its ranks split "
-       "every layer between them)",
-       "网格 %s：每个 %s 坐标一行卡片；红框圈出的是每个 tp 组（组内的 rank 把每一层切分开）"},
+       "every layer between them; a card's bars are its own slice of each layer)",
+       "网格 %s：每个 %s 坐标一行卡片；红框圈出的是每个 tp 组（组内的 rank 把每一层切分开；卡片上的"
+       "条是它自己那份切片）"},
       {"mesh %s: a row of cards per %s coordinate", "网格 %s：每个 %s 坐标一行卡片"},
       {"sending %s to %s", "正在把 %s 发给 %s"},
       {"receiving from %s (%s)", "正在接收来自 %s 的数据（%s）"},
