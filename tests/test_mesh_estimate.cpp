@@ -193,3 +193,45 @@ TEST_CASE("estimate --mesh prints the formulas beside the meta run, and refuses 
       "--micro-batches applies to a mesh or a pipeline strategy only");
   bad("--mesh dp=2,pp=2 --strategy 1f1b", "--model is required with --mesh");
 }
+
+TEST_CASE("memory view: what each axis of a mesh divides of a rank's model states",
+          "[mesh][gui-logic]") {
+  RunConfig c;
+  c.model = "gpt:2x64x4";
+  c.seq = 64;
+  c.batch = 16;
+  c.strategy = "1f1b";
+  c.micro_batches = 4;
+  c.mesh = "dp=2,pp=2,tp=2";
+  c.world = 8;
+  const std::optional<gui::AxisSavings> a = gui::axis_savings(c, 0);
+  REQUIRE(a);
+  const ModelLayout whole = make_layout(c);
+  CHECK(a->whole == 16.0 * static_cast<double>(whole.total()));
+  REQUIRE(a->steps.size() == 3);  // tp, pp, dp
+  CHECK(a->steps[0].axis == MeshAxis::tp);
+  CHECK(a->steps[0].bytes ==
+        16.0 * static_cast<double>(ModelLayout(whole.spec(), TensorSlice{2, 0}).total()));
+  CHECK(a->steps[1].axis == MeshAxis::pp);
+  CHECK(a->steps[1].bytes == 837120);  // lesson 16: 52 320 parameters of stage 0's slice
+  CHECK(a->steps[2].axis == MeshAxis::dp);
+  CHECK(a->steps[2].bytes == 837120);  // replicas: dp divides the batch
+  const std::string line = gui::axis_savings_line(*a, 0);
+  CHECK(line.find("pp=2 817.5 KiB") != std::string::npos);
+  CHECK(line.find("(dp divides the batch, not the states)") != std::string::npos);
+  // ZeRO-3 over dp with tp inside: the dp step is ZeRO's 16Ψ_s/dp.
+  RunConfig z = c;
+  z.strategy = "zero3";
+  z.micro_batches = 1;
+  z.mesh = "dp=2,tp=2";
+  z.world = 4;
+  const std::optional<gui::AxisSavings> b = gui::axis_savings(z, 3);
+  REQUIRE(b);
+  REQUIRE(b->steps.size() == 2);
+  CHECK(b->steps[1].bytes == b->steps[0].bytes / 2);
+  CHECK(gui::axis_savings_line(*b, 3).find("divides the batch") == std::string::npos);
+  // Without a mesh: nothing to split by axis.
+  RunConfig plain = z;
+  plain.mesh.clear();
+  CHECK_FALSE(gui::axis_savings(plain, 0));
+}

@@ -106,6 +106,13 @@ void draw_memory(App& app) {
          "from the ZeRO paper's formula, where the strategy has one: compare it with the bottom "
          "three colours of the bar."));
 
+  // A mesh: what each axis divided of rank 0's model states.
+  if (const std::optional<AxisSavings> a = axis_savings(d.cfg, 0)) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(ui.text_dim));
+    ImGui::TextWrapped("%s", axis_savings_line(*a, 0, tr).c_str());
+    ImGui::PopStyleColor();
+  }
+
   std::vector<const std::vector<CategorySample>*> series;
   std::vector<std::string> names;
   for (int r = 0; r < d.world; ++r) {

@@ -133,6 +133,56 @@ std::shared_ptr<const MemoryEstimate> meta_prediction(const RunConfig& cfg) {
   return cache.get(cfg, [](const RunConfig& c) { return estimate_memory(c); });
 }
 
+std::optional<AxisSavings> axis_savings(const RunConfig& cfg, int rank) {
+  if (cfg.mesh.empty() || rank < 0 || rank >= cfg.world) return std::nullopt;
+  try {
+    const Mesh mesh = run_mesh(cfg);
+    const BytesPerParam b = bytes_per_param(cfg.precision, cfg.optimizer.kind);
+    const double per_param = b.params + b.grads + b.optimizer;
+    const ModelLayout whole = make_layout(cfg);
+    AxisSavings out;
+    out.whole = per_param * static_cast<double>(whole.total());
+    const int tp = mesh.size(MeshAxis::tp), pp = mesh.size(MeshAxis::pp);
+    const ModelLayout slice =
+        tp > 1 ? ModelLayout(whole.spec(), TensorSlice{tp, mesh.coord(rank, MeshAxis::tp)}) : whole;
+    double params = static_cast<double>(slice.total());
+    if (tp > 1) out.steps.push_back({MeshAxis::tp, tp, per_param * params});
+    if (pp > 1) {
+      const StageTopology t =
+          stage_topology(pipeline_stage_of(cfg, rank), pipeline_partition(cfg, whole));
+      params =
+          static_cast<double>(slice.layer_begin(t.last_layer) - slice.layer_begin(t.first_layer));
+      out.steps.push_back({MeshAxis::pp, pp, per_param * params});
+    }
+    if (const int dp = mesh.size(MeshAxis::dp); dp > 1) {
+      // What the strategy's accounting says the rank keeps (ZeRO over dp, or a
+      // pipeline's whole stage).
+      const std::optional<Predicted> kept = predicted_model_state(cfg, rank);
+      out.steps.push_back(
+          {MeshAxis::dp, dp,
+           kept ? static_cast<double>(kept->model_state_bytes) : per_param * params});
+    }
+    return out;
+  } catch (const std::exception&) {
+    return std::nullopt;  // settings a run would refuse
+  }
+}
+
+std::string axis_savings_line(const AxisSavings& a, int rank, const Tr& tr) {
+  std::string line = strf(tr("model states of rank %d, axis by axis: whole model %s"), rank,
+                          format_bytes(a.whole).c_str());
+  double before = a.whole;
+  for (const AxisStep& s : a.steps) {
+    // i18n: symbols, as in Chinese
+    line +=
+        strf(" \xE2\x86\x92 %s=%d %s", to_string(s.axis), s.size, format_bytes(s.bytes).c_str());
+    if (s.axis == MeshAxis::dp && s.bytes == before)
+      line += tr(" (dp divides the batch, not the states)");
+    before = s.bytes;
+  }
+  return line;
+}
+
 std::optional<int64_t> meta_predicted_peak(const MemoryEstimate* e, int rank, bool host) {
   if (!e || rank < 0 || rank >= static_cast<int>(e->ranks.size())) return std::nullopt;
   return e->ranks[rank].at_report.pool(host ? Pool::host : Pool::device).peak_total;

@@ -49,6 +49,24 @@ struct Predicted {
 };
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
 
+// On a mesh: what each axis divides of `rank`'s model states, axis by axis
+// (bytes per parameter × parameters, as the ZeRO paper counts them): the whole
+// model, then tp's slice of every layer, then pp's stage of that slice, then
+// what ZeRO over dp keeps of it (a pipeline's dp replicas keep all of it:
+// dp divides the batch). Axes of size 1 are left out; nullopt without a mesh.
+struct AxisStep {
+  MeshAxis axis = MeshAxis::dp;
+  int size = 1;
+  double bytes = 0;  // the rank's model states once this axis has divided them
+};
+struct AxisSavings {
+  double whole = 0;  // the whole model's model states
+  std::vector<AxisStep> steps;
+};
+std::optional<AxisSavings> axis_savings(const RunConfig& cfg, int rank);
+// "model states of rank 0, axis by axis: whole model 2.29 MiB → tp=2 1.20 MiB → …".
+std::string axis_savings_line(const AxisSavings& a, int rank, const Tr& tr = Tr{});
+
 // The meta run's prediction of cfg's memory, as the check before every run
 // makes it (core/predict/memory_estimate.h: the strategy's own code on devices
 // that hold no memory); null where it cannot be made here (a GPU recording
