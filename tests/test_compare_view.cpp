@@ -179,6 +179,12 @@ TEST_CASE("compare list: a mesh is an option of an item, its commas written '+'"
   CHECK(config_for(slots[0], base).mesh.empty());  // none given
   for (const CompareSlot& s : slots) CHECK(parse_compare_item(slot_text(s), base) == s);
   CHECK(slot_text(slots[1]) == "1f1b:8/m=4/mesh=dp=2+pp=2+tp=2");
+  // A data-parallel strategy on dp and tp, its world the mesh's.
+  const std::vector<CompareSlot> two_d = parse_compare_slots("zero3/mesh=dp=2+tp=2", base);
+  REQUIRE(two_d.size() == 1);
+  CHECK(two_d[0].world == 4);
+  CHECK(config_for(two_d[0], base).mesh == "dp=2,tp=2");
+  CHECK_NOTHROW(validate(config_for(two_d[0], base)));
   // The table's bubble formula counts the mesh's pp stages, not its world.
   RunConfig run = mesh;
   run.steps = 2;

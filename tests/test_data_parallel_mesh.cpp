@@ -17,6 +17,7 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
+#include "core/run/metrics.h"
 #include "core/run/runner.h"
 #include "core/run/train_checkpoint.h"
 #include "tests/run_util.h"
@@ -105,6 +106,22 @@ TEST_CASE("dp x tp: the dp group carries ZeRO's volume of one slice, the tp grou
       CHECK(sent[kTp] == layers_only.ranks[rank].sent_by_axis_per_step[kTp]);
       CHECK(meta.ranks[rank].sent_by_axis_per_step == sent);
       CHECK(meta.ranks[rank].at_report.device.peak_total >= r.ranks[rank].memory.device.peak_total);
+      // The lesson metrics: ZeRO's formula beside the dp group's bytes and the
+      // model states; none beside the total, which holds the tp bytes too.
+      MetricRuns runs(r, nullptr);
+      MetricRef ref;
+      ref.rank = rank;
+      ref.name = "axis_sent_bytes_per_step";
+      ref.axis = "dp";
+      const MetricValue dp = evaluate_metric(ref, runs);
+      REQUIRE(dp.formula);
+      CHECK(*dp.formula == dp.measured);
+      ref.name = "model_state_bytes";
+      const MetricValue states = evaluate_metric(ref, runs);
+      REQUIRE(states.formula);
+      CHECK(*states.formula == states.measured);
+      ref.name = "sent_bytes_per_step";
+      CHECK_FALSE(evaluate_metric(ref, runs).formula);
     }
   }
 }

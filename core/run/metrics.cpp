@@ -519,10 +519,20 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
           v.formula = g->sent[x];
           v.formula_text = g->sent_formula[x];
         }
+        // A data-parallel strategy on a mesh: ZeRO's traffic is its dp group's.
+        if (family && axis == MeshAxis::dp) {
+          const CommPrediction p = predict_comm(model_state_in(), ref.rank);
+          v.formula = p.sent_bytes;
+          v.formula_text = p.formula + " × " + std::to_string(p.bytes_per_element) +
+                           " B × (N−1)/N, Ψ of one tp slice, N = dp";
+        }
       }
   } else if (n == "sent_bytes_per_step") {
     v.measured = r.ranks[ref.rank].bytes_sent_per_step;
-    if (family) {
+    // On a mesh with tp the layers' own all-reduces are in the measured bytes
+    // too, which ZeRO's accounting does not cover: no formula beside them.
+    const bool tp_bytes = !c.mesh.empty() && run_mesh(c).size(MeshAxis::tp) > 1;
+    if (family && !tp_bytes) {
       const CommPrediction p = predict_comm(model_state_in(), ref.rank);
       v.formula = p.sent_bytes;
       // DP's copies go point to point, whole; a ring puts (N−1)/N of the volume on
