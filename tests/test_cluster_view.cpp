@@ -499,6 +499,23 @@ TEST_CASE("a pipeline note travels until its recv ends, not until its send's spa
   CHECK(pieces_in_flight(m, 90).empty());
   CHECK(pieces_in_flight(m, 300).empty());
 
+  // After the last step (step -1): a part of the final weights on its way to
+  // rank 0, not a pipeline's gradient.
+  RunData x = make_data(2, 2);
+  Span out = comm(100, 200, SpanKind::send, -1, 0);
+  out.flow_id = 7;
+  out.step = -1;
+  Span in = comm(100, 200, SpanKind::recv, -1, 1);
+  in.flow_id = 7;
+  in.step = -1;
+  append(x, 1, {out}, {});
+  append(x, 0, {in}, {});
+  p = pieces_in_flight(x, 150);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].exported);
+  CHECK(now_line(x, p, 150, Naming{}).find("Rank 1 sends rank 0 its part of the final weights") !=
+        std::string::npos);
+
   // Its recv not recorded yet (a live run): the send's span is all there is.
   RunData e = make_data(2, 2);
   append(e, 0, {send}, {});
@@ -644,4 +661,68 @@ TEST_CASE("mesh: a collective's pieces stay inside its group, the cards laid out
     for (size_t i = 0; i < L.cards.size(); ++i)
       for (size_t j = i + 1; j < L.cards.size(); ++j) CHECK(!L.cards[i].overlaps(L.cards[j]));
   }
+}
+
+TEST_CASE("tp: a card draws its slice where the values lie, a block per column, a stripe per row",
+          "[cluster-view][mesh][tp]") {
+  // mlp:4x8 on tp=2: layers.0 column-parallel (weight rows 0-3 or 4-7 of
+  // [8, 8], its bias cut alike), layers.1 row-parallel (columns 0-3 or 4-7 of
+  // every row, the bias whole).
+  RunConfig cfg;
+  cfg.model = "mlp:4x8";
+  cfg.strategy = "zero3";
+  cfg.mesh = "dp=2,tp=2";
+  cfg.world = 4;
+  RunData d;
+  reset_run_data(d, cfg, 4, 0);
+  REQUIRE(d.rank_slices.size() == 4);
+  const SliceMap& s1 = d.rank_slices[1];  // tp rank 1
+  // Column layer: the whole slice is one block of the layer (weight rows 4-7
+  // at values 32..63 of 72, bias 68..71): two runs, not touching.
+  const LayerParts col = s1.layer_part(0, 0, 1);
+  REQUIRE(col.size() == 2);
+  CHECK(col[0].first == Approx(32.0 / 72));
+  CHECK(col[0].second == Approx(64.0 / 72));
+  CHECK(col[1].first == Approx(68.0 / 72));
+  CHECK(col[1].second == Approx(1.0));
+  // Row layer: columns 4-7 of each of the 8 rows (stripes), and the whole bias.
+  const LayerParts row = s1.layer_part(1, 0, 1);
+  REQUIRE(row.size() == 8);
+  CHECK(row[0].first == Approx(4.0 / 72));
+  CHECK(row[0].second == Approx(8.0 / 72));
+  CHECK(row[7].first == Approx(60.0 / 72));
+  CHECK(row[7].second == Approx(1.0));  // the last stripe runs into the whole bias
+  // A ZeRO shard of the slice's layer: the first half of its 36 values (32 of
+  // the weight, 4 of the bias) is rows 4-5 and half of row 6 of the weight.
+  const LayerParts half = s1.layer_part(0, 0, 0.5);
+  REQUIRE(half.size() == 1);
+  CHECK(half[0].first == Approx(32.0 / 72));
+  CHECK(half[0].second == Approx(50.0 / 72));
+  double share = 0;
+  const LayerParts bias = s1.param_part("layers.1.bias.exp_avg", 1, &share);
+  REQUIRE(bias.size() == 1);
+  CHECK(share == 1.0);  // replicated
+  CHECK(s1.param_part("layers.0.weight", 0, &share).size() == 1);
+  CHECK(share == 0.5);
+  CHECK(s1.param_part("layers.9.weight", 0, &share).empty());
+
+  // The card: a rank holding a ZeRO shard of its tp slice holds 1/4 of every
+  // split layer's values; drawn where they lie.
+  std::vector<Residency> all;
+  for (int l = 0; l < 4; ++l)
+    all.push_back(res("layers." + std::to_string(l) + ".flat[shard 1/2]", MemCategory::params));
+  const CardContents c = card_contents(holdings_at(all, 10, 0), 4, &d.rank_slices[3]);
+  REQUIRE(c.slots[0][0].size() == 2);
+  CHECK(c.slots[0][0][0].begin == Approx(50.0 / 72));  // the second half of tp rank 1's block
+  // The row layer's second half of 40 values: rows 5-7's stripes, the last
+  // running into the whole bias.
+  CHECK(c.slots[0][1].size() == 3);
+  CHECK(c.held_fraction[0] < 0.4);  // not the half the shard names
+  CHECK(c.held_fraction[0] > 0.25);
+  // Without a tp axis nothing is mapped.
+  RunConfig plain = cfg;
+  plain.mesh = "dp=4";
+  RunData p;
+  reset_run_data(p, plain, 4, 0);
+  CHECK(p.rank_slices.empty());
 }

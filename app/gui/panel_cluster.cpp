@@ -215,8 +215,9 @@ void draw_cluster(App& app, const RunData& d) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(ui.text_dim));
     ImGui::TextWrapped("%s", (tp ? strf(tr("mesh %s: a row of cards per %s coordinate; outlined "
                                            "in red, each tp group (its ranks split every layer "
-                                           "between them; a card's bars are its own slice of "
-                                           "each layer)"),
+                                           "between them: a bar shows where a rank's slice "
+                                           "lies in the layer, a block per column-parallel "
+                                           "weight, a stripe per row of a row-parallel one)"),
                                         d.cfg.mesh.c_str(), outer.c_str())
                                  : strf(tr("mesh %s: a row of cards per %s coordinate"),
                                         d.cfg.mesh.c_str(), outer.c_str()))
@@ -261,7 +262,9 @@ void draw_cluster(App& app, const RunData& d) {
   for (int r = 0; r < d.world; ++r) {
     std::vector<Holding> holdings = holdings_at(d.ranks[r].residency, t, fade, d.param_layers);
     mark_gather_progress(holdings, d.ranks[r].lane(Lane::comm), t);
-    const CardContents c = card_contents(holdings, d.num_layers);
+    const CardContents c =
+        card_contents(holdings, d.num_layers,
+                      static_cast<size_t>(r) < d.rank_slices.size() ? &d.rank_slices[r] : nullptr);
     const Rect& cr = L.cards[r];
     CardLayout& g = geoms[r];
     g = card_layout(cr, font, c.num_layers + (c.has_unlayered ? 1 : 0));

@@ -78,7 +78,8 @@ int card_column(MemCategory c, const BufferName& n) {
   return n.role == Role::grad ? 1 : n.role == Role::optimizer ? 2 : 0;
 }
 
-CardContents card_contents(const std::vector<Holding>& holdings, int num_layers) {
+CardContents card_contents(const std::vector<Holding>& holdings, int num_layers,
+                           const SliceMap* slices) {
   CardContents c;
   c.num_layers = std::max(0, num_layers);
   for (const Holding& h : holdings) c.num_layers = std::max(c.num_layers, h.name.layer_last + 1);
@@ -102,6 +103,27 @@ CardContents card_contents(const std::vector<Holding>& holdings, int num_layers)
       c.slots[col][c.num_layers].push_back(p);
       c.has_unlayered = true;
       continue;
+    }
+    // A tensor-parallel slice: the buffer's values where they lie in the whole
+    // layer (a flat group's shard of the slice's layer, or one parameter),
+    // and its share of what it stands for.
+    if (slices && !slices->empty() && n.layer == n.layer_last) {
+      double share = 0;
+      const bool flat = n.base.find(".flat") != std::string::npos;  // i18n: not shown
+      const LayerParts parts = flat ? slices->layer_part(n.layer, p.begin, p.end)
+                                    : slices->param_part(n.base, n.layer, &share);
+      if (!parts.empty()) {
+        for (const auto& [b, e] : parts) {
+          SlotPiece q = p;
+          q.begin = b;
+          q.end = e;
+          c.slots[col][n.layer].push_back(q);
+          if (flat) share += e - b;
+        }
+        double& covered = cover[col][n.layer][n.base];
+        if (!is_temporary(n.kind) && h.alpha >= 1.0f) covered = std::min(1.0, covered + share);
+        continue;
+      }
     }
     for (int l = n.layer; l <= n.layer_last; ++l) {
       c.slots[col][l].push_back(p);
@@ -262,6 +284,7 @@ std::vector<Piece> pieces_in_flight(const RunData& d, int64_t t) {
     q.column = -1;
     q.bytes = f.bytes;
     q.micro_batch = f.micro_batch;
+    q.exported = f.step < 0;
     q.progress = static_cast<float>(static_cast<double>(t - f.t_send) /
                                     static_cast<double>(std::max<int64_t>(1, f.t_recv - f.t_send)));
     out.push_back(q);

@@ -15,6 +15,7 @@
 #include "app/gui/logic/buffer_name.h"
 #include "app/gui/logic/i18n.h"
 #include "app/gui/logic/run_data.h"
+#include "app/gui/logic/slice_map.h"
 
 namespace shardlab::gui {
 
@@ -75,8 +76,11 @@ struct CardContents {
   // relative to one full copy of params, grads and optimizer state.
   std::array<double, kCardColumns> held_fraction{};
 };
-// `num_layers` from the model; grown when names mention later layers.
-CardContents card_contents(const std::vector<Holding>& holdings, int num_layers);
+// `num_layers` from the model; grown when names mention later layers. Under
+// tensor parallelism `slices` (the rank's) places each buffer where its values
+// lie in the whole layer, and the held fractions are of the whole model.
+CardContents card_contents(const std::vector<Holding>& holdings, int num_layers,
+                           const SliceMap* slices = nullptr);
 
 // A piece of a buffer on its way from one rank to another.
 struct Piece {
@@ -87,8 +91,9 @@ struct Piece {
   SpanKind kind = SpanKind::other;
   float progress = 0;  // 0 at the source, 1 at the destination
   int64_t bytes = 0;
-  int micro_batch = -1;  // pipeline messages: the micro-batch they belong to
-  int group = 0;         // the collective's group (Span::group): 0 the world
+  int micro_batch = -1;   // pipeline messages: the micro-batch they belong to
+  int group = 0;          // the collective's group (Span::group): 0 the world
+  bool exported = false;  // a message outside the steps: the final weights to rank 0
 };
 // Pieces in flight at t, from each rank's running collectives and sends:
 // all-gather sends this rank's shard to every other rank; reduce-scatter sends

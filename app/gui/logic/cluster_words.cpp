@@ -221,6 +221,9 @@ std::string message_sentence(const Piece& p, const Naming& n, const Tr& tr) {
   const std::string from = who_one(n, p.from, tr), to = who_one(n, p.to, tr);
   const char* msg = message_word(n, tr);
   const bool fwd = p.to > p.from;
+  if (p.exported)  // after the last step: a part of the final weights, gathered on rank 0
+    return strf(tr("%s sends %s its part of the final weights (the export)"), from.c_str(),
+                to.c_str());
   if (p.micro_batch >= 0)
     return strf(fwd ? tr("%s passes %s %s (micro-batch %d's activations) on to %s")
                     : tr("%s passes %s %s (micro-batch %d's gradient) back to %s"),

@@ -96,6 +96,12 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
       }
       d.mesh_row_ranks = world / mesh.size(axes.front());
     }
+    // Where each rank's tp slice lies in every layer.
+    if (const int tp = mesh.size(MeshAxis::tp); tp > 1 && mesh.world() == world) {
+      const ModelSpec spec = make_layout(cfg).spec();
+      for (int r = 0; r < world; ++r)
+        d.rank_slices.emplace_back(ModelLayout(spec, TensorSlice{tp, mesh.coord(r, MeshAxis::tp)}));
+    }
   } catch (const std::exception&) {
     d.comm_axes.clear();  // a config a run would refuse: one comm lane, the world's
     d.group_axis.clear();
@@ -103,6 +109,7 @@ void reset_run_data(RunData& d, const RunConfig& cfg, int world, int64_t t0_ns) 
     d.group_axes.clear();
     d.rank_coords.clear();
     d.mesh_row_ranks = 0;
+    d.rank_slices.clear();
   }
 }
 
@@ -134,6 +141,7 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
         f.bytes = s.bytes;
         f.micro_batch = s.micro_batch;
         f.layer = s.layer;
+        f.step = s.step;
       } else {
         f.to_rank = rank;
         f.t_recv = s.t_end_ns;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/gui/logic/buffer_name.h"
+#include "app/gui/logic/slice_map.h"
 #include "core/config.h"
 #include "core/mesh.h"
 #include "core/record/memory_timeline.h"
@@ -48,6 +49,7 @@ struct Flow {
   int64_t t_send = 0, t_recv = 0;  // send's begin, recv's end
   int64_t bytes = 0;
   int micro_batch = -1, layer = -1;  // the send's: what a pipeline message carries
+  int step = -1;                     // the send's; -1 outside the steps (the export)
 };
 
 struct RunData {
@@ -67,6 +69,9 @@ struct RunData {
   // cluster view's grid: a pipeline stage in Megatron's order); else 0.
   std::vector<std::string> rank_coords;
   int mesh_row_ranks = 0;
+  // Tensor parallelism: each rank's slice map (where its slice of each layer
+  // lies in the whole layer), by rank; empty without a tp axis.
+  std::vector<SliceMap> rank_slices;
   int num_layers = 0;
   // The model's parameter names and layers (buffer_name.h), for names without "layers.N".
   ParamLayers param_layers;

@@ -137,6 +137,8 @@ const StringPairs& strings_zh_cluster() {
       {"%s passes %s %s (micro-batch %d's gradient) back to %s",
        "%s 把%s %s（微批次 %d 的梯度）传回给 %s"},
       {"%s passes %s %s (activations) on to %s", "%s 把%s %s（激活值）传给 %s"},
+      {"%s sends %s its part of the final weights (the export)",
+       "%s 把它那部分最终权重发给 %s（导出）"},
       {"%s passes %s %s (gradient) back to %s", "%s 把%s %s（梯度）传回给 %s"},
       {"its part of layer %s", "自己在 %s 层中的那一份"},
       {"its part of %s", "自己在 %s 中的那一份"},
@@ -181,9 +183,10 @@ const StringPairs& strings_zh_cluster() {
       {"every other rank", "其他所有 rank"},
       {"%s in a %s group", "%s，%s 组内"},
       {"mesh %s: a row of cards per %s coordinate; outlined in red, each tp group (its ranks split "
-       "every layer between them; a card's bars are its own slice of each layer)",
-       "网格 %s：每个 %s 坐标一行卡片；红框圈出的是每个 tp 组（组内的 rank 把每一层切分开；卡片上的"
-       "条是它自己那份切片）"},
+       "every layer between them: a bar shows where a rank's slice lies in the layer, a block per "
+       "column-parallel weight, a stripe per row of a row-parallel one)",
+       "网格 %s：每个 %s 坐标一行卡片；红框圈出的是每个 tp 组（组内的 rank 把每一层切分开：条形显示"
+       "该 rank 的切片在层中的位置，列并行权重是一整块，行并行权重每行一条）"},
       {"mesh %s: a row of cards per %s coordinate", "网格 %s：每个 %s 坐标一行卡片"},
       {"sending %s to %s", "正在把 %s 发给 %s"},
       {"receiving from %s (%s)", "正在接收来自 %s 的数据（%s）"},

@@ -249,8 +249,7 @@ WindowUse window_use(const RunData& d, int64_t begin, int64_t end) {
         if (it != recvs.end()) partner = it->second;
       } else if (is_collective(s.kind)) {
         const auto it = nth[r].find(static_cast<uint32_t>(i));
-        if (it != nth[r].end())
-          partner = last_entry(Key{s.group, s.step, s.kind}, it->second);
+        if (it != nth[r].end()) partner = last_entry(Key{s.group, s.step, s.kind}, it->second);
       }
       int64_t ready = s.t_begin_ns;
       if (partner.span && partner.rank != r)
