@@ -553,28 +553,33 @@ int cmd_estimate(int argc, char** argv) {
   check_model_state_input(in);
   // On a mesh: the run's own checks, then N = dp and Ψ = one tp slice's.
   const int world = in.world;  // every rank of the run
-  RunConfig mesh_cfg;
+  // The run this estimate describes (with --model): what a run with these
+  // settings would be, the meta run's configuration.
+  const RunConfig run_cfg = [&] {
+    RunConfig c;
+    c.model = a.str("model", "");
+    c.seq = seq;
+    c.data = a.str("data", "");
+    c.attention = a.str("attention", "");
+    c.batch = batch;
+    c.strategy = in.strategy;
+    c.world = world;
+    c.mesh = a.str("mesh", "");
+    c.mesh_order = a.str("mesh-order", "");
+    c.sequence_parallel = a.has("sequence-parallel");
+    c.precision = in.precision;
+    c.optimizer.kind = in.optimizer;
+    c.reshard_after_forward = in.reshard_after_forward;
+    c.offload = in.offload;
+    return c;
+  }();
   int tp = 1;
   if (dp_mesh) {
-    mesh_cfg.model = a.str("model", "");
-    mesh_cfg.seq = seq;
-    mesh_cfg.data = a.str("data", "");
-    mesh_cfg.attention = a.str("attention", "");
-    mesh_cfg.batch = batch;
-    mesh_cfg.strategy = in.strategy;
-    mesh_cfg.world = world;
-    mesh_cfg.mesh = a.str("mesh", "");
-    mesh_cfg.mesh_order = a.str("mesh-order", "");
-    mesh_cfg.sequence_parallel = a.has("sequence-parallel");
-    mesh_cfg.precision = in.precision;
-    mesh_cfg.optimizer.kind = in.optimizer;
-    mesh_cfg.reshard_after_forward = in.reshard_after_forward;
-    mesh_cfg.offload = in.offload;
-    validate(mesh_cfg, {}, kMaxPredictWorld);  // what a run would refuse, in the run's words
-    const ModelStateInput m = model_state_input(mesh_cfg, in.params);
+    validate(run_cfg, {}, kMaxPredictWorld);  // what a run would refuse, in the run's words
+    const ModelStateInput m = model_state_input(run_cfg, in.params);
     in.world = m.world;
     in.params = m.params;
-    tp = run_mesh(mesh_cfg).size(MeshAxis::tp);
+    tp = run_mesh(run_cfg).size(MeshAxis::tp);
   }
 
   // With a model: the whole peak per rank as the run's memory check predicts it
@@ -586,22 +591,8 @@ int cmd_estimate(int argc, char** argv) {
   std::string no_peak;  // why the run's peak is not predicted (a configuration a run refuses)
   if (a.has("ops") && !a.has("model"))
     throw ConfigError("--ops needs --model (valid: e.g. --model gpt:2x64x4 --ops ops.jsonl)");
-  if (auto m = a.get("model")) {
-    RunConfig cfg;
-    cfg.model = *m;
-    cfg.seq = seq;
-    cfg.data = a.str("data", "");
-    cfg.attention = a.str("attention", "");
-    cfg.batch = batch;
-    cfg.strategy = in.strategy;
-    cfg.world = world;
-    cfg.mesh = mesh_cfg.mesh;
-    cfg.mesh_order = mesh_cfg.mesh_order;
-    cfg.sequence_parallel = mesh_cfg.sequence_parallel;
-    cfg.precision = in.precision;
-    cfg.optimizer.kind = in.optimizer;
-    cfg.reshard_after_forward = in.reshard_after_forward;
-    cfg.offload = in.offload;
+  if (a.has("model")) {
+    const RunConfig& cfg = run_cfg;
     const std::string ops_path = a.str("ops", "");
     std::string why;
     if (a.has("ops") && !check_file_writable(ops_path, &why))
@@ -636,7 +627,7 @@ int cmd_estimate(int argc, char** argv) {
     c.data = a.str("data", "");
     spec = resolve_model(c);
     rank_batch = std::max(1, batch / std::max(1, in.world));
-    const bool sp = mesh_cfg.sequence_parallel;
+    const bool sp = run_cfg.sequence_parallel;
     acts = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, flash, tp,
                              sp);
     other = block_activations(spec->seq, rank_batch, spec->dim, spec->heads, in.precision, !flash,
@@ -648,10 +639,10 @@ int cmd_estimate(int argc, char** argv) {
     j["params"] = in.params;
     j["world"] = in.world;
     if (dp_mesh) {
-      j["mesh"] = mesh_cfg.mesh;
+      j["mesh"] = run_cfg.mesh;
       j["ranks"] = world;
       j["tp"] = tp;
-      j["sequence_parallel"] = mesh_cfg.sequence_parallel;
+      j["sequence_parallel"] = run_cfg.sequence_parallel;
     }
     j["strategy"] = in.strategy;
     j["precision"] = in.precision;
@@ -703,8 +694,8 @@ int cmd_estimate(int argc, char** argv) {
         "shardlab estimate: Ψ = %s parameters of one tp slice (t = %d; the model has %s), N = %d "
         "ranks of the dp axis, %s on mesh %s (world %d), %s, %s\n",
         num(in.params).c_str(), tp,
-        num(static_cast<double>(make_layout(mesh_cfg).unique_total())).c_str(), in.world,
-        in.strategy.c_str(), mesh_cfg.mesh.c_str(), world,
+        num(static_cast<double>(make_layout(run_cfg).unique_total())).c_str(), in.world,
+        in.strategy.c_str(), run_cfg.mesh.c_str(), world,
         in.precision == "fp32" ? "fp32" : (in.precision + " mixed precision").c_str(),
         to_string(in.optimizer));
   else
@@ -736,7 +727,7 @@ int cmd_estimate(int argc, char** argv) {
     const std::string t = std::to_string(tp);
     const std::string paper =
         tp < 2 ? (flash ? "s·b·h·34 (FlashAttention: no 5·a·s/h term)" : "s·b·h·(34 + 5·a·s/h)")
-        : mesh_cfg.sequence_parallel
+        : run_cfg.sequence_parallel
             ? (flash ? "s·b·h·34/" + t + " (FlashAttention: no 5·a·s/h term)"
                      : "s·b·h·(34 + 5·a·s/h)/" + t)
             : (flash ? "s·b·h·(10 + 24/" + t + ") (FlashAttention: no 5·a·s/h term)"
