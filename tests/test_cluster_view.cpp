@@ -589,7 +589,8 @@ TEST_CASE("a gathered copy fills as its all-gather runs, not when it is set asid
     for (int r = 0; r < 4; ++r) {
       int gathered = 0;
       for (const Residency& x : real.ranks[r].residency) {
-        std::vector<Holding> one = holdings_at({x}, x.t_alloc_ns, 0, real.param_layers);
+        const std::vector<Residency> just{x};  // outlives `one`, which points into it
+        std::vector<Holding> one = holdings_at(just, x.t_alloc_ns, 0, real.param_layers);
         REQUIRE(one.size() == 1);
         if (one[0].name.kind != HoldKind::gathered) continue;
         ++gathered;
