@@ -636,6 +636,7 @@ class Simulation {
                         "inconsistent)");
     }
     for (int r = 0; r < world_; ++r) {
+      out_.end_ms = std::max(out_.end_ms, sims_[r].now / 1e6);
       out_.ranks[r].bytes_sent = sims_[r].sent;
       out_.ranks[r].bubble_ms = sims_[r].idle / 1e6;
       out_.ranks[r].exposed_comm_ms = sims_[r].exposed / 1e6;

@@ -87,6 +87,10 @@ struct Projection {
   int pooled_runs = 0;          // other runs whose op costs were pooled with this one's
   std::vector<double> step_ms;  // per step, the slowest rank's projected time
   double median_step_ms = 0;
+  // When the last rank ended its program, from the start: unlike one step's
+  // time, never longer on a faster link (a step can start sooner and then wait
+  // longer for a peer that did not gain as much).
+  double end_ms = 0;
   // Averages over the steps in the breakdown: all but the first (warm-up)
   // when there are at least two.
   int first_step_in_breakdown = 0;

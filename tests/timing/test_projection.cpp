@@ -179,16 +179,20 @@ TEST_CASE(
   const RunResult zero3 = run_training(mlp_run("mlp:4x256", "zero3", 2, 32, 4));
   const RunResult gpipe = run_training(mlp_run("mlp:4x256", "gpipe", 2, 32, 4, 4));
   for (const RunResult* r : {&ddp, &zero3, &gpipe}) {
-    double previous = 1e300;
+    double previous_end = 1e300, previous_step = 1e300;
     for (const char* link : {"0.1,100", "eth100", "pcie4", "ib400", "nvlink-h100", "10000,0.01"}) {
       const Projection p = project_on(*r, parse_link(link));
-      INFO(r->cfg.strategy << " on " << link << ": " << p.median_step_ms << " ms");
-      // Within 0.1%: the projection schedules greedily, and a collective that
-      // ends sooner can let another ready op go first on a rank, lengthening a
-      // step by a sliver (zero3: 1.48344 ms on nvlink-h100 against 1.48313 on
-      // pcie4, once in CI): a list-scheduling anomaly, not a slower link.
-      CHECK(p.median_step_ms <= previous * (1 + 1e-3));
-      previous = p.median_step_ms;
+      INFO(r->cfg.strategy << " on " << link << ": ends at " << p.end_ms << " ms, median step "
+                           << p.median_step_ms << " ms");
+      // The whole run: ranks keep their recorded order, so every finish time
+      // is a max of sums of costs, none of which grows on a faster link.
+      CHECK(p.end_ms <= previous_end * (1 + 1e-9));
+      // One step's time need not: a rank that starts the step sooner can wait
+      // longer for its peer (ddp: 1.07473 ms on 10000,0.01 against 1.07361
+      // on nvlink-h100, once in CI), by a sliver.
+      CHECK(p.median_step_ms <= previous_step * (1 + 1e-2));
+      previous_end = p.end_ms;
+      previous_step = p.median_step_ms;
     }
   }
   // ddp's bucketed all-reduce overlaps backward: with overlap on, less of its
