@@ -44,7 +44,7 @@ void print_block_activations(const RunResult& r) {
   const int rows = info.rows_per_pass(c, 0);
   const int typical = std::min(info.typical_rank(c.world), static_cast<int>(r.ranks.size()) - 1);
   // On a dp × tp mesh each rank keeps its tp share (Korthikanti §4.2).
-  const int tp = c.mesh.empty() ? 1 : run_mesh(c).size(MeshAxis::tp);
+  const int tp = tensor_parallel_degree(c);
   const BlockActivations b = block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision,
                                                spec.flash_attention, tp, c.sequence_parallel);
   const size_t act = static_cast<size_t>(MemCategory::activations);

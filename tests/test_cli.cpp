@@ -30,13 +30,7 @@ std::filesystem::path tmpdir() {
 }
 
 void expect_bad(const std::string& args, const std::string& message) {
-  const CliResult r = run_cli(args);
-  INFO("shardlab " << args << "\n" << r.out);
-  REQUIRE(r.code == 2);
-  REQUIRE(r.out.find(message) != std::string::npos);
-  REQUIRE(r.out.rfind("error: ", 0) == 0);
-  // One line only.
-  REQUIRE(r.out.find('\n') == r.out.size() - 1);
+  shardlab::test::expect_refused(args, message);
 }
 
 }  // namespace

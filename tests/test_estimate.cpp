@@ -38,12 +38,7 @@ double total(const nlohmann::json& j) {
 }
 
 void expect_bad(const std::string& args, const std::string& message) {
-  const CliResult r = run_cli("estimate " + args);
-  INFO("shardlab estimate " << args << "\n" << r.out);
-  REQUIRE(r.code == 2);
-  REQUIRE(r.out.rfind("error: ", 0) == 0);
-  REQUIRE(r.out.find(message) != std::string::npos);
-  REQUIRE(r.out.find('\n') == r.out.size() - 1);  // one line
+  test::expect_refused("estimate " + args, message);
 }
 
 }  // namespace

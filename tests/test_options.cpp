@@ -29,20 +29,11 @@
 
 using namespace shardlab;
 using shardlab::test::CliResult;
+using shardlab::test::expect_refused;
 using shardlab::test::run_cli;
 using shardlab::test::TempDir;
 
 namespace {
-
-// One line on stderr, "error: " first, exit code 2.
-void expect_refused(const std::string& args, const std::string& part) {
-  const CliResult r = run_cli(args);
-  INFO("shardlab " << args << "\n" << r.out);
-  CHECK(r.code == 2);
-  CHECK(r.out.rfind("error: ", 0) == 0);
-  CHECK(r.out.find('\n') == r.out.size() - 1);
-  CHECK(r.out.find(part) != std::string::npos);
-}
 
 // A small run every strategy accepts: 4 layers, world 2 (single: 1), batch 8.
 std::string run_base(const StrategyInfo& s) {

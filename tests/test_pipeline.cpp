@@ -395,12 +395,7 @@ TEST_CASE("bad pipeline settings on the command line: exit code 2, one line", "[
       {"naive-mp --micro-batches 2", "--micro-batches 2: naive-mp has no micro-batches"},
   };
   for (const auto& [args, message] : cases) {
-    const CliResult r = run_cli(base + args);
-    INFO("shardlab " << base << args << "\n" << r.out);
-    REQUIRE(r.code == 2);
-    REQUIRE(r.out.find(message) != std::string::npos);
-    REQUIRE(r.out.rfind("error: ", 0) == 0);
-    REQUIRE(r.out.find('\n') == r.out.size() - 1);
+    test::expect_refused(base + args, message);
   }
 }
 

@@ -154,6 +154,17 @@ inline CliResult run_cli(const std::string& args) {
   return run_shell(std::string(SHARDLAB_BIN) + " " + args + " 2>&1");
 }
 
+// `shardlab ARGS` is refused as bad input should be: exit code 2 and one
+// line, "error: " first, that contains `part`.
+inline void expect_refused(const std::string& args, const std::string& part) {
+  const CliResult r = run_cli(args);
+  INFO("shardlab " << args << "\n" << r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.rfind("error: ", 0) == 0);
+  CHECK(r.out.find('\n') == r.out.size() - 1);
+  CHECK(r.out.find(part) != std::string::npos);
+}
+
 // run_cli under timeout(1): a command that should fail at once but hangs is
 // killed after `limit_s` (code 137) instead of hanging the suite. `seconds`
 // is the wall time it took.

@@ -11,15 +11,9 @@
 namespace shardlab {
 
 void validate_data_parallel_mesh(const RunConfig& cfg) {
-  if (cfg.mesh.empty()) {
-    if (cfg.sequence_parallel)
-      throw ConfigError(
-          "--sequence-parallel splits the tokens of tensor-parallel layers, but there is no "
-          "--mesh (valid: with a mesh whose tp is 2 or more, e.g. --mesh dp=2,tp=2)");
-    run_mesh(cfg);  // a --mesh-order without a --mesh is refused there
-    return;
-  }
-  const Mesh mesh = run_mesh(cfg);  // parses, and has --world ranks
+  const Mesh mesh = run_mesh(cfg);  // parses, has --world ranks; no --mesh-order alone
+  check_sequence_parallel(cfg, mesh, "dp=2,tp=2");
+  if (cfg.mesh.empty()) return;
   const std::string given = "--mesh " + cfg.mesh;
   const int dp = mesh.size(MeshAxis::dp), tp = mesh.size(MeshAxis::tp);
   if (mesh.size(MeshAxis::pp) > 1)
@@ -32,21 +26,17 @@ void validate_data_parallel_mesh(const RunConfig& cfg) {
                       " runs over the dp axis, and it has 1 rank (valid: dp=2 or more, e.g. "
                       "--mesh dp=2,tp=2; tensor parallelism alone: --strategy 1f1b " +
                       given + ")");
-  make_layout(cfg).family().check_tensor_parallel(make_layout(cfg).spec(), tp, given);
+  const ModelLayout layout = make_layout(cfg);
+  layout.family().check_tensor_parallel(layout.spec(), tp, given);
   if (cfg.batch % dp != 0)
     throw ConfigError("--batch " + std::to_string(cfg.batch) +
                       " does not split over dp=" + std::to_string(dp) + " of " + given +
                       " (valid: a multiple of " + std::to_string(dp) + ")");
-  if (cfg.sequence_parallel && tp < 2)
-    throw ConfigError("--sequence-parallel splits the tokens of tensor-parallel layers, but " +
-                      given +
-                      " has no tp axis (valid: with a mesh whose tp is 2 or more, e.g. --mesh "
-                      "dp=2,tp=2)");
 }
 
 ModelLayout data_parallel_rank_layout(const RunConfig& cfg) {
   ModelLayout whole = make_layout(cfg);
-  const int tp = cfg.mesh.empty() ? 1 : run_mesh(cfg).size(MeshAxis::tp);
+  const int tp = tensor_parallel_degree(cfg);
   if (tp < 2) return whole;
   return ModelLayout(whole.spec(), TensorSlice{tp, 0});
 }
@@ -152,8 +142,8 @@ class OnDataAxis final : public Strategy {
 
 std::unique_ptr<Strategy> make_rank_strategy(const StrategyInfo& info, const RunConfig& cfg) {
   std::unique_ptr<Strategy> s = info.make();
-  if (!info.is_data_parallel() || cfg.mesh.empty()) return s;
-  if (run_mesh(cfg).size(MeshAxis::tp) < 2) return s;  // a mesh of dp alone: the world is dp
+  if (!info.is_data_parallel() || tensor_parallel_degree(cfg) < 2)
+    return s;  // a mesh of dp alone: the world is dp
   return std::make_unique<OnDataAxis>(std::move(s));
 }
 

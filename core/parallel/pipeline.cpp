@@ -184,11 +184,7 @@ void validate_pipeline(const RunConfig& cfg) {
                         ": each pipeline replica would keep its own BatchNorm statistics "
                         "(valid: dp=1, or a model without +bn)");
   }
-  if (cfg.sequence_parallel && mesh.size(MeshAxis::tp) < 2)
-    throw ConfigError("--sequence-parallel splits the tokens of tensor-parallel layers, but " +
-                      (cfg.mesh.empty() ? std::string("there is no --mesh")
-                                        : "--mesh " + cfg.mesh + " has no tp axis") +
-                      " (valid: with a mesh whose tp is 2 or more, e.g. --mesh tp=2)");
+  check_sequence_parallel(cfg, mesh, "tp=2");
   if (cfg.dp_zero1 && mesh.size(MeshAxis::dp) < 2)
     throw ConfigError("--dp-zero1 shards the optimizer over pipelines side by side, but " +
                       (cfg.mesh.empty() ? std::string("there is no --mesh")

@@ -265,6 +265,18 @@ Mesh run_mesh(const RunConfig& cfg) {
   return one_axis_mesh(info && info->has_stages() ? MeshAxis::pp : MeshAxis::dp, cfg.world);
 }
 
+int tensor_parallel_degree(const RunConfig& cfg) {
+  return cfg.mesh.empty() ? 1 : run_mesh(cfg).size(MeshAxis::tp);
+}
+
+void check_sequence_parallel(const RunConfig& cfg, const Mesh& mesh, const std::string& example) {
+  if (!cfg.sequence_parallel || mesh.size(MeshAxis::tp) >= 2) return;
+  throw ConfigError("--sequence-parallel splits the tokens of tensor-parallel layers, but " +
+                    (cfg.mesh.empty() ? std::string("there is no --mesh")
+                                      : "--mesh " + cfg.mesh + " has no tp axis") +
+                    " (valid: with a mesh whose tp is 2 or more, e.g. --mesh " + example + ")");
+}
+
 void validate_common(const RunConfig& cfg, int max_world) {
   resolve_model(cfg);  // the model's name, and what the run adds to it (gpt: --seq, --data)
   validate_sizes(cfg, max_world);

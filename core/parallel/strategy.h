@@ -242,6 +242,11 @@ RunConfig for_strategy(RunConfig base, const std::string& strategy);
 // axis over the world (pp for a pipeline, dp for the rest). Throws ConfigError
 // for a --mesh that does not parse or whose ranks are not --world.
 Mesh run_mesh(const RunConfig& cfg);
+// The tp axis of the run's mesh: 1 without a mesh. Throws as run_mesh.
+int tensor_parallel_degree(const RunConfig& cfg);
+// Throws ConfigError when --sequence-parallel is on and `mesh` (the run's) has
+// no tp axis to split tokens over; `example` is a mesh that would do.
+void check_sequence_parallel(const RunConfig& cfg, const Mesh& mesh, const std::string& example);
 
 // Throws ConfigError for settings that are invalid for any strategy; the
 // strategy's own validate() checks the rest. `max_world`: kMaxRunWorld, or

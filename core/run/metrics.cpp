@@ -531,7 +531,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     v.measured = r.ranks[ref.rank].bytes_sent_per_step;
     // On a mesh with tp the layers' own all-reduces are in the measured bytes
     // too, which ZeRO's accounting does not cover: no formula beside them.
-    const bool tp_bytes = !c.mesh.empty() && run_mesh(c).size(MeshAxis::tp) > 1;
+    const bool tp_bytes = tensor_parallel_degree(c) > 1;
     if (family && !tp_bytes) {
       const CommPrediction p = predict_comm(model_state_in(), ref.rank);
       v.formula = p.sent_bytes;

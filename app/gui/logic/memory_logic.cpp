@@ -207,7 +207,7 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
       if (blocks == 0) return {tr("no transformer block here")};
     }
     // Tensor (and sequence) parallelism: the slice's share (Korthikanti §4.2).
-    const int tp = cfg.mesh.empty() ? 1 : run_mesh(cfg).size(MeshAxis::tp);
+    const int tp = tensor_parallel_degree(cfg);
     const bool sp = tp > 1 && spec.sequence_parallel;
     const BlockActivations b =
         // i18n: not shown (a dtype)
