@@ -21,6 +21,7 @@ int cmd_sample(int argc, char** argv);  // `shardlab sample --from CHECKPOINT` (
 int cmd_trace(int argc, char** argv);   // `shardlab trace merge` (app/trace_cmd.cpp)
 // `shardlab project RUN`: the run as on N dedicated devices (app/project_cmd.cpp).
 int cmd_project(int argc, char** argv);
+int cmd_schedule(int argc, char** argv);
 // `shardlab launch ... -- COMMAND`: one process per rank (app/launch.cpp).
 int cmd_launch(int argc, char** argv);
 // Hidden: prints what detect_process_env() sees and misbehaves on request (app/launch_probe.cpp).

@@ -1,0 +1,202 @@
+// Pipeline schedules as data: the named schedules against golden files and
+// their formulas, the text form, and the validator's one-line refusals.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/parallel/run_result.h"
+#include "core/parallel/schedule.h"
+#include "core/run/runner.h"
+#include "tests/test_util.h"
+
+using namespace shardlab;
+namespace test = shardlab::test;
+
+namespace {
+
+std::string read_golden(const std::string& name) {
+  std::ifstream in(std::string(SHARDLAB_TEST_DATA) + "/schedules/" + name);
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The refusal's one line, or "" when `text` is a valid schedule on P, M, V.
+std::string refusal(const std::string& text, int P, int M, int V = 1) {
+  try {
+    validate_schedule(parse_schedule(text, "test"), P, M, V);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "schedules: the named orders equal the golden files (Megatron's interleaved order, "
+    "the zero-bubble ZB-H1)",
+    "[schedule]") {
+  struct Golden {
+    const char* name;
+    int P, M, V;
+    const char* file;
+  };
+  for (const Golden& g :
+       {Golden{"gpipe", 4, 8, 1, "gpipe_p4_m8.txt"}, Golden{"1f1b", 4, 8, 1, "1f1b_p4_m8.txt"},
+        Golden{"interleaved", 4, 8, 2, "interleaved_p4_m8_v2.txt"},
+        Golden{"zb-h1", 4, 8, 1, "zb-h1_p4_m8.txt"},
+        Golden{"naive-mp", 4, 1, 1, "naive-mp_p4_m1.txt"}}) {
+    INFO(g.file);
+    const Schedule s = named_schedule(g.name, g.P, g.M, g.V);
+    const std::string text = format_schedule(s);
+    // The golden file's comments (its provenance) are not part of the order.
+    const Schedule golden = parse_schedule(read_golden(g.file), g.file);
+    CHECK(format_schedule(golden) == text);
+    // The text form reads back to the same schedule.
+    const Schedule back = parse_schedule(text, "formatted");
+    CHECK(back.ranks == s.ranks);
+    CHECK(back.chunks == s.chunks);
+  }
+}
+
+TEST_CASE("schedules: every named one validates and its unit-cost bubble is the paper's formula",
+          "[schedule]") {
+  for (int P : {2, 4})
+    for (int M : {4, 8}) {
+      INFO("P " << P << ", M " << M);
+      for (const char* name : {"gpipe", "1f1b"}) {
+        const UnitTiming t = unit_timing(named_schedule(name, P, M));
+        CHECK(t.bubble_over_compute() == Approx(double(P - 1) / M));
+        CHECK(t.bubble_share(0) == Approx(double(P - 1) / (M + P - 1)));
+      }
+      // Activations alive: gpipe all M, 1f1b P − rank.
+      const UnitTiming g = unit_timing(named_schedule("gpipe", P, M));
+      const UnitTiming o = unit_timing(named_schedule("1f1b", P, M));
+      for (int r = 0; r < P; ++r) {
+        CHECK(g.peak_alive[r] == M);
+        CHECK(o.peak_alive[r] == std::min(P - r, M));
+      }
+      // Interleaved: (P−1)/(V·M), each chunk costing 1/V of a stage.
+      const UnitTiming i = unit_timing(named_schedule("interleaved", P, M, 2));
+      CHECK(i.bubble_over_compute() == Approx(double(P - 1) / (2 * M)));
+      // ZB-H1: (P−1)/(3M) with F = B = W, and 1F1B's micro-batches between F and B.
+      const UnitTiming z = unit_timing(named_schedule("zb-h1", P, M));
+      CHECK(z.bubble_over_compute() == Approx(double(P - 1) / (3 * M)));
+      for (int r = 0; r < P; ++r) CHECK(z.peak_unbacked[r] == o.peak_alive[r]);
+      CHECK(*std::max_element(z.peak_alive.begin(), z.peak_alive.end()) ==
+            *std::max_element(o.peak_alive.begin(), o.peak_alive.end()));
+    }
+}
+
+TEST_CASE("schedules: the validator refuses a bad schedule in one line naming the rank and action",
+          "[schedule]") {
+  struct Bad {
+    const char* text;
+    int P, M, V;
+    const char* part;
+  };
+  const Bad cases[] = {
+      // wrong rank count
+      {"rank 0: F0 B0\n", 2, 1, 1, "the schedule has 1 rank line but the pipeline has 2 stages"},
+      // not an action
+      {"rank 0: F0 X0 B0\nrank 1: F0 B0\n", 2, 1, 1, "'X0' is not an action"},
+      {"rank 0: F0 Fa B0\nrank 1: F0 B0\n", 2, 1, 1, "'Fa' is not an action"},
+      // a label out of order
+      {"rank 1: F0 B0\nrank 0: F0 B0\n", 2, 1, 1, "'rank 1:' does not name the next rank"},
+      // a micro-batch that does not exist
+      {"rank 0: F0 B0 F5 B5\nrank 1: F0 B0\n", 2, 1, 1,
+       "rank 0, action 3 (F5): there is no micro-batch 5 (valid: 0 to 0"},
+      // a chunk without interleaving
+      {"rank 0: F0.1 B0.1\nrank 1: F0 B0\n", 2, 1, 1, "there is no model chunk 1"},
+      // missing micro-batch
+      {"rank 0: F0 F1 B0 B1\nrank 1: F0 B0 F1\n", 2, 2, 1, "rank 1 never runs B1"},
+      {"rank 0: F0 B0\nrank 1: F0 B0\n", 2, 2, 1, "rank 0 never runs F1"},
+      // twice
+      {"rank 0: F0 F0 B0\nrank 1: F0 B0\n", 2, 1, 1,
+       "rank 0, action 2 (F0): rank 0 already ran F0 at action 1"},
+      {"rank 0: F0 B0 W0 W0\nrank 1: F0 B0\n", 2, 1, 1, "already ran W0"},
+      // B before F, W before B
+      {"rank 0: B0 F0\nrank 1: F0 B0\n", 2, 1, 1,
+       "rank 0, action 1 (B0) comes before F0 on rank 0"},
+      {"rank 0: F0 B0\nrank 1: F0 W0 B0\n", 2, 1, 1,
+       "rank 1, action 2 (W0) comes before B0 on rank 1"},
+      // deadlock: rank 0 waits for B0 before sending F1; rank 1 wants F1 first
+      {"rank 0: F0 B0 F1 B1\nrank 1: F0 F1 B0 B1\n", 2, 2, 1,
+       "rank 0, action 2 (B0) waits for B0 of rank 1, which is itself waiting at action 2 (F1): "
+       "a deadlock"},
+      // deadlock on interleaved chunks: chunk 1 of rank 0 needs chunk 0 of rank 1
+      {"rank 0: F0.1 F0.0 B0.1 B0.0\nrank 1: F0.0 F0.1 B0.1 B0.0\n", 2, 1, 2,
+       "rank 0, action 1 (F0.1) waits for F0.0 of rank 1"},
+      // an empty file
+      {"# nothing\n\n", 2, 1, 1, "holds no schedule"},
+  };
+  for (const Bad& b : cases) {
+    INFO(b.text);
+    const std::string e = refusal(b.text, b.P, b.M, b.V);
+    CHECK(e.find(b.part) != std::string::npos);
+    CHECK(e.find('\n') == std::string::npos);
+    CHECK(!e.empty());
+  }
+  // And the good ones pass.
+  CHECK(refusal("rank 0: F0 F1 B0 B1\nrank 1: F0 B0 F1 B1\n", 2, 2) == "");
+  CHECK(refusal("0: F0 B0 W0\n1: F0 B0 W0   # split backward\n", 2, 1) == "");
+}
+
+TEST_CASE("schedules: a named schedule refuses sizes it cannot take", "[schedule]") {
+  CHECK_THROWS_WITH(named_schedule("interleaved", 4, 6, 2),
+                    Catch::Contains("--micro-batches 6") && Catch::Contains("a multiple of 4"));
+  CHECK_THROWS_WITH(named_schedule("1f1b", 4, 8, 2), Catch::Contains("--virtual-stages 2"));
+  CHECK_THROWS_WITH(named_schedule("zb-h2", 4, 8), Catch::Contains("no schedule named 'zb-h2'"));
+}
+
+TEST_CASE("schedules: gpipe, 1f1b and naive-mp really run the orders their schedules write",
+          "[schedule][pipeline]") {
+  for (const char* name : {"gpipe", "1f1b", "naive-mp"})
+    for (int P : {2, 4})
+      for (int M : {4, 8}) {
+        const bool naive = std::string(name) == "naive-mp";
+        if (naive && M != 4) continue;
+        RunConfig c;
+        c.model = "mlp:4x32";
+        c.strategy = name;
+        c.world = P;
+        c.batch = 16;
+        c.steps = 2;
+        if (!naive) c.micro_batches = M;
+        c.timeout_ms = 20000;
+        INFO(name << ", P " << P << ", M " << c.micro_batches);
+        const RunResult r = run_training(c);
+        const Schedule want = named_schedule(name, P, naive ? 1 : M);
+        for (int step = 0; step < 2; ++step)
+          CHECK(format_schedule(recorded_schedule(r, step)) == format_schedule(want));
+      }
+}
+
+TEST_CASE("schedules: 'shardlab schedule' prints a named or written schedule, refuses a bad one",
+          "[schedule][cli]") {
+  const test::CliResult named = test::run_cli("schedule zb-h1 --stages 4 --micro-batches 8");
+  INFO(named.out);
+  CHECK(named.code == 0);
+  CHECK(named.out.find("rank 3: F0 B0 F1 B1 F2 B2 F3 B3 W0 F4") != std::string::npos);
+  CHECK(named.out.find("idle / compute on the busiest rank 0.125 (zb-h1's (P-1)/(3M) = 0.125)") !=
+        std::string::npos);
+  test::TempDir dir;
+  const std::string file = (dir.path / "mine.txt").string();
+  std::ofstream(file) << "# mine\nrank 0: F0 F1 B0 B1\nrank 1: F0 B0 F1 B1\n";
+  const test::CliResult mine = test::run_cli("schedule " + file);
+  INFO(mine.out);
+  CHECK(mine.code == 0);
+  CHECK(mine.out.find("step 9 units") != std::string::npos);
+  test::expect_refused("schedule " + file + " --micro-batches 3", "rank 0 never runs F2");
+  test::expect_refused("schedule " + file + " --stages 3",
+                       "has 2 rank lines but the pipeline has 3");
+  std::ofstream(file) << "rank 0: F0 B0 F1 B1\nrank 1: F0 F1 B0 B1\n";
+  test::expect_refused("schedule " + file, "a deadlock");
+  test::expect_refused("schedule nope", "'nope' is neither a schedule name nor a readable file");
+  test::expect_refused("schedule interleaved --micro-batches 6", "a multiple of 4");
+  test::expect_refused("schedule 1f1b --stages 0", "--stages 0 is out of range (valid: 1 to 64)");
+}
