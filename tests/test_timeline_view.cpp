@@ -12,6 +12,7 @@
 #include "app/gui/logic/run_data.h"
 #include "app/gui/logic/timeline_logic.h"
 #include "app/gui/logic/wait_logic.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 #include "core/run/runner.h"
 
@@ -730,4 +731,51 @@ TEST_CASE("span labels: the app's English words are the traces' (core/record/spa
   s.bytes = 0;
   CHECK(span_label(s, true) == shardlab::span_title(s, true));
   CHECK(span_label(s, true) == "F3 L2");
+}
+
+TEST_CASE(
+    "timeline: the schedule text under a pipeline is the order its stages ran, the "
+    "playhead's action marked",
+    "[timeline][schedule]") {
+  RunConfig c;
+  c.model = "mlp:4x32";
+  c.strategy = "1f1b";
+  c.world = 4;
+  c.batch = 16;
+  c.steps = 2;
+  c.micro_batches = 8;
+  c.timeout_ms = 20000;
+  const RunResult r = run_training(c);
+  RunData d;
+  reset_run_data(d, r.cfg, r.cfg.world, r.t0_ns);
+  ingest_result(d, r);
+  const Schedule want = named_schedule("1f1b", 4, 8);
+  const std::vector<ScheduleRow> rows = schedule_rows(d, 1, 1e300);
+  REQUIRE(rows.size() == 4);
+  for (const ScheduleRow& row : rows) {
+    INFO("stage " << row.stage);
+    std::string text;
+    for (const ScheduleCell& cell : row.cells) {
+      text += (text.empty() ? "" : " ") + cell.text;
+      CHECK(cell.done);  // the playhead is past the step
+    }
+    std::string expected;
+    for (const Action& a : want.ranks[row.stage])
+      expected += (expected.empty() ? "" : " ") + to_string(a, 1);
+    CHECK(text == expected);
+    CHECK(row.cells.back().current);
+  }
+  // At stage 3's first backward's start: that action is current, the forward before it done,
+  // and every later action still to come.
+  const std::vector<TimedAction> last = actions_in_spans(d.ranks[3].lane(Lane::compute).spans, 1);
+  REQUIRE(last.size() == 16);
+  const double t = static_cast<double>(last[1].begin);  // B0 (stage 3 runs F0 B0 F1 B1 ...)
+  const std::vector<ScheduleRow> at = schedule_rows(d, 1, t);
+  const std::vector<ScheduleCell>& cells = at[3].cells;
+  CHECK(cells[1].text == "B0");
+  CHECK(cells[1].current);
+  CHECK(cells[0].done);
+  for (size_t i = 2; i < cells.size(); ++i) CHECK((!cells[i].done && !cells[i].current));
+  // Not a pipeline: no schedule.
+  CHECK(schedule_rows(make_data(2, "ddp"), 0, 0).empty());
 }

@@ -886,6 +886,51 @@ void draw_stage_table(App& app) {
   mark_region(app, -1, "bubble", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
+// The step's order per stage as the schedule language writes it ('shardlab
+// schedule'), read off the recording, the playhead's action highlighted: the
+// text and the picture above are the same thing.
+void draw_schedule_text(App& app) {
+  const RunData& d = app.data;
+  const bool live = app.run_active() && app.state.playhead.live;
+  const double t = app.playhead_on(d);
+  const int k = step_to_show(d, t, live);
+  const std::vector<ScheduleRow> rows = schedule_rows(d, k, t);
+  if (rows.empty()) return;
+  const Tr tr = app.tr();
+  const UiColors& ui = ui_colors(app.state.presenter.high_contrast);
+  ImGui::Spacing();
+  text(strf(tr("The order each stage ran, %s, as a schedule:"), step_label(d, k, tr).c_str()));
+  ImGui::SameLine();
+  help_marker(
+      tr("Read from the recording: F3 is micro-batch 3's forward through the stage's "
+         "layers, B3 its backward. The playhead's action is highlighted, the done ones "
+         "are bright. 'shardlab schedule NAME' prints a named schedule in the same "
+         "language, and checks one you write."));
+  const float space = ImGui::CalcTextSize(" ").x;
+  const float right = ImGui::GetWindowContentRegionMax().x;
+  for (const ScheduleRow& row : rows) {
+    const std::string head = strf(tr("stage %d:"), row.stage);
+    const float indent = ImGui::GetCursorPosX() + ImGui::CalcTextSize(head.c_str()).x + space;
+    ImGui::TextUnformatted(head.c_str());
+    for (const ScheduleCell& c : row.cells) {
+      const ImVec2 size = ImGui::CalcTextSize(c.text.c_str());
+      ImGui::SameLine(0, space);
+      if (ImGui::GetCursorPosX() + size.x > right) {  // wrap under the first action
+        ImGui::NewLine();
+        ImGui::SetCursorPosX(indent);
+      }
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      if (c.current)
+        ImGui::GetWindowDrawList()->AddRectFilled(
+            ImVec2(at.x - 2, at.y), ImVec2(at.x + size.x + 2, at.y + size.y), ui.playhead, 3.0f);
+      ImGui::PushStyleColor(ImGuiCol_Text,
+                            c.current ? ui.card_bg : (c.done ? ui.text : ui.text_dim));
+      ImGui::TextUnformatted(c.text.c_str());
+      ImGui::PopStyleColor();
+    }
+  }
+}
+
 }  // namespace
 
 void draw_timeline(App& app) {
@@ -1041,7 +1086,14 @@ void draw_timeline(App& app) {
   ImGui::EndChild();
   ImGui::BeginChild("timeline_below", ImVec2(0, 0), false);
   draw_step_breakdown(app, show_projected ? &pr : nullptr);
+  // The schedule's text beside the stage table, where both fit without scrolling.
+  ImGui::BeginGroup();
   draw_stage_table(app);
+  ImGui::EndGroup();
+  ImGui::SameLine(0, 3 * ImGui::GetStyle().ItemSpacing.x);
+  ImGui::BeginGroup();
+  draw_schedule_text(app);
+  ImGui::EndGroup();
   ImGui::EndChild();
 }
 

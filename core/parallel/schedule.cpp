@@ -422,6 +422,26 @@ double UnitTiming::bubble_share(int r) const {
   return makespan > 0 ? (makespan - busy.at(r)) / makespan : 0;
 }
 
+std::vector<TimedAction> actions_in_spans(const std::vector<Span>& all, int step) {
+  std::vector<const Span*> spans;
+  for (const Span& sp : all)
+    if (sp.step == step && sp.lane == Lane::compute &&
+        (sp.kind == SpanKind::forward || sp.kind == SpanKind::backward))
+      spans.push_back(&sp);
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const Span* a, const Span* b) { return a->t_begin_ns < b->t_begin_ns; });
+  std::vector<TimedAction> out;
+  for (const Span* sp : spans) {
+    const Action a = act(sp->kind == SpanKind::forward ? ActionKind::forward : ActionKind::backward,
+                         std::max(0, sp->micro_batch));
+    if (out.empty() || !(out.back().action == a))
+      out.push_back({a, sp->t_begin_ns, sp->t_end_ns});
+    else
+      out.back().end = std::max(out.back().end, sp->t_end_ns);
+  }
+  return out;
+}
+
 Schedule recorded_schedule(const RunResult& run, int step) {
   const std::vector<int> ranks = first_pipeline_ranks(run.cfg);
   Schedule s;
@@ -430,20 +450,9 @@ Schedule recorded_schedule(const RunResult& run, int step) {
   for (int rank : ranks) {
     if (rank >= static_cast<int>(run.recorders.size()) || !run.recorders[rank])
       throw ConfigError("this run holds no spans (it was made with --no-record)");
-    std::vector<Span> spans;
-    for (const Span& sp : run.recorders[rank]->snapshot().spans)
-      if (sp.step == step && sp.lane == Lane::compute &&
-          (sp.kind == SpanKind::forward || sp.kind == SpanKind::backward))
-        spans.push_back(sp);
-    std::stable_sort(spans.begin(), spans.end(),
-                     [](const Span& a, const Span& b) { return a.t_begin_ns < b.t_begin_ns; });
     std::vector<Action> actions;
-    for (const Span& sp : spans) {
-      const Action a =
-          act(sp.kind == SpanKind::forward ? ActionKind::forward : ActionKind::backward,
-              std::max(0, sp.micro_batch));
-      if (actions.empty() || !(actions.back() == a)) actions.push_back(a);
-    }
+    for (const TimedAction& t : actions_in_spans(run.recorders[rank]->snapshot().spans, step))
+      actions.push_back(t.action);
     s.ranks.push_back(std::move(actions));
   }
   return s;

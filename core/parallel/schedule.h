@@ -19,6 +19,7 @@
 // to the previous one. Activations are freed implicitly, after the B (or the
 // W when the backward is split), so a schedule cannot free one still needed.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,16 @@ std::vector<std::string> schedule_names();
 // (interleaved only; the others take V = 1). Throws ConfigError for an
 // unknown name or sizes it cannot take (interleaved: M a multiple of P).
 Schedule named_schedule(const std::string& name, int stages, int micro_batches, int chunks = 1);
+
+// One rank's actions in step `step`, read off its spans (any lanes, any
+// order): its forward and backward compute spans, a micro-batch's spans in a
+// row (its layers) being one action, from the first's begin to the last's end.
+struct Span;
+struct TimedAction {
+  Action action;
+  int64_t begin = 0, end = 0;
+};
+std::vector<TimedAction> actions_in_spans(const std::vector<Span>& spans, int step);
 
 // The order a pipeline run's stages really ran in step `step`, read off its
 // recording: each rank's forward and backward spans of the first pipeline

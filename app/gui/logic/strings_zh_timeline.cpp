@@ -84,6 +84,15 @@ const StringPairs& strings_zh_timeline() {
        "各阶段：实测气泡与公式 (P-1)/(M+P-1) 的对照会在运行结束后显示在这里。"},
       {"over steps 1..%d", "基于第 1 至 %d 步"},
       {"in step 0", "基于第 0 步"},
+      {"The order each stage ran, %s, as a schedule:", "各阶段实际执行的顺序（%s），写成调度："},
+      {"Read from the recording: F3 is micro-batch 3's forward through the stage's layers, B3 its "
+       "backward. The playhead's action is highlighted, the done ones are bright. 'shardlab "
+       "schedule NAME' prints a named schedule in the same language, and checks one you write.",
+       "读自录制：F3 是微批次 3 在本阶段各层的前向，B3 "
+       "是它的反向。播放头所在的动作高亮显示，已完成的"
+       "动作以亮色显示。'shardlab schedule 名称' "
+       "用同一种语言打印具名调度，也能检查你自己写的调度。"},
+      {"stage %d:", "阶段 %d："},
       {"Per stage, %s: P = %d stages, M = %d micro-batch",
        "各阶段（%s）：P = %d 个阶段，M = %d 个微批次"},
       {"Per stage, %s: P = %d stages, M = %d micro-batches",

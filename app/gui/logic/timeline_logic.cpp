@@ -10,6 +10,8 @@
 #include "app/gui/logic/format.h"
 #include "app/gui/logic/palette.h"
 #include "app/gui/logic/wait_logic.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/schedule.h"
 #include "core/predict/pipeline_analysis.h"
 
 namespace shardlab::gui {
@@ -444,6 +446,35 @@ std::pair<double, double> step_range(const RunData& d, int step) {
   if (static_cast<size_t>(step + 1) < d.step_begin.size() && d.step_begin[step + 1] >= 0)
     e = static_cast<double>(d.step_begin[step + 1]);
   return {b, std::max(b, e)};
+}
+
+std::vector<ScheduleRow> schedule_rows(const RunData& d, int step, double t) {
+  std::vector<ScheduleRow> rows;
+  if (!is_pipeline_strategy(d.cfg.strategy) || step < 0) return rows;
+  std::vector<int> ranks;
+  try {
+    ranks = first_pipeline_ranks(d.cfg);
+  } catch (const ConfigError&) {
+    return rows;
+  }
+  for (size_t s = 0; s < ranks.size(); ++s) {
+    const int rank = ranks[s];
+    if (rank < 0 || rank >= static_cast<int>(d.ranks.size())) return {};
+    ScheduleRow row;
+    row.stage = static_cast<int>(s);
+    row.rank = rank;
+    const std::vector<TimedAction> actions =
+        actions_in_spans(d.ranks[rank].lane(Lane::compute).spans, step);
+    int current = -1;
+    for (size_t i = 0; i < actions.size(); ++i)
+      if (static_cast<double>(actions[i].begin) <= t) current = static_cast<int>(i);
+    for (size_t i = 0; i < actions.size(); ++i)
+      row.cells.push_back({to_string(actions[i].action, 1),
+                           static_cast<double>(actions[i].end) <= t,
+                           static_cast<int>(i) == current});
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 int step_to_show(const RunData& d, double playhead_t, bool live) {

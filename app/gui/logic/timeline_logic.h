@@ -168,6 +168,22 @@ std::pair<double, double> step_range(const RunData& d, int step);
 // The step a one-step view shows: the playhead's, or while a live run is
 // followed, the last finished one (the newest is still half done).
 int step_to_show(const RunData& d, double playhead_t, bool live);
+
+// The schedule a pipeline's stages ran in step `step`, as the action language
+// writes it (core/parallel/schedule.h), read off the first pipeline's compute
+// lanes: per stage its actions, and which one the playhead `t` is in (or,
+// between two, the last begun). Empty when the run has no stages.
+struct ScheduleCell {
+  std::string text;      // "F3", "B0"
+  bool done = false;     // ended at or before t
+  bool current = false;  // the playhead's action on this stage
+};
+struct ScheduleRow {
+  int stage = 0;
+  int rank = 0;  // the run's rank running it
+  std::vector<ScheduleCell> cells;
+};
+std::vector<ScheduleRow> schedule_rows(const RunData& d, int step, double t);
 // Step 0 of a run of several steps: every median step leaves it out
 // (core/run/runner.h, steady_median), and the timeline says so.
 bool is_warmup_step(const RunData& d, int step);
