@@ -17,30 +17,22 @@
 namespace shardlab {
 namespace {
 
-// The step's order (a meta run drives the same stage to predict its memory);
-// pipeline_strategy.h adds the flush that ends every step.
-struct GPipeSchedule {
-  static void run(PipelineStage& stage) {
-    const int M = stage.micro_batches();
-
-    // Phase 1 — fill: every micro-batch forward, in order. The receive of the
-    // next micro-batch's input is posted before computing this one, so the
-    // transfer overlaps the compute.
-    for (int mb = 0; mb < M; ++mb) {
-      if (mb + 1 < M) stage.post_recv_input(mb + 1);
-      stage.forward(mb);
-    }
-
+// The step's order, one line of actions per stage (core/parallel/schedule.h);
+// PipelineStrategy runs a stage's line and adds the flush that ends every step.
+Schedule gpipe_schedule(int P, int M) {
+  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
+  for (auto& line : s.ranks) {
+    // Phase 1 — fill: every micro-batch forward, in order (the executor posts
+    // the receive of the next one's input first, so the transfer overlaps).
+    for (int mb = 0; mb < M; ++mb) line.push_back({ActionKind::forward, mb});
     // Phase 2 — drain: every micro-batch backward, in the same order; each
     // adds its share to the gradients.
-    for (int mb = 0; mb < M; ++mb) {
-      if (mb + 1 < M) stage.post_recv_grad(mb + 1);
-      stage.backward(mb);
-    }
+    for (int mb = 0; mb < M; ++mb) line.push_back({ActionKind::backward, mb});
     // Phase 3 — flush (PipelineStrategy::step): one optimizer step with the
     // gradient of the whole batch.
   }
-};
+  return s;
+}
 
 }  // namespace
 
@@ -57,7 +49,8 @@ StrategyInfo gpipe_strategy() {
                 StrategyOption::dp_zero1, StrategyOption::recompute},
       .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
-      .make = [] { return std::make_unique<PipelineStrategy<GPipeSchedule>>(); },
+      .schedule = gpipe_schedule,
+      .make = [] { return std::make_unique<PipelineStrategy>(gpipe_schedule); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

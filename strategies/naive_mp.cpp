@@ -18,20 +18,24 @@
 namespace shardlab {
 namespace {
 
-// The step's order (a meta run drives the same stage to predict its memory);
-// pipeline_strategy.h adds the flush that ends every step.
-struct NaiveMpSchedule {
-  static void run(PipelineStage& stage) {
-    // Phase 1 — forward: wait for the previous stage, run my layers, pass the
-    // activations on (the last stage computes the loss instead).
-    stage.forward(0);
-    // Phase 2 — backward: wait for the gradient from the next stage, run my
-    // layers backward, pass the gradient of my input back.
-    stage.backward(0);
-    // Phase 3 — update (PipelineStrategy::step): each stage steps the optimizer
-    // on its own layers.
-  }
-};
+// The step's order, one line of actions per stage (core/parallel/schedule.h);
+// PipelineStrategy runs a stage's line and adds the optimizer step. (With M
+// micro-batches, `shardlab schedule naive-mp` runs them one after another.)
+Schedule naive_mp_schedule(int P, int M) {
+  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
+  for (auto& line : s.ranks)
+    for (int mb = 0; mb < M; ++mb) {
+      // Phase 1 — forward: wait for the previous stage, run my layers, pass
+      // the activations on (the last stage computes the loss instead).
+      line.push_back({ActionKind::forward, mb});
+      // Phase 2 — backward: wait for the gradient from the next stage, run my
+      // layers backward, pass the gradient of my input back.
+      line.push_back({ActionKind::backward, mb});
+    }
+  // Phase 3 — update (PipelineStrategy::step): each stage steps the optimizer
+  // on its own layers.
+  return s;
+}
 
 }  // namespace
 
@@ -48,7 +52,8 @@ StrategyInfo naive_mp_strategy() {
                 StrategyOption::dp_zero1},
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
-      .make = [] { return std::make_unique<PipelineStrategy<NaiveMpSchedule>>(); },
+      .schedule = naive_mp_schedule,
+      .make = [] { return std::make_unique<PipelineStrategy>(naive_mp_schedule); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

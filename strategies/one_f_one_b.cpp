@@ -17,41 +17,35 @@
 namespace shardlab {
 namespace {
 
-// The step's order (a meta run drives the same stage to predict its memory);
-// pipeline_strategy.h adds the flush that ends every step.
-struct OneFOneBSchedule {
-  static void run(PipelineStage& stage) {
-    const StageTopology& t = stage.topology();
-    const int M = stage.micro_batches();
-    // Stage k starts P − k − 1 micro-batches ahead of its first backward: just
+// The step's order, one line of actions per stage (core/parallel/schedule.h);
+// PipelineStrategy runs a stage's line and adds the flush that ends every step.
+Schedule one_f_one_b_schedule(int P, int M) {
+  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
+  for (int r = 0; r < P; ++r) {
+    auto& line = s.ranks[r];
+    // Stage r starts P − r − 1 micro-batches ahead of its first backward: just
     // enough to keep every later stage busy until the first gradient returns.
-    const int warmup = std::min(t.stages - t.rank - 1, M);
+    const int warmup = std::min(P - r - 1, M);
 
     // Phase 1 — warm-up: forwards only, filling the pipe.
-    for (int mb = 0; mb < warmup; ++mb) {
-      stage.post_recv_input(mb + 1);
-      stage.forward(mb);
-    }
+    for (int mb = 0; mb < warmup; ++mb) line.push_back({ActionKind::forward, mb});
 
     // Phase 2 — steady 1F1B: forward micro-batch warmup + i, then backward
     // micro-batch i, whose gradient the forward's time gave room to arrive
-    // (its receive is posted first). Each backward frees the activations one
-    // forward added, so P − k micro-batches at most are alive here.
+    // (the executor posts its receive before the forward). Each backward frees
+    // the activations one forward added, so P − r micro-batches at most are alive.
     for (int i = 0; i + warmup < M; ++i) {
-      stage.post_recv_grad(i);
-      stage.forward(warmup + i);
-      stage.backward(i);
+      line.push_back({ActionKind::forward, warmup + i});
+      line.push_back({ActionKind::backward, i});
     }
 
     // Phase 3 — cool-down: the backwards of the last warm-up micro-batches.
-    for (int mb = M - warmup; mb < M; ++mb) {
-      if (mb + 1 < M) stage.post_recv_grad(mb + 1);
-      stage.backward(mb);
-    }
+    for (int mb = M - warmup; mb < M; ++mb) line.push_back({ActionKind::backward, mb});
     // Phase 4 — flush (PipelineStrategy::step): one optimizer step with the
     // gradient of the whole batch.
   }
-};
+  return s;
+}
 
 }  // namespace
 
@@ -69,7 +63,8 @@ StrategyInfo one_f_one_b_strategy() {
       .in_flight = [](int micro_batches, int stages,
                       int rank) { return std::min(micro_batches, stages - rank); },
       .in_flight_formula = "min(P−rank, M)",
-      .make = [] { return std::make_unique<PipelineStrategy<OneFOneBSchedule>>(); },
+      .schedule = one_f_one_b_schedule,
+      .make = [] { return std::make_unique<PipelineStrategy>(one_f_one_b_schedule); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

@@ -1,29 +1,37 @@
 // The strategy around a pipeline schedule: naive-mp, gpipe and 1f1b differ only
-// in the order their stage runs micro-batches forward and backward, so each
-// file holds its schedule (and its lecture) and this holds the rest: set up
-// the stage, run the schedule, then the step's last phase, one optimizer step
-// on the stage's own layers with the gradient of the whole batch (the flush).
+// in the order their stages run micro-batches forward and backward, which is
+// data (core/parallel/schedule.h: one line of actions per stage). Each
+// strategy's file holds its lecture and names its schedule; this holds the
+// rest: set up the stage, run the stage's line of the schedule, then the step's
+// last phase, one optimizer step on the stage's own layers with the gradient
+// of the whole batch (the flush).
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "core/parallel/pipeline.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 
 namespace shardlab {
 
-// Schedule: a type with `static void run(PipelineStage&)`, the step's order of
-// forwards and backwards over the micro-batches.
-template <class Schedule>
 class PipelineStrategy final : public Strategy {
  public:
+  using MakeSchedule = Schedule (*)(int stages, int micro_batches);
+  // `schedule`: the strategy's order (StrategyInfo::schedule).
+  explicit PipelineStrategy(MakeSchedule schedule) : schedule_(schedule) {}
+
   void setup(RankEnv& env, const ParamSource& init) override {
     stage_ = std::make_unique<PipelineStage>(env, init);
+    const StageTopology& t = stage_->topology();
+    // Every stage computes the same schedule from the same sizes; this stage
+    // runs its own line (a meta run drives the same stage to predict memory).
+    actions_ = schedule_(t.stages, stage_->micro_batches()).ranks[t.rank];
   }
 
   LossShare step(int step) override {
     stage_->begin_step(step);
-    Schedule::run(*stage_);
+    stage_->run(actions_);
     // The last phase — flush: each stage steps its optimizer once, on its own
     // layers, with the gradients accumulated over every micro-batch.
     return stage_->finish_step();
@@ -33,6 +41,8 @@ class PipelineStrategy final : public Strategy {
   RankState rank_state() override { return stage_->rank_state(); }
 
  private:
+  MakeSchedule schedule_;
+  std::vector<Action> actions_;
   std::unique_ptr<PipelineStage> stage_;
 };
 

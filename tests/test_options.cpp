@@ -193,7 +193,7 @@ TEST_CASE("every subcommand refuses stray words and unknown options", "[options]
                                              "lesson run ranks",
                                              "launch"};
   // Commands whose positional words are file names: only unknown options are stray.
-  const std::vector<std::string> takes_files = {"trace merge", "project"};
+  const std::vector<std::string> takes_files = {"trace merge", "project", "schedule"};
   // Every command `shardlab --help` names is covered.
   for (const std::string& c : commands_in_help()) {
     bool covered = false;

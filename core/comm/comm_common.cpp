@@ -188,6 +188,28 @@ void UnwaitedWorks::cancel_all() {
   }
 }
 
+void UnwaitedWorks::abandon_all(const std::string& error,
+                                std::vector<std::shared_ptr<void>>& keep) {
+  std::vector<std::shared_ptr<Work::State>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [weak, unused] : works_)
+      if (auto s = weak.lock()) pending.push_back(std::move(s));
+    works_.clear();
+  }
+  for (auto& s : pending) {
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->finished || !s->complete) continue;
+      keep.push_back(std::make_shared<std::function<std::string()>>(std::move(s->complete)));
+      s->complete = nullptr;
+      s->error = error;
+      s->finished = true;
+    }
+    s->cv.notify_all();
+  }
+}
+
 uint64_t next_comm_op_id() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);

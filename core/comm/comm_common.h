@@ -199,6 +199,12 @@ class UnwaitedWorks {
   void add(const std::shared_ptr<Work::State>& state, std::string error);
   // Finishes every pending Work with its error; its completion is dropped unrun.
   void cancel_all();
+  // The same for a comm whose connections were closed after a failure (the
+  // comm lives on): each pending Work finishes with `error`, so that dropping
+  // it does not wait for a peer that will never answer, and its completion
+  // (holding the transport's buffer) goes to `keep`, unrun and never freed
+  // under the transport.
+  void abandon_all(const std::string& error, std::vector<std::shared_ptr<void>>& keep);
 
  private:
   std::mutex mu_;

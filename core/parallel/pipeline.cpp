@@ -406,6 +406,30 @@ void PipelineStage::settle_sends() {
   sends_.clear();
 }
 
+void PipelineStage::run(const std::vector<Action>& actions) {
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (a.chunk != 0)
+      throw ConfigError("schedule: rank " + std::to_string(topo_.rank) + " runs " +
+                        to_string(a, a.chunk + 1) +
+                        ", a model chunk, and this stage holds one (valid: no chunks)");
+    if (a.kind == ActionKind::weight)
+      throw ConfigError("schedule: rank " + std::to_string(topo_.rank) + " runs " +
+                        to_string(a, 1) +
+                        ": a stage's backward is not split into B and W yet (valid: F and B)");
+    if (i + 1 < actions.size()) {
+      const Action& next = actions[i + 1];
+      if (next.kind == ActionKind::backward) post_recv_grad(next.micro_batch);
+      if (next.kind == ActionKind::forward && a.kind == ActionKind::forward)
+        post_recv_input(next.micro_batch);
+    }
+    if (a.kind == ActionKind::forward)
+      forward(a.micro_batch);
+    else
+      backward(a.micro_batch);
+  }
+}
+
 void PipelineStage::forward(int mb) {
   settle_sends();
   Tensor input;

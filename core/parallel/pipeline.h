@@ -11,6 +11,7 @@
 #include "core/model/layer_stack.h"
 #include "core/model/optimizer.h"
 #include "core/model/precision.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 
 namespace shardlab {
@@ -110,6 +111,12 @@ class PipelineStage {
   void post_recv_grad(int mb);
   void forward(int mb);
   void backward(int mb);
+  // Runs this stage's line of a schedule (schedule.h) in order. Before each
+  // action the receive the next one reads is posted, so its data arrives while
+  // this one computes: the next F's input after an F, the next B's gradient
+  // after anything (an input buffer is never posted during a backward, which
+  // would hold one more micro-batch's activations than the schedule says).
+  void run(const std::vector<Action>& actions);
   // The flush: wait for the sends still in flight, then one optimizer step
   // with the gradient accumulated over all micro-batches.
   LossShare finish_step();

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/run_result.h"
+#include "core/parallel/strategy.h"
 #include "core/record/recorder.h"
 
 namespace shardlab {
@@ -296,45 +297,15 @@ void validate_schedule(const Schedule& s, int P, int M, int V) {
 }
 
 std::vector<std::string> schedule_names() {
-  return {"naive-mp", "gpipe", "1f1b", "interleaved", "zb-h1"};
+  std::vector<std::string> names;
+  for (const StrategyInfo& s : all_strategies())
+    if (s.schedule) names.push_back(s.name);
+  names.push_back("interleaved");
+  names.push_back("zb-h1");
+  return names;
 }
 
 namespace {
-
-Schedule naive(int P, int M) {
-  // One micro-batch through at a time: F then B before the next starts.
-  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
-  for (int r = 0; r < P; ++r)
-    for (int mb = 0; mb < M; ++mb) {
-      s.ranks[r].push_back(act(ActionKind::forward, mb));
-      s.ranks[r].push_back(act(ActionKind::backward, mb));
-    }
-  return s;
-}
-
-Schedule gpipe(int P, int M) {
-  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
-  for (int r = 0; r < P; ++r) {
-    for (int mb = 0; mb < M; ++mb) s.ranks[r].push_back(act(ActionKind::forward, mb));
-    for (int mb = 0; mb < M; ++mb) s.ranks[r].push_back(act(ActionKind::backward, mb));
-  }
-  return s;
-}
-
-Schedule one_f_one_b(int P, int M) {
-  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
-  for (int r = 0; r < P; ++r) {
-    const int warmup = std::min(P - r - 1, M);
-    auto& a = s.ranks[r];
-    for (int mb = 0; mb < warmup; ++mb) a.push_back(act(ActionKind::forward, mb));
-    for (int i = 0; i + warmup < M; ++i) {
-      a.push_back(act(ActionKind::forward, warmup + i));
-      a.push_back(act(ActionKind::backward, i));
-    }
-    for (int mb = M - warmup; mb < M; ++mb) a.push_back(act(ActionKind::backward, mb));
-  }
-  return s;
-}
 
 // Megatron-LM's interleaved 1F1B (Narayanan et al., 2021, §2.2): the k-th
 // forward of a rank runs micro-batch group·P + k mod P of chunk (k mod PV) / P,
@@ -396,9 +367,8 @@ Schedule named_schedule(const std::string& name, int P, int M, int V) {
     throw ConfigError("--virtual-stages " + std::to_string(V) + ": " + name +
                       " runs one model chunk per rank (valid: --virtual-stages 1, or --strategy "
                       "interleaved)");
-  if (name == "naive-mp") return naive(P, M);
-  if (name == "gpipe") return gpipe(P, M);
-  if (name == "1f1b") return one_f_one_b(P, M);
+  // A pipeline strategy's own order (its file in strategies/ writes it).
+  if (const StrategyInfo* s = find_strategy(name); s && s->schedule) return s->schedule(P, M);
   if (name == "zb-h1") return zb_h1(P, M);
   if (name == "interleaved") {
     if (M % P != 0)

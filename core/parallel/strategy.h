@@ -18,6 +18,7 @@
 #include "core/model/layer_call.h"
 #include "core/model/model.h"
 #include "core/model/param_source.h"
+#include "core/parallel/schedule.h"
 #include "core/rank_state.h"
 #include "core/record/recorder.h"
 #include "core/run_options.h"
@@ -173,6 +174,9 @@ struct StrategyInfo {
   // and the same as the formula shown beside the measured value ("M").
   std::function<int(int micro_batches, int stages, int rank)> in_flight{};
   std::string in_flight_formula{};
+  // Pipeline family: the strategy's order as data (core/parallel/schedule.h),
+  // one line of actions per stage, for `stages` stages and `micro_batches`.
+  std::function<Schedule(int stages, int micro_batches)> schedule{};
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};

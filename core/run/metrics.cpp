@@ -10,6 +10,7 @@
 #include "core/model/model.h"
 #include "core/parallel/model_state.h"
 #include "core/parallel/pipeline.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/mesh_estimate.h"
 #include "core/predict/pipeline_analysis.h"
@@ -126,6 +127,13 @@ const std::vector<MetricInfo> kRegistry = {
      {A::rank},
      "pipelines: peak activations ÷ one micro-batch's activations on the stage",
      "M (gpipe), min(P−rank, M) (1f1b), 1 (naive-mp)",
+     false},
+    {"forwards_before_backward",
+     "count",
+     {A::rank, A::step},
+     "pipelines: micro-batches the rank's stage ran forward before its first backward in the "
+     "step, read from the recording (the order its schedule says, `shardlab schedule`)",
+     "the strategy's schedule: M (gpipe), min(P−rank, M) (1f1b), 1 (naive-mp)",
      false},
     {"activation_bytes_saved",
      "B",
@@ -383,12 +391,14 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
       throw ConfigError("axis '" + ref.axis + "' is not an axis of the run's mesh " + mesh.text() +
                         " (valid: " + (valid.empty() ? std::string("none") : valid) + ")");
   }
-  if (ref.name == "activations_in_flight" && !is_pipeline_strategy(c.strategy))
-    throw ConfigError(
-        "activations_in_flight is measured on pipeline strategies only (the run's "
-        "strategy is '" +
-        c.strategy + "'; valid: " +
-        strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) + ")");
+  if ((ref.name == "activations_in_flight" || ref.name == "forwards_before_backward") &&
+      !is_pipeline_strategy(c.strategy))
+    throw ConfigError(ref.name +
+                      " is measured on pipeline strategies only (the run's "
+                      "strategy is '" +
+                      c.strategy + "'; valid: " +
+                      strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) +
+                      ")");
 }
 
 const MemoryEstimate& MetricRuns::estimate(char which) {
@@ -581,6 +591,27 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
         one;
     v.formula = expected_in_flight(c, ref.rank);
     v.formula_text = strategy_info(c.strategy).in_flight_formula;
+  } else if (n == "forwards_before_backward") {
+    need_spans(r, n);
+    // Distinct micro-batches: a --recompute forward runs a micro-batch again.
+    const auto count = [](const std::vector<Action>& actions) {
+      std::vector<int> seen;
+      for (const Action& a : actions) {
+        if (a.kind != ActionKind::forward) break;
+        if (std::find(seen.begin(), seen.end(), a.micro_batch) == seen.end())
+          seen.push_back(a.micro_batch);
+      }
+      return static_cast<double>(seen.size());
+    };
+    std::vector<Action> ran;
+    for (const TimedAction& t : actions_in_spans(r.recorders[ref.rank]->snapshot().spans, ref.step))
+      ran.push_back(t.action);
+    v.measured = count(ran);
+    const int stage = pipeline_stage_of(c, ref.rank);
+    if (const StrategyInfo& info = strategy_info(c.strategy); info.schedule) {
+      v.formula = count(info.schedule(pipeline_stages(c), micro_batches_run(c)).ranks.at(stage));
+      v.formula_text = "the " + c.strategy + " schedule's line for stage " + std::to_string(stage);
+    }
   } else if (n == "activation_bytes_saved") {
     const RunResult& ra = runs.run('a');
     const RunResult& rb = runs.run('b');

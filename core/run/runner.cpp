@@ -306,18 +306,23 @@ void connect_rank(RankResources& res, const Placement& place, RunComms& comms, i
     }
 }
 
+// A failed rank's connections close now: peers blocked on it fail at once, and
+// a receive it posted ahead and never waited for (a pipeline's next gradient)
+// fails at once too, instead of holding the rank's teardown until the timeout.
+void close_rank_connections(RankResources& res) {
+  if (res.comm) res.comm->close_connections();
+  for (auto& c : res.axis_comms)
+    if (c) c->close_connections();
+}
+
 // One process per rank, failed: this process ends in a moment. Gloo's device
 // thread may still be signalling the failed ops' buffers (and writing into
 // their memory), so nothing is freed under it: the communicator, the
 // strategy's tensors and the allocator are left to the process's exit. Its
 // connections close now, so peers blocked on this rank fail at once.
 void abandon_rank(RankResources& res, std::unique_ptr<Strategy>& strategy) {
-  if (res.comm) res.comm->close_connections();
-  for (auto& c : res.axis_comms)
-    if (c) {
-      c->close_connections();
-      (void)c.release();
-    }
+  close_rank_connections(res);
+  for (auto& c : res.axis_comms) (void)c.release();
   (void)strategy.release();
   (void)res.comm.release();
   (void)res.alloc.release();
@@ -557,10 +562,12 @@ RunResult run_impl(const RunConfig& given, const std::vector<float>* initial,
       errors[rank] = e.what();
       comms.failures.report(rank, e.what());
     }
-    if (link && !errors[rank].empty())
+    if (link && !errors[rank].empty()) {
       abandon_rank(res, strategy);
-    else
+    } else {
+      if (!errors[rank].empty()) close_rank_connections(res);
       teardown();  // already done on a process's successful path (before the exchange)
+    }
     rank_done[rank].store(true);
   };
 

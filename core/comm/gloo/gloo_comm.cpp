@@ -164,6 +164,13 @@ class GlooComm final : public Comm {
     } catch (const std::exception&) {
       // Already broken: nothing more to close.
     }
+    // A send or receive posted ahead and never waited for (a pipeline's next
+    // micro-batch) fails now rather than holding its owner's teardown until
+    // the timeout; Gloo's buffer for it is kept, not freed.
+    std::lock_guard<std::mutex> lock(kept_mu_);
+    unwaited_p2p_.abandon_all(
+        "rank " + std::to_string(group().global(rank_)) + ": connections closed after a failure",
+        kept_);
   }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   CommStats stats() const override { return counters_.stats(); }
@@ -735,9 +742,8 @@ std::unique_ptr<Comm> GlooGroup::connect(int rank, Recorder* recorder, Allocator
   } catch (const std::exception& e) {
     const std::string others = failures_.describe();
     throw CommError("rank " + std::to_string(group.global(rank)) + ": connecting to " +
-                    (group.id ? group.name : "a group of " + std::to_string(world_)) +
-                    " failed: " + clean_gloo_message(e.what()) +
-                    (others.empty() ? "" : " (" + others + ")"));
+                    (group.id ? group.name : "a group of " + std::to_string(world_)) + " failed: " +
+                    clean_gloo_message(e.what()) + (others.empty() ? "" : " (" + others + ")"));
   }
   return std::make_unique<GlooComm>(rank, world_, std::move(ctx), options_.timeout, failures_,
                                     recorder, alloc, group);
