@@ -886,15 +886,35 @@ void draw_stage_table(App& app) {
   mark_region(app, -1, "bubble", -1, ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
+// The schedule rows the playhead's step shows (empty: not a pipeline).
+std::vector<ScheduleRow> shown_schedule(const App& app, int* step = nullptr) {
+  const RunData& d = app.data;
+  const bool live = app.run_active() && app.state.playhead.live;
+  const double t = app.playhead_on(d);
+  const int k = step_to_show(d, t, live);
+  if (step) *step = k;
+  return schedule_rows(d, k, t);
+}
+
+// The width the schedule's longest line takes unwrapped (0: nothing to show).
+float schedule_text_width(const App& app) {
+  const float space = ImGui::CalcTextSize(" ").x;
+  float widest = 0;
+  for (const ScheduleRow& row : shown_schedule(app)) {
+    float w = ImGui::CalcTextSize(strf(app.tr()("stage %d:"), row.stage).c_str()).x;
+    for (const ScheduleCell& c : row.cells) w += space + ImGui::CalcTextSize(c.text.c_str()).x;
+    widest = std::max(widest, w);
+  }
+  return widest;
+}
+
 // The step's order per stage as the schedule language writes it ('shardlab
 // schedule'), read off the recording, the playhead's action highlighted: the
 // text and the picture above are the same thing.
 void draw_schedule_text(App& app) {
   const RunData& d = app.data;
-  const bool live = app.run_active() && app.state.playhead.live;
-  const double t = app.playhead_on(d);
-  const int k = step_to_show(d, t, live);
-  const std::vector<ScheduleRow> rows = schedule_rows(d, k, t);
+  int k = -1;
+  const std::vector<ScheduleRow> rows = shown_schedule(app, &k);
   if (rows.empty()) return;
   const Tr tr = app.tr();
   const UiColors& ui = ui_colors(app.state.presenter.high_contrast);
@@ -1086,11 +1106,16 @@ void draw_timeline(App& app) {
   ImGui::EndChild();
   ImGui::BeginChild("timeline_below", ImVec2(0, 0), false);
   draw_step_breakdown(app, show_projected ? &pr : nullptr);
-  // The schedule's text beside the stage table, where both fit without scrolling.
+  // The schedule's text beside the stage table when its lines fit there
+  // unwrapped (both in view without scrolling), else under it.
   ImGui::BeginGroup();
   draw_stage_table(app);
   ImGui::EndGroup();
-  ImGui::SameLine(0, 3 * ImGui::GetStyle().ItemSpacing.x);
+  const float gap = 3 * ImGui::GetStyle().ItemSpacing.x;
+  const float room = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x -
+                     ImGui::GetItemRectMax().x - gap;
+  if (const float need = schedule_text_width(app); need > 0 && need <= room)
+    ImGui::SameLine(0, gap);
   ImGui::BeginGroup();
   draw_schedule_text(app);
   ImGui::EndGroup();
