@@ -898,10 +898,11 @@ std::vector<ScheduleRow> shown_schedule(const App& app, int* step = nullptr) {
 
 // The width the schedule's longest line takes unwrapped (0: nothing to show).
 float schedule_text_width(const App& app) {
+  const Tr tr = app.tr();
   const float space = ImGui::CalcTextSize(" ").x;
   float widest = 0;
   for (const ScheduleRow& row : shown_schedule(app)) {
-    float w = ImGui::CalcTextSize(strf(app.tr()("stage %d:"), row.stage).c_str()).x;
+    float w = ImGui::CalcTextSize(strf(tr("stage %d:"), row.stage).c_str()).x;
     for (const ScheduleCell& c : row.cells) w += space + ImGui::CalcTextSize(c.text.c_str()).x;
     widest = std::max(widest, w);
   }
