@@ -80,13 +80,10 @@ int cmd_schedule(int argc, char** argv) {
     return v;
   };
   Schedule s;
-  std::string title;
   if (named) {
     const int P = size("stages", 4), M = size("micro-batches", 8);
     const int V = size("virtual-stages", what == "interleaved" ? 2 : 1);
     s = named_schedule(what, P, M, V);
-    title = what + ", " + std::to_string(P) + " stages, " + std::to_string(M) + " micro-batches" +
-            (V > 1 ? ", " + std::to_string(V) + " chunks per rank" : "");
   } else {
     s = parse_schedule(read_file(what), what);
     // The sizes it names, unless given (then they must be what it runs).
@@ -95,9 +92,10 @@ int cmd_schedule(int argc, char** argv) {
     validate_schedule(s, P, M, V);
     s.micro_batches = M;
     s.chunks = V;
-    title = what + ", " + std::to_string(P) + " stages, " + std::to_string(M) + " micro-batches" +
-            (V > 1 ? ", " + std::to_string(V) + " chunks per rank" : "");
   }
+  const std::string title =
+      what + ", " + std::to_string(s.stages) + " stages, " + std::to_string(s.micro_batches) +
+      " micro-batches" + (s.chunks > 1 ? ", " + std::to_string(s.chunks) + " chunks per rank" : "");
   const UnitTiming t = unit_timing(s);
   std::printf("%s", format_schedule(s, title).c_str());
   std::printf(

@@ -9,6 +9,7 @@
 #include "core/parallel/run_result.h"
 #include "core/parallel/schedule.h"
 #include "core/run/runner.h"
+#include "tests/run_util.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;
@@ -160,14 +161,8 @@ TEST_CASE("schedules: gpipe, 1f1b and naive-mp really run the orders their sched
       for (int M : {4, 8}) {
         const bool naive = std::string(name) == "naive-mp";
         if (naive && M != 4) continue;
-        RunConfig c;
-        c.model = "mlp:4x32";
-        c.strategy = name;
-        c.world = P;
-        c.batch = 16;
-        c.steps = 2;
+        RunConfig c = test::small_run("mlp:4x32", name, P, 16, 1, OptimizerKind::adamw, 2);
         if (!naive) c.micro_batches = M;
-        c.timeout_ms = 20000;
         INFO(name << ", P " << P << ", M " << c.micro_batches);
         const RunResult r = run_training(c);
         const Schedule want = named_schedule(name, P, naive ? 1 : M);

@@ -15,6 +15,7 @@
 #include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 #include "core/run/runner.h"
+#include "tests/run_util.h"
 
 using namespace shardlab;
 using namespace shardlab::gui;
@@ -737,14 +738,8 @@ TEST_CASE(
     "timeline: the schedule text under a pipeline is the order its stages ran, the "
     "playhead's action marked",
     "[timeline][schedule]") {
-  RunConfig c;
-  c.model = "mlp:4x32";
-  c.strategy = "1f1b";
-  c.world = 4;
-  c.batch = 16;
-  c.steps = 2;
+  RunConfig c = test::small_run("mlp:4x32", "1f1b", 4, 16, 1, OptimizerKind::adamw, 2);
   c.micro_batches = 8;
-  c.timeout_ms = 20000;
   const RunResult r = run_training(c);
   RunData d;
   reset_run_data(d, r.cfg, r.cfg.world, r.t0_ns);

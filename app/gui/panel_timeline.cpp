@@ -897,11 +897,11 @@ std::vector<ScheduleRow> shown_schedule(const App& app, int* step = nullptr) {
 }
 
 // The width the schedule's longest line takes unwrapped (0: nothing to show).
-float schedule_text_width(const App& app) {
+float schedule_text_width(const App& app, const std::vector<ScheduleRow>& rows) {
   const Tr tr = app.tr();
   const float space = ImGui::CalcTextSize(" ").x;
   float widest = 0;
-  for (const ScheduleRow& row : shown_schedule(app)) {
+  for (const ScheduleRow& row : rows) {
     float w = ImGui::CalcTextSize(strf(tr("stage %d:"), row.stage).c_str()).x;
     for (const ScheduleCell& c : row.cells) w += space + ImGui::CalcTextSize(c.text.c_str()).x;
     widest = std::max(widest, w);
@@ -912,10 +912,8 @@ float schedule_text_width(const App& app) {
 // The step's order per stage as the schedule language writes it ('shardlab
 // schedule'), read off the recording, the playhead's action highlighted: the
 // text and the picture above are the same thing.
-void draw_schedule_text(App& app) {
+void draw_schedule_text(App& app, const std::vector<ScheduleRow>& rows, int k) {
   const RunData& d = app.data;
-  int k = -1;
-  const std::vector<ScheduleRow> rows = shown_schedule(app, &k);
   if (rows.empty()) return;
   const Tr tr = app.tr();
   const UiColors& ui = ui_colors(app.state.presenter.high_contrast);
@@ -1115,10 +1113,12 @@ void draw_timeline(App& app) {
   const float gap = 3 * ImGui::GetStyle().ItemSpacing.x;
   const float room = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x -
                      ImGui::GetItemRectMax().x - gap;
-  if (const float need = schedule_text_width(app); need > 0 && need <= room)
+  int shown_step = -1;
+  const std::vector<ScheduleRow> rows = shown_schedule(app, &shown_step);  // once a frame
+  if (const float need = schedule_text_width(app, rows); need > 0 && need <= room)
     ImGui::SameLine(0, gap);
   ImGui::BeginGroup();
-  draw_schedule_text(app);
+  draw_schedule_text(app, rows, shown_step);
   ImGui::EndGroup();
   ImGui::EndChild();
 }
