@@ -161,6 +161,7 @@ std::optional<Shares> step_shares(const RunResult& r) {
         forward.push_back(iv);
         break;
       case SpanKind::backward:
+      case SpanKind::weight:
         backward.push_back(iv);
         break;
       case SpanKind::optimizer:

@@ -1,5 +1,6 @@
 // Pipeline-family report, after the common run summary: per stage, the measured
-// bubble beside (P−1)/(M+P−1), and the measured peak activation memory beside
+// bubble beside the schedule's ((P−1)/(M+P−1) for 1f1b), and the measured peak
+// activation memory beside
 // what the micro-batches expected in flight should hold.
 #include <cstdio>
 #include <string>
@@ -64,8 +65,24 @@ void print_pipeline_report(const RunResult& r) {
         "                    own parameters (whole ones, balanced by size): gradients reduced to\n"
         "                    their owner, the updated parameters broadcast from it\n",
         R);
-  std::printf(
-      "    bubble = idle share of the compute lane in the step (steps 1..), vs (P-1)/(M+P-1)\n");
+  if (!c.schedule.empty()) {
+    // A learner's schedule: what it costs on dedicated devices with unit costs,
+    // beside the formula of the named schedule it is nearest to.
+    const Schedule s = run_schedule(c);
+    const UnitTiming t = unit_timing(s);
+    const NearestFormula nearest = nearest_formula(s);
+    std::string alive;
+    for (int a : t.peak_alive) alive += (alive.empty() ? "" : "/") + std::to_string(a);
+    std::printf(
+        "  schedule          %s (run in place of %s's order); on %d dedicated devices with unit\n"
+        "                    costs (F 1, B 2, or B 1 + W 1): idle / compute %.3f (%s = %.3f),\n"
+        "                    micro-batches alive at most per stage %s\n",
+        c.schedule.c_str(), c.strategy.c_str(), s.stages, t.bubble_over_compute(),
+        nearest.text.c_str(), nearest.value, alive.c_str());
+  }
+  std::printf("    bubble = idle share of the compute lane in the step (steps 1..), vs %s\n",
+              c.schedule.empty() ? strategy_info(c.strategy).bubble_formula.c_str()
+                                 : "the schedule's, with unit costs");
   std::printf(
       "    activations = peak measured by the allocator, vs predicted from the micro-batches in "
       "flight\n");
@@ -114,7 +131,7 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j) {
                    {"rows_per_micro_batch", c.batch / M},
                    {"partition", pipeline_partition(c, make_layout(c))},
                    {"recompute", c.recompute},
-                   {"bubble_formula", bubble_formula(static_cast<int>(stages.size()), M)},
+                   {"bubble_formula", schedule_bubble_formula(r)},
                    {"per_stage", rows}};
 }
 

@@ -109,25 +109,10 @@ int cmd_schedule(int argc, char** argv) {
                 s.chunks > 1 ? (t.peak_alive[r] == 1 ? " chunk" : " chunks")
                              : (t.peak_alive[r] == 1 ? "" : "es"),
                 t.peak_unbacked[r]);
-  const int P = s.stages, M = s.micro_batches, V = s.chunks;
-  bool split = false;
-  for (const auto& rank : s.ranks)
-    for (const Action& act : rank) split = split || act.kind == ActionKind::weight;
   // The named schedule whose formula this order is measured against.
-  std::string formula;
-  double value = 0;
-  if (V > 1) {
-    formula = "interleaved's (P-1)/(V*M)";
-    value = double(P - 1) / (V * M);
-  } else if (split) {
-    formula = "zb-h1's (P-1)/(3M)";
-    value = double(P - 1) / (3.0 * M);
-  } else {
-    formula = "1f1b's and gpipe's (P-1)/M";
-    value = double(P - 1) / M;
-  }
+  const NearestFormula nearest = nearest_formula(s);
   std::printf("step %.0f units; idle / compute on the busiest rank %.3f (%s = %.3f)\n", t.makespan,
-              t.bubble_over_compute(), formula.c_str(), value);
+              t.bubble_over_compute(), nearest.text.c_str(), nearest.value);
   return 0;
 }
 

@@ -79,7 +79,10 @@ struct RunConfig {
   int stages = 0;              // pipeline stages; 0 = one per rank (= world)
   int micro_batches = 1;       // micro-batches per global batch
   std::vector<int> partition;  // layers per stage; empty = balanced by parameter count
-  bool recompute = false;      // gpipe: keep stage inputs only, recompute forward in backward
+  // --schedule FILE: the stages run this file's order (core/parallel/schedule.h:
+  // one line of F/B/W actions per rank) instead of their strategy's; empty: the strategy's.
+  std::string schedule;
+  bool recompute = false;  // gpipe: keep stage inputs only, recompute forward in backward
 
   // The device mesh (core/mesh.h): "dp=2,pp=2" — the pipelines' stages on the
   // pp axis, each pipeline a data-parallel replica on the dp axis. Empty: one

@@ -52,6 +52,19 @@ std::vector<OptionRow> make_rows() {
                .help = "layers per stage (default: balanced by parameter count);\n"
                        "'cost': balanced by each layer's forward + backward time, measured on one\n"
                        "micro-batch before the run (gpt: embedding, blocks and head differ)"});
+  // The file's path, as typed: validate() and every rank read it (a recording
+  // keeps the order each stage really ran, so it outlives the file).
+  r.push_back({.id = StrategyOption::schedule, .flag = "--schedule", .json_key = "schedule",
+               .compare_key = nullptr, .kind = OptionKind::text, .text = &RunConfig::schedule,
+               .valid = "a schedule file, one line of F/B/W actions per rank "
+                        "('shardlab schedule 1f1b' prints one to start from)",
+               .missing = "pipeline schedule to replace",
+               .label = "Schedule", .tip = "a schedule file: one line of F/B/W actions per rank",
+               .label_word = "schedule %s", .metavar = "FILE",
+               .help = "run the order this file writes instead of the strategy's own (one line\n"
+                       "per rank, e.g. 'rank 0: F0 F1 B0 W0 B1 W1'); validated before any rank\n"
+                       "starts ('shardlab schedule FILE' checks and draws it)",
+               .only_when_set = true});
   r.push_back({.id = StrategyOption::mesh, .flag = "--mesh", .json_key = "mesh",
                .compare_key = "mesh", .kind = OptionKind::text, .text = &RunConfig::mesh,
                .valid = "axes whose sizes multiply to --world, e.g. dp=2,pp=2",

@@ -35,11 +35,12 @@ void linear_forward(T* out, const T* in, const T* weight, const T* bias, int row
 
 // dweight[out,in] += doutᵀ · in ; dbias[out] += Σ_rows dout ; din[rows,in] = dout · weight
 // (parameter gradients accumulate; din is overwritten and may be null for the first layer;
-// dbias is null for a layer without bias).
+// dbias is null for a layer without bias; dweight is null in a zero-bubble B, which
+// leaves the weight gradient for a later W).
 template <typename T>
 void linear_backward(T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight,
                      int rows, int in_dim, int out_dim) {
-  gemm(true, false, out_dim, in_dim, rows, T(1), dout, in, T(1), dweight);
+  if (dweight) gemm(true, false, out_dim, in_dim, rows, T(1), dout, in, T(1), dweight);
   if (dbias)
     for (int r = 0; r < rows; ++r)
       for (int o = 0; o < out_dim; ++o) dbias[o] += dout[static_cast<size_t>(r) * out_dim + o];

@@ -53,6 +53,7 @@ StrategyInfo naive_mp_strategy() {
       .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
       .schedule = naive_mp_schedule,
+      .bubble_formula = "(P−1)/P",
       .make = [] { return std::make_unique<PipelineStrategy>(naive_mp_schedule); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };

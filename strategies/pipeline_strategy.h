@@ -24,9 +24,12 @@ class PipelineStrategy final : public Strategy {
   void setup(RankEnv& env, const ParamSource& init) override {
     stage_ = std::make_unique<PipelineStage>(env, init);
     const StageTopology& t = stage_->topology();
-    // Every stage computes the same schedule from the same sizes; this stage
-    // runs its own line (a meta run drives the same stage to predict memory).
-    actions_ = schedule_(t.stages, stage_->micro_batches()).ranks[t.rank];
+    // Every stage computes the same schedule from the same sizes, or reads the
+    // same --schedule file; this stage runs its own line (a meta run drives
+    // the same stage to predict memory).
+    const Schedule s = env.cfg.schedule.empty() ? schedule_(t.stages, stage_->micro_batches())
+                                                : run_schedule(env.cfg);
+    actions_ = s.ranks[t.rank];
   }
 
   LossShare step(int step) override {

@@ -61,6 +61,7 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::stages, {"--stages 2", ""}},
       {StrategyOption::micro_batches, {"--micro-batches 4", "--micro-batches 1"}},
       {StrategyOption::partition, {"--partition 3,1", ""}},
+      {StrategyOption::schedule, {"--schedule " SHARDLAB_TEST_DATA "/schedules/own_p2_m1.txt", ""}},
       {StrategyOption::recompute, {"--recompute", ""}},
       {StrategyOption::mesh, {"--mesh dp=2", ""}},
       {StrategyOption::mesh_order, {"--mesh-order dp,pp,tp", "", "--mesh dp=2"}},
@@ -238,10 +239,10 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
           "[options][cli]") {
   use_real_lessons();
   // Every option `shardlab run` takes is here: a new one must say how it is checked.
-  const std::set<std::string> not_numeric = {"model",      "strategy",  "optimizer", "precision",
-                                             "device",     "backend",   "trace",     "save-init",
-                                             "save-final", "init-from", "save-data", "record",
-                                             "data",       "attention", "mesh",      "mesh-order"};
+  const std::set<std::string> not_numeric = {
+      "model", "strategy",  "optimizer",  "precision",  "device",    "backend",
+      "trace", "save-init", "save-final", "init-from",  "save-data", "record",
+      "data",  "attention", "mesh",       "mesh-order", "schedule"};
   struct Numeric {
     std::string strategy;            // one that reads it
     std::vector<std::string> valid;  // of the values below, those the option takes
@@ -562,7 +563,10 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
     case OptionKind::text:
       // --mesh-order orders a --mesh, so it comes with one.
       if (r.id == StrategyOption::mesh_order) c.mesh = "dp=2";
-      c.*r.text = r.id == StrategyOption::mesh_order ? "dp,pp,tp" : "dp=2";
+      c.*r.text = r.id == StrategyOption::mesh_order ? "dp,pp,tp"
+                  : r.id == StrategyOption::schedule ? SHARDLAB_TEST_DATA
+                      "/schedules/own_p2_m1.txt"  // world 2, M 1
+                                                     : "dp=2";
       break;
   }
   return c;
@@ -677,6 +681,6 @@ TEST_CASE("run --help lists every strategy option from its row, with the strateg
   }
   CHECK(h.out.find("  --bucket-mb X       ddp: gradient bucket size in MiB (default 25)\n") !=
         std::string::npos);
-  CHECK(h.out.find("  --partition A,B,..  gpipe/naive-mp/1f1b: layers per stage") !=
+  CHECK(h.out.find("  --partition A,B,..  gpipe/naive-mp/1f1b/zb-h1: layers per stage") !=
         std::string::npos);
 }

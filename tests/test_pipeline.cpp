@@ -59,7 +59,8 @@ int64_t peak_activations(const RunResult& r, int rank) {
 
 }  // namespace
 
-TEST_CASE("naive-mp, gpipe (with and without recompute) and 1f1b match single", "[pipeline]") {
+TEST_CASE("naive-mp, gpipe (with and without recompute), 1f1b and zb-h1 match single",
+          "[pipeline]") {
   for (OptimizerKind opt : {OptimizerKind::adamw, OptimizerKind::sgd}) {
     const RunResult ref = run_training(small_config("single", 1, opt));
     const auto& l = ref.losses;
@@ -72,9 +73,11 @@ TEST_CASE("naive-mp, gpipe (with and without recompute) and 1f1b match single", 
         bool recompute;
       };
       std::vector<Variant> variants = {{"naive-mp", 1, false}};
-      for (int M : {1, 4, 8})
+      for (int M : {1, 4, 8}) {
         for (const char* s : {"gpipe", "1f1b"})
           for (bool recompute : {false, true}) variants.push_back({s, M, recompute});
+        variants.push_back({"zb-h1", M, false});
+      }
       std::map<int, std::vector<float>> first_by_m;  // the first result per M
       for (const Variant& v : variants) {
         RunConfig c = small_config(v.strategy, P, opt);
@@ -87,7 +90,8 @@ TEST_CASE("naive-mp, gpipe (with and without recompute) and 1f1b match single", 
         for (int s = 0; s < c.steps; ++s)
           REQUIRE(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-4));
         // Same micro-batches, gradients accumulated in the same order: the
-        // schedules and recomputation change when, not what, so they agree bit for bit.
+        // schedules, recomputation and zb-h1's B/W split change when, not
+        // what, so they agree bit for bit.
         auto [it, fresh] = first_by_m.emplace(v.M, r.final_params);
         if (!fresh) REQUIRE(r.final_params == it->second);
       }

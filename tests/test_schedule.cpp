@@ -154,9 +154,9 @@ TEST_CASE("schedules: a named schedule refuses sizes it cannot take", "[schedule
   CHECK_THROWS_WITH(named_schedule("zb-h2", 4, 8), Catch::Contains("no schedule named 'zb-h2'"));
 }
 
-TEST_CASE("schedules: gpipe, 1f1b and naive-mp really run the orders their schedules write",
+TEST_CASE("schedules: gpipe, 1f1b, zb-h1 and naive-mp really run the orders their schedules write",
           "[schedule][pipeline]") {
-  for (const char* name : {"gpipe", "1f1b", "naive-mp"})
+  for (const char* name : {"gpipe", "1f1b", "zb-h1", "naive-mp"})
     for (int P : {2, 4})
       for (int M : {4, 8}) {
         const bool naive = std::string(name) == "naive-mp";
@@ -194,4 +194,52 @@ TEST_CASE("schedules: 'shardlab schedule' prints a named or written schedule, re
   test::expect_refused("schedule nope", "'nope' is neither a schedule name nor a readable file");
   test::expect_refused("schedule interleaved --micro-batches 6", "a multiple of 4");
   test::expect_refused("schedule 1f1b --stages 0", "--stages 0 is out of range (valid: 1 to 64)");
+}
+
+TEST_CASE(
+    "schedules: a learner's --schedule file runs as written, equals single, and a bad one "
+    "is refused before any rank starts",
+    "[schedule][pipeline][cli]") {
+  test::TempDir dir;
+  const std::string file = (dir.path / "mine.txt").string();
+  // Two stages, four micro-batches, backwards split into B and W, the Ws
+  // placed by hand where the stages would otherwise wait: not a named schedule.
+  const std::string mine =
+      "# mine: zero bubble by hand\n"
+      "rank 0: F0 F1 B0 F2 B1 F3 B2 W0 B3 W1 W2 W3\n"
+      "rank 1: F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3\n";
+  std::ofstream(file) << mine;
+  RunConfig c = test::small_run("mlp:4x32", "1f1b", 2, 16, 3, OptimizerKind::adamw, 2);
+  c.micro_batches = 4;
+  c.schedule = file;
+  const RunResult r = run_training(c);
+  const RunResult ref =
+      run_training(test::small_run("mlp:4x32", "single", 1, 16, 3, OptimizerKind::adamw, 2));
+  CHECK(test::max_rel_diff(r.final_params, ref.final_params) < 5e-5);
+  for (int step = 0; step < c.steps; ++step)
+    CHECK(format_schedule(recorded_schedule(r, step)) ==
+          format_schedule(parse_schedule(mine, "mine")));
+
+  // On the command line: the report names the file and its unit-cost bubble.
+  const std::string base =
+      "run --model mlp:4x32 --batch 16 --steps 1 --world 2 --strategy 1f1b "
+      "--micro-batches 4 --schedule ";
+  const test::CliResult ok = test::run_cli(base + file);
+  INFO(ok.out);
+  CHECK(ok.code == 0);
+  CHECK(ok.out.find("schedule          " + file + " (run in place of 1f1b's order)") !=
+        std::string::npos);
+  // Refused in one line, before a rank starts (no summary), naming rank and action.
+  std::ofstream(file) << "rank 0: F0 F1 B0 B1 F2 B2 F3 B3\nrank 1: F0 B0 F1 B1 F2 B2 F3\n";
+  test::expect_refused(base + file, "--schedule " + file + ": rank 1 never runs B3");
+  std::ofstream(file) << "rank 0: F0 B0 W0 F1 B1 W1 F2 B2 W2 F3 B3 W3\n"
+                         "rank 1: F0 W0 B0 F1 B1 W1 F2 B2 W2 F3 B3 W3\n";
+  test::expect_refused(base + file, "rank 1, action 2 (W0) comes before B0 on rank 1");
+  test::expect_refused(base + (dir.path / "none.txt").string(), "--schedule ");
+  // The file's micro-batches must be the run's.
+  test::expect_refused(
+      "run --model mlp:4x32 --batch 16 --steps 1 --world 2 --strategy 1f1b "
+      "--micro-batches 2 --schedule " +
+          file,
+      "there is no micro-batch 2");
 }

@@ -49,7 +49,8 @@ TEST_CASE("built-in strategies are registered once, each with its traffic by ope
       {"fsdp", {"3Ψ", "all-gather of the parameters"}},
       {"naive-mp", {"", ""}},
       {"gpipe", {"", ""}},
-      {"1f1b", {"", ""}}};
+      {"1f1b", {"", ""}},
+      {"zb-h1", {"", ""}}};
   REQUIRE(n == traffic.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
@@ -75,7 +76,7 @@ TEST_CASE("built-in strategies are registered once, each with its traffic by ope
   CHECK(predict_comm(keep, 1).formula == "2Ψ");
   CHECK(predict_comm(ModelStateInput{1e6, 1, "dp"}, 0).formula == "0");
   CHECK(strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) ==
-        "gpipe, naive-mp, 1f1b");
+        "gpipe, naive-mp, 1f1b, zb-h1");
   CHECK(strategy_names_where([](const StrategyInfo& s) { return s.is_reference(); }) == "single");
   CHECK_FALSE(is_controller("nope"));
 }

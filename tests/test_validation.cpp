@@ -39,17 +39,20 @@ const std::map<StrategyOption, Names>& expected_readers() {
       {StrategyOption::fsdp_unit, {"fsdp"}},
       {StrategyOption::no_reshard, {"fsdp"}},
       {StrategyOption::offload, {"fsdp"}},
-      {StrategyOption::stages, {"naive-mp", "gpipe", "1f1b"}},
-      {StrategyOption::micro_batches, {"gpipe", "1f1b"}},
-      {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b"}},
+      {StrategyOption::stages, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
+      {StrategyOption::micro_batches, {"gpipe", "1f1b", "zb-h1"}},
+      {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
+      {StrategyOption::schedule, {"gpipe", "1f1b", "zb-h1"}},
+      // zb-h1 keeps each linear's input from B to W: a recompute or a
+      // sequence-parallel gather would drop it first.
       {StrategyOption::recompute, {"gpipe", "1f1b"}},
       {StrategyOption::mesh,
-       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1"}},
       {StrategyOption::mesh_order,
-       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1"}},
       {StrategyOption::sequence_parallel,
        {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
-      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b"}},
+      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
   };
   return m;
 }
@@ -103,6 +106,9 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::recompute:
       c.recompute = true;
       return "--recompute";
+    case StrategyOption::schedule:  // 2 stages, 1 micro-batch: F0 B0 on each
+      c.schedule = SHARDLAB_TEST_DATA "/schedules/own_p2_m1.txt";
+      return "--schedule " + c.schedule;
     // A data-parallel strategy's mesh is dp and tp (test_data_parallel_mesh.cpp);
     // a pipeline's any (test_hybrid.cpp).
     case StrategyOption::mesh:
@@ -165,7 +171,8 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
       {"dp", StrategyFamily::data_parallel},    {"zero1", StrategyFamily::data_parallel},
       {"zero2", StrategyFamily::data_parallel}, {"zero3", StrategyFamily::data_parallel},
       {"fsdp", StrategyFamily::data_parallel},  {"naive-mp", StrategyFamily::pipeline},
-      {"gpipe", StrategyFamily::pipeline},      {"1f1b", StrategyFamily::pipeline}};
+      {"gpipe", StrategyFamily::pipeline},      {"1f1b", StrategyFamily::pipeline},
+      {"zb-h1", StrategyFamily::pipeline}};
   REQUIRE(all_strategies().size() == families.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
@@ -190,6 +197,8 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
   CHECK(strategy_info("1f1b").in_flight(8, 4, 1) == 3);
   CHECK(strategy_info("1f1b").in_flight(2, 4, 0) == 2);
   CHECK(strategy_info("naive-mp").in_flight(1, 4, 0) == 1);
+  CHECK(strategy_info("zb-h1").in_flight(8, 4, 3) == 4);  // F to W: P on every stage
+  CHECK(strategy_info("zb-h1").in_flight(2, 4, 0) == 2);
 }
 
 TEST_CASE("every strategy x every option: refused when not read, accepted when read",
@@ -233,8 +242,8 @@ TEST_CASE("the message names the option the user gave first", "[validation]") {
   c.offload = c.recompute = true;
   c.micro_batches = 4;
   // Without an order: the option table's order (--micro-batches comes before --offload).
-  CHECK(message_of(c).rfind("--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b",
-                            0) == 0);
+  CHECK(message_of(c).rfind(
+            "--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b, zb-h1", 0) == 0);
   try {
     validate(c, {"world", "offload", "micro-batches", "recompute"});
     FAIL("accepted");
@@ -275,7 +284,8 @@ TEST_CASE("the command line refuses options the strategy does not read", "[valid
   const CliResult z = run_cli("run --strategy zero3 --micro-batches 8");
   INFO(z.out);
   CHECK(z.code == 2);
-  CHECK(z.out == "error: --micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b\n");
+  CHECK(z.out ==
+        "error: --micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b, zb-h1\n");
 
   const CliResult p = run_cli("run --strategy gpipe --world 2 --precision fp16");
   INFO(p.out);

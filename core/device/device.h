@@ -86,7 +86,8 @@ class DeviceBackend {
   // out[rows,out] = in[rows,in] . w[out,in]^T + b[out]   (nn.Linear; b may be null: no bias)
   virtual void linear_forward(float* out, const float* in, const float* w, const float* b, int rows,
                               int in_dim, int out_dim) = 0;
-  // dw += dout^T . in ; db += sum_rows dout ; din = dout . w (din and db may be null)
+  // dw += dout^T . in ; db += sum_rows dout ; din = dout . w (din, dw and db may be null:
+  // a zero-bubble B computes din alone, its W dw and db alone)
   virtual void linear_backward(float* din, float* dw, float* db, const float* dout, const float* in,
                                const float* w, int rows, int in_dim, int out_dim) = 0;
   virtual void gelu_forward(float* out, const float* in, size_t n) = 0;

@@ -93,9 +93,9 @@ class MetaBackend final : public DeviceBackend {
                       int out) override {
     gemm(rows, in, out, 1);
   }
-  void linear_backward(float* din, float*, float*, const float*, const float*, const float*,
+  void linear_backward(float* din, float* dw, float*, const float*, const float*, const float*,
                        int rows, int in, int out) override {
-    gemm(rows, in, out, din ? 2 : 1);
+    gemm(rows, in, out, (din ? 1 : 0) + (dw ? 1 : 0));
   }
   void gelu_forward(float*, const float*, size_t) override {}
   void gelu_backward(float*, const float*, const float*, size_t) override {}
@@ -160,9 +160,9 @@ class MetaBackend final : public DeviceBackend {
                             int out) override {
     gemm(rows, in, out, 1);
   }
-  void linear_backward_2byte(DType, void* din, void*, void*, const void*, const void*, const void*,
-                             int rows, int in, int out) override {
-    gemm(rows, in, out, din ? 2 : 1);
+  void linear_backward_2byte(DType, void* din, void* dw, void*, const void*, const void*,
+                             const void*, int rows, int in, int out) override {
+    gemm(rows, in, out, (din ? 1 : 0) + (dw ? 1 : 0));
   }
   void gelu_forward_2byte(DType, void*, const void*, size_t) override {}
   void gelu_backward_2byte(DType, void*, const void*, const void*, size_t) override {}

@@ -11,6 +11,22 @@ namespace shardlab {
 
 class Comm;
 
+// The zero-bubble split of a backward (Qi et al., ICLR 2024): B computes the
+// gradient of the input, which the previous stage is waiting for, and W the
+// linears' weight gradients, which nobody waits for, later (in the bubble).
+// One deferred W is one linear's dW += doutᵀ·x (and db += Σ dout): it owns a
+// copy of dout and reads x, which must stay alive until it runs. W is the
+// weight GEMMs, as in the paper; LayerNorm's, BatchNorm's and the embedding's
+// small gradients stay in B. fp32 only (pipelines train in fp32).
+struct DeferredWeightGrad {
+  Tensor dout;              // [rows, out], the linear's output gradient
+  const void* x = nullptr;  // [rows, in], the linear's input
+  void* dw = nullptr;       // [out, in], accumulated into
+  void* db = nullptr;       // [out], accumulated into; may be null
+  int layer = -1;           // the layer it belongs to (its W span's)
+  int rows = 0, in = 0, out = 0;
+};
+
 // One call of a layer: where its buffers come from and how they are named.
 struct LayerCall {
   Allocator& alloc;
@@ -20,6 +36,9 @@ struct LayerCall {
   // Tensor parallelism: the communicator of this rank's tp group, whose ranks
   // hold the other slices of the layer (null: the layer is whole here).
   Comm* tp = nullptr;
+  // B of a split backward: the linears' weight gradients are not computed
+  // but appended here, for W to run later (null: the whole backward now).
+  std::vector<DeferredWeightGrad>* defer = nullptr;
   // "layers.3.pre_gelu[mb 2]": an activation's name in the memory panel.
   std::string name(int layer, const std::string& what) const;
 };

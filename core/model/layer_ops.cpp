@@ -81,9 +81,38 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
   y.store(out);
 }
 
+bool defer_weight_grad(const LayerCall& c, int layer, const char* what, const void* dout,
+                       const void* x, void* dw, void* db, int rows, int in, int out) {
+  if (!c.defer) return false;
+  if (c.dt != DType::f32)
+    throw std::logic_error(
+        "defer_weight_grad: the B/W split is fp32 only (pipelines train in fp32)");
+  DeferredWeightGrad d;
+  // Kept from B to W like an activation: the memory panel counts it with them.
+  d.dout = c.alloc.alloc(c.name(layer, what), MemCategory::activations,
+                         {rows, static_cast<int64_t>(out)}, DType::f32);
+  c.alloc.backend().copy(d.dout.raw(), dout, d.dout.bytes(), CopyKind::device_to_device);
+  d.x = x;
+  d.dw = dw;
+  d.db = db;
+  d.layer = layer;
+  d.rows = rows;
+  d.in = in;
+  d.out = out;
+  c.defer->push_back(std::move(d));
+  return true;
+}
+
+void run_weight_grad(DeviceBackend& dev, DeferredWeightGrad& d) {
+  dev.linear_backward(nullptr, static_cast<float*>(d.dw), static_cast<float*>(d.db),
+                      d.dout.data<float>(), static_cast<const float*>(d.x), nullptr, d.rows, d.in,
+                      d.out);
+  d.dout.reset();
+}
+
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
                     void* db, const void* x, const void* w, int rows, int in_dim, int out_dim,
-                    const BatchNormArgs* bn) {
+                    const BatchNormArgs* bn, const LayerCall* defer, int layer) {
   const size_t n = static_cast<size_t>(rows) * out_dim;
   const size_t n_in = static_cast<size_t>(rows) * in_dim;
   const size_t n_w = static_cast<size_t>(in_dim) * out_dim;
@@ -95,11 +124,18 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
     if (bn)
       dev.batchnorm_backward(gf, as_f32(bn->dweight), as_f32(bn->dbias), gf, as_f32(bn->xhat),
                              as_f32(bn->invstd), as_f32(bn->weight), rows, out_dim);
+    // A zero-bubble B: the weight gradient of g (GELU's and BatchNorm's
+    // backward already applied) waits for W; only din is computed now.
+    if (defer &&
+        defer_weight_grad(*defer, layer, "linear.grad_output", g, x, dw, db, rows, in_dim, out_dim))
+      dw = db = nullptr;
     dev.linear_backward(static_cast<float*>(din), static_cast<float*>(dw), static_cast<float*>(db),
                         gf, static_cast<const float*>(x), static_cast<const float*>(w), rows,
                         in_dim, out_dim);
     return;
   }
+  if (defer && defer->defer)
+    throw std::logic_error("layer_backward: the B/W split is fp32 only (pipelines train in fp32)");
   if (dev.native_2byte_math()) {
     if (pre) dev.gelu_backward_2byte(dt, g, g, pre, n);
     dev.linear_backward_2byte(dt, din, dw, db, g, x, w, rows, in_dim, out_dim);

@@ -48,9 +48,21 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
 // g [rows, out]: the gradient of the layer's output, overwritten (through GELU when
 // pre is given, then through BatchNorm when bn is). dw, db (and bn's dweight,
 // dbias) accumulate (+=); din [rows, in] is overwritten (may be null).
+// defer (a zero-bubble B, fp32, of layer `layer`): when defer->defer is set, dw
+// and db are left for W (defer_weight_grad).
 void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* din, void* dw,
                     void* db, const void* x, const void* w, int rows, int in_dim, int out_dim,
-                    const BatchNormArgs* bn = nullptr);
+                    const BatchNormArgs* bn = nullptr, const LayerCall* defer = nullptr,
+                    int layer = -1);
+
+// The zero-bubble split (layer_call.h). When c.defer is set, appends to it a
+// linear's weight gradient — dw += doutᵀ·x, db += Σ dout — with a copy of
+// dout named `what`, and returns true: the caller computes din alone. fp32
+// only; otherwise returns false and the caller computes everything now.
+bool defer_weight_grad(const LayerCall& c, int layer, const char* what, const void* dout,
+                       const void* x, void* dw, void* db, int rows, int in, int out);
+// W of one deferred weight gradient; frees its copy of dout when done.
+void run_weight_grad(DeviceBackend& dev, DeferredWeightGrad& d);
 
 // Layers that compute on gathered or replicated weights (the data-parallel
 // family), through the model family's forward and backward; BatchNorm's

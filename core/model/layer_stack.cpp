@@ -2,11 +2,13 @@
 // backward loop mirrors the forward loop.
 #include "core/model/layer_stack.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "core/comm/comm.h"
+#include "core/model/layer_ops.h"
 #include "core/model/model_family.h"
 
 namespace shardlab {
@@ -176,8 +178,34 @@ void LayerStack::recompute(int mb) {
 
 Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
                             const std::function<void(int)>& on_layer_done) {
+  return backward_pass(dout, mb, want_dinput, false, on_layer_done);
+}
+
+Tensor LayerStack::backward_input(const void* dout, int mb, bool want_dinput) {
+  if (dtype_ != DType::f32)
+    throw std::logic_error("LayerStack::backward_input: the B/W split is fp32 only");
+  return backward_pass(dout, mb, want_dinput, true, {});
+}
+
+void LayerStack::backward_weights(int mb) {
   auto it = saved_.find(mb);
-  if (it == saved_.end() || it->second.keep.empty())
+  if (it == saved_.end() || !it->second.awaiting_w)
+    throw std::logic_error("LayerStack::backward_weights: no B for this micro-batch");
+  Saved& s = it->second;
+  // One W span per layer, from the last layer to the first as B recorded them.
+  for (size_t i = 0; i < s.deferred.size();) {
+    const int l = s.deferred[i].layer;
+    ScopedSpan span(rec_, Lane::compute, SpanKind::weight, l, mb);
+    for (; i < s.deferred.size() && s.deferred[i].layer == l; ++i)
+      run_weight_grad(alloc_.backend(), s.deferred[i]);
+  }
+  saved_.erase(it);  // the inputs the W read go with it
+}
+
+Tensor LayerStack::backward_pass(const void* dout, int mb, bool want_dinput, bool split,
+                                 const std::function<void(int)>& on_layer_done) {
+  auto it = saved_.find(mb);
+  if (it == saved_.end() || it->second.keep.empty() || it->second.awaiting_w)
     throw std::logic_error("LayerStack::backward: no forward for this micro-batch");
   Saved& s = it->second;
   const int rows = s.rows;
@@ -192,7 +220,8 @@ Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
   Tensor g = alloc_.alloc(act_name(last_ - 1, "grad_output", mb), MemCategory::temporary,
                           shape(last_), dtype_);
   alloc_.backend().copy(g.raw(), dout, g.bytes(), CopyKind::device_to_device);
-  const LayerCall call{alloc_, dtype_, rows, mb, tp_};
+  LayerCall call{alloc_, dtype_, rows, mb, tp_};
+  if (split) call.defer = &s.deferred;
   for (int l = last_ - 1; l >= first_; --l) {
     ScopedSpan span(rec_, Lane::compute, SpanKind::backward, l, mb);
     const int i = l - first_;
@@ -205,13 +234,20 @@ Tensor LayerStack::backward(const void* dout, int mb, bool want_dinput,
     layout_.family().backward(call, layout_, l, layer_params(l), layer_grads(l), input, s.keep[i],
                               g.raw(), din.empty() ? nullptr : din.raw());
     // This layer's saved activations are no longer needed: the memory panel
-    // shows them draining as backward walks toward the input.
-    for (Tensor& t : s.keep[i].t) t.reset();
+    // shows them draining as backward walks toward the input. In a split
+    // backward the inputs of the deferred weight gradients stay, for W.
+    for (Tensor& t : s.keep[i].t)
+      if (!split || std::none_of(s.deferred.begin(), s.deferred.end(),
+                                 [&](const DeferredWeightGrad& d) { return d.x == t.raw(); }))
+        t.reset();
     g = std::move(din);
     span.end();
     if (on_layer_done) on_layer_done(l);
   }
-  saved_.erase(it);
+  if (split)
+    s.awaiting_w = true;
+  else
+    saved_.erase(it);
   return g;
 }
 

@@ -53,6 +53,17 @@ class LayerStack {
   Tensor backward(const void* dout, int mb, bool want_dinput,
                   const std::function<void(int layer)>& on_layer_done = {});
 
+  // The zero-bubble split of backward(mb) (Qi et al., 2024) in two calls:
+  // backward_input is B — the gradient of the input, which the previous
+  // stage waits for — and leaves the linears' weight gradients for
+  // backward_weights(mb), W, which nobody waits for. Between the two the
+  // micro-batch keeps each linear's input and a copy of its output gradient
+  // (the rest of its activations is freed by B); `in` from forward(mb) must
+  // stay valid until W. B then W add the same gradients as backward(mb).
+  // fp32 only.
+  Tensor backward_input(const void* dout, int mb, bool want_dinput);
+  void backward_weights(int mb);
+
   // Activation recomputation (a pipeline stage with --recompute). Runs the
   // layers keeping only `in` (valid until backward(mb)): each layer's
   // activations are freed as soon as the next layer has read them. Returns the
@@ -112,8 +123,12 @@ class LayerStack {
     const void* input = nullptr;  // the batch (fp32 or token ids), or the previous stage's output
     Tensor cast_input;            // mixed precision: a float input in the stack's dtype
     int rows = 0;
-    std::vector<LayerKeep> keep;  // per layer: its output and what its backward reads
+    std::vector<LayerKeep> keep;               // per layer: its output and what its backward reads
+    std::vector<DeferredWeightGrad> deferred;  // after B, before W: the weight gradients left
+    bool awaiting_w = false;                   // B has run, W has not
   };
+  Tensor backward_pass(const void* dout, int mb, bool want_dinput, bool split,
+                       const std::function<void(int layer)>& on_layer_done);
   // A BatchNorm layer's buffers: PyTorch's running_mean, running_var (device)
   // and num_batches_tracked (a count the host keeps: nothing on the device reads it).
   struct Norm {

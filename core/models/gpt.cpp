@@ -49,6 +49,7 @@
 #include "core/comm/comm.h"
 #include "core/comm/placement.h"
 #include "core/config.h"
+#include "core/model/layer_ops.h"
 #include "core/model/model_family.h"
 #include "core/model/precision.h"
 #include "core/model/text_data.h"
@@ -141,8 +142,17 @@ void linear(const LayerCall& c, void* out, const void* x, const void* w, const v
 }
 
 // dW += doutᵀ · x; db += Σ_rows dout (db may be null); din = dout · W (din may be null).
-void linear_backward(const LayerCall& c, void* din, void* dw, void* db, const void* dout,
-                     const void* x, const void* w, int rows, int in, int o) {
+// In a zero-bubble B (c.defer) dW and db are left for W, which reads x then:
+// x must be a tensor the layer keeps, never a temporary. `what` names dout's copy.
+void linear_backward(const LayerCall& c, int layer, const char* what, void* din, void* dw, void* db,
+                     const void* dout, const void* x, const void* w, int rows, int in, int o) {
+  if (defer_weight_grad(c, layer, what, dout, x, dw, db, rows, in, o)) {
+    if (din)
+      c.alloc.backend().linear_backward(static_cast<float*>(din), nullptr, nullptr,
+                                        static_cast<const float*>(dout), nullptr,
+                                        static_cast<const float*>(w), rows, in, o);
+    return;
+  }
   if (native(c))
     return c.alloc.backend().linear_backward_2byte(c.dt, din, dw, db, dout, x, w, rows, in, o);
   const size_t r = static_cast<size_t>(rows);
@@ -607,6 +617,10 @@ class Gpt final : public ModelFamily {
       return c.alloc.alloc(c.name(l, what), MemCategory::temporary, std::move(shape), dt);
     };
     auto kept = [&](int i) { return keep.t[static_cast<size_t>(i)].raw(); };
+    // A deferred W reads its linear's input later: under sequence parallelism
+    // that input is gathered into a temporary, gone by then.
+    if (c.defer && tp.sp())
+      throw std::logic_error("gpt: the B/W split does not combine with sequence parallelism");
     if (l == 0) {
       // g's backward is the identity: every tp rank has the gradient of every
       // token (sequence parallelism: each rank's own, gathered), adds it into
@@ -620,8 +634,8 @@ class Gpt final : public ModelFamily {
     if (l == m.num_layers() - 1) {
       const int Vl = vocab_rows(m).rows;
       Tensor dln = temp("ln_f.grad", {c.rows, T, C}, c.dt);
-      linear_backward(c, dln.raw(), grads[2], nullptr, g, tp.sp() ? kept(k_lnf_all) : kept(k_lnf),
-                      params[2], R, C, Vl);
+      linear_backward(c, l, "lm_head.grad_output", dln.raw(), grads[2], nullptr, g,
+                      tp.sp() ? kept(k_lnf_all) : kept(k_lnf), params[2], R, C, Vl);
       // Each rank's vocabulary slice gave its share of ln_f's output gradient:
       // f sums them (under sequence parallelism into each rank's own tokens).
       Tensor shard;
@@ -642,15 +656,16 @@ class Gpt final : public ModelFamily {
       Tensor g_all;
       const void* gin = tp.gather(g, g_all, "output.grad.all", R, C);
       Tensor dh = temp("mlp.grad", {c.rows, T, F}, c.dt);
-      linear_backward(c, dh.raw(), grads[mlp_proj_w], grads[mlp_proj_b], gin, kept(k_hg),
-                      params[mlp_proj_w], R, F, C);
+      linear_backward(c, l, "mlp.c_proj.grad_output", dh.raw(), grads[mlp_proj_w],
+                      grads[mlp_proj_b], gin, kept(k_hg), params[mlp_proj_w], R, F, C);
       g_all.reset();
       gelu_backward(c, dh.raw(), kept(k_h), static_cast<size_t>(R) * F);
       Tensor dln2 = temp("ln_2.grad", {c.rows, T, C}, c.dt);
       {
         Tensor all;  // sequence parallelism: ln_2's output gathered again, as Megatron does
-        linear_backward(c, dln2.raw(), grads[c_fc_w], grads[c_fc_b], dh.raw(),
-                        tp.gather(kept(k_ln2), all, "ln_2.all", R, C), params[c_fc_w], R, C, F);
+        linear_backward(c, l, "mlp.c_fc.grad_output", dln2.raw(), grads[c_fc_w], grads[c_fc_b],
+                        dh.raw(), tp.gather(kept(k_ln2), all, "ln_2.all", R, C), params[c_fc_w], R,
+                        C, F);
       }
       dh.reset();
       Tensor shard;
@@ -665,9 +680,9 @@ class Gpt final : public ModelFamily {
     Tensor datty = temp("attn.grad", {c.rows, T, Ch}, c.dt);
     {
       Tensor g_all;
-      linear_backward(c, datty.raw(), grads[attn_proj_w], grads[attn_proj_b],
-                      tp.gather(g, g_all, "residual.grad.all", R, C), kept(k_atty),
-                      params[attn_proj_w], R, Ch, C);
+      linear_backward(c, l, "attn.c_proj.grad_output", datty.raw(), grads[attn_proj_w],
+                      grads[attn_proj_b], tp.gather(g, g_all, "residual.grad.all", R, C),
+                      kept(k_atty), params[attn_proj_w], R, Ch, C);
     }
     Tensor dqkv = temp("attn.qkv.grad", {c.rows, T, 3 * Ch}, c.dt);
     if (s.flash_attention) {
@@ -683,9 +698,9 @@ class Gpt final : public ModelFamily {
     Tensor dln1 = temp("ln_1.grad", {c.rows, T, C}, c.dt);
     {
       Tensor all;
-      linear_backward(c, dln1.raw(), grads[c_attn_w], grads[c_attn_b], dqkv.raw(),
-                      tp.gather(kept(k_ln1), all, "ln_1.all", R, C), params[c_attn_w], R, C,
-                      3 * Ch);
+      linear_backward(c, l, "attn.c_attn.grad_output", dln1.raw(), grads[c_attn_w], grads[c_attn_b],
+                      dqkv.raw(), tp.gather(kept(k_ln1), all, "ln_1.all", R, C), params[c_attn_w],
+                      R, C, 3 * Ch);
     }
     dqkv.reset();
     Tensor shard;

@@ -257,7 +257,8 @@ class Mlp final : public ModelFamily {
     // A row layer's output gradient is the same on every tp rank (g's backward
     // is the identity), so its bias gradient is too: each rank keeps it whole.
     layer_backward(c.alloc, c.dt, g, keep.t[0].empty() ? nullptr : keep.t[0].raw(), din, grads[0],
-                   grads[1], x, params[0], c.rows, in_dim, out_dim, m.has_bn(l) ? &bn : nullptr);
+                   grads[1], x, params[0], c.rows, in_dim, out_dim, m.has_bn(l) ? &bn : nullptr, &c,
+                   l);
     // f's backward: each tp rank's output features contributed to every input's
     // gradient; the all-reduce adds the contributions.
     if (din && tp_role(m, l) == TpRole::column)

@@ -4,6 +4,7 @@
 #include "core/parallel/pipeline.h"
 
 #include "core/model/model_family.h"
+#include "core/model/text_data.h"
 #include "core/parallel/data_parallel_mesh.h"
 
 #include <algorithm>
@@ -143,6 +144,29 @@ std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& lay
   return cfg.partition.empty() ? balanced_partition(layout, pipeline_stages(cfg)) : cfg.partition;
 }
 
+Schedule run_schedule(const RunConfig& cfg) {
+  const int P = pipeline_stages(cfg), M = cfg.micro_batches;
+  if (cfg.schedule.empty()) {
+    const StrategyInfo& info = strategy_info(cfg.strategy);
+    if (!info.schedule)
+      throw std::logic_error("run_schedule: " + cfg.strategy + " has no schedule");
+    return info.schedule(P, M);
+  }
+  std::string text;
+  try {
+    text = read_text_file(cfg.schedule);
+  } catch (const ConfigError& e) {
+    throw ConfigError("--schedule " + cfg.schedule + ": " + e.what());
+  }
+  Schedule s = parse_schedule(text, cfg.schedule);
+  try {
+    validate_schedule(s, P, M, 1);
+  } catch (const ConfigError& e) {
+    throw ConfigError("--schedule " + cfg.schedule + ": " + e.what());
+  }
+  return s;
+}
+
 StageTopology stage_topology(int rank, const std::vector<int>& partition) {
   const int P = static_cast<int>(partition.size());
   if (rank < 0 || rank >= P) throw std::invalid_argument("stage_topology: rank out of range");
@@ -231,6 +255,8 @@ void validate_pipeline(const RunConfig& cfg) {
                       " is not divisible by --micro-batches " + std::to_string(M) +
                       " (valid: a multiple of " + std::to_string(M) + ", e.g. " +
                       std::to_string(M * std::max(1, cfg.batch / M)) + ")");
+  // A learner's own order: read and checked now, before any rank starts.
+  if (!cfg.schedule.empty()) run_schedule(cfg);
   // PyTorch's BatchNorm1d refuses a single row in training: no variance to normalise by.
   if (layout.spec().batchnorm && cfg.batch / M < 2)
     throw ConfigError("--model " + cfg.model + ": --batch " + std::to_string(cfg.batch) +
@@ -407,16 +433,18 @@ void PipelineStage::settle_sends() {
 }
 
 void PipelineStage::run(const std::vector<Action>& actions) {
+  // A B whose W the line runs too is split (zero bubble): B computes the
+  // input's gradient, W later the weights'. Without a W it is the whole backward.
+  split_.assign(static_cast<size_t>(micro_batches_), false);
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::weight && a.micro_batch < micro_batches_)
+      split_[a.micro_batch] = true;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     if (a.chunk != 0)
       throw ConfigError("schedule: rank " + std::to_string(topo_.rank) + " runs " +
                         to_string(a, a.chunk + 1) +
                         ", a model chunk, and this stage holds one (valid: no chunks)");
-    if (a.kind == ActionKind::weight)
-      throw ConfigError("schedule: rank " + std::to_string(topo_.rank) + " runs " +
-                        to_string(a, 1) +
-                        ": a stage's backward is not split into B and W yet (valid: F and B)");
     if (i + 1 < actions.size()) {
       const Action& next = actions[i + 1];
       if (next.kind == ActionKind::backward) post_recv_grad(next.micro_batch);
@@ -425,8 +453,10 @@ void PipelineStage::run(const std::vector<Action>& actions) {
     }
     if (a.kind == ActionKind::forward)
       forward(a.micro_batch);
-    else
+    else if (a.kind == ActionKind::backward)
       backward(a.micro_batch);
+    else
+      weight(a.micro_batch);
   }
 }
 
@@ -499,10 +529,20 @@ void PipelineStage::backward(int mb) {
     dout = wait_recv(grad_recvs_, mb);
   }
   if (env_.cfg.recompute) layers_->recompute(mb);
-  Tensor din = layers_->backward(dout.raw(), mb, !topo_.is_first);
+  const bool split = static_cast<size_t>(mb) < split_.size() && split_[mb];
+  // A split backward is B alone: the weight gradients wait for weight(mb),
+  // and so does the stage input, which the first layer's W reads.
+  Tensor din = split ? layers_->backward_input(dout.raw(), mb, !topo_.is_first)
+                     : layers_->backward(dout.raw(), mb, !topo_.is_first);
   dout.reset();
-  inputs_.erase(mb);
+  if (!split) inputs_.erase(mb);
   if (!topo_.is_first) send(nullptr, std::move(din), mb, PipeDirection::gradient);
+}
+
+void PipelineStage::weight(int mb) {
+  settle_sends();
+  layers_->backward_weights(mb);
+  inputs_.erase(mb);
 }
 
 LossShare PipelineStage::finish_step() {

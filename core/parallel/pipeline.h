@@ -42,6 +42,12 @@ std::vector<double> measure_layer_costs(const RunConfig& cfg);
 // --partition when given, else balanced_partition. Assumes validate_pipeline passed.
 std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout);
 
+// The order the run's stages follow: --schedule's file, read, parsed and
+// validated against the pipeline's P stages and M micro-batches (a ConfigError
+// in one line naming the file, the rank and the action otherwise); without
+// one, the strategy's own (StrategyInfo::schedule).
+Schedule run_schedule(const RunConfig& cfg);
+
 // One stage's place in the pipeline, computed once from (rank, partition) and
 // passed around as a value: tests build every stage of a pipeline in one process.
 struct StageTopology {
@@ -110,7 +116,11 @@ class PipelineStage {
   void post_recv_input(int mb);
   void post_recv_grad(int mb);
   void forward(int mb);
+  // The whole backward of mb, or, when the schedule run() runs has a W for
+  // mb, its B alone (the input's gradient, sent back as usual) ...
   void backward(int mb);
+  // ... and its W: the weight gradients B left (zero bubble; nothing is sent).
+  void weight(int mb);
   // Runs this stage's line of a schedule (schedule.h) in order. Before each
   // action the receive the next one reads is posted, so its data arrives while
   // this one computes: the next F's input after an F, the next B's gradient
@@ -170,6 +180,7 @@ class PipelineStage {
   int step_ = 0;
   int next_input_recv_ = 0;  // receives are posted in micro-batch order (see post_recv_input)
   int next_grad_recv_ = 0;
+  std::vector<bool> split_;      // per micro-batch: run() has a W for it, so its B is split
   double loss_ = 0;              // Σ over micro-batches of each one's share of the mean loss
   MixedPrecision fp32_{"fp32"};  // pipelines train in fp32
   std::unique_ptr<LayerStack> layers_;

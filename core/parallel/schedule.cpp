@@ -301,7 +301,6 @@ std::vector<std::string> schedule_names() {
   for (const StrategyInfo& s : all_strategies())
     if (s.schedule) names.push_back(s.name);
   names.push_back("interleaved");
-  names.push_back("zb-h1");
   return names;
 }
 
@@ -334,28 +333,6 @@ Schedule interleaved(int P, int M, int V) {
   return s;
 }
 
-// ZB-H1 (Qi et al., 2024, §3): 1F1B's forwards and input-gradient backwards,
-// each weight gradient deferred: rank r holds back r of them while the pipe
-// fills (its F B pairs before the first W), runs one W after each later B, and
-// the held-back ones at the end, where 1F1B's cool-down leaves the rank idle.
-// The first rank never waits, so it runs each W right after its B.
-Schedule zb_h1(int P, int M) {
-  Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
-  for (int r = 0; r < P; ++r) {
-    auto& a = s.ranks[r];
-    int f = 0, b = 0, w = 0;
-    const auto F = [&] { a.push_back(act(ActionKind::forward, f++)); };
-    const auto B = [&] { a.push_back(act(ActionKind::backward, b++)); };
-    const auto W = [&] { a.push_back(act(ActionKind::weight, w++)); };
-    for (int i = 0; i < P - r - 1 && f < M; ++i) F();  // warm-up, as 1f1b's
-    for (int i = 0; i < r && f < M; ++i) F(), B();     // W held back
-    while (f < M) F(), B(), W();
-    while (b < M) B(), W();
-    while (w < M) W();
-  }
-  return s;
-}
-
 }  // namespace
 
 Schedule named_schedule(const std::string& name, int P, int M, int V) {
@@ -369,7 +346,6 @@ Schedule named_schedule(const std::string& name, int P, int M, int V) {
                       "interleaved)");
   // A pipeline strategy's own order (its file in strategies/ writes it).
   if (const StrategyInfo* s = find_strategy(name); s && s->schedule) return s->schedule(P, M);
-  if (name == "zb-h1") return zb_h1(P, M);
   if (name == "interleaved") {
     if (M % P != 0)
       throw ConfigError("--micro-batches " + std::to_string(M) +
@@ -392,17 +368,30 @@ double UnitTiming::bubble_share(int r) const {
   return makespan > 0 ? (makespan - busy.at(r)) / makespan : 0;
 }
 
+NearestFormula nearest_formula(const Schedule& s) {
+  const int P = s.stages, M = s.micro_batches, V = s.chunks;
+  bool split = false;
+  for (const auto& rank : s.ranks)
+    for (const Action& a : rank) split = split || a.kind == ActionKind::weight;
+  if (V > 1) return {"interleaved's (P-1)/(V*M)", double(P - 1) / (V * M)};
+  if (split) return {"zb-h1's (P-1)/(3M)", double(P - 1) / (3.0 * M)};
+  return {"1f1b's and gpipe's (P-1)/M", double(P - 1) / M};
+}
+
 std::vector<TimedAction> actions_in_spans(const std::vector<Span>& all, int step) {
   std::vector<const Span*> spans;
   for (const Span& sp : all)
     if (sp.step == step && sp.lane == Lane::compute &&
-        (sp.kind == SpanKind::forward || sp.kind == SpanKind::backward))
+        (sp.kind == SpanKind::forward || sp.kind == SpanKind::backward ||
+         sp.kind == SpanKind::weight))
       spans.push_back(&sp);
   std::stable_sort(spans.begin(), spans.end(),
                    [](const Span* a, const Span* b) { return a->t_begin_ns < b->t_begin_ns; });
   std::vector<TimedAction> out;
   for (const Span* sp : spans) {
-    const Action a = act(sp->kind == SpanKind::forward ? ActionKind::forward : ActionKind::backward,
+    const Action a = act(sp->kind == SpanKind::forward  ? ActionKind::forward
+                         : sp->kind == SpanKind::weight ? ActionKind::weight
+                                                        : ActionKind::backward,
                          std::max(0, sp->micro_batch));
     if (out.empty() || !(out.back().action == a))
       out.push_back({a, sp->t_begin_ns, sp->t_end_ns});

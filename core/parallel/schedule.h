@@ -101,4 +101,13 @@ struct UnitTiming {
 // Runs validate_schedule first.
 UnitTiming unit_timing(const Schedule& s);
 
+// The named schedule a schedule is measured against, by its shape: chunks →
+// interleaved's (P−1)/(V·M), a split backward → zb-h1's (P−1)/(3M), else
+// 1f1b's and gpipe's (P−1)/M; idle ÷ compute, the papers' measure.
+struct NearestFormula {
+  std::string text;  // "zb-h1's (P-1)/(3M)"
+  double value = 0;
+};
+NearestFormula nearest_formula(const Schedule& s);
+
 }  // namespace shardlab

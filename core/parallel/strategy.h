@@ -177,6 +177,10 @@ struct StrategyInfo {
   // Pipeline family: the strategy's order as data (core/parallel/schedule.h),
   // one line of actions per stage, for `stages` stages and `micro_batches`.
   std::function<Schedule(int stages, int micro_batches)> schedule{};
+  // Pipeline family: its bubble as a share of the step on equal stages, the
+  // textbook formula, "(P−1)/(M+P−1)"; the value comes from the schedule
+  // (schedule_bubble_formula in core/predict/pipeline_analysis.h).
+  std::string bubble_formula{};
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};

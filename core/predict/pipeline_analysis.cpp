@@ -126,6 +126,36 @@ double bubble_formula(int stages, int micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }
 
+namespace {
+
+// The order a finished run followed: its strategy's, or with --schedule the
+// order its stages recorded (which outlives the file), else the file's.
+Schedule run_order(const RunResult& r) {
+  if (r.cfg.schedule.empty()) return run_schedule(r.cfg);
+  try {
+    Schedule s = recorded_schedule(r, 0);
+    validate_schedule(s, s.stages, s.micro_batches, s.chunks);
+    return s;
+  } catch (const ConfigError&) {
+    // --no-record: no spans to read it from; --recompute: forwards run twice.
+    return run_schedule(r.cfg);
+  }
+}
+
+double busiest_idle_share(const UnitTiming& t) {
+  const double most = t.busy.empty() ? 0 : *std::max_element(t.busy.begin(), t.busy.end());
+  return t.makespan > 0 ? (t.makespan - most) / t.makespan : 0;
+}
+
+}  // namespace
+
+double schedule_bubble_formula(const RunResult& r) {
+  const StrategyInfo* info = find_strategy(r.cfg.strategy);
+  if (!info || (!info->schedule && r.cfg.schedule.empty()))
+    return bubble_formula(pipeline_stages(r.cfg), micro_batches_run(r.cfg));
+  return busiest_idle_share(unit_timing(run_order(r)));
+}
+
 int micro_batches_run(const RunConfig& cfg) {
   const StrategyInfo* info = find_strategy(cfg.strategy);
   return info ? info->micro_batches(cfg) : 1;
@@ -135,6 +165,10 @@ int expected_in_flight(const RunConfig& cfg, int rank) {
   const StrategyInfo& info = strategy_info(cfg.strategy);
   if (!info.in_flight)
     throw std::invalid_argument("expected_in_flight: " + cfg.strategy + " is not a pipeline");
+  // A learner's schedule: the most micro-batches alive between F and their
+  // last B or W on this stage, counted from its order.
+  if (!cfg.schedule.empty())
+    return unit_timing(run_schedule(cfg)).peak_alive.at(pipeline_stage_of(cfg, rank));
   return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), pipeline_stage_of(cfg, rank));
 }
 
@@ -148,8 +182,12 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank) {
 }
 
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
+  return predicted_peak_activation_bytes(cfg, rank, expected_in_flight(cfg, rank));
+}
+
+int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight) {
   const StageShape s = stage_shape(cfg, rank);
-  const int64_t k = expected_in_flight(cfg, rank);
+  const int64_t k = in_flight;
   if (!cfg.recompute) return k * (s.unit + s.saved());
   return k * s.unit + std::max(s.saved(), s.forward_transient);
 }
@@ -159,9 +197,8 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   if (!is_pipeline_strategy(cfg.strategy)) return {};
   const ModelLayout layout = make_layout(cfg);
   const std::vector<int> partition = pipeline_partition(cfg, layout);
-  const int P = static_cast<int>(partition.size());
-  const int M = micro_batches_run(cfg);
   const std::vector<double> bubble = bubble_share_per_rank(r);
+  const UnitTiming order = unit_timing(run_order(r));
   std::vector<StageReport> out;
   // The first pipeline's stages (the others, on a mesh's dp axis, are alike).
   for (int rank : first_pipeline_ranks(cfg)) {
@@ -173,12 +210,15 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
     s.first_layer = t.first_layer;
     s.last_layer = t.last_layer;
     s.bubble_measured = bubble[rank];
-    s.bubble_formula = bubble_formula(P, M);
+    s.bubble_formula = busiest_idle_share(order);
     s.peak_activation_bytes =
         r.ranks[rank].memory.device.peak[static_cast<int>(MemCategory::activations)];
-    s.predicted_peak_activation_bytes = predicted_peak_activation_bytes(cfg, rank);
+    // A learner's schedule: its own count, from the order the stage ran.
+    s.in_flight_expected =
+        cfg.schedule.empty() ? expected_in_flight(cfg, rank) : order.peak_alive.at(t.rank);
+    s.predicted_peak_activation_bytes =
+        predicted_peak_activation_bytes(cfg, rank, s.in_flight_expected);
     s.micro_batch_activation_bytes = micro_batch_activation_bytes(cfg, rank);
-    s.in_flight_expected = expected_in_flight(cfg, rank);
     out.push_back(s);
   }
   return out;
@@ -190,15 +230,18 @@ std::vector<std::string> schedule_order(const Recorder::Snapshot& snap, int step
   for (const Span& s : snap.spans) {
     if (s.step != step || s.lane != Lane::compute || s.micro_batch < 0) continue;
     if ((s.kind == SpanKind::forward && s.layer == first_layer) ||
-        (s.kind == SpanKind::backward && s.layer == last_layer - 1))
+        (s.kind == SpanKind::backward && s.layer == last_layer - 1) || s.kind == SpanKind::weight)
       marks.push_back(&s);
   }
   std::stable_sort(marks.begin(), marks.end(),
                    [](const Span* a, const Span* b) { return a->t_begin_ns < b->t_begin_ns; });
   std::vector<std::string> order;
-  std::set<int> forwarded;
+  std::set<int> forwarded, weighted;
   for (const Span* s : marks) {
+    // A W has a span per layer holding a linear: its first marks it.
+    if (s->kind == SpanKind::weight && !weighted.insert(s->micro_batch).second) continue;
     const char* letter = s->kind == SpanKind::backward             ? "B"
+                         : s->kind == SpanKind::weight             ? "W"
                          : forwarded.insert(s->micro_batch).second ? "F"
                                                                    : "R";
     std::string mark = letter;

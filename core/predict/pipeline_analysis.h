@@ -26,6 +26,13 @@ std::vector<double> bubble_share_per_rank(const RunResult& r);
 
 // The textbook bubble of a flushed pipeline with equal stages: (P−1)/(M+P−1).
 double bubble_formula(int stages, int micro_batches);
+// The bubble of the run's own schedule on equal stages, as the papers count
+// it: unit costs (F 1, B 2; a split backward's B 1 and W 1), the busiest
+// stage's idle share of the step. (P−1)/(M+P−1) for gpipe and 1f1b, (P−1)/P
+// for naive-mp, (P−1)/(3M+P−1) for zb-h1 (StrategyInfo::bubble_formula
+// writes each); a --schedule file's own; bubble_formula(P, M) for a pipeline
+// without a schedule.
+double schedule_bubble_formula(const RunResult& r);
 
 // Micro-batches per batch the run's schedule really uses: --micro-batches for a
 // strategy that reads it, 1 for one that runs the whole batch at once (naive-mp).
@@ -47,6 +54,8 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank);
 // stage input, plus the larger of one micro-batch's recomputed activations and
 // the transient of a forward that frees as it goes.
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank);
+// The same for `in_flight` micro-batches.
+int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight);
 
 struct StageReport {
   int rank = 0;                         // the first pipeline's rank of this stage

@@ -10,6 +10,7 @@ namespace {
 constexpr SpanKindRow kSpanKinds[kNumSpanKinds] = {
     {SpanKind::forward, "forward", "forward", "F", false},
     {SpanKind::backward, "backward", "backward", "B", false},
+    {SpanKind::weight, "weight_grad", "weight gradient (W)", "W", false},
     {SpanKind::loss, "loss", "loss", "loss", false},
     {SpanKind::optimizer, "optimizer", "optimizer", "opt", false},
     {SpanKind::all_reduce, "all_reduce", "all-reduce", "AR", true},

@@ -17,6 +17,7 @@ enum class Lane : uint8_t { compute, comm };
 enum class SpanKind : uint8_t {
   forward,
   backward,
+  weight,  // a zero-bubble W: the weight gradients a split backward left for later
   loss,
   optimizer,
   all_reduce,

@@ -14,6 +14,8 @@ std::string micro_batch_tag(const Span& s) {
       return "F" + n;
     case SpanKind::backward:
       return "B" + n;
+    case SpanKind::weight:
+      return "W" + n;
     case SpanKind::send:  // stages are ranks in order: activations go up, gradients down
       return s.peer < 0 ? "#" + n : (s.peer > s.rank ? "F" : "B") + n;
     case SpanKind::recv:
@@ -30,7 +32,8 @@ const char* kind_abbrev(SpanKind k) {
 std::string span_title(const Span& s, bool with_layer,
                        const std::function<std::string(SpanKind)>& word) {
   const std::string tag = micro_batch_tag(s);
-  const bool compute = s.kind == SpanKind::forward || s.kind == SpanKind::backward;
+  const bool compute =
+      s.kind == SpanKind::forward || s.kind == SpanKind::backward || s.kind == SpanKind::weight;
   std::string out;
   if (compute && !tag.empty()) {
     out = tag;  // "F3": micro-batch 3

@@ -306,7 +306,8 @@ std::string group_sentence(SpanKind k, int layer, const std::vector<const Piece*
 
 // What one compute span is, briefly: "F3", "forward L2", "optimizer step".
 std::string compute_words(const Span& s, const Naming& n, const Tr& tr) {
-  const bool fb = s.kind == SpanKind::forward || s.kind == SpanKind::backward;
+  const bool fb =
+      s.kind == SpanKind::forward || s.kind == SpanKind::backward || s.kind == SpanKind::weight;
   if (fb && s.micro_batch >= 0) return kind_short(s.kind, tr) + std::to_string(s.micro_batch);
   const std::string what =
       s.kind == SpanKind::optimizer ? tr("optimizer step") : kind_label(s.kind, tr);

@@ -375,7 +375,7 @@ CompareRow compare_row(const RunResult& r) {
     row.stages = pipeline_stages(r.cfg);  // a mesh's pp axis, not its world
     row.micro_batches =
         uses(r.cfg.strategy, StrategyOption::micro_batches) ? r.cfg.micro_batches : 1;
-    row.bubble_formula = bubble_formula(row.stages, row.micro_batches);
+    row.bubble_formula = schedule_bubble_formula(r);
   }
   row.final_loss = r.losses.empty() ? 0.0 : r.losses.back();
   set_projection(row, r, {});

@@ -57,6 +57,8 @@ Color kind_color(SpanKind kind, bool hc) {
       return hc ? rgba(60, 140, 255) : rgba(79, 140, 230);
     case SpanKind::backward:
       return hc ? rgba(0, 200, 120) : rgba(46, 165, 115);
+    case SpanKind::weight:  // a backward's second half: B's green, lighter and yellower
+      return hc ? rgba(190, 255, 60) : rgba(150, 195, 70);
     case SpanKind::loss:
       return hc ? rgba(255, 220, 0) : rgba(225, 190, 60);
     case SpanKind::optimizer:

@@ -113,6 +113,9 @@ const StringPairs& strings_zh_app() {
       {"Partition", "划分"},
       {"balanced", "均衡"},
       {"layers per stage, e.g. 3,2,2,1", "每个阶段的层数，例如 3,2,2,1"},
+      {"Schedule", "调度"},
+      {"a schedule file: one line of F/B/W actions per rank",
+       "调度文件：每个 rank 一行 F/B/W 动作"},
       {"Mesh", "设备网格"},
       {"(the mesh's pp)", "（网格的 pp 轴）"},
       {"ranks on axes, e.g. dp=2,pp=2 or dp=2,tp=2", "各轴上的进程，例如 dp=2,pp=2 或 dp=2,tp=2"},
@@ -189,6 +192,10 @@ const StringPairs& strings_zh_app() {
        "activations of at most P - rank micro-batches",
        "1F1B（PipeDream-Flush）：预热，一次前向与一次反向交替，冷却；最多保存 P - rank "
        "个微批次的激活值"},
+      {"Zero bubble H1: 1F1B with each backward split into B (input gradient) and W "
+       "(weight gradient), W deferred into the bubble; activations of at most P micro-batches",
+       "零气泡 H1：1F1B 的顺序，每次反向拆成 B（输入梯度）和 W（权重梯度），W 推迟到气泡中；"
+       "最多保存 P 个微批次的激活值"},
       {"the reference: whole model and batch on one device",
        "参照：整个模型和整批数据在一台设备上"},
       {"ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "

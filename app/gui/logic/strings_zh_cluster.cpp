@@ -23,6 +23,7 @@ const StringPairs& strings_zh_cluster() {
       // Span kinds and memory categories (logic/palette.cpp): the legends, cards and sentences.
       {"forward", "前向"},
       {"backward", "反向"},
+      {"weight gradient (W)", "权重梯度 (W)"},
       {"loss", "损失"},
       {"optimizer", "优化器"},
       {"opt", "优化"},

@@ -122,6 +122,7 @@ const StringPairs& strings_zh_compare() {
       {"no-overlap", "不重叠"},
       {"bucket %s MiB", "桶 %s MiB"},
       {"unit %s", "单元 %s"},
+      {"schedule %s", "调度 %s"},
       {"no-reshard", "不重新分片"},
       {"%s processes", "%s 多进程"},
       {"idle share: for each step, the window from the first compute span any rank begins to "

@@ -125,12 +125,15 @@ namespace {
 
 // Spans that belong to a micro-batch's forward or backward on a stage.
 bool phase_span(const Span& s) {
-  return s.micro_batch >= 0 &&
-         (s.kind == SpanKind::forward || s.kind == SpanKind::backward || s.kind == SpanKind::loss ||
-          s.kind == SpanKind::data || s.kind == SpanKind::other);
+  return s.micro_batch >= 0 && (s.kind == SpanKind::forward || s.kind == SpanKind::backward ||
+                                s.kind == SpanKind::weight || s.kind == SpanKind::loss ||
+                                s.kind == SpanKind::data || s.kind == SpanKind::other);
 }
 char phase_of(const Span& s) {
-  return s.kind == SpanKind::backward ? 'B' : 'F';
+  return s.kind == SpanKind::backward ? 'B' : s.kind == SpanKind::weight ? 'W' : 'F';
+}
+bool layer_span(const Span& s) {
+  return s.kind == SpanKind::forward || s.kind == SpanKind::backward || s.kind == SpanKind::weight;
 }
 
 struct RunBuilder {
@@ -146,10 +149,9 @@ struct RunBuilder {
     if (!open || !phase_span(s) || s.step != step || s.micro_batch != run.micro_batch ||
         phase_of(s) != run.letter)
       return false;
-    if (s.layer < 0 || last_layer < 0 ||
-        (s.kind != SpanKind::forward && s.kind != SpanKind::backward))
-      return true;
-    return run.letter == 'B' ? s.layer < last_layer : s.layer > last_layer;
+    if (s.layer < 0 || last_layer < 0 || !layer_span(s)) return true;
+    // Backward and its W walk down the layers, forward up.
+    return run.letter != 'F' ? s.layer < last_layer : s.layer > last_layer;
   }
   void start(const Span& s, uint32_t i) {
     run = PhaseRun{};
@@ -161,14 +163,13 @@ struct RunBuilder {
     run.micro_batch = s.micro_batch;
     run.step = s.step;
     step = s.step;
-    last_layer = (s.kind == SpanKind::forward || s.kind == SpanKind::backward) ? s.layer : -1;
+    last_layer = layer_span(s) ? s.layer : -1;
     open = true;
   }
   void add(const Span& s) {
     ++run.count;
     run.t_end = std::max(run.t_end, s.t_end_ns);
-    if ((s.kind == SpanKind::forward || s.kind == SpanKind::backward) && s.layer >= 0)
-      last_layer = s.layer;
+    if (layer_span(s) && s.layer >= 0) last_layer = s.layer;
   }
 };
 
@@ -533,7 +534,13 @@ double all_steps_begin(const RunData& d, double playhead_t, bool live) {
 
 std::vector<StageRow> stage_rows(const RunResult& r) {
   std::vector<StageRow> out;
-  for (const StageReport& s : pipeline_stage_reports(r)) {
+  std::vector<StageReport> reports;
+  try {
+    reports = pipeline_stage_reports(r);
+  } catch (const ConfigError&) {
+    return out;  // a --schedule file gone since a --no-record run: no order to compare with
+  }
+  for (const StageReport& s : reports) {
     StageRow row;
     row.stage = s.stage;
     row.first_layer = s.first_layer;

@@ -429,8 +429,9 @@ class CudaBackendImpl final : public CudaBackend, private DeviceClock {
   void linear_backward_2byte(DType dt, void* din, void* dw, void* db, const void* dout,
                              const void* in, const void* w, int rows, int in_dim,
                              int out_dim) override {
-    kernels::cuda::gemm(blas_, dt, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw,
-                        tf32_);
+    if (dw)
+      kernels::cuda::gemm(blas_, dt, true, false, out_dim, in_dim, rows, 1.0f, dout, in, 1.0f, dw,
+                          tf32_);
     if (db)
       kernels::cuda::bias_grad_accumulate(
           dt, db, dout, rows, out_dim,
