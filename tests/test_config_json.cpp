@@ -56,6 +56,7 @@ RunConfig everything_set() {
   c.mesh_order = "dp,pp,tp";
   c.sequence_parallel = true;
   c.dp_zero1 = true;
+  c.schedule = "mine.txt";
   return c;
 }
 

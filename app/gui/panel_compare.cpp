@@ -438,9 +438,10 @@ void draw_table(App& app) {
       ImGui::Text("%.1f%% | %.1f%%", 100 * r.projected_bubble, 100 * r.bubble_formula);
       if (ImGui::IsItemHovered())
         ImGui::SetTooltip(
-            tr("as on %d devices %.1f%% (measured here: idle %.1f%%); (P-1)/(M+P-1) with P = %d, "
-               "M = %d: %.1f%%"),
-            r.world, 100 * r.projected_bubble, 100 * r.idle_share, r.stages, r.micro_batches,
+            tr("as on %d devices %.1f%% (measured here: idle %.1f%%); %s with P = %d, M = %d: "
+               "%.1f%%"),
+            r.world, 100 * r.projected_bubble, 100 * r.idle_share,
+            strategy_info(r.strategy).bubble_formula.c_str(), r.stages, r.micro_batches,
             100 * r.bubble_formula);
     } else {
       ImGui::Text("%.1f%%", 100 * r.projected_bubble);

@@ -852,7 +852,10 @@ void draw_stage_table(App& app) {
   ImGui::TableSetupColumn(tr("stage"));
   ImGui::TableSetupColumn(tr("layers"));
   ImGui::TableSetupColumn(tr("bubble, measured (not computing)"));
-  ImGui::TableSetupColumn("(P-1)/(M+P-1)");
+  // The run's own formula: (P−1)/(M+P−1) for 1f1b, (P−1)/(3M+P−1) for zb-h1.
+  const std::string formula = c.schedule.empty() ? strategy_info(c.strategy).bubble_formula
+                                                 : std::string(tr("the schedule's"));
+  ImGui::TableSetupColumn(formula.c_str());
   ImGui::TableSetupColumn(tr("peak activations"));
   ImGui::TableSetupColumn(tr("in flight, measured"));
   ImGui::TableSetupColumn(tr("expected"));

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <map>
 
 #include "app/lesson/terminal.h"
@@ -51,10 +52,12 @@ const char* span_kind_words(SpanKind k, Lang l) {
     return names[static_cast<int>(k)].c_str();
   }
   // The kinds' Chinese names, as the lesson texts use them.
-  static constexpr const char* kZh[kNumSpanKinds] = {
-      "前向",           "反向",           "损失计算", "优化器更新", "全规约",   "规约散射",
-      "全收集",         "广播",           "规约",     "发送",       "接收",     "屏障",
-      "主机到设备拷贝", "设备到主机拷贝", "分发",     "收集",       "准备数据", "其他操作"};
+  // In SpanKind's order, every kind named: a kind added without its name fails to compile.
+  static constexpr const char* kZh[] = {
+      "前向",           "反向", "权重梯度", "损失计算", "优化器更新", "全规约", "规约散射",
+      "全收集",         "广播", "规约",     "发送",     "接收",       "屏障",   "主机到设备拷贝",
+      "设备到主机拷贝", "分发", "收集",     "准备数据", "其他操作"};
+  static_assert(std::size(kZh) == kNumSpanKinds, "every span kind needs its Chinese name");
   return kZh[static_cast<int>(k)];
 }
 

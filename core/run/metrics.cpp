@@ -19,6 +19,17 @@ namespace shardlab {
 
 namespace {
 
+// Beside a pipeline's bubble: its schedule's, with unit costs, and the formula
+// its strategy writes ((P−1)/(M+P−1) for 1f1b, (P−1)/(3M+P−1) for zb-h1).
+void set_bubble_formula(MetricValue& v, const RunResult& r) {
+  const RunConfig& c = r.cfg;
+  v.formula = 100.0 * schedule_bubble_formula(r);
+  v.formula_text = (c.schedule.empty() ? strategy_info(c.strategy).bubble_formula
+                                       : std::string("--schedule's order, unit costs")) +
+                   " with P=" + std::to_string(pipeline_stages(c)) +
+                   ", M=" + std::to_string(micro_batches_run(c));
+}
+
 using A = MetricArg;
 
 // The table. Units: B bytes, ms, % (0..100), x (a ratio), count, "" (a plain number).
@@ -567,10 +578,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     need_spans(r, n);
     v.measured = 100.0 * bubble_share_per_rank(r).at(ref.rank);
     if (n == "bubble_share" && is_pipeline_strategy(c.strategy)) {
-      const int m = micro_batches_run(c);
-      v.formula = 100.0 * bubble_formula(pipeline_stages(c), m);
-      v.formula_text =
-          "(P−1)/(M+P−1) with P=" + std::to_string(pipeline_stages(c)) + ", M=" + std::to_string(m);
+      set_bubble_formula(v, r);
     }
   } else if (n == "comm_hidden_share") {
     need_spans(r, n);
@@ -669,10 +677,7 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     v.measured = 100.0 * (n == "projected_bubble_share" ? p.bubble_share(ref.rank)
                                                         : p.exposed_share(ref.rank));
     if (n == "projected_bubble_share" && is_pipeline_strategy(c.strategy)) {
-      const int m = micro_batches_run(c);
-      v.formula = 100.0 * bubble_formula(pipeline_stages(c), m);
-      v.formula_text =
-          "(P−1)/(M+P−1) with P=" + std::to_string(pipeline_stages(c)) + ", M=" + std::to_string(m);
+      set_bubble_formula(v, r);
     }
   } else if (n == "world_size") {
     v.measured = static_cast<double>(r.ranks.size());

@@ -34,7 +34,8 @@ std::string glyph_text(const std::vector<lesson::Lesson>& lessons) {
   // that file is here.
   parts.insert(
       "时间线内存集群露营之旅对比损失第步开始处的内存峰值上中微批次层次字节（与实测相差以内算对）"
-      "，；前向反向损失计算优化器更新全规约规约散射全收集广播发送接收屏障主机到设备拷贝设备到主机"
+      "，；前向反向权重梯度损失计算优化器更新全规约规约散射全收集广播发送接收屏障主机到设备拷贝设备"
+      "到主机"
       "分发收集准备数据其他操作");
   for (const lesson::Lesson& l : lessons) {
     add_text(parts, l.title);

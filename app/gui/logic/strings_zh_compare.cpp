@@ -73,10 +73,10 @@ const StringPairs& strings_zh_compare() {
       {"not run: %s", "未运行：%s"},
       {"%s each", "每个 %s"},
       {"rank 0, 1, ...: %s", "rank 0, 1, ...：%s"},
-      {"as on %d devices %.1f%% (measured here: idle %.1f%%); (P-1)/(M+P-1) with P = %d, "
-       "M = %d: %.1f%%",
-       "按 %d 台设备推算 %.1f%%（本机实测：空闲 %.1f%%）；(P-1)/(M+P-1)，P = %d，"
-       "M = %d：%.1f%%"},
+      {"as on %d devices %.1f%% (measured here: idle %.1f%%); %s with P = %d, M = %d: "
+       "%.1f%%",
+       "按 %d 台设备推算 %.1f%%（本机实测：空闲 %.1f%%）；%s，P = %d，M = %d：%.1f%%"},
+      {"the schedule's", "该调度的"},
       {"not a pipeline: waiting for peers at collectives (no formula)",
        "不是流水线：在集合通信处等待其他 rank（没有公式）"},
       {"From step", "起始步"},
