@@ -34,6 +34,7 @@ name or a path to a .toml file.
   show NAME                    a lesson's steps: texts, runs, predictions, gates (runs nothing)
   run NAME [--step K]          train each step's run and print the text, the prediction, the
           [--answer VALUE]     formula beside the measured value, the reveal and each gate
+          [--schedule FILE]
   run --all                    every step of every lesson (exit 1 if any gate fails)
   check FILE...                validate lesson files; one line per bad file (exit 2)
 
@@ -43,6 +44,8 @@ options:
   --step K        run only step K (1-based)
   --answer VALUE  your prediction: a number with an optional unit (1.5MiB, 12ms, 25%%),
                   or a choice's number or text
+  --schedule FILE your own pipeline schedule (shardlab schedule --help) in place of the
+                  schedule file the lesson's runs read (lesson schedule-exercise)
 )";
 
 struct Out {
@@ -429,8 +432,8 @@ int cmd_lesson(int argc, char** argv) {
     return cmd_show(find_lesson(a.positional()[0], lessons_dir()), out_from(a));
   }
   if (sub == "run") {
-    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer"}, {"all"},
-                 Args::Positionals::allowed);
+    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer", "schedule"},
+                 {"all"}, Args::Positionals::allowed);
     const Out o = out_from(a);
     std::vector<Lesson> lessons;
     if (a.has("all")) {
@@ -447,6 +450,11 @@ int cmd_lesson(int argc, char** argv) {
         throw ConfigError(
             "'shardlab lesson run' takes one lesson NAME, or --all (see 'shardlab lesson list')");
       lessons.push_back(find_lesson(a.positional()[0], lessons_dir()));
+    }
+    if (auto file = a.get("schedule")) {
+      if (a.has("all"))
+        throw ConfigError("--schedule " + *file + " goes with one lesson NAME, not --all");
+      use_schedule(lessons.front(), *file);
     }
     const int only = a.integer("step", 0);
     const Lesson& first = lessons.front();

@@ -93,11 +93,7 @@ void print_pipeline_report(const RunResult& r) {
     return c.recompute ? stage_input_bytes(c, s.rank) : s.micro_batch_activation_bytes;
   };
   for (const StageReport& s : stages) {
-    std::string layers = std::to_string(s.first_layer);
-    if (s.last_layer - 1 > s.first_layer) {
-      layers += '-';
-      layers += std::to_string(s.last_layer - 1);
-    }
+    const std::string& layers = s.layers;
     std::printf("    %-5d %-8s %8.1f%% %8.1f%% %13s %13s %12s %10d%s\n", s.stage, layers.c_str(),
                 100 * s.bubble_measured, 100 * s.bubble_formula,
                 human_bytes(static_cast<double>(s.peak_activation_bytes)).c_str(),
@@ -119,6 +115,7 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j) {
                     {"rank", s.rank},
                     {"first_layer", s.first_layer},
                     {"last_layer", s.last_layer},  // exclusive
+                    {"layers", s.layers},
                     {"bubble_measured", s.bubble_measured},
                     {"bubble_formula", s.bubble_formula},
                     {"peak_activation_bytes", s.peak_activation_bytes},

@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/parallel/schedule.h"
+#include "core/parallel/strategy.h"
 
 namespace shardlab::app {
 namespace {
@@ -82,7 +83,10 @@ int cmd_schedule(int argc, char** argv) {
   Schedule s;
   if (named) {
     const int P = size("stages", 4), M = size("micro-batches", 8);
-    const int V = size("virtual-stages", what == "interleaved" ? 2 : 1);
+    // A strategy that reads --virtual-stages defaults to 2 chunks, as `run` does.
+    const StrategyInfo* info = find_strategy(what);
+    const bool chunked = info && info->reads_option(StrategyOption::virtual_stages);
+    const int V = size("virtual-stages", chunked ? 2 : 1);
     s = named_schedule(what, P, M, V);
   } else {
     s = parse_schedule(read_file(what), what);

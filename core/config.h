@@ -82,6 +82,9 @@ struct RunConfig {
   // --schedule FILE: the stages run this file's order (core/parallel/schedule.h:
   // one line of F/B/W actions per rank) instead of their strategy's; empty: the strategy's.
   std::string schedule;
+  // --virtual-stages V (interleaved): model chunks per rank, the model cut into
+  // P·V stages dealt round-robin (chunk c of rank r is stage c·P + r); 0: 2.
+  int virtual_stages = 0;
   bool recompute = false;  // gpipe: keep stage inputs only, recompute forward in backward
 
   // The device mesh (core/mesh.h): "dp=2,pp=2" — the pipelines' stages on the

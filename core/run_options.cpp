@@ -65,6 +65,17 @@ std::vector<OptionRow> make_rows() {
                        "per rank, e.g. 'rank 0: F0 F1 B0 W0 B1 W1'); validated before any rank\n"
                        "starts ('shardlab schedule FILE' checks and draws it)",
                .only_when_set = true});
+  r.push_back({.id = StrategyOption::virtual_stages, .flag = "--virtual-stages",
+               .json_key = "virtual_stages", .compare_key = "v", .kind = OptionKind::integer,
+               .integer = &RunConfig::virtual_stages, .lo = 2, .hi = 64,
+               .valid = "2 or more model chunks per rank, at most layers / stages",
+               .missing = "model chunks to interleave",
+               .label = "Chunks per rank", .tip = "model chunks per rank (V), dealt round-robin",
+               .place = OptionPlace::main_bar, .default_note = "(2)", .short_label = "V",
+               .label_word = "V=%s", .metavar = "V",
+               .help = "model chunks per rank (default 2): the model cut into stages x V\n"
+                       "chunks, chunk c of rank r holding chunk c*P+r (Megatron's interleaving)",
+               .only_when_set = true});
   r.push_back({.id = StrategyOption::mesh, .flag = "--mesh", .json_key = "mesh",
                .compare_key = "mesh", .kind = OptionKind::text, .text = &RunConfig::mesh,
                .valid = "axes whose sizes multiply to --world, e.g. dp=2,pp=2",

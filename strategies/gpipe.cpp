@@ -19,7 +19,7 @@ namespace {
 
 // The step's order, one line of actions per stage (core/parallel/schedule.h);
 // PipelineStrategy runs a stage's line and adds the flush that ends every step.
-Schedule gpipe_schedule(int P, int M) {
+Schedule gpipe_schedule(int P, int M, int /*chunks: one*/) {
   Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
   for (auto& line : s.ranks) {
     // Phase 1 — fill: every micro-batch forward, in order (the executor posts
@@ -48,11 +48,10 @@ StrategyInfo gpipe_strategy() {
                 StrategyOption::schedule, StrategyOption::mesh, StrategyOption::mesh_order,
                 StrategyOption::sequence_parallel, StrategyOption::dp_zero1,
                 StrategyOption::recompute},
-      .in_flight = [](int micro_batches, int, int) { return micro_batches; },
       .in_flight_formula = "M",
       .schedule = gpipe_schedule,
       .bubble_formula = "(P−1)/(M+P−1)",
-      .make = [] { return std::make_unique<PipelineStrategy>(gpipe_schedule); },
+      .make = [] { return std::make_unique<PipelineStrategy>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

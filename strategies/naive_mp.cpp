@@ -21,7 +21,7 @@ namespace {
 // The step's order, one line of actions per stage (core/parallel/schedule.h);
 // PipelineStrategy runs a stage's line and adds the optimizer step. (With M
 // micro-batches, `shardlab schedule naive-mp` runs them one after another.)
-Schedule naive_mp_schedule(int P, int M) {
+Schedule naive_mp_schedule(int P, int M, int /*chunks: one*/) {
   Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
   for (auto& line : s.ranks)
     for (int mb = 0; mb < M; ++mb) {
@@ -50,11 +50,10 @@ StrategyInfo naive_mp_strategy() {
       .reads = {StrategyOption::stages, StrategyOption::partition, StrategyOption::mesh,
                 StrategyOption::mesh_order, StrategyOption::sequence_parallel,
                 StrategyOption::dp_zero1},
-      .in_flight = [](int, int, int) { return 1; },
       .in_flight_formula = "1",
       .schedule = naive_mp_schedule,
       .bubble_formula = "(P−1)/P",
-      .make = [] { return std::make_unique<PipelineStrategy>(naive_mp_schedule); },
+      .make = [] { return std::make_unique<PipelineStrategy>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

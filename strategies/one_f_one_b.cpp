@@ -19,7 +19,7 @@ namespace {
 
 // The step's order, one line of actions per stage (core/parallel/schedule.h);
 // PipelineStrategy runs a stage's line and adds the flush that ends every step.
-Schedule one_f_one_b_schedule(int P, int M) {
+Schedule one_f_one_b_schedule(int P, int M, int /*chunks: one*/) {
   Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
   for (int r = 0; r < P; ++r) {
     auto& line = s.ranks[r];
@@ -61,12 +61,10 @@ StrategyInfo one_f_one_b_strategy() {
                 StrategyOption::schedule, StrategyOption::mesh, StrategyOption::mesh_order,
                 StrategyOption::sequence_parallel, StrategyOption::dp_zero1,
                 StrategyOption::recompute},
-      .in_flight = [](int micro_batches, int stages,
-                      int rank) { return std::min(micro_batches, stages - rank); },
       .in_flight_formula = "min(P−rank, M)",
       .schedule = one_f_one_b_schedule,
       .bubble_formula = "(P−1)/(M+P−1)",
-      .make = [] { return std::make_unique<PipelineStrategy>(one_f_one_b_schedule); },
+      .make = [] { return std::make_unique<PipelineStrategy>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

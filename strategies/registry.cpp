@@ -11,8 +11,8 @@ namespace {
 // In the order --help, the menus and the messages list them ("used by gpipe, 1f1b").
 constexpr StrategyInfo (*const kBuiltin[])() = {
     ddp_strategy,      dp_strategy,          fsdp_strategy,  gpipe_strategy,
-    naive_mp_strategy, one_f_one_b_strategy, zb_h1_strategy, single_strategy,
-    zero1_strategy,    zero2_strategy,       zero3_strategy,
+    naive_mp_strategy, one_f_one_b_strategy, zb_h1_strategy, interleaved_strategy,
+    single_strategy,   zero1_strategy,       zero2_strategy, zero3_strategy,
 };
 
 }  // namespace

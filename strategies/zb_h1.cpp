@@ -21,7 +21,7 @@ namespace shardlab {
 namespace {
 
 // The step's order, one line of actions per stage (core/parallel/schedule.h).
-Schedule zb_h1_schedule(int P, int M) {
+Schedule zb_h1_schedule(int P, int M, int /*chunks: one*/) {
   Schedule s{P, M, 1, std::vector<std::vector<Action>>(P)};
   for (int r = 0; r < P; ++r) {
     auto& line = s.ranks[r];
@@ -63,12 +63,10 @@ StrategyInfo zb_h1_strategy() {
                 StrategyOption::dp_zero1},
       // A micro-batch is alive from its F to its W: stage r runs P forwards
       // before its first W (P − r − 1 warm-up, r held back, then one).
-      .in_flight = [](int micro_batches, int stages,
-                      int) { return std::min(micro_batches, stages); },
       .in_flight_formula = "min(P, M)",
       .schedule = zb_h1_schedule,
       .bubble_formula = "(P−1)/(3M+P−1)",
-      .make = [] { return std::make_unique<PipelineStrategy>(zb_h1_schedule); },
+      .make = [] { return std::make_unique<PipelineStrategy>(); },
       .validate = [](const RunConfig& cfg) { validate_pipeline(cfg); },
   };
 }

@@ -17,6 +17,7 @@
 
 #include "app/gui/logic/run_session.h"
 #include "core/comm/cores.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/model_state.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/pipeline_analysis.h"
@@ -183,7 +184,7 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
     // The families the reports and views ask about answer from the registry.
     CHECK(is_pipeline_strategy(s.name) == (s.family == StrategyFamily::pipeline));
     CHECK(has_model_state_prediction(s.name) == (s.family != StrategyFamily::pipeline));
-    CHECK(static_cast<bool>(s.in_flight) == (s.family == StrategyFamily::pipeline));
+    CHECK(static_cast<bool>(s.schedule) == (s.family == StrategyFamily::pipeline));
   }
   CHECK_FALSE(is_pipeline_strategy("nope"));
   CHECK_FALSE(has_model_state_prediction("nope"));
@@ -193,12 +194,18 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
   CHECK(strategy_info("dp").controller);
   CHECK_FALSE(strategy_info("ddp").controller);
   // The schedules' activations in flight: M for gpipe, P − rank for 1f1b, 1 for naive-mp.
-  CHECK(strategy_info("gpipe").in_flight(8, 4, 3) == 8);
-  CHECK(strategy_info("1f1b").in_flight(8, 4, 1) == 3);
-  CHECK(strategy_info("1f1b").in_flight(2, 4, 0) == 2);
-  CHECK(strategy_info("naive-mp").in_flight(1, 4, 0) == 1);
-  CHECK(strategy_info("zb-h1").in_flight(8, 4, 3) == 4);  // F to W: P on every stage
-  CHECK(strategy_info("zb-h1").in_flight(2, 4, 0) == 2);
+  const auto alive = [](const char* name, int M, int rank, int V = 1) {
+    return unit_timing(named_schedule(name, 4, M, V)).peak_alive.at(rank);
+  };
+  CHECK(alive("gpipe", 8, 3) == 8);
+  CHECK(alive("1f1b", 8, 1) == 3);
+  CHECK(alive("1f1b", 2, 0) == 2);
+  CHECK(alive("naive-mp", 1, 0) == 1);
+  CHECK(alive("zb-h1", 8, 3) == 4);  // F to W: P on every stage
+  CHECK(alive("zb-h1", 2, 0) == 2);
+  // Interleaved, in chunks: its warm-up 2(P − rank − 1) + (V − 1)P, and one more.
+  CHECK(alive("interleaved", 8, 0, 2) == 11);
+  CHECK(alive("interleaved", 8, 3, 2) == 5);
 }
 
 TEST_CASE("every strategy x every option: refused when not read, accepted when read",

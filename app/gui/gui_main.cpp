@@ -87,6 +87,8 @@ lessons (the Lessons panel beside the view; L in the app):
   --lessons           open the Lessons panel (progress is kept in $XDG_STATE_HOME/shardlab)
   --lesson NAME       open lesson NAME (id like 'zero', or a .toml file) at its first step
   --lesson-step K     ... at step K (1-based)
+  --schedule FILE     with --lesson: your own pipeline schedule in place of the file the
+                      lesson's runs read (lesson schedule-exercise)
   --lang en|zh        the app's and the lessons' language (default en, or the one saved
                       with the lessons' progress once they open; switch in the Lessons panel)
   --answer VALUE      with --screenshot: the prediction's answer (a number, or a choice's number)
@@ -244,6 +246,8 @@ int cmd_gui(int argc, char** argv) {
       throw ConfigError("--lesson-step " + a.str("lesson-step", "") + " is invalid (valid: 1 to " +
                         std::to_string(lesson_wanted->steps.size()) + " for lesson '" +
                         lesson_wanted->id + "')");
+    // A learner's own schedule for the lesson's runs (lesson schedule-exercise).
+    if (auto file = a.get("schedule")) lesson::use_schedule(*lesson_wanted, *file);
   } else {
     for (const char* key : {"lesson-step", "answer", "run-step", "reveal"})
       if (a.has(key))

@@ -865,10 +865,7 @@ void draw_stage_table(App& app) {
     ImGui::TableNextColumn();
     ImGui::Text("%d", s.stage);
     ImGui::TableNextColumn();
-    if (s.last_layer - s.first_layer > 1)
-      ImGui::Text("%d-%d", s.first_layer, s.last_layer - 1);
-    else
-      ImGui::Text("%d", s.first_layer);
+    ImGui::TextUnformatted(s.layers.c_str());
     ImGui::TableNextColumn();
     ImGui::Text("%.1f%%", 100 * s.bubble_measured);
     ImGui::TableNextColumn();

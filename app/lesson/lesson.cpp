@@ -11,6 +11,7 @@
 #include <map>
 
 #include "app/lesson/terminal.h"
+#include "core/parallel/strategy.h"
 
 #ifndef SHARDLAB_LESSONS_DIR
 #define SHARDLAB_LESSONS_DIR "lessons"
@@ -191,6 +192,21 @@ Lesson find_lesson(const std::string& name, const std::string& dir) {
   throw ConfigError("no lesson '" + name + "' in " + dir + " (valid: " +
                     (names.empty() ? std::string("none, the folder has no lessons") : listed) +
                     ", a path to a .toml file, or another folder in SHARDLAB_LESSONS)");
+}
+
+void use_schedule(Lesson& l, const std::string& file) {
+  bool any = false;
+  for (Step& step : l.steps)
+    for (std::optional<RunConfig>* run : {&step.run, &step.compare})
+      if (*run && !(*run)->schedule.empty()) {
+        (*run)->schedule = file;
+        validate(**run);  // the file read and checked now, before anything trains
+        any = true;
+      }
+  if (!any)
+    throw ConfigError("--schedule " + file + ": lesson '" + l.id +
+                      "' runs no schedule file (valid: a lesson whose runs read one, such as "
+                      "schedule-exercise)");
 }
 
 }  // namespace shardlab::lesson

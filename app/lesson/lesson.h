@@ -204,6 +204,11 @@ std::vector<Lesson> load_all_lessons(const std::string& dir,
 std::vector<std::string> lesson_files(const std::string& dir);  // *.toml, sorted
 // A lesson by id ("zero"), file name ("04-zero") or path to a .toml file.
 Lesson find_lesson(const std::string& name, const std::string& dir);
+// `--schedule FILE` with a lesson: FILE (a learner's own order) in place of
+// the schedule file its runs read, checked at once. Throws ConfigError, one
+// line, when FILE is not a valid schedule for those runs, or when the lesson
+// runs none.
+void use_schedule(Lesson& l, const std::string& file);
 
 // ----- Evaluating a step on its finished run(s) -----
 

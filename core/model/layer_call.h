@@ -15,11 +15,16 @@ class Comm;
 // gradient of the input, which the previous stage is waiting for, and W the
 // linears' weight gradients, which nobody waits for, later (in the bubble).
 // One deferred W is one linear's dW += doutᵀ·x (and db += Σ dout): it owns a
-// copy of dout and reads x, which must stay alive until it runs. W is the
+// copy of dout and reads x, which must stay alive until it runs. When dout is
+// the stack's own gradient buffer (an MLP layer's), the copy is made after
+// the layer's backward has freed what it kept (LayerStack::backward_pass), so
+// a split B never holds more activations at once than the whole backward. W is the
 // weight GEMMs, as in the paper; LayerNorm's, BatchNorm's and the embedding's
 // small gradients stay in B. fp32 only (pipelines train in fp32).
 struct DeferredWeightGrad {
   Tensor dout;              // [rows, out], the linear's output gradient
+  const void* copy_from = nullptr;  // not yet copied: dout's source, alive until the layer ends
+  std::string dout_name;            // the copy's name in the memory panel
   const void* x = nullptr;  // [rows, in], the linear's input
   void* dw = nullptr;       // [out, in], accumulated into
   void* db = nullptr;       // [out], accumulated into; may be null

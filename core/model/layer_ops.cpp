@@ -82,16 +82,15 @@ void layer_forward(Allocator& alloc, DType dt, void* out, void* pre, const void*
 }
 
 bool defer_weight_grad(const LayerCall& c, int layer, const char* what, const void* dout,
-                       const void* x, void* dw, void* db, int rows, int in, int out) {
+                       const void* x, void* dw, void* db, int rows, int in, int out,
+                       bool copy_later) {
   if (!c.defer) return false;
   if (c.dt != DType::f32)
     throw std::logic_error(
         "defer_weight_grad: the B/W split is fp32 only (pipelines train in fp32)");
   DeferredWeightGrad d;
-  // Kept from B to W like an activation: the memory panel counts it with them.
-  d.dout = c.alloc.alloc(c.name(layer, what), MemCategory::activations,
-                         {rows, static_cast<int64_t>(out)}, DType::f32);
-  c.alloc.backend().copy(d.dout.raw(), dout, d.dout.bytes(), CopyKind::device_to_device);
+  d.dout_name = c.name(layer, what);
+  d.copy_from = dout;
   d.x = x;
   d.dw = dw;
   d.db = db;
@@ -100,7 +99,19 @@ bool defer_weight_grad(const LayerCall& c, int layer, const char* what, const vo
   d.in = in;
   d.out = out;
   c.defer->push_back(std::move(d));
+  if (!copy_later) copy_deferred_outputs(c.alloc, *c.defer);
   return true;
+}
+
+void copy_deferred_outputs(Allocator& alloc, std::vector<DeferredWeightGrad>& deferred) {
+  for (DeferredWeightGrad& d : deferred) {
+    if (!d.copy_from) continue;
+    // Kept from B to W like an activation: the memory panel counts it with them.
+    d.dout = alloc.alloc(d.dout_name, MemCategory::activations,
+                         {d.rows, static_cast<int64_t>(d.out)}, DType::f32);
+    alloc.backend().copy(d.dout.raw(), d.copy_from, d.dout.bytes(), CopyKind::device_to_device);
+    d.copy_from = nullptr;
+  }
 }
 
 void run_weight_grad(DeviceBackend& dev, DeferredWeightGrad& d) {
@@ -127,7 +138,8 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
     // A zero-bubble B: the weight gradient of g (GELU's and BatchNorm's
     // backward already applied) waits for W; only din is computed now.
     if (defer &&
-        defer_weight_grad(*defer, layer, "linear.grad_output", g, x, dw, db, rows, in_dim, out_dim))
+        defer_weight_grad(*defer, layer, "linear.grad_output", g, x, dw, db, rows, in_dim, out_dim,
+                          /*copy_later=*/true))
       dw = db = nullptr;
     dev.linear_backward(static_cast<float*>(din), static_cast<float*>(dw), static_cast<float*>(db),
                         gf, static_cast<const float*>(x), static_cast<const float*>(w), rows,

@@ -59,8 +59,14 @@ void layer_backward(Allocator& alloc, DType dt, void* g, const void* pre, void* 
 // linear's weight gradient — dw += doutᵀ·x, db += Σ dout — with a copy of
 // dout named `what`, and returns true: the caller computes din alone. fp32
 // only; otherwise returns false and the caller computes everything now.
+// `copy_later`: dout outlives the layer's backward (it is the stack's gradient
+// buffer), so the copy waits for copy_deferred_outputs, after the layer's
+// saved activations are freed.
 bool defer_weight_grad(const LayerCall& c, int layer, const char* what, const void* dout,
-                       const void* x, void* dw, void* db, int rows, int in, int out);
+                       const void* x, void* dw, void* db, int rows, int in, int out,
+                       bool copy_later = false);
+// Makes the copies defer_weight_grad left for later (copy_later).
+void copy_deferred_outputs(Allocator& alloc, std::vector<DeferredWeightGrad>& deferred);
 // W of one deferred weight gradient; frees its copy of dout when done.
 void run_weight_grad(DeviceBackend& dev, DeferredWeightGrad& d);
 

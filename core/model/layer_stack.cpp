@@ -240,6 +240,9 @@ Tensor LayerStack::backward_pass(const void* dout, int mb, bool want_dinput, boo
       if (!split || std::none_of(s.deferred.begin(), s.deferred.end(),
                                  [&](const DeferredWeightGrad& d) { return d.x == t.raw(); }))
         t.reset();
+    // Now that they are gone, W's copy of this layer's output gradient (g,
+    // which the next line frees) takes their place.
+    if (split) copy_deferred_outputs(alloc_, s.deferred);
     g = std::move(din);
     span.end();
     if (on_layer_done) on_layer_done(l);

@@ -53,6 +53,24 @@ std::vector<int> first_pipeline_ranks(const RunConfig& cfg) {
   return ranks;
 }
 
+int pipeline_chunks(const RunConfig& cfg) {
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  if (!info || !info->reads_option(StrategyOption::virtual_stages)) return 1;
+  return cfg.virtual_stages > 0 ? cfg.virtual_stages : 2;
+}
+
+std::vector<int> chunk_of_layers(const RunConfig& cfg, int rank) {
+  const ModelLayout layout = make_layout(cfg);
+  const std::vector<int> partition = pipeline_partition(cfg, layout);
+  const int V = pipeline_chunks(cfg);
+  std::vector<int> chunk(static_cast<size_t>(layout.num_layers()), -1);
+  for (int c = 0; c < V; ++c) {
+    const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank), partition, V, c);
+    for (int l = t.first_layer; l < t.last_layer; ++l) chunk[static_cast<size_t>(l)] = c;
+  }
+  return chunk;
+}
+
 namespace {
 // The contiguous split of layers with weights w into `stages` whose largest
 // stage weighs least; among equally good splits the earlier stages take the
@@ -141,16 +159,18 @@ std::vector<double> measure_layer_costs(const RunConfig& cfg) {
 }
 
 std::vector<int> pipeline_partition(const RunConfig& cfg, const ModelLayout& layout) {
-  return cfg.partition.empty() ? balanced_partition(layout, pipeline_stages(cfg)) : cfg.partition;
+  return cfg.partition.empty()
+             ? balanced_partition(layout, pipeline_stages(cfg) * pipeline_chunks(cfg))
+             : cfg.partition;
 }
 
 Schedule run_schedule(const RunConfig& cfg) {
-  const int P = pipeline_stages(cfg), M = cfg.micro_batches;
+  const int P = pipeline_stages(cfg), M = cfg.micro_batches, V = pipeline_chunks(cfg);
   if (cfg.schedule.empty()) {
     const StrategyInfo& info = strategy_info(cfg.strategy);
     if (!info.schedule)
       throw std::logic_error("run_schedule: " + cfg.strategy + " has no schedule");
-    return info.schedule(P, M);
+    return info.schedule(P, M, V);
   }
   std::string text;
   try {
@@ -160,25 +180,44 @@ Schedule run_schedule(const RunConfig& cfg) {
   }
   Schedule s = parse_schedule(text, cfg.schedule);
   try {
-    validate_schedule(s, P, M, 1);
+    if (s.chunks != V)
+      throw ConfigError(
+          s.chunks > 1
+              ? "it names model chunks (" + std::to_string(s.chunks) + " per rank) but " +
+                    cfg.strategy + " runs " + std::to_string(V) +
+                    " (valid: --strategy interleaved --virtual-stages " +
+                    std::to_string(s.chunks) + ")"
+              : "it names no model chunks but " + cfg.strategy + " runs " + std::to_string(V) +
+                    " per rank (valid: actions such as F0.1, chunk 1, or --virtual-stages " +
+                    "matching the file)");
+    validate_schedule(s, P, M, V);
   } catch (const ConfigError& e) {
     throw ConfigError("--schedule " + cfg.schedule + ": " + e.what());
   }
   return s;
 }
 
-StageTopology stage_topology(int rank, const std::vector<int>& partition) {
-  const int P = static_cast<int>(partition.size());
+StageTopology stage_topology(int rank, const std::vector<int>& partition, int chunks,
+                             int chunk) {
+  const int S = static_cast<int>(partition.size());
+  if (chunks < 1 || S % chunks != 0)
+    throw std::invalid_argument("stage_topology: the partition is not stages x chunks");
+  const int P = S / chunks;
   if (rank < 0 || rank >= P) throw std::invalid_argument("stage_topology: rank out of range");
+  if (chunk < 0 || chunk >= chunks)
+    throw std::invalid_argument("stage_topology: chunk out of range");
+  const int s = chunk * P + rank;  // Megatron's round-robin
   StageTopology t;
   t.rank = rank;
   t.stages = P;
-  t.first_layer = std::accumulate(partition.begin(), partition.begin() + rank, 0);
-  t.last_layer = t.first_layer + partition[rank];
-  t.prev = rank > 0 ? rank - 1 : -1;
-  t.next = rank + 1 < P ? rank + 1 : -1;
-  t.is_first = rank == 0;
-  t.is_last = rank + 1 == P;
+  t.chunk = chunk;
+  t.model_stage = s;
+  t.first_layer = std::accumulate(partition.begin(), partition.begin() + s, 0);
+  t.last_layer = t.first_layer + partition[s];
+  t.prev = s > 0 ? (s - 1) % P : -1;
+  t.next = s + 1 < S ? (s + 1) % P : -1;
+  t.is_first = s == 0;
+  t.is_last = s + 1 == S;
   return t;
 }
 
@@ -217,7 +256,7 @@ void validate_pipeline(const RunConfig& cfg) {
   if (cfg.stages != 0 && cfg.mesh.empty() && cfg.stages != cfg.world)
     throw ConfigError("--stages " + std::to_string(cfg.stages) + " does not match --world " + W +
                       " (valid: --stages " + W + ", or leave it out: one stage per rank)");
-  const int P = pipeline_stages(cfg);
+  const int P = pipeline_stages(cfg), V = pipeline_chunks(cfg);
   if (P > L)
     throw ConfigError((!cfg.mesh.empty() ? "--mesh " + cfg.mesh + " (pp=" + std::to_string(P) + ")"
                        : cfg.stages      ? "--stages " + std::to_string(P)
@@ -225,14 +264,31 @@ void validate_pipeline(const RunConfig& cfg) {
                       " is more stages than the " + std::to_string(L) + " layers of " + cfg.model +
                       " (valid: 1 to " + std::to_string(L) +
                       " stages, each holding at least one layer)");
+  if (V > 1) {
+    const std::string given = "--virtual-stages " + std::to_string(V);
+    if (P < 2)
+      throw ConfigError(given + " on 1 stage: interleaving deals chunks to 2 or more stages " +
+                        "(valid: --world 2 or more, or --strategy 1f1b)");
+    if (P * V > L)
+      throw ConfigError(given + " on " + std::to_string(P) + " stages cuts " + cfg.model + " into " +
+                        std::to_string(P * V) + " chunks, more than its " + std::to_string(L) +
+                        " layers (valid: --virtual-stages 2 to " + std::to_string(L / P) + ")");
+    if (layout.spec().batchnorm)
+      throw ConfigError("--model " + cfg.model + " with " + given +
+                        ": a chunk's BatchNorm statistics would live apart from its neighbours' "
+                        "(valid: a model without +bn)");
+  }
   if (!cfg.partition.empty()) {
     const std::string given = "--partition " + join(cfg.partition);
-    const std::string valid = " (valid: " + std::to_string(P) +
+    const std::string pieces =
+        V > 1 ? std::to_string(P) + " stages x " + std::to_string(V) + " chunks"
+              : std::to_string(P) + " stages";
+    const std::string valid = " (valid: " + std::to_string(P * V) +
                               " layer counts of 1 or more summing to " + std::to_string(L) +
-                              ", e.g. " + join(balanced_partition(layout, P)) + ")";
-    if (static_cast<int>(cfg.partition.size()) != P)
+                              ", e.g. " + join(balanced_partition(layout, P * V)) + ")";
+    if (static_cast<int>(cfg.partition.size()) != P * V)
       throw ConfigError(given + " has " + std::to_string(cfg.partition.size()) + " entries for " +
-                        std::to_string(P) + " stages" + valid);
+                        pieces + valid);
     for (int c : cfg.partition)
       if (c < 1)
         throw ConfigError(given + " gives a stage " + std::to_string(c) + " layers" + valid);
@@ -255,8 +311,9 @@ void validate_pipeline(const RunConfig& cfg) {
                       " is not divisible by --micro-batches " + std::to_string(M) +
                       " (valid: a multiple of " + std::to_string(M) + ", e.g. " +
                       std::to_string(M * std::max(1, cfg.batch / M)) + ")");
-  // A learner's own order: read and checked now, before any rank starts.
-  if (!cfg.schedule.empty()) run_schedule(cfg);
+  // The order: a learner's file read and checked now, before any rank starts;
+  // a named one's own conditions (interleaved: M a multiple of P).
+  run_schedule(cfg);
   // PyTorch's BatchNorm1d refuses a single row in training: no variance to normalise by.
   if (layout.spec().batchnorm && cfg.batch / M < 2)
     throw ConfigError("--model " + cfg.model + ": --batch " + std::to_string(cfg.batch) +
@@ -267,9 +324,10 @@ void validate_pipeline(const RunConfig& cfg) {
                       std::to_string(std::max(1, cfg.batch / 2)) + " or fewer)");
 }
 
-int pipe_tag(int micro_batch, PipeDirection direction) {
-  if (micro_batch < 0) throw std::invalid_argument("pipe_tag: micro-batch must be >= 0");
-  return 2 * micro_batch + static_cast<int>(direction);
+int pipe_tag(int micro_batch, int boundary, int model_stages, PipeDirection direction) {
+  if (micro_batch < 0 || boundary < 0 || boundary >= model_stages)
+    throw std::invalid_argument("pipe_tag: micro-batch or boundary out of range");
+  return 2 * (micro_batch * model_stages + boundary) + static_cast<int>(direction);
 }
 
 // ---- one stage ----------------------------------------------------------------
@@ -290,34 +348,63 @@ PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) 
   tp_rank_ = meshed ? env.mesh->coord(env.rank, MeshAxis::tp) : 0;
   // Every rank cuts the model where the whole model's parameter counts say,
   // so the slices of one stage hold the same layers.
-  topo_ = stage_topology(stage, pipeline_partition(env.cfg, env.layout));
+  partition_ = pipeline_partition(env.cfg, env.layout);
   micro_batches_ = env.cfg.micro_batches;
   rows_ = env.cfg.batch / replicas_ / micro_batches_;
   first_row_ = replica_ * (env.cfg.batch / replicas_);
-  boundary_in_ = topo_.first_layer - 1;
-  boundary_out_ = topo_.last_layer - 1;
   layout_ = &env.layout;
+  std::unique_ptr<SlicedParams> sliced;
   if (tp_comm_) {
     // This rank's slice of the model, initialised from the whole model's
     // seeded values: the tp ranks together hold exactly `single`'s weights.
     slice_ = std::make_unique<ModelLayout>(env.layout.spec(),
                                            TensorSlice{env.mesh->size(MeshAxis::tp), tp_rank_});
     layout_ = slice_.get();
-    const SlicedParams sliced(init, *slice_);
-    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer, env.alloc,
-                                           env.rec, sliced, DType::f32, tp_comm_);
-  } else {
-    layers_ = std::make_unique<LayerStack>(*layout_, topo_.first_layer, topo_.last_layer, env.alloc,
-                                           env.rec, init);
+    sliced = std::make_unique<SlicedParams>(init, *slice_);
   }
-  std::vector<Optimizer::Range> ranges = layers_->ranges();
+  // One LayerStack per model chunk this rank holds (one, but for interleaved).
+  const int V = pipeline_chunks(env.cfg);
+  for (int c = 0; c < V; ++c) {
+    Chunk ch;
+    ch.topo = stage_topology(stage, partition_, V, c);
+    ch.boundary_in = ch.topo.first_layer - 1;
+    ch.boundary_out = ch.topo.last_layer - 1;
+    ch.layers = sliced ? std::make_unique<LayerStack>(*layout_, ch.topo.first_layer,
+                                                      ch.topo.last_layer, env.alloc, env.rec,
+                                                      *sliced, DType::f32, tp_comm_)
+                       : std::make_unique<LayerStack>(*layout_, ch.topo.first_layer,
+                                                      ch.topo.last_layer, env.alloc, env.rec, init);
+    chunks_.push_back(std::move(ch));
+  }
+  std::vector<Optimizer::Range> optimized = ranges();
   if (env.cfg.dp_zero1 && dp_comm_) {
     assign_owners();
     std::vector<Optimizer::Range> mine;
-    for (size_t i : owned_) mine.push_back(ranges[i]);
-    ranges = std::move(mine);
+    for (size_t i : owned_) mine.push_back(optimized[i]);
+    optimized = std::move(mine);
   }
-  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, ranges);
+  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, optimized);
+}
+
+std::vector<Optimizer::Range> PipelineStage::ranges() const {
+  std::vector<Optimizer::Range> all;
+  for (const Chunk& c : chunks_)
+    for (const Optimizer::Range& r : c.layers->ranges()) all.push_back(r);
+  return all;
+}
+
+std::vector<float*> PipelineStage::param_ptrs() {
+  std::vector<float*> all;
+  for (Chunk& c : chunks_)
+    for (float* p : c.layers->param_ptrs()) all.push_back(p);
+  return all;
+}
+
+std::vector<float*> PipelineStage::grad_ptrs() {
+  std::vector<float*> all;
+  for (Chunk& c : chunks_)
+    for (float* g : c.layers->grad_ptrs_mut()) all.push_back(g);
+  return all;
 }
 
 // ZeRO-1 over the dp axis, by whole parameters as PyTorch's
@@ -325,24 +412,33 @@ PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) 
 // holding the fewest values so far (the lowest on a tie). Every replica
 // computes the same table from the same layout.
 void PipelineStage::assign_owners() {
-  const std::vector<Optimizer::Range> ranges = layers_->ranges();
-  std::vector<size_t> order(ranges.size());
+  const std::vector<Optimizer::Range> all = ranges();
+  std::vector<size_t> order(all.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return ranges[a].numel > ranges[b].numel; });
+                   [&](size_t a, size_t b) { return all[a].numel > all[b].numel; });
   std::vector<size_t> load(static_cast<size_t>(replicas_), 0);
-  owner_.assign(ranges.size(), 0);
+  owner_.assign(all.size(), 0);
   for (size_t i : order) {
     const auto least = std::min_element(load.begin(), load.end()) - load.begin();
     owner_[i] = static_cast<int>(least);
-    load[static_cast<size_t>(least)] += ranges[i].numel;
+    load[static_cast<size_t>(least)] += all[i].numel;
   }
   for (size_t i = 0; i < owner_.size(); ++i)
     if (owner_[i] == replica_) owned_.push_back(i);
 }
 
 RankState PipelineStage::rank_state() {
-  RankState st = layers_->rank_state(optimizer_.get(), nullptr);
+  // The chunks' parameters one after another, the optimizer's order. (A
+  // model with BatchNorm buffers runs one chunk: validate_pipeline.)
+  RankState st = chunks_.front().layers->rank_state(optimizer_.get(), nullptr);
+  for (size_t c = 1; c < chunks_.size(); ++c) {
+    const RankState more = chunks_[c].layers->rank_state(optimizer_.get(), nullptr);
+    st.offset.insert(st.offset.end(), more.offset.begin(), more.offset.end());
+    st.count.insert(st.count.end(), more.count.begin(), more.count.end());
+    st.weight.insert(st.weight.end(), more.weight.begin(), more.weight.end());
+    st.weight_at.insert(st.weight_at.end(), more.weight_at.begin(), more.weight_at.end());
+  }
   st.slice = slice_.get();
   if (owner_.empty()) return st;
   // Only this replica's parameters: the optimizer's ranges, in the same order.
@@ -363,63 +459,74 @@ RankState PipelineStage::rank_state() {
 void PipelineStage::begin_step(int step) {
   step_ = step;
   loss_ = 0;
-  next_input_recv_ = 0;
-  next_grad_recv_ = 0;
-  layers_->zero_grads();
+  for (auto& [peer, posted] : recv_posted_) posted = 0;
+  for (Chunk& c : chunks_) c.layers->zero_grads();
 }
 
-PipelineStage::PendingRecv PipelineStage::post_recv(int mb, PipeDirection direction,
-                                                    MemCategory category) {
-  const bool activation = direction == PipeDirection::activation;
-  PendingRecv p;
-  p.buffer = env_.alloc.alloc(
-      mb_name(activation ? "pipeline.input" : "pipeline.grad_output", mb), category,
-      {rows_, static_cast<int64_t>(
-                  layout_->act_numel(activation ? topo_.first_layer : topo_.last_layer))});
-  p.work = pp_comm_->recv_async(p.buffer.raw(), p.buffer.bytes(),
-                                activation ? topo_.prev : topo_.next, pipe_tag(mb, direction),
-                                CommMeta{activation ? boundary_in_ : boundary_out_, mb});
-  return p;
+int PipelineStage::peer_of(const RecvKey& key) const {
+  const StageTopology& t = chunks_.at(static_cast<size_t>(key.chunk)).topo;
+  return key.direction == PipeDirection::activation ? t.prev : t.next;
 }
 
-// Receives are posted in micro-batch order, the order the neighbour sends in,
-// so that message n from a neighbour is receive n here: that is what pairs the
-// flow ids of the send and recv spans in the trace. Posting mb early therefore
-// posts every earlier micro-batch not yet posted too.
-void PipelineStage::post_recv_input(int mb) {
-  if (topo_.is_first) return;
-  for (; next_input_recv_ <= mb && next_input_recv_ < micro_batches_; ++next_input_recv_)
-    input_recvs_.emplace(next_input_recv_, post_recv(next_input_recv_, PipeDirection::activation,
-                                                     MemCategory::activations));
+void PipelineStage::post_recv(const RecvKey& key) {
+  if (recvs_.count(key)) return;
+  const int peer = peer_of(key);
+  if (peer < 0) return;  // the first model stage reads the batch, the last the loss
+  const std::vector<RecvKey>& order = recv_order_.at(peer);
+  size_t& posted = recv_posted_[peer];
+  if (std::find(order.begin() + static_cast<std::ptrdiff_t>(posted), order.end(), key) ==
+      order.end())
+    return;  // posted already (and taken)
+  // Posting message n from a neighbour posts every earlier one not yet posted:
+  // receive n here is then the neighbour's send n.
+  for (; posted < order.size(); ++posted) {
+    const RecvKey& k = order[posted];
+    const Chunk& c = chunks_.at(static_cast<size_t>(k.chunk));
+    const bool activation = k.direction == PipeDirection::activation;
+    const int boundary = activation ? c.topo.model_stage - 1 : c.topo.model_stage;
+    PendingRecv p;
+    p.buffer = env_.alloc.alloc(
+        mb_name(activation ? "pipeline.input" : "pipeline.grad_output", k.mb),
+        activation ? MemCategory::activations : MemCategory::temporary,
+        {rows_, static_cast<int64_t>(
+                    layout_->act_numel(activation ? c.topo.first_layer : c.topo.last_layer))});
+    p.work = pp_comm_->recv_async(
+        p.buffer.raw(), p.buffer.bytes(), peer,
+        pipe_tag(k.mb, boundary, static_cast<int>(partition_.size()), k.direction),
+        CommMeta{activation ? c.boundary_in : c.boundary_out, k.mb});
+    recvs_.emplace(k, std::move(p));
+    if (k == key) {
+      ++posted;
+      break;
+    }
+  }
 }
 
-void PipelineStage::post_recv_grad(int mb) {
-  if (topo_.is_last) return;
-  for (; next_grad_recv_ <= mb && next_grad_recv_ < micro_batches_; ++next_grad_recv_)
-    grad_recvs_.emplace(next_grad_recv_, post_recv(next_grad_recv_, PipeDirection::gradient,
-                                                   MemCategory::temporary));
-}
-
-Tensor PipelineStage::wait_recv(std::map<int, PendingRecv>& posted, int mb) {
-  auto it = posted.find(mb);
-  if (it == posted.end()) throw std::logic_error("pipeline: receive for micro-batch not posted");
+Tensor PipelineStage::wait_recv(const RecvKey& key) {
+  post_recv(key);
+  auto it = recvs_.find(key);
+  if (it == recvs_.end()) throw std::logic_error("pipeline: receive for micro-batch not posted");
   it->second.work.wait();
   Tensor t = std::move(it->second.buffer);
-  posted.erase(it);
+  recvs_.erase(it);
   return t;
 }
 
-void PipelineStage::send(const void* borrowed, Tensor owned, int mb, PipeDirection direction) {
+void PipelineStage::send(const Chunk& c, const void* borrowed, Tensor owned, int mb,
+                         PipeDirection direction) {
   const bool activation = direction == PipeDirection::activation;
   PendingSend s;
   s.buffer = std::move(owned);
   const void* data = s.buffer.empty() ? borrowed : s.buffer.raw();
-  // An activation leaves through this stage's output boundary, a gradient
+  // An activation leaves through this chunk's output boundary, a gradient
   // through its input boundary: rows × the activation's size there.
-  const size_t values = layout_->act_numel(activation ? topo_.last_layer : topo_.first_layer);
-  s.work = pp_comm_->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
-                                activation ? topo_.next : topo_.prev, pipe_tag(mb, direction),
-                                CommMeta{activation ? boundary_out_ : boundary_in_, mb});
+  const size_t values = layout_->act_numel(activation ? c.topo.last_layer : c.topo.first_layer);
+  const int boundary = activation ? c.topo.model_stage : c.topo.model_stage - 1;
+  s.work = pp_comm_->send_async(
+      data, static_cast<size_t>(rows_) * values * sizeof(float),
+      activation ? c.topo.next : c.topo.prev,
+      pipe_tag(mb, boundary, static_cast<int>(partition_.size()), direction),
+      CommMeta{activation ? c.boundary_out : c.boundary_in, mb});
   sends_.push_back(std::move(s));
 }
 
@@ -432,38 +539,74 @@ void PipelineStage::settle_sends() {
   sends_.clear();
 }
 
-void PipelineStage::run(const std::vector<Action>& actions) {
+void PipelineStage::run(const Schedule& schedule) {
+  const int me = topology().rank, P = topology().stages, V = chunks();
+  const int S = P * V;
+  const std::vector<Action>& actions = schedule.ranks.at(static_cast<size_t>(me));
+  // What each neighbour sends this rank, in the order its line sends it: a
+  // forward of model stage s sends to the rank of s + 1, a backward to s − 1.
+  if (recv_order_.empty()) {
+    for (int peer = 0; peer < P; ++peer) {
+      std::vector<RecvKey> order;
+      for (const Action& a : schedule.ranks.at(static_cast<size_t>(peer))) {
+        const int s = a.chunk * P + peer;
+        if (a.kind == ActionKind::forward && s + 1 < S && (s + 1) % P == me)
+          order.push_back({PipeDirection::activation, a.micro_batch, (s + 1) / P});
+        if (a.kind == ActionKind::backward && s > 0 && (s - 1) % P == me)
+          order.push_back({PipeDirection::gradient, a.micro_batch, (s - 1) / P});
+      }
+      if (!order.empty()) recv_order_[peer] = std::move(order);
+    }
+  }
   // A B whose W the line runs too is split (zero bubble): B computes the
   // input's gradient, W later the weights'. Without a W it is the whole backward.
-  split_.assign(static_cast<size_t>(micro_batches_), false);
+  for (Chunk& c : chunks_) c.split.assign(static_cast<size_t>(micro_batches_), false);
   for (const Action& a : actions)
-    if (a.kind == ActionKind::weight && a.micro_batch < micro_batches_)
-      split_[a.micro_batch] = true;
+    if (a.kind == ActionKind::weight) chunks_.at(static_cast<size_t>(a.chunk)).split.at(
+        static_cast<size_t>(a.micro_batch)) = true;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    if (a.chunk != 0)
-      throw ConfigError("schedule: rank " + std::to_string(topo_.rank) + " runs " +
-                        to_string(a, a.chunk + 1) +
-                        ", a model chunk, and this stage holds one (valid: no chunks)");
-    if (i + 1 < actions.size()) {
+    if (V > 1) {
+      // Chunks: messages go both ways between a pair of ranks, and a send is
+      // taken only once its receiver posts: as Megatron's interleaved steady
+      // state does, the receives of the next forward and the next backward
+      // are both posted before this action waits for its sends.
+      bool forward_seen = false, backward_seen = false;
+      for (size_t j = i + 1; j < actions.size() && !(forward_seen && backward_seen); ++j) {
+        const Action& n = actions[j];
+        if (n.kind == ActionKind::forward && !forward_seen) {
+          forward_seen = true;
+          post_recv({PipeDirection::activation, n.micro_batch, n.chunk});
+        } else if (n.kind == ActionKind::backward && !backward_seen) {
+          backward_seen = true;
+          post_recv({PipeDirection::gradient, n.micro_batch, n.chunk});
+        }
+      }
+    } else if (i + 1 < actions.size()) {
       const Action& next = actions[i + 1];
-      if (next.kind == ActionKind::backward) post_recv_grad(next.micro_batch);
+      if (next.kind == ActionKind::backward)
+        post_recv({PipeDirection::gradient, next.micro_batch, next.chunk});
       if (next.kind == ActionKind::forward && a.kind == ActionKind::forward)
-        post_recv_input(next.micro_batch);
+        post_recv({PipeDirection::activation, next.micro_batch, next.chunk});
     }
     if (a.kind == ActionKind::forward)
-      forward(a.micro_batch);
+      forward(a.micro_batch, a.chunk);
     else if (a.kind == ActionKind::backward)
-      backward(a.micro_batch);
+      backward(a.micro_batch, a.chunk);
     else
-      weight(a.micro_batch);
+      weight(a.micro_batch, a.chunk);
   }
 }
 
-void PipelineStage::forward(int mb) {
+void PipelineStage::forward(int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<size_t>(chunk));
+  // This action's receive is posted before the last action's sends are waited
+  // for: a neighbour may itself be waiting for this rank to take its send
+  // before it takes ours (interleaved chunks send both ways between a pair).
+  if (!c.topo.is_first) post_recv({PipeDirection::activation, mb, chunk});
   settle_sends();
   Tensor input;
-  if (topo_.is_first) {
+  if (c.topo.is_first) {
     // Stage 0 reads its micro-batch's rows of x (the targets are the last stage's business).
     input = env_.alloc.alloc(mb_name("batch.x", mb), MemCategory::activations,
                              {rows_, static_cast<int64_t>(layout_->act_numel(0))});
@@ -471,31 +614,30 @@ void PipelineStage::forward(int mb) {
     span.set_made_ahead(
         env_.data.load(env_.device, step_, first_row_ + mb * rows_, rows_, input.raw(), nullptr));
   } else {
-    post_recv_input(mb);
-    input = wait_recv(input_recvs_, mb);
+    input = wait_recv({PipeDirection::activation, mb, chunk});
   }
   const void* in = input.raw();
-  inputs_[mb] = std::move(input);  // the first layer's backward reads it
+  c.inputs[mb] = std::move(input);  // the first layer's backward reads it
 
   if (!env_.cfg.recompute) {
-    const void* out = layers_->forward(in, rows_, mb);
+    const void* out = c.layers->forward(in, rows_, mb);
     // Sent straight from the layer's output, which lives until backward(mb).
-    if (topo_.is_last)
-      compute_loss(out, mb);
+    if (c.topo.is_last)
+      compute_loss(c, out, mb);
     else
-      send(out, Tensor(), mb, PipeDirection::activation);
+      send(c, out, Tensor(), mb, PipeDirection::activation);
   } else {
     // --recompute: the layers keep only the stage input; the output is dropped
     // once the loss has read it, or once its send has been waited for.
-    Tensor out = layers_->forward_keep_input(in, rows_, mb);
-    if (topo_.is_last)
-      compute_loss(out.raw(), mb);
+    Tensor out = c.layers->forward_keep_input(in, rows_, mb);
+    if (c.topo.is_last)
+      compute_loss(c, out.raw(), mb);
     else
-      send(nullptr, std::move(out), mb, PipeDirection::activation);
+      send(c, nullptr, std::move(out), mb, PipeDirection::activation);
   }
 }
 
-void PipelineStage::compute_loss(const void* pred, int mb) {
+void PipelineStage::compute_loss(Chunk& c, const void* pred, int mb) {
   const ModelLayout& m = *layout_;
   Tensor y = env_.alloc.alloc(mb_name("batch.y", mb), MemCategory::temporary,
                               {rows_, static_cast<int64_t>(m.target_numel())});
@@ -513,40 +655,44 @@ void PipelineStage::compute_loss(const void* pred, int mb) {
   ScopedSpan span(env_.rec, Lane::compute, SpanKind::loss, -1, mb);
   loss_ += m.family().loss(env_.alloc, fp32_, m, dpred.raw(), pred, y.raw(), rows_, env_.cfg.batch,
                            tp_comm_, mb);
-  loss_grads_[mb] = std::move(dpred);
+  c.loss_grads[mb] = std::move(dpred);
 }
 
-void PipelineStage::backward(int mb) {
+void PipelineStage::backward(int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<size_t>(chunk));
+  if (!c.topo.is_last) post_recv({PipeDirection::gradient, mb, chunk});  // (see forward)
   settle_sends();
   Tensor dout;
-  if (topo_.is_last) {
-    auto it = loss_grads_.find(mb);
-    if (it == loss_grads_.end()) throw std::logic_error("pipeline: backward before forward");
+  if (c.topo.is_last) {
+    auto it = c.loss_grads.find(mb);
+    if (it == c.loss_grads.end()) throw std::logic_error("pipeline: backward before forward");
     dout = std::move(it->second);
-    loss_grads_.erase(it);
+    c.loss_grads.erase(it);
   } else {
-    post_recv_grad(mb);
-    dout = wait_recv(grad_recvs_, mb);
+    dout = wait_recv({PipeDirection::gradient, mb, chunk});
   }
-  if (env_.cfg.recompute) layers_->recompute(mb);
-  const bool split = static_cast<size_t>(mb) < split_.size() && split_[mb];
+  if (env_.cfg.recompute) c.layers->recompute(mb);
+  const bool split = static_cast<size_t>(mb) < c.split.size() && c.split[mb];
   // A split backward is B alone: the weight gradients wait for weight(mb),
   // and so does the stage input, which the first layer's W reads.
-  Tensor din = split ? layers_->backward_input(dout.raw(), mb, !topo_.is_first)
-                     : layers_->backward(dout.raw(), mb, !topo_.is_first);
+  Tensor din = split ? c.layers->backward_input(dout.raw(), mb, !c.topo.is_first)
+                     : c.layers->backward(dout.raw(), mb, !c.topo.is_first);
   dout.reset();
-  if (!split) inputs_.erase(mb);
-  if (!topo_.is_first) send(nullptr, std::move(din), mb, PipeDirection::gradient);
+  if (!split) c.inputs.erase(mb);
+  if (!c.topo.is_first) send(c, nullptr, std::move(din), mb, PipeDirection::gradient);
 }
 
-void PipelineStage::weight(int mb) {
+void PipelineStage::weight(int mb, int chunk) {
   settle_sends();
-  layers_->backward_weights(mb);
-  inputs_.erase(mb);
+  Chunk& c = chunks_.at(static_cast<size_t>(chunk));
+  c.layers->backward_weights(mb);
+  c.inputs.erase(mb);
 }
 
 LossShare PipelineStage::finish_step() {
-  if (!inputs_.empty() || !loss_grads_.empty() || !input_recvs_.empty() || !grad_recvs_.empty())
+  bool left = !recvs_.empty();
+  for (const Chunk& c : chunks_) left = left || !c.inputs.empty() || !c.loss_grads.empty();
+  if (left)
     throw std::logic_error("pipeline: the schedule left micro-batches in flight at the flush");
   settle_sends();
   sum_tied_grads();
@@ -555,10 +701,11 @@ LossShare PipelineStage::finish_step() {
   } else {
     reduce_over_replicas();
     ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
-    optimizer_->step(layers_->param_ptrs(), layers_->grad_ptrs());
+    const std::vector<float*> grads = grad_ptrs();
+    optimizer_->step(param_ptrs(), std::vector<const float*>(grads.begin(), grads.end()));
   }
   // Every tp rank of the last stage computed the same loss: the first reports it.
-  if (!topo_.is_last || tp_rank_ != 0) return {};
+  if (!chunks_.back().topo.is_last || tp_rank_ != 0) return {};
   // This pipeline's loss is its rows' share of the global mean (divided by the
   // whole batch), so the replicas' shares add up: each counts its own rows.
   return {loss_ * env_.cfg.batch, env_.cfg.batch / replicas_};
@@ -570,12 +717,12 @@ LossShare PipelineStage::finish_step() {
 // all-reduce per parameter, all issued before any is waited for.
 void PipelineStage::reduce_over_replicas() {
   if (!dp_comm_) return;
-  const std::vector<float*> grads = layers_->grad_ptrs_mut();
-  const std::vector<Optimizer::Range> ranges = layers_->ranges();
+  const std::vector<float*> grads = grad_ptrs();
+  const std::vector<Optimizer::Range> all = ranges();
   std::vector<Work> works;
   works.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i)
-    works.push_back(dp_comm_->all_reduce_async(grads[i], ranges[i].numel, DType::f32));
+    works.push_back(dp_comm_->all_reduce_async(grads[i], all[i].numel, DType::f32));
   for (Work& w : works) w.wait();
 }
 
@@ -587,13 +734,13 @@ void PipelineStage::reduce_over_replicas() {
 // gather to the root, so on 2 replicas a reduce and a broadcast move 1.25
 // times the all-reduce's (a flat reduce-scatter and all-gather would not).
 void PipelineStage::zero1_step() {
-  const std::vector<float*> grads = layers_->grad_ptrs_mut();
-  const std::vector<float*> params = layers_->param_ptrs();
-  const std::vector<Optimizer::Range> ranges = layers_->ranges();
+  const std::vector<float*> grads = grad_ptrs();
+  const std::vector<float*> params = param_ptrs();
+  const std::vector<Optimizer::Range> all = ranges();
   std::vector<Work> works;
   works.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i)
-    works.push_back(dp_comm_->reduce_async(grads[i], ranges[i].numel, DType::f32, owner_[i]));
+    works.push_back(dp_comm_->reduce_async(grads[i], all[i].numel, DType::f32, owner_[i]));
   for (Work& w : works) w.wait();
   works.clear();
   {
@@ -607,7 +754,7 @@ void PipelineStage::zero1_step() {
     optimizer_->step(p, g);
   }
   for (size_t i = 0; i < params.size(); ++i)
-    works.push_back(dp_comm_->broadcast_async(params[i], ranges[i].numel, DType::f32, owner_[i]));
+    works.push_back(dp_comm_->broadcast_async(params[i], all[i].numel, DType::f32, owner_[i]));
   for (Work& w : works) w.wait();
 }
 
@@ -618,26 +765,37 @@ void PipelineStage::zero1_step() {
 void PipelineStage::sum_tied_grads() {
   const ModelLayout& m = *layout_;
   if (!m.has_tied()) return;
-  const std::vector<int> partition = pipeline_partition(env_.cfg, m);
-  auto stage_of = [&](int layer) {
+  // The chunk of this rank holding `layer`, or null.
+  auto chunk_of = [&](int layer) -> Chunk* {
+    for (Chunk& c : chunks_)
+      if (layer >= c.topo.first_layer && layer < c.topo.last_layer) return &c;
+    return nullptr;
+  };
+  const int P = topology().stages;
+  auto rank_of = [&](int layer) {
     int end = 0;
-    for (size_t s = 0; s < partition.size(); ++s)
-      if (layer < (end += partition[s])) return static_cast<int>(s);
+    for (size_t s = 0; s < partition_.size(); ++s)
+      if (layer < (end += partition_[s])) return static_cast<int>(s) % P;
     throw std::logic_error("pipeline: layer past the partition");
   };
   for (int i = 0; i < static_cast<int>(m.params().size()); ++i) {
     const ParamInfo& p = m.params()[i];
     if (p.tied_to < 0) continue;
-    const int a = stage_of(m.params()[p.tied_to].layer), b = stage_of(p.layer);
-    if (a == b) {
-      if (a == topo_.rank) layers_->sum_tied_grads();
+    const int home_layer = m.params()[p.tied_to].layer;
+    Chunk* home = chunk_of(home_layer);
+    Chunk* away = chunk_of(p.layer);
+    if (home && home == away) {
+      home->layers->sum_tied_grads();
       continue;
     }
-    if (topo_.rank != a && topo_.rank != b) continue;
-    const bool home = topo_.rank == a;
-    float* mine = static_cast<float*>(layers_->grad_of(home ? p.tied_to : i));
-    const int peer = home ? b : a;
+    if (!home && !away) continue;
+    float* mine = static_cast<float*>(home ? home->layers->grad_of(p.tied_to)
+                                           : away->layers->grad_of(i));
     Tensor theirs = env_.alloc.alloc(p.name + "[tied].grad", MemCategory::comm_buffers, p.numel);
+    // (The two ends never share a rank across chunks: model stage 0 is rank 0's,
+    // the last rank P − 1's.)
+    if (home && away) throw std::logic_error("pipeline: a tied pair in two chunks of one rank");
+    const int peer = home ? rank_of(p.layer) : rank_of(home_layer);
     Work sent = pp_comm_->send_async(mine, p.numel * sizeof(float), peer, kTiedGradTag);
     Work got = pp_comm_->recv_async(theirs.raw(), p.numel * sizeof(float), peer, kTiedGradTag);
     got.wait();
@@ -648,7 +806,7 @@ void PipelineStage::sum_tied_grads() {
 
 std::vector<float> PipelineStage::export_params() {
   const ModelLayout& layout = *layout_;
-  // A stage's layers are one contiguous run of the parameters (weight, bias,
+  // A chunk's layers are one contiguous run of the parameters (weight, bias,
   // weight, ...) and one of the BatchNorm buffers, which follow all parameters.
   struct Slices {
     size_t params_begin, params_count, buffers_begin, buffers_count;
@@ -659,33 +817,42 @@ std::vector<float> PipelineStage::export_params() {
                   layout.buffer_begin(t.first_layer),
                   layout.buffer_begin(t.last_layer) - layout.buffer_begin(t.first_layer)};
   };
+  // Chunk c's slices travel under their own tags.
+  auto params_tag = [](int c) { return c == 0 ? kGatherParamsTag : kGatherParamsTag + 2 + 2 * c; };
+  auto buffers_tag = [](int c) {
+    return c == 0 ? kGatherBuffersTag : kGatherParamsTag + 3 + 2 * c;
+  };
   // Every pipeline holds the same weights: the first one's are the export.
   if (replica_ != 0) return {};
-  if (topo_.rank != 0) {
-    const Slices mine = slices(topo_);
-    ExportBuffer params(env_.alloc, mine.params_count), buffers(env_.alloc, mine.buffers_count);
-    float* p = params.at(0, mine.params_count);
-    float* b = buffers.at(0, mine.buffers_count);
-    if (params.keeps()) layers_->copy_state_slices(p, b);
-    pp_comm_->send(p, mine.params_count * sizeof(float), 0, kGatherParamsTag);
-    if (mine.buffers_count)
-      pp_comm_->send(b, mine.buffers_count * sizeof(float), 0, kGatherBuffersTag);
+  const int me = topology().rank, P = topology().stages, V = chunks();
+  if (me != 0) {
+    for (int c = 0; c < V; ++c) {
+      const Slices mine = slices(chunks_[c].topo);
+      ExportBuffer params(env_.alloc, mine.params_count), buffers(env_.alloc, mine.buffers_count);
+      float* p = params.at(0, mine.params_count);
+      float* b = buffers.at(0, mine.buffers_count);
+      if (params.keeps()) chunks_[c].layers->copy_state_slices(p, b);
+      pp_comm_->send(p, mine.params_count * sizeof(float), 0, params_tag(c));
+      if (mine.buffers_count)
+        pp_comm_->send(b, mine.buffers_count * sizeof(float), 0, buffers_tag(c));
+    }
     return {};
   }
   ExportBuffer flat(env_.alloc, layout.state_total());
-  layers_->copy_params_to(flat);
-  const std::vector<int> partition = pipeline_partition(env_.cfg, env_.layout);
+  for (Chunk& c : chunks_) c.layers->copy_params_to(flat);
   std::vector<Work> works;
-  for (int r = 1; r < topo_.stages; ++r) {
-    const Slices theirs = slices(stage_topology(r, partition));
-    // (On a meta device nothing is kept, and the receives land nowhere.)
-    works.push_back(pp_comm_->recv_async(flat.at(theirs.params_begin, theirs.params_count),
-                                         theirs.params_count * sizeof(float), r, kGatherParamsTag));
-    if (theirs.buffers_count)
-      works.push_back(pp_comm_->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
-                                           theirs.buffers_count * sizeof(float), r,
-                                           kGatherBuffersTag));
-  }
+  for (int r = 1; r < P; ++r)
+    for (int c = 0; c < V; ++c) {
+      const Slices theirs = slices(stage_topology(r, partition_, V, c));
+      // (On a meta device nothing is kept, and the receives land nowhere.)
+      works.push_back(pp_comm_->recv_async(flat.at(theirs.params_begin, theirs.params_count),
+                                           theirs.params_count * sizeof(float), r,
+                                           params_tag(c)));
+      if (theirs.buffers_count)
+        works.push_back(pp_comm_->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
+                                             theirs.buffers_count * sizeof(float), r,
+                                             buffers_tag(c)));
+    }
   for (Work& w : works) w.wait();
   if (!tp_comm_) return flat.take();
   return gather_slices(flat);

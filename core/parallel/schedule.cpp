@@ -300,63 +300,26 @@ std::vector<std::string> schedule_names() {
   std::vector<std::string> names;
   for (const StrategyInfo& s : all_strategies())
     if (s.schedule) names.push_back(s.name);
-  names.push_back("interleaved");
   return names;
 }
-
-namespace {
-
-// Megatron-LM's interleaved 1F1B (Narayanan et al., 2021, §2.2): the k-th
-// forward of a rank runs micro-batch group·P + k mod P of chunk (k mod PV) / P,
-// groups of P micro-batches going through every chunk in turn; backwards the
-// same with the chunks reversed. Warm-up: 2(P − rank − 1) + (V − 1)P forwards.
-Schedule interleaved(int P, int M, int V) {
-  Schedule s{P, M, V, std::vector<std::vector<Action>>(P)};
-  const int total = M * V;
-  const auto nth = [&](int k, ActionKind kind) {
-    const int in_group = k % (P * V);
-    int chunk = in_group / P;
-    if (kind == ActionKind::backward) chunk = V - 1 - chunk;
-    return act(kind, (k / (P * V)) * P + in_group % P, chunk);
-  };
-  for (int r = 0; r < P; ++r) {
-    // With M == P Megatron runs every forward first (nothing to alternate with).
-    const int warmup = M == P ? total : std::min(total, 2 * (P - r - 1) + (V - 1) * P);
-    auto& a = s.ranks[r];
-    for (int k = 0; k < warmup; ++k) a.push_back(nth(k, ActionKind::forward));
-    for (int k = 0; k + warmup < total; ++k) {
-      a.push_back(nth(warmup + k, ActionKind::forward));
-      a.push_back(nth(k, ActionKind::backward));
-    }
-    for (int k = total - warmup; k < total; ++k) a.push_back(nth(k, ActionKind::backward));
-  }
-  return s;
-}
-
-}  // namespace
 
 Schedule named_schedule(const std::string& name, int P, int M, int V) {
   if (P < 1 || M < 1 || V < 1)
     throw ConfigError("a schedule needs at least 1 stage, micro-batch and chunk (given P " +
                       std::to_string(P) + ", M " + std::to_string(M) + ", V " + std::to_string(V) +
                       ")");
-  if (name != "interleaved" && V != 1)
+  // A pipeline strategy's own order (its file in strategies/ writes it).
+  const StrategyInfo* s = find_strategy(name);
+  if (!s || !s->schedule) {
+    std::string valid;
+    for (const std::string& n : schedule_names()) valid += (valid.empty() ? "" : ", ") + n;
+    throw ConfigError("no schedule named '" + name + "' (valid: " + valid + ")");
+  }
+  if (V != 1 && !s->reads_option(StrategyOption::virtual_stages))
     throw ConfigError("--virtual-stages " + std::to_string(V) + ": " + name +
                       " runs one model chunk per rank (valid: --virtual-stages 1, or --strategy "
                       "interleaved)");
-  // A pipeline strategy's own order (its file in strategies/ writes it).
-  if (const StrategyInfo* s = find_strategy(name); s && s->schedule) return s->schedule(P, M);
-  if (name == "interleaved") {
-    if (M % P != 0)
-      throw ConfigError("--micro-batches " + std::to_string(M) +
-                        ": interleaved sends micro-batches through the chunks in groups of the " +
-                        std::to_string(P) + " stages (valid: a multiple of " + std::to_string(P) +
-                        ")");
-    return interleaved(P, M, V);
-  }
-  std::string valid;
-  for (const std::string& n : schedule_names()) valid += (valid.empty() ? "" : ", ") + n;
-  throw ConfigError("no schedule named '" + name + "' (valid: " + valid + ")");
+  return s->schedule(P, M, V);
 }
 
 double UnitTiming::bubble_over_compute() const {
@@ -378,7 +341,8 @@ NearestFormula nearest_formula(const Schedule& s) {
   return {"1f1b's and gpipe's (P-1)/M", double(P - 1) / M};
 }
 
-std::vector<TimedAction> actions_in_spans(const std::vector<Span>& all, int step) {
+std::vector<TimedAction> actions_in_spans(const std::vector<Span>& all, int step,
+                                          const std::vector<int>& chunk_of_layer) {
   std::vector<const Span*> spans;
   for (const Span& sp : all)
     if (sp.step == step && sp.lane == Lane::compute &&
@@ -392,7 +356,10 @@ std::vector<TimedAction> actions_in_spans(const std::vector<Span>& all, int step
     const Action a = act(sp->kind == SpanKind::forward  ? ActionKind::forward
                          : sp->kind == SpanKind::weight ? ActionKind::weight
                                                         : ActionKind::backward,
-                         std::max(0, sp->micro_batch));
+                         std::max(0, sp->micro_batch),
+                         sp->layer >= 0 && sp->layer < static_cast<int>(chunk_of_layer.size())
+                             ? std::max(0, chunk_of_layer[sp->layer])
+                             : 0);
     if (out.empty() || !(out.back().action == a))
       out.push_back({a, sp->t_begin_ns, sp->t_end_ns});
     else
@@ -406,11 +373,13 @@ Schedule recorded_schedule(const RunResult& run, int step) {
   Schedule s;
   s.stages = static_cast<int>(ranks.size());
   s.micro_batches = std::max(1, run.cfg.micro_batches);
+  s.chunks = pipeline_chunks(run.cfg);
   for (int rank : ranks) {
     if (rank >= static_cast<int>(run.recorders.size()) || !run.recorders[rank])
       throw ConfigError("this run holds no spans (it was made with --no-record)");
     std::vector<Action> actions;
-    for (const TimedAction& t : actions_in_spans(run.recorders[rank]->snapshot().spans, step))
+    for (const TimedAction& t : actions_in_spans(run.recorders[rank]->snapshot().spans, step,
+                                                 chunk_of_layers(run.cfg, rank)))
       actions.push_back(t.action);
     s.ranks.push_back(std::move(actions));
   }

@@ -71,12 +71,15 @@ Schedule named_schedule(const std::string& name, int stages, int micro_batches, 
 // One rank's actions in step `step`, read off its spans (any lanes, any
 // order): its forward and backward compute spans, a micro-batch's spans in a
 // row (its layers) being one action, from the first's begin to the last's end.
+// `chunk_of_layer` (chunk_of_layers in pipeline.h) names each layer's model
+// chunk on this rank; empty: every layer is chunk 0.
 struct Span;
 struct TimedAction {
   Action action;
   int64_t begin = 0, end = 0;
 };
-std::vector<TimedAction> actions_in_spans(const std::vector<Span>& spans, int step);
+std::vector<TimedAction> actions_in_spans(const std::vector<Span>& spans, int step,
+                                          const std::vector<int>& chunk_of_layer = {});
 
 // The order a pipeline run's stages really ran in step `step`, read off its
 // recording: each rank's forward and backward spans of the first pipeline

@@ -169,14 +169,14 @@ struct StrategyInfo {
   std::function<std::vector<StateMove>(const MoveQuery& q)> moves{};
   // Data-parallel family: what its comm-buffers category holds, for the reports.
   std::string comm_buffers{};
-  // Pipeline family: micro-batches whose activations stage `rank` of `stages`
-  // holds at once with `micro_batches` per batch (the schedule's signature),
-  // and the same as the formula shown beside the measured value ("M").
-  std::function<int(int micro_batches, int stages, int rank)> in_flight{};
+  // Pipeline family: micro-batches whose activations a stage holds at once,
+  // as a formula shown beside the measured value ("M"); the value is counted
+  // from the schedule (expected_in_flight in core/predict/pipeline_analysis.h).
   std::string in_flight_formula{};
   // Pipeline family: the strategy's order as data (core/parallel/schedule.h),
-  // one line of actions per stage, for `stages` stages and `micro_batches`.
-  std::function<Schedule(int stages, int micro_batches)> schedule{};
+  // one line of actions per stage, for `stages` stages, `micro_batches` and
+  // `chunks` model chunks per rank (1 unless it reads --virtual-stages).
+  std::function<Schedule(int stages, int micro_batches, int chunks)> schedule{};
   // Pipeline family: its bubble as a share of the step on equal stages, the
   // textbook formula, "(P−1)/(M+P−1)"; the value comes from the schedule
   // (schedule_bubble_formula in core/predict/pipeline_analysis.h).

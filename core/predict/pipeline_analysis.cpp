@@ -56,10 +56,10 @@ struct StageShape {
 // Measured on the stage's own layers, run on a meta device (no memory behind
 // them) for one micro-batch in fp32, the pipelines' precision: what forward
 // keeps, and the most a forward that frees as it goes (--recompute) holds at once.
-StageShape stage_shape(const RunConfig& cfg, int rank) {
+StageShape stage_shape(const RunConfig& cfg, int rank, int chunk = 0) {
   const ModelLayout whole = make_layout(cfg);
-  const StageTopology t =
-      stage_topology(pipeline_stage_of(cfg, rank), pipeline_partition(cfg, whole));
+  const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank),
+                                         pipeline_partition(cfg, whole), pipeline_chunks(cfg), chunk);
   const int rows = cfg.batch / pipeline_replicas(cfg) / micro_batches_run(cfg);
   const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
   Allocator alloc(*dev, nullptr);
@@ -163,13 +163,11 @@ int micro_batches_run(const RunConfig& cfg) {
 
 int expected_in_flight(const RunConfig& cfg, int rank) {
   const StrategyInfo& info = strategy_info(cfg.strategy);
-  if (!info.in_flight)
+  if (!info.schedule)
     throw std::invalid_argument("expected_in_flight: " + cfg.strategy + " is not a pipeline");
-  // A learner's schedule: the most micro-batches alive between F and their
-  // last B or W on this stage, counted from its order.
-  if (!cfg.schedule.empty())
-    return unit_timing(run_schedule(cfg)).peak_alive.at(pipeline_stage_of(cfg, rank));
-  return info.in_flight(cfg.micro_batches, pipeline_stages(cfg), pipeline_stage_of(cfg, rank));
+  // The most micro-batches (chunks, interleaved) alive between F and their
+  // last B or W on this stage, counted from the order it runs.
+  return unit_timing(run_schedule(cfg)).peak_alive.at(pipeline_stage_of(cfg, rank));
 }
 
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank) {
@@ -182,7 +180,45 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank) {
 }
 
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
-  return predicted_peak_activation_bytes(cfg, rank, expected_in_flight(cfg, rank));
+  const int V = pipeline_chunks(cfg);
+  if (V == 1) return predicted_peak_activation_bytes(cfg, rank, expected_in_flight(cfg, rank));
+  // Chunks keep different amounts: walk the rank's line, adding a chunk's
+  // micro-batch at its F and taking it away at its B (or W when split). While
+  // an action runs, the next forward's input is already posted (the executor
+  // posts it early, PipelineStage::run): one stage input more.
+  const int stage = pipeline_stage_of(cfg, rank);
+  std::vector<int64_t> keeps, inputs;
+  for (int c = 0; c < V; ++c) {
+    const StageShape s = stage_shape(cfg, rank, c);
+    keeps.push_back(s.unit + s.saved());
+    // The first model stage's input is the batch, read when its F starts.
+    inputs.push_back(c == 0 && stage == 0 ? 0 : s.unit);
+  }
+  const Schedule order = run_schedule(cfg);
+  const std::vector<Action>& line = order.ranks.at(stage);
+  std::set<std::pair<int, int>> split;  // (mb, chunk) whose W the line runs
+  for (const Action& a : line)
+    if (a.kind == ActionKind::weight) split.insert({a.micro_batch, a.chunk});
+  int64_t alive = 0, peak = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const Action& a = line[i];
+    const int64_t k = keeps.at(static_cast<size_t>(a.chunk));
+    int64_t ahead = 0;
+    for (size_t j = i + 1; j < line.size(); ++j)
+      if (line[j].kind == ActionKind::forward) {
+        ahead = inputs.at(static_cast<size_t>(line[j].chunk));
+        break;
+      }
+    if (a.kind == ActionKind::forward) {
+      alive += k;
+      peak = std::max(peak, alive + ahead);
+    } else if (a.kind == ActionKind::weight || !split.count({a.micro_batch, a.chunk})) {
+      // A backward frees as it walks down: the peak is at its start.
+      peak = std::max(peak, alive + ahead);
+      alive -= k;
+    }
+  }
+  return peak;
 }
 
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight) {
@@ -203,12 +239,19 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   // The first pipeline's stages (the others, on a mesh's dp axis, are alike).
   for (int rank : first_pipeline_ranks(cfg)) {
     if (rank >= static_cast<int>(r.ranks.size())) break;
-    const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank), partition);
+    const int V = pipeline_chunks(cfg);
+    const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank), partition, V);
     StageReport s;
     s.rank = rank;
     s.stage = t.rank;
     s.first_layer = t.first_layer;
     s.last_layer = t.last_layer;
+    for (int c = 0; c < V; ++c) {
+      const StageTopology ct = stage_topology(t.rank, partition, V, c);
+      if (!s.layers.empty()) s.layers += ",";
+      s.layers += std::to_string(ct.first_layer);
+      if (ct.last_layer - 1 > ct.first_layer) s.layers += "-" + std::to_string(ct.last_layer - 1);
+    }
     s.bubble_measured = bubble[rank];
     s.bubble_formula = busiest_idle_share(order);
     s.peak_activation_bytes =
@@ -217,7 +260,8 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
     s.in_flight_expected =
         cfg.schedule.empty() ? expected_in_flight(cfg, rank) : order.peak_alive.at(t.rank);
     s.predicted_peak_activation_bytes =
-        predicted_peak_activation_bytes(cfg, rank, s.in_flight_expected);
+        V > 1 ? predicted_peak_activation_bytes(cfg, rank)
+              : predicted_peak_activation_bytes(cfg, rank, s.in_flight_expected);
     s.micro_batch_activation_bytes = micro_batch_activation_bytes(cfg, rank);
     out.push_back(s);
   }

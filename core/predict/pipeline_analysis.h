@@ -43,7 +43,8 @@ int micro_batches_run(const RunConfig& cfg);
 // inputs only, plus one micro-batch's layer activations while it is recomputed.
 int expected_in_flight(const RunConfig& cfg, int rank);
 
-// Activation bytes one micro-batch keeps on a stage until its backward: its
+// Activation bytes one micro-batch keeps on a stage (interleaved: on its first
+// chunk) until its backward: its
 // input, and each layer's output and pre-GELU values (rows × D floats each);
 // under +bn also each BatchNorm's xhat (rows × D) and invstd (D floats).
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank);
@@ -52,7 +53,8 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank);
 // The peak activation bytes this implementation should reach on a stage:
 // in flight × micro_batch_activation_bytes; with --recompute, in flight × the
 // stage input, plus the larger of one micro-batch's recomputed activations and
-// the transient of a forward that frees as it goes.
+// the transient of a forward that frees as it goes. Interleaved: the most its
+// chunks' micro-batches alive at once keep, walking the rank's line.
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank);
 // The same for `in_flight` micro-batches.
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight);
@@ -60,7 +62,8 @@ int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_f
 struct StageReport {
   int rank = 0;                         // the first pipeline's rank of this stage
   int stage = 0;                        // its place in the pipeline (= rank, but on a mesh)
-  int first_layer = 0, last_layer = 0;  // [first, last)
+  int first_layer = 0, last_layer = 0;  // [first, last) of its first chunk
+  std::string layers;                   // every chunk's: "0-1", interleaved "0-1,4-5"
   double bubble_measured = 0;
   double bubble_formula = 0;
   int64_t peak_activation_bytes = 0;  // measured by the rank's allocator

@@ -612,12 +612,13 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
       return static_cast<double>(seen.size());
     };
     std::vector<Action> ran;
-    for (const TimedAction& t : actions_in_spans(r.recorders[ref.rank]->snapshot().spans, ref.step))
+    for (const TimedAction& t : actions_in_spans(r.recorders[ref.rank]->snapshot().spans, ref.step,
+                                                 chunk_of_layers(c, ref.rank)))
       ran.push_back(t.action);
     v.measured = count(ran);
     const int stage = pipeline_stage_of(c, ref.rank);
-    if (const StrategyInfo& info = strategy_info(c.strategy); info.schedule) {
-      v.formula = count(info.schedule(pipeline_stages(c), micro_batches_run(c)).ranks.at(stage));
+    if (strategy_info(c.strategy).schedule) {
+      v.formula = count(run_schedule(c).ranks.at(stage));
       v.formula_text = "the " + c.strategy + " schedule's line for stage " + std::to_string(stage);
     }
   } else if (n == "activation_bytes_saved") {

@@ -148,10 +148,12 @@ std::optional<AxisSavings> axis_savings(const RunConfig& cfg, int rank) {
     double params = static_cast<double>(slice.total());
     if (tp > 1) out.steps.push_back({MeshAxis::tp, tp, per_param * params});
     if (pp > 1) {
-      const StageTopology t =
-          stage_topology(pipeline_stage_of(cfg, rank), pipeline_partition(cfg, whole));
-      params =
-          static_cast<double>(slice.layer_begin(t.last_layer) - slice.layer_begin(t.first_layer));
+      // The rank's layers: one stage's, or (interleaved) its chunks'.
+      const std::vector<int> chunk = chunk_of_layers(cfg, rank);
+      params = 0;
+      for (int l = 0; l < static_cast<int>(chunk.size()); ++l)
+        if (chunk[l] >= 0)
+          params += static_cast<double>(slice.layer_begin(l + 1) - slice.layer_begin(l));
       out.steps.push_back({MeshAxis::pp, pp, per_param * params});
     }
     if (const int dp = mesh.size(MeshAxis::dp); dp > 1) {
@@ -198,12 +200,11 @@ std::vector<std::string> block_activation_lines(const RunConfig& cfg, int rank, 
     int blocks = spec.layers;
     if (pipeline) {
       const ModelLayout layout(spec);
-      const std::vector<int> partition = pipeline_partition(cfg, layout);
       if (rank < 0 || rank >= cfg.world) return {};
-      const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank), partition);
+      const std::vector<int> chunk = chunk_of_layers(cfg, rank);
       blocks = 0;
-      for (int l = t.first_layer; l < t.last_layer; ++l)
-        blocks += layout.layers()[l].kind == "block";
+      for (int l = 0; l < static_cast<int>(chunk.size()); ++l)
+        blocks += chunk[l] >= 0 && layout.layers()[l].kind == "block";
       if (blocks == 0) return {tr("no transformer block here")};
     }
     // Tensor (and sequence) parallelism: the slice's share (Korthikanti §4.2).

@@ -453,8 +453,10 @@ std::vector<ScheduleRow> schedule_rows(const RunData& d, int step, double t) {
   std::vector<ScheduleRow> rows;
   if (!is_pipeline_strategy(d.cfg.strategy) || step < 0) return rows;
   std::vector<int> ranks;
+  int V = 1;
   try {
     ranks = first_pipeline_ranks(d.cfg);
+    V = pipeline_chunks(d.cfg);
   } catch (const ConfigError&) {
     return rows;
   }
@@ -464,13 +466,19 @@ std::vector<ScheduleRow> schedule_rows(const RunData& d, int step, double t) {
     ScheduleRow row;
     row.stage = static_cast<int>(s);
     row.rank = rank;
+    std::vector<int> chunk_of;
+    try {
+      if (V > 1) chunk_of = chunk_of_layers(d.cfg, rank);
+    } catch (const std::exception&) {
+      return {};
+    }
     const std::vector<TimedAction> actions =
-        actions_in_spans(d.ranks[rank].lane(Lane::compute).spans, step);
+        actions_in_spans(d.ranks[rank].lane(Lane::compute).spans, step, chunk_of);
     int current = -1;
     for (size_t i = 0; i < actions.size(); ++i)
       if (static_cast<double>(actions[i].begin) <= t) current = static_cast<int>(i);
     for (size_t i = 0; i < actions.size(); ++i)
-      row.cells.push_back({to_string(actions[i].action, 1),
+      row.cells.push_back({to_string(actions[i].action, V),
                            static_cast<double>(actions[i].end) <= t,
                            static_cast<int>(i) == current});
     rows.push_back(std::move(row));
@@ -544,6 +552,7 @@ std::vector<StageRow> stage_rows(const RunResult& r) {
     StageRow row;
     row.stage = s.stage;
     row.first_layer = s.first_layer;
+    row.layers = s.layers;
     row.last_layer = s.last_layer;
     row.bubble_measured = s.bubble_measured;
     row.bubble_formula = s.bubble_formula;

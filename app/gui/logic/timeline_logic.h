@@ -208,7 +208,8 @@ void fit_steps(Viewport& vp, const RunData& d, bool one_step, double playhead_t,
 // at its peak beside what the micro-batches expected in flight hold.
 struct StageRow {
   int stage = 0;
-  int first_layer = 0, last_layer = 0;  // [first, last)
+  int first_layer = 0, last_layer = 0;  // [first, last) of its first chunk
+  std::string layers;                   // "0-1"; interleaved, every chunk's: "0-1,4-5"
   double bubble_measured = 0, bubble_formula = 0;
   int64_t peak_activation_bytes = 0, predicted_peak_activation_bytes = 0;
   int64_t kept_per_micro_batch = 0;  // with --recompute: the stage input only
