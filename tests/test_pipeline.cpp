@@ -347,10 +347,13 @@ TEST_CASE("bubble share: idle compute lane inside the group's step window", "[pi
 }
 
 TEST_CASE("send/recv flows in the exported trace pair up one to one", "[pipeline]") {
-  for (const char* strategy : {"gpipe", "1f1b"}) {
-    RunConfig c = small_config(strategy, 3, OptimizerKind::adamw);
+  for (const char* strategy : {"gpipe", "1f1b", "interleaved"}) {
+    const bool chunked = std::string(strategy) == "interleaved";
+    // Interleaved: 2 ranks of 2 chunks, so rank 0 and rank 1 send both ways.
+    RunConfig c = small_config(strategy, chunked ? 2 : 3, OptimizerKind::adamw);
     c.micro_batches = 4;
     c.steps = 2;
+    const int P = c.world, V = chunked ? 2 : 1;
     const RunResult r = run_training(c);
     std::vector<Recorder::Snapshot> snaps;
     for (const auto& rec : r.recorders) snaps.push_back(rec->snapshot());
@@ -376,9 +379,9 @@ TEST_CASE("send/recv flows in the exported trace pair up one to one", "[pipeline
       (kind == "send" ? sends : recvs)++;
     }
     INFO(strategy);
-    // P = 3, M = 4, 2 steps: (P−1)·M activations and as many gradients per step,
-    // and 2 parameter slices to rank 0 at the end.
-    REQUIRE(sends == 2 * (2 * 2 * 4) + 2);
+    // M = 4, 2 steps: (P·V − 1)·M activations and as many gradients per step,
+    // and each other rank's V parameter slices to rank 0 at the end.
+    REQUIRE(sends == 2 * (2 * (P * V - 1) * 4) + (P - 1) * V);
     REQUIRE(recvs == sends);
     REQUIRE(flows.size() == static_cast<size_t>(sends));
     for (const auto& [id, f] : flows) {
@@ -395,6 +398,87 @@ TEST_CASE("send/recv flows in the exported trace pair up one to one", "[pipeline
       REQUIRE(rv["args"]["peer"].get<int>() + 1 == s["pid"].get<int>());
     }
   }
+}
+
+TEST_CASE("interleaved: V chunks per rank, 1f1b's weights bit for bit, Megatron's order, the "
+          "activations the meta run predicts",
+          "[pipeline]") {
+  // 8 layers: P = 4 with V = 2 holds one layer per chunk; P = 2 takes V = 2 and 4.
+  struct Case {
+    int P, M, V;
+  };
+  for (Case k : {Case{2, 4, 2}, Case{2, 8, 2}, Case{4, 4, 2}, Case{4, 8, 2}, Case{2, 4, 4}}) {
+    INFO("P " << k.P << ", M " << k.M << ", V " << k.V);
+    RunConfig c = test::small_run("mlp:8x32", "interleaved", k.P, 32, 5, OptimizerKind::adamw, 6);
+    c.micro_batches = k.M;
+    c.virtual_stages = k.V;
+    const RunResult r = run_training(c);
+    RunConfig s = c;
+    s.strategy = "single";
+    s.world = 1;
+    s.micro_batches = 1;
+    s.virtual_stages = 0;
+    REQUIRE(max_rel_diff(r.final_params, run_training(s).final_params) < kWeightsTol);
+    // The same micro-batches, each parameter's gradient summed in the same
+    // order (micro-batch 0, 1, …): only the order of the chunks differs.
+    RunConfig f = c;
+    f.strategy = "1f1b";
+    f.virtual_stages = 0;
+    const RunResult one = run_training(f);
+    REQUIRE(r.final_params == one.final_params);
+    // Each rank ran Megatron's order (the golden file's, test_schedule.cpp).
+    for (int step = 0; step < c.steps; ++step)
+      CHECK(format_schedule(recorded_schedule(r, step)) ==
+            format_schedule(named_schedule("interleaved", k.P, k.M, k.V)));
+    // Activations: the allocator's peak is what the meta run predicted before
+    // the run, and what the rank's line keeps chunk by chunk.
+    const MemoryEstimate e = estimate_memory(c);
+    for (int rank = 0; rank < k.P; ++rank) {
+      INFO("rank " << rank);
+      REQUIRE(peak_activations(r, rank) ==
+              e.ranks[rank].at_report.device.peak[static_cast<int>(MemCategory::activations)]);
+      REQUIRE(peak_activations(r, rank) == predicted_peak_activation_bytes(c, rank));
+    }
+    // The price: every micro-batch crosses P·V − 1 boundaries instead of P − 1
+    // (all of them 32 wide here), both ways.
+    double sent = 0, sent_1f1b = 0;
+    for (int rank = 0; rank < k.P; ++rank) {
+      sent += r.ranks[rank].bytes_sent_per_step;
+      sent_1f1b += one.ranks[rank].bytes_sent_per_step;
+    }
+    REQUIRE(sent / sent_1f1b == Approx(double(k.P * k.V - 1) / (k.P - 1)));
+  }
+}
+
+TEST_CASE("bad interleaved settings: one clear ConfigError each", "[pipeline][config]") {
+  auto refused = [](RunConfig c, const std::string& expect) {
+    INFO(expect);
+    REQUIRE_THROWS_WITH(validate(c), Catch::Contains(expect));
+  };
+  RunConfig c = test::small_run("mlp:8x32", "interleaved", 2, 32, 1);
+  c.micro_batches = 4;
+  REQUIRE_NOTHROW(validate(c));
+  RunConfig one_stage = c;
+  one_stage.world = 1;
+  refused(one_stage, "--virtual-stages 2 on 1 stage: interleaving deals chunks to 2 or more");
+  RunConfig too_many = c;
+  too_many.virtual_stages = 5;
+  refused(too_many, "--virtual-stages 5 on 2 stages cuts mlp:8x32 into 10 chunks, more than its "
+                    "8 layers (valid: --virtual-stages 2 to 4)");
+  RunConfig odd_m = c;
+  odd_m.micro_batches = 2;
+  odd_m.world = 4;
+  refused(odd_m, "--micro-batches 2: interleaved sends micro-batches through the chunks in "
+                 "groups of the 4 stages (valid: a multiple of 4)");
+  RunConfig part = c;
+  part.partition = {4, 4};
+  refused(part, "--partition 4,4 has 2 entries for 2 stages x 2 chunks (valid: 4 layer counts");
+  RunConfig bn = c;
+  bn.model = "mlp:8x32+bn";
+  refused(bn, "BatchNorm statistics would live apart");
+  RunConfig not_read = test::small_run("mlp:8x32", "1f1b", 2, 32, 1);
+  not_read.virtual_stages = 2;
+  refused(not_read, "--virtual-stages");
 }
 
 TEST_CASE("bad pipeline settings: one clear ConfigError each", "[pipeline][config]") {

@@ -50,7 +50,8 @@ TEST_CASE("built-in strategies are registered once, each with its traffic by ope
       {"naive-mp", {"", ""}},
       {"gpipe", {"", ""}},
       {"1f1b", {"", ""}},
-      {"zb-h1", {"", ""}}};
+      {"zb-h1", {"", ""}},
+      {"interleaved", {"", ""}}};
   REQUIRE(n == traffic.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
@@ -76,7 +77,7 @@ TEST_CASE("built-in strategies are registered once, each with its traffic by ope
   CHECK(predict_comm(keep, 1).formula == "2Ψ");
   CHECK(predict_comm(ModelStateInput{1e6, 1, "dp"}, 0).formula == "0");
   CHECK(strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); }) ==
-        "gpipe, naive-mp, 1f1b, zb-h1");
+        "gpipe, naive-mp, 1f1b, zb-h1, interleaved");
   CHECK(strategy_names_where([](const StrategyInfo& s) { return s.is_reference(); }) == "single");
   CHECK_FALSE(is_controller("nope"));
 }

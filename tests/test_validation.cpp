@@ -40,20 +40,23 @@ const std::map<StrategyOption, Names>& expected_readers() {
       {StrategyOption::fsdp_unit, {"fsdp"}},
       {StrategyOption::no_reshard, {"fsdp"}},
       {StrategyOption::offload, {"fsdp"}},
-      {StrategyOption::stages, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
-      {StrategyOption::micro_batches, {"gpipe", "1f1b", "zb-h1"}},
-      {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
-      {StrategyOption::schedule, {"gpipe", "1f1b", "zb-h1"}},
+      {StrategyOption::stages, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
+      {StrategyOption::micro_batches, {"gpipe", "1f1b", "zb-h1", "interleaved"}},
+      {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
+      {StrategyOption::schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"}},
+      {StrategyOption::virtual_stages, {"interleaved"}},
       // zb-h1 keeps each linear's input from B to W: a recompute or a
       // sequence-parallel gather would drop it first.
       {StrategyOption::recompute, {"gpipe", "1f1b"}},
       {StrategyOption::mesh,
-       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1"}},
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1",
+        "interleaved"}},
       {StrategyOption::mesh_order,
-       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1"}},
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1",
+        "interleaved"}},
       {StrategyOption::sequence_parallel,
        {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
-      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
+      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
   };
   return m;
 }
@@ -66,6 +69,8 @@ RunConfig base_config(const std::string& strategy) {
   c.world = strategy_info(strategy).world_for(2);
   c.batch = 8;
   c.steps = 2;
+  // Interleaved sends micro-batches through its chunks in groups of P.
+  if (strategy_info(strategy).reads_option(StrategyOption::virtual_stages)) c.micro_batches = 2;
   return c;
 }
 
@@ -73,6 +78,8 @@ RunConfig base_config(const std::string& strategy) {
 // and returns how the user would have typed it.
 std::string set_option(RunConfig& c, StrategyOption o) {
   const bool data_parallel = strategy_info(c.strategy).is_data_parallel();
+  // Interleaved cuts the model into stages × 2 chunks, 1 layer each here.
+  const bool chunked = strategy_info(c.strategy).reads_option(StrategyOption::virtual_stages);
   switch (o) {
     case StrategyOption::precision:
       c.precision = "bf16";
@@ -102,14 +109,18 @@ std::string set_option(RunConfig& c, StrategyOption o) {
       c.micro_batches = 4;
       return "--micro-batches 4";
     case StrategyOption::partition:
-      c.partition = {3, 1};
-      return "--partition 3,1";
+      c.partition = chunked ? std::vector<int>{1, 1, 1, 1} : std::vector<int>{3, 1};
+      return chunked ? "--partition 1,1,1,1" : "--partition 3,1";
     case StrategyOption::recompute:
       c.recompute = true;
       return "--recompute";
     case StrategyOption::schedule:  // 2 stages, 1 micro-batch: F0 B0 on each
-      c.schedule = SHARDLAB_TEST_DATA "/schedules/own_p2_m1.txt";
+      c.schedule = chunked ? SHARDLAB_TEST_DATA "/schedules/own_p2_m2_v2.txt"
+                           : SHARDLAB_TEST_DATA "/schedules/own_p2_m1.txt";
       return "--schedule " + c.schedule;
+    case StrategyOption::virtual_stages:
+      c.virtual_stages = 2;
+      return "--virtual-stages 2";
     // A data-parallel strategy's mesh is dp and tp (test_data_parallel_mesh.cpp);
     // a pipeline's any (test_hybrid.cpp).
     case StrategyOption::mesh:
@@ -124,13 +135,17 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::sequence_parallel:  // needs a gpt on a tp axis (test_tensor_parallel.cpp)
       c.model = "gpt:4x16x2";
       if (strategy_info(c.strategy).reads_option(StrategyOption::mesh)) {
-        c.mesh = data_parallel ? "dp=2,tp=2" : "tp=2";
-        c.world = data_parallel ? 4 : c.world;
+        c.mesh = data_parallel ? "dp=2,tp=2" : chunked ? "pp=2,tp=2" : "tp=2";
+        c.world = data_parallel || chunked ? 4 : c.world;
       }
       c.sequence_parallel = true;
       return "--sequence-parallel";
     case StrategyOption::dp_zero1:  // needs a dp axis (test_hybrid.cpp)
       if (strategy_info(c.strategy).reads_option(StrategyOption::mesh)) c.mesh = "dp=2";
+      if (chunked) {  // and interleaving 2 stages
+        c.mesh = "dp=2,pp=2";
+        c.world = 4;
+      }
       c.dp_zero1 = true;
       return "--dp-zero1";
   }
@@ -173,7 +188,7 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
       {"zero2", StrategyFamily::data_parallel}, {"zero3", StrategyFamily::data_parallel},
       {"fsdp", StrategyFamily::data_parallel},  {"naive-mp", StrategyFamily::pipeline},
       {"gpipe", StrategyFamily::pipeline},      {"1f1b", StrategyFamily::pipeline},
-      {"zb-h1", StrategyFamily::pipeline}};
+      {"zb-h1", StrategyFamily::pipeline},     {"interleaved", StrategyFamily::pipeline}};
   REQUIRE(all_strategies().size() == families.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
@@ -250,7 +265,7 @@ TEST_CASE("the message names the option the user gave first", "[validation]") {
   c.micro_batches = 4;
   // Without an order: the option table's order (--micro-batches comes before --offload).
   CHECK(message_of(c).rfind(
-            "--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b, zb-h1", 0) == 0);
+            "--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b, zb-h1, interleaved", 0) == 0);
   try {
     validate(c, {"world", "offload", "micro-batches", "recompute"});
     FAIL("accepted");
@@ -292,7 +307,7 @@ TEST_CASE("the command line refuses options the strategy does not read", "[valid
   INFO(z.out);
   CHECK(z.code == 2);
   CHECK(z.out ==
-        "error: --micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b, zb-h1\n");
+        "error: --micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b, zb-h1, interleaved\n");
 
   const CliResult p = run_cli("run --strategy gpipe --world 2 --precision fp16");
   INFO(p.out);

@@ -423,8 +423,16 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
   std::vector<DrawSpan> blocks;
   visible_spans(lane, vp, kMinSpanPx, blocks);
   std::vector<PhaseRun> runs;
+  // Interleaved: each block is labelled with its chunk ("F3.1").
+  std::vector<int> chunk_of;
+  if (l == static_cast<int>(Lane::compute)) try {
+      if (pipeline_chunks(d.cfg) > 1) chunk_of = chunk_of_layers(d.cfg, r);
+    } catch (const std::exception&) {
+      chunk_of.clear();
+    }
   const bool have_runs = l == static_cast<int>(Lane::compute) &&
-                         phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs) && !runs.empty();
+                         phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs, chunk_of) &&
+                         !runs.empty();
   // Waiting for the peer, then moving bytes. Comm spans overlap (a stage posts
   // several recvs at once): waits are drawn in a first pass, so no wait covers
   // another span's moving bytes.

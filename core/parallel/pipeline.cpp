@@ -600,10 +600,12 @@ void PipelineStage::run(const Schedule& schedule) {
 
 void PipelineStage::forward(int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
-  // This action's receive is posted before the last action's sends are waited
-  // for: a neighbour may itself be waiting for this rank to take its send
-  // before it takes ours (interleaved chunks send both ways between a pair).
-  if (!c.topo.is_first) post_recv({PipeDirection::activation, mb, chunk});
+  // Interleaved: this action's receive is posted before the last action's
+  // sends are waited for, since a neighbour may itself be waiting for this
+  // rank to take its send before it takes ours (chunks send both ways between
+  // a pair). With one chunk the sends are settled first: a --recompute
+  // output they free is gone before the next input arrives.
+  if (chunks() > 1 && !c.topo.is_first) post_recv({PipeDirection::activation, mb, chunk});
   settle_sends();
   Tensor input;
   if (c.topo.is_first) {
@@ -660,8 +662,8 @@ void PipelineStage::compute_loss(Chunk& c, const void* pred, int mb) {
 
 void PipelineStage::backward(int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
-  if (!c.topo.is_last) post_recv({PipeDirection::gradient, mb, chunk});  // (see forward)
-  settle_sends();
+  if (chunks() > 1 && !c.topo.is_last) post_recv({PipeDirection::gradient, mb, chunk});
+  settle_sends();  // (see forward)
   Tensor dout;
   if (c.topo.is_last) {
     auto it = c.loss_grads.find(mb);

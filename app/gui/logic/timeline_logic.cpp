@@ -141,6 +141,13 @@ struct RunBuilder {
   int step = -1;
   int last_layer = -1;  // of the run's forward/backward spans, -1 = none yet
   bool open = false;
+  const std::vector<int>* chunk_of = nullptr;  // layer → chunk (interleaved); empty: none
+
+  int chunk(const Span& s) const {
+    return layer_span(s) && s.layer >= 0 && s.layer < static_cast<int>(chunk_of->size())
+               ? (*chunk_of)[s.layer]
+               : -1;
+  }
 
   // Whether `s` continues the run: same step, micro-batch and direction, and a
   // layer further along (forward: up, backward: down); a forward that starts
@@ -150,6 +157,7 @@ struct RunBuilder {
         phase_of(s) != run.letter)
       return false;
     if (s.layer < 0 || last_layer < 0 || !layer_span(s)) return true;
+    if (chunk(s) != run.chunk) return false;  // the next chunk's blocks are a run of their own
     // Backward and its W walk down the layers, forward up.
     return run.letter != 'F' ? s.layer < last_layer : s.layer > last_layer;
   }
@@ -162,6 +170,7 @@ struct RunBuilder {
     run.letter = phase_of(s);
     run.micro_batch = s.micro_batch;
     run.step = s.step;
+    run.chunk = chunk(s);
     step = s.step;
     last_layer = layer_span(s) ? s.layer : -1;
     open = true;
@@ -175,12 +184,15 @@ struct RunBuilder {
 
 // A forward run is a recompute when the same micro-batch already ran forward
 // on this stage in this step.
-bool ran_forward_before(const LaneData& lane, const PhaseRun& r, int step) {
+bool ran_forward_before(const LaneData& lane, const PhaseRun& r, int step,
+                        const RunBuilder& b) {
   constexpr size_t kMaxLookBack = 4096;
   for (size_t j = r.first, n = 0; j-- > 0 && n < kMaxLookBack; ++n) {
     const Span& s = lane.spans[j];
     if (s.step != step) break;
-    if (s.kind == SpanKind::forward && s.micro_batch == r.micro_batch) return true;
+    // (Interleaved: the same micro-batch's forward on another chunk is no recompute.)
+    if (s.kind == SpanKind::forward && s.micro_batch == r.micro_batch && b.chunk(s) == r.chunk)
+      return true;
   }
   return false;
 }
@@ -188,7 +200,7 @@ bool ran_forward_before(const LaneData& lane, const PhaseRun& r, int step) {
 }  // namespace
 
 bool phase_runs(const LaneData& lane, double t_begin, double t_end, size_t max_spans,
-                std::vector<PhaseRun>& out) {
+                std::vector<PhaseRun>& out, const std::vector<int>& chunk_of_layer) {
   auto [first, last] = span_window(lane, t_begin, t_end);
   if (last - first > max_spans) return false;
   const std::vector<Span>& s = lane.spans;
@@ -202,9 +214,10 @@ bool phase_runs(const LaneData& lane, double t_begin, double t_end, size_t max_s
     --first;
   }
   RunBuilder b;
+  b.chunk_of = &chunk_of_layer;
   auto flush = [&] {
     if (!b.open) return;
-    if (b.run.letter == 'F' && ran_forward_before(lane, b.run, b.step)) b.run.letter = 'R';
+    if (b.run.letter == 'F' && ran_forward_before(lane, b.run, b.step, b)) b.run.letter = 'R';
     if (static_cast<double>(b.run.t_end) >= t_begin) out.push_back(b.run);
     b.open = false;
   };
@@ -241,6 +254,7 @@ std::vector<RunGroup> group_runs(const std::vector<PhaseRun>& runs, const Viewpo
       s += std::to_string(a.micro_batch);
       s += '-';
       s += std::to_string(z.micro_batch);
+      if (a.chunk >= 0) s += "." + std::to_string(a.chunk);
       return s;
     }
     return a.label() + " " + z.label();
@@ -255,7 +269,7 @@ std::vector<RunGroup> group_runs(const std::vector<PhaseRun>& runs, const Viewpo
       if (x0(next) - x1(last) > adjacent_px || next.step != last.step) break;
       const bool run_of_same = next.letter == last.letter &&
                                next.micro_batch == last.micro_batch + 1 &&
-                               runs[k].letter == last.letter;
+                               runs[k].letter == last.letter && next.chunk == runs[k].chunk;
       const bool pair = g.count == 1 && next.micro_batch == last.micro_batch;
       if (!run_of_same && !pair) break;
       ++g.count;

@@ -65,13 +65,18 @@ struct PhaseRun {
   int64_t t_begin = 0, t_end = 0;
   char letter = 'F';  // F, R (a forward run again for the backward: --recompute) or B
   int micro_batch = -1;
-  int step = -1;  // the training step its spans belong to
-  std::string label() const { return letter + std::to_string(micro_batch); }
+  int step = -1;   // the training step its spans belong to
+  int chunk = -1;  // interleaved: the rank's model chunk ("F3.1"); -1: none
+  std::string label() const {
+    return letter + std::to_string(micro_batch) + (chunk >= 0 ? "." + std::to_string(chunk) : "");
+  }
 };
 // The phase runs meeting [t_begin, t_end) of a compute lane; false (and no
 // runs) when more than `max_spans` spans meet it (too small to label anyway).
+// `chunk_of_layer` (interleaved; chunk_of_layers in core/parallel/pipeline.h):
+// a run stays in one chunk, and is labelled with it.
 bool phase_runs(const LaneData& lane, double t_begin, double t_end, size_t max_spans,
-                std::vector<PhaseRun>& out);
+                std::vector<PhaseRun>& out, const std::vector<int>& chunk_of_layer = {});
 
 // Runs too narrow for their own label, back to back, share one: "F0-4" for
 // forwards of consecutive micro-batches, "F3 B3" for one micro-batch's forward
