@@ -25,28 +25,29 @@ Action act(ActionKind kind, int mb, int chunk) {
 
 // The step's order, one line of actions per rank (core/parallel/schedule.h).
 Schedule interleaved_schedule(int P, int M, int V) {
-  if (M % P != 0)
+  if (M > P && M % P != 0)
     throw ConfigError("--micro-batches " + std::to_string(M) +
                       ": interleaved sends micro-batches through the chunks in groups of the " +
                       std::to_string(P) + " stages (valid: a multiple of " + std::to_string(P) +
-                      ")");
+                      ", or " + std::to_string(P) + " or fewer)");
   Schedule s{P, M, V, std::vector<std::vector<Action>>(P)};
-  const int total = M * V;  // forwards per rank: every micro-batch through every chunk
-  // The k-th forward of a rank runs micro-batch (k / PV)·P + k mod P on chunk
-  // (k mod PV) / P: groups of P micro-batches go through chunk 0, then chunk
+  const int total = M * V;     // forwards per rank: every micro-batch through every chunk
+  const int G = std::min(M, P);  // micro-batches per group
+  // The k-th forward of a rank runs micro-batch (k / GV)·G + k mod G on chunk
+  // (k mod GV) / G: groups of G micro-batches go through chunk 0, then chunk
   // 1, …; backwards the same with the chunks reversed.
   const auto nth = [&](int k, ActionKind kind) {
-    const int in_group = k % (P * V);
-    int chunk = in_group / P;
+    const int in_group = k % (G * V);
+    int chunk = in_group / G;
     if (kind == ActionKind::backward) chunk = V - 1 - chunk;
-    return act(kind, (k / (P * V)) * P + in_group % P, chunk);
+    return act(kind, (k / (G * V)) * G + in_group % G, chunk);
   };
   for (int r = 0; r < P; ++r) {
     auto& line = s.ranks[r];
     // Phase 1 — warm-up: 2(P − r − 1) + (V − 1)·P forwards, enough for the
-    // first gradient to come back through every chunk. (With M == P Megatron
+    // first gradient to come back through every chunk. (With M ≤ P Megatron
     // runs every forward first: there is nothing to alternate with.)
-    const int warmup = M == P ? total : std::min(total, 2 * (P - r - 1) + (V - 1) * P);
+    const int warmup = M <= P ? total : std::min(total, 2 * (P - r - 1) + (V - 1) * P);
     for (int k = 0; k < warmup; ++k) line.push_back(nth(k, ActionKind::forward));
     // Phase 2 — steady state: one forward, one backward.
     for (int k = 0; k + warmup < total; ++k) {

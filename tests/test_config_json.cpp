@@ -57,6 +57,7 @@ RunConfig everything_set() {
   c.sequence_parallel = true;
   c.dp_zero1 = true;
   c.schedule = "mine.txt";
+  c.virtual_stages = 3;
   return c;
 }
 

@@ -466,10 +466,10 @@ TEST_CASE("bad interleaved settings: one clear ConfigError each", "[pipeline][co
   refused(too_many, "--virtual-stages 5 on 2 stages cuts mlp:8x32 into 10 chunks, more than its "
                     "8 layers (valid: --virtual-stages 2 to 4)");
   RunConfig odd_m = c;
-  odd_m.micro_batches = 2;
+  odd_m.micro_batches = 6;
   odd_m.world = 4;
-  refused(odd_m, "--micro-batches 2: interleaved sends micro-batches through the chunks in "
-                 "groups of the 4 stages (valid: a multiple of 4)");
+  refused(odd_m, "--micro-batches 6: interleaved sends micro-batches through the chunks in "
+                 "groups of the 4 stages (valid: a multiple of 4, or 4 or fewer)");
   RunConfig part = c;
   part.partition = {4, 4};
   refused(part, "--partition 4,4 has 2 entries for 2 stages x 2 chunks (valid: 4 layer counts");

@@ -237,9 +237,6 @@ std::optional<std::string> run_argument(const Table& rt, const std::string& key,
   std::string text;
   if (v.is_string())
     text = rt.checked_text(key, v.as_string()->get());
-  // A schedule file ships beside the lesson, as a recording does.
-  if (key == "schedule" && !text.empty() && fs::path(text).is_relative())
-    text = (fs::path(rt.ctx.file).parent_path() / text).string();
   else if (v.is_integer())
     text = std::to_string(v.as_integer()->get());
   else if (v.is_floating_point())
@@ -254,6 +251,9 @@ std::optional<std::string> run_argument(const Table& rt, const std::string& key,
   } else {
     rt.fail(key, std::string("must be a string or a number, not ") + type_name(v));
   }
+  // A schedule file ships beside the lesson, as a recording does.
+  if (key == "schedule" && !text.empty() && fs::path(text).is_relative())
+    text = (fs::path(rt.ctx.file).parent_path() / text).string();
   return "--" + key + "=" + text;
 }
 

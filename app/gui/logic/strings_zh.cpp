@@ -199,6 +199,10 @@ const StringPairs& strings_zh_app() {
        "(weight gradient), W deferred into the bubble; activations of at most P micro-batches",
        "零气泡 H1：1F1B 的顺序，每次反向拆成 B（输入梯度）和 W（权重梯度），W 推迟到气泡中；"
        "最多保存 P 个微批次的激活值"},
+      {"Interleaved 1F1B (Megatron): V model chunks per rank dealt round-robin; "
+       "bubble (P-1)/(V*M) of the compute for V times the messages",
+       "交错式 1F1B（Megatron）：每个 rank 持有 V 个模型块，轮流分配；"
+       "气泡降为计算的 (P-1)/(V*M)，代价是 V 倍的消息"},
       {"the reference: whole model and batch on one device",
        "参照：整个模型和整批数据在一台设备上"},
       {"ZeRO stage 1: optimizer state sharded 1/N; reduce-scatter grads, update own shard, "

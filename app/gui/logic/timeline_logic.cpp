@@ -177,6 +177,7 @@ struct RunBuilder {
   }
   void add(const Span& s) {
     ++run.count;
+    if (run.chunk < 0) run.chunk = chunk(s);  // a run that began with its data span
     run.t_end = std::max(run.t_end, s.t_end_ns);
     if (layer_span(s) && s.layer >= 0) last_layer = s.layer;
   }
