@@ -70,9 +70,9 @@ StrategyInfo interleaved_strategy() {
       .summary = "Interleaved 1F1B (Megatron): V model chunks per rank dealt round-robin; "
                  "bubble (P-1)/(V*M) of the compute for V times the messages",
       .family = StrategyFamily::pipeline,
+      // (Not yet on a device mesh: its chunks on a pp axis beside dp and tp are untested.)
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,
-                StrategyOption::schedule, StrategyOption::virtual_stages, StrategyOption::mesh,
-                StrategyOption::mesh_order, StrategyOption::dp_zero1},
+                StrategyOption::schedule, StrategyOption::virtual_stages},
       .in_flight_formula = "2(P−rank−1)+(V−1)P+1 chunks",
       .schedule = interleaved_schedule,
       .bubble_formula = "(P−1)/(V·M+P−1)",

@@ -184,5 +184,5 @@ TEST_CASE("hybrid: a mesh the pipelines cannot run is refused in one line, exit 
   CHECK(other.code == 2);
   CHECK(other.out ==
         "error: --mesh dp=2: dp has no device mesh; used by ddp, fsdp, gpipe, naive-mp, 1f1b, "
-        "zb-h1, interleaved, zero1, zero2, zero3\n");
+        "zb-h1, zero1, zero2, zero3\n");
 }

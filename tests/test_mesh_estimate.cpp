@@ -187,7 +187,7 @@ TEST_CASE("estimate --mesh prints the formulas beside the meta run, and refuses 
   bad("--model gpt:2x32x4 --mesh tp=3 --strategy gpipe --batch 8", "tp");
   bad("--model gpt:2x32x4 --mesh dp=2,pp=2 --strategy ddp", "ddp has no pipeline stages");
   bad("--model gpt:2x32x4 --mesh dp=2,pp=2 --strategy dp",
-      "runs no mesh (valid: gpipe, naive-mp, 1f1b, zb-h1, interleaved; ddp, fsdp, zero1, zero2, zero3 on a "
+      "runs no mesh (valid: gpipe, naive-mp, 1f1b, zb-h1; ddp, fsdp, zero1, zero2, zero3 on a "
       "mesh of dp and tp)");
   bad("--params 1e6 --world 4 --strategy ddp --micro-batches 2",
       "--micro-batches applies to a mesh or a pipeline strategy only");

@@ -61,6 +61,7 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::stages, {"--stages 2", ""}},
       {StrategyOption::micro_batches, {"--micro-batches 4", "--micro-batches 1"}},
       {StrategyOption::partition, {"--partition 3,1", ""}},
+      {StrategyOption::virtual_stages, {"--virtual-stages 2", ""}},
       {StrategyOption::schedule, {"--schedule " SHARDLAB_TEST_DATA "/schedules/own_p2_m1.txt", ""}},
       {StrategyOption::recompute, {"--recompute", ""}},
       {StrategyOption::mesh, {"--mesh dp=2", ""}},
@@ -144,7 +145,13 @@ TEST_CASE("every strategy takes every option it reads from the command line", "[
   for (const StrategyInfo& s : all_strategies())
     for (StrategyOption o : kStrategyOptions) {
       if (!s.reads_option(o)) continue;
-      const Typed& t = typed_options().at(o);
+      Typed t = typed_options().at(o);
+      // Interleaved cuts 4 layers on 2 stages into 4 chunks, and its file names them.
+      if (s.reads_option(StrategyOption::virtual_stages)) {
+        if (o == StrategyOption::partition) t.set = "--partition 1,1,1,1";
+        if (o == StrategyOption::schedule)
+          t.set = "--schedule " SHARDLAB_TEST_DATA "/schedules/own_p2_m2_v2.txt --micro-batches 2";
+      }
       const CliResult r = run_cli(run_base(s) + t.set + " " + t.needs + " --json");
       INFO(run_base(s) + typed_options().at(o).set << "\n" << r.out);
       CHECK(r.code == 0);
@@ -262,6 +269,7 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
       {"stages", {"gpipe", {}}},
       {"micro-batches", {"gpipe", {}}},
       {"partition", {"gpipe", {}}},
+      {"virtual-stages", {"interleaved", {}}},
       {"seq", {"ddp", {}}},  // refused for an MLP whatever its value; gpt's range: 1 to 4096
   };
   std::set<std::string> listed = not_numeric;
@@ -395,7 +403,8 @@ TEST_CASE("a non-finite loss stops the run on every rank, with the step and the 
     for (int world : {2, 4})
       for (int steps : {2, 30}) {
         RunConfig c;
-        c.model = "mlp:4x16";
+        // (Interleaved cuts world × 2 chunks: 8 layers.)
+        c.model = s.reads_option(StrategyOption::virtual_stages) ? "mlp:8x16" : "mlp:4x16";
         c.strategy = s.name;
         c.world = s.family == StrategyFamily::single ? 1 : world;
         c.batch = 16;

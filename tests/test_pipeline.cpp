@@ -467,6 +467,7 @@ TEST_CASE("bad interleaved settings: one clear ConfigError each", "[pipeline][co
                     "8 layers (valid: --virtual-stages 2 to 4)");
   RunConfig odd_m = c;
   odd_m.micro_batches = 6;
+  odd_m.batch = 48;
   odd_m.world = 4;
   refused(odd_m, "--micro-batches 6: interleaved sends micro-batches through the chunks in "
                  "groups of the 4 stages (valid: a multiple of 4, or 4 or fewer)");

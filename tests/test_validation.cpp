@@ -49,14 +49,12 @@ const std::map<StrategyOption, Names>& expected_readers() {
       // sequence-parallel gather would drop it first.
       {StrategyOption::recompute, {"gpipe", "1f1b"}},
       {StrategyOption::mesh,
-       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1",
-        "interleaved"}},
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1"}},
       {StrategyOption::mesh_order,
-       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1",
-        "interleaved"}},
+       {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b", "zb-h1"}},
       {StrategyOption::sequence_parallel,
        {"ddp", "zero1", "zero2", "zero3", "fsdp", "naive-mp", "gpipe", "1f1b"}},
-      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
+      {StrategyOption::dp_zero1, {"naive-mp", "gpipe", "1f1b", "zb-h1"}},
   };
   return m;
 }
@@ -142,10 +140,7 @@ std::string set_option(RunConfig& c, StrategyOption o) {
       return "--sequence-parallel";
     case StrategyOption::dp_zero1:  // needs a dp axis (test_hybrid.cpp)
       if (strategy_info(c.strategy).reads_option(StrategyOption::mesh)) c.mesh = "dp=2";
-      if (chunked) {  // and interleaving 2 stages
-        c.mesh = "dp=2,pp=2";
-        c.world = 4;
-      }
+
       c.dp_zero1 = true;
       return "--dp-zero1";
   }

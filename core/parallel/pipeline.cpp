@@ -270,9 +270,13 @@ void validate_pipeline(const RunConfig& cfg) {
       throw ConfigError(given + " on 1 stage: interleaving deals chunks to 2 or more stages " +
                         "(valid: --world 2 or more, or --strategy 1f1b)");
     if (P * V > L)
-      throw ConfigError(given + " on " + std::to_string(P) + " stages cuts " + cfg.model + " into " +
-                        std::to_string(P * V) + " chunks, more than its " + std::to_string(L) +
-                        " layers (valid: --virtual-stages 2 to " + std::to_string(L / P) + ")");
+      throw ConfigError(
+          given + " on " + std::to_string(P) + " stages cuts " + cfg.model + " into " +
+          std::to_string(P * V) + " chunks, more than its " + std::to_string(L) + " layers (valid: " +
+          (L / P >= 2 ? "--virtual-stages 2 to " + std::to_string(L / P)
+                      : "a model of " + std::to_string(2 * P) + " or more layers, or at most " +
+                            std::to_string(L / 2) + " stages") +
+          ")");
     if (layout.spec().batchnorm)
       throw ConfigError("--model " + cfg.model + " with " + given +
                         ": a chunk's BatchNorm statistics would live apart from its neighbours' "
