@@ -137,6 +137,10 @@ RunConfig config_from(const Args& a) {
   if (a.has("stages") && c.stages < 1)
     throw ConfigError("--stages " + std::to_string(c.stages) +
                       " is invalid (valid: " + stages_valid + ")");
+  // Likewise --virtual-stages: 0 is "not given: 2"; typed, interleaving takes 2 or more.
+  if (a.has("virtual-stages") && c.virtual_stages < 2)
+    throw ConfigError("--virtual-stages " + std::to_string(c.virtual_stages) +
+                      " is invalid (valid: 2 or more model chunks per rank, or leave it out: 2)");
   if (a.get("partition") == "cost") {
     // Balanced by each layer's measured forward + backward time, once, here:
     // the run then holds an explicit partition, the same on every rank.

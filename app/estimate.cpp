@@ -298,9 +298,12 @@ int estimate_mesh_cmd(const Args& a) {
   cfg.dp_zero1 = a.has("dp-zero1");
   cfg.recompute = a.has("recompute");
   cfg.steps = 2;
-  if (!is_pipeline_strategy(cfg.strategy))
+  const StrategyInfo* info = find_strategy(cfg.strategy);
+  if (!is_pipeline_strategy(cfg.strategy) || !info->reads_option(StrategyOption::mesh))
     throw ConfigError("--strategy " + cfg.strategy + " runs no mesh (valid: " +
-                      strategy_names_where([](const StrategyInfo& i) { return i.has_stages(); }) +
+                      strategy_names_where([](const StrategyInfo& i) {
+                        return i.has_stages() && i.reads_option(StrategyOption::mesh);
+                      }) +
                       "; " + strategy_names_where([](const StrategyInfo& i) {
                         return i.is_data_parallel() && i.reads_option(StrategyOption::mesh);
                       }) +

@@ -264,15 +264,18 @@ void validate_pipeline(const RunConfig& cfg) {
                       " is more stages than the " + std::to_string(L) + " layers of " + cfg.model +
                       " (valid: 1 to " + std::to_string(L) +
                       " stages, each holding at least one layer)");
+  if (cfg.virtual_stages < 0 || cfg.virtual_stages == 1)
+    throw ConfigError("--virtual-stages " + std::to_string(cfg.virtual_stages) +
+                      " is invalid (valid: 2 or more model chunks per rank, or leave it out: 2)");
   if (V > 1) {
     const std::string given = "--virtual-stages " + std::to_string(V);
     if (P < 2)
       throw ConfigError(given + " on 1 stage: interleaving deals chunks to 2 or more stages " +
                         "(valid: --world 2 or more, or --strategy 1f1b)");
-    if (P * V > L)
+    if (static_cast<int64_t>(P) * V > L)
       throw ConfigError(
           given + " on " + std::to_string(P) + " stages cuts " + cfg.model + " into " +
-          std::to_string(P * V) + " chunks, more than its " + std::to_string(L) + " layers (valid: " +
+          std::to_string(static_cast<int64_t>(P) * V) + " chunks, more than its " + std::to_string(L) + " layers (valid: " +
           (L / P >= 2 ? "--virtual-stages 2 to " + std::to_string(L / P)
                       : "a model of " + std::to_string(2 * P) + " or more layers, or at most " +
                             std::to_string(L / 2) + " stages") +
