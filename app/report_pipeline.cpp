@@ -38,8 +38,12 @@ void print_pipeline_report(const RunResult& r) {
   const RunConfig& c = r.cfg;
   const int M = micro_batches_run(c);
   const int R = pipeline_replicas(c);
-  std::printf("  pipeline: %zu stages (layers %s), %d micro-batch%s of %d rows%s\n", stages.size(),
-              partition_text(c).c_str(), M, M == 1 ? "" : "es", c.batch / R / M,
+  const int V = pipeline_chunks(c);
+  const std::string chunks =
+      V > 1 ? " x " + std::to_string(V) + " chunks, chunk c of stage r holding piece c*P+r" : "";
+  std::printf("  pipeline: %zu stages%s (layers %s), %d micro-batch%s of %d rows%s\n",
+              stages.size(), chunks.c_str(), partition_text(c).c_str(), M, M == 1 ? "" : "es",
+              c.batch / R / M,
               c.recompute ? ", --recompute (stage inputs kept, forward re-run in backward)" : "");
   if (R > 1)
     std::printf(
