@@ -300,8 +300,8 @@ int estimate_mesh_cmd(const Args& a) {
   cfg.steps = 2;
   const StrategyInfo* info = find_strategy(cfg.strategy);
   if (!is_pipeline_strategy(cfg.strategy) || !info->reads_option(StrategyOption::mesh))
-    throw ConfigError("--strategy " + cfg.strategy + " runs no mesh (valid: " +
-                      strategy_names_where([](const StrategyInfo& i) {
+    throw ConfigError("--strategy " + cfg.strategy +
+                      " runs no mesh (valid: " + strategy_names_where([](const StrategyInfo& i) {
                         return i.has_stages() && i.reads_option(StrategyOption::mesh);
                       }) +
                       "; " + strategy_names_where([](const StrategyInfo& i) {

@@ -432,8 +432,8 @@ int cmd_lesson(int argc, char** argv) {
     return cmd_show(find_lesson(a.positional()[0], lessons_dir()), out_from(a));
   }
   if (sub == "run") {
-    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer", "schedule"},
-                 {"all"}, Args::Positionals::allowed);
+    const Args a(argc - 1, argv + 1, name, {"lang", "width", "step", "answer", "schedule"}, {"all"},
+                 Args::Positionals::allowed);
     const Out o = out_from(a);
     std::vector<Lesson> lessons;
     if (a.has("all")) {

@@ -31,7 +31,7 @@ Schedule interleaved_schedule(int P, int M, int V) {
                       std::to_string(P) + " stages (valid: a multiple of " + std::to_string(P) +
                       ", or " + std::to_string(P) + " or fewer)");
   Schedule s{P, M, V, std::vector<std::vector<Action>>(P)};
-  const int total = M * V;     // forwards per rank: every micro-batch through every chunk
+  const int total = M * V;       // forwards per rank: every micro-batch through every chunk
   const int G = std::min(M, P);  // micro-batches per group
   // The k-th forward of a rank runs micro-batch (k / GV)·G + k mod G on chunk
   // (k mod GV) / G: groups of G micro-batches go through chunk 0, then chunk
@@ -67,8 +67,9 @@ Schedule interleaved_schedule(int P, int M, int V) {
 StrategyInfo interleaved_strategy() {
   return {
       .name = "interleaved",
-      .summary = "Interleaved 1F1B (Megatron): V model chunks per rank dealt round-robin; "
-                 "bubble (P-1)/(V*M) of the compute for V times the messages",
+      .summary =
+          "Interleaved 1F1B (Megatron): V model chunks per rank dealt round-robin; "
+          "bubble (P-1)/(V*M) of the compute for V times the messages",
       .family = StrategyFamily::pipeline,
       // (Not yet on a device mesh: its chunks on a pp axis beside dp and tp are untested.)
       .reads = {StrategyOption::stages, StrategyOption::micro_batches, StrategyOption::partition,

@@ -690,6 +690,7 @@ TEST_CASE("run --help lists every strategy option from its row, with the strateg
   }
   CHECK(h.out.find("  --bucket-mb X       ddp: gradient bucket size in MiB (default 25)\n") !=
         std::string::npos);
-  CHECK(h.out.find("  --partition A,B,..  gpipe/naive-mp/1f1b/zb-h1/interleaved: layers per stage") !=
-        std::string::npos);
+  CHECK(
+      h.out.find("  --partition A,B,..  gpipe/naive-mp/1f1b/zb-h1/interleaved: layers per stage") !=
+      std::string::npos);
 }

@@ -249,8 +249,9 @@ TEST_CASE("zb-h1 holds 1f1b's peak activations: its W waits with less than a for
       const int64_t zb = peak_activations(runs.at("zb-h1"), rank);
       INFO(model << " stage " << rank << ": zb-h1 " << zb << " B, 1f1b "
                  << peak_activations(runs.at("1f1b"), rank) << " B");
-      REQUIRE(zb == predicted.ranks[rank]
-                        .at_report.device.peak[static_cast<int>(MemCategory::activations)]);
+      REQUIRE(
+          zb ==
+          predicted.ranks[rank].at_report.device.peak[static_cast<int>(MemCategory::activations)]);
       most_1f1b = std::max(most_1f1b, peak_activations(runs.at("1f1b"), rank));
       most_zb = std::max(most_zb, zb);
     }
@@ -400,9 +401,10 @@ TEST_CASE("send/recv flows in the exported trace pair up one to one", "[pipeline
   }
 }
 
-TEST_CASE("interleaved: V chunks per rank, 1f1b's weights bit for bit, Megatron's order, the "
-          "activations the meta run predicts",
-          "[pipeline]") {
+TEST_CASE(
+    "interleaved: V chunks per rank, 1f1b's weights bit for bit, Megatron's order, the "
+    "activations the meta run predicts",
+    "[pipeline]") {
   // 8 layers: P = 4 with V = 2 holds one layer per chunk; P = 2 takes V = 2 and 4.
   struct Case {
     int P, M, V;
@@ -463,14 +465,16 @@ TEST_CASE("bad interleaved settings: one clear ConfigError each", "[pipeline][co
   refused(one_stage, "--virtual-stages 2 on 1 stage: interleaving deals chunks to 2 or more");
   RunConfig too_many = c;
   too_many.virtual_stages = 5;
-  refused(too_many, "--virtual-stages 5 on 2 stages cuts mlp:8x32 into 10 chunks, more than its "
-                    "8 layers (valid: --virtual-stages 2 to 4)");
+  refused(too_many,
+          "--virtual-stages 5 on 2 stages cuts mlp:8x32 into 10 chunks, more than its "
+          "8 layers (valid: --virtual-stages 2 to 4)");
   RunConfig odd_m = c;
   odd_m.micro_batches = 6;
   odd_m.batch = 48;
   odd_m.world = 4;
-  refused(odd_m, "--micro-batches 6: interleaved sends micro-batches through the chunks in "
-                 "groups of the 4 stages (valid: a multiple of 4, or 4 or fewer)");
+  refused(odd_m,
+          "--micro-batches 6: interleaved sends micro-batches through the chunks in "
+          "groups of the 4 stages (valid: a multiple of 4, or 4 or fewer)");
   RunConfig part = c;
   part.partition = {4, 4};
   refused(part, "--partition 4,4 has 2 entries for 2 stages x 2 chunks (valid: 4 layer counts");

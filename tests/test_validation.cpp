@@ -17,8 +17,8 @@
 
 #include "app/gui/logic/run_session.h"
 #include "core/comm/cores.h"
-#include "core/parallel/schedule.h"
 #include "core/parallel/model_state.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/pipeline_analysis.h"
 
@@ -183,7 +183,7 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
       {"zero2", StrategyFamily::data_parallel}, {"zero3", StrategyFamily::data_parallel},
       {"fsdp", StrategyFamily::data_parallel},  {"naive-mp", StrategyFamily::pipeline},
       {"gpipe", StrategyFamily::pipeline},      {"1f1b", StrategyFamily::pipeline},
-      {"zb-h1", StrategyFamily::pipeline},     {"interleaved", StrategyFamily::pipeline}};
+      {"zb-h1", StrategyFamily::pipeline},      {"interleaved", StrategyFamily::pipeline}};
   REQUIRE(all_strategies().size() == families.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
@@ -260,7 +260,8 @@ TEST_CASE("the message names the option the user gave first", "[validation]") {
   c.micro_batches = 4;
   // Without an order: the option table's order (--micro-batches comes before --offload).
   CHECK(message_of(c).rfind(
-            "--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b, zb-h1, interleaved", 0) == 0);
+            "--micro-batches 4: ddp has no micro-batches; used by gpipe, 1f1b, zb-h1, interleaved",
+            0) == 0);
   try {
     validate(c, {"world", "offload", "micro-batches", "recompute"});
     FAIL("accepted");
@@ -302,7 +303,8 @@ TEST_CASE("the command line refuses options the strategy does not read", "[valid
   INFO(z.out);
   CHECK(z.code == 2);
   CHECK(z.out ==
-        "error: --micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b, zb-h1, interleaved\n");
+        "error: --micro-batches 8: zero3 has no micro-batches; used by gpipe, 1f1b, zb-h1, "
+        "interleaved\n");
 
   const CliResult p = run_cli("run --strategy gpipe --world 2 --precision fp16");
   INFO(p.out);

@@ -158,7 +158,14 @@ int cmd_gui(int argc, char** argv) {
           "recording; Run comparison there compares live runs of its settings)");
     opened = load_run_file(open_path);
   }
-  const RunConfig cfg = opened ? opened->run.cfg : config_from(a);
+  RunConfig cfg_read = opened ? opened->run.cfg : config_from(a);
+  // With --lesson, --schedule is the lesson's (lesson::use_schedule), not the app's own run's.
+  auto given = a.given();
+  if (a.has("lesson")) {
+    cfg_read.schedule.clear();
+    given.erase(std::remove(given.begin(), given.end(), "schedule"), given.end());
+  }
+  const RunConfig cfg = cfg_read;
   // The sizes first: the compare slots below divide by them (--world 0 was a
   // SIGFPE). Other settings a form can correct are shown in the run bar.
   if (!opened) validate_sizes(cfg);
@@ -222,7 +229,7 @@ int cmd_gui(int argc, char** argv) {
     check_writable(shot, "--screenshot");
     try {
       // A recording is shown, not run: settings this machine cannot run are no error.
-      if (!opened && (*view != View::compare || compare_slots.empty())) validate(cfg, a.given());
+      if (!opened && (*view != View::compare || compare_slots.empty())) validate(cfg, given);
     } catch (const ConfigError& e) {
       invalid = e.what();
     }

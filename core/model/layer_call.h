@@ -22,13 +22,13 @@ class Comm;
 // weight GEMMs, as in the paper; LayerNorm's, BatchNorm's and the embedding's
 // small gradients stay in B. fp32 only (pipelines train in fp32).
 struct DeferredWeightGrad {
-  Tensor dout;              // [rows, out], the linear's output gradient
+  Tensor dout;                      // [rows, out], the linear's output gradient
   const void* copy_from = nullptr;  // not yet copied: dout's source, alive until the layer ends
   std::string dout_name;            // the copy's name in the memory panel
-  const void* x = nullptr;  // [rows, in], the linear's input
-  void* dw = nullptr;       // [out, in], accumulated into
-  void* db = nullptr;       // [out], accumulated into; may be null
-  int layer = -1;           // the layer it belongs to (its W span's)
+  const void* x = nullptr;          // [rows, in], the linear's input
+  void* dw = nullptr;               // [out, in], accumulated into
+  void* db = nullptr;               // [out], accumulated into; may be null
+  int layer = -1;                   // the layer it belongs to (its W span's)
   int rows = 0, in = 0, out = 0;
 };
 

@@ -185,8 +185,8 @@ Schedule run_schedule(const RunConfig& cfg) {
           s.chunks > 1
               ? "it names model chunks (" + std::to_string(s.chunks) + " per rank) but " +
                     cfg.strategy + " runs " + std::to_string(V) +
-                    " (valid: --strategy interleaved --virtual-stages " +
-                    std::to_string(s.chunks) + ")"
+                    " (valid: --strategy interleaved --virtual-stages " + std::to_string(s.chunks) +
+                    ")"
               : "it names no model chunks but " + cfg.strategy + " runs " + std::to_string(V) +
                     " per rank (valid: actions such as F0.1, chunk 1, or --virtual-stages " +
                     "matching the file)");
@@ -197,8 +197,7 @@ Schedule run_schedule(const RunConfig& cfg) {
   return s;
 }
 
-StageTopology stage_topology(int rank, const std::vector<int>& partition, int chunks,
-                             int chunk) {
+StageTopology stage_topology(int rank, const std::vector<int>& partition, int chunks, int chunk) {
   const int S = static_cast<int>(partition.size());
   if (chunks < 1 || S % chunks != 0)
     throw std::invalid_argument("stage_topology: the partition is not stages x chunks");
@@ -273,13 +272,14 @@ void validate_pipeline(const RunConfig& cfg) {
       throw ConfigError(given + " on 1 stage: interleaving deals chunks to 2 or more stages " +
                         "(valid: --world 2 or more, or --strategy 1f1b)");
     if (static_cast<int64_t>(P) * V > L)
-      throw ConfigError(
-          given + " on " + std::to_string(P) + " stages cuts " + cfg.model + " into " +
-          std::to_string(static_cast<int64_t>(P) * V) + " chunks, more than its " + std::to_string(L) + " layers (valid: " +
-          (L / P >= 2 ? "--virtual-stages 2 to " + std::to_string(L / P)
-                      : "a model of " + std::to_string(2 * P) + " or more layers, or at most " +
-                            std::to_string(L / 2) + " stages") +
-          ")");
+      throw ConfigError(given + " on " + std::to_string(P) + " stages cuts " + cfg.model +
+                        " into " + std::to_string(static_cast<int64_t>(P) * V) +
+                        " chunks, more than its " + std::to_string(L) + " layers (valid: " +
+                        (L / P >= 2 ? "--virtual-stages 2 to " + std::to_string(L / P)
+                                    : "a model of " + std::to_string(2 * P) +
+                                          " or more layers, or at most " + std::to_string(L / 2) +
+                                          " stages") +
+                        ")");
     if (layout.spec().batchnorm)
       throw ConfigError("--model " + cfg.model + " with " + given +
                         ": a chunk's BatchNorm statistics would live apart from its neighbours' "
@@ -376,11 +376,11 @@ PipelineStage::PipelineStage(RankEnv& env, const ParamSource& init) : env_(env) 
     ch.topo = stage_topology(stage, partition_, V, c);
     ch.boundary_in = ch.topo.first_layer - 1;
     ch.boundary_out = ch.topo.last_layer - 1;
-    ch.layers = sliced ? std::make_unique<LayerStack>(*layout_, ch.topo.first_layer,
-                                                      ch.topo.last_layer, env.alloc, env.rec,
-                                                      *sliced, DType::f32, tp_comm_)
-                       : std::make_unique<LayerStack>(*layout_, ch.topo.first_layer,
-                                                      ch.topo.last_layer, env.alloc, env.rec, init);
+    ch.layers =
+        sliced ? std::make_unique<LayerStack>(*layout_, ch.topo.first_layer, ch.topo.last_layer,
+                                              env.alloc, env.rec, *sliced, DType::f32, tp_comm_)
+               : std::make_unique<LayerStack>(*layout_, ch.topo.first_layer, ch.topo.last_layer,
+                                              env.alloc, env.rec, init);
     chunks_.push_back(std::move(ch));
   }
   std::vector<Optimizer::Range> optimized = ranges();
@@ -529,11 +529,11 @@ void PipelineStage::send(const Chunk& c, const void* borrowed, Tensor owned, int
   // through its input boundary: rows × the activation's size there.
   const size_t values = layout_->act_numel(activation ? c.topo.last_layer : c.topo.first_layer);
   const int boundary = activation ? c.topo.model_stage : c.topo.model_stage - 1;
-  s.work = pp_comm_->send_async(
-      data, static_cast<size_t>(rows_) * values * sizeof(float),
-      activation ? c.topo.next : c.topo.prev,
-      pipe_tag(mb, boundary, static_cast<int>(partition_.size()), direction),
-      CommMeta{activation ? c.boundary_out : c.boundary_in, mb});
+  s.work =
+      pp_comm_->send_async(data, static_cast<size_t>(rows_) * values * sizeof(float),
+                           activation ? c.topo.next : c.topo.prev,
+                           pipe_tag(mb, boundary, static_cast<int>(partition_.size()), direction),
+                           CommMeta{activation ? c.boundary_out : c.boundary_in, mb});
   sends_.push_back(std::move(s));
 }
 
@@ -569,8 +569,8 @@ void PipelineStage::run(const Schedule& schedule) {
   // input's gradient, W later the weights'. Without a W it is the whole backward.
   for (Chunk& c : chunks_) c.split.assign(static_cast<size_t>(micro_batches_), false);
   for (const Action& a : actions)
-    if (a.kind == ActionKind::weight) chunks_.at(static_cast<size_t>(a.chunk)).split.at(
-        static_cast<size_t>(a.micro_batch)) = true;
+    if (a.kind == ActionKind::weight)
+      chunks_.at(static_cast<size_t>(a.chunk)).split.at(static_cast<size_t>(a.micro_batch)) = true;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     if (V > 1) {
@@ -798,8 +798,8 @@ void PipelineStage::sum_tied_grads() {
       continue;
     }
     if (!home && !away) continue;
-    float* mine = static_cast<float*>(home ? home->layers->grad_of(p.tied_to)
-                                           : away->layers->grad_of(i));
+    float* mine =
+        static_cast<float*>(home ? home->layers->grad_of(p.tied_to) : away->layers->grad_of(i));
     Tensor theirs = env_.alloc.alloc(p.name + "[tied].grad", MemCategory::comm_buffers, p.numel);
     // (The two ends never share a rank across chunks: model stage 0 is rank 0's,
     // the last rank P − 1's.)
@@ -855,8 +855,7 @@ std::vector<float> PipelineStage::export_params() {
       const Slices theirs = slices(stage_topology(r, partition_, V, c));
       // (On a meta device nothing is kept, and the receives land nowhere.)
       works.push_back(pp_comm_->recv_async(flat.at(theirs.params_begin, theirs.params_count),
-                                           theirs.params_count * sizeof(float), r,
-                                           params_tag(c)));
+                                           theirs.params_count * sizeof(float), r, params_tag(c)));
       if (theirs.buffers_count)
         works.push_back(pp_comm_->recv_async(flat.at(theirs.buffers_begin, theirs.buffers_count),
                                              theirs.buffers_count * sizeof(float), r,

@@ -35,9 +35,9 @@ std::vector<int> chunk_of_layers(const RunConfig& cfg, int rank);
 // pieces, the partition's entries.
 int pipeline_chunks(const RunConfig& cfg);
 
-// Layers per model stage (P·V of them with chunks) balanced by parameter count: the contiguous split whose
-// largest stage holds the fewest parameters; among equally good splits the
-// earlier stages take the extra layers (mlp:5xD on 3 stages is 2,2,1).
+// Layers per model stage (P·V of them with chunks) balanced by parameter count: the contiguous
+// split whose largest stage holds the fewest parameters; among equally good splits the earlier
+// stages take the extra layers (mlp:5xD on 3 stages is 2,2,1).
 std::vector<int> balanced_partition(const ModelLayout& layout, int stages);
 // The same over a measured cost per layer (ms).
 std::vector<int> balanced_partition(const std::vector<double>& costs, int stages);
@@ -64,14 +64,14 @@ Schedule run_schedule(const RunConfig& cfg);
 // stage c·P + r (Megatron's round-robin), and its neighbours are the ranks
 // holding model stages c·P + r ± 1, which wraps from rank P−1 to rank 0.
 struct StageTopology {
-  int rank = 0;     // the stage in the pipeline (its pp rank)
-  int stages = 1;   // P
-  int chunk = 0;    // which of the rank's chunks
+  int rank = 0;         // the stage in the pipeline (its pp rank)
+  int stages = 1;       // P
+  int chunk = 0;        // which of the rank's chunks
   int model_stage = 0;  // c·P + rank, of P·V
   int first_layer = 0;  // this chunk holds layers [first_layer, last_layer)
   int last_layer = 0;
-  int prev = -1;  // rank holding the previous model stage, -1 on the first
-  int next = -1;  // rank holding the next model stage, -1 on the last
+  int prev = -1;         // rank holding the previous model stage, -1 on the first
+  int next = -1;         // rank holding the next model stage, -1 on the last
   bool is_first = true;  // model stage 0: reads the batch
   bool is_last = true;   // the last model stage: computes the loss
 };
@@ -185,7 +185,7 @@ class PipelineStage {
     std::unique_ptr<LayerStack> layers;
     std::map<int, Tensor> inputs;      // chunk input per micro-batch in flight
     std::map<int, Tensor> loss_grads;  // last model stage: dloss/dpred per micro-batch
-    std::vector<bool> split;  // per micro-batch: run() has a W for it, so its B is split
+    std::vector<bool> split;           // per micro-batch: run() has a W for it, so its B is split
   };
   // Posts the receive for `key` now, so its data arrives while this stage
   // computes something else, and before it every earlier message from the

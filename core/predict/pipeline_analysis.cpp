@@ -58,8 +58,8 @@ struct StageShape {
 // keeps, and the most a forward that frees as it goes (--recompute) holds at once.
 StageShape stage_shape(const RunConfig& cfg, int rank, int chunk = 0) {
   const ModelLayout whole = make_layout(cfg);
-  const StageTopology t = stage_topology(pipeline_stage_of(cfg, rank),
-                                         pipeline_partition(cfg, whole), pipeline_chunks(cfg), chunk);
+  const StageTopology t = stage_topology(
+      pipeline_stage_of(cfg, rank), pipeline_partition(cfg, whole), pipeline_chunks(cfg), chunk);
   const int rows = cfg.batch / pipeline_replicas(cfg) / micro_batches_run(cfg);
   const std::unique_ptr<DeviceBackend> dev = make_meta_backend(Device{});
   Allocator alloc(*dev, nullptr);

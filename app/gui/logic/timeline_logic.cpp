@@ -185,8 +185,7 @@ struct RunBuilder {
 
 // A forward run is a recompute when the same micro-batch already ran forward
 // on this stage in this step.
-bool ran_forward_before(const LaneData& lane, const PhaseRun& r, int step,
-                        const RunBuilder& b) {
+bool ran_forward_before(const LaneData& lane, const PhaseRun& r, int step, const RunBuilder& b) {
   constexpr size_t kMaxLookBack = 4096;
   for (size_t j = r.first, n = 0; j-- > 0 && n < kMaxLookBack; ++n) {
     const Span& s = lane.spans[j];
