@@ -42,7 +42,12 @@ std::string help_text() {
          "Then the order on P dedicated devices with unit costs (F 1, B 2, or B 1 and W 1\n"
          "when split; transfers free), the way the papers draw schedules: per rank its\n"
          "busy and idle units, the micro-batches whose activations it holds at most, and\n"
-         "the bubble beside the formula of the named schedule it is nearest to.\n";
+         "the bubble beside the formula of the named schedule it is nearest to.\n\n"
+         "A real run's send completes only once its receiver has posted the receive, and a\n"
+         "rank waits for its last action's sends before its next action. Where an order\n"
+         "would leave two ranks each waiting for the other to take its send, the run posts\n"
+         "a receive earlier than usual (its buffer is held from then on): the lines\n"
+         "'rank R posts the receive its F<m> reads before its action N' say where.\n";
 }
 
 std::string read_file(const std::string& path) {
@@ -113,6 +118,18 @@ int cmd_schedule(int argc, char** argv) {
                 s.chunks > 1 ? (t.peak_alive[r] == 1 ? " chunk" : " chunks")
                              : (t.peak_alive[r] == 1 ? "" : "es"),
                 t.peak_unbacked[r]);
+  // Where a real run needs a receive posted earlier than the executor's usual
+  // rules (its buffer is held from then on): the order would hang without.
+  const ReceivePlan plan = plan_receives(s);
+  for (const ReceivePlan::Mend& m : plan.mended) {
+    const Action reader{m.message.gradient ? ActionKind::backward : ActionKind::forward,
+                        m.message.micro_batch, m.message.chunk};
+    std::printf(
+        "rank %d posts the receive its %s reads before its action %zu (%s), early: rank %d "
+        "waits for it to be taken before going on (its buffer is held from then)\n",
+        m.rank, to_string(reader, s.chunks).c_str(), m.action + 1,
+        to_string(s.ranks[m.rank][m.action], s.chunks).c_str(), m.message.from);
+  }
   // The named schedule whose formula this order is measured against.
   const NearestFormula nearest = nearest_formula(s);
   std::printf("step %.0f units; idle / compute on the busiest rank %.3f (%s = %.3f)\n", t.makespan,

@@ -2,12 +2,15 @@
 // their formulas, the text form, and the validator's one-line refusals.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/config.h"
 #include "core/parallel/run_result.h"
 #include "core/parallel/schedule.h"
+#include "core/predict/memory_estimate.h"
+#include "core/predict/pipeline_analysis.h"
 #include "core/run/runner.h"
 #include "tests/run_util.h"
 #include "tests/test_util.h"
@@ -242,4 +245,68 @@ TEST_CASE(
       "--micro-batches 2 --schedule " +
           file,
       "there is no micro-batch 2");
+}
+
+TEST_CASE(
+    "schedules: an order that would hang on rendezvous sends runs with receives posted early, "
+    "and holds the activations the plan predicts",
+    "[schedule][pipeline]") {
+  // The named schedules need none of the plan's extra early receives.
+  for (const std::string& name : schedule_names())
+    for (int P : {2, 4})
+      for (int M : {4, 8}) {
+        const int V = name == "interleaved" ? 2 : 1;
+        if (name == "naive-mp" && M != 4) continue;
+        INFO(name << ", P " << P << ", M " << M);
+        CHECK(plan_receives(named_schedule(name, P, name == "naive-mp" ? 1 : M, V)).mended.empty());
+      }
+  // Two random orders (one with split backwards) that validate but, with the
+  // usual early receives alone, leave two ranks each waiting for the other to
+  // take its send: the plan posts the missing receives earlier.
+  for (const char* name : {"rendezvous_p4_m8.txt", "rendezvous_split_p4_m8.txt"}) {
+    INFO(name);
+    const std::string file = std::string(SHARDLAB_TEST_DATA) + "/schedules/" + name;
+    const Schedule want = parse_schedule(read_golden(name), name);
+    const ReceivePlan plan = plan_receives(want);
+    CHECK(plan.mended.size() >= 7);
+    // Every mend names a receive its rank really reads later.
+    for (const ReceivePlan::Mend& m : plan.mended) {
+      const Action reader{m.message.gradient ? ActionKind::backward : ActionKind::forward,
+                          m.message.micro_batch, m.message.chunk};
+      const auto& line = want.ranks[m.rank];
+      const auto at = std::find(line.begin(), line.end(), reader);
+      REQUIRE(at != line.end());
+      CHECK(static_cast<size_t>(at - line.begin()) >= m.action);
+    }
+    RunConfig c = test::small_run("mlp:8x32", "zb-h1", 4, 32, 9, OptimizerKind::adamw, 3);
+    c.micro_batches = 8;
+    c.schedule = file;
+    const RunResult r = run_training(c);
+    RunConfig s = c;
+    s.strategy = "single";
+    s.world = 1;
+    s.micro_batches = 1;
+    s.schedule.clear();
+    CHECK(test::max_rel_diff(r.final_params, run_training(s).final_params) < 5e-5);
+    for (int step = 0; step < c.steps; ++step)
+      CHECK(format_schedule(recorded_schedule(r, step)) == format_schedule(want));
+    // The early receives' buffers are activations: the allocator's peak is
+    // the meta run's and the plan's walk's.
+    const MemoryEstimate e = estimate_memory(c);
+    for (int rank = 0; rank < 4; ++rank) {
+      INFO("rank " << rank);
+      const int64_t measured =
+          r.ranks[rank].memory.device.peak[static_cast<int>(MemCategory::activations)];
+      CHECK(measured ==
+            e.ranks[rank].at_report.device.peak[static_cast<int>(MemCategory::activations)]);
+      CHECK(measured == predicted_peak_activation_bytes(c, rank));
+    }
+  }
+  // 'shardlab schedule' says where a run posts a receive early, and why.
+  const test::CliResult out = test::run_cli(std::string("schedule ") + SHARDLAB_TEST_DATA +
+                                            "/schedules/rendezvous_p4_m8.txt");
+  INFO(out.out);
+  CHECK(out.code == 0);
+  CHECK(out.out.find("rank 2 posts the receive its F7 reads before its action 10 (B2), early: "
+                     "rank 1 waits for it to be taken") != std::string::npos);
 }

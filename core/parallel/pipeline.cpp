@@ -547,22 +547,25 @@ void PipelineStage::settle_sends() {
 }
 
 void PipelineStage::run(const Schedule& schedule) {
-  const int me = topology().rank, P = topology().stages, V = chunks();
-  const int S = P * V;
+  const int me = topology().rank;
   const std::vector<Action>& actions = schedule.ranks.at(static_cast<size_t>(me));
-  // What each neighbour sends this rank, in the order its line sends it: a
-  // forward of model stage s sends to the rank of s + 1, a backward to s − 1.
-  if (recv_order_.empty()) {
-    for (int peer = 0; peer < P; ++peer) {
+  const auto key = [](const Receive& m) {
+    return RecvKey{m.gradient ? PipeDirection::gradient : PipeDirection::activation, m.micro_batch,
+                   m.chunk};
+  };
+  if (early_.empty()) {
+    // When this rank posts its receives (plan_receives): early enough that
+    // no neighbour waits forever for this rank to take its send.
+    const ReceivePlan plan = plan_receives(schedule);
+    for (int peer = 0; peer < static_cast<int>(plan.order[me].size()); ++peer) {
       std::vector<RecvKey> order;
-      for (const Action& a : schedule.ranks.at(static_cast<size_t>(peer))) {
-        const int s = a.chunk * P + peer;
-        if (a.kind == ActionKind::forward && s + 1 < S && (s + 1) % P == me)
-          order.push_back({PipeDirection::activation, a.micro_batch, (s + 1) / P});
-        if (a.kind == ActionKind::backward && s > 0 && (s - 1) % P == me)
-          order.push_back({PipeDirection::gradient, a.micro_batch, (s - 1) / P});
-      }
+      for (const Receive& m : plan.order[me][peer]) order.push_back(key(m));
       if (!order.empty()) recv_order_[peer] = std::move(order);
+    }
+    early_.clear();
+    for (const std::vector<Receive>& before : plan.early[me]) {
+      early_.emplace_back();
+      for (const Receive& m : before) early_.back().push_back(key(m));
     }
   }
   // A B whose W the line runs too is split (zero bubble): B computes the
@@ -572,30 +575,10 @@ void PipelineStage::run(const Schedule& schedule) {
     if (a.kind == ActionKind::weight)
       chunks_.at(static_cast<size_t>(a.chunk)).split.at(static_cast<size_t>(a.micro_batch)) = true;
   for (size_t i = 0; i < actions.size(); ++i) {
+    // Posted before this action waits for the last one's sends: the plan's
+    // early receives (the next B's gradient, the next F's input, ...).
+    for (const RecvKey& k : early_.at(i)) post_recv(k);
     const Action& a = actions[i];
-    if (V > 1) {
-      // Chunks: messages go both ways between a pair of ranks, and a send is
-      // taken only once its receiver posts: as Megatron's interleaved steady
-      // state does, the receives of the next forward and the next backward
-      // are both posted before this action waits for its sends.
-      bool forward_seen = false, backward_seen = false;
-      for (size_t j = i + 1; j < actions.size() && !(forward_seen && backward_seen); ++j) {
-        const Action& n = actions[j];
-        if (n.kind == ActionKind::forward && !forward_seen) {
-          forward_seen = true;
-          post_recv({PipeDirection::activation, n.micro_batch, n.chunk});
-        } else if (n.kind == ActionKind::backward && !backward_seen) {
-          backward_seen = true;
-          post_recv({PipeDirection::gradient, n.micro_batch, n.chunk});
-        }
-      }
-    } else if (i + 1 < actions.size()) {
-      const Action& next = actions[i + 1];
-      if (next.kind == ActionKind::backward)
-        post_recv({PipeDirection::gradient, next.micro_batch, next.chunk});
-      if (next.kind == ActionKind::forward && a.kind == ActionKind::forward)
-        post_recv({PipeDirection::activation, next.micro_batch, next.chunk});
-    }
     if (a.kind == ActionKind::forward)
       forward(a.micro_batch, a.chunk);
     else if (a.kind == ActionKind::backward)
@@ -607,12 +590,9 @@ void PipelineStage::run(const Schedule& schedule) {
 
 void PipelineStage::forward(int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
-  // Interleaved: this action's receive is posted before the last action's
-  // sends are waited for, since a neighbour may itself be waiting for this
-  // rank to take its send before it takes ours (chunks send both ways between
-  // a pair). With one chunk the sends are settled first: a --recompute
-  // output they free is gone before the next input arrives.
-  if (chunks() > 1 && !c.topo.is_first) post_recv({PipeDirection::activation, mb, chunk});
+  // The last action's sends are waited for first (run() posted this rank's
+  // early receives before): a --recompute output they free is gone before
+  // this input arrives.
   settle_sends();
   Tensor input;
   if (c.topo.is_first) {
@@ -669,7 +649,6 @@ void PipelineStage::compute_loss(Chunk& c, const void* pred, int mb) {
 
 void PipelineStage::backward(int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
-  if (chunks() > 1 && !c.topo.is_last) post_recv({PipeDirection::gradient, mb, chunk});
   settle_sends();  // (see forward)
   Tensor dout;
   if (c.topo.is_last) {

@@ -235,6 +235,7 @@ class PipelineStage {
   // and recv spans in the trace.
   std::map<int, std::vector<RecvKey>> recv_order_;
   std::map<int, size_t> recv_posted_;
+  std::vector<std::vector<RecvKey>> early_;  // per action of this rank's line: posted before it
   std::map<RecvKey, PendingRecv> recvs_;
   double loss_ = 0;              // Σ over micro-batches of each one's share of the mean loss
   MixedPrecision fp32_{"fp32"};  // pipelines train in fp32

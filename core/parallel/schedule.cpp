@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/config.h"
 #include "core/parallel/pipeline.h"
@@ -294,6 +295,166 @@ void validate_schedule(const Schedule& s, int P, int M, int V) {
                         "before the action)");
     }
   }
+}
+
+namespace {
+
+// Where a message goes: the receiving rank and the message as it names it.
+struct Addressed {
+  int to = -1;
+  Receive message;
+};
+
+// What action `a` of rank `r` sends (to = −1: nothing).
+Addressed sent_by(const Dependencies& d, int r, const Action& a) {
+  const int s = d.model_stage(r, a.chunk), S = d.P * d.V;
+  if (a.kind == ActionKind::forward && s + 1 < S)
+    return {(s + 1) % d.P, {false, a.micro_batch, (s + 1) / d.P, r}};
+  if (a.kind == ActionKind::backward && s > 0)
+    return {(s - 1) % d.P, {true, a.micro_batch, (s - 1) / d.P, r}};
+  return {};
+}
+
+// The message action `a` of rank `r` waits for (to = −1: none; W, and the
+// first model stage's F and the last one's B, read nothing from another rank).
+Addressed input_of(const Dependencies& d, int r, const Action& a) {
+  const int s = d.model_stage(r, a.chunk), S = d.P * d.V;
+  if (a.kind == ActionKind::forward && s > 0)
+    return {r, {false, a.micro_batch, a.chunk, (s - 1) % d.P}};
+  if (a.kind == ActionKind::backward && s + 1 < S)
+    return {r, {true, a.micro_batch, a.chunk, (s + 1) % d.P}};
+  return {};
+}
+
+}  // namespace
+
+ReceivePlan plan_receives(const Schedule& s) {
+  validate_schedule(s, s.stages, s.micro_batches, s.chunks);
+  const int P = s.stages;
+  const Dependencies d{P, s.micro_batches, s.chunks};
+  ReceivePlan plan;
+  plan.order.assign(P, std::vector<std::vector<Receive>>(P));
+  // Per rank and action: the message it sends, as (receiver, its index there).
+  std::vector<std::vector<std::pair<int, size_t>>> sends(P);
+  for (int r = 0; r < P; ++r)
+    for (const Action& a : s.ranks[r]) {
+      const Addressed out = sent_by(d, r, a);
+      if (out.to < 0) {
+        sends[r].push_back({-1, 0});
+        continue;
+      }
+      std::vector<Receive>& q = plan.order[out.to][r];
+      sends[r].push_back({out.to, q.size()});
+      q.push_back(out.message);
+    }
+  const auto index_of = [&](int r, const Receive& m) {
+    const std::vector<Receive>& q = plan.order[r][m.from];
+    return static_cast<size_t>(std::find(q.begin(), q.end(), m) - q.begin());
+  };
+
+  // The usual early posts (PipelineStage::run's rules).
+  plan.early.resize(P);
+  plan.posted.resize(P);
+  for (int r = 0; r < P; ++r) {
+    const std::vector<Action>& line = s.ranks[r];
+    plan.early[r].resize(line.size());
+    plan.posted[r].resize(line.size());
+    for (size_t i = 0; i < line.size(); ++i) {
+      std::vector<Receive>& e = plan.early[r][i];
+      const auto add = [&](const Action& a) {
+        const Addressed in = input_of(d, r, a);
+        if (in.to >= 0) e.push_back(in.message);
+      };
+      if (d.V > 1) {
+        // Chunks send both ways between a pair of ranks: the action's own
+        // input and the next F's and B's are posted before its sends are
+        // waited for, as Megatron's interleaved steady state does.
+        add(line[i]);
+        bool forward_seen = false, backward_seen = false;
+        for (size_t j = i + 1; j < line.size() && !(forward_seen && backward_seen); ++j) {
+          if (line[j].kind == ActionKind::forward && !forward_seen) {
+            forward_seen = true;
+            add(line[j]);
+          } else if (line[j].kind == ActionKind::backward && !backward_seen) {
+            backward_seen = true;
+            add(line[j]);
+          }
+        }
+      } else if (i + 1 < line.size()) {
+        // The next B's gradient; during a run of forwards, the next F's input.
+        const Action& next = line[i + 1];
+        if (next.kind == ActionKind::backward ||
+            (next.kind == ActionKind::forward && line[i].kind == ActionKind::forward))
+          add(next);
+      }
+    }
+  }
+
+  // The run, as the executor runs it, with no times: each rank posts its
+  // early receives, waits until its last action's send was posted by its
+  // receiver, posts and waits for its own input, computes and sends.
+  std::vector<size_t> pc(P, 0);
+  std::vector<bool> posted_early(P, false), done(P, false);
+  std::vector<std::vector<size_t>> through(P, std::vector<size_t>(P, 0));  // [to][from] posted
+  std::vector<std::vector<size_t>> issued(P, std::vector<size_t>(P, 0));   // [to][from] sent
+  const auto post = [&](int r, const Receive& m) {
+    const size_t upto = index_of(r, m) + 1;
+    for (size_t& k = through[r][m.from]; k < upto; ++k)
+      plan.posted[r][pc[r]].push_back(plan.order[r][m.from][k]);
+  };
+  // The send rank r waits for before its next action (to = −1: none waiting).
+  const auto waiting_send = [&](int r) -> std::pair<int, size_t> {
+    if (pc[r] == 0) return {-1, 0};
+    const auto [to, k] = sends[r][pc[r] - 1];
+    if (to < 0 || through[to][r] > k) return {-1, 0};
+    return {to, k};
+  };
+  for (;;) {
+    bool progress = false, all_done = true;
+    for (int r = 0; r < P; ++r) {
+      const std::vector<Action>& line = s.ranks[r];
+      while (!done[r]) {
+        if (pc[r] < line.size() && !posted_early[r]) {
+          for (const Receive& m : plan.early[r][pc[r]]) post(r, m);
+          posted_early[r] = true;
+        }
+        if (waiting_send(r).first >= 0) break;
+        if (pc[r] == line.size()) {
+          done[r] = progress = true;
+          break;
+        }
+        const Addressed in = input_of(d, r, line[pc[r]]);
+        if (in.to >= 0) {
+          post(r, in.message);
+          if (issued[r][in.message.from] <= index_of(r, in.message)) break;
+        }
+        const auto [to, k] = sends[r][pc[r]];
+        if (to >= 0) issued[to][r] = k + 1;
+        ++pc[r];
+        posted_early[r] = false;
+        progress = true;
+      }
+      all_done = all_done && done[r];
+    }
+    if (all_done) break;
+    if (progress) continue;
+    // Hung: some rank waits for its send to be taken. Its receiver, stopped
+    // at action pc (it has not run the action that takes the message),
+    // posts that receive early, before pc.
+    bool mended = false;
+    for (int r = 0; r < P && !mended; ++r) {
+      const auto [to, k] = waiting_send(r);
+      if (to < 0 || done[to] || pc[to] >= s.ranks[to].size()) continue;
+      const Receive m = plan.order[to][r][k];
+      plan.early[to][pc[to]].push_back(m);
+      post(to, m);
+      plan.mended.push_back({to, pc[to], m});
+      mended = true;
+    }
+    if (!mended)
+      throw std::logic_error("plan_receives: a validated schedule hangs with no send waiting");
+  }
+  return plan;
 }
 
 std::vector<std::string> schedule_names() {

@@ -60,6 +60,54 @@ Schedule parse_schedule(const std::string& text, const std::string& origin);
 // forever for another (no deadlock).
 void validate_schedule(const Schedule& s, int stages, int micro_batches, int chunks);
 
+// A message between two stages of a pipeline, as its receiver names it.
+struct Receive {
+  bool gradient = false;  // a backward's input gradient; else a forward's output
+  int micro_batch = 0;
+  int chunk = 0;  // the receiver's model chunk it is for
+  int from = 0;   // the sending rank
+  bool operator==(const Receive& o) const {
+    return gradient == o.gradient && micro_batch == o.micro_batch && chunk == o.chunk &&
+           from == o.from;
+  }
+};
+
+// When each rank posts its receives, for the executor (PipelineStage::run) and
+// for the memory it predicts (a posted receive's buffer is allocated).
+//
+// Why a plan: a send completes only once its receiver has posted the receive,
+// and a rank waits for its last action's sends before its next action (so
+// that their buffers go back to the allocator and their spans end where the
+// data was taken). An order that runs with free transfers (validate_schedule)
+// can then still hang: rank 0 waits for rank 1 to take its F2, while rank 1
+// waits for rank 0 to take its B1. The usual early posts (the next B's
+// gradient; the next F's input during a run of forwards; with chunks, the
+// next F's and B's and the action's own, before its sends are waited for)
+// cover the named schedules; for any other order, this plan adds, where a
+// run would hang, the receive the waiting sender needs, posted early by its
+// receiver: every order validate_schedule accepts then runs.
+struct ReceivePlan {
+  // order[r][p]: what rank p sends rank r in a step, in p's order. Receives
+  // from p are posted in that order: posting one posts every earlier one.
+  std::vector<std::vector<std::vector<Receive>>> order;
+  // early[r][i]: receives rank r posts before action i waits for the sends of
+  // action i − 1 (the action's own input is posted, when not yet, after).
+  std::vector<std::vector<std::vector<Receive>>> early;
+  // posted[r][i]: every receive newly posted by the time action i computes
+  // (early, its own, and those before them from the same rank).
+  std::vector<std::vector<std::vector<Receive>>> posted;
+  // The early posts beyond the usual ones, that keep this order from hanging:
+  // rank `rank` posts `message` before its action `action` (0-based).
+  struct Mend {
+    int rank = 0;
+    size_t action = 0;
+    Receive message;
+  };
+  std::vector<Mend> mended;
+};
+// Runs validate_schedule first.
+ReceivePlan plan_receives(const Schedule& s);
+
 // The names of the schedules below ("naive-mp", "gpipe", "1f1b",
 // "interleaved", "zb-h1").
 std::vector<std::string> schedule_names();

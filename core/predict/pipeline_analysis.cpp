@@ -50,13 +50,18 @@ struct StageShape {
   int64_t unit = 0;               // bytes of the stage input for one micro-batch
   int64_t kept = 0;               // bytes one micro-batch keeps for backward, stage input aside
   int64_t forward_transient = 0;  // bytes a forward that frees as it goes holds at once
+  // A split backward (zero bubble): the most one micro-batch holds while its
+  // B runs, and what it keeps from its B until its W (layer inputs, output
+  // gradients), stage input included.
+  int64_t split_peak = 0, split_kept = 0;
   int64_t saved() const { return kept; }
 };
 
 // Measured on the stage's own layers, run on a meta device (no memory behind
 // them) for one micro-batch in fp32, the pipelines' precision: what forward
-// keeps, and the most a forward that frees as it goes (--recompute) holds at once.
-StageShape stage_shape(const RunConfig& cfg, int rank, int chunk = 0) {
+// keeps, and the most a forward that frees as it goes (--recompute) holds at
+// once; with `split`, what a B alone holds and leaves for its W.
+StageShape stage_shape(const RunConfig& cfg, int rank, int chunk = 0, bool split = false) {
   const ModelLayout whole = make_layout(cfg);
   const StageTopology t = stage_topology(
       pipeline_stage_of(cfg, rank), pipeline_partition(cfg, whole), pipeline_chunks(cfg), chunk);
@@ -88,6 +93,16 @@ StageShape stage_shape(const RunConfig& cfg, int rank, int chunk = 0) {
   const int64_t holding = activations(false);
   { const Tensor out = stack.forward_keep_input(in.raw(), rows, 1); }
   s.forward_transient = activations(true) - holding;
+  if (!split) return s;
+  // Micro-batch 0's B alone, then its W (a schedule that splits its backwards).
+  const Tensor dout = alloc.alloc("stage_output_grad", MemCategory::temporary,
+                                  static_cast<size_t>(rows) * layout.act_numel(t.last_layer));
+  alloc.reset_peaks();
+  const int64_t base = activations(false) - s.kept;  // micro-batch 0's activations aside
+  { const Tensor din = stack.backward_input(dout.raw(), 0, !t.is_first); }
+  s.split_peak = activations(true) - base + s.unit;
+  s.split_kept = activations(false) - base + s.unit;
+  stack.backward_weights(0);
   return s;
 }
 
@@ -180,45 +195,59 @@ int64_t stage_input_bytes(const RunConfig& cfg, int rank) {
 }
 
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
+  // Walk the rank's line: a chunk's micro-batch is added at its F and taken
+  // away at its B (or its W, when the backward is split); a receive posted
+  // early (plan_receives: the executor's own rule) holds its stage input from
+  // its post until the F that reads it. With --recompute a micro-batch keeps
+  // only its input, and one more recomputes its layers at a time.
   const int V = pipeline_chunks(cfg);
-  if (V == 1) return predicted_peak_activation_bytes(cfg, rank, expected_in_flight(cfg, rank));
-  // Chunks keep different amounts: walk the rank's line, adding a chunk's
-  // micro-batch at its F and taking it away at its B (or W when split). While
-  // an action runs, the next forward's input is already posted (the executor
-  // posts it early, PipelineStage::run): one stage input more.
   const int stage = pipeline_stage_of(cfg, rank);
-  std::vector<int64_t> keeps, inputs;
-  for (int c = 0; c < V; ++c) {
-    const StageShape s = stage_shape(cfg, rank, c);
-    keeps.push_back(s.unit + s.saved());
-    // The first model stage's input is the batch, read when its F starts.
-    inputs.push_back(c == 0 && stage == 0 ? 0 : s.unit);
-  }
   const Schedule order = run_schedule(cfg);
+  const ReceivePlan plan = plan_receives(order);
   const std::vector<Action>& line = order.ranks.at(stage);
   std::set<std::pair<int, int>> split;  // (mb, chunk) whose W the line runs
   for (const Action& a : line)
     if (a.kind == ActionKind::weight) split.insert({a.micro_batch, a.chunk});
-  int64_t alive = 0, peak = 0;
+  std::vector<StageShape> shapes;
+  int64_t transient = 0;
+  for (int c = 0; c < V; ++c) {
+    shapes.push_back(stage_shape(cfg, rank, c, !split.empty() && !cfg.recompute));
+    transient =
+        std::max(transient, std::max(shapes.back().saved(), shapes.back().forward_transient));
+  }
+  const auto keeps = [&](int chunk) {
+    const StageShape& s = shapes.at(static_cast<size_t>(chunk));
+    return cfg.recompute ? s.unit : s.unit + s.saved();
+  };
+  std::set<std::pair<int, int>> waiting;  // (mb, chunk) inputs posted, not yet read
+  int64_t alive = 0, posted = 0, peak = 0;
   for (size_t i = 0; i < line.size(); ++i) {
+    for (const Receive& m : plan.posted.at(stage).at(i))
+      if (!m.gradient && waiting.insert({m.micro_batch, m.chunk}).second)
+        posted += shapes.at(static_cast<size_t>(m.chunk)).unit;
     const Action& a = line[i];
-    const int64_t k = keeps.at(static_cast<size_t>(a.chunk));
-    int64_t ahead = 0;
-    for (size_t j = i + 1; j < line.size(); ++j)
-      if (line[j].kind == ActionKind::forward) {
-        ahead = inputs.at(static_cast<size_t>(line[j].chunk));
-        break;
-      }
+    const StageShape& sh = shapes.at(static_cast<size_t>(a.chunk));
+    const int64_t k = keeps(a.chunk);
+    const bool is_split = split.count({a.micro_batch, a.chunk}) > 0;
     if (a.kind == ActionKind::forward) {
+      if (waiting.erase({a.micro_batch, a.chunk})) posted -= sh.unit;
       alive += k;
-      peak = std::max(peak, alive + ahead);
-    } else if (a.kind == ActionKind::weight || !split.count({a.micro_batch, a.chunk})) {
+      peak = std::max(peak, alive + posted);
+    } else if (a.kind == ActionKind::backward && is_split && !cfg.recompute) {
+      // B alone: the layers' saved values give way to their output
+      // gradients, which W reads with the layer inputs.
+      peak = std::max(peak, alive - k + sh.split_peak + posted);
+      alive += sh.split_kept - k;
+    } else if (a.kind == ActionKind::weight) {
+      peak = std::max(peak, alive + posted);
+      alive -= cfg.recompute ? k : sh.split_kept;
+    } else if (!is_split) {
       // A backward frees as it walks down: the peak is at its start.
-      peak = std::max(peak, alive + ahead);
+      peak = std::max(peak, alive + posted);
       alive -= k;
     }
   }
-  return peak;
+  return cfg.recompute ? peak + transient : peak;
 }
 
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight) {
@@ -259,9 +288,7 @@ std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
     // A learner's schedule: its own count, from the order the stage ran.
     s.in_flight_expected =
         cfg.schedule.empty() ? expected_in_flight(cfg, rank) : order.peak_alive.at(t.rank);
-    s.predicted_peak_activation_bytes =
-        V > 1 ? predicted_peak_activation_bytes(cfg, rank)
-              : predicted_peak_activation_bytes(cfg, rank, s.in_flight_expected);
+    s.predicted_peak_activation_bytes = predicted_peak_activation_bytes(cfg, rank);
     s.micro_batch_activation_bytes = micro_batch_activation_bytes(cfg, rank);
     out.push_back(s);
   }
