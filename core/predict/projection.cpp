@@ -126,7 +126,8 @@ struct RankSim {
 
 // Which compute spans cost the same (see Simulation::steady_costs): a layer's
 // op by the shape of the layer, any other op by the rank's replica group.
-using CostKey = std::tuple<int, int, int, int, int>;  // rule, group or shape, kind, layer, mb
+// rule, group or shape, kind, layer (a layer's op: 1 for a split B), mb
+using CostKey = std::tuple<int, int, int, int, int>;
 
 class OpCostKeys {
  public:
@@ -138,6 +139,13 @@ class OpCostKeys {
       for (const Span& s : snaps[r].spans)
         if (s.lane == Lane::compute && s.op == 0 && s.layer >= 0)
           layers[r].insert({static_cast<int>(s.kind), s.layer});
+    // A B whose W the rank runs too is the input gradient alone (zero
+    // bubble): cheaper than a whole backward of the same layer, so costed apart.
+    split_.resize(world);
+    for (int r = 0; r < world; ++r)
+      for (const Span& s : snaps[r].spans)
+        if (s.lane == Lane::compute && s.kind == SpanKind::weight && s.layer >= 0)
+          split_[r].insert({s.step, s.micro_batch, s.layer});
     group_.resize(world);
     for (int r = 0; r < world; ++r) {
       group_[r] = r;
@@ -151,8 +159,11 @@ class OpCostKeys {
 
   CostKey key(int r, const Span& s) const {
     const int kind = static_cast<int>(s.kind);
-    if (s.layer >= 0 && s.layer < static_cast<int>(shape_of_layer_.size()))
-      return {0, shape_of_layer_[s.layer], kind, 0, 0};
+    if (s.layer >= 0 && s.layer < static_cast<int>(shape_of_layer_.size())) {
+      const bool split = s.kind == SpanKind::backward &&
+                         split_[static_cast<size_t>(r)].count({s.step, s.micro_batch, s.layer});
+      return {0, shape_of_layer_[s.layer], kind, split ? 1 : 0, 0};
+    }
     return {1, group_[r], kind, s.layer, s.micro_batch};
   }
 
@@ -169,6 +180,7 @@ class OpCostKeys {
  private:
   const std::vector<int>& shape_of_layer_;
   std::vector<int> group_;
+  std::vector<std::set<std::tuple<int, int, int>>> split_;  // per rank: (step, mb, layer) with a W
 };
 
 // The first step a projection's breakdown counts: all but the first (warm-up)

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 
 #include "core/config.h"
+#include "core/parallel/schedule.h"
 #include "core/predict/projection.h"
 #include "core/record/trace.h"
 #include "core/run/recording.h"
@@ -232,6 +234,39 @@ TEST_CASE("projection: the papers' bubble over compute for 1f1b, interleaved and
     INFO(k.strategy << ": idle / compute per device" << tries);
     CHECK(std::abs(ratio - formula) <= 0.05);
   }
+}
+
+TEST_CASE("projection: a zero-bubble order costed with 1f1b's ops is the faster step",
+          "[projection]") {
+  // The compare view pools the op costs of two runs of the same work, so that
+  // they differ only by their schedules. A split B (the input gradient alone)
+  // is cheaper than a whole backward of the same layer: costed under one key
+  // they would be averaged, and ZB-H1's B charged part of 1F1B's W. Costed
+  // apart, ZB-H1's order (run as a --schedule of 1f1b, as lesson 18 does)
+  // is the shorter step: its W fills the bubble.
+  test::TempDir dir;
+  const std::string file = (dir.path / "zb.txt").string();
+  std::ofstream(file) << format_schedule(named_schedule("zb-h1", 4, 8));
+  double zb_ms = 0, f1b_ms = 0;
+  std::string tries;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const RunResult a = run_training(mlp_run("mlp:16x512", "1f1b", 4, 256, 6, 8));
+    RunConfig zb = mlp_run("mlp:16x512", "1f1b", 4, 256, 6, 8);
+    zb.schedule = file;
+    const RunResult b = run_training(zb);
+    REQUIRE(same_work(a.cfg, b.cfg));
+    ProjectionOptions o;
+    o.devices = 4;
+    o.link = fast_link();
+    o.pool_costs_with = {&b};
+    f1b_ms = project(a, o).median_step_ms;
+    o.pool_costs_with = {&a};
+    zb_ms = project(b, o).median_step_ms;
+    tries += " [1f1b " + std::to_string(f1b_ms) + " ms, zb-h1 " + std::to_string(zb_ms) + " ms]";
+    if (zb_ms < f1b_ms) break;
+  }
+  INFO(tries);
+  CHECK(zb_ms < f1b_ms);
 }
 
 TEST_CASE(
