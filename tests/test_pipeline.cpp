@@ -23,6 +23,7 @@
 #include "core/parallel/strategy.h"
 #include "core/predict/memory_estimate.h"
 #include "core/predict/pipeline_analysis.h"
+#include "core/record/span_label.h"
 #include "core/record/trace.h"
 #include "core/run/runner.h"
 #include "tests/run_util.h"
@@ -449,6 +450,33 @@ TEST_CASE(
       sent_1f1b += one.ranks[rank].bytes_sent_per_step;
     }
     REQUIRE(sent / sent_1f1b == Approx(double(k.P * k.V - 1) / (k.P - 1)));
+  }
+}
+
+TEST_CASE("interleaved: a message is named F or B by the layers its rank holds, across the wrap",
+          "[pipeline]") {
+  // P = 2, V = 2: rank 0 holds model stages 0 and 2, rank 1 stages 1 and 3.
+  // Both neighbours are the same rank, so the peer cannot tell the way: rank
+  // 1's stage 1 sends activations on to rank 0's stage 2.
+  const int M = 4;
+  RunConfig c = test::small_run("mlp:8x32", "interleaved", 2, 32, 5, OptimizerKind::adamw, 1);
+  c.micro_batches = M;
+  c.virtual_stages = 2;
+  const RunResult r = run_training(c);
+  // Per rank: {F sends, B sends, F recvs, B recvs} in the step.
+  const std::array<std::array<int, 4>, 2> want = {{{2 * M, M, M, 2 * M}, {M, 2 * M, 2 * M, M}}};
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<int> chunk_of = chunk_of_layers(c, rank);
+    const HoldsLayer holds = [&](int, int layer) { return chunk_of.at(layer) >= 0; };
+    std::array<int, 4> got{};
+    for (const Span& s : r.recorders[rank]->snapshot().spans) {
+      if (s.step != 0 || (s.kind != SpanKind::send && s.kind != SpanKind::recv)) continue;
+      const std::string tag = micro_batch_tag(s, holds);
+      REQUIRE(tag == (tag[0] == 'F' ? "F" : "B") + std::to_string(s.micro_batch));
+      ++got[(s.kind == SpanKind::recv ? 2 : 0) + (tag[0] == 'F' ? 0 : 1)];
+    }
+    INFO("rank " << rank);
+    CHECK(got == want[rank]);
   }
 }
 

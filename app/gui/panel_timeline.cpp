@@ -46,10 +46,11 @@ void text(const std::string& t) {
   ImGui::TextUnformatted(t.c_str());
 }
 
-void span_tooltip(const Span& s, const CommWait* wait, const char* idle, const Tr& tr) {
+void span_tooltip(const Span& s, const CommWait* wait, const char* idle, const Tr& tr,
+                  const HoldsLayer& holds) {
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(kind_label(s.kind, tr));
-  const std::string tag = micro_batch_tag(s);
+  const std::string tag = micro_batch_tag(s, holds);
   if (!tag.empty()) {
     ImGui::SameLine();
     text(strf(tr("\xC2\xB7 %s (micro-batch %d)"), tag.c_str(), s.micro_batch));
@@ -345,6 +346,24 @@ std::pair<int, int> draw_step_lines(const RunData& d, const RowsFrame& f,
   return {first_step, last_step};
 }
 
+// Interleaved: per layer, which of rank r's chunks holds it (-1: another
+// rank's); empty for any other run.
+std::vector<int> chunk_layout(const RunData& d, int r) {
+  try {
+    if (pipeline_chunks(d.cfg) > 1) return chunk_of_layers(d.cfg, r);
+  } catch (const std::exception&) {
+  }
+  return {};
+}
+
+// Whether the rank whose layout `chunk_of` is holds a layer; none without one.
+HoldsLayer holds_in(const std::vector<int>& chunk_of) {
+  if (chunk_of.empty()) return {};
+  return [&chunk_of](int, int layer) {
+    return layer < static_cast<int>(chunk_of.size()) && chunk_of[layer] >= 0;
+  };
+}
+
 // Labels left to right, none over another (place_labels), on the top layer.
 void draw_lane_labels(const RowsFrame& f, const LaneData& lane, int l, float y0, float y1,
                       const std::vector<LaneLabel>& labels) {
@@ -423,13 +442,11 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
   std::vector<DrawSpan> blocks;
   visible_spans(lane, vp, kMinSpanPx, blocks);
   std::vector<PhaseRun> runs;
-  // Interleaved: each block is labelled with its chunk ("F3.1").
-  std::vector<int> chunk_of;
-  if (l == static_cast<int>(Lane::compute)) try {
-      if (pipeline_chunks(d.cfg) > 1) chunk_of = chunk_of_layers(d.cfg, r);
-    } catch (const std::exception&) {
-      chunk_of.clear();
-    }
+  // Interleaved: each block is labelled with its chunk ("F3.1"), and a
+  // message by the layers this rank holds (rank P-1 sends activations on to
+  // rank 0).
+  const std::vector<int> chunk_of = chunk_layout(d, r);
+  const HoldsLayer holds = holds_in(chunk_of);
   const bool have_runs = l == static_cast<int>(Lane::compute) &&
                          phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs, chunk_of) &&
                          !runs.empty();
@@ -475,8 +492,8 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
     // Spans of a pipeline block are labelled once, for the whole block.
     while (run_k < runs.size() && runs[run_k].first + runs[run_k].count <= b.first) ++run_k;
     if (have_runs && run_k < runs.size() && runs[run_k].first <= b.first) continue;
-    std::string lf = span_label(s, true, tr);
-    std::string sf = span_label(s, false, tr);
+    std::string lf = span_label(s, true, tr, holds);
+    std::string sf = span_label(s, false, tr, holds);
     // After the last step, step -1 is the final weights' export to rank 0: say so.
     if (!training && !d.step_begin.empty() && d.step_begin.back() >= 0 &&
         s.t_begin_ns > d.step_begin.back()) {
@@ -674,8 +691,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
     if (hover.span) {
       if (hover.block.folded())
         fold_tooltip(*hover.lane, hover.block, tr);
-      else
-        span_tooltip(*hover.span, hover.wait, idle_word, tr);
+      else {
+        const std::vector<int> chunk_of = chunk_layout(d, hover.span->rank);
+        span_tooltip(*hover.span, hover.wait, idle_word, tr, holds_in(chunk_of));
+      }
     } else if (hover.idle_rank >= 0) {
       idle_tooltip(hover.idle_rank, hover.idle, idle_word, pipeline, tr);
     }

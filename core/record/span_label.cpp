@@ -3,9 +3,12 @@
 
 namespace shardlab {
 
-std::string micro_batch_tag(const Span& s) {
+std::string micro_batch_tag(const Span& s, const HoldsLayer& holds) {
   if (s.micro_batch < 0) return {};
   const std::string n = std::to_string(s.micro_batch);
+  if (holds && s.peer >= 0 && s.layer >= 0 &&
+      (s.kind == SpanKind::send || s.kind == SpanKind::recv))
+    return ((s.kind == SpanKind::send) == holds(s.rank, s.layer) ? "F" : "B") + n;
   switch (s.kind) {
     case SpanKind::forward:
     case SpanKind::loss:
@@ -30,8 +33,8 @@ const char* kind_abbrev(SpanKind k) {
 }
 
 std::string span_title(const Span& s, bool with_layer,
-                       const std::function<std::string(SpanKind)>& word) {
-  const std::string tag = micro_batch_tag(s);
+                       const std::function<std::string(SpanKind)>& word, const HoldsLayer& holds) {
+  const std::string tag = micro_batch_tag(s, holds);
   const bool compute =
       s.kind == SpanKind::forward || s.kind == SpanKind::backward || s.kind == SpanKind::weight;
   std::string out;

@@ -14,7 +14,14 @@ namespace shardlab {
 // "B3" for its backward, and the same for what moves between stages: the
 // activations a stage sends on (to a later rank) are F3's, the gradients it
 // sends back (to an earlier rank) are B3's. Empty without a micro-batch.
-std::string micro_batch_tag(const Span& s);
+//
+// Whether a message is an activation or a gradient is read off its peer (a
+// later rank: an activation) unless `holds` is given: whether a rank holds a
+// model layer. A message's layer is the boundary it crosses, the last layer
+// before it: an activation's sender holds it, a gradient's receiver does.
+// Interleaved chunks need `holds`: the last rank's activations go on to rank 0.
+using HoldsLayer = std::function<bool(int rank, int layer)>;
+std::string micro_batch_tag(const Span& s, const HoldsLayer& holds = {});
 
 // The kind in a word or two of English: F, B, loss, opt, AR, RS, AG, BC, RD,
 // send, recv, bar, H2D, D2H, SC, GA, data, other.
@@ -25,6 +32,7 @@ const char* kind_abbrev(SpanKind k);
 // adds the layer to a micro-batch's compute ("F3 L2"). `word` names the kind
 // (kind_abbrev; the app passes its translation).
 std::string span_title(const Span& s, bool with_layer,
-                       const std::function<std::string(SpanKind)>& word = kind_abbrev);
+                       const std::function<std::string(SpanKind)>& word = kind_abbrev,
+                       const HoldsLayer& holds = {});
 
 }  // namespace shardlab

@@ -112,11 +112,14 @@ void visible_spans(const LaneData& lane, const Viewport& vp, float min_px,
   }
 }
 
-std::string span_label(const Span& s, bool long_form, const Tr& tr) {
+std::string span_label(const Span& s, bool long_form, const Tr& tr, const HoldsLayer& holds) {
   // The core's wording (the traces use it too), with the kinds in tr's language.
-  std::string out = shardlab::span_title(s, long_form, [&](SpanKind k) {
-    return std::string(k == SpanKind::other ? tr("other") : kind_short(k, tr));
-  });
+  std::string out = shardlab::span_title(
+      s, long_form,
+      [&](SpanKind k) {
+        return std::string(k == SpanKind::other ? tr("other") : kind_short(k, tr));
+      },
+      holds);
   if (long_form && s.bytes > 0) out += " \xC2\xB7 " + format_bytes(static_cast<double>(s.bytes));
   return out;
 }

@@ -55,7 +55,8 @@ std::pair<size_t, size_t> span_window(const LaneData& lane, double t_begin, doub
 // "F3"/"B3" for a micro-batch's forward/backward, "F L2" for a layer's, "AR L4"
 // for a collective, "send F3 →r1" / "recv F3 ←r0" for pipeline messages;
 // `long_form` adds the layer and the bytes ("AR L4 · 1.00 MiB"); words in `tr`'s language.
-std::string span_label(const Span& s, bool long_form, const Tr& tr = Tr{});
+std::string span_label(const Span& s, bool long_form, const Tr& tr = Tr{},
+                       const HoldsLayer& holds = {});
 
 // A run of consecutive compute spans that are one micro-batch's forward,
 // recompute or backward on one stage (its layers, and the data load and loss
