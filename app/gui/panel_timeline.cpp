@@ -143,7 +143,8 @@ void idle_legend_item(const char* label) {
   ImGui::SameLine(0, 14);
 }
 
-// The layers each pipeline stage holds ("L0-1"), empty for other strategies.
+// The layers each pipeline stage holds ("L0-1"; interleaved "L0-1,4-5"), empty
+// for other strategies.
 std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
   std::vector<std::string> out;
   if (!is_pipeline_strategy(cfg.strategy)) return out;
@@ -169,6 +170,10 @@ std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
       const int st = pipeline_stage_of(cfg, r);
       if (st < 0 || static_cast<size_t>(st) >= stage.size()) return {};
       std::string name = stage[static_cast<size_t>(st)];
+      // Interleaved: every chunk's layers ("L0-1,4-5"), model stages c*P + st.
+      const size_t V = static_cast<size_t>(pipeline_chunks(cfg)), P = stage.size() / V;
+      for (size_t c = 1; c < V && c * P + st < stage.size(); ++c)
+        name += "," + stage[c * P + static_cast<size_t>(st)].substr(1);
       for (const auto& [axis, size] : mesh.axes())
         if (axis != MeshAxis::pp && size > 1)
           name += " " + std::string(to_string(axis)) + std::to_string(mesh.coord(r, axis));
