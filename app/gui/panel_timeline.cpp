@@ -406,7 +406,8 @@ void draw_lane_labels(const RowsFrame& f, const LaneData& lane, int l, float y0,
 // One lane of one rank: its idle time (compute lane), the waits inside its comm
 // spans, the spans themselves (folded where narrow), pipeline blocks outlined,
 // then every label placed; notes what the mouse is over in `hover`.
-void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
+// `chunk_of`: the rank's chunk_layout.
+void draw_lane(const RunData& d, const RowsFrame& f, int r, int l, const std::vector<int>& chunk_of,
                const std::vector<WindowUse>& uses, const char* idle_word, const Tr& tr,
                RowsHover& hover) {
   const Viewport& vp = f.vp;
@@ -450,7 +451,6 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l,
   // Interleaved: each block is labelled with its chunk ("F3.1"), and a
   // message by the layers this rank holds (rank P-1 sends activations on to
   // rank 0).
-  const std::vector<int> chunk_of = chunk_layout(d, r);
   const HoldsLayer holds = holds_in(chunk_of);
   const bool have_runs = l == static_cast<int>(Lane::compute) &&
                          phase_runs(lane, vp.t_begin, vp.t_end, 4000, runs, chunk_of) &&
@@ -676,8 +676,10 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   f.dl->ChannelsSplit(3);
   f.dl->ChannelsSetCurrent(0);
   RowsHover hover;
-  for (int r = 0; r < d.world; ++r)
-    for (int l = 0; l < lanes; ++l) draw_lane(d, f, r, l, uses, idle_word, tr, hover);
+  for (int r = 0; r < d.world; ++r) {
+    const std::vector<int> chunk_of = chunk_layout(d, r);
+    for (int l = 0; l < lanes; ++l) draw_lane(d, f, r, l, chunk_of, uses, idle_word, tr, hover);
+  }
   if (opt.show_flows && ts.show_flows) draw_flow_lines(d, f);
   f.dl->ChannelsMerge();
   f.dl->PopClipRect();

@@ -250,13 +250,6 @@ int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank) {
   return cfg.recompute ? peak + transient : peak;
 }
 
-int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight) {
-  const StageShape s = stage_shape(cfg, rank);
-  const int64_t k = in_flight;
-  if (!cfg.recompute) return k * (s.unit + s.saved());
-  return k * s.unit + std::max(s.saved(), s.forward_transient);
-}
-
 std::vector<StageReport> pipeline_stage_reports(const RunResult& r) {
   const RunConfig& cfg = r.cfg;
   if (!is_pipeline_strategy(cfg.strategy)) return {};

@@ -50,14 +50,13 @@ int expected_in_flight(const RunConfig& cfg, int rank);
 int64_t micro_batch_activation_bytes(const RunConfig& cfg, int rank);
 // Bytes of one micro-batch's stage input.
 int64_t stage_input_bytes(const RunConfig& cfg, int rank);
-// The peak activation bytes this implementation should reach on a stage:
-// in flight × micro_batch_activation_bytes; with --recompute, in flight × the
-// stage input, plus the larger of one micro-batch's recomputed activations and
-// the transient of a forward that frees as it goes. Interleaved: the most its
-// chunks' micro-batches alive at once keep, walking the rank's line.
+// The peak activation bytes this implementation should reach on a stage,
+// walking the rank's line: each micro-batch (chunk) keeps its activations from
+// its F to its B (its W when split, what B alone leaves), and an input whose
+// receive is posted early (plan_receives) from then; with --recompute only the
+// stage inputs, plus the larger of one micro-batch's recomputed activations and
+// the transient of a forward that frees as it goes.
 int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank);
-// The same for `in_flight` micro-batches.
-int64_t predicted_peak_activation_bytes(const RunConfig& cfg, int rank, int in_flight);
 
 struct StageReport {
   int rank = 0;                         // the first pipeline's rank of this stage
