@@ -42,7 +42,7 @@ void print_block_activations(const RunResult& r) {
   if (info.has_stages()) return;  // micro-batches in flight: the pipeline report
   const ModelSpec spec = resolve_model(c);
   const int rows = info.rows_per_pass(c, 0);
-  const int typical = std::min(info.typical_rank(c.world), static_cast<int>(r.ranks.size()) - 1);
+  const int typical = std::min(info.typical_rank(c), static_cast<int>(r.ranks.size()) - 1);
   // On a dp × tp mesh each rank keeps its tp share (Korthikanti §4.2).
   const int tp = tensor_parallel_degree(c);
   const BlockActivations b = block_activations(spec.seq, rows, spec.dim, spec.heads, c.precision,
@@ -162,6 +162,7 @@ nlohmann::json summary_json(const RunResult& r) {
   j["ranks"] = ranks;
   pipeline_report_json(r, j);
   model_state_report_json(r, j);
+  server_report_json(r, j);
   return j;
 }
 
@@ -231,6 +232,7 @@ void print_summary(const RunResult& r) {
   print_block_activations(r);
   print_pipeline_report(r);
   print_model_state_report(r);
+  print_server_report(r);
 }
 
 }  // namespace shardlab::app

@@ -23,5 +23,9 @@ void pipeline_report_json(const RunResult& r, nlohmann::json& j);
 // traffic.
 void print_model_state_report(const RunResult& r);
 void model_state_report_json(const RunResult& r, nlohmann::json& j);
+// Parameter-server family (app/report_servers.cpp): traffic through servers and
+// workers against its formula and all-reduce's, and the workers' staleness.
+void print_server_report(const RunResult& r);
+void server_report_json(const RunResult& r, nlohmann::json& j);
 
 }  // namespace shardlab::app

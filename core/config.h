@@ -75,6 +75,11 @@ struct RunConfig {
   bool reshard_after_forward = true;  // free gathered params after forward
   bool offload = false;               // params, grads, optimizer state in host memory
 
+  // ps: server ranks (the first ones; 0: one), and how many updates a
+  // worker's parameters may lag behind its step (0: synchronous).
+  int servers = 0;
+  int staleness = 0;
+
   // naive-mp, gpipe, 1f1b
   int stages = 0;              // pipeline stages; 0 = one per rank (= world)
   int micro_batches = 1;       // micro-batches per global batch

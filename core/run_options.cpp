@@ -176,6 +176,29 @@ std::vector<OptionRow> make_rows() {
                .label = "offload", .tip = "model states in host memory",
                .short_label = "", .label_word = "offload",
                .help = "params, grads and optimizer state live in host memory"});
+  r.push_back({.id = StrategyOption::servers, .flag = "--servers", .json_key = "servers",
+               .compare_key = "servers", .kind = OptionKind::integer,
+               .integer = &RunConfig::servers, .lo = 1, .hi = 63,
+               .valid = "1 to --world minus 1, leaving at least one worker",
+               .missing = "parameter servers",
+               .label = "Servers", .tip = "ranks that hold the parameters (the first ones)",
+               .place = OptionPlace::main_bar, .default_note = "(1)", .short_label = "S",
+               .label_word = "S=%s", .metavar = "S",
+               .help = "server ranks (default 1), the first ones: each owns 1/S of the\n"
+                       "parameters and their optimizer state; the other ranks are workers",
+               .only_when_set = true});
+  r.push_back({.id = StrategyOption::staleness, .flag = "--staleness", .json_key = "staleness",
+               .compare_key = "k", .kind = OptionKind::integer,
+               .integer = &RunConfig::staleness, .lo = 0, .hi = 1000,
+               .valid = "0 (synchronous) or more updates a worker may be behind",
+               .missing = "asynchronous updates",
+               .label = "Staleness", .tip = "updates a worker's parameters may lag (0: synchronous)",
+               .place = OptionPlace::main_bar, .short_label = "K", .label_word = "K=%s",
+               .metavar = "K",
+               .help = "asynchronous training: a worker may compute step t with the parameters\n"
+                       "of update t-K, the freshest that have arrived (default 0: synchronous,\n"
+                       "the same weights as single)",
+               .only_when_set = true});
   // clang-format on
   for (size_t i = 0; i < r.size(); ++i)
     if (r[i].id != kStrategyOptions[i])

@@ -33,6 +33,8 @@ enum class StrategyOption {
   fsdp_unit,
   no_reshard,
   offload,
+  servers,
+  staleness,
 };
 // In the order the views list them: a pipeline's first, then precision, then
 // the data-parallel family's.
@@ -52,7 +54,9 @@ inline constexpr StrategyOption kStrategyOptions[] = {StrategyOption::micro_batc
                                                       StrategyOption::bucket_mb,
                                                       StrategyOption::fsdp_unit,
                                                       StrategyOption::no_reshard,
-                                                      StrategyOption::offload};
+                                                      StrategyOption::offload,
+                                                      StrategyOption::servers,
+                                                      StrategyOption::staleness};
 
 // How an option is typed, and so how every reader parses, prints and shows it.
 enum class OptionKind {

@@ -12,7 +12,8 @@ namespace {
 constexpr StrategyInfo (*const kBuiltin[])() = {
     ddp_strategy,      dp_strategy,          fsdp_strategy,  gpipe_strategy,
     naive_mp_strategy, one_f_one_b_strategy, zb_h1_strategy, interleaved_strategy,
-    single_strategy,   zero1_strategy,       zero2_strategy, zero3_strategy,
+    ps_strategy,       single_strategy,      zero1_strategy, zero2_strategy,
+    zero3_strategy,
 };
 
 }  // namespace

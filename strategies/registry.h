@@ -17,6 +17,7 @@ StrategyInfo gpipe_strategy();
 StrategyInfo one_f_one_b_strategy();
 StrategyInfo zb_h1_strategy();
 StrategyInfo interleaved_strategy();
+StrategyInfo ps_strategy();
 
 // Registers every built-in strategy with core's registry (core/parallel/strategy.h).
 // Every program calls it once at start-up, before it looks a strategy up;

@@ -67,6 +67,11 @@ void span_tooltip(const Span& s, const CommWait* wait, const char* idle, const T
   text(strf(tr("starts at %s, lasts %s"), format_time_ns(s.t_begin_ns).c_str(),
             format_time_ns(s.t_end_ns - s.t_begin_ns).c_str()));
   if (s.bytes > 0) text(strf(tr("payload %s"), format_bytes(static_cast<double>(s.bytes)).c_str()));
+  if (s.staleness > 0)
+    text(strf(tr("computed with parameters %d updates old (asynchronous: --staleness)"),
+              s.staleness));
+  else if (s.staleness == 0)
+    text(tr("computed with the latest update's parameters (staleness 0)"));
   if (s.made_ahead)
     text(tr(
         "made ahead by the rank's data loader while the previous step ran: this is the copy in"));
@@ -143,10 +148,16 @@ void idle_legend_item(const char* label) {
   ImGui::SameLine(0, 14);
 }
 
-// The layers each pipeline stage holds ("L0-1"; interleaved "L0-1,4-5"), empty
-// for other strategies.
-std::vector<std::string> stage_layers(const RunConfig& cfg, int world) {
+// The layers each pipeline stage holds ("L0-1"; interleaved "L0-1,4-5"); a
+// parameter server's role of each rank ("server", "worker"); empty for other
+// strategies.
+std::vector<std::string> stage_layers(const RunConfig& cfg, int world, const Tr& tr) {
   std::vector<std::string> out;
+  if (const StrategyInfo* info = find_strategy(cfg.strategy); info && info->server_ranks(cfg) > 0) {
+    for (int r = 0; r < world; ++r)
+      out.push_back(info->role(cfg, r) == RankRole::server ? tr("server") : tr("worker"));
+    return out;
+  }
   if (!is_pipeline_strategy(cfg.strategy)) return out;
   try {
     const std::vector<int> part = pipeline_partition(cfg, make_layout(cfg));
@@ -256,7 +267,7 @@ void draw_row_gutters(App& app, const RunData& d, const RowsFrame& f,
                       const TimelineRowsOptions& opt, const std::vector<std::string>& lane_names,
                       const Tr& tr) {
   const UiColors& ui = *f.ui;
-  const std::vector<std::string> layers = stage_layers(d.cfg, d.world);
+  const std::vector<std::string> layers = stage_layers(d.cfg, d.world, tr);
   const int lanes = static_cast<int>(lane_names.size());
   for (int r = 0; r < d.world; ++r) {
     const float y = f.origin.y + f.L.rank_y(r);
@@ -617,7 +628,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
     names_w = std::max(names_w, ImGui::CalcTextSize(n.c_str()).x);
   // Left of the lane names: the rank's name, or its layers and coordinates.
   float left_w = ImGui::CalcTextSize((strf(tr("rank %d"), 10) + " ").c_str()).x;
-  for (const std::string& layers : stage_layers(d.cfg, d.world))
+  for (const std::string& layers : stage_layers(d.cfg, d.world, tr))
     for (const auto& [line, text] : gutter_lines(layers, lanes))
       left_w = std::max(left_w, (ImGui::CalcTextSize(text.c_str()).x + 8) * 0.85f);
   const float gutter = left_w + names_w * 0.85f + 14;

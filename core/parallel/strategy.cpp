@@ -37,6 +37,8 @@ const char* to_string(StrategyFamily f) {
       return "data-parallel";
     case StrategyFamily::pipeline:
       return "pipeline";
+    case StrategyFamily::parameter_server:
+      return "parameter-server";
   }
   return "";
 }
@@ -51,6 +53,10 @@ const char* to_string(RankRole r) {
       return "controller";
     case RankRole::replica:
       return "replica";
+    case RankRole::server:
+      return "server";
+    case RankRole::worker:
+      return "worker";
   }
   return "";
 }
@@ -90,6 +96,7 @@ int StrategyInfo::world_for(int requested) const {
 }
 
 int StrategyInfo::data_parallel_degree(const RunConfig& cfg) const {
+  if (servers) return std::max(1, cfg.world - server_ranks(cfg));  // the workers
   if (family == StrategyFamily::data_parallel && cfg.mesh.empty()) return cfg.world;
   // On a mesh: its dp axis (a --mesh that does not parse is validate()'s to
   // name; until then, the world for the data-parallel family, one pipeline).
@@ -105,7 +112,8 @@ int StrategyInfo::micro_batches(const RunConfig& cfg) const {
   return reads_option(StrategyOption::micro_batches) ? std::max(1, cfg.micro_batches) : 1;
 }
 
-int StrategyInfo::rows_per_pass(const RunConfig& cfg, int) const {
+int StrategyInfo::rows_per_pass(const RunConfig& cfg, int rank) const {
+  if (rank < server_ranks(cfg)) return 0;  // a server computes nothing
   return cfg.batch / std::max(1, data_parallel_degree(cfg)) / micro_batches(cfg);
 }
 
@@ -121,6 +129,24 @@ RankRole StrategyInfo::role(int rank, int world) const {
   if (has_stages()) return RankRole::stage;
   if (controller && world > 1) return rank == 0 ? RankRole::controller : RankRole::replica;
   return RankRole::peer;
+}
+
+RankRole StrategyInfo::role(const RunConfig& cfg, int rank) const {
+  if (servers) return rank < server_ranks(cfg) ? RankRole::server : RankRole::worker;
+  return role(rank, cfg.world);
+}
+
+int StrategyInfo::server_ranks(const RunConfig& cfg) const {
+  return servers ? servers(cfg) : 0;
+}
+
+bool StrategyInfo::equals_reference(const RunConfig& cfg) const {
+  return !converges_only || !converges_only(cfg);
+}
+
+int StrategyInfo::typical_rank(const RunConfig& cfg) const {
+  if (servers) return std::min(server_ranks(cfg), cfg.world - 1);  // the first worker
+  return typical_rank(cfg.world);
 }
 
 int StrategyInfo::typical_rank(int world) const {

@@ -109,8 +109,12 @@ enum class StrategyFamily {
   single,         // the whole model and batch on one device: the reference
   data_parallel,  // every rank runs every layer on its share of the batch (ddp, dp, ZeRO, fsdp)
   pipeline,       // every rank runs its own layers on the whole batch (naive-mp, gpipe, 1f1b)
+  // Server ranks keep the parameters and the optimizer, worker ranks compute
+  // on their share of the batch (ps): ranks of two kinds, not peers.
+  parameter_server,
 };
-const char* to_string(StrategyFamily f);  // "single", "data-parallel", "pipeline"
+// "single", "data-parallel", "pipeline", "parameter-server"
+const char* to_string(StrategyFamily f);
 
 // The three model states of ZeRO's accounting.
 enum class ModelStatePart { params, grads, optimizer_state };
@@ -147,6 +151,8 @@ enum class RankRole {
   stage,       // one stage of a pipeline, its own layers
   controller,  // dp's device 0: keeps the optimizer and the master weights
   replica,     // dp's other devices: a fresh replica each step, no optimizer state
+  server,      // ps: a shard of the parameters and its optimizer state; computes nothing
+  worker,      // ps: the whole model, its rows of the batch, no optimizer state
 };
 const char* to_string(RankRole r);
 
@@ -181,6 +187,13 @@ struct StrategyInfo {
   // textbook formula, "(P−1)/(M+P−1)"; the value comes from the schedule
   // (schedule_bubble_formula in core/predict/pipeline_analysis.h).
   std::string bubble_formula{};
+  // Parameter server: how many of the world's ranks (the first ones) are
+  // servers under cfg; empty: none.
+  std::function<int(const RunConfig& cfg)> servers{};
+  // Whether a run under cfg only converges, without ending on the reference's
+  // weights (asynchronous training: ps with --staleness above 0). Such a run
+  // is held to a falling loss instead. Empty: never; every run equals it.
+  std::function<bool(const RunConfig& cfg)> converges_only{};
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};
@@ -208,11 +221,18 @@ struct StrategyInfo {
   // Every rank holds the whole model (or its share of every layer: ZeRO) and
   // trains on its own rows: ZeRO's model-state accounting applies.
   bool is_data_parallel() const;
-  // What rank `rank` of `world` does.
+  // What rank `rank` of `world` does (of a run of cfg: a parameter server's
+  // roles depend on its --servers).
   RankRole role(int rank, int world) const;
+  RankRole role(const RunConfig& cfg, int rank) const;
+  // Server ranks of a run of cfg (the first ones; 0 without servers).
+  int server_ranks(const RunConfig& cfg) const;
+  // Whether a run of cfg ends on the reference's weights (see converges_only).
+  bool equals_reference(const RunConfig& cfg) const;
   // The rank whose figures stand for its peers in a report: the first one
-  // whose role is `peer` or `replica` (dp: rank 1, beside its controller).
+  // whose role is `peer`, `replica` or `worker` (dp: rank 1, beside its controller).
   int typical_rank(int world) const;
+  int typical_rank(const RunConfig& cfg) const;
   // ZeRO's accounting: whether each rank keeps 1/N of this model state.
   bool shards(ModelStatePart part) const;
 };

@@ -82,7 +82,7 @@ void LiveWriter::flush() {
     out += json{{"s",
                  {s.t_begin_ns - t0_ns_, s.t_end_ns - t0_ns_, to_string(s.lane), to_string(s.kind),
                   s.layer, s.micro_batch, s.step, s.bytes, s.peer, s.flow_id, s.made_ahead,
-                  s.group}}}
+                  s.group, s.staleness}}}
                .dump() +
            "\n";
   for (const AllocEvent& a : allocs)
@@ -151,6 +151,7 @@ bool LiveReader::poll(std::vector<double>& losses) {
           s.flow_id = v.at(9).get<uint64_t>();
           if (v.size() > 10) s.made_ahead = v.at(10).get<bool>();
           if (v.size() > 11) s.group = v.at(11).get<int>();
+          if (v.size() > 12) s.staleness = v.at(12).get<int>();
           recs_[r]->add_span(s);
         } else if (j.contains("a")) {
           const json& v = j["a"];

@@ -98,6 +98,7 @@ void Recorder::add_span(Span span) {
   if (!enabled_) return;
   span.rank = rank_;
   if (span.step < 0) span.step = step();
+  if (span.staleness < 0) span.staleness = staleness();
   std::lock_guard<std::mutex> lock(mu_);
   if (count_only_)
     ++counted_.spans;

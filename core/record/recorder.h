@@ -77,6 +77,9 @@ struct Span {
   // A data span whose batch the rank's data loader made ahead, beside the
   // step (core/model/data_loader.h): the span is the copy in, not the making.
   bool made_ahead = false;
+  // A parameter server's worker (ps): how many updates behind this span's
+  // step the parameters it computed with were (0: fresh); -1 elsewhere.
+  int staleness = -1;
 };
 
 // Points in a rank's program that a span does not show, each stamped with the
@@ -150,6 +153,9 @@ class Recorder {
   // Spans get this step unless they carry their own.
   void set_step(int step) { step_.store(step, std::memory_order_relaxed); }
   int step() const { return step_.load(std::memory_order_relaxed); }
+  // Spans get this staleness unless they carry their own (-1: none).
+  void set_staleness(int k) { staleness_.store(k, std::memory_order_relaxed); }
+  int staleness() const { return staleness_.load(std::memory_order_relaxed); }
 
   void add_span(Span span);
   void add_alloc(AllocEvent event);
@@ -181,6 +187,7 @@ class Recorder {
   const bool enabled_;
   const bool count_only_ = false;
   std::atomic<int> step_{-1};
+  std::atomic<int> staleness_{-1};
   DeviceClock* clock_ = nullptr;
   mutable std::mutex mu_;
   std::vector<Span> spans_;
@@ -248,6 +255,7 @@ class ScopedSpan {
     if (span_.cpu_begin_ns >= 0) span_.cpu_end_ns = thread_cpu_ns();
     if (token_ >= 0) {
       if (span_.step < 0) span_.step = rec_->step();  // resolved after the step moves on
+      if (span_.staleness < 0) span_.staleness = rec_->staleness();
       rec_->device_clock()->end(token_, span_);
     } else {
       rec_->add_span(span_);

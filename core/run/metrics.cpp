@@ -14,6 +14,7 @@
 #include "core/parallel/strategy.h"
 #include "core/predict/mesh_estimate.h"
 #include "core/predict/pipeline_analysis.h"
+#include "core/predict/server_traffic.h"
 
 namespace shardlab {
 
@@ -94,6 +95,19 @@ const std::vector<MetricInfo> kRegistry = {
      "bytes the rank put on the wire per training step (setup excluded)",
      "ring collectives: the paper's volume (2Ψ ddp/zero1/zero2, 3Ψ zero3/fsdp) × (N−1)/N × bytes "
      "per element",
+     false},
+    {"received_bytes_per_step",
+     "B",
+     {A::rank},
+     "bytes the rank received per training step, read from the recording (its receives)",
+     "ps: W·Ψ/S into a server (its shard's gradient from every worker), Ψ into a worker",
+     false},
+    {"max_staleness",
+     "count",
+     {},
+     "ps: the most updates any worker's parameters lagged behind its step, read from the "
+     "recording (0: every step computed with the latest update)",
+     "at most --staleness K",
      false},
     {"axis_sent_bytes_per_step",
      "B",
@@ -550,6 +564,12 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
       }
   } else if (n == "sent_bytes_per_step") {
     v.measured = r.ranks[ref.rank].bytes_sent_per_step;
+    if (const auto t = predict_server_traffic(c)) {
+      const bool server = strategy_info(c.strategy).role(c, ref.rank) == RankRole::server;
+      v.formula = server ? t->server_out : t->worker_out;
+      v.formula_text = server ? "W·Ψ/S: its shard of the parameters to each of the W workers"
+                              : "Ψ: each server's shard of the gradient";
+    }
     // On a mesh with tp the layers' own all-reduces are in the measured bytes
     // too, which ZeRO's accounting does not cover: no formula beside them.
     const bool tp_bytes = tensor_parallel_degree(c) > 1;
@@ -567,6 +587,28 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
         v.formula_text = p.formula + " volume, " + std::to_string(c.world - 1) + "/" +
                          std::to_string(c.world) + " of it on each rank's wire";
     }
+  } else if (n == "received_bytes_per_step") {
+    need_spans(r, n);
+    int64_t bytes = 0;
+    for (const Span& s : r.recorders[ref.rank]->snapshot().spans)
+      if (s.kind == SpanKind::recv && s.step >= 0) bytes += s.bytes;
+    v.measured = static_cast<double>(bytes) / std::max(1, static_cast<int>(r.step_ms.size()));
+    if (const auto t = predict_server_traffic(c)) {
+      const bool server = strategy_info(c.strategy).role(c, ref.rank) == RankRole::server;
+      v.formula = server ? t->server_in : t->worker_in;
+      v.formula_text = server ? "W·Ψ/S: its shard's gradient from each of the W workers"
+                              : "Ψ: every server's shard of the parameters";
+    }
+  } else if (n == "max_staleness") {
+    need_spans(r, n);
+    std::vector<int> by_step;
+    for (const auto& rec : r.recorders)
+      if (rec)
+        for (const Span& s : rec->snapshot().spans) note_staleness(by_step, s);
+    if (by_step.empty()) throw RunError("max_staleness: no worker of a parameter server in this run");
+    v.measured = *std::max_element(by_step.begin(), by_step.end());
+    v.formula = c.staleness;
+    v.formula_text = "the bound, --staleness K";
   } else if (n == "collective_count") {
     need_spans(r, n);
     const SpanKind kind = *parse_kind(ref.kind);

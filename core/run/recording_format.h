@@ -27,13 +27,15 @@ inline constexpr int64_t kMaxRanks = 1 << 20;               // far above any wor
 inline const std::vector<std::string> kSpanColumns = {
     "t_begin_ns", "t_end_ns", "lane",    "kind",         "layer",      "micro_batch", "step",
     "bytes",      "peer",     "flow_id", "cpu_begin_ns", "cpu_end_ns", "op",          "made_ahead",
-    "group"};
+    "group",      "staleness"};
 // Files written before spans had CPU clocks and op ids: the first ten columns;
 // before batches were made ahead, thirteen; before communicator groups (every
-// span's group the world's, 0), fourteen.
+// span's group the world's, 0), fourteen; before a parameter server's
+// staleness (every span's -1), fifteen.
 inline constexpr size_t kSpanColumnsV1 = 10;
 inline constexpr size_t kSpanColumnsV2 = 13;
 inline constexpr size_t kSpanColumnsV3 = 14;
+inline constexpr size_t kSpanColumnsV4 = 15;
 // The most groups a run's communicators form (a mesh of the largest world has
 // fewer: core/mesh.h).
 inline constexpr int64_t kMaxGroups = int64_t{1} << 22;

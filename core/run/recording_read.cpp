@@ -161,6 +161,8 @@ Span span_from_json(const JsonChecker& ck, const json& row, const std::string& w
   if (columns > kSpanColumnsV2) s.made_ahead = ck.boolean(row[13], col(13));
   if (columns > kSpanColumnsV3)
     s.group = static_cast<int>(ck.integer(row[14], col(14), 0, kMaxGroups));
+  if (columns > kSpanColumnsV4)
+    s.staleness = static_cast<int>(ck.integer(row[15], col(15), -1, lim.steps));
   return s;
 }
 
@@ -382,7 +384,8 @@ Recording from_json(const json& j, const JsonChecker& ck, bool weights) {
   const size_t span_columns =
       j["span_columns"].is_array() && (j["span_columns"].size() == kSpanColumnsV1 ||
                                        j["span_columns"].size() == kSpanColumnsV2 ||
-                                       j["span_columns"].size() == kSpanColumnsV3)
+                                       j["span_columns"].size() == kSpanColumnsV3 ||
+                                       j["span_columns"].size() == kSpanColumnsV4)
           ? j["span_columns"].size()
           : kSpanColumns.size();
   check_columns(

@@ -100,7 +100,8 @@ Recording recording_from_trace(const json& t, const std::string& file) {
           {ts, end_ns, tid % 10 == 0 ? "compute" : "comm", args["kind"], arg("layer", -1),
            arg("micro_batch", -1), arg("step", -1), arg("bytes", 0), arg("peer", -1),
            arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1), arg("cpu_end_ns", -1),
-           arg("op", json(uint64_t{0})), arg("made_ahead", false), arg("group", 0)});
+           arg("op", json(uint64_t{0})), arg("made_ahead", false), arg("group", 0),
+           arg("staleness", -1)});
       continue;
     }
     if (!e.contains("name") || !e["name"].is_string()) continue;

@@ -137,7 +137,8 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
       for (const Span& s : snap.spans)
         spans.push_back({s.t_begin_ns - r.t0_ns, s.t_end_ns - r.t0_ns, to_string(s.lane),
                          to_string(s.kind), s.layer, s.micro_batch, s.step, s.bytes, s.peer,
-                         s.flow_id, s.cpu_begin_ns, s.cpu_end_ns, s.op, s.made_ahead, s.group});
+                         s.flow_id, s.cpu_begin_ns, s.cpu_end_ns, s.op, s.made_ahead, s.group,
+                         s.staleness});
       for (const AllocEvent& a : snap.allocs)
         allocs.push_back({a.t_ns - r.t0_ns, a.delta_bytes, a.buffer_id, to_string(a.category),
                           to_string(a.pool), a.name});
