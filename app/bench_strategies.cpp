@@ -19,20 +19,25 @@ namespace shardlab::app {
 
 int bench_strategies(int argc, char** argv) {
   const Args a(argc, argv, "bench strategies",
-               {"model", "world", "steps", "rounds", "device", "backend", "precision", "batch",
-                "strategies", "seq", "data"},
+               {"model", "world", "workers", "steps", "rounds", "device", "backend", "precision",
+                "batch", "strategies", "seq", "data"},
                {"force"});
   if (a.help()) {
     std::printf(
         "usage: shardlab bench strategies [--model mlp:8x1024] [--world 2] [--steps 10]\n"
         "                                 [--rounds 2] [--device cpu] [--backend auto]\n"
         "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n"
-        "                                 [--seq T] [--data FILE] [--force]\n\n"
+        "                                 [--seq T] [--data FILE] [--force]\n"
+        "                                 [--workers W1,W2,..]\n\n"
         "Every strategy (default: all) on one model and device. Pipeline strategies run\n"
         "--world stages with 4 micro-batches (naive-mp: 1), in fp32 whatever --precision\n"
         "says. Rows run in interleaved rounds;\n"
         "step time = median over steps 1.. of the slowest rank; memory = the largest peak\n"
-        "of any rank, measured by the allocator (device pool); sent = bytes per step per rank.\n"
+        "of any rank, measured by the allocator (device pool); sent = bytes per step of the\n"
+        "rank that sends most (a parameter server's server).\n"
+        "--workers: every strategy at each number of computing ranks in turn, in place of\n"
+        "--world: ps gets its servers on top (world W + 1), the others world W; the\n"
+        "server's bytes grow with W while an all-reduce rank's stay under 2 model sizes.\n"
         "--seq, --data: a gpt model's context and text (see 'shardlab run --help').\n"
         "--force: run rows the memory check says will not fit (see 'shardlab run --help').\n");
     return 0;
@@ -58,6 +63,26 @@ int bench_strategies(int argc, char** argv) {
     throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 to 1000)");
   if (base.steps < 2)
     throw ConfigError("--steps " + std::to_string(base.steps) + " is invalid (valid: 2 or more)");
+
+  // --workers: the computing ranks of each row set (default: --world's ranks).
+  std::vector<int> workers;
+  if (a.has("workers")) {
+    const std::string list = a.str("workers", "");
+    size_t pos = 0;
+    while (true) {
+      const size_t comma = list.find(',', pos);
+      const std::string item =
+          list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      char* end = nullptr;
+      const long w = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || w < 1 || w > kMaxRunWorld - 1)
+        throw ConfigError("--workers '" + list + "' is invalid (valid: a comma-separated list of " +
+                          "1 to " + std::to_string(kMaxRunWorld - 1) + ", e.g. 2,4,8)");
+      workers.push_back(static_cast<int>(w));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
 
   std::vector<std::string> names;
   if (a.has("strategies")) {
@@ -85,21 +110,24 @@ int bench_strategies(int argc, char** argv) {
     std::string placement;
   };
   std::vector<Row> rows;
-  for (const std::string& n : names) {
+  for (const std::string& n : names)
     if (!find_strategy(n))
       throw ConfigError("--strategies: '" + n + "' is not a strategy (valid: " + strategy_names() +
                         ")");
-    // Each row sets only what its strategy reads: a pipeline runs fp32 whatever
-    // --precision says (its row says so), naive-mp has no micro-batches.
-    const StrategyInfo& info = strategy_info(n);
-    RunConfig c = for_strategy(base, n);
-    c.world = info.world_for(c.world);
-    if (info.reads_option(StrategyOption::micro_batches)) c.micro_batches = 4;
-    if (info.reads_option(StrategyOption::stages)) c.stages = c.world;
-    validate(c);  // every row is checked before any runs, its memory too
-    check_memory(c);
-    rows.push_back({c, {}, 0, 0, ""});
-  }
+  for (const int w : workers.empty() ? std::vector<int>{0} : workers)
+    for (const std::string& n : names) {
+      // Each row sets only what its strategy reads: a pipeline runs fp32 whatever
+      // --precision says (its row says so), naive-mp has no micro-batches.
+      const StrategyInfo& info = strategy_info(n);
+      RunConfig c = for_strategy(base, n);
+      if (w > 0) c.world = w + info.server_ranks(c);  // the servers on top of W workers
+      c.world = info.world_for(c.world);
+      if (info.reads_option(StrategyOption::micro_batches)) c.micro_batches = 4;
+      if (info.reads_option(StrategyOption::stages)) c.stages = c.world;
+      validate(c);  // every row is checked before any runs, its memory too
+      check_memory(c);
+      rows.push_back({c, {}, 0, 0, ""});
+    }
 
   for (int round = 0; round < rounds; ++round) {
     for (Row& row : rows) {
@@ -122,8 +150,8 @@ int bench_strategies(int argc, char** argv) {
     const std::string note = oversubscription_note(base.world, cores_available());
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
   }
-  std::printf("%-14s %6s %14s %10s %16s %14s\n", "strategy", "world", "median step", "vs single",
-              "peak mem/rank", "sent/step");
+  std::printf("%-14s %6s %14s %10s %16s %18s\n", "strategy", "world", "median step", "vs single",
+              "peak mem/rank", "sent/step busiest");
   double single_ms = 0;
   for (const Row& row : rows)
     if (is_reference_strategy(row.cfg.strategy)) single_ms = median(row.step_ms);
@@ -134,7 +162,7 @@ int bench_strategies(int argc, char** argv) {
     // A row that could not take --precision says what it ran in.
     const std::string label =
         row.cfg.strategy + (row.cfg.precision != base.precision ? " " + row.cfg.precision : "");
-    std::printf("%-14s %6d %11.3f ms %10s %16s %14s\n", label.c_str(), row.cfg.world, ms, ratio,
+    std::printf("%-14s %6d %11.3f ms %10s %16s %18s\n", label.c_str(), row.cfg.world, ms, ratio,
                 human_bytes(static_cast<double>(row.peak)).c_str(), human_bytes(row.sent).c_str());
   }
   return 0;

@@ -58,6 +58,8 @@ RunConfig everything_set() {
   c.dp_zero1 = true;
   c.schedule = "mine.txt";
   c.virtual_stages = 3;
+  c.servers = 2;
+  c.staleness = 3;
   return c;
 }
 

@@ -50,7 +50,8 @@ TEST_CASE("the estimate is within 10% of the measured peak for every strategy", 
   std::vector<Case> cases = {{"single", "single", 1, nullptr}};
   for (const StrategyInfo& s : all_strategies())
     if (s.family != StrategyFamily::single)
-      for (int w : {2, 4}) cases.push_back({s.name, s.name, w, nullptr});
+      for (int w : {2, 4})  // (a parameter server's server on top of w workers)
+        cases.push_back({s.name, s.name, s.servers ? w + 1 : w, nullptr});
   cases.push_back({"fsdp", "fsdp --offload", 2, [](RunConfig& c) { c.offload = true; }});
   cases.push_back(
       {"fsdp", "fsdp --no-reshard", 4, [](RunConfig& c) { c.reshard_after_forward = false; }});
@@ -349,7 +350,8 @@ TEST_CASE("the estimate matches the measured peak for every strategy on gpt", "[
       for (int w : {2, 4}) {
         // Interleaved cuts 4 layers into world × 2 chunks: world 2 only.
         if (s.reads_option(StrategyOption::virtual_stages) && w == 4) continue;
-        cases.push_back({s.name, w, "fp32", s.family == StrategyFamily::pipeline ? 4 : 1});
+        cases.push_back({s.name, s.servers ? w + 1 : w, "fp32",
+                         s.family == StrategyFamily::pipeline ? 4 : 1});
       }
   for (const std::string s : {"ddp", "zero2", "zero3", "fsdp"}) cases.push_back({s, 2, "bf16"});
   // --attention flash: a logsumexp per row kept instead of the [T,T] matrix.

@@ -70,6 +70,8 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::sequence_parallel,
        {"--sequence-parallel", "", "--mesh dp=2,tp=2 --world 4 --model gpt:4x16x2 --seq 8"}},
       {StrategyOption::dp_zero1, {"--dp-zero1", "", "--mesh dp=2"}},
+      {StrategyOption::servers, {"--servers 1", ""}},
+      {StrategyOption::staleness, {"--staleness 1", "--staleness 0"}},
   };
   return m;
 }
@@ -406,7 +408,8 @@ TEST_CASE("a non-finite loss stops the run on every rank, with the step and the 
         // (Interleaved cuts world × 2 chunks: 8 layers.)
         c.model = s.reads_option(StrategyOption::virtual_stages) ? "mlp:8x16" : "mlp:4x16";
         c.strategy = s.name;
-        c.world = s.family == StrategyFamily::single ? 1 : world;
+        // (A parameter server's server on top of `world` workers.)
+        c.world = s.family == StrategyFamily::single ? 1 : s.servers ? world + 1 : world;
         c.batch = 16;
         c.steps = steps;
         c.optimizer.lr = 1e30f;
@@ -545,7 +548,8 @@ namespace {
 RunConfig with_other_value(RunConfig c, const OptionRow& r) {
   switch (r.kind) {
     case OptionKind::integer:
-      c.*r.integer = 2;  // 2 micro-batches, 2 stages of world 2, 2 layers per unit
+      // 2 micro-batches, 2 stages of world 2, 2 layers per unit; 1 server of world 2.
+      c.*r.integer = r.id == StrategyOption::servers ? 1 : 2;
       break;
     case OptionKind::number:
       c.*r.number = 0.5;

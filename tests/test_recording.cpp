@@ -266,8 +266,10 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
                   "(t_end_ns):");
   require_refused(with([](json& j) { j["ranks"][0]["spans"][0][0] = -5; }),
                   "(t_begin_ns): -5 is out of range");
-  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(14); }),
-                  "ranks[0].spans[0]: has 14 entries (valid: 15)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0].erase(15); }),
+                  "ranks[0].spans[0]: has 15 entries (valid: 16)");
+  require_refused(with([](json& j) { j["ranks"][0]["spans"][0][15] = -2; }),
+                  "(staleness): -2 is out of range");
   require_refused(with([](json& j) { j["ranks"][0]["spans"][0][14] = -1; }),
                   "(group): -1 is out of range");
   require_refused(with([](json& j) { j["ranks"][0]["spans"][0][13] = 1; }),
@@ -289,10 +291,12 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
   // ... and those of thirteen columns (CPU clocks and op ids, no made_ahead).
   {
     json v2 = good;
+    v2["span_columns"].erase(15);
     v2["span_columns"].erase(14);
     v2["span_columns"].erase(13);
     for (json& r : v2["ranks"])
       for (json& s : r["spans"]) {
+        s.erase(15);
         s.erase(14);
         s.erase(13);
       }
@@ -302,11 +306,24 @@ TEST_CASE("malformed recordings give one line naming the file and the fault", "[
   // ... and those of fourteen (no communicator groups): every span the world's.
   {
     json v3 = good;
+    v3["span_columns"].erase(15);
     v3["span_columns"].erase(14);
     for (json& r : v3["ranks"])
-      for (json& s : r["spans"]) s.erase(14);
+      for (json& s : r["spans"]) {
+        s.erase(15);
+        s.erase(14);
+      }
     const Recording back = recording_from_json(v3, "v3.shardrec");
     for (const Span& s : back.run.recorders[0]->snapshot().spans) CHECK(s.group == 0);
+  }
+  // ... and those of fifteen (no parameter server's staleness): every span's -1.
+  {
+    json v4 = good;
+    v4["span_columns"].erase(15);
+    for (json& r : v4["ranks"])
+      for (json& s : r["spans"]) s.erase(15);
+    const Recording back = recording_from_json(v4, "v4.shardrec");
+    for (const Span& s : back.run.recorders[0]->snapshot().spans) CHECK(s.staleness == -1);
   }
   require_refused(with([](json& j) { j["ranks"][0]["marks"][0][0] = "nap"; }),
                   "'nap' is not a mark kind");

@@ -33,7 +33,10 @@ using Names = std::set<std::string>;
 // The specification, written out rather than read from the registry: who reads what.
 const std::map<StrategyOption, Names>& expected_readers() {
   static const std::map<StrategyOption, Names> m = {
-      {StrategyOption::precision, {"single", "ddp", "dp", "zero1", "zero2", "zero3", "fsdp"}},
+      {StrategyOption::precision,
+       {"single", "ddp", "dp", "zero1", "zero2", "zero3", "fsdp", "ps"}},
+      {StrategyOption::servers, {"ps"}},
+      {StrategyOption::staleness, {"ps"}},
       {StrategyOption::bucket_mb, {"ddp"}},
       {StrategyOption::no_overlap, {"ddp"}},
       {StrategyOption::no_prefetch, {"zero3", "fsdp"}},
@@ -119,6 +122,12 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::virtual_stages:
       c.virtual_stages = 2;
       return "--virtual-stages 2";
+    case StrategyOption::servers:  // world 2: one server, one worker
+      c.servers = 1;
+      return "--servers 1";
+    case StrategyOption::staleness:
+      c.staleness = 1;
+      return "--staleness 1";
     // A data-parallel strategy's mesh is dp and tp (test_data_parallel_mesh.cpp);
     // a pipeline's any (test_hybrid.cpp).
     case StrategyOption::mesh:
@@ -183,7 +192,8 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
       {"zero2", StrategyFamily::data_parallel}, {"zero3", StrategyFamily::data_parallel},
       {"fsdp", StrategyFamily::data_parallel},  {"naive-mp", StrategyFamily::pipeline},
       {"gpipe", StrategyFamily::pipeline},      {"1f1b", StrategyFamily::pipeline},
-      {"zb-h1", StrategyFamily::pipeline},      {"interleaved", StrategyFamily::pipeline}};
+      {"zb-h1", StrategyFamily::pipeline},      {"interleaved", StrategyFamily::pipeline},
+      {"ps", StrategyFamily::parameter_server}};
   REQUIRE(all_strategies().size() == families.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
@@ -193,7 +203,10 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
       CHECK(s.reads_option(o) == (readers.count(s.name) > 0));
     // The families the reports and views ask about answer from the registry.
     CHECK(is_pipeline_strategy(s.name) == (s.family == StrategyFamily::pipeline));
-    CHECK(has_model_state_prediction(s.name) == (s.family != StrategyFamily::pipeline));
+    // ZeRO's accounting: the reference and the data-parallel family (not a
+    // parameter server's two kinds of rank: its report is its own).
+    CHECK(has_model_state_prediction(s.name) == (s.family == StrategyFamily::single ||
+                                                 s.family == StrategyFamily::data_parallel));
     CHECK(static_cast<bool>(s.schedule) == (s.family == StrategyFamily::pipeline));
   }
   CHECK_FALSE(is_pipeline_strategy("nope"));
