@@ -118,11 +118,11 @@ class ParameterServer final : public Strategy {
     // An inbox per worker for each step a worker may be ahead (K + 1): the
     // receives are posted before the workers send, so a push never waits for
     // the server to be ready, only for the wire.
-    for (int ahead = 0; ahead <= K_ && ahead < env.cfg.steps; ++ahead) post_inboxes(ahead);
+    for (int ahead = 0; ahead <= K_ && ahead < env.cfg.steps; ++ahead) post_inboxes();
   }
 
-  // Posts the receives of every worker's gradient for `step`.
-  void post_inboxes(int step) {
+  // Posts the receives of every worker's gradient for the next step not yet posted.
+  void post_inboxes() {
     RankEnv& env = *env_;
     std::vector<Inbox> box;
     for (int w = 0; w < W_; ++w) {
@@ -160,7 +160,7 @@ class ParameterServer final : public Strategy {
       for (Work& w : outboxes_.front().sends) w.wait();
       outboxes_.pop_front();
     }
-    if (step + K_ + 1 < env.cfg.steps) post_inboxes(step + K_ + 1);
+    if (step + K_ + 1 < env.cfg.steps) post_inboxes();  // step + K + 1's
 
     // Phase 2 — update this shard, the only place its optimizer state lives.
     {
@@ -331,6 +331,8 @@ StrategyInfo ps_strategy() {
                       "in flight",
       .servers = servers_of,
       .converges_only = [](const RunConfig& cfg) { return cfg.staleness > 0; },
+      // Step K holds K + 1 steps of inboxes and K + 1 updates not yet taken.
+      .filling_steps = [](const RunConfig& cfg) { return cfg.staleness + 1; },
       .make = [] { return std::make_unique<ParameterServer>(); },
       .validate =
           [](const RunConfig& cfg) {

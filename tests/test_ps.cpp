@@ -11,6 +11,7 @@
 
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
+#include "core/predict/meta_memory.h"
 #include "core/run/runner.h"
 #include "tests/run_util.h"
 
@@ -144,6 +145,24 @@ TEST_CASE("ps: each server moves its shard to and from every worker, exactly", "
       for (int w = servers; w < c.world; ++w) {
         CHECK(r.ranks[w].bytes_sent_per_step == servers * shard);  // the padded model, once
         CHECK(received_per_step(r, w) == servers * shard);
+      }
+    }
+}
+
+TEST_CASE("ps: the meta run predicts every rank's peak to the byte, servers and workers",
+          "[ps][meta]") {
+  for (int staleness : {0, 1, 3})
+    for (int servers : {1, 2}) {
+      RunConfig c = ps_config(servers, 3, staleness);
+      c.steps = 8;
+      INFO(servers << " servers, staleness " << staleness);
+      const MetaMemory m = predict_memory_meta(c);
+      const RunResult r = run_training(c);
+      for (int k = 0; k < c.world; ++k) {
+        INFO("rank " << k);
+        CHECK(m.ranks[k].at_report.device.peak_total == r.ranks[k].memory.device.peak_total);
+        for (int cat = 0; cat < kNumMemCategories; ++cat)
+          CHECK(m.ranks[k].at_report.device.peak[cat] == r.ranks[k].memory.device.peak[cat]);
       }
     }
 }

@@ -194,6 +194,10 @@ struct StrategyInfo {
   // weights (asynchronous training: ps with --staleness above 0). Such a run
   // is held to a falling loss instead. Empty: never; every run equals it.
   std::function<bool(const RunConfig& cfg)> converges_only{};
+  // Steps before a step holds everything every later one will (a server's
+  // inboxes and updates in flight fill over the first K + 1 steps); a meta
+  // run runs at least this many and one more. Empty: 1.
+  std::function<int(const RunConfig& cfg)> filling_steps{};
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};

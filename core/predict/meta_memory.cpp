@@ -54,7 +54,8 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
   const Mesh mesh = run_mesh(cfg);
   MetaMemory out;
   out.device = place.kind;
-  out.steps = std::min(cfg.steps, 2);
+  // Two steps, or as many as the strategy needs to reach its steady state, and one more.
+  out.steps = std::min(cfg.steps, std::max(2, info.filling_steps ? info.filling_steps(cfg) + 1 : 2));
   out.ranks.resize(world);
   // Gloo keeps its scratch where the host can read it (see ScratchPlacement).
   const ScratchPlacement scratch = place.kind == DeviceKind::cuda ? ScratchPlacement::host

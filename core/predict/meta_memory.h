@@ -38,7 +38,7 @@ struct MetaRankMemory {
 struct MetaMemory {
   std::vector<MetaRankMemory> ranks;
   DeviceKind device = DeviceKind::cpu;  // what the meta devices stood for
-  int steps = 0;                        // steps run: min(cfg.steps, 2)
+  int steps = 0;  // steps run: min(cfg.steps, 2, or the strategy's filling steps + 1)
 };
 
 struct MetaOptions {
