@@ -51,10 +51,11 @@ void print_server_report(const RunResult& r) {
   if (!t || r.ranks.empty()) return;
   const StrategyInfo& info = strategy_info(c.strategy);
   std::printf(
-      "  parameter server: %d server%s, %d worker%s; Ψ = %s (the model in %s, padded to %d "
-      "shards)\n",
-      t->servers, t->servers > 1 ? "s" : "", t->workers, t->workers > 1 ? "s" : "",
-      human_bytes(t->model_bytes).c_str(), c.precision.c_str(), t->servers);
+      "  parameter server: %d server%s, %d worker%s; Ψ = %s (the model in %s%s)\n", t->servers,
+      t->servers > 1 ? "s" : "", t->workers, t->workers > 1 ? "s" : "",
+      human_bytes(t->model_bytes).c_str(), c.precision.c_str(),
+      t->servers > 1 ? (", padded to " + std::to_string(t->servers) + " equal shards").c_str()
+                     : "");
   std::printf("    %-5s %-7s %13s %13s %13s  %s\n", "rank", "role", "received/step", "sent/step",
               "predicted", "formula (each way)");
   const std::vector<double> in = received_per_step(r);

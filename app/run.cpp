@@ -305,8 +305,9 @@ int cmd_run(int argc, char** argv) {
   outputs.json = a.has("json");
   check_memory(cfg, outputs);
 
+  // (Before --checkpoint-dir is created: a refused run leaves nothing behind.)
+  if (a.has("checkpoint-every")) check_checkpointable(cfg);
   Checkpointing ck = checkpointing_from(a);
-  if (ck.every > 0) check_checkpointable(cfg);
   // A group restarted after a failure goes on from its last complete checkpoint.
   std::optional<std::string> resume_from = a.get("resume");
   if (!resume_from && penv.present && penv.restart > 0 && ck.every > 0 &&

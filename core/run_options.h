@@ -38,25 +38,17 @@ enum class StrategyOption {
 };
 // In the order the views list them: a pipeline's first, then precision, then
 // the data-parallel family's.
-inline constexpr StrategyOption kStrategyOptions[] = {StrategyOption::micro_batches,
-                                                      StrategyOption::stages,
-                                                      StrategyOption::partition,
-                                                      StrategyOption::schedule,
-                                                      StrategyOption::virtual_stages,
-                                                      StrategyOption::mesh,
-                                                      StrategyOption::mesh_order,
-                                                      StrategyOption::sequence_parallel,
-                                                      StrategyOption::dp_zero1,
-                                                      StrategyOption::precision,
-                                                      StrategyOption::recompute,
-                                                      StrategyOption::no_prefetch,
-                                                      StrategyOption::no_overlap,
-                                                      StrategyOption::bucket_mb,
-                                                      StrategyOption::fsdp_unit,
-                                                      StrategyOption::no_reshard,
-                                                      StrategyOption::offload,
-                                                      StrategyOption::servers,
-                                                      StrategyOption::staleness};
+inline constexpr StrategyOption kStrategyOptions[] = {
+    StrategyOption::micro_batches,  StrategyOption::stages,
+    StrategyOption::partition,      StrategyOption::schedule,
+    StrategyOption::virtual_stages, StrategyOption::mesh,
+    StrategyOption::mesh_order,     StrategyOption::sequence_parallel,
+    StrategyOption::dp_zero1,       StrategyOption::precision,
+    StrategyOption::recompute,      StrategyOption::no_prefetch,
+    StrategyOption::no_overlap,     StrategyOption::bucket_mb,
+    StrategyOption::fsdp_unit,      StrategyOption::no_reshard,
+    StrategyOption::offload,        StrategyOption::servers,
+    StrategyOption::staleness};
 
 // How an option is typed, and so how every reader parses, prints and shows it.
 enum class OptionKind {

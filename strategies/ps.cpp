@@ -127,9 +127,9 @@ class ParameterServer final : public Strategy {
     std::vector<Inbox> box;
     for (int w = 0; w < W_; ++w) {
       Inbox in;
-      in.grad = env.alloc.alloc(model_.shard_name(env.rank) + ".grad[from rank " +
-                                    std::to_string(S_ + w) + "]",
-                                MemCategory::comm_buffers, model_.plan.shard, mp_->dtype());
+      in.grad = env.alloc.alloc(
+          model_.shard_name(env.rank) + ".grad[from rank " + std::to_string(S_ + w) + "]",
+          MemCategory::comm_buffers, model_.plan.shard, mp_->dtype());
       in.work = env.comm->recv_async(in.grad.raw(), in.grad.bytes(), S_ + w, kPushTag);
       box.push_back(std::move(in));
     }
@@ -173,9 +173,9 @@ class ParameterServer final : public Strategy {
     // this one yet.
     Outbox out;
     out.version = step + 1;
-    out.params = env.alloc.alloc(model_.shard_name(env.rank) + "[update " +
-                                     std::to_string(step + 1) + "]",
-                                 MemCategory::comm_buffers, n, dt);
+    out.params =
+        env.alloc.alloc(model_.shard_name(env.rank) + "[update " + std::to_string(step + 1) + "]",
+                        MemCategory::comm_buffers, n, dt);
     env.device.copy(out.params.raw(), shard_.raw(), shard_.bytes(), CopyKind::device_to_device);
     for (int w = 0; w < W_; ++w)
       out.sends.push_back(
@@ -268,7 +268,9 @@ class ParameterServer final : public Strategy {
     // gpt's lm_head is a copy of the embedding: both halves of its gradient
     // add up before the push, so both copies take the same update.
     const std::vector<FlatGroup> one{model_};
-    TiedGradients(env.layout, one).sum(0, [&](int) { return grads_.raw(); }, env.device, dt);
+    TiedGradients(env.layout, one)
+        .sum(
+            0, [&](int) { return grads_.raw(); }, env.device, dt);
 
     // Phase 3 — push: shard s of the gradient to server s. The server posted
     // its receive already, so this waits only for the wire.
@@ -322,17 +324,21 @@ class ParameterServer final : public Strategy {
 StrategyInfo ps_strategy() {
   return {
       .name = "ps",
-      .summary = "parameter server: --servers ranks own the parameter shards and the optimizer, "
-                 "the other ranks compute gradients, push them and pull the parameters; "
-                 "--staleness K lets workers run K updates ahead",
+      .summary =
+          "parameter server: --servers ranks own the parameter shards and the optimizer, "
+          "the other ranks compute gradients, push them and pull the parameters; "
+          "--staleness K lets workers run K updates ahead",
       .family = StrategyFamily::parameter_server,
       .reads = {StrategyOption::precision, StrategyOption::servers, StrategyOption::staleness},
-      .comm_buffers = "a server's inbox per worker, the updates not yet pulled; a worker's pulls "
-                      "in flight",
+      .comm_buffers =
+          "a server's inbox per worker, the updates not yet pulled; a worker's pulls "
+          "in flight",
       .servers = servers_of,
       .converges_only = [](const RunConfig& cfg) { return cfg.staleness > 0; },
       // Step K holds K + 1 steps of inboxes and K + 1 updates not yet taken.
       .filling_steps = [](const RunConfig& cfg) { return cfg.staleness + 1; },
+      // Its in-flight updates and staleness have no checkpoint format yet.
+      .checkpoints = false,
       .make = [] { return std::make_unique<ParameterServer>(); },
       .validate =
           [](const RunConfig& cfg) {
@@ -350,10 +356,11 @@ StrategyInfo ps_strategy() {
                                 std::to_string(cfg.world - 1) + ", leaving at least one worker)");
             const int W = cfg.world - S;
             if (cfg.batch % W != 0)
-              throw ConfigError("--batch " + std::to_string(cfg.batch) + " is invalid for ps with " +
-                                std::to_string(W) + " workers (--world " +
-                                std::to_string(cfg.world) + " − --servers " + std::to_string(S) +
-                                "; valid: a multiple of " + std::to_string(W) + ")");
+              throw ConfigError("--batch " + std::to_string(cfg.batch) +
+                                " is invalid for ps with " + std::to_string(W) +
+                                " workers (--world " + std::to_string(cfg.world) + " − --servers " +
+                                std::to_string(S) + "; valid: a multiple of " + std::to_string(W) +
+                                ")");
             if (cfg.precision == "fp16")
               throw ConfigError(
                   "--precision fp16 is invalid for ps (valid: fp32, bf16): its loss scale would "

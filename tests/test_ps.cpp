@@ -8,6 +8,7 @@
 #include "tests/test_util.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
@@ -177,15 +178,19 @@ TEST_CASE("ps: bad settings are refused in one line", "[ps][cli]") {
         Bad{"--world 3 --servers 5", "--servers 5 is invalid for --world 3 (valid: 1 to 2"},
         Bad{"--world 3 --staleness -1", "--staleness -1 is invalid"},
         Bad{"--world 3 --precision fp16", "--precision fp16 is invalid for ps"},
-        Bad{"--world 6 --servers 1", "--batch 12 is invalid for ps with 5 workers"}}) {
+        Bad{"--world 6 --servers 1", "--batch 12 is invalid for ps with 5 workers"},
+        Bad{"--world 3 --checkpoint-every 1 --checkpoint-dir /tmp/shardlab-ps-never",
+            "ps cannot be checkpointed yet"}}) {
     const CliResult r = run_cli(base + b.args);
     INFO(b.args << "\n" << r.out);
     CHECK(r.code == 2);
     CHECK(r.out.find(b.says) != std::string::npos);
     CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
   }
+  CHECK_FALSE(std::filesystem::exists("/tmp/shardlab-ps-never"));  // refused before it is made
   // Another strategy given ps's options refuses them.
-  const CliResult r = run_cli("run --model mlp:4x16 --batch 12 --steps 1 --strategy ddp --servers 1");
+  const CliResult r =
+      run_cli("run --model mlp:4x16 --batch 12 --steps 1 --strategy ddp --servers 1");
   CHECK(r.code == 2);
   CHECK(r.out.find("--servers") != std::string::npos);
 }

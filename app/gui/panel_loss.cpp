@@ -103,6 +103,24 @@ void draw_loss(App& app) {
     if (m <= 60)
       for (int i = 0; i < m; ++i) dl->AddCircleFilled(ImVec2(X(i), Y(v[i])), 3, col);
   };
+  // Asynchronous training (ps --staleness K): under each step (drawn first: the curves stay on
+  // top), a bar as tall as the most stale worker's parameters were (updates behind), against K.
+  const int bound = app.data.cfg.staleness;
+  std::vector<int> stale;
+  if (bound > 0) {
+    for (const RankData& rd : app.data.ranks)
+      for (const Span& sp : rd.lane(Lane::compute).spans) note_staleness(stale, sp);
+    const float bar_h = (bottom - top) * 0.18f, bar_w = std::max(2.0f, (right - left) / n * 0.5f);
+    const ImU32 bar = kind_color(SpanKind::recv, s.presenter.high_contrast);
+    for (int i = 0; i < static_cast<int>(stale.size()) && i < n; ++i)
+      if (stale[i] > 0)
+        dl->AddRectFilled(ImVec2(X(i) - bar_w * 0.5f, bottom - bar_h * stale[i] / bound),
+                          ImVec2(X(i) + bar_w * 0.5f, bottom), (bar & 0x00FFFFFF) | 0xA0000000);
+    const std::string key =
+        strf(tr("bars: the most stale worker's parameters each step, in updates behind (up to %d)"),
+             bound);
+    dl->AddText(ImVec2(left + font * 0.4f, bottom - bar_h - font * 1.3f), ui.text_dim, key.c_str());
+  }
   // The others first and thinner: where the curves coincide, this run's stays on top.
   for (const Curve& c : others) curve(*c.loss, c.color, 3);
   curve(loss, line, 2);
@@ -122,24 +140,6 @@ void draw_loss(App& app) {
       y += font * 1.25f;
     }
   }
-  // Asynchronous training (ps --staleness K): under each step, a bar as tall
-  // as the most stale worker's parameters were (updates behind), against K.
-  const int bound = app.data.cfg.staleness;
-  std::vector<int> stale;
-  if (bound > 0) {
-    for (const RankData& rd : app.data.ranks)
-      for (const Span& sp : rd.lane(Lane::compute).spans) note_staleness(stale, sp);
-    const float bar_h = (bottom - top) * 0.18f, bar_w = std::max(2.0f, (right - left) / n * 0.5f);
-    const ImU32 bar = kind_color(SpanKind::recv, s.presenter.high_contrast);
-    for (int i = 0; i < static_cast<int>(stale.size()) && i < n; ++i)
-      if (stale[i] > 0)
-        dl->AddRectFilled(ImVec2(X(i) - bar_w * 0.5f, bottom - bar_h * stale[i] / bound),
-                          ImVec2(X(i) + bar_w * 0.5f, bottom), (bar & 0x00FFFFFF) | 0xA0000000);
-    const std::string key =
-        strf(tr("bars: the most stale worker's parameters each step, in updates behind (up to %d)"),
-             bound);
-    dl->AddText(ImVec2(left + font * 0.4f, bottom - bar_h - font * 1.3f), ui.text_dim, key.c_str());
-  }
   // The playhead's step.
   const int st = app.replayed().step_at(static_cast<int64_t>(s.playhead.t));
   if (st >= 0 && st < n) dl->AddLine(ImVec2(X(st), top), ImVec2(X(st), bottom), ui.playhead, 1.5f);
@@ -151,8 +151,8 @@ void draw_loss(App& app) {
     dl->AddCircle(ImVec2(X(i), Y(loss[i])), 5, ui.text, 0, 2);
     std::string tip = strf(tr("step %d: loss %.6g"), i, loss[i]);
     if (i < static_cast<int>(stale.size()) && stale[i] >= 0)
-      tip += "\n" + strf(tr("the most stale worker computed it with parameters %d updates old"),
-                         stale[i]);
+      tip += "\n" +
+             strf(tr("the most stale worker computed it with parameters %d updates old"), stale[i]);
     for (const Curve& c : others)
       if (i < static_cast<int>(c.loss->size()))
         tip += "\n" + strf(tr("%s: loss %.6g"), c.label.c_str(), (*c.loss)[i]);

@@ -198,6 +198,9 @@ struct StrategyInfo {
   // inboxes and updates in flight fill over the first K + 1 steps); a meta
   // run runs at least this many and one more. Empty: 1.
   std::function<int(const RunConfig& cfg)> filling_steps{};
+  // Whether its rank_state() describes what a checkpoint must hold
+  // (--checkpoint-every, --resume); refused before the run where not.
+  bool checkpoints = true;
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};

@@ -12,10 +12,10 @@
 #include "core/comm/meta_comm.h"
 #include "core/comm/placement.h"
 #include "core/comm/staging_comm.h"
-#include "core/parallel/data_parallel_mesh.h"
 #include "core/device/meta_backend.h"
 #include "core/model/model.h"
 #include "core/model/model_family.h"
+#include "core/parallel/data_parallel_mesh.h"
 #include "core/parallel/rank_body.h"
 #include "core/parallel/strategy.h"
 
@@ -55,7 +55,8 @@ MetaMemory predict_memory_meta(const RunConfig& cfg, const MetaOptions& options)
   MetaMemory out;
   out.device = place.kind;
   // Two steps, or as many as the strategy needs to reach its steady state, and one more.
-  out.steps = std::min(cfg.steps, std::max(2, info.filling_steps ? info.filling_steps(cfg) + 1 : 2));
+  out.steps =
+      std::min(cfg.steps, std::max(2, info.filling_steps ? info.filling_steps(cfg) + 1 : 2));
   out.ranks.resize(world);
   // Gloo keeps its scratch where the host can read it (see ScratchPlacement).
   const ScratchPlacement scratch = place.kind == DeviceKind::cuda ? ScratchPlacement::host

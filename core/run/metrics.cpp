@@ -605,7 +605,8 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     for (const auto& rec : r.recorders)
       if (rec)
         for (const Span& s : rec->snapshot().spans) note_staleness(by_step, s);
-    if (by_step.empty()) throw RunError("max_staleness: no worker of a parameter server in this run");
+    if (by_step.empty())
+      throw RunError("max_staleness: no worker of a parameter server in this run");
     v.measured = *std::max_element(by_step.begin(), by_step.end());
     v.formula = c.staleness;
     v.formula_text = "the bound, --staleness K";

@@ -83,6 +83,11 @@ json pieces_json(const std::vector<Piece>& pieces) {
 }  // namespace
 
 void check_checkpointable(const RunConfig& cfg) {
+  if (!strategy_info(cfg.strategy).checkpoints)
+    throw ConfigError("--checkpoint-every and --resume: " + cfg.strategy +
+                      " cannot be checkpointed yet (valid: " +
+                      strategy_names_where([](const StrategyInfo& i) { return i.checkpoints; }) +
+                      ")");
   if (plan_placement(cfg).kind == DeviceKind::cuda)
     throw ConfigError(
         "--checkpoint-every and --resume on a CUDA device are not built yet (valid: --device "
