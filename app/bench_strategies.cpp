@@ -145,9 +145,11 @@ int bench_strategies(int argc, char** argv) {
   std::printf("bench strategies: %s, batch %d, %s, %d steps x %d rounds\n", base.model.c_str(),
               base.batch, base.precision.c_str(), base.steps, rounds);
   if (!rows.empty())
-    std::printf("placement (world %d): %s\n", base.world, rows.back().placement.c_str());
+    std::printf("placement (world %d): %s\n", rows.back().cfg.world, rows.back().placement.c_str());
+  int widest = base.world;
+  for (const Row& row : rows) widest = std::max(widest, row.cfg.world);
   if (plan_placement(base).kind == DeviceKind::cpu) {
-    const std::string note = oversubscription_note(base.world, cores_available());
+    const std::string note = oversubscription_note(widest, cores_available());
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
   }
   std::printf("%-14s %6s %14s %10s %16s %18s\n", "strategy", "world", "median step", "vs single",
