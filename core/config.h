@@ -75,9 +75,9 @@ struct RunConfig {
   bool reshard_after_forward = true;  // free gathered params after forward
   bool offload = false;               // params, grads, optimizer state in host memory
 
-  // ps: server ranks (the first ones; 0: one), and how many updates a
-  // worker's parameters may lag behind its step (0: synchronous).
-  int servers = 0;
+  // ps: server ranks (the first ones), and how many updates a worker's
+  // parameters may lag behind its step (0: synchronous).
+  int servers = 1;
   int staleness = 0;
 
   // naive-mp, gpipe, 1f1b

@@ -182,7 +182,7 @@ std::vector<OptionRow> make_rows() {
                .valid = "1 to --world minus 1, leaving at least one worker",
                .missing = "parameter servers",
                .label = "Servers", .tip = "ranks that hold the parameters (the first ones)",
-               .place = OptionPlace::main_bar, .default_note = "(1)", .short_label = "S",
+               .place = OptionPlace::main_bar, .short_label = "S",
                .label_word = "S=%s", .metavar = "S",
                .help = "server ranks (default 1), the first ones: each owns 1/S of the\n"
                        "parameters and their optimizer state; the other ranks are workers",
@@ -190,7 +190,7 @@ std::vector<OptionRow> make_rows() {
   r.push_back({.id = StrategyOption::staleness, .flag = "--staleness", .json_key = "staleness",
                .compare_key = "k", .kind = OptionKind::integer,
                .integer = &RunConfig::staleness, .lo = 0, .hi = 1000,
-               .valid = "0 (synchronous) or more updates a worker may be behind",
+               .valid = "0 (synchronous) to 1000 updates a worker may be behind",
                .missing = "asynchronous updates",
                .label = "Staleness", .tip = "updates a worker's parameters may lag (0: synchronous)",
                .place = OptionPlace::main_bar, .short_label = "K", .label_word = "K=%s",

@@ -43,9 +43,11 @@ namespace {
 
 // Point-to-point tags: gradients up, parameters down, the final export.
 constexpr int kPushTag = 1, kPullTag = 2, kExportTag = 3;
+// The most updates a worker may lag: each one it may is K + 1 more inboxes on every server.
+constexpr int kMaxStaleness = 1000;
 
 int servers_of(const RunConfig& cfg) {
-  return cfg.servers > 0 ? cfg.servers : 1;
+  return cfg.servers;
 }
 
 class ParameterServer final : public Strategy {
@@ -342,13 +344,13 @@ StrategyInfo ps_strategy() {
       .make = [] { return std::make_unique<ParameterServer>(); },
       .validate =
           [](const RunConfig& cfg) {
-            if (cfg.servers < 0)
+            if (cfg.servers < 1)
               throw ConfigError("--servers " + std::to_string(cfg.servers) +
                                 " is invalid (valid: 1 to --world minus 1)");
-            if (cfg.staleness < 0)
+            if (cfg.staleness < 0 || cfg.staleness > kMaxStaleness)
               throw ConfigError("--staleness " + std::to_string(cfg.staleness) +
-                                " is invalid (valid: 0 for synchronous updates, or more updates "
-                                "a worker may lag)");
+                                " is invalid (valid: 0 for synchronous updates, up to " +
+                                std::to_string(kMaxStaleness) + " updates a worker may lag)");
             const int S = servers_of(cfg);
             if (S >= cfg.world)
               throw ConfigError("--servers " + std::to_string(S) + " is invalid for --world " +

@@ -70,7 +70,7 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::sequence_parallel,
        {"--sequence-parallel", "", "--mesh dp=2,tp=2 --world 4 --model gpt:4x16x2 --seq 8"}},
       {StrategyOption::dp_zero1, {"--dp-zero1", "", "--mesh dp=2"}},
-      {StrategyOption::servers, {"--servers 1", ""}},
+      {StrategyOption::servers, {"--servers 2", "--servers 1", "--world 4"}},
       {StrategyOption::staleness, {"--staleness 1", "--staleness 0"}},
   };
   return m;
@@ -272,6 +272,8 @@ TEST_CASE("numeric options: out of range, not a number, nan, inf: one line with 
       {"micro-batches", {"gpipe", {}}},
       {"partition", {"gpipe", {}}},
       {"virtual-stages", {"interleaved", {}}},
+      {"servers", {"ps", {}}},
+      {"staleness", {"ps", {"0"}}},
       {"seq", {"ddp", {}}},  // refused for an MLP whatever its value; gpt's range: 1 to 4096
   };
   std::set<std::string> listed = not_numeric;
@@ -431,12 +433,14 @@ TEST_CASE("a non-finite loss stops the run on every rank, with the step and the 
           const std::string m = e.what();
           INFO(m);
           CHECK(m.rfind("loss became nan at step 2 on rank ", 0) == 0);
-          // The rank named is one that computes a loss: the last stage of a pipeline.
+          // The rank named is one that computes a loss: the last stage of a
+          // pipeline, a parameter server's first worker.
           const int last = c.world - 1;
           if (s.family == StrategyFamily::pipeline)
             CHECK(m.find("on rank " + std::to_string(last) + ";") != std::string::npos);
           else
-            CHECK(m.find("on rank 0;") != std::string::npos);
+            CHECK(m.find("on rank " + std::to_string(s.server_ranks(c)) + ";") !=
+                  std::string::npos);
         }
         CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
         // Step 1 was reported; the non-finite step 2 never reaches the views.
@@ -548,8 +552,9 @@ namespace {
 RunConfig with_other_value(RunConfig c, const OptionRow& r) {
   switch (r.kind) {
     case OptionKind::integer:
-      // 2 micro-batches, 2 stages of world 2, 2 layers per unit; 1 server of world 2.
-      c.*r.integer = r.id == StrategyOption::servers ? 1 : 2;
+      // 2 micro-batches, 2 stages of world 2, 2 layers per unit, 2 servers of world 4.
+      c.*r.integer = 2;
+      if (r.id == StrategyOption::servers) c.world = 4;
       break;
     case OptionKind::number:
       c.*r.number = 0.5;
@@ -647,6 +652,10 @@ TEST_CASE("option table: every row round-trips through the command line and a co
     if (r.id == StrategyOption::dp_zero1) {
       for (const char* w : {"--mesh", "dp=2"}) typed.push_back(w);
       base.mesh = set.mesh;
+    }
+    if (r.id == StrategyOption::servers) {  // two servers need two workers beside them
+      for (const char* w : {"--world", "4"}) typed.push_back(w);
+      base.world = set.world;
     }
     const RunConfig parsed = from_command_line(typed);
     CHECK(option_equal(parsed, set, r.id));

@@ -47,7 +47,7 @@ TEST_CASE("ps: synchronous training ends on single's weights (1-2 servers, 2-3 w
     RunConfig ref_cfg = ps_config(1, 1);
     ref_cfg.strategy = "single";
     ref_cfg.world = 1;
-    ref_cfg.servers = 0;
+    ref_cfg.servers = 1;  // (the default: single reads no servers)
     ref_cfg.optimizer.kind = opt;
     ref_cfg.optimizer.lr = opt == OptimizerKind::sgd ? 0.5f : 1e-2f;
     const RunResult ref = run_training(ref_cfg);
@@ -86,7 +86,7 @@ TEST_CASE("ps: the gpt's tied head and bf16 train to single's weights", "[ps]") 
   RunConfig d = m;
   d.strategy = "ddp";
   d.world = 2;
-  d.servers = 0;
+  d.servers = 1;
   const RunResult rp = run_training(m), rd = run_training(d);
   CHECK(max_rel_diff(rp.final_params, rd.final_params) < 2e-2);
   CHECK(rp.losses.back() < rp.losses.front());
@@ -177,6 +177,8 @@ TEST_CASE("ps: bad settings are refused in one line", "[ps][cli]") {
        {Bad{"--world 2 --servers 2", "--servers 2 is invalid for --world 2 (valid: 1 to 1"},
         Bad{"--world 3 --servers 5", "--servers 5 is invalid for --world 3 (valid: 1 to 2"},
         Bad{"--world 3 --staleness -1", "--staleness -1 is invalid"},
+        Bad{"--world 3 --staleness 1001", "--staleness 1001 is invalid"},
+        Bad{"--world 3 --servers 0", "--servers 0 is invalid"},
         Bad{"--world 3 --precision fp16", "--precision fp16 is invalid for ps"},
         Bad{"--world 6 --servers 1", "--batch 12 is invalid for ps with 5 workers"},
         Bad{"--world 3 --checkpoint-every 1 --checkpoint-dir /tmp/shardlab-ps-never",

@@ -51,13 +51,14 @@ TEST_CASE("built-in strategies are registered once, each with its traffic by ope
       {"gpipe", {"", ""}},
       {"1f1b", {"", ""}},
       {"zb-h1", {"", ""}},
-      {"interleaved", {"", ""}}};
+      {"interleaved", {"", ""}},
+      {"ps", {"", ""}}};  // its own report: a server's W·Ψ/S (core/predict/server_traffic.h)
   REQUIRE(n == traffic.size());
   for (const StrategyInfo& s : all_strategies()) {
     INFO(s.name);
     REQUIRE(traffic.count(s.name));
     const Expect& want = traffic.at(s.name);
-    if (s.has_stages()) {
+    if (s.has_stages() || s.servers) {
       CHECK_FALSE(s.moves);
     } else {
       const int world = s.world_for(4);

@@ -33,8 +33,7 @@ using Names = std::set<std::string>;
 // The specification, written out rather than read from the registry: who reads what.
 const std::map<StrategyOption, Names>& expected_readers() {
   static const std::map<StrategyOption, Names> m = {
-      {StrategyOption::precision,
-       {"single", "ddp", "dp", "zero1", "zero2", "zero3", "fsdp", "ps"}},
+      {StrategyOption::precision, {"single", "ddp", "dp", "zero1", "zero2", "zero3", "fsdp", "ps"}},
       {StrategyOption::servers, {"ps"}},
       {StrategyOption::staleness, {"ps"}},
       {StrategyOption::bucket_mb, {"ddp"}},
@@ -122,9 +121,10 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::virtual_stages:
       c.virtual_stages = 2;
       return "--virtual-stages 2";
-    case StrategyOption::servers:  // world 2: one server, one worker
-      c.servers = 1;
-      return "--servers 1";
+    case StrategyOption::servers:  // 2 servers and 2 workers
+      c.servers = 2;
+      if (strategy_info(c.strategy).servers) c.world = 4;
+      return "--servers 2";
     case StrategyOption::staleness:
       c.staleness = 1;
       return "--staleness 1";
@@ -205,8 +205,8 @@ TEST_CASE("every strategy declares what it is and which options it reads", "[val
     CHECK(is_pipeline_strategy(s.name) == (s.family == StrategyFamily::pipeline));
     // ZeRO's accounting: the reference and the data-parallel family (not a
     // parameter server's two kinds of rank: its report is its own).
-    CHECK(has_model_state_prediction(s.name) == (s.family == StrategyFamily::single ||
-                                                 s.family == StrategyFamily::data_parallel));
+    CHECK(has_model_state_prediction(s.name) ==
+          (s.family == StrategyFamily::single || s.family == StrategyFamily::data_parallel));
     CHECK(static_cast<bool>(s.schedule) == (s.family == StrategyFamily::pipeline));
   }
   CHECK_FALSE(is_pipeline_strategy("nope"));

@@ -242,7 +242,9 @@ void require_batchnorm_support(const RunConfig& cfg) {
       strategy_names_where([](const StrategyInfo& s) { return s.is_reference(); }) + ", " +
       strategy_names_where([](const StrategyInfo& s) { return s.has_stages(); });
   const std::string what = "--model " + cfg.model + ": ";
-  if (strategy_info(cfg.strategy).is_data_parallel())
+  // (A parameter server's workers are data-parallel in the same way.)
+  if (const StrategyInfo& info = strategy_info(cfg.strategy);
+      info.is_data_parallel() || info.servers)
     throw ConfigError(what + cfg.strategy +
                       " does not support BatchNorm yet (supported by: " + supported + ")");
   if (cfg.precision != "fp32")

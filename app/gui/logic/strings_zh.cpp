@@ -128,7 +128,6 @@ const StringPairs& strings_zh_app() {
       {"(2)", "（2）"},
       {"Servers", "服务器数"},
       {"ranks that hold the parameters (the first ones)", "保存参数的 rank（最前面的几个）"},
-      {"(1)", "（1）"},
       {"Staleness", "陈旧度"},
       {"bars: the most stale worker's parameters each step, in updates behind (up to %d)",
        "柱：每步最陈旧的工作节点所用参数落后的更新次数（最多 %d）"},
