@@ -557,6 +557,7 @@ class GlooComm final : public Comm {
           // Registered while it waits, so that a failure anywhere in the run
           // wakes it (abort_p2p_waits): Gloo may never fail a send to a peer
           // that closed its connections.
+          const auto since = std::chrono::steady_clock::now();
           bool listed = false;
           {
             std::lock_guard<std::mutex> lock(waiting_mu_);
@@ -578,11 +579,9 @@ class GlooComm final : public Comm {
             }
           } unlist{*this, {ubuf.get(), is_send}};
           const bool ok = listed && (is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_));
-          if (!ok) {
-            const std::string cause = board_.describe();
-            throw CommError(op_prefix(op) + ": aborted" +
-                            (cause.empty() ? "" : " (" + cause + ")"));
-          }
+          if (!ok)  // woken by a failure in the run (abort_p2p_waits), or aborted
+            throw CommError(board_.any() ? errors_.peer_failed(op, since)
+                                         : op_prefix(op) + ": aborted");
           if (is_send) counters_.add_sent(op.bytes);
           counters_.add_op();
         } catch (...) {
