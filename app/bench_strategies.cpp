@@ -68,20 +68,11 @@ int bench_strategies(int argc, char** argv) {
   std::vector<int> workers;
   if (a.has("workers")) {
     const std::string list = a.str("workers", "");
-    size_t pos = 0;
-    while (true) {
-      const size_t comma = list.find(',', pos);
-      const std::string item =
-          list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      char* end = nullptr;
-      const long w = std::strtol(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || w < 1 || w > kMaxRunWorld - 1)
+    workers = parse_int_list(list, "--workers");
+    for (int w : workers)
+      if (w < 1 || w > kMaxRunWorld - 1)
         throw ConfigError("--workers '" + list + "' is invalid (valid: a comma-separated list of " +
                           "1 to " + std::to_string(kMaxRunWorld - 1) + ", e.g. 2,4,8)");
-      workers.push_back(static_cast<int>(w));
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
-    }
   }
 
   std::vector<std::string> names;

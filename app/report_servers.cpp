@@ -15,17 +15,13 @@ namespace shardlab::app {
 
 namespace {
 
-// Bytes each rank received per step (recv spans of the steps), -1 when not recorded.
-std::vector<double> received_per_step(const RunResult& r) {
+// Bytes each rank received per step (server_traffic.h), -1 when not recorded.
+std::vector<double> received_by_rank(const RunResult& r) {
   std::vector<double> out(r.ranks.size(), -1);
-  const int steps = std::max(1, static_cast<int>(r.ranks.empty() ? 0 : r.ranks[0].step_ms.size()));
-  for (size_t k = 0; k < r.ranks.size() && k < r.recorders.size(); ++k) {
-    if (!r.recorders[k] || !r.recorders[k]->enabled()) continue;
-    int64_t bytes = 0;
-    for (const Span& s : r.recorders[k]->snapshot().spans)
-      if (s.kind == SpanKind::recv && s.step >= 0) bytes += s.bytes;
-    out[k] = static_cast<double>(bytes) / steps;
-  }
+  for (size_t k = 0; k < r.ranks.size() && k < r.recorders.size(); ++k)
+    if (r.recorders[k] && r.recorders[k]->enabled())
+      out[k] =
+          received_per_step(r.recorders[k]->snapshot().spans, static_cast<int>(r.step_ms.size()));
   return out;
 }
 
@@ -50,15 +46,15 @@ void print_server_report(const RunResult& r) {
   const std::optional<ServerTraffic> t = predict_server_traffic(c);
   if (!t || r.ranks.empty()) return;
   const StrategyInfo& info = strategy_info(c.strategy);
-  std::printf(
-      "  parameter server: %d server%s, %d worker%s; Ψ = %s (the model in %s%s)\n", t->servers,
-      t->servers > 1 ? "s" : "", t->workers, t->workers > 1 ? "s" : "",
-      human_bytes(t->model_bytes).c_str(), c.precision.c_str(),
-      t->servers > 1 ? (", padded to " + std::to_string(t->servers) + " equal shards").c_str()
-                     : "");
+  std::printf("  parameter server: %d server%s, %d worker%s; Ψ = %s (the model in %s%s)\n",
+              t->servers, t->servers > 1 ? "s" : "", t->workers, t->workers > 1 ? "s" : "",
+              human_bytes(t->model_bytes).c_str(), c.precision.c_str(),
+              t->servers > 1
+                  ? (", padded to " + std::to_string(t->servers) + " equal shards").c_str()
+                  : "");
   std::printf("    %-5s %-7s %13s %13s %13s  %s\n", "rank", "role", "received/step", "sent/step",
               "predicted", "formula (each way)");
-  const std::vector<double> in = received_per_step(r);
+  const std::vector<double> in = received_by_rank(r);
   for (size_t k = 0; k < r.ranks.size(); ++k) {
     const bool server = info.role(c, static_cast<int>(k)) == RankRole::server;
     std::printf("    %-5zu %-7s %13s %13s %13s  %s\n", k, server ? "server" : "worker",
@@ -89,7 +85,7 @@ void server_report_json(const RunResult& r, nlohmann::json& j) {
   const std::optional<ServerTraffic> t = predict_server_traffic(r.cfg);
   if (!t || r.ranks.empty()) return;
   const StrategyInfo& info = strategy_info(r.cfg.strategy);
-  const std::vector<double> in = received_per_step(r);
+  const std::vector<double> in = received_by_rank(r);
   nlohmann::json ranks = nlohmann::json::array();
   for (size_t k = 0; k < r.ranks.size(); ++k) {
     const bool server = info.role(r.cfg, static_cast<int>(k)) == RankRole::server;

@@ -197,6 +197,7 @@ class ParameterServer final : public Strategy {
     params_ = env.alloc.alloc(model_.name, MemCategory::params, model_.plan.padded(), dt);
     write_group_values(env.device, params_, model_, init, 0, model_.plan.padded());
     grads_ = env.alloc.alloc(model_.name + ".grad", MemCategory::grads, model_.plan.padded(), dt);
+    tied_ = std::make_unique<TiedGradients>(env.layout, std::vector<FlatGroup>{model_});
     version_.assign(S_, 0);
     pulls_.resize(S_);
     for (int s = 0; s < S_; ++s) post_pull(s);
@@ -269,10 +270,8 @@ class ParameterServer final : public Strategy {
     }
     // gpt's lm_head is a copy of the embedding: both halves of its gradient
     // add up before the push, so both copies take the same update.
-    const std::vector<FlatGroup> one{model_};
-    TiedGradients(env.layout, one)
-        .sum(
-            0, [&](int) { return grads_.raw(); }, env.device, dt);
+    tied_->sum(
+        0, [&](int) { return grads_.raw(); }, env.device, dt);
 
     // Phase 3 — push: shard s of the gradient to server s. The server posted
     // its receive already, so this waits only for the wire.
@@ -315,6 +314,7 @@ class ParameterServer final : public Strategy {
   // A worker's: the whole model's parameters and gradients, which update of
   // each server's shard they hold, and the pending receive of the next.
   Tensor params_, grads_;
+  std::unique_ptr<TiedGradients> tied_;  // gpt's lm_head and wte, both in the one group
   std::vector<int> version_;
   std::vector<Pull> pulls_;
   int staleness_ = 0;

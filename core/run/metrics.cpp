@@ -589,10 +589,8 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     }
   } else if (n == "received_bytes_per_step") {
     need_spans(r, n);
-    int64_t bytes = 0;
-    for (const Span& s : r.recorders[ref.rank]->snapshot().spans)
-      if (s.kind == SpanKind::recv && s.step >= 0) bytes += s.bytes;
-    v.measured = static_cast<double>(bytes) / std::max(1, static_cast<int>(r.step_ms.size()));
+    v.measured = received_per_step(r.recorders[ref.rank]->snapshot().spans,
+                                   static_cast<int>(r.step_ms.size()));
     if (const auto t = predict_server_traffic(c)) {
       const bool server = strategy_info(c.strategy).role(c, ref.rank) == RankRole::server;
       v.formula = server ? t->server_in : t->worker_in;
