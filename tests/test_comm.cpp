@@ -625,6 +625,41 @@ TEST_CASE("a recv from a silent peer times out naming the peer", "[comm]") {
   CHECK(message.find("rank 1 failed: stuck in forward") != std::string::npos);
 }
 
+TEST_CASE("a failure anywhere in the run wakes a send its peer will never receive", "[comm]") {
+  // Rank 0 stops at a step boundary (reports, and never posts the receive):
+  // rank 1's send returns at once instead of waiting out the 20 s timeout.
+  GlooGroup group(2, GlooGroupOptions{20000ms});
+  std::string message;
+  double seconds = 0;
+  std::atomic<bool> rank1_done{false};
+  std::thread t0([&] {
+    auto comm = group.connect(0, nullptr, nullptr);
+    std::this_thread::sleep_for(300ms);  // rank 1 is blocked in its send by now
+    group.failures().report(0, "stopped: another rank's loss was not finite");
+    while (!rank1_done) std::this_thread::sleep_for(5ms);
+  });
+  std::thread t1([&] {
+    auto comm = group.connect(1, nullptr, nullptr);
+    std::vector<float> buf(1 << 16, 1.0f);  // more than a socket buffer holds
+    const auto t = std::chrono::steady_clock::now();
+    try {
+      comm->send(buf.data(), buf.size() * 4, 0, 7);
+    } catch (const CommError& e) {
+      message = e.what();
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    rank1_done = true;
+  });
+  t1.join();
+  t0.join();
+  INFO(message);
+  CHECK(seconds < 5);
+  CHECK(message.find("aborted after") != std::string::npos);
+  CHECK(message.find("waiting for rank 0") != std::string::npos);
+  CHECK(message.find("rank 0 failed: stopped: another rank's loss was not finite") !=
+        std::string::npos);
+}
+
 TEST_CASE("destroying a comm with unwaited work does not hang", "[comm]") {
   GlooGroup group(2, GlooGroupOptions{5000ms});
   std::string late_wait_error[2], barrier_error[2];

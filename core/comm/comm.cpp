@@ -25,6 +25,19 @@ void FailureBoard::report(int rank, const std::string& what) {
     publish = publish_;
   }
   if (publish) publish(rank, what);  // outside the lock: it may block on the store
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  for (auto& [id, on_failure] : listeners_) on_failure();
+}
+
+int FailureBoard::add_listener(std::function<void()> on_failure) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_[next_listener_] = std::move(on_failure);
+  return next_listener_++;
+}
+
+void FailureBoard::remove_listener(int id) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(id);
 }
 
 void FailureBoard::set_remote(std::function<void(int, const std::string&)> publish,

@@ -38,6 +38,14 @@ class FailureBoard {
   std::string summary() const;
   bool any() const;
 
+  // Called with every failure reported to this board (in this process), after
+  // it is recorded: a communicator wakes the sends and receives its rank is
+  // blocked in, which a failed peer may never complete (a send whose bytes
+  // sat in the socket when the peer closed). remove_listener returns once no
+  // call of that listener is running.
+  int add_listener(std::function<void()> on_failure);
+  void remove_listener(int id);
+
   // Each rank notes the sequence number of every collective it issues, so a
   // rank that times out can name the peers that never got that far (stalled).
   void note_issued(int rank, uint64_t seq);
@@ -64,6 +72,9 @@ class FailureBoard {
   std::atomic<int64_t> changed_ns_;  // made, or the last op began or ended
   std::function<void(int, const std::string&)> publish_;
   std::function<std::string()> remote_;
+  std::mutex listeners_mu_;  // held while listeners run: remove_listener waits for them
+  std::map<int, std::function<void()>> listeners_;
+  int next_listener_ = 0;
   mutable std::mutex mu_;
   std::vector<std::pair<int, std::string>> failures_;
   std::map<int, uint64_t> issued_;

@@ -141,9 +141,11 @@ class GlooComm final : public Comm {
         alloc_(alloc),
         p2p_numbers_(world) {
     worker_ = std::thread([this] { worker_loop(); });
+    listener_ = board_.add_listener([this] { abort_p2p_waits(); });
   }
 
   ~GlooComm() override {
+    board_.remove_listener(listener_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
@@ -158,6 +160,20 @@ class GlooComm final : public Comm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string backend_name() const override { return "gloo"; }
+
+  // A rank of the run failed: every send and receive this rank is blocked in
+  // returns (aborted), and none waits from now on. The run is ending; a peer
+  // that stopped may never complete them.
+  void abort_p2p_waits() {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    p2p_aborted_ = true;
+    for (const auto& [ubuf, is_send] : waiting_) {
+      if (is_send)
+        ubuf->abortWaitSend();
+      else
+        ubuf->abortWaitRecv();
+    }
+  }
   void close_connections() override {
     try {
       ctx_->closeConnections();
@@ -538,8 +554,34 @@ class GlooComm final : public Comm {
         std::string error;
         board_.note_comm(true);
         try {
-          const bool ok = is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_);
-          if (!ok) throw CommError(op_prefix(op) + ": aborted");
+          // Registered while it waits, so that a failure anywhere in the run
+          // wakes it (abort_p2p_waits): Gloo may never fail a send to a peer
+          // that closed its connections.
+          const auto since = std::chrono::steady_clock::now();
+          bool listed = false;
+          {
+            std::lock_guard<std::mutex> lock(waiting_mu_);
+            if (!p2p_aborted_) {
+              waiting_.push_back({ubuf.get(), is_send});
+              listed = true;
+            }
+          }
+          // Off the list however the wait ends (it throws when a peer's
+          // connection breaks): the list holds no buffer past its wait. (An
+          // abort between listing and waiting makes the wait return at once.)
+          struct Unlist {
+            GlooComm& c;
+            std::pair<gloo::transport::UnboundBuffer*, bool> entry;
+            ~Unlist() {
+              std::lock_guard<std::mutex> lock(c.waiting_mu_);
+              auto it = std::find(c.waiting_.begin(), c.waiting_.end(), entry);
+              if (it != c.waiting_.end()) c.waiting_.erase(it);
+            }
+          } unlist{*this, {ubuf.get(), is_send}};
+          const bool ok = listed && (is_send ? ubuf->waitSend(timeout_) : ubuf->waitRecv(timeout_));
+          if (!ok)  // woken by a failure in the run (abort_p2p_waits), or aborted
+            throw CommError(board_.any() ? errors_.peer_failed(op, since)
+                                         : op_prefix(op) + ": aborted");
           if (is_send) counters_.add_sent(op.bytes);
           counters_.add_op();
         } catch (...) {
@@ -580,6 +622,12 @@ class GlooComm final : public Comm {
     const int unwinding_;
   };
   std::mutex kept_mu_;
+  // The sends and receives this rank is blocked in (abort_p2p_waits), and
+  // whether a failure in the run has stopped them.
+  std::mutex waiting_mu_;
+  std::vector<std::pair<gloo::transport::UnboundBuffer*, bool>> waiting_;  // (buffer, is_send)
+  std::atomic<bool> p2p_aborted_{false};
+  int listener_ = -1;                        // on board_'s list
   std::vector<std::shared_ptr<void>> kept_;  // declared before ctx_: freed after it
 
   const int rank_;
