@@ -1,6 +1,8 @@
 // Argument parsing (see args.h).
 #include "app/args.h"
 
+#include "core/run_options.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -96,8 +98,20 @@ Args::Args(int argc, char** argv, const std::string& command, const std::set<std
       inline_value = true;
     }
     if (flags.count(key)) {
-      if (inline_value)
+      // A flag that may take a value (--offload nvme:DIR): the next word is
+      // its value when it starts as one of the flag's values do.
+      const OptionRow* row = find_option(key);
+      const bool takes_value = row && row->flag_value;
+      if (takes_value && !inline_value && i + 1 < argc)
+        for (const std::string& start : row->flag_value_starts)
+          if (std::string(argv[i + 1]).rfind(start, 0) == 0) {
+            value = argv[++i];
+            inline_value = true;
+            break;
+          }
+      if (inline_value && !takes_value)
         throw ConfigError("option --" + key + " takes no value (got '" + value + "')");
+      if (inline_value) flag_values_[key] = value;
       values_[key].assign(1, '1');
       given_.push_back(key);
     } else if (options.count(key)) {
@@ -129,6 +143,12 @@ Args::Args(int argc, char** argv, const std::string& command, const std::set<std
 std::optional<std::string> Args::get(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> Args::flag_value(const std::string& name) const {
+  auto it = flag_values_.find(name);
+  if (it == flag_values_.end()) return std::nullopt;
   return it->second;
 }
 

@@ -30,6 +30,8 @@ class Args {
   double number(const std::string& name, double fallback, const std::string& valid = "") const;
   uint64_t u64(const std::string& name, uint64_t fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // The value typed after a flag that may take one (--offload nvme:DIR); nullopt if none.
+  std::optional<std::string> flag_value(const std::string& name) const;
   // Option and flag names as typed, without "--", in command-line order.
   const std::vector<std::string>& given() const { return given_; }
 
@@ -38,6 +40,7 @@ class Args {
 
   std::string command_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> flag_values_;
   std::vector<std::string> positional_;
   std::vector<std::string> given_;
   bool help_ = false;

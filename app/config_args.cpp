@@ -109,6 +109,8 @@ RunConfig config_from(const Args& a) {
         break;
       case OptionKind::on_flag:
         c.*r.boolean = a.has(key);
+        if (r.flag_value)
+          if (auto v = a.flag_value(key)) c.*r.flag_value = parse_offload_value(*v);
         break;
       case OptionKind::off_flag:
         c.*r.boolean = !a.has(key);

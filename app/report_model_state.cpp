@@ -10,6 +10,8 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
+#include "core/predict/offload_traffic.h"
+#include "core/run_options.h"
 #include "core/run/metrics.h"
 
 namespace shardlab::app {
@@ -59,6 +61,7 @@ struct Row {
   double sent_activations = 0;  // dp: of which batch / output copies
   double sent_tp = 0;           // on a mesh: over the tp group (not in `sent`, the dp group's)
   double h2d = 0, d2h = 0;      // fsdp --offload: host↔device copies per step (-1: not recorded)
+  double disk_read = 0, disk_written = 0;  // --offload nvme:DIR: per step (-1: not recorded)
   CommPrediction comm;
 };
 
@@ -88,6 +91,14 @@ std::vector<Row> rows(const RunResult& r) {
     if (meshed && row.sent >= 0) {
       row.sent = r.ranks[k].sent_by_axis_per_step[static_cast<size_t>(MeshAxis::dp)];
       row.sent_tp = r.ranks[k].sent_by_axis_per_step[static_cast<size_t>(MeshAxis::tp)];
+    }
+    if (!nvme_offload_dir(c).empty()) {
+      row.disk_read = row.disk_written = -1;
+      if (c.record) {
+        const std::vector<Span> spans = r.recorders[k]->snapshot().spans;
+        row.disk_read = disk_bytes_per_step(spans, c.steps, SpanKind::disk_read);
+        row.disk_written = disk_bytes_per_step(spans, c.steps, SpanKind::disk_write);
+      }
     }
     if (offload) {
       row.h2d = row.d2h = c.record ? 0 : -1;
@@ -123,6 +134,13 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
          " host→device (every shard, before each all-gather) and " + human_bytes(r0.d2h) +
          " device→host (its reduced gradient shards) per step: PCIe traffic on a GPU, not counted "
          "as bytes sent.";
+  if (!nvme_offload_dir(c).empty() && r0.disk_read >= 0)
+    s += " With --offload " + c.offload_to + " the optimizer state lives in one nameless file per "
+         "rank under that directory: rank 0 read " + human_bytes(r0.disk_read) + " from it and wrote " +
+         human_bytes(r0.disk_written) +
+         " back per step (the state of every shard it owns, a layer or unit at a time), and "
+         "held in memory only the state being stepped: its optimizer_state above is that peak, "
+         "not the formula's.";
   if (r0.sent_tp > 0)
     s += " On the mesh the measured bytes are the dp group's; each rank also sent " +
          human_bytes(r0.sent_tp) +

@@ -74,6 +74,9 @@ struct RunConfig {
   int fsdp_unit = 1;                  // layers per FSDP unit
   bool reshard_after_forward = true;  // free gathered params after forward
   bool offload = false;               // params, grads, optimizer state in host memory
+  // zero3, fsdp: "nvme:DIR" (--offload nvme:DIR): the optimizer state in files
+  // under DIR (ZeRO-Infinity); "" with offload: in host memory (CPU offload).
+  std::string offload_to;
 
   // ps: server ranks (the first ones), and how many updates a worker's
   // parameters may lag behind its step (0: synchronous).

@@ -172,10 +172,14 @@ std::vector<OptionRow> make_rows() {
                .help = "keep gathered parameters from forward until backward"});
   r.push_back({.id = StrategyOption::offload, .flag = "--offload", .json_key = "offload",
                .compare_key = "offload", .kind = OptionKind::on_flag,
-               .boolean = &RunConfig::offload, .missing = "CPU offload",
+               .boolean = &RunConfig::offload, .valid = "cpu, or nvme:DIR with DIR a directory",
+               .missing = "offload",
                .label = "offload", .tip = "model states in host memory",
-               .short_label = "", .label_word = "offload",
-               .help = "params, grads and optimizer state live in host memory"});
+               .short_label = "", .label_word = "offload", .metavar = "[nvme:DIR]",
+               .help = "fsdp: params, grads and optimizer state live in host memory;\n"
+                       "nvme:DIR (fsdp, zero3): the optimizer state in a file under DIR",
+               .help_names_readers = false, .flag_value = &RunConfig::offload_to,
+               .flag_value_key = "offload_to", .flag_value_starts = {"cpu", "nvme:"}});
   r.push_back({.id = StrategyOption::servers, .flag = "--servers", .json_key = "servers",
                .compare_key = "servers", .kind = OptionKind::integer,
                .integer = &RunConfig::servers, .lo = 1, .hi = 63,
@@ -241,7 +245,7 @@ bool option_equal(const RunConfig& a, const RunConfig& b, StrategyOption o) {
       return a.*r.number == b.*r.number;
     case OptionKind::on_flag:
     case OptionKind::off_flag:
-      return a.*r.boolean == b.*r.boolean;
+      return a.*r.boolean == b.*r.boolean && (!r.flag_value || a.*r.flag_value == b.*r.flag_value);
     case OptionKind::choice:
     case OptionKind::text:
       return a.*r.text == b.*r.text;
@@ -267,6 +271,7 @@ void copy_option(const RunConfig& from, RunConfig& to, StrategyOption o) {
     case OptionKind::on_flag:
     case OptionKind::off_flag:
       to.*r.boolean = from.*r.boolean;
+      if (r.flag_value) to.*r.flag_value = from.*r.flag_value;
       break;
     case OptionKind::choice:
     case OptionKind::text:
@@ -291,7 +296,7 @@ std::string option_value_text(const RunConfig& c, StrategyOption o) {
       return number_text(c.*r.number);
     case OptionKind::on_flag:
     case OptionKind::off_flag:
-      return "";
+      return r.flag_value && c.*r.boolean ? c.*r.flag_value : "";
     case OptionKind::choice:
     case OptionKind::text:
       return c.*r.text;
@@ -369,6 +374,17 @@ bool parse_option_value(RunConfig& c, StrategyOption o, const std::string& text)
       return false;
   }
   return false;
+}
+
+std::string nvme_offload_dir(const RunConfig& cfg) {
+  return cfg.offload && cfg.offload_to.rfind("nvme:", 0) == 0 ? cfg.offload_to.substr(5) : "";
+}
+
+std::string parse_offload_value(const std::string& value) {
+  if (value.empty() || value == "cpu") return "";
+  if (value.rfind("nvme:", 0) == 0 && value.size() > 5) return value;
+  throw ConfigError("--offload " + value + " is invalid (valid: cpu, or nvme:DIR with DIR a " +
+                    "directory, e.g. --offload nvme:/mnt/nvme)");
 }
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& what) {

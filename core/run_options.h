@@ -111,7 +111,20 @@ struct OptionRow {
   // Written to recordings and configurations only when set (an option newer
   // than files already saved, which lack its key and read back its default).
   bool only_when_set = false;
+  // An on_flag that may take one value after it (--offload nvme:DIR): where
+  // it is kept ("" when the flag is bare), its key in recordings (written only
+  // when set), and the words that start one; another word after the flag is
+  // not its value.
+  std::string RunConfig::*flag_value = nullptr;
+  const char* flag_value_key = nullptr;
+  std::vector<std::string> flag_value_starts{};
 };
+
+// The directory of --offload nvme:DIR; "" for CPU offload or none.
+std::string nvme_offload_dir(const RunConfig& cfg);
+// Checks an --offload value: "cpu" (stored as "") or "nvme:DIR" with a
+// directory; returns what RunConfig keeps. Throws ConfigError naming the value.
+std::string parse_offload_value(const std::string& value);
 
 // Every row, in kStrategyOptions order.
 const std::vector<OptionRow>& option_rows();

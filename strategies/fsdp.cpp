@@ -18,6 +18,11 @@
 //   before its all-gather (copy_h2d), each reduced gradient shard is copied back
 //   (copy_d2h), and the optimizer steps on the host. The device pool then holds
 //   no model state at all, only what is in flight; the lesson is the traffic.
+// - --offload nvme:DIR (ZeRO-Infinity): the same, and the optimizer state (with
+//   the fp32 masters) lives in a file under DIR instead of host memory. In
+//   the update each unit's state is read from disk, stepped and written back,
+//   the next unit's read overlapping this one's step: the disk lane of the
+//   timeline, and the host pool now holds only the unit being stepped.
 // - Mixed precision (--precision bf16|fp16): the flat parameter shards, their
 //   gradients, every gather, reduce-scatter and host copy are 2 bytes a value;
 //   the fp32 master shard is optimizer state (K = 12) and, with --offload, is
@@ -30,6 +35,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
+#include "core/run_options.h"
 #include "strategies/registry.h"
 
 namespace shardlab {
@@ -59,7 +65,8 @@ class Fsdp final : public Strategy {
         ShardedStatesSpec{.layers_per_group = env.cfg.fsdp_unit,
                           .params = Keep::shard,
                           .grads = Keep::shard,
-                          .pool = offload_ ? Pool::host : Pool::device});
+                          .pool = offload_ ? Pool::host : Pool::device,
+                          .nvme_dir = nvme_offload_dir(env.cfg)});
   }
 
   LossShare step(int step) override {
@@ -213,7 +220,7 @@ StrategyInfo fsdp_strategy() {
       .name = "fsdp",
       .summary =
           "FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
-          "reshard after forward, backward prefetch, optional CPU offload",
+          "reshard after forward, backward prefetch, optional offload to CPU or NVMe",
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
                 StrategyOption::no_reshard, StrategyOption::offload, StrategyOption::mesh,

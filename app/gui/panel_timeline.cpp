@@ -38,7 +38,7 @@ constexpr Color kIdle = rgba(118, 118, 118);
 
 // A lane's name: "compute" or "comm".
 const char* lane_name(Lane lane, const Tr& tr) {
-  return lane == Lane::compute ? tr("compute") : tr("comm");
+  return lane == Lane::compute ? tr("compute") : lane == Lane::comm ? tr("comm") : tr("disk");
 }
 
 // ImGui::TextUnformatted for a std::string.
@@ -425,13 +425,15 @@ void draw_lane(const RunData& d, const RowsFrame& f, int r, int l, const std::ve
   const UiColors& ui = *f.ui;
   ImDrawList* dl = f.dl;
   const LaneData& lane = display_lane(d, r, l);
-  const bool comm_lane = l >= 1;  // the comm lane, or one axis's of it
+  const bool disk_lane = is_disk_lane(d, l);
+  const bool comm_lane = l >= 1 && !disk_lane;  // the comm lane, or one axis's of it
   const float y0 = f.origin.y + f.L.lane_y(r, l) + 1, y1 = y0 + f.lane_h - 2;
   const bool mouse_in_lane =
       f.hovered && f.mouse.y >= y0 && f.mouse.y < y1 + 2 && f.mouse.x >= vp.x0;
   const auto text_w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
   auto wait_of = [&](uint32_t at) -> const CommWait* {
     // Waits are kept by the span's place in the rank's whole comm lane.
+    if (disk_lane) return nullptr;  // a disk transfer is not a Comm's op
     const int64_t i = d.comm_axes.empty() ? at : comm_index_of(d.ranks[r], lane.spans[at]);
     if (i < 0) return nullptr;
     const uint32_t index = static_cast<uint32_t>(i);
@@ -623,6 +625,7 @@ bool draw_timeline_rows(App& app, const RunData& d, Viewport& shared_vp,
   std::vector<std::string> lane_names = {lane_name(Lane::compute, tr)};
   if (d.comm_axes.empty()) lane_names.push_back(lane_name(Lane::comm, tr));
   for (MeshAxis axis : d.comm_axes) lane_names.push_back(strf(tr("comm %s"), to_string(axis)));
+  if (d.has_disk) lane_names.push_back(tr("disk"));  // --offload nvme:DIR's transfers
   float names_w = 0;
   for (const std::string& n : lane_names)
     names_w = std::max(names_w, ImGui::CalcTextSize(n.c_str()).x);

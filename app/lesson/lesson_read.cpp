@@ -19,6 +19,7 @@
 
 #include "app/args.h"
 #include "app/config_args.h"
+#include "core/run_options.h"
 #include "app/lesson/lesson_file.h"
 #include "app/lesson/terminal.h"
 #include "core/model/model.h"
@@ -230,7 +231,14 @@ std::string format_double(double v) {
 std::optional<std::string> run_argument(const Table& rt, const std::string& key,
                                         const toml::node& v) {
   if (run_flags().count(key)) {
-    if (!v.is_boolean()) rt.fail(key, std::string("is a flag: true or false, not ") + type_name(v));
+    // A flag that may take a value: offload = "nvme:/var/tmp" is --offload=nvme:/var/tmp.
+    const OptionRow* row = find_option(key);
+    if (row && row->flag_value && v.is_string())
+      return "--" + key + "=" + rt.checked_text(key, v.as_string()->get());
+    if (!v.is_boolean())
+      rt.fail(key, std::string("is a flag: true or false") +
+                       (row && row->flag_value ? " or its value as a string" : "") + ", not " +
+                       type_name(v));
     if (!v.as_boolean()->get()) return std::nullopt;
     return "--" + key;
   }

@@ -66,6 +66,7 @@ json config_json(const RunConfig& c) {
       case OptionKind::on_flag:
       case OptionKind::off_flag:
         j[r.json_key] = c.*r.boolean;
+        if (r.flag_value && !(c.*r.flag_value).empty()) j[r.flag_value_key] = c.*r.flag_value;
         break;
       case OptionKind::choice:
         j[r.json_key] = c.*r.text;
@@ -92,7 +93,10 @@ RunConfig config_from_json(const JsonChecker& ck, const json& j, const std::stri
   std::vector<const char*> known = {"model",     "strategy", "world",  "batch",     "steps",
                                     "optimizer", "seed",     "device", "backend",   "timeout_ms",
                                     "record",    "seq",      "data",   "attention", "tf32"};
-  for (const OptionRow& r : option_rows()) known.push_back(r.json_key);
+  for (const OptionRow& r : option_rows()) {
+    known.push_back(r.json_key);
+    if (r.flag_value_key) known.push_back(r.flag_value_key);
+  }
   std::vector<const char*> optional;
   for (const char* k : known)
     if (std::find_if(required.begin(), required.end(),
@@ -143,6 +147,8 @@ RunConfig config_from_json(const JsonChecker& ck, const json& j, const std::stri
       case OptionKind::on_flag:
       case OptionKind::off_flag:
         c.*r.boolean = ck.boolean(v, where);
+        if (r.flag_value && j.contains(r.flag_value_key))
+          c.*r.flag_value = ck.text(j[r.flag_value_key], at(w, r.flag_value_key));
         break;
       case OptionKind::choice:
       case OptionKind::text:

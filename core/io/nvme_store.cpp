@@ -19,7 +19,7 @@ namespace {
 // O_DIRECT wants offsets, lengths and buffers aligned to the device's logical
 // block; 4 KiB covers every disk and filesystem in use.
 constexpr size_t kAlign = 4096;
-constexpr size_t kBounce = size_t{1} << 20;  // bytes moved per O_DIRECT call
+constexpr size_t kBounce = NvmeStore::kBounceBytes;  // bytes moved per O_DIRECT call
 
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -66,7 +66,17 @@ NvmeStore::NvmeStore(const std::string& dir, int rank, std::string what)
   }
 }
 
+NvmeStore::NvmeStore(Counting, std::string what) : dir_("(none)"), what_(std::move(what)) {}
+
 NvmeStore::~NvmeStore() {
+  if (io_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    io_.join();  // runs what was submitted first: nothing is left half-written
+  }
   if (fd_ >= 0) ::close(fd_);  // the file had no name: closing it frees its blocks
   std::free(bounce_);
 }
@@ -80,7 +90,9 @@ int NvmeStore::add(const std::string& name, size_t bytes) {
   // Reserve the blocks now: a disk too small fails here, before any step.
   // SHARDLAB_DISK_LIMIT (bytes) stands for a smaller disk, where none can be mounted.
   int err = 0;
-  if (const char* env = std::getenv("SHARDLAB_DISK_LIMIT");
+  if (counting()) {
+    // nothing to reserve
+  } else if (const char* env = std::getenv("SHARDLAB_DISK_LIMIT");
       env && end_ + static_cast<int64_t>(span) > std::strtoll(env, nullptr, 10))
     err = ENOSPC;
   else
@@ -93,6 +105,30 @@ int NvmeStore::add(const std::string& name, size_t bytes) {
   regions_.push_back(r);
   end_ += static_cast<int64_t>(span);
   return static_cast<int>(regions_.size()) - 1;
+}
+
+std::future<void> NvmeStore::submit(std::function<void()> job) {
+  std::packaged_task<void()> task(std::move(job));
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(task));
+    if (!io_.joinable())
+      io_ = std::thread([this] {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (true) {
+          cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+          if (jobs_.empty()) return;  // stop_, and everything submitted has run
+          std::packaged_task<void()> next = std::move(jobs_.front());
+          jobs_.pop_front();
+          lock.unlock();
+          next();  // an exception goes to the job's future
+          lock.lock();
+        }
+      });
+  }
+  cv_.notify_one();
+  return done;
 }
 
 void NvmeStore::write(int region, const void* src, size_t n, size_t offset) {
@@ -117,6 +153,7 @@ void NvmeStore::transfer(int region, void* host, size_t n, size_t offset, bool t
   if (offset > r.bytes || n > r.bytes - offset)
     throw std::logic_error("NvmeStore: bytes [" + std::to_string(offset) + ", " +
                            std::to_string(offset + n) + ") outside " + r.name);
+  if (counting()) return;  // a meta run moves no bytes
   const char* doing = to_file ? "writing" : "reading";
   char* p = static_cast<char*>(host);
   // Every call moves whole bytes until done (pread/pwrite may return fewer).

@@ -10,10 +10,17 @@
 // is added (posix_fallocate), so a disk too small says so before training,
 // in one line naming DIR, the region and the bytes.
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace shardlab {
@@ -31,6 +38,10 @@ class NvmeStore {
   // is not a directory this process can write in. `what` names the setting in
   // messages ("--offload nvme:/mnt/nvme").
   NvmeStore(const std::string& dir, int rank, std::string what);
+  // A store that keeps no file (a meta run's): regions, sizes and byte counts
+  // as the real one's, and reads and writes that move nothing.
+  struct Counting {};
+  NvmeStore(Counting, std::string what);
   ~NvmeStore();
   NvmeStore(const NvmeStore&) = delete;
   NvmeStore& operator=(const NvmeStore&) = delete;
@@ -46,12 +57,21 @@ class NvmeStore {
   void write(int region, const void* src, size_t n, size_t offset = 0);
   void read(int region, void* dst, size_t n, size_t offset = 0);
 
+  // Runs `job` (reads and writes of this store) on the store's I/O thread,
+  // in submission order, so that disk transfers overlap the caller's compute.
+  // The future rethrows what the job threw (a DiskError).
+  std::future<void> submit(std::function<void()> job);
+
   // Bytes the regions hold, and moved so far.
   int64_t bytes_reserved() const { return end_; }
   int64_t bytes_read() const { return read_; }
   int64_t bytes_written() const { return written_; }
   // Whether the file is read and written past the page cache (O_DIRECT).
   bool direct() const { return direct_; }
+  bool counting() const { return fd_ < 0; }
+  const std::string& dir() const { return dir_; }
+  // Host memory the store holds beside the allocator (its O_DIRECT bounce buffer).
+  static constexpr size_t kBounceBytes = size_t{1} << 20;
 
  private:
   struct Region {
@@ -68,8 +88,14 @@ class NvmeStore {
   bool direct_ = false;
   std::vector<Region> regions_;
   int64_t end_ = 0;
-  int64_t read_ = 0, written_ = 0;
-  void* bounce_ = nullptr;  // aligned, kBounce bytes (direct only)
+  std::atomic<int64_t> read_{0}, written_{0};  // moved on the I/O thread, read anywhere
+  void* bounce_ = nullptr;  // aligned, kBounceBytes (direct only)
+  // The I/O thread, started by the first submit().
+  std::thread io_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
 };
 
 }  // namespace shardlab

@@ -1,16 +1,40 @@
 // Optimizer state allocation, fp32 master weights, and dispatch to the kernels.
 #include "core/model/optimizer.h"
 
+#include <future>
 #include <memory>
 #include <stdexcept>
 
+#include "core/io/nvme_store.h"
 #include "core/model/precision.h"
 
 namespace shardlab {
 
+Optimizer::~Optimizer() = default;
+
 Optimizer::Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::vector<Range>& ranges,
-                     DType param_dtype, Pool pool)
+                     DType param_dtype, Pool pool, OnDisk disk)
     : cfg_(cfg), alloc_(alloc), ranges_(ranges), param_dtype_(param_dtype), pool_(pool) {
+  if (disk.store) {
+    // Nothing in memory: a region per state tensor, its space reserved now
+    // (a disk too small says so before the first step) and read back as
+    // zeros, the moments' start. The owner stores the masters (store_master).
+    store_ = disk.store;
+    rec_ = disk.rec;
+    layer_of_ = std::move(disk.layer_of);
+    layer_of_.resize(ranges.size(), -1);
+    if (mixed()) master_.resize(ranges.size());
+    if (cfg.kind == OptimizerKind::adamw) {
+      exp_avg_.resize(ranges.size());
+      exp_avg_sq_.resize(ranges.size());
+    }
+    for (const Part& p : parts()) {
+      region_.emplace_back();
+      for (const Range& r : ranges)
+        region_.back().push_back(store_->add(r.name + p.suffix, r.numel * sizeof(float)));
+    }
+    return;
+  }
   for (const Range& r : ranges) {
     if (mixed())
       master_.push_back(
@@ -33,24 +57,182 @@ DeviceBackend& Optimizer::backend() const {
   return alloc_.backend();
 }
 
+// Swapped (--offload nvme:DIR), these read and write the store: a checkpoint
+// saves and restores the state where it lives. The master is part 0 when mixed.
+
 void Optimizer::load_master(size_t i, const float* host_src) {
+  if (store_) return disk_write(0, i, host_src, ranges_[i].numel);
   write_from_host(backend(), master_[i], 0, host_src, ranges_[i].numel);
 }
 
 void Optimizer::load_master(size_t i, const ParamSource& init, size_t from) {
+  if (store_) throw std::logic_error("Optimizer::load_master: on disk, masters come by store_master");
   init.write_to(backend(), master_[i], 0, from, ranges_[i].numel);
 }
 
 void Optimizer::read_master(size_t i, float* host_dst) const {
+  if (store_) return disk_read(0, i, host_dst, ranges_[i].numel);
   read_to_host(backend(), host_dst, master_[i], 0, ranges_[i].numel);
 }
 
 void Optimizer::read_moment(size_t i, bool second, float* host_dst, size_t n) const {
+  if (store_) return disk_read((mixed() ? 1 : 0) + (second ? 1 : 0), i, host_dst, n);
   read_to_host(backend(), host_dst, second ? exp_avg_sq_[i] : exp_avg_[i], 0, n);
 }
 
 void Optimizer::load_moment(size_t i, bool second, const float* host_src, size_t n) {
+  if (store_) return disk_write((mixed() ? 1 : 0) + (second ? 1 : 0), i, host_src, n);
   write_from_host(backend(), second ? exp_avg_sq_[i] : exp_avg_[i], 0, host_src, n);
+}
+
+std::vector<Optimizer::Part> Optimizer::parts() {
+  std::vector<Part> out;
+  if (mixed()) out.push_back({".master", &master_});
+  if (cfg_.kind == OptimizerKind::adamw) {
+    out.push_back({".exp_avg", &exp_avg_});
+    out.push_back({".exp_avg_sq", &exp_avg_sq_});
+  }
+  return out;
+}
+
+bool Optimizer::host_addressable() const {
+  return pool_ == Pool::host || alloc_.backend().device().kind != DeviceKind::cuda;
+}
+
+void Optimizer::disk_read(size_t part, size_t i, float* host_dst, size_t n) const {
+  const int region = region_.at(part).at(i);
+  store_->submit([&] { store_->read(region, host_dst, n * sizeof(float)); }).get();
+}
+
+void Optimizer::disk_write(size_t part, size_t i, const float* host_src, size_t n) {
+  const int region = region_.at(part).at(i);
+  store_->submit([&] { store_->write(region, host_src, n * sizeof(float)); }).get();
+}
+
+int64_t Optimizer::disk_bytes_read() const {
+  return store_ ? store_->bytes_read() : 0;
+}
+
+int64_t Optimizer::disk_bytes_written() const {
+  return store_ ? store_->bytes_written() : 0;
+}
+
+void Optimizer::store_master(size_t i, const Tensor& t) {
+  if (!store_) throw std::logic_error("Optimizer::store_master: the state is not on disk");
+  if (store_->counting()) return;  // a meta run's tensors hold no values
+  const size_t n = ranges_[i].numel;
+  if (host_addressable()) return disk_write(0, i, t.data<float>(), n);
+  Tensor host = alloc_.alloc(ranges_[i].name + ".master[to disk]", MemCategory::temporary, n,
+                             DType::f32, Pool::host);
+  read_to_host(backend(), host.data<float>(), t, 0, n);
+  disk_write(0, i, host.data<float>(), n);
+}
+
+// One range's state on its way between the store and memory: its tensors, a
+// host copy where the pool is not host memory (a GPU's), and the transfer.
+struct Optimizer::Swap {
+  std::vector<Tensor> held;  // what the transfer reads or writes: kept until it is done
+  std::future<void> io;
+  // Waits for the transfer; rethrows its error.
+  void finish() {
+    if (io.valid()) io.get();
+  }
+};
+
+void Optimizer::each_range(const std::function<void(size_t)>& update_range) {
+  if (!store_) {
+    for (size_t i = 0; i < ranges_.size(); ++i) update_range(i);
+    return;
+  }
+  const std::vector<Part> ps = parts();
+  const bool direct = host_addressable();
+  DeviceBackend& dev = alloc_.backend();
+  auto bytes = [&](size_t i) { return ranges_[i].numel * sizeof(float); };
+  auto regions = [&](size_t i) {
+    std::vector<int> r;
+    for (size_t p = 0; p < ps.size(); ++p) r.push_back(region_[p][i]);
+    return r;
+  };
+  // Range i's state, allocated now (its names as when resident) and read on
+  // the I/O thread; on a GPU through host copies, uploaded by finish_in.
+  auto swap_in = [&](size_t i) {
+    Swap s;
+    std::vector<float*> dst;
+    for (const Part& p : ps) {
+      Tensor& t = (*p.tensors)[i];
+      t = alloc_.alloc(ranges_[i].name + p.suffix, MemCategory::optimizer_state, ranges_[i].numel,
+                       DType::f32, pool_);
+      if (!direct)
+        s.held.push_back(alloc_.alloc(ranges_[i].name + p.suffix + "[from disk]",
+                                      MemCategory::optimizer_state, ranges_[i].numel, DType::f32,
+                                      Pool::host));
+      dst.push_back(direct ? t.data<float>() : s.held.back().data<float>());
+    }
+    s.io = store_->submit([this, i, n = bytes(i), dst, r = regions(i)] {
+      ScopedSpan span(rec_, Lane::disk, SpanKind::disk_read, layer_of_[i], -1,
+                      static_cast<int64_t>(n * r.size()));
+      for (size_t k = 0; k < r.size(); ++k) store_->read(r[k], dst[k], n);
+    });
+    return s;
+  };
+  auto finish_in = [&](Swap& s, size_t i) {
+    s.finish();
+    if (!direct)
+      for (size_t k = 0; k < ps.size(); ++k)
+        dev.copy((*ps[k].tensors)[i].raw(), s.held[k].raw(), bytes(i), CopyKind::host_to_device);
+    s.held.clear();
+  };
+  // Range i's updated state back to the store; its memory is freed once written.
+  auto swap_out = [&](size_t i) {
+    Swap s;
+    std::vector<const float*> src;
+    for (const Part& p : ps) {
+      Tensor& t = (*p.tensors)[i];
+      if (!direct) {
+        Tensor h = alloc_.alloc(ranges_[i].name + p.suffix + "[to disk]",
+                                MemCategory::optimizer_state, ranges_[i].numel, DType::f32,
+                                Pool::host);
+        dev.copy(h.raw(), t.raw(), bytes(i), CopyKind::device_to_host);
+        t.reset();
+        s.held.push_back(std::move(h));
+      } else {
+        s.held.push_back(std::move(t));
+      }
+      src.push_back(s.held.back().data<float>());
+    }
+    s.io = store_->submit([this, i, n = bytes(i), src, r = regions(i)] {
+      ScopedSpan span(rec_, Lane::disk, SpanKind::disk_write, layer_of_[i], -1,
+                      static_cast<int64_t>(n * r.size()));
+      for (size_t k = 0; k < r.size(); ++k) store_->write(r[k], src[k], n);
+    });
+    return s;
+  };
+  // The pipeline: range i+1 is read while range i updates, and range i-1's
+  // write finishes meanwhile. On an error, every transfer still in flight is
+  // waited for before its memory goes.
+  Swap in, next, out;
+  struct Drain {
+    Swap *a, *b, *c;
+    ~Drain() {
+      for (Swap* s : {a, b, c}) try {
+          s->finish();
+        } catch (...) {
+        }
+    }
+  } drain{&in, &next, &out};
+  in = swap_in(0);
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    finish_in(in, i);
+    if (i + 1 < ranges_.size()) next = swap_in(i + 1);
+    update_range(i);
+    out.finish();
+    out.held.clear();
+    out = swap_out(i);
+    in = std::move(next);
+    next = Swap{};
+  }
+  out.finish();
+  out.held.clear();
 }
 
 void Optimizer::update(size_t i, float* param, const float* grad) {
@@ -68,7 +250,7 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
     throw std::logic_error("Optimizer::step: range count mismatch");
   if (mixed()) throw std::logic_error("Optimizer::step: mixed precision needs step_mixed");
   ++t_;
-  for (size_t i = 0; i < ranges_.size(); ++i) update(i, params[i], grads[i]);
+  each_range([&](size_t i) { update(i, params[i], grads[i]); });
 }
 
 void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<const void*>& grads,
@@ -78,7 +260,7 @@ void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<c
   if (!mixed()) throw std::logic_error("Optimizer::step_mixed: fp32 parameters need step");
   ++t_;
   DeviceBackend& dev = backend();
-  for (size_t i = 0; i < ranges_.size(); ++i) {
+  each_range([&](size_t i) {
     const size_t n = ranges_[i].numel;
     Tensor g =
         alloc_.alloc(ranges_[i].name + ".grad[fp32]", MemCategory::temporary, n, DType::f32, pool_);
@@ -87,7 +269,7 @@ void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<c
     dev.scale(g32, n, grad_scale);
     update(i, master(i), g32);
     dev.cast(params[i], param_dtype_, master(i), DType::f32, n);
-  }
+  });
 }
 
 }  // namespace shardlab

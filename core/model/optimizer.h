@@ -3,6 +3,7 @@
 // holds optimizer state for that shard only. In mixed precision the state
 // also holds an fp32 master copy of every range (the ZeRO paper's K = 12).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,15 @@
 #include "core/model/param_source.h"
 
 namespace shardlab {
+
+class NvmeStore;
+
+// Where an Optimizer's state lives on disk (Optimizer's constructor).
+struct OptimizerOnDisk {
+  NvmeStore* store = nullptr;  // null: in memory
+  Recorder* rec = nullptr;
+  std::vector<int> layer_of;
+};
 
 class Optimizer {
  public:
@@ -21,8 +31,16 @@ class Optimizer {
   // `param_dtype` is how the model stores the parameters it computes with:
   // f32, or bf16/f16 for mixed precision (then fp32 masters are kept here).
   // `pool`: where the state lives (the host for ZeRO-Offload).
+  // ZeRO-Infinity (--offload nvme:DIR): the state lives in `store`, one
+  // region per state tensor, and is in memory only while its range steps.
+  // Each step reads a range's state in, updates it and writes it back, the
+  // next range's read overlapping this one's update (the store's I/O
+  // thread); the transfers are disk_read/disk_write spans on the disk lane of
+  // `rec`, layer_of[i] the layer range i's spans name. The store outlives this.
+  using OnDisk = OptimizerOnDisk;
   Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::vector<Range>& ranges,
-            DType param_dtype = DType::f32, Pool pool = Pool::device);
+            DType param_dtype = DType::f32, Pool pool = Pool::device, OnDisk disk = {});
+  ~Optimizer();
 
   // One fp32 update: params[i] and grads[i] point at range i, in the
   // optimizer's pool.
@@ -35,10 +53,18 @@ class Optimizer {
                   float grad_scale);
 
   bool mixed() const { return param_dtype_ != DType::f32; }
+  bool swapped() const { return store_ != nullptr; }
+  // Swapped: range i's initial master, filled by its owner into `t` (a
+  // tensor in the optimizer's pool), to the store.
+  void store_master(size_t i, const Tensor& t);
+  // Bytes of state read from and written to the store so far.
+  int64_t disk_bytes_read() const;
+  int64_t disk_bytes_written() const;
+
   // Mixed precision: range i's fp32 master weights (filled by the owner at
-  // setup), in the optimizer's pool.
-  float* master(size_t i) { return static_cast<float*>(master_[i].raw()); }
-  const float* master(size_t i) const { return static_cast<const float*>(master_[i].raw()); }
+  // setup), in the optimizer's pool; not while swapped (read_master instead).
+  float* master(size_t i) { return static_cast<float*>(master_.at(i).raw()); }
+  const float* master(size_t i) const { return static_cast<const float*>(master_.at(i).raw()); }
   // Range i's master tensor, for its owner to fill at setup.
   Tensor& master_tensor(size_t i) { return master_[i]; }
   // Range i's master from / to fp32 host memory (ranges_[i].numel values).
@@ -63,6 +89,22 @@ class Optimizer {
 
  private:
   void update(size_t i, float* param, const float* grad);
+  // Runs update_range(i) for every range, with range i's state in memory
+  // (swapped in around it when swapped()).
+  void each_range(const std::function<void(size_t)>& update_range);
+  // The state tensors of every range, as (suffix, tensors): master (mixed),
+  // exp_avg and exp_avg_sq (AdamW).
+  struct Part {
+    const char* suffix;
+    std::vector<Tensor>* tensors;
+  };
+  std::vector<Part> parts();
+  struct Swap;
+  // Whether the pool's memory is the host's (the store reads straight into it).
+  bool host_addressable() const;
+  // A state tensor's bytes from / to the store, synchronously on its I/O thread.
+  void disk_read(size_t part, size_t i, float* host_dst, size_t n) const;
+  void disk_write(size_t part, size_t i, const float* host_src, size_t n);
 
   OptimizerConfig cfg_;
   Allocator& alloc_;
@@ -71,6 +113,11 @@ class Optimizer {
   Pool pool_;
   std::vector<Tensor> master_, exp_avg_, exp_avg_sq_;
   int64_t t_ = 0;
+  // OnDisk: the store, each part's region per range, and the disk spans' recorder.
+  NvmeStore* store_ = nullptr;
+  std::vector<std::vector<int>> region_;  // [part][range]
+  std::vector<int> layer_of_;
+  Recorder* rec_ = nullptr;
 };
 
 }  // namespace shardlab

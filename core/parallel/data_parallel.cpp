@@ -65,11 +65,34 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
   }
   // The optimizer state (and in mixed precision the fp32 master) exists for
   // this rank's shard of each group only: ZeRO's first saving, in every stage.
-  optimizer_ = std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool);
+  Optimizer::OnDisk disk;
+  if (!spec.nvme_dir.empty()) {
+    // ZeRO-Infinity: the state lives in the rank's file from the start; a
+    // meta run's store keeps no file but reserves, allocates and records alike.
+    const std::string what = "--offload nvme:" + spec.nvme_dir;
+    store_ = env.device.holds_values()
+                 ? std::make_unique<NvmeStore>(spec.nvme_dir, env.rank, what)
+                 : std::make_unique<NvmeStore>(NvmeStore::Counting{}, what);
+    env.alloc.note_outside(static_cast<int64_t>(NvmeStore::kBounceBytes));  // its I/O buffer
+    disk.store = store_.get();
+    disk.rec = env.rec;
+    for (const FlatGroup& g : groups_) disk.layer_of.push_back(g.first);
+  }
+  optimizer_ =
+      std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool, disk);
   if (optimizer_->mixed())
-    for (const FlatGroup& g : groups_)
-      write_group_values(optimizer_->backend(), optimizer_->master_tensor(g.index), g, init,
-                         g.plan.begin(env.rank), g.plan.shard);
+    for (const FlatGroup& g : groups_) {
+      if (!optimizer_->swapped()) {
+        write_group_values(optimizer_->backend(), optimizer_->master_tensor(g.index), g, init,
+                           g.plan.begin(env.rank), g.plan.shard);
+        continue;
+      }
+      // On disk: each master passes through memory once, one group at a time.
+      Tensor m = env.alloc.alloc(g.shard_name(env.rank) + ".master", MemCategory::optimizer_state,
+                                 g.plan.shard, DType::f32, spec.pool);
+      write_group_values(optimizer_->backend(), m, g, init, g.plan.begin(env.rank), g.plan.shard);
+      optimizer_->store_master(g.index, m);
+    }
 }
 
 bool ShardedStates::update_shards(MixedPrecision& mp) {
@@ -124,10 +147,23 @@ std::vector<float> ShardedStates::export_params() {
   // optimizer keeps as this rank's shard of each group.
   if (optimizer_->mixed() || spec_.params == Keep::shard) {
     std::vector<const float*> shards;
-    for (size_t g = 0; g < groups_.size(); ++g)
-      shards.push_back(optimizer_->mixed() ? optimizer_->master(groups_[g].index)
-                                           : static_cast<const float*>(params_[g].raw()));
-    return gather_model_params(*env_.comm, env_.alloc, total, groups_, shards, on_host);
+    // Masters in the offload file are read into host memory for the gather.
+    std::vector<Tensor> from_disk;
+    const bool masters_on_disk = optimizer_->mixed() && optimizer_->swapped();
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (masters_on_disk) {
+        const size_t n = optimizer_->ranges()[g].numel;
+        from_disk.push_back(env_.alloc.alloc(groups_[g].shard_name(env_.rank) + ".master[from disk]",
+                                             MemCategory::temporary, n, DType::f32, Pool::host));
+        if (env_.device.holds_values()) optimizer_->read_master(g, from_disk.back().data<float>());
+        shards.push_back(from_disk.back().data<float>());
+      } else {
+        shards.push_back(optimizer_->mixed() ? optimizer_->master(groups_[g].index)
+                                             : static_cast<const float*>(params_[g].raw()));
+      }
+    }
+    return gather_model_params(*env_.comm, env_.alloc, total, groups_, shards,
+                               on_host || masters_on_disk);
   }
   // Whole parameters: rank 0 already holds every value.
   if (env_.rank != 0) return {};

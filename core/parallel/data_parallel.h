@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/io/nvme_store.h"
 #include "core/model/optimizer.h"
 #include "core/model/precision.h"
 #include "core/parallel/sharding.h"
@@ -65,6 +66,9 @@ struct ShardedStatesSpec {
   Keep params = Keep::shard;
   Keep grads = Keep::shard;
   Pool pool = Pool::device;  // Pool::host: the model states live in host memory (offload)
+  // --offload nvme:DIR: the optimizer state lives in a file under this
+  // directory (ZeRO-Infinity), in memory only while its shard steps.
+  std::string nvme_dir;
 };
 
 // One rank's model states, a flat buffer per group: parameters and gradients
@@ -106,6 +110,7 @@ class ShardedStates {
   ShardedStatesSpec spec_;
   std::vector<FlatGroup> groups_;
   std::vector<Tensor> params_, grads_;
+  std::unique_ptr<NvmeStore> store_;  // --offload nvme:DIR: the rank's offload file
   std::unique_ptr<Optimizer> optimizer_;
 };
 

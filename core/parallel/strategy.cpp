@@ -1,11 +1,15 @@
 // Strategy registry, the options each strategy reads, and full validation.
 #include "core/parallel/strategy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "core/comm/placement.h"
+#include "core/run_options.h"
 
 namespace shardlab {
 
@@ -316,6 +320,17 @@ void validate_common(const RunConfig& cfg, int max_world) {
                       " is invalid (valid: 1 or more)");
   // The cap becomes a byte count (size_t): 1 TiB is far beyond any model here
   // and keeps that conversion defined.
+  if (!cfg.offload_to.empty()) {
+    parse_offload_value(cfg.offload_to);  // a recording's or a test's value, checked as typed
+    const std::string dir = nvme_offload_dir(cfg);
+    std::error_code ec;
+    const bool is_dir = !dir.empty() && std::filesystem::is_directory(dir, ec);
+    if (!dir.empty() && (!is_dir || ::access(dir.c_str(), W_OK | X_OK) != 0))
+      throw ConfigError("--offload " + cfg.offload_to + ": '" + dir + "' is " +
+                        (is_dir ? "a directory this user cannot write in"
+                                : "not an existing directory") +
+                        " (valid: an existing writable directory, ideally on an NVMe disk)");
+  }
   if (!(cfg.bucket_mb > 0) || !(cfg.bucket_mb <= 1048576))
     throw ConfigError("--bucket-mb " + number_text(cfg.bucket_mb) +
                       " is invalid (valid: a positive number of MiB up to 1048576, e.g. 25)");

@@ -141,7 +141,7 @@ bool LiveReader::poll(std::vector<double>& losses) {
           s.rank = static_cast<int>(r);
           s.t_begin_ns = v.at(0).get<int64_t>();
           s.t_end_ns = v.at(1).get<int64_t>();
-          s.lane = enum_named<Lane, 2>(v.at(2).get<std::string>(), "lane");
+          s.lane = enum_named<Lane, kNumLanes>(v.at(2).get<std::string>(), "lane");
           s.kind = enum_named<SpanKind, kNumSpanKinds>(v.at(3).get<std::string>(), "span kind");
           s.layer = v.at(4).get<int>();
           s.micro_batch = v.at(5).get<int>();

@@ -32,6 +32,8 @@ constexpr SpanKindRow kSpanKinds[kNumSpanKinds] = {
     {SpanKind::scatter, "scatter", "scatter", "SC", false},
     {SpanKind::gather, "gather", "gather", "GA", false},
     {SpanKind::data, "data", "data", "data", false},
+    {SpanKind::disk_read, "disk_read", "read from disk", "RD\xE2\x86\x91", false},
+    {SpanKind::disk_write, "disk_write", "write to disk", "WR\xE2\x86\x93", false},
     {SpanKind::other, "other", "other", "other", false},
 };
 
@@ -69,7 +71,15 @@ const char* to_string(MarkKind kind) {
 }
 
 const char* to_string(Lane lane) {
-  return lane == Lane::compute ? "compute" : "comm";
+  switch (lane) {
+    case Lane::compute:
+      return "compute";
+    case Lane::comm:
+      return "comm";
+    case Lane::disk:
+      return "disk";
+  }
+  return "?";
 }
 
 const char* to_string(MemCategory c) {

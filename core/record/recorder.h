@@ -12,7 +12,9 @@
 
 namespace shardlab {
 
-enum class Lane : uint8_t { compute, comm };
+// disk: a rank's transfers to and from its offload file (--offload nvme:DIR).
+enum class Lane : uint8_t { compute, comm, disk };
+inline constexpr int kNumLanes = 3;
 
 enum class SpanKind : uint8_t {
   forward,
@@ -33,6 +35,8 @@ enum class SpanKind : uint8_t {
   scatter,  // dp: device 0 hands each device its slice (batch rows, output gradients)
   gather,   // dp: each device's outputs collected onto device 0
   data,     // making a batch (a data loader's work; a projection takes it as prefetched)
+  disk_read,   // offloaded model states read from the rank's file (the disk lane)
+  disk_write,  // ... and written back
   other,
 };
 inline constexpr int kNumSpanKinds = static_cast<int>(SpanKind::other) + 1;

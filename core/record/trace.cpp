@@ -24,7 +24,7 @@ int pid_of(int rank) {
   return rank + 1;
 }
 int tid_of(int rank, Lane lane) {
-  return pid_of(rank) * 10 + (lane == Lane::compute ? 0 : 1);
+  return pid_of(rank) * 10 + static_cast<int>(lane);
 }
 
 double to_us(int64_t ns) {
@@ -172,9 +172,15 @@ json trace_to_json(const std::vector<Recorder::Snapshot>& ranks, int64_t t0_ns,
     events.push_back(
         metadata_event("process_name", pid, {{"name", "rank " + std::to_string(rank)}}));
     events.push_back(metadata_event("process_sort_index", pid, {{"sort_index", rank}}));
-    for (Lane lane : {Lane::compute, Lane::comm}) {
+    // The disk lane only where the rank has offload transfers.
+    const bool disk = std::any_of(ranks[i].spans.begin(), ranks[i].spans.end(),
+                                  [](const Span& s) { return s.lane == Lane::disk; });
+    for (Lane lane : {Lane::compute, Lane::comm, Lane::disk}) {
+      if (lane == Lane::disk && !disk) continue;
       const int tid = tid_of(rank, lane);
-      const char* thread = lane == Lane::compute ? "compute" : "communication";
+      const char* thread = lane == Lane::compute ? "compute"
+                           : lane == Lane::comm  ? "communication"
+                                                 : "disk";
       events.push_back(metadata_event("thread_name", pid, {{"name", thread}}, tid));
       events.push_back(
           metadata_event("thread_sort_index", pid, {{"sort_index", static_cast<int>(lane)}}, tid));

@@ -14,6 +14,7 @@
 #include "core/parallel/strategy.h"
 #include "core/predict/mesh_estimate.h"
 #include "core/predict/pipeline_analysis.h"
+#include "core/predict/offload_traffic.h"
 #include "core/predict/server_traffic.h"
 
 namespace shardlab {
@@ -101,6 +102,20 @@ const std::vector<MetricInfo> kRegistry = {
      {A::rank},
      "bytes the rank received per training step, read from the recording (its receives)",
      "ps: W·Ψ/S into a server (its shard's gradient from every worker), Ψ into a worker",
+     false},
+    {"disk_read_bytes_per_step",
+     "B",
+     {A::rank},
+     "--offload nvme:DIR: bytes the rank read from its offload file per training step, read "
+     "from the recording (its disk_read spans)",
+     "the optimizer state of the rank's shards: 8 B a parameter (AdamW), 12 B in mixed precision",
+     false},
+    {"disk_written_bytes_per_step",
+     "B",
+     {A::rank},
+     "--offload nvme:DIR: bytes the rank wrote to its offload file per training step, read "
+     "from the recording (its disk_write spans)",
+     "the optimizer state of the rank's shards, written back once a step",
      false},
     {"max_staleness",
      "count",
@@ -596,6 +611,18 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
       v.formula = server ? t->server_in : t->worker_in;
       v.formula_text = server ? "W·Ψ/S: its shard's gradient from each of the W workers"
                               : "Ψ: every server's shard of the parameters";
+    }
+  } else if (n == "disk_read_bytes_per_step" || n == "disk_written_bytes_per_step") {
+    need_spans(r, n);
+    const bool read = n == "disk_read_bytes_per_step";
+    v.measured = disk_bytes_per_step(r.recorders[ref.rank]->snapshot().spans,
+                                     static_cast<int>(r.step_ms.size()),
+                                     read ? SpanKind::disk_read : SpanKind::disk_write);
+    if (const auto b = predict_disk_state_bytes(c, ref.rank)) {
+      v.formula = *b;
+      v.formula_text =
+          "the optimizer state of the rank's padded shards (8 B a parameter, 12 B in mixed "
+          "precision), once a step";
     }
   } else if (n == "max_staleness") {
     need_spans(r, n);

@@ -141,7 +141,7 @@ Span span_from_json(const JsonChecker& ck, const json& row, const std::string& w
   const int64_t e = ck.integer(row[1], col(1), b, kMaxTimeNs);
   s.t_begin_ns = t0 + b;
   s.t_end_ns = t0 + e;
-  s.lane = ck.name<Lane, 2>(row[2], col(2), "lane");
+  s.lane = ck.name<Lane, kNumLanes>(row[2], col(2), "lane");
   s.kind = ck.name<SpanKind, kNumSpanKinds>(row[3], col(3), "span kind");
   s.layer = static_cast<int>(ck.integer(row[4], col(4), -1, lim.layers - 1));
   s.micro_batch =

@@ -89,6 +89,10 @@ Color kind_color(SpanKind kind, bool hc) {
       return hc ? rgba(255, 120, 160) : rgba(190, 105, 135);
     case SpanKind::data:
       return hc ? rgba(210, 190, 150) : rgba(150, 135, 105);
+    case SpanKind::disk_read:  // the disk lane: browns, apart from the copies' greens
+      return hc ? rgba(230, 160, 90) : rgba(170, 110, 60);
+    case SpanKind::disk_write:
+      return hc ? rgba(255, 200, 140) : rgba(205, 150, 95);
     case SpanKind::other:
       return hc ? rgba(180, 180, 180) : rgba(120, 120, 120);
     default:
@@ -137,6 +141,10 @@ const char* kind_short(SpanKind kind, const Tr& tr) {
       return tr("bar");
     case SpanKind::data:
       return tr("data");
+    case SpanKind::disk_read:
+      return tr("read");
+    case SpanKind::disk_write:
+      return tr("write");
     case SpanKind::other:
       return "?";
     default:

@@ -118,7 +118,7 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
   RankData& r = d.ranks[rank];
   std::vector<int64_t> times;
   times.reserve(spans.size() * 2 + allocs.size());
-  std::array<std::vector<Span>, 2> by_lane;
+  std::array<std::vector<Span>, kNumLanes> by_lane;
   for (Span& s : spans) {
     s.rank = rank;
     d.t_end = std::max(d.t_end, s.t_end_ns);
@@ -151,7 +151,8 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
         d.pending_flows.erase(s.flow_id);
       }
     }
-    by_lane[static_cast<int>(s.lane) & 1].push_back(s);
+    d.has_disk |= s.lane == Lane::disk;
+    by_lane[std::min<int>(static_cast<int>(s.lane), kNumLanes - 1)].push_back(s);
   }
   if (!d.comm_axes.empty()) {
     std::vector<std::vector<Span>> by_axis(d.comm_axes.size());
@@ -163,7 +164,7 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
     }
     for (size_t a = 0; a < by_axis.size(); ++a) r.axis_lanes[a].insert(std::move(by_axis[a]));
   }
-  for (int l = 0; l < 2; ++l) r.lanes[l].insert(std::move(by_lane[l]));
+  for (int l = 0; l < kNumLanes; ++l) r.lanes[l].insert(std::move(by_lane[l]));
 
   if (!allocs.empty()) {
     for (const AllocEvent& e : allocs) {
@@ -237,6 +238,7 @@ const char* group_axis_name(const RunData& d, int group) {
 const LaneData& display_lane(const RunData& d, int rank, int l) {
   const RankData& r = d.ranks[static_cast<size_t>(rank)];
   if (l <= 0) return r.lane(Lane::compute);
+  if (is_disk_lane(d, l)) return r.lane(Lane::disk);
   if (d.comm_axes.empty() || static_cast<size_t>(l - 1) >= r.axis_lanes.size())
     return r.lane(Lane::comm);
   return r.axis_lanes[static_cast<size_t>(l - 1)];

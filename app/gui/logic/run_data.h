@@ -30,7 +30,7 @@ struct LaneData {
 };
 
 struct RankData {
-  std::array<LaneData, 2> lanes;  // indexed by Lane
+  std::array<LaneData, kNumLanes> lanes;  // indexed by Lane
   // On a mesh of two or more axes: the comm lane's spans again, split by the
   // axis whose group carried them (as RunData::comm_axes); else empty.
   std::vector<LaneData> axis_lanes;
@@ -86,6 +86,7 @@ struct RunData {
   std::vector<int64_t> event_times;  // sorted, unique: span begins/ends and allocations
   std::array<bool, kNumSpanKinds> kinds_seen{};
   bool has_host_memory = false;
+  bool has_disk = false;  // some rank has disk spans (--offload nvme:DIR): a disk lane
   uint64_t version = 0;  // bumps on every change, for caches keyed on it
 
   size_t span_count() const;
@@ -121,8 +122,13 @@ void ingest_result(RunData& d, const RunResult& r);
 
 // The lanes each rank's row shows: compute, then one comm lane, or on a mesh
 // of two or more axes one per axis (RunData::comm_axes).
+// With offload to NVMe, a disk lane last.
 inline int display_lanes(const RunData& d) {
-  return 1 + std::max<int>(1, static_cast<int>(d.comm_axes.size()));
+  return 1 + std::max<int>(1, static_cast<int>(d.comm_axes.size())) + (d.has_disk ? 1 : 0);
+}
+// Whether row lane `l` is the disk lane.
+inline bool is_disk_lane(const RunData& d, int l) {
+  return d.has_disk && l == display_lanes(d) - 1;
 }
 // The ranks of group `group` (a collective's participants): the mesh group's,
 // or every rank for group 0 and runs without a mesh.

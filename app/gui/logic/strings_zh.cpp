@@ -43,6 +43,9 @@ const StringPairs& strings_zh_app() {
        "在途微批次数 × 阶段输入 + 一个重算的微批次"},
       {"run b's predicted peak − run a's", "运行 b 的预测峰值 − 运行 a 的"},
       {"0 (up to float32 reduction order)", "0（至多相差 float32 的规约顺序）"},
+      {"the optimizer state of the rank's padded shards (8 B a parameter, 12 B in mixed "
+       "precision), once a step",
+       "该 rank 各分片（含填充）的优化器状态（每个参数 8 B，混合精度 12 B），每步一次"},
       {"W·Ψ/S: its shard of the parameters to each of the W workers",
        "W·Ψ/S：把它的参数分片发给 W 个工作节点中的每一个"},
       {"Ψ: each server's shard of the gradient", "Ψ：给每个服务器发送它那一份梯度"},

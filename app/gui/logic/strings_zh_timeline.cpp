@@ -10,6 +10,7 @@ const StringPairs& strings_zh_timeline() {
       // The timeline's rows and their tooltips (app/gui/panel_timeline.cpp).
       {"compute", "计算"},
       {"comm", "通信"},
+      {"disk", "磁盘"},
       {"comm %s", "通信 %s"},
       {"rank %d", "rank %d"},
       {"\xC2\xB7 %s (micro-batch %d)", "\xC2\xB7 %s（微批次 %d）"},

@@ -1,0 +1,187 @@
+// ZeRO-Infinity's offload to NVMe (`--offload nvme:DIR`, zero3 and fsdp): the
+// optimizer state lives in a nameless file per rank and training still ends on
+// single's weights; each step reads and writes exactly the rank's state, as
+// disk spans; the meta run predicts memory to the byte; nothing is left in DIR;
+// a disk too small and bad settings are one line.
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.h"
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/parallel/strategy.h"
+#include "core/predict/meta_memory.h"
+#include "core/predict/offload_traffic.h"
+#include "core/run/runner.h"
+#include "core/run_options.h"
+#include "tests/run_util.h"
+
+using namespace shardlab;
+using shardlab::test::CliResult;
+using shardlab::test::max_rel_diff;
+using shardlab::test::run_cli;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// An empty directory of this test's own, on a disk filesystem (O_DIRECT).
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::path("/var/tmp") / (name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+bool no_entries(const fs::path& d) {
+  return fs::directory_iterator(d) == fs::directory_iterator();
+}
+
+double disk_per_step(const RunResult& r, int rank, SpanKind kind) {
+  return disk_bytes_per_step(r.recorders[rank]->snapshot().spans, r.cfg.steps, kind);
+}
+
+}  // namespace
+
+TEST_CASE("nvme offload: zero3 and fsdp end on single's weights, the state read and written once a step",
+          "[nvme][offload]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload");
+  // mlp:4x25: 650 values a layer, padded to 652 for 4 ranks; batch 16.
+  RunConfig ref_cfg = test::small_run("mlp:4x25", "single", 1, 16, 5);
+  const RunResult ref = run_training(ref_cfg);
+  for (const char* strategy : {"zero3", "fsdp"})
+    for (int world : {2, 3}) {
+      RunConfig c = ref_cfg;
+      c.strategy = strategy;
+      c.world = world;
+      c.batch = ref_cfg.batch - ref_cfg.batch % world;
+      // The same run with the state in memory (fsdp: CPU offload, the same host pool).
+      RunConfig plain = c;
+      plain.offload = std::string(strategy) == "fsdp";
+      c.offload = true;
+      c.offload_to = "nvme:" + dir.string();
+      INFO(strategy << ", world " << world);
+      validate(c);
+      RunConfig single = ref_cfg;
+      single.batch = c.batch;
+      const RunResult want = run_training(single);
+      const RunResult r = run_training(c);
+      REQUIRE(r.final_params.size() == want.final_params.size());
+      CHECK(max_rel_diff(r.final_params, want.final_params) < 2e-5);
+      // Bit for bit the run whose state stays in memory: the file only holds it.
+      const RunResult p = run_training(plain);
+      CHECK(r.final_params == p.final_params);
+      // Each rank reads its whole state in and writes it back once a step.
+      const double state = *predict_disk_state_bytes(c, 0);
+      CHECK(state > 0);
+      for (int k = 0; k < world; ++k) {
+        CHECK(disk_per_step(r, k, SpanKind::disk_read) == state);
+        CHECK(disk_per_step(r, k, SpanKind::disk_write) == state);
+        for (const Span& s : r.recorders[k]->snapshot().spans)
+          if (s.kind == SpanKind::disk_read || s.kind == SpanKind::disk_write)
+            CHECK(s.lane == Lane::disk);
+      }
+      // Its optimizer state is in memory three layers at most (read, stepped, written).
+      auto optimizer_peak = [](const RunResult& x) {
+        const int cat = static_cast<int>(MemCategory::optimizer_state);
+        return x.ranks[0].memory.device.peak[cat] + x.ranks[0].memory.host.peak[cat];
+      };
+      CHECK(optimizer_peak(r) < optimizer_peak(p));
+      CHECK(no_entries(dir));  // the files had no names, and are gone
+    }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("nvme offload: bf16 masters live in the file too, and the weights match the in-memory run",
+          "[nvme][offload]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload-bf16");
+  RunConfig plain = test::small_run("mlp:4x25", "fsdp", 2, 16, 4);
+  plain.precision = "bf16";
+  plain.offload = true;  // CPU offload: the same host pool, the state in memory
+  RunConfig c = plain;
+  c.offload_to = "nvme:" + dir.string();
+  const RunResult p = run_training(plain);
+  const RunResult r = run_training(c);
+  CHECK(r.final_params == p.final_params);
+  CHECK(r.losses == p.losses);
+  // 12 B a parameter: two moments and the master.
+  CHECK(*predict_disk_state_bytes(c, 1) == 3 * 4 * 4 * (650 / 2.0));
+  CHECK(disk_per_step(r, 1, SpanKind::disk_read) == *predict_disk_state_bytes(c, 1));
+  CHECK(no_entries(dir));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("nvme offload: the meta run predicts every rank's peak to the byte", "[nvme][meta]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload-meta");
+  for (const char* strategy : {"zero3", "fsdp"})
+    for (const char* precision : {"fp32", "bf16"}) {
+      RunConfig c = test::small_run("mlp:4x25", strategy, 2, 16, 3);
+      c.precision = precision;
+      c.offload = true;
+      c.offload_to = "nvme:" + dir.string();
+      INFO(strategy << " " << precision);
+      const MetaMemory m = predict_memory_meta(c);
+      const RunResult r = run_training(c);
+      for (int k = 0; k < c.world; ++k) {
+        INFO("rank " << k);
+        for (Pool pool : {Pool::device, Pool::host}) {
+          CHECK(m.ranks[k].at_report.pool(pool).peak_total == r.ranks[k].memory.pool(pool).peak_total);
+          for (int cat = 0; cat < kNumMemCategories; ++cat)
+            CHECK(m.ranks[k].at_report.pool(pool).peak[cat] == r.ranks[k].memory.pool(pool).peak[cat]);
+        }
+      }
+      CHECK(no_entries(dir));  // the meta run made no file
+    }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("nvme offload: a disk too small is one line, and leaves nothing behind", "[nvme][cli]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload-full");
+  // A 64 KiB tmpfs where this process may mount one (root); else a limit
+  // standing for it. mlp:4x128's AdamW state is 2 × 4 × 66 048 B / 2 ranks.
+  const bool mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0;
+  const std::string env = mounted ? "" : "SHARDLAB_DISK_LIMIT=65536 ";
+  INFO((mounted ? "a 64 KiB tmpfs" : "SHARDLAB_DISK_LIMIT=65536"));
+  const CliResult r = test::run_shell(env + SHARDLAB_BIN +
+                                      std::string(" run --model mlp:4x128 --strategy fsdp "
+                                                  "--world 2 --batch 8 --steps 2 --no-record "
+                                                  "--offload nvme:") +
+                                      dir.string() + " 2>&1");
+  INFO(r.out);
+  CHECK(r.code != 0);
+  CHECK(r.out.find("--offload nvme:" + dir.string() + ": no room under '" + dir.string() + "'") !=
+        std::string::npos);
+  CHECK(r.out.find("exp_avg") != std::string::npos);  // names the state that did not fit
+  CHECK(no_entries(dir));
+  if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("nvme offload: bad settings are refused in one line", "[nvme][cli]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload-bad");
+  const std::string d = dir.string();
+  const std::string base = "run --model mlp:4x16 --batch 8 --steps 1 --world 2 ";
+  struct Bad {
+    std::string args, says;
+  };
+  for (const Bad& b :
+       {Bad{"--strategy ddp --offload nvme:" + d, "--offload nvme:" + d + ": ddp has no offload"},
+        Bad{"--strategy zero3 --offload", "zero3 offloads its optimizer state to NVMe only"},
+        Bad{"--strategy fsdp --offload nvme:", "--offload nvme: is invalid (valid: cpu, or nvme:DIR"},
+        Bad{"--strategy fsdp --offload=disk", "--offload disk is invalid (valid: cpu, or nvme:DIR"},
+        Bad{"--strategy fsdp --offload nvme:/nonexistent/shardlab",
+            "'/nonexistent/shardlab' is not an existing directory"},
+        Bad{"--strategy fsdp --offload nvme:/etc/hostname",
+            "'/etc/hostname' is not an existing directory"},
+        Bad{"--strategy fsdp --no-offload", "unknown option '--no-offload'"}})
+    test::expect_refused(base + b.args, b.says);
+  // `--offload cpu` is the bare flag's meaning, typed out.
+  const CliResult ok = run_cli(base + "--strategy fsdp --offload cpu --no-record");
+  INFO(ok.out);
+  CHECK(ok.code == 0);
+  CHECK(no_entries(dir));
+  fs::remove_all(dir);
+}
