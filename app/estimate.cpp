@@ -19,6 +19,7 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
+#include "core/run_options.h"
 #include "core/predict/mesh_estimate.h"
 #include "core/predict/meta_memory.h"
 
@@ -545,6 +546,11 @@ int cmd_estimate(int argc, char** argv) {
   in.optimizer = optimizer_kind_from(a);
   in.reshard_after_forward = !a.has("no-reshard");
   in.offload = a.has("offload");
+  // The formulas here put offloaded states in host memory; a disk is not modelled yet.
+  if (const auto v = a.flag_value("offload"); v && !parse_offload_value(*v).empty())
+    throw ConfigError("--offload " + *v +
+                      ": estimate does not model a disk yet (valid: --offload for host memory; "
+                      "`shardlab run` with --offload nvme:DIR reports its memory and disk bytes)");
   for (const StrategyOption o : {StrategyOption::offload, StrategyOption::no_reshard}) {
     const StrategyInfo* info = find_strategy(in.strategy);
     const std::string key = std::string(flag_name(o)).substr(2);  // without the leading "--"

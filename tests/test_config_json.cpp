@@ -52,6 +52,7 @@ RunConfig everything_set() {
   c.fsdp_unit = 2;
   c.reshard_after_forward = false;
   c.offload = true;
+  c.offload_to = "nvme:/mnt/nvme";
   c.mesh = "dp=2,pp=2";
   c.mesh_order = "dp,pp,tp";
   c.sequence_parallel = true;
@@ -73,6 +74,7 @@ TEST_CASE("config JSON: every setting and every option row round-trips", "[confi
   for (const OptionRow& r : option_rows()) {
     INFO(r.flag);
     CHECK(j.contains(r.json_key));
+    if (r.flag_value_key) CHECK(j.contains(r.flag_value_key));
     CHECK(option_equal(back, c, r.id));
     CHECK(option_set(back, r.id));
   }

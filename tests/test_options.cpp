@@ -57,7 +57,7 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::no_prefetch, {"--no-prefetch", ""}},
       {StrategyOption::fsdp_unit, {"--fsdp-unit 2", "--fsdp-unit 1"}},
       {StrategyOption::no_reshard, {"--no-reshard", ""}},
-      {StrategyOption::offload, {"--offload", ""}},
+      {StrategyOption::offload, {"--offload nvme:/var/tmp", ""}},  // zero3's only offload
       {StrategyOption::stages, {"--stages 2", ""}},
       {StrategyOption::micro_batches, {"--micro-batches 4", "--micro-batches 1"}},
       {StrategyOption::partition, {"--partition 3,1", ""}},
@@ -112,7 +112,7 @@ TEST_CASE("every strategy x every option it does not read: exit 2 naming its rea
       "--no-prefetch --no-reshard");
   INFO(issue.out);
   CHECK(issue.code == 2);
-  CHECK(issue.out == "error: --offload: ddp has no CPU offload; used by fsdp\n");
+  CHECK(issue.out == "error: --offload: ddp has no offload; used by fsdp, zero3\n");
 
   // From the registry: a new strategy or option is covered without editing this test.
   REQUIRE(typed_options().size() == std::size(kStrategyOptions));

@@ -41,7 +41,7 @@ const std::map<StrategyOption, Names>& expected_readers() {
       {StrategyOption::no_prefetch, {"zero3", "fsdp"}},
       {StrategyOption::fsdp_unit, {"fsdp"}},
       {StrategyOption::no_reshard, {"fsdp"}},
-      {StrategyOption::offload, {"fsdp"}},
+      {StrategyOption::offload, {"zero3", "fsdp"}},
       {StrategyOption::stages, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
       {StrategyOption::micro_batches, {"gpipe", "1f1b", "zb-h1", "interleaved"}},
       {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
@@ -99,9 +99,10 @@ std::string set_option(RunConfig& c, StrategyOption o) {
     case StrategyOption::no_reshard:
       c.reshard_after_forward = false;
       return "--no-reshard";
-    case StrategyOption::offload:
+    case StrategyOption::offload:  // the form both readers take (zero3 offloads to NVMe only)
       c.offload = true;
-      return "--offload";
+      c.offload_to = "nvme:/var/tmp";
+      return "--offload nvme:/var/tmp";
     case StrategyOption::stages:
       c.stages = 2;
       return "--stages 2";
@@ -279,7 +280,7 @@ TEST_CASE("the message names the option the user gave first", "[validation]") {
     validate(c, {"world", "offload", "micro-batches", "recompute"});
     FAIL("accepted");
   } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()) == "--offload: ddp has no CPU offload; used by fsdp");
+    CHECK(std::string(e.what()) == "--offload: ddp has no offload; used by fsdp, zero3");
   }
 }
 
@@ -310,7 +311,7 @@ TEST_CASE("the command line refuses options the strategy does not read", "[valid
       "--no-prefetch --no-reshard");
   INFO(r.out);
   CHECK(r.code == 2);
-  CHECK(r.out == "error: --offload: ddp has no CPU offload; used by fsdp\n");
+  CHECK(r.out == "error: --offload: ddp has no offload; used by fsdp, zero3\n");
 
   const CliResult z = run_cli("run --strategy zero3 --micro-batches 8");
   INFO(z.out);

@@ -375,5 +375,5 @@ TEST_CASE("data-parallel family validation", "[zero]") {
   bad(c, "--fsdp-unit 5 is invalid for model mlp:4x25 (valid: 1 to 4");
   c = small_config("zero3", 2, OptimizerKind::adamw);
   c.offload = true;
-  bad(c, "--offload: zero3 has no CPU offload; used by fsdp");
+  bad(c, "--offload: zero3 offloads its optimizer state to NVMe only (valid: --offload nvme:DIR");
 }

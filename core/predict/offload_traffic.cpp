@@ -16,8 +16,9 @@ std::optional<double> predict_disk_state_bytes(const RunConfig& cfg, int rank) {
     return std::nullopt;
   const int floats = (cfg.optimizer.kind == OptimizerKind::adamw ? 2 : 0) +
                      (cfg.precision != "fp32" ? 1 : 0);
-  // zero3: a flat group per layer; fsdp: units of --fsdp-unit layers.
-  const int per_group = cfg.strategy == "fsdp" ? cfg.fsdp_unit : 1;
+  // A flat group per layer (zero3), or units of --fsdp-unit layers (fsdp).
+  const int per_group =
+      strategy_info(cfg.strategy).reads_option(StrategyOption::fsdp_unit) ? cfg.fsdp_unit : 1;
   double bytes = 0;
   for (const FlatGroup& g : make_flat_groups(make_layout(cfg), per_group, cfg.world)) {
     (void)rank;  // every rank's shard of a group is the same size (padded)

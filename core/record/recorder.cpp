@@ -32,8 +32,8 @@ constexpr SpanKindRow kSpanKinds[kNumSpanKinds] = {
     {SpanKind::scatter, "scatter", "scatter", "SC", false},
     {SpanKind::gather, "gather", "gather", "GA", false},
     {SpanKind::data, "data", "data", "data", false},
-    {SpanKind::disk_read, "disk_read", "read from disk", "RD\xE2\x86\x91", false},
-    {SpanKind::disk_write, "disk_write", "write to disk", "WR\xE2\x86\x93", false},
+    {SpanKind::disk_read, "disk_read", "read from disk", "read", false},
+    {SpanKind::disk_write, "disk_write", "write to disk", "write", false},
     {SpanKind::other, "other", "other", "other", false},
 };
 

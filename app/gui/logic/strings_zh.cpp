@@ -202,9 +202,9 @@ const StringPairs& strings_zh_app() {
        "outputs, reduces gradients and updates",
        "DataParallel（单进程）：0 号设备广播权重、分发批数据、收集输出、规约梯度并更新"},
       {"FullyShardedDataParallel: units of --fsdp-unit layers with one flat sharded parameter; "
-       "reshard after forward, backward prefetch, optional CPU offload",
+       "reshard after forward, backward prefetch, optional offload to CPU or NVMe",
        "FullyShardedDataParallel：每 --fsdp-unit 层为一个单元，共用一个扁平的分片参数；"
-       "前向后重新分片、反向预取、可选 CPU 卸载"},
+       "前向后重新分片、反向预取、可选卸载到 CPU 或 NVMe"},
       {"GPipe: micro-batches, all forwards then all backwards, one flush (--recompute to save "
        "activations)",
        "GPipe：微批次，先全部前向再全部反向，一次冲刷（--recompute 节省激活值）"},
