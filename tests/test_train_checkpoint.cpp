@@ -147,6 +147,34 @@ TEST_CASE("resume: mixed precision and fp16's loss scale come back too", "[check
     }
 }
 
+TEST_CASE("resume: an optimizer state kept on disk (--offload nvme:DIR) is saved and restored",
+          "[checkpoint][nvme]") {
+  // The checkpoint reads the moments and masters from the offload file, and
+  // the resumed run writes them back into its own file before its first step.
+  const fs::path disk = fresh_dir("offload-file");
+  fs::create_directories(disk);
+  for (const char* s : {"zero3", "fsdp"})
+    for (const char* p : {"fp32", "bf16"}) {
+      RunConfig cfg = base(s, 2);
+      cfg.precision = p;
+      cfg.offload = true;
+      cfg.offload_to = "nvme:" + disk.string();
+      INFO(s << " " << p);
+      const RunResult whole = run_training(cfg);
+      const fs::path dir = fresh_dir(std::string("nvme-") + s + p);
+      CHECK(stop_and_resume(cfg, 2, cfg, dir).final_params == whole.final_params);
+      // And into a run that keeps the state in memory: the same values.
+      RunConfig in_memory = cfg;
+      in_memory.offload = std::string(s) == "fsdp";
+      in_memory.offload_to.clear();
+      fs::remove_all(dir);
+      CHECK(stop_and_resume(cfg, 2, in_memory, dir).final_params == whole.final_params);
+      fs::remove_all(dir);
+      CHECK(fs::is_empty(disk));
+    }
+  fs::remove_all(disk);
+}
+
 TEST_CASE("resume re-shards: another world size or strategy", "[checkpoint]") {
   for (const char* s : {"zero3", "fsdp"}) {
     const RunConfig cfg = base(s, 4);
