@@ -559,6 +559,11 @@ int cmd_estimate(int argc, char** argv) {
     throw ConfigError(std::string(flag_name(o)) + " applies to strateg" +
                       (readers.find(',') == std::string::npos ? "y " : "ies ") + readers + " only");
   }
+  if (in.offload)
+    if (const StrategyInfo* info = find_strategy(in.strategy); info && !info->offload_to_host)
+      throw ConfigError("--offload: " + in.strategy +
+                        " offloads only its optimizer state, to a disk, which estimate does not "
+                        "model yet (valid: --strategy fsdp --offload, every state in host memory)");
   check_model_state_input(in);
   // On a mesh: the run's own checks, then N = dp and Ψ = one tp slice's.
   const int world = in.world;  // every rank of the run

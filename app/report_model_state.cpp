@@ -65,6 +65,12 @@ struct Row {
   CommPrediction comm;
 };
 
+// --offload on a strategy that then keeps its model states in host memory
+// (fsdp; zero3 offloads only its optimizer state, to a disk).
+bool host_offload(const RunConfig& c) {
+  return option_in_effect(c, StrategyOption::offload) && strategy_info(c.strategy).offload_to_host;
+}
+
 std::vector<Row> rows(const RunResult& r) {
   const RunConfig& c = r.cfg;
   // What one rank holds before ZeRO shards it: on a dp × tp mesh its tp slice.
@@ -74,7 +80,7 @@ std::vector<Row> rows(const RunResult& r) {
   // On a mesh ZeRO's traffic is the dp axis's; the tp groups' is the layers'.
   const bool meshed = !c.mesh.empty();
   const bool controller = is_controller(c.strategy);
-  const bool offload = option_in_effect(c, StrategyOption::offload);
+  const bool offload = host_offload(c);
   std::vector<Row> out;
   for (int k = 0; k < static_cast<int>(r.ranks.size()); ++k) {
     Row row;
@@ -117,7 +123,7 @@ std::vector<Row> rows(const RunResult& r) {
 std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
   const RunConfig& c = r.cfg;
   const Row& r0 = rs.front();
-  const bool offload = option_in_effect(c, StrategyOption::offload);
+  const bool offload = host_offload(c);
   const bool controller = is_controller(c.strategy);
   std::string s =
       "The formulas count model states only. Beside them each rank also held activations (" +
@@ -162,14 +168,18 @@ void print_model_state_report(const RunResult& r) {
   const RunConfig& c = r.cfg;
   if (!strategy_info(c.strategy).is_data_parallel() || r.ranks.empty()) return;
   const std::vector<Row> rs = rows(r);
-  const bool host = option_in_effect(c, StrategyOption::offload);
+  const bool host = host_offload(c);
   const bool controller = is_controller(c.strategy);
   const BytesPerParam b = bytes_per_param(c.precision, c.optimizer.kind);
   std::printf(
       "  model states per rank: measured peak vs predicted (ZeRO paper, %s %s: %d + %d + %d bytes "
       "per parameter%s):\n",
       c.precision.c_str(), to_string(c.optimizer.kind), b.params, b.grads, b.optimizer,
-      host ? ", in host memory" : "");
+      !nvme_offload_dir(c).empty()
+          ? (host ? ", in host memory; the optimizer state's home is the disk file"
+                  : "; the optimizer state's home is the disk file")
+      : host ? ", in host memory"
+             : "");
   std::printf("    %-5s %11s %11s %11s %11s %11s %8s %11s  %s\n", "rank", "params", "grads",
               "optimizer", "measured", "predicted", "diff", "padding", "formula");
   for (size_t k = 0; k < rs.size(); ++k) {
@@ -220,7 +230,7 @@ void model_state_report_json(const RunResult& r, nlohmann::json& j) {
     if (w.sent >= 0) sent["measured"] = w.sent;
     if (controller && w.sent >= 0) sent["measured_activations"] = w.sent_activations;
     if (!c.mesh.empty() && w.sent >= 0) sent["measured_tp"] = w.sent_tp;
-    if (w.h2d >= 0 && option_in_effect(c, StrategyOption::offload)) {
+    if (w.h2d >= 0 && host_offload(c)) {
       sent["copy_h2d"] = w.h2d;
       sent["copy_d2h"] = w.d2h;
     }

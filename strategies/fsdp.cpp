@@ -228,6 +228,7 @@ StrategyInfo fsdp_strategy() {
       .zero_stage = 3,
       .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",
+      .offload_to_host = true,
       .make = [] { return std::make_unique<Fsdp>(); },
       .validate =
           [](const RunConfig& cfg) {

@@ -70,7 +70,8 @@ ModelStateInput model_state_input(const RunConfig& cfg, double params) {
   in.precision = cfg.precision;
   in.optimizer = cfg.optimizer.kind;
   in.reshard_after_forward = !option_in_effect(cfg, StrategyOption::no_reshard);
-  in.offload = option_in_effect(cfg, StrategyOption::offload);
+  const StrategyInfo* s = find_strategy(cfg.strategy);
+  in.offload = option_in_effect(cfg, StrategyOption::offload) && s && s->offload_to_host;
   // A data-parallel strategy on a dp × tp mesh: ZeRO's N is the dp axis, and
   // its Ψ the parameters of one tp slice (the split layers' 1/tp, the whole
   // LayerNorms and row biases), the same on every slice. (A --mesh that does

@@ -201,6 +201,10 @@ struct StrategyInfo {
   // Whether its rank_state() describes what a checkpoint must hold
   // (--checkpoint-every, --resume); refused before the run where not.
   bool checkpoints = true;
+  // With --offload (reads offload): whether its parameters, gradients and
+  // optimizer state then live in host memory (fsdp), or stay on the device
+  // with only the optimizer state offloaded, to --offload nvme:DIR (zero3).
+  bool offload_to_host = false;
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
   std::function<void(const RunConfig&)> validate{};
