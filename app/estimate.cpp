@@ -19,9 +19,9 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/pipeline.h"
 #include "core/parallel/strategy.h"
-#include "core/run_options.h"
 #include "core/predict/mesh_estimate.h"
 #include "core/predict/meta_memory.h"
+#include "core/run_options.h"
 
 namespace shardlab::app {
 

@@ -11,8 +11,8 @@
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/offload_traffic.h"
-#include "core/run_options.h"
 #include "core/run/metrics.h"
+#include "core/run_options.h"
 
 namespace shardlab::app {
 
@@ -141,9 +141,10 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
          " device→host (its reduced gradient shards) per step: PCIe traffic on a GPU, not counted "
          "as bytes sent.";
   if (!nvme_offload_dir(c).empty() && r0.disk_read >= 0)
-    s += " With --offload " + c.offload_to + " the optimizer state lives in one nameless file per "
-         "rank under that directory: rank 0 read " + human_bytes(r0.disk_read) + " from it and wrote " +
-         human_bytes(r0.disk_written) +
+    s += " With --offload " + c.offload_to +
+         " the optimizer state lives in one nameless file per "
+         "rank under that directory: rank 0 read " +
+         human_bytes(r0.disk_read) + " from it and wrote " + human_bytes(r0.disk_written) +
          " back per step (the state of every shard it owns, a layer or unit at a time), and "
          "held in memory only the state being stepped: its optimizer_state above is that peak, "
          "not the formula's.";

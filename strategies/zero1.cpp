@@ -40,7 +40,8 @@ class Zero1 final : public Strategy {
     // params and grads stay whole; optimizer state (and in mixed precision the
     // fp32 master) exists for this rank's shard of each layer only.
     states_ = std::make_unique<ShardedStates>(
-        env, init, *mp_, ShardedStatesSpec{.params = Keep::whole, .grads = Keep::whole, .nvme_dir = {}});
+        env, init, *mp_,
+        ShardedStatesSpec{.params = Keep::whole, .grads = Keep::whole, .nvme_dir = {}});
   }
 
   LossShare step(int step) override {

@@ -37,7 +37,8 @@ class Zero2 final : public Strategy {
     // One flat group per layer, padded to N. The stage-2 saving: the gradient
     // a rank keeps is its shard only; the parameters stay whole.
     states_ = std::make_unique<ShardedStates>(
-        env, init, *mp_, ShardedStatesSpec{.params = Keep::whole, .grads = Keep::shard, .nvme_dir = {}});
+        env, init, *mp_,
+        ShardedStatesSpec{.params = Keep::whole, .grads = Keep::shard, .nvme_dir = {}});
   }
 
   LossShare step(int step) override {

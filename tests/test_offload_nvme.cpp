@@ -46,8 +46,9 @@ double disk_per_step(const RunResult& r, int rank, SpanKind kind) {
 
 }  // namespace
 
-TEST_CASE("nvme offload: zero3 and fsdp end on single's weights, the state read and written once a step",
-          "[nvme][offload]") {
+TEST_CASE(
+    "nvme offload: zero3 and fsdp end on single's weights, the state read and written once a step",
+    "[nvme][offload]") {
   const fs::path dir = fresh_dir("shardlab-test-offload");
   // mlp:4x25: 650 values a layer, padded to 652 for 4 ranks; batch 16.
   RunConfig ref_cfg = test::small_run("mlp:4x25", "single", 1, 16, 5);
@@ -95,8 +96,9 @@ TEST_CASE("nvme offload: zero3 and fsdp end on single's weights, the state read 
   fs::remove_all(dir);
 }
 
-TEST_CASE("nvme offload: bf16 masters live in the file too, and the weights match the in-memory run",
-          "[nvme][offload]") {
+TEST_CASE(
+    "nvme offload: bf16 masters live in the file too, and the weights match the in-memory run",
+    "[nvme][offload]") {
   const fs::path dir = fresh_dir("shardlab-test-offload-bf16");
   RunConfig plain = test::small_run("mlp:4x25", "fsdp", 2, 16, 4);
   plain.precision = "bf16";
@@ -128,9 +130,11 @@ TEST_CASE("nvme offload: the meta run predicts every rank's peak to the byte", "
       for (int k = 0; k < c.world; ++k) {
         INFO("rank " << k);
         for (Pool pool : {Pool::device, Pool::host}) {
-          CHECK(m.ranks[k].at_report.pool(pool).peak_total == r.ranks[k].memory.pool(pool).peak_total);
+          CHECK(m.ranks[k].at_report.pool(pool).peak_total ==
+                r.ranks[k].memory.pool(pool).peak_total);
           for (int cat = 0; cat < kNumMemCategories; ++cat)
-            CHECK(m.ranks[k].at_report.pool(pool).peak[cat] == r.ranks[k].memory.pool(pool).peak[cat]);
+            CHECK(m.ranks[k].at_report.pool(pool).peak[cat] ==
+                  r.ranks[k].memory.pool(pool).peak[cat]);
         }
       }
       CHECK(no_entries(dir));  // the meta run made no file
@@ -170,7 +174,8 @@ TEST_CASE("nvme offload: bad settings are refused in one line", "[nvme][cli]") {
   for (const Bad& b :
        {Bad{"--strategy ddp --offload nvme:" + d, "--offload nvme:" + d + ": ddp has no offload"},
         Bad{"--strategy zero3 --offload", "zero3 offloads its optimizer state to NVMe only"},
-        Bad{"--strategy fsdp --offload nvme:", "--offload nvme: is invalid (valid: cpu, or nvme:DIR"},
+        Bad{"--strategy fsdp --offload nvme:",
+            "--offload nvme: is invalid (valid: cpu, or nvme:DIR"},
         Bad{"--strategy fsdp --offload=disk", "--offload disk is invalid (valid: cpu, or nvme:DIR"},
         Bad{"--strategy fsdp --offload nvme:/nonexistent/shardlab",
             "'/nonexistent/shardlab' is not an existing directory"},

@@ -57,7 +57,7 @@ const char* span_kind_words(SpanKind k, Lang l) {
   static constexpr const char* kZh[] = {
       "前向",           "反向", "权重梯度", "损失计算", "优化器更新", "全规约", "规约散射",
       "全收集",         "广播", "规约",     "发送",     "接收",       "屏障",   "主机到设备拷贝",
-      "设备到主机拷贝", "分发", "收集",     "准备数据", "读盘",     "写盘",       "其他操作"};
+      "设备到主机拷贝", "分发", "收集",     "准备数据", "读盘",       "写盘",   "其他操作"};
   static_assert(std::size(kZh) == kNumSpanKinds, "every span kind needs its Chinese name");
   return kZh[static_cast<int>(k)];
 }

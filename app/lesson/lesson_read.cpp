@@ -19,12 +19,12 @@
 
 #include "app/args.h"
 #include "app/config_args.h"
-#include "core/run_options.h"
 #include "app/lesson/lesson_file.h"
 #include "app/lesson/terminal.h"
 #include "core/model/model.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/pipeline_analysis.h"
+#include "core/run_options.h"
 
 #ifndef SHARDLAB_LESSONS_DIR
 #define SHARDLAB_LESSONS_DIR "lessons"

@@ -93,7 +93,7 @@ int NvmeStore::add(const std::string& name, size_t bytes) {
   if (counting()) {
     // nothing to reserve
   } else if (const char* env = std::getenv("SHARDLAB_DISK_LIMIT");
-      env && end_ + static_cast<int64_t>(span) > std::strtoll(env, nullptr, 10))
+             env && end_ + static_cast<int64_t>(span) > std::strtoll(env, nullptr, 10))
     err = ENOSPC;
   else
     err = ::posix_fallocate(fd_, r.at, static_cast<off_t>(span));

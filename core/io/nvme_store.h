@@ -89,7 +89,7 @@ class NvmeStore {
   std::vector<Region> regions_;
   int64_t end_ = 0;
   std::atomic<int64_t> read_{0}, written_{0};  // moved on the I/O thread, read anywhere
-  void* bounce_ = nullptr;  // aligned, kBounceBytes (direct only)
+  void* bounce_ = nullptr;                     // aligned, kBounceBytes (direct only)
   // The I/O thread, started by the first submit().
   std::thread io_;
   std::mutex mu_;

@@ -66,7 +66,8 @@ void Optimizer::load_master(size_t i, const float* host_src) {
 }
 
 void Optimizer::load_master(size_t i, const ParamSource& init, size_t from) {
-  if (store_) throw std::logic_error("Optimizer::load_master: on disk, masters come by store_master");
+  if (store_)
+    throw std::logic_error("Optimizer::load_master: on disk, masters come by store_master");
   init.write_to(backend(), master_[i], 0, from, ranges_[i].numel);
 }
 
@@ -189,9 +190,9 @@ void Optimizer::each_range(const std::function<void(size_t)>& update_range) {
     for (const Part& p : ps) {
       Tensor& t = (*p.tensors)[i];
       if (!direct) {
-        Tensor h = alloc_.alloc(ranges_[i].name + p.suffix + "[to disk]",
-                                MemCategory::optimizer_state, ranges_[i].numel, DType::f32,
-                                Pool::host);
+        Tensor h =
+            alloc_.alloc(ranges_[i].name + p.suffix + "[to disk]", MemCategory::optimizer_state,
+                         ranges_[i].numel, DType::f32, Pool::host);
         dev.copy(h.raw(), t.raw(), bytes(i), CopyKind::device_to_host);
         t.reset();
         s.held.push_back(std::move(h));

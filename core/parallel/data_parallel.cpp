@@ -70,9 +70,8 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
     // ZeRO-Infinity: the state lives in the rank's file from the start; a
     // meta run's store keeps no file but reserves, allocates and records alike.
     const std::string what = "--offload nvme:" + spec.nvme_dir;
-    store_ = env.device.holds_values()
-                 ? std::make_unique<NvmeStore>(spec.nvme_dir, env.rank, what)
-                 : std::make_unique<NvmeStore>(NvmeStore::Counting{}, what);
+    store_ = env.device.holds_values() ? std::make_unique<NvmeStore>(spec.nvme_dir, env.rank, what)
+                                       : std::make_unique<NvmeStore>(NvmeStore::Counting{}, what);
     env.alloc.note_outside(static_cast<int64_t>(NvmeStore::kBounceBytes));  // its I/O buffer
     disk.store = store_.get();
     disk.rec = env.rec;
@@ -153,8 +152,9 @@ std::vector<float> ShardedStates::export_params() {
     for (size_t g = 0; g < groups_.size(); ++g) {
       if (masters_on_disk) {
         const size_t n = optimizer_->ranges()[g].numel;
-        from_disk.push_back(env_.alloc.alloc(groups_[g].shard_name(env_.rank) + ".master[from disk]",
-                                             MemCategory::temporary, n, DType::f32, Pool::host));
+        from_disk.push_back(
+            env_.alloc.alloc(groups_[g].shard_name(env_.rank) + ".master[from disk]",
+                             MemCategory::temporary, n, DType::f32, Pool::host));
         if (env_.device.holds_values()) optimizer_->read_master(g, from_disk.back().data<float>());
         shards.push_back(from_disk.back().data<float>());
       } else {

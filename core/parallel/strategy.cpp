@@ -326,10 +326,10 @@ void validate_common(const RunConfig& cfg, int max_world) {
     std::error_code ec;
     const bool is_dir = !dir.empty() && std::filesystem::is_directory(dir, ec);
     if (!dir.empty() && (!is_dir || ::access(dir.c_str(), W_OK | X_OK) != 0))
-      throw ConfigError("--offload " + cfg.offload_to + ": '" + dir + "' is " +
-                        (is_dir ? "a directory this user cannot write in"
-                                : "not an existing directory") +
-                        " (valid: an existing writable directory, ideally on an NVMe disk)");
+      throw ConfigError(
+          "--offload " + cfg.offload_to + ": '" + dir + "' is " +
+          (is_dir ? "a directory this user cannot write in" : "not an existing directory") +
+          " (valid: an existing writable directory, ideally on an NVMe disk)");
   }
   if (!(cfg.bucket_mb > 0) || !(cfg.bucket_mb <= 1048576))
     throw ConfigError("--bucket-mb " + number_text(cfg.bucket_mb) +

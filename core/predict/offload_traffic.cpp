@@ -14,8 +14,8 @@ std::optional<double> predict_disk_state_bytes(const RunConfig& cfg, int rank) {
   if (!option_in_effect(cfg, StrategyOption::offload) || nvme_offload_dir(cfg).empty() ||
       !cfg.mesh.empty())
     return std::nullopt;
-  const int floats = (cfg.optimizer.kind == OptimizerKind::adamw ? 2 : 0) +
-                     (cfg.precision != "fp32" ? 1 : 0);
+  const int floats =
+      (cfg.optimizer.kind == OptimizerKind::adamw ? 2 : 0) + (cfg.precision != "fp32" ? 1 : 0);
   // A flat group per layer (zero3), or units of --fsdp-unit layers (fsdp).
   const int per_group =
       strategy_info(cfg.strategy).reads_option(StrategyOption::fsdp_unit) ? cfg.fsdp_unit : 1;

@@ -690,8 +690,9 @@ bool same_work(const RunConfig& a, const RunConfig& b) {
          a.strategy == b.strategy && a.world == b.world && a.batch == b.batch &&
          a.optimizer.kind == b.optimizer.kind && a.device == b.device &&
          a.precision == b.precision && a.tf32 == b.tf32 && a.fsdp_unit == b.fsdp_unit &&
-         a.offload == b.offload && a.offload_to == b.offload_to && a.stages == b.stages && a.micro_batches == b.micro_batches &&
-         a.partition == b.partition && a.recompute == b.recompute;
+         a.offload == b.offload && a.offload_to == b.offload_to && a.stages == b.stages &&
+         a.micro_batches == b.micro_batches && a.partition == b.partition &&
+         a.recompute == b.recompute;
 }
 
 double Projection::bubble_share(int rank) const {

@@ -81,8 +81,8 @@ void LiveWriter::flush() {
   for (const Span& s : spans)
     out += json{{"s",
                  {s.t_begin_ns - t0_ns_, s.t_end_ns - t0_ns_, to_string(s.lane), to_string(s.kind),
-                  s.layer, s.micro_batch, s.step, s.bytes, s.peer, s.flow_id, s.made_ahead,
-                  s.group, s.staleness}}}
+                  s.layer, s.micro_batch, s.step, s.bytes, s.peer, s.flow_id, s.made_ahead, s.group,
+                  s.staleness}}}
                .dump() +
            "\n";
   for (const AllocEvent& a : allocs)

@@ -32,9 +32,9 @@ enum class SpanKind : uint8_t {
   barrier,
   copy_h2d,
   copy_d2h,
-  scatter,  // dp: device 0 hands each device its slice (batch rows, output gradients)
-  gather,   // dp: each device's outputs collected onto device 0
-  data,     // making a batch (a data loader's work; a projection takes it as prefetched)
+  scatter,     // dp: device 0 hands each device its slice (batch rows, output gradients)
+  gather,      // dp: each device's outputs collected onto device 0
+  data,        // making a batch (a data loader's work; a projection takes it as prefetched)
   disk_read,   // offloaded model states read from the rank's file (the disk lane)
   disk_write,  // ... and written back
   other,

@@ -68,7 +68,7 @@ json span_event(const Span& s, int rank, int64_t t0_ns) {
   if (s.op != 0) args["op"] = s.op;
   if (s.staleness >= 0) args["staleness"] = s.staleness;  // ps: updates behind its step
   if (s.made_ahead) args["made_ahead"] = true;  // the data loader made this batch beside the step
-  if (s.group != 0) args["group"] = s.group;  // a mesh axis's communicator (0: the world's)
+  if (s.group != 0) args["group"] = s.group;    // a mesh axis's communicator (0: the world's)
   return {{"ph", "X"},
           {"name", span_name(s, rank)},
           {"cat", to_string(s.kind)},

@@ -13,8 +13,8 @@
 #include "core/parallel/schedule.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/mesh_estimate.h"
-#include "core/predict/pipeline_analysis.h"
 #include "core/predict/offload_traffic.h"
+#include "core/predict/pipeline_analysis.h"
 #include "core/predict/server_traffic.h"
 
 namespace shardlab {

@@ -98,11 +98,10 @@ Recording recording_from_trace(const json& t, const std::string& file) {
       const int64_t end_ns = std::max(ts, us_to_ns(e["ts"].get<double>() + dur));
       ranks[rank]["spans"].push_back(
           {ts, end_ns, to_string(static_cast<Lane>(std::min<int64_t>(tid % 10, kNumLanes - 1))),
-           args["kind"], arg("layer", -1),
-           arg("micro_batch", -1), arg("step", -1), arg("bytes", 0), arg("peer", -1),
-           arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1), arg("cpu_end_ns", -1),
-           arg("op", json(uint64_t{0})), arg("made_ahead", false), arg("group", 0),
-           arg("staleness", -1)});
+           args["kind"], arg("layer", -1), arg("micro_batch", -1), arg("step", -1), arg("bytes", 0),
+           arg("peer", -1), arg("flow_id", json(uint64_t{0})), arg("cpu_begin_ns", -1),
+           arg("cpu_end_ns", -1), arg("op", json(uint64_t{0})), arg("made_ahead", false),
+           arg("group", 0), arg("staleness", -1)});
       continue;
     }
     if (!e.contains("name") || !e["name"].is_string()) continue;

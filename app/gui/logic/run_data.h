@@ -87,7 +87,7 @@ struct RunData {
   std::array<bool, kNumSpanKinds> kinds_seen{};
   bool has_host_memory = false;
   bool has_disk = false;  // some rank has disk spans (--offload nvme:DIR): a disk lane
-  uint64_t version = 0;  // bumps on every change, for caches keyed on it
+  uint64_t version = 0;   // bumps on every change, for caches keyed on it
 
   size_t span_count() const;
   // Where a live playhead rests: the earliest of the ranks' last span ends, so

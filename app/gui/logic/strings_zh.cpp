@@ -225,7 +225,8 @@ const StringPairs& strings_zh_app() {
       {"parameter server: --servers ranks own the parameter shards and the optimizer, "
        "the other ranks compute gradients, push them and pull the parameters; "
        "--staleness K lets workers run K updates ahead",
-       "参数服务器：--servers 个 rank 保存参数分片和优化器，其余 rank 计算梯度、推送梯度并拉取参数；"
+       "参数服务器：--servers 个 rank 保存参数分片和优化器，其余 rank "
+       "计算梯度、推送梯度并拉取参数；"
        "--staleness K 允许工作节点领先 K 次更新"},
       {"the reference: whole model and batch on one device",
        "参照：整个模型和整批数据在一台设备上"},
