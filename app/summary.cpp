@@ -3,6 +3,7 @@
 #include "app/summary.h"
 #include "core/parallel/model_state.h"
 #include "core/parallel/strategy.h"
+#include "core/run_options.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -151,6 +152,8 @@ nlohmann::json summary_json(const RunResult& r) {
                      {"host_peak_bytes_total", rr.memory.host.peak_total},
                      {"bytes_sent_per_step", rr.bytes_sent_per_step},
                      {"median_step_ms", steady_median(rr.step_ms)}});
+    if (rr.memory.disk.peak_total > 0)  // --offload nvme:DIR
+      ranks.back()["disk_peak_bytes_total"] = rr.memory.disk.peak_total;
     if (!c.mesh.empty()) {
       nlohmann::json by_axis;
       for (MeshAxis axis : kMeshAxes)
@@ -227,6 +230,15 @@ void print_summary(const RunResult& r) {
         line += (i ? ", " : "") + std::string("rank ") + std::to_string(i) + " " +
                 human_bytes(static_cast<double>(predicted[i]));
     std::printf("    predicted peak total (memory preflight, before the run): %s\n", line.c_str());
+  }
+  // --offload nvme:DIR: the disk pool, what each rank kept in its file instead.
+  if (!r.ranks.empty() && r.ranks[0].memory.disk.peak_total > 0) {
+    std::string line;
+    for (size_t i = 0; i < r.ranks.size(); ++i)
+      line += (i ? ", " : "") + std::string("rank ") + std::to_string(i) + " " +
+              human_bytes(static_cast<double>(r.ranks[i].memory.disk.peak_total));
+    std::printf("    on disk (optimizer state in the offload file under %s): %s\n",
+                nvme_offload_dir(c).c_str(), line.c_str());
   }
   print_traffic_by_axis(r);
   print_block_activations(r);

@@ -15,6 +15,8 @@
 #include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
 #include "core/predict/offload_traffic.h"
+#include "core/record/trace.h"
+#include "core/run/recording.h"
 #include "core/run/runner.h"
 #include "core/run_options.h"
 #include "tests/run_util.h"
@@ -129,7 +131,7 @@ TEST_CASE("nvme offload: the meta run predicts every rank's peak to the byte", "
       const RunResult r = run_training(c);
       for (int k = 0; k < c.world; ++k) {
         INFO("rank " << k);
-        for (Pool pool : {Pool::device, Pool::host}) {
+        for (Pool pool : {Pool::device, Pool::host, Pool::disk}) {
           CHECK(m.ranks[k].at_report.pool(pool).peak_total ==
                 r.ranks[k].memory.pool(pool).peak_total);
           for (int cat = 0; cat < kNumMemCategories; ++cat)
@@ -139,6 +141,48 @@ TEST_CASE("nvme offload: the meta run predicts every rank's peak to the byte", "
       }
       CHECK(no_entries(dir));  // the meta run made no file
     }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("nvme offload: the file's bytes are the disk pool, kept in recordings and traces",
+          "[nvme][recording]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload-pool");
+  RunConfig c = test::small_run("mlp:4x25", "fsdp", 2, 16, 2);
+  c.offload = true;
+  c.offload_to = "nvme:" + dir.string();
+  const RunResult r = run_training(c);
+  const int cat = static_cast<int>(MemCategory::optimizer_state);
+  for (int k = 0; k < 2; ++k) {
+    const PoolStats& disk = r.ranks[k].memory.disk;
+    CHECK(disk.peak_total == static_cast<int64_t>(*predict_disk_state_bytes(c, k)));
+    CHECK(disk.peak[cat] == disk.peak_total);  // all of it optimizer state
+  }
+  // A run without the file has no disk pool.
+  RunConfig plain = c;
+  plain.offload_to.clear();
+  CHECK(run_training(plain).ranks[0].memory.disk.peak_total == 0);
+  // Saved and read back: the pool and its events.
+  const std::string rec = (dir / "run.shardrec").string();
+  save_recording(rec, r);
+  const Recording back = load_recording(rec);
+  CHECK(back.run.ranks[1].memory.disk.peak_total == r.ranks[1].memory.disk.peak_total);
+  CHECK(back.run.cfg.offload_to == c.offload_to);
+  int64_t disk_events = 0;
+  for (const AllocEvent& a : back.run.recorders[1]->snapshot().allocs)
+    if (a.pool == Pool::disk) disk_events += a.delta_bytes > 0 ? 1 : 0;
+  CHECK(disk_events == 4 * 2);  // two moments of each of the 4 units
+  fs::remove(rec);
+  // A Chrome trace carries the pool as a counter, and the disk lane.
+  std::vector<Recorder::Snapshot> snaps;
+  for (const auto& rec_k : r.recorders) snaps.push_back(rec_k->snapshot());
+  const nlohmann::json trace = nlohmann::json::parse(
+      trace_to_json(snaps, r.t0_ns, trace_metadata(r, describe_origin(r))).dump());
+  const Recording from_trace = recording_from_trace(trace, "t.json");
+  CHECK(from_trace.run.ranks[0].memory.disk.peak_total == r.ranks[0].memory.disk.peak_total);
+  bool disk_lane = false;
+  for (const Span& s : from_trace.run.recorders[0]->snapshot().spans)
+    disk_lane |= s.lane == Lane::disk && s.kind == SpanKind::disk_read;
+  CHECK(disk_lane);
   fs::remove_all(dir);
 }
 

@@ -313,6 +313,15 @@ void draw_memory(App& app) {
     }
     if (model_state == 0 && total(now) == 0)
       line(ui.text_dim, {std::string(tr("(nothing allocated)")), std::string(tr("(none)"))});
+    // --offload nvme:DIR: what the rank keeps in its file instead (the disk pool).
+    if (!host_row && !d.ranks[rank].disk_series.empty()) {
+      const int64_t on_disk = total(bytes_at(d.ranks[rank].disk_series, playhead));
+      if (on_disk > 0) {
+        const std::string disk_text = format_bytes(static_cast<double>(on_disk));
+        line(ui.text_dim, {strf(tr("on disk %s (optimizer state)"), disk_text.c_str()),
+                           strf(tr("on disk %s"), disk_text.c_str())});
+      }
+    }
     if (!host_row)
       for (const std::string& text : block_activation_lines(d.cfg, rank, tr))
         line(ui.text_dim, {text});

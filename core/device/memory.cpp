@@ -210,6 +210,28 @@ MemStats Allocator::stats() const {
   return stats_;
 }
 
+uint64_t Allocator::disk_alloc(const std::string& name, MemCategory category, int64_t bytes) {
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    stats_.disk.on_alloc(category, bytes, bytes, false);
+  }
+  if (recorder_) recorder_->add_alloc(AllocEvent{now_ns(), bytes, id, category, Pool::disk, name});
+  return id;
+}
+
+void Allocator::disk_free(uint64_t id, const std::string& name, MemCategory category,
+                          int64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PoolStats& s = stats_.disk;
+    s.current[static_cast<int>(category)] -= bytes;  // no cache: the file's blocks are gone
+    s.current_total -= bytes;
+  }
+  if (recorder_) recorder_->add_alloc(AllocEvent{now_ns(), -bytes, id, category, Pool::disk, name});
+}
+
 void Allocator::note_outside(int64_t delta) {
   std::lock_guard<std::mutex> lock(mu_);
   outside_ += delta;

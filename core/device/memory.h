@@ -61,7 +61,11 @@ class OutOfMemory : public std::runtime_error {
 struct MemStats {
   PoolStats device;
   PoolStats host;
-  const PoolStats& pool(Pool p) const { return p == Pool::device ? device : host; }
+  PoolStats disk;  // the offload file's bytes (--offload nvme:DIR): not memory, shown beside it
+  const PoolStats& pool(Pool p) const {
+    return p == Pool::device ? device : p == Pool::host ? host : disk;
+  }
+  PoolStats& pool(Pool p) { return p == Pool::device ? device : p == Pool::host ? host : disk; }
 };
 
 class Allocator;
@@ -151,6 +155,11 @@ class Allocator {
   // ExportBuffer), counted here so that a meta run, which makes none of it,
   // still reports it: `delta` bytes taken (> 0) or given back (< 0).
   void note_outside(int64_t delta);
+  // Bytes a rank keeps in its offload file (Pool::disk), recorded as an
+  // allocation of `name` in `category` so the memory views and the meta run
+  // count them as they count memory; returns the id disk_free takes.
+  uint64_t disk_alloc(const std::string& name, MemCategory category, int64_t bytes);
+  void disk_free(uint64_t id, const std::string& name, MemCategory category, int64_t bytes);
   int64_t outside_peak() const;
   Recorder* recorder() { return recorder_; }
 

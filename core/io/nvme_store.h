@@ -50,6 +50,7 @@ class NvmeStore {
   // Throws DiskError when the disk cannot hold it.
   int add(const std::string& name, size_t bytes);
   size_t size(int region) const { return regions_.at(region).bytes; }
+  int regions() const { return static_cast<int>(regions_.size()); }
   const std::string& name(int region) const { return regions_.at(region).name; }
 
   // Bytes [offset, offset + n) of a region from or to host memory. Throws

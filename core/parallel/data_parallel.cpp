@@ -79,6 +79,11 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
   }
   optimizer_ =
       std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool, disk);
+  // The file's regions in the disk pool: the memory view shows where the state went.
+  if (store_)
+    for (int i = 0; i < store_->regions(); ++i)
+      on_disk_.push_back(env.alloc.disk_alloc(store_->name(i), MemCategory::optimizer_state,
+                                              static_cast<int64_t>(store_->size(i))));
   if (optimizer_->mixed())
     for (const FlatGroup& g : groups_) {
       if (!optimizer_->swapped()) {
@@ -92,6 +97,13 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
       write_group_values(optimizer_->backend(), m, g, init, g.plan.begin(env.rank), g.plan.shard);
       optimizer_->store_master(g.index, m);
     }
+}
+
+ShardedStates::~ShardedStates() {
+  for (size_t i = 0; i < on_disk_.size(); ++i)
+    env_.alloc.disk_free(on_disk_[i], store_->name(static_cast<int>(i)),
+                         MemCategory::optimizer_state,
+                         static_cast<int64_t>(store_->size(static_cast<int>(i))));
 }
 
 bool ShardedStates::update_shards(MixedPrecision& mp) {

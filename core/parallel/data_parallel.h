@@ -81,6 +81,7 @@ class ShardedStates {
   // the optimizer, and fills them from the full initial parameters `init`.
   ShardedStates(RankEnv& env, const ParamSource& init, const MixedPrecision& mp,
                 ShardedStatesSpec spec);
+  ~ShardedStates();
 
   const std::vector<FlatGroup>& groups() const { return groups_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -111,6 +112,7 @@ class ShardedStates {
   std::vector<FlatGroup> groups_;
   std::vector<Tensor> params_, grads_;
   std::unique_ptr<NvmeStore> store_;  // --offload nvme:DIR: the rank's offload file
+  std::vector<uint64_t> on_disk_;     // its regions, as the allocator's disk pool counts them
   std::unique_ptr<Optimizer> optimizer_;
 };
 

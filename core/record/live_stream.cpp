@@ -161,7 +161,7 @@ bool LiveReader::poll(std::vector<double>& losses) {
           a.buffer_id = v.at(2).get<uint64_t>();
           a.category =
               enum_named<MemCategory, kNumMemCategories>(v.at(3).get<std::string>(), "category");
-          a.pool = enum_named<Pool, 2>(v.at(4).get<std::string>(), "pool");
+          a.pool = enum_named<Pool, kNumPools>(v.at(4).get<std::string>(), "pool");
           a.name = v.at(5).get<std::string>();
           recs_[r]->add_alloc(std::move(a));
         } else if (j.contains("l")) {

@@ -101,7 +101,15 @@ const char* to_string(MemCategory c) {
 }
 
 const char* to_string(Pool p) {
-  return p == Pool::device ? "device" : "host";
+  switch (p) {
+    case Pool::device:
+      return "device";
+    case Pool::host:
+      return "host";
+    case Pool::disk:
+      return "disk";
+  }
+  return "?";
 }
 
 void Recorder::add_span(Span span) {

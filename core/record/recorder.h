@@ -120,7 +120,9 @@ inline constexpr int kNumMemCategories = 6;
 const char* to_string(MemCategory c);
 
 // Host memory is a separate pool so CPU offload shows as a split even on a CPU device.
-enum class Pool : uint8_t { device, host };
+// disk: bytes a rank keeps in its offload file (--offload nvme:DIR), not memory.
+enum class Pool : uint8_t { device, host, disk };
+inline constexpr int kNumPools = 3;
 const char* to_string(Pool p);
 
 struct AllocEvent {

@@ -89,7 +89,7 @@ void add_memory_counters(json& events, const std::vector<AllocEvent>& allocs, in
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const AllocEvent* a, const AllocEvent* b) { return a->t_ns < b->t_ns; });
 
-  for (Pool pool : {Pool::device, Pool::host}) {
+  for (Pool pool : {Pool::device, Pool::host, Pool::disk}) {
     std::vector<const AllocEvent*> mine;
     for (const AllocEvent* a : sorted)
       if (a->pool == pool) mine.push_back(a);

@@ -405,8 +405,8 @@ void check_metric(const MetricRef& ref, const RunConfig& a, const RunConfig* b) 
   if (takes(*m, A::category) && ref.category != "total" && !parse_category(ref.category))
     throw ConfigError("category '" + ref.category + "' is unknown (valid: " + category_names() +
                       ")");
-  if (takes(*m, A::pool) && ref.pool != "device" && ref.pool != "host")
-    throw ConfigError("pool '" + ref.pool + "' is unknown (valid: device, host)");
+  if (takes(*m, A::pool) && ref.pool != "device" && ref.pool != "host" && ref.pool != "disk")
+    throw ConfigError("pool '" + ref.pool + "' is unknown (valid: device, host, disk)");
   if (takes(*m, A::kind)) {
     if (ref.kind.empty()) throw ConfigError(ref.name + " needs kind (valid: " + kind_names() + ")");
     if (!parse_kind(ref.kind))
@@ -529,7 +529,9 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     v.measured = runs.run('a').median_step_ms / rb.median_step_ms;
   } else if (n == "peak_bytes" || n == "predicted_peak_bytes" || n == "peak_prediction_error") {
     const auto peak = [&](const MemStats& m) {
-      const PoolStats& p = m.pool(ref.pool == "host" ? Pool::host : Pool::device);
+      const PoolStats& p = m.pool(ref.pool == "host"   ? Pool::host
+                                  : ref.pool == "disk" ? Pool::disk
+                                                       : Pool::device);
       return static_cast<double>(ref.category == "total"
                                      ? p.peak_total
                                      : p.peak[static_cast<int>(*parse_category(ref.category))]);

@@ -190,7 +190,7 @@ AllocEvent alloc_from_json(const JsonChecker& ck, const json& row, const std::st
   a.delta_bytes = ck.integer(row[1], col(1), -kMaxBytes, kMaxBytes);
   a.buffer_id = ck.unsigned_integer(row[2], col(2));
   a.category = ck.name<MemCategory, kNumMemCategories>(row[3], col(3), "memory category");
-  a.pool = ck.name<Pool, 2>(row[4], col(4), "memory pool");
+  a.pool = ck.name<Pool, kNumPools>(row[4], col(4), "memory pool");
   a.name = ck.text(row[5], col(5));
   return a;
 }
@@ -208,7 +208,7 @@ class AllocReplay {
   // `a` is allocs[index], at `where` in the file.
   void apply(const AllocEvent& a, const std::string& where, size_t index) {
     const int p = static_cast<int>(a.pool);
-    const int64_t peak = (a.pool == Pool::device ? memory_.device : memory_.host).peak_total;
+    const int64_t peak = memory_.pool(a.pool).peak_total;
     const std::string pool = std::string("memory.") + to_string(a.pool) + ".peak_total";
     auto it = buffers_.find(a.buffer_id);
     // A zero-byte buffer's free carries delta 0 too: it frees when that buffer is live.
@@ -265,7 +265,7 @@ class AllocReplay {
   const MemStats& memory_;
   int rank_;
   std::map<uint64_t, Buffer> buffers_;
-  std::array<int64_t, 2> live_{}, largest_{};
+  std::array<int64_t, kNumPools> live_{}, largest_{};
 };
 
 void check_columns(const JsonChecker& ck, const json& v, const char* key,
@@ -426,9 +426,11 @@ Recording from_json(const json& j, const JsonChecker& ck, bool weights) {
               ck.number(by_axis[to_string(axis)], at(wa, to_string(axis)), 0, 1e18);
     }
     const json& mem = rj["memory"];
-    ck.keys(mem, at(w, "memory"), {"device", "host"});
+    ck.keys(mem, at(w, "memory"), {"device", "host"}, {"disk"});
     rr.memory.device = pool_from_json(ck, mem["device"], at(at(w, "memory"), "device"));
     rr.memory.host = pool_from_json(ck, mem["host"], at(at(w, "memory"), "host"));
+    if (mem.contains("disk"))  // --offload nvme:DIR's file (recordings since it)
+      rr.memory.disk = pool_from_json(ck, mem["disk"], at(at(w, "memory"), "disk"));
 
     auto recorder = std::make_shared<Recorder>(rank, true);
     const json& spans = ck.array(rj["spans"], at(w, "spans"));

@@ -107,7 +107,7 @@ Recording recording_from_trace(const json& t, const std::string& file) {
     if (!e.contains("name") || !e["name"].is_string()) continue;
     const std::string& name = e["name"].get_ref<const std::string&>();
     int pool = -1;
-    for (Pool p : {Pool::device, Pool::host})
+    for (Pool p : {Pool::device, Pool::host, Pool::disk})
       if (name == std::string("memory (") + to_string(p) + ")") pool = static_cast<int>(p);
     if (pool < 0) continue;  // a counter Shardlab did not write
     auto& cats = held[{rank, pool}];

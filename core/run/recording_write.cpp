@@ -148,6 +148,7 @@ json run_json(const RunResult& r, const RecordingOrigin& origin, bool events, in
         {"step_ms", rr.step_ms},
         {"bytes_sent_per_step", rr.bytes_sent_per_step},
         {"memory", {{"device", pool_json(rr.memory.device)}, {"host", pool_json(rr.memory.host)}}}};
+    if (rr.memory.disk.peak_total > 0) row["memory"]["disk"] = pool_json(rr.memory.disk);
     // A mesh's axes (older files have none; a one-axis run's is its total).
     json by_axis = json::object();
     for (MeshAxis axis : kMeshAxes)

@@ -26,7 +26,7 @@ std::vector<Holding> holdings_at(const std::vector<Residency>& res, int64_t t, i
                                  const ParamLayers& params) {
   std::vector<Holding> out;
   for (const Residency& r : res) {
-    if (r.t_alloc_ns > t) continue;
+    if (r.t_alloc_ns > t || r.pool == Pool::disk) continue;      // a card holds memory, not files
     if (!r.alive_at(t) && t - r.t_free_ns >= fade_ns) continue;  // long gone: skip the parse
     float alpha = 1.0f;
     BufferName name = parse_buffer_name(r.name, params);

@@ -178,6 +178,7 @@ void append(RunData& d, int rank, std::vector<Span> spans, std::vector<AllocEven
     r.residency = residency(r.allocs);
     r.device_series = category_series(r.allocs, Pool::device);
     r.host_series = category_series(r.allocs, Pool::host);
+    r.disk_series = category_series(r.allocs, Pool::disk);
   }
 
   std::sort(times.begin(), times.end());

@@ -37,6 +37,8 @@ struct RankData {
   std::vector<AllocEvent> allocs;  // in record order
   std::vector<Residency> residency;
   std::vector<CategorySample> device_series, host_series;
+  // The offload file's bytes (--offload nvme:DIR): not memory, named beside it.
+  std::vector<CategorySample> disk_series;
   size_t spans_read = 0, allocs_read = 0;  // how much of the recorder we hold
   int64_t t_last_span_end = 0;             // this rank's latest span end
   const LaneData& lane(Lane l) const { return lanes[static_cast<int>(l)]; }

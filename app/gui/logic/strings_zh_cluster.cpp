@@ -103,6 +103,8 @@ const StringPairs& strings_zh_cluster() {
        "rank %d 的模型状态，逐轴来看：整个模型 %s"},
       {" (dp divides the batch, not the states)", "（dp 切分的是批次，不是模型状态）"},
       {"model states %s", "模型状态 %s"},
+      {"on disk %s (optimizer state)", "磁盘上 %s（优化器状态）"},
+      {"on disk %s", "磁盘上 %s"},
       {"states %s", "状态 %s"},
       {"nothing held here", "这里没有持有任何缓冲区"},
       {"%s  %s  (%s, %s pool)%s", "%s  %s（%s，%s内存池）%s"},
