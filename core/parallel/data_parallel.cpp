@@ -42,7 +42,7 @@ Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, co
 
 ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedPrecision& mp,
                              ShardedStatesSpec spec)
-    : env_(env), spec_(spec) {
+    : env_(env), spec_(spec), alloc_(&env.alloc) {
   groups_ = make_flat_groups(env.layout, spec.layers_per_group, env.world);
   const DType dt = mp.dtype();
   std::vector<Optimizer::Range> shards;
@@ -101,9 +101,8 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
 
 ShardedStates::~ShardedStates() {
   for (size_t i = 0; i < on_disk_.size(); ++i)
-    env_.alloc.disk_free(on_disk_[i], store_->name(static_cast<int>(i)),
-                         MemCategory::optimizer_state,
-                         static_cast<int64_t>(store_->size(static_cast<int>(i))));
+    alloc_->disk_free(on_disk_[i], store_->name(static_cast<int>(i)), MemCategory::optimizer_state,
+                      static_cast<int64_t>(store_->size(static_cast<int>(i))));
 }
 
 bool ShardedStates::update_shards(MixedPrecision& mp) {

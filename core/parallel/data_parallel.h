@@ -113,6 +113,9 @@ class ShardedStates {
   std::vector<Tensor> params_, grads_;
   std::unique_ptr<NvmeStore> store_;  // --offload nvme:DIR: the rank's offload file
   std::vector<uint64_t> on_disk_;     // its regions, as the allocator's disk pool counts them
+  // The rank's allocator, for the destructor: the RankEnv is gone by then,
+  // the allocator (which outlives the strategy) is not.
+  Allocator* alloc_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
 };
 
