@@ -10,7 +10,6 @@
 #include "core/parallel/model_state.h"
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
-#include "core/predict/offload_traffic.h"
 #include "core/run/metrics.h"
 #include "core/run_options.h"
 
@@ -102,8 +101,8 @@ std::vector<Row> rows(const RunResult& r) {
       row.disk_read = row.disk_written = -1;
       if (c.record) {
         const std::vector<Span> spans = r.recorders[k]->snapshot().spans;
-        row.disk_read = disk_bytes_per_step(spans, c.steps, SpanKind::disk_read);
-        row.disk_written = disk_bytes_per_step(spans, c.steps, SpanKind::disk_write);
+        row.disk_read = bytes_per_step(spans, c.steps, SpanKind::disk_read);
+        row.disk_written = bytes_per_step(spans, c.steps, SpanKind::disk_write);
       }
     }
     if (offload) {
@@ -147,7 +146,12 @@ std::string explanation(const RunResult& r, const std::vector<Row>& rs) {
          human_bytes(r0.disk_read) + " from it and wrote " + human_bytes(r0.disk_written) +
          " back per step (the state of every shard it owns, a layer or unit at a time), and "
          "held in memory only the state being stepped: its optimizer_state above is that peak, "
-         "not the formula's.";
+         "not the formula's." +
+         (c.offload_params
+              ? " With --offload-params the parameter shards live there too: each is read "
+                "before every all-gather of its group and again for the update, which writes it "
+                "back, so params above are only the shards in flight."
+              : "");
   if (r0.sent_tp > 0)
     s += " On the mesh the measured bytes are the dp group's; each rank also sent " +
          human_bytes(r0.sent_tp) +
@@ -177,8 +181,12 @@ void print_model_state_report(const RunResult& r) {
       "per parameter%s):\n",
       c.precision.c_str(), to_string(c.optimizer.kind), b.params, b.grads, b.optimizer,
       !nvme_offload_dir(c).empty()
-          ? (host ? ", in host memory; the optimizer state's home is the disk file"
-                  : "; the optimizer state's home is the disk file")
+          ? (c.offload_params
+                 ? (host ? ", in host memory; the parameters' and optimizer state's home is the "
+                           "disk file"
+                         : "; the parameters' and optimizer state's home is the disk file")
+             : host ? ", in host memory; the optimizer state's home is the disk file"
+                    : "; the optimizer state's home is the disk file")
       : host ? ", in host memory"
              : "");
   std::printf("    %-5s %11s %11s %11s %11s %11s %8s %11s  %s\n", "rank", "params", "grads",

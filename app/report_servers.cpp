@@ -20,8 +20,8 @@ std::vector<double> received_by_rank(const RunResult& r) {
   std::vector<double> out(r.ranks.size(), -1);
   for (size_t k = 0; k < r.ranks.size() && k < r.recorders.size(); ++k)
     if (r.recorders[k] && r.recorders[k]->enabled())
-      out[k] =
-          received_per_step(r.recorders[k]->snapshot().spans, static_cast<int>(r.step_ms.size()));
+      out[k] = bytes_per_step(r.recorders[k]->snapshot().spans, static_cast<int>(r.step_ms.size()),
+                              SpanKind::recv);
   return out;
 }
 

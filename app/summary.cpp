@@ -237,7 +237,8 @@ void print_summary(const RunResult& r) {
     for (size_t i = 0; i < r.ranks.size(); ++i)
       line += (i ? ", " : "") + std::string("rank ") + std::to_string(i) + " " +
               human_bytes(static_cast<double>(r.ranks[i].memory.disk.peak_total));
-    std::printf("    on disk (optimizer state in the offload file under %s): %s\n",
+    std::printf("    on disk (%s in the offload file under %s): %s\n",
+                c.offload_params ? "parameter shards and optimizer state" : "optimizer state",
                 nvme_offload_dir(c).c_str(), line.c_str());
   }
   print_traffic_by_axis(r);

@@ -77,6 +77,9 @@ struct RunConfig {
   // zero3, fsdp: "nvme:DIR" (--offload nvme:DIR): the optimizer state in files
   // under DIR (ZeRO-Infinity); "" with offload: in host memory (CPU offload).
   std::string offload_to;
+  // zero3, fsdp with --offload nvme:DIR (--offload-params): the parameter
+  // shards live in the same file, read before each all-gather and the update.
+  bool offload_params = false;
 
   // ps: server ranks (the first ones), and how many updates a worker's
   // parameters may lag behind its step (0: synchronous).

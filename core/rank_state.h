@@ -17,7 +17,8 @@ class ModelLayout;
 // optimizer sits at `offset` in the model's flat parameters with `count` real
 // values (a shard's padding after them is not saved); the rank's fp32 weights
 // for it are `weight` from element `weight_at` (unused in mixed precision,
-// where the optimizer's fp32 masters are the weights). Ranges held by more than
+// where the optimizer's fp32 masters are the weights; null where they are in
+// the optimizer's offload file, --offload-params). Ranges held by more than
 // one rank (ddp's replicas, a pipeline's tied copy) are saved by each: a
 // resume checks they agree. `precision` carries the fp16 loss scaler.
 struct RankState {

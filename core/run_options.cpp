@@ -180,6 +180,15 @@ std::vector<OptionRow> make_rows() {
                        "nvme:DIR (fsdp, zero3): the optimizer state in a file under DIR",
                .help_names_readers = false, .flag_value = &RunConfig::offload_to,
                .flag_value_key = "offload_to", .flag_value_starts = {"cpu", "nvme:"}});
+  r.push_back({.id = StrategyOption::offload_params, .flag = "--offload-params",
+               .json_key = "offload_params", .compare_key = "offload-params",
+               .kind = OptionKind::on_flag, .boolean = &RunConfig::offload_params,
+               .valid = "with --offload nvme:DIR", .missing = "parameters to offload to NVMe",
+               .label = "offload params", .tip = "parameter shards in the offload file too",
+               .short_label = "", .label_word = "offload-params",
+               .help = "with --offload nvme:DIR: the parameter shards in the file too, read\n"
+                       "before each all-gather and for the update (ZeRO-Infinity's offload_param)",
+               .only_when_set = true});
   r.push_back({.id = StrategyOption::servers, .flag = "--servers", .json_key = "servers",
                .compare_key = "servers", .kind = OptionKind::integer,
                .integer = &RunConfig::servers, .lo = 1, .hi = 63,
@@ -320,6 +329,10 @@ std::string option_compare_text(const RunConfig& c, StrategyOption o) {
   switch (r.kind) {
     case OptionKind::on_flag:
     case OptionKind::off_flag:
+      // A flag's value runs to the end of the item, '/'s and all:
+      // /offload=nvme:/mnt/nvme (the item puts it last: compare_logic.cpp).
+      if (r.flag_value && !(c.*r.flag_value).empty())
+        return std::string("/") + r.compare_key + "=" + c.*r.flag_value;
       return std::string("/") + r.compare_key;
     case OptionKind::choice:
       return "/" + c.*r.text;  // the value alone: /bf16

@@ -33,6 +33,7 @@ enum class StrategyOption {
   fsdp_unit,
   no_reshard,
   offload,
+  offload_params,
   servers,
   staleness,
 };
@@ -47,8 +48,8 @@ inline constexpr StrategyOption kStrategyOptions[] = {
     StrategyOption::recompute,      StrategyOption::no_prefetch,
     StrategyOption::no_overlap,     StrategyOption::bucket_mb,
     StrategyOption::fsdp_unit,      StrategyOption::no_reshard,
-    StrategyOption::offload,        StrategyOption::servers,
-    StrategyOption::staleness};
+    StrategyOption::offload,        StrategyOption::offload_params,
+    StrategyOption::servers,        StrategyOption::staleness};
 
 // How an option is typed, and so how every reader parses, prints and shows it.
 enum class OptionKind {
@@ -148,8 +149,9 @@ std::string option_value_text(const RunConfig& cfg, StrategyOption o);
 // For a flag at its default, the flag's opposite word is not a command-line
 // option: the text is the flag (a setting that is not set has no text).
 std::string option_text(const RunConfig& cfg, StrategyOption o);
-// The option as a --compare item's part, "/m=8", "/bf16", "/no-overlap"; "" at
-// its default or for an option that has no compare key.
+// The option as a --compare item's part, "/m=8", "/bf16", "/no-overlap",
+// "/offload=nvme:/mnt/nvme" (a flag's value, last in its item); "" at its
+// default or for an option that has no compare key.
 std::string option_compare_text(const RunConfig& cfg, StrategyOption o);
 // Sets o from a value typed after its flag (not for flags): false when the text
 // is no value of the option's type (validate() checks the ranges).

@@ -22,7 +22,10 @@
 //   the fp32 masters) lives in a file under DIR instead of host memory. In
 //   the update each unit's state is read from disk, stepped and written back,
 //   the next unit's read overlapping this one's step: the disk lane of the
-//   timeline, and the host pool now holds only the unit being stepped.
+//   timeline, and the host pool now holds only the unit being stepped. With
+//   --offload-params the parameter shards live in the file too (DeepSpeed's
+//   offload_param to nvme): NVMe → host → device before each all-gather, the
+//   next unit's read overlapping this unit's gather and compute.
 // - Mixed precision (--precision bf16|fp16): the flat parameter shards, their
 //   gradients, every gather, reduce-scatter and host copy are 2 bytes a value;
 //   the fp32 master shard is optimizer state (K = 12) and, with --offload, is
@@ -44,8 +47,9 @@ namespace {
 // A unit being assembled: valid once `work` has completed.
 struct Gathered {
   int unit = -1;
-  Tensor staged;  // --offload: the device copy of this rank's shard, input of the all-gather
-  Tensor params;  // the whole unit, padded
+  Tensor from_disk;  // --offload-params: this rank's shard, read from the file
+  Tensor staged;     // --offload: the device copy of this rank's shard, input of the all-gather
+  Tensor params;     // the whole unit, padded
   Work work;
   bool valid() const { return !params.empty(); }
 };
@@ -66,7 +70,9 @@ class Fsdp final : public Strategy {
                           .params = Keep::shard,
                           .grads = Keep::shard,
                           .pool = offload_ ? Pool::host : Pool::device,
-                          .nvme_dir = nvme_offload_dir(env.cfg)});
+                          .nvme_dir = nvme_offload_dir(env.cfg),
+                          .params_on_disk = env.cfg.offload_params,
+                          .read_ahead = env.cfg.prefetch});
   }
 
   LossShare step(int step) override {
@@ -75,6 +81,8 @@ class Fsdp final : public Strategy {
     const int U = static_cast<int>(units.size());
     const bool reshard = env.cfg.reshard_after_forward, prefetch = env.cfg.prefetch;
     Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
+    // (--offload-params: the shards are read from disk in this order, one ahead.)
+    states_->plan_gathers(gather_order(U, reshard));
 
     // Phase 1 — forward, unit by unit: gather the unit's flat parameter, run
     // its layers, then reshard (free it) or, with --no-reshard, keep it.
@@ -146,12 +154,15 @@ class Fsdp final : public Strategy {
     const FlatGroup& g = states_->groups()[u];
     Gathered out;
     out.unit = u;
-    const void* shard = states_->param_shard(u);
+    ShardedStates::GatherInput in = states_->shard_for_gather(u);
+    const void* shard = in.data;
+    out.from_disk = std::move(in.copy);
     if (offload_) {
       out.staged = env_->alloc.alloc(g.shard_name(env_->rank), MemCategory::comm_buffers,
                                      g.plan.shard, mp_->dtype());
       copy(out.staged.raw(), shard, out.staged.bytes(), CopyKind::host_to_device, g.first);
       shard = out.staged.raw();
+      out.from_disk.reset();  // the host copy has done its part
     }
     out.params = env_->alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded(),
                                    mp_->dtype());
@@ -163,6 +174,7 @@ class Fsdp final : public Strategy {
   void wait(Gathered& g) {
     g.work.wait();
     g.staged.reset();
+    g.from_disk.reset();
   }
 
   // Starts reduce-scattering unit u's full gradient into this rank's shard
@@ -223,8 +235,9 @@ StrategyInfo fsdp_strategy() {
           "reshard after forward, backward prefetch, optional offload to CPU or NVMe",
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::fsdp_unit,
-                StrategyOption::no_reshard, StrategyOption::offload, StrategyOption::mesh,
-                StrategyOption::mesh_order, StrategyOption::sequence_parallel},
+                StrategyOption::no_reshard, StrategyOption::offload, StrategyOption::offload_params,
+                StrategyOption::mesh, StrategyOption::mesh_order,
+                StrategyOption::sequence_parallel},
       .zero_stage = 3,
       .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the units in flight",

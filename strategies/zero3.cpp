@@ -26,6 +26,10 @@
 // reads each layer's state in, steps it and writes it back, reading the next
 // layer's while this one steps: a disk lane on the timeline, and the memory
 // panel's optimizer_state is one layer's at a time instead of every layer's.
+// With --offload-params the parameter shards live in that file too: each is
+// read from disk before its all-gather (one layer ahead), twice a step, and
+// read, stepped and written back in the update; params in memory are only
+// the shards in flight.
 #include <map>
 
 #include "core/model/layer_ops.h"
@@ -43,8 +47,13 @@ namespace {
 // A full layer being assembled: valid once `work` has completed.
 struct Gathered {
   int layer = -1;
+  Tensor from_disk;  // --offload-params: this rank's shard, read from the file for the gather
   Tensor params;
   Work work;
+  void wait() {
+    work.wait();
+    from_disk.reset();
+  }
 };
 
 class Zero3 final : public Strategy {
@@ -55,10 +64,13 @@ class Zero3 final : public Strategy {
     // One flat group per layer, padded to N; every rank was handed the same
     // initial weights and keeps only its slice of each: params, grads and
     // optimizer state are all shards.
-    states_ = std::make_unique<ShardedStates>(
-        env, init, *mp_,
-        ShardedStatesSpec{
-            .params = Keep::shard, .grads = Keep::shard, .nvme_dir = nvme_offload_dir(env.cfg)});
+    states_ =
+        std::make_unique<ShardedStates>(env, init, *mp_,
+                                        ShardedStatesSpec{.params = Keep::shard,
+                                                          .grads = Keep::shard,
+                                                          .nvme_dir = nvme_offload_dir(env.cfg),
+                                                          .params_on_disk = env.cfg.offload_params,
+                                                          .read_ahead = env.cfg.prefetch});
   }
 
   LossShare step(int step) override {
@@ -67,6 +79,8 @@ class Zero3 final : public Strategy {
     const int L = env.layout.num_layers();
     const bool prefetch = env.cfg.prefetch;
     Batch batch = load_rank_slice(env, step);  // this rank's slice of the global batch
+    // (--offload-params: the shards are read from disk in this order, one ahead.)
+    st.plan_gathers(gather_order(L, /*again_for_backward=*/true));
 
     // Phase 1 — forward, layer by layer: gather, compute, free. The
     // activations stay (backward needs them); the parameters do not.
@@ -77,7 +91,7 @@ class Zero3 final : public Strategy {
     for (int l = 0; l < L; ++l) {
       Gathered cur = std::move(next);
       if (prefetch && l + 1 < L) next = gather(l + 1);  // overlaps this layer's compute
-      cur.work.wait();
+      cur.wait();
       tape.forward(l, cur.params.raw());
       cur.params.reset();  // reshard: only the 1/N shard remains
       if (!prefetch && l + 1 < L) next = gather(l + 1);
@@ -97,7 +111,7 @@ class Zero3 final : public Strategy {
     for (int l = L - 1; l >= 0; --l) {
       Gathered cur = std::move(next);
       if (prefetch && l > 0) next = gather(l - 1);
-      cur.work.wait();
+      cur.wait();
       const FlatGroup& g = st.groups()[l];
       Tensor full = env.alloc.alloc(g.name + kUnreduced + ".grad", MemCategory::comm_buffers,
                                     g.plan.padded(), dt);
@@ -135,10 +149,12 @@ class Zero3 final : public Strategy {
     const FlatGroup& g = states_->groups()[l];
     Gathered out;
     out.layer = l;
+    ShardedStates::GatherInput in = states_->shard_for_gather(l);
+    out.from_disk = std::move(in.copy);
     out.params = env_->alloc.alloc(g.name + kGathered, MemCategory::comm_buffers, g.plan.padded(),
                                    mp_->dtype());
-    out.work = env_->comm->all_gather_async(states_->param_shard(l), out.params.raw(),
-                                            g.plan.counts(), mp_->dtype(), CommMeta{l, -1});
+    out.work = env_->comm->all_gather_async(in.data, out.params.raw(), g.plan.counts(),
+                                            mp_->dtype(), CommMeta{l, -1});
     return out;
   }
 
@@ -161,7 +177,7 @@ StrategyInfo zero3_strategy() {
       .family = StrategyFamily::data_parallel,
       .reads = {StrategyOption::precision, StrategyOption::no_prefetch, StrategyOption::mesh,
                 StrategyOption::mesh_order, StrategyOption::sequence_parallel,
-                StrategyOption::offload},
+                StrategyOption::offload, StrategyOption::offload_params},
       .zero_stage = 3,
       .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",

@@ -13,6 +13,7 @@
 #include "app/gui/logic/run_session.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/pipeline_analysis.h"
+#include "core/run_options.h"
 #include "tests/test_util.h"
 
 using namespace shardlab;
@@ -158,6 +159,26 @@ TEST_CASE("compare list: the item text gives back the same configuration", "[com
     CHECK(slot_text(s) == item);
     CHECK(parse_compare_item(slot_text(s), base) == s);
   }
+}
+
+TEST_CASE("compare list: --offload nvme:DIR keeps its directory, last in the item",
+          "[compare-view][nvme]") {
+  const RunConfig base;
+  for (const char* item : {"fsdp:2/offload-params/offload=nvme:/var/tmp",
+                           "zero3:2/bf16/offload=nvme:/var/tmp", "fsdp:2/offload"}) {
+    INFO(item);
+    const CompareSlot s = parse_compare_item(item, base);
+    CHECK(slot_text(s) == item);
+    CHECK(parse_compare_item(slot_text(s), base) == s);
+  }
+  // Wherever it is typed, the value runs to the end of the item.
+  const CompareSlot z = parse_compare_item("zero3:2/offload=nvme:/var/tmp", base);
+  const RunConfig c = config_for(z, base);
+  CHECK(c.offload);
+  CHECK(nvme_offload_dir(c) == "/var/tmp");
+  CHECK(slot_text(parse_compare_item("fsdp:2/offload=cpu", base)) == "fsdp:2/offload");
+  CHECK(error_of("fsdp:2/offload=disk", base)
+            .find("--offload disk is invalid (valid: cpu, or nvme:DIR") != std::string::npos);
 }
 
 TEST_CASE("compare list: a mesh is an option of an item, its commas written '+'",

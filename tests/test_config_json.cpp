@@ -53,6 +53,7 @@ RunConfig everything_set() {
   c.reshard_after_forward = false;
   c.offload = true;
   c.offload_to = "nvme:/mnt/nvme";
+  c.offload_params = true;
   c.mesh = "dp=2,pp=2";
   c.mesh_order = "dp,pp,tp";
   c.sequence_parallel = true;

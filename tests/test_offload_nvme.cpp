@@ -1,8 +1,9 @@
 // ZeRO-Infinity's offload to NVMe (`--offload nvme:DIR`, zero3 and fsdp): the
 // optimizer state lives in a nameless file per rank and training still ends on
 // single's weights; each step reads and writes exactly the rank's state, as
-// disk spans; the meta run predicts memory to the byte; nothing is left in DIR;
-// a disk too small and bad settings are one line.
+// disk spans; with --offload-params the parameter shards too, read before
+// each all-gather; the meta run predicts memory to the byte; nothing is left
+// in DIR; a disk too small and bad settings are one line.
 #include <catch2/catch.hpp>
 
 #include "tests/test_util.h"
@@ -43,7 +44,7 @@ bool no_entries(const fs::path& d) {
 }
 
 double disk_per_step(const RunResult& r, int rank, SpanKind kind) {
-  return disk_bytes_per_step(r.recorders[rank]->snapshot().spans, r.cfg.steps, kind);
+  return bytes_per_step(r.recorders[rank]->snapshot().spans, r.cfg.steps, kind);
 }
 
 }  // namespace
@@ -78,7 +79,7 @@ TEST_CASE(
       const RunResult p = run_training(plain);
       CHECK(r.final_params == p.final_params);
       // Each rank reads its whole state in and writes it back once a step.
-      const double state = *predict_disk_state_bytes(c, 0);
+      const double state = predict_disk_traffic(c, 0)->read;
       CHECK(state > 0);
       for (int k = 0; k < world; ++k) {
         CHECK(disk_per_step(r, k, SpanKind::disk_read) == state);
@@ -112,8 +113,8 @@ TEST_CASE(
   CHECK(r.final_params == p.final_params);
   CHECK(r.losses == p.losses);
   // 12 B a parameter: two moments and the master.
-  CHECK(*predict_disk_state_bytes(c, 1) == 3 * 4 * 4 * (650 / 2.0));
-  CHECK(disk_per_step(r, 1, SpanKind::disk_read) == *predict_disk_state_bytes(c, 1));
+  CHECK(predict_disk_traffic(c, 1)->read == 3 * 4 * 4 * (650 / 2.0));
+  CHECK(disk_per_step(r, 1, SpanKind::disk_read) == predict_disk_traffic(c, 1)->read);
   CHECK(no_entries(dir));
   fs::remove_all(dir);
 }
@@ -121,26 +122,28 @@ TEST_CASE(
 TEST_CASE("nvme offload: the meta run predicts every rank's peak to the byte", "[nvme][meta]") {
   const fs::path dir = fresh_dir("shardlab-test-offload-meta");
   for (const char* strategy : {"zero3", "fsdp"})
-    for (const char* precision : {"fp32", "bf16"}) {
-      RunConfig c = test::small_run("mlp:4x25", strategy, 2, 16, 3);
-      c.precision = precision;
-      c.offload = true;
-      c.offload_to = "nvme:" + dir.string();
-      INFO(strategy << " " << precision);
-      const MetaMemory m = predict_memory_meta(c);
-      const RunResult r = run_training(c);
-      for (int k = 0; k < c.world; ++k) {
-        INFO("rank " << k);
-        for (Pool pool : {Pool::device, Pool::host, Pool::disk}) {
-          CHECK(m.ranks[k].at_report.pool(pool).peak_total ==
-                r.ranks[k].memory.pool(pool).peak_total);
-          for (int cat = 0; cat < kNumMemCategories; ++cat)
-            CHECK(m.ranks[k].at_report.pool(pool).peak[cat] ==
-                  r.ranks[k].memory.pool(pool).peak[cat]);
+    for (const char* precision : {"fp32", "bf16"})
+      for (bool params : {false, true}) {
+        RunConfig c = test::small_run("mlp:4x25", strategy, 2, 16, 3);
+        c.precision = precision;
+        c.offload = true;
+        c.offload_to = "nvme:" + dir.string();
+        c.offload_params = params;
+        INFO(strategy << " " << precision << (params ? " --offload-params" : ""));
+        const MetaMemory m = predict_memory_meta(c);
+        const RunResult r = run_training(c);
+        for (int k = 0; k < c.world; ++k) {
+          INFO("rank " << k);
+          for (Pool pool : {Pool::device, Pool::host, Pool::disk}) {
+            CHECK(m.ranks[k].at_report.pool(pool).peak_total ==
+                  r.ranks[k].memory.pool(pool).peak_total);
+            for (int cat = 0; cat < kNumMemCategories; ++cat)
+              CHECK(m.ranks[k].at_report.pool(pool).peak[cat] ==
+                    r.ranks[k].memory.pool(pool).peak[cat]);
+          }
         }
+        CHECK(no_entries(dir));  // the meta run made no file
       }
-      CHECK(no_entries(dir));  // the meta run made no file
-    }
   fs::remove_all(dir);
 }
 
@@ -154,7 +157,7 @@ TEST_CASE("nvme offload: the file's bytes are the disk pool, kept in recordings 
   const int cat = static_cast<int>(MemCategory::optimizer_state);
   for (int k = 0; k < 2; ++k) {
     const PoolStats& disk = r.ranks[k].memory.disk;
-    CHECK(disk.peak_total == static_cast<int64_t>(*predict_disk_state_bytes(c, k)));
+    CHECK(disk.peak_total == static_cast<int64_t>(predict_disk_traffic(c, k)->held));
     CHECK(disk.peak[cat] == disk.peak_total);  // all of it optimizer state
   }
   // A run without the file has no disk pool.
@@ -225,12 +228,85 @@ TEST_CASE("nvme offload: bad settings are refused in one line", "[nvme][cli]") {
             "'/nonexistent/shardlab' is not an existing directory"},
         Bad{"--strategy fsdp --offload nvme:/etc/hostname",
             "'/etc/hostname' is not an existing directory"},
-        Bad{"--strategy fsdp --no-offload", "unknown option '--no-offload'"}})
+        Bad{"--strategy fsdp --no-offload", "unknown option '--no-offload'"},
+        Bad{"--strategy fsdp --offload-params",
+            "--offload-params: the parameter shards go to the offload file, and there is none "
+            "(valid: --offload nvme:DIR --offload-params)"},
+        Bad{"--strategy fsdp --offload --offload-params", "and there is none"},
+        Bad{"--strategy ddp --offload-params",
+            "--offload-params: ddp has no parameters to offload to NVMe; used by fsdp, zero3"}})
     test::expect_refused(base + b.args, b.says);
   // `--offload cpu` is the bare flag's meaning, typed out.
   const CliResult ok = run_cli(base + "--strategy fsdp --offload cpu --no-record");
   INFO(ok.out);
   CHECK(ok.code == 0);
   CHECK(no_entries(dir));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("nvme offload-params: the parameter shards live in the file, and training is unchanged",
+          "[nvme][offload]") {
+  const fs::path dir = fresh_dir("shardlab-test-offload-params");
+  struct Case {
+    const char* strategy;
+    const char* precision;
+    bool reshard, prefetch;
+  };
+  for (const Case& k : {Case{"zero3", "fp32", true, true}, Case{"zero3", "bf16", true, false},
+                        Case{"fsdp", "fp32", true, true}, Case{"fsdp", "bf16", false, true},
+                        Case{"fsdp", "fp32", false, false}}) {
+    RunConfig c = test::small_run("mlp:4x25", k.strategy, 2, 16, 4);
+    c.precision = k.precision;
+    c.reshard_after_forward = k.reshard;
+    c.prefetch = k.prefetch;
+    c.offload = true;
+    c.offload_to = "nvme:" + dir.string();
+    RunConfig state_only = c;  // the optimizer state on disk, the parameters in memory
+    c.offload_params = true;
+    INFO(k.strategy << " " << k.precision << (k.reshard ? "" : " --no-reshard")
+                    << (k.prefetch ? "" : " --no-prefetch"));
+    validate(c);
+    const RunResult r = run_training(c);
+    const RunResult p = run_training(state_only);
+    // Bit for bit the run with the parameters in memory: the file only holds them.
+    CHECK(r.final_params == p.final_params);
+    CHECK(r.losses == p.losses);
+    if (std::string(k.precision) == "fp32") {
+      RunConfig single = test::small_run("mlp:4x25", "single", 1, 16, 4);
+      CHECK(max_rel_diff(r.final_params, run_training(single).final_params) < 2e-5);
+    }
+    const DiskTraffic t = *predict_disk_traffic(c, 0);
+    const DiskTraffic state = *predict_disk_traffic(state_only, 0);
+    // 650 values a layer, 325 a shard: 4 B in fp32, 2 B in bf16.
+    const double shards = 4 * 325.0 * (std::string(k.precision) == "fp32" ? 4 : 2);
+    CHECK(t.held == state.held + shards);
+    CHECK(t.written == state.written + shards);
+    CHECK(t.read == state.read + shards * ((k.reshard ? 2 : 1) +
+                                           (std::string(k.precision) == "fp32" ? 1 : 0)));
+    const int params = static_cast<int>(MemCategory::params);
+    for (int rank = 0; rank < 2; ++rank) {
+      CHECK(disk_per_step(r, rank, SpanKind::disk_read) == t.read);
+      CHECK(disk_per_step(r, rank, SpanKind::disk_write) == t.written);
+      const PoolStats& disk = r.ranks[rank].memory.disk;
+      CHECK(disk.peak_total == static_cast<int64_t>(t.held));
+      CHECK(disk.peak[params] == static_cast<int64_t>(shards));
+      // In memory, only the shards in flight: fewer than all four.
+      const MemStats& m = r.ranks[rank].memory;
+      const MemStats& mp = p.ranks[rank].memory;
+      CHECK(m.device.peak[params] + m.host.peak[params] <
+            mp.device.peak[params] + mp.host.peak[params]);
+    }
+    // Every parameter read is on the disk lane, named by its layer.
+    int reads = 0;
+    for (const Span& s : r.recorders[0]->snapshot().spans)
+      if (s.kind == SpanKind::disk_read && s.step == 1) {
+        CHECK(s.lane == Lane::disk);
+        CHECK(s.layer >= 0);
+        ++reads;
+      }
+    // The gathers' reads, one per unit and gather, and the update's, one per unit.
+    CHECK(reads == 4 * (k.reshard ? 2 : 1) + 4);
+    CHECK(no_entries(dir));
+  }
   fs::remove_all(dir);
 }

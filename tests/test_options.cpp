@@ -58,6 +58,7 @@ const std::map<StrategyOption, Typed>& typed_options() {
       {StrategyOption::fsdp_unit, {"--fsdp-unit 2", "--fsdp-unit 1"}},
       {StrategyOption::no_reshard, {"--no-reshard", ""}},
       {StrategyOption::offload, {"--offload nvme:/var/tmp", ""}},  // zero3's only offload
+      {StrategyOption::offload_params, {"--offload-params", "", "--offload nvme:/var/tmp"}},
       {StrategyOption::stages, {"--stages 2", ""}},
       {StrategyOption::micro_batches, {"--micro-batches 4", "--micro-batches 1"}},
       {StrategyOption::partition, {"--partition 3,1", ""}},
@@ -571,6 +572,11 @@ RunConfig with_other_value(RunConfig c, const OptionRow& r) {
       }
       // ZeRO-1 over dp shards over pipelines side by side: a dp axis.
       if (r.id == StrategyOption::dp_zero1) c.mesh = "dp=2";
+      // The parameter shards go to the offload file: --offload nvme:DIR.
+      if (r.id == StrategyOption::offload_params) {
+        c.offload = true;
+        c.offload_to = "nvme:/var/tmp";
+      }
       break;
     case OptionKind::choice:
       c.*r.text = r.choices.at(1);
@@ -653,6 +659,8 @@ TEST_CASE("option table: every row round-trips through the command line and a co
       for (const char* w : {"--mesh", "dp=2"}) typed.push_back(w);
       base.mesh = set.mesh;
     }
+    if (r.id == StrategyOption::offload_params)
+      for (const char* w : {"--offload", "nvme:/var/tmp"}) typed.push_back(w);
     if (r.id == StrategyOption::servers) {  // two servers need two workers beside them
       for (const char* w : {"--world", "4"}) typed.push_back(w);
       base.world = set.world;

@@ -153,25 +153,29 @@ TEST_CASE("resume: an optimizer state kept on disk (--offload nvme:DIR) is saved
   // the resumed run writes them back into its own file before its first step.
   const fs::path disk = fresh_dir("offload-file");
   fs::create_directories(disk);
+  // With --offload-params the fp32 weights are read from the file too.
   for (const char* s : {"zero3", "fsdp"})
-    for (const char* p : {"fp32", "bf16"}) {
-      RunConfig cfg = base(s, 2);
-      cfg.precision = p;
-      cfg.offload = true;
-      cfg.offload_to = "nvme:" + disk.string();
-      INFO(s << " " << p);
-      const RunResult whole = run_training(cfg);
-      const fs::path dir = fresh_dir(std::string("nvme-") + s + p);
-      CHECK(stop_and_resume(cfg, 2, cfg, dir).final_params == whole.final_params);
-      // And into a run that keeps the state in memory: the same values.
-      RunConfig in_memory = cfg;
-      in_memory.offload = std::string(s) == "fsdp";
-      in_memory.offload_to.clear();
-      fs::remove_all(dir);
-      CHECK(stop_and_resume(cfg, 2, in_memory, dir).final_params == whole.final_params);
-      fs::remove_all(dir);
-      CHECK(fs::is_empty(disk));
-    }
+    for (const char* p : {"fp32", "bf16"})
+      for (bool params : {false, true}) {
+        RunConfig cfg = base(s, 2);
+        cfg.precision = p;
+        cfg.offload = true;
+        cfg.offload_to = "nvme:" + disk.string();
+        cfg.offload_params = params;
+        INFO(s << " " << p << (params ? " --offload-params" : ""));
+        const RunResult whole = run_training(cfg);
+        const fs::path dir = fresh_dir(std::string("nvme-") + s + p + (params ? "-params" : ""));
+        CHECK(stop_and_resume(cfg, 2, cfg, dir).final_params == whole.final_params);
+        // And into a run that keeps the state in memory: the same values.
+        RunConfig in_memory = cfg;
+        in_memory.offload = std::string(s) == "fsdp";
+        in_memory.offload_to.clear();
+        in_memory.offload_params = false;
+        fs::remove_all(dir);
+        CHECK(stop_and_resume(cfg, 2, in_memory, dir).final_params == whole.final_params);
+        fs::remove_all(dir);
+        CHECK(fs::is_empty(disk));
+      }
   fs::remove_all(disk);
 }
 

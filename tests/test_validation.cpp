@@ -42,6 +42,7 @@ const std::map<StrategyOption, Names>& expected_readers() {
       {StrategyOption::fsdp_unit, {"fsdp"}},
       {StrategyOption::no_reshard, {"fsdp"}},
       {StrategyOption::offload, {"zero3", "fsdp"}},
+      {StrategyOption::offload_params, {"zero3", "fsdp"}},
       {StrategyOption::stages, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
       {StrategyOption::micro_batches, {"gpipe", "1f1b", "zb-h1", "interleaved"}},
       {StrategyOption::partition, {"naive-mp", "gpipe", "1f1b", "zb-h1", "interleaved"}},
@@ -103,6 +104,13 @@ std::string set_option(RunConfig& c, StrategyOption o) {
       c.offload = true;
       c.offload_to = "nvme:/var/tmp";
       return "--offload nvme:/var/tmp";
+    case StrategyOption::offload_params:  // needs the file: --offload nvme:DIR
+      c.offload_params = true;
+      if (strategy_info(c.strategy).reads_option(StrategyOption::offload)) {
+        c.offload = true;
+        c.offload_to = "nvme:/var/tmp";
+      }
+      return "--offload-params";
     case StrategyOption::stages:
       c.stages = 2;
       return "--stages 2";

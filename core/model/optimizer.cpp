@@ -23,6 +23,10 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Allocator& alloc, const std::ve
     rec_ = disk.rec;
     layer_of_ = std::move(disk.layer_of);
     layer_of_.resize(ranges.size(), -1);
+    param_region_ = std::move(disk.param_region);
+    if (!param_region_.empty() && param_region_.size() != ranges.size())
+      throw std::logic_error("Optimizer: a parameter region per range, or none");
+    param_.resize(param_region_.size());
     if (mixed()) master_.resize(ranges.size());
     if (cfg.kind == OptimizerKind::adamw) {
       exp_avg_.resize(ranges.size());
@@ -110,6 +114,13 @@ void Optimizer::disk_write(size_t part, size_t i, const float* host_src, size_t 
   store_->submit([&] { store_->write(region, host_src, n * sizeof(float)); }).get();
 }
 
+void Optimizer::read_param(size_t i, float* host_dst) const {
+  if (!params_swapped() || mixed())
+    throw std::logic_error("Optimizer::read_param: fp32 parameters on disk only");
+  const int region = param_region_.at(i);
+  store_->submit([&] { store_->read(region, host_dst, ranges_[i].numel * sizeof(float)); }).get();
+}
+
 int64_t Optimizer::disk_bytes_read() const {
   return store_ ? store_->bytes_read() : 0;
 }
@@ -140,72 +151,96 @@ struct Optimizer::Swap {
   }
 };
 
-void Optimizer::each_range(const std::function<void(size_t)>& update_range) {
+void Optimizer::each_range(const std::vector<void*>& params,
+                           const std::function<void(size_t, void*)>& update_range) {
   if (!store_) {
-    for (size_t i = 0; i < ranges_.size(); ++i) update_range(i);
+    for (size_t i = 0; i < ranges_.size(); ++i) update_range(i, params[i]);
     return;
   }
+  // What moves for each range: its state tensors (fp32, read and written)
+  // and, with --offload-params, its parameters (read unless mixed precision
+  // rounds them from the master; always written).
+  struct Slot {
+    std::string suffix;
+    std::vector<Tensor>* tensors;
+    const std::vector<int>* regions;
+    DType dt;
+    MemCategory category;
+    bool read;
+  };
+  std::vector<Slot> slots;
   const std::vector<Part> ps = parts();
+  for (size_t p = 0; p < ps.size(); ++p)
+    slots.push_back(
+        {ps[p].suffix, ps[p].tensors, &region_[p], DType::f32, MemCategory::optimizer_state, true});
+  if (params_swapped())
+    slots.push_back({"", &param_, &param_region_, param_dtype_, MemCategory::params, !mixed()});
   const bool direct = host_addressable();
   DeviceBackend& dev = alloc_.backend();
-  auto bytes = [&](size_t i) { return ranges_[i].numel * sizeof(float); };
-  auto regions = [&](size_t i) {
-    std::vector<int> r;
-    for (size_t p = 0; p < ps.size(); ++p) r.push_back(region_[p][i]);
-    return r;
+  auto bytes = [&](const Slot& s, size_t i) { return ranges_[i].numel * dtype_size(s.dt); };
+  // The transfers of range i as (region, host pointer, bytes), run on the I/O
+  // thread as one disk span.
+  struct Io {
+    int region;
+    void* host;
+    size_t n;
+  };
+  auto submit = [&](size_t i, SpanKind kind, std::vector<Io> ios) {
+    int64_t total = 0;
+    for (const Io& io : ios) total += static_cast<int64_t>(io.n);
+    return store_->submit([this, i, kind, total, ios = std::move(ios)] {
+      ScopedSpan span(rec_, Lane::disk, kind, layer_of_[i], -1, total);
+      for (const Io& io : ios)
+        if (kind == SpanKind::disk_read)
+          store_->read(io.region, io.host, io.n);
+        else
+          store_->write(io.region, io.host, io.n);
+    });
   };
   // Range i's state, allocated now (its names as when resident) and read on
   // the I/O thread; on a GPU through host copies, uploaded by finish_in.
   auto swap_in = [&](size_t i) {
     Swap s;
-    std::vector<float*> dst;
-    for (const Part& p : ps) {
-      Tensor& t = (*p.tensors)[i];
-      t = alloc_.alloc(ranges_[i].name + p.suffix, MemCategory::optimizer_state, ranges_[i].numel,
-                       DType::f32, pool_);
+    std::vector<Io> ios;
+    for (const Slot& sl : slots) {
+      Tensor& t = (*sl.tensors)[i];
+      t = alloc_.alloc(ranges_[i].name + sl.suffix, sl.category, ranges_[i].numel, sl.dt, pool_);
       if (!direct)
-        s.held.push_back(alloc_.alloc(ranges_[i].name + p.suffix + "[from disk]",
-                                      MemCategory::optimizer_state, ranges_[i].numel, DType::f32,
-                                      Pool::host));
-      dst.push_back(direct ? t.data<float>() : s.held.back().data<float>());
+        s.held.push_back(alloc_.alloc(ranges_[i].name + sl.suffix + "[from disk]", sl.category,
+                                      ranges_[i].numel, sl.dt, Pool::host));
+      if (sl.read)
+        ios.push_back({(*sl.regions)[i], direct ? t.raw() : s.held.back().raw(), bytes(sl, i)});
     }
-    s.io = store_->submit([this, i, n = bytes(i), dst, r = regions(i)] {
-      ScopedSpan span(rec_, Lane::disk, SpanKind::disk_read, layer_of_[i], -1,
-                      static_cast<int64_t>(n * r.size()));
-      for (size_t k = 0; k < r.size(); ++k) store_->read(r[k], dst[k], n);
-    });
+    s.io = submit(i, SpanKind::disk_read, std::move(ios));
     return s;
   };
   auto finish_in = [&](Swap& s, size_t i) {
     s.finish();
     if (!direct)
-      for (size_t k = 0; k < ps.size(); ++k)
-        dev.copy((*ps[k].tensors)[i].raw(), s.held[k].raw(), bytes(i), CopyKind::host_to_device);
+      for (size_t k = 0; k < slots.size(); ++k)
+        if (slots[k].read)
+          dev.copy((*slots[k].tensors)[i].raw(), s.held[k].raw(), bytes(slots[k], i),
+                   CopyKind::host_to_device);
     s.held.clear();
   };
   // Range i's updated state back to the store; its memory is freed once written.
   auto swap_out = [&](size_t i) {
     Swap s;
-    std::vector<const float*> src;
-    for (const Part& p : ps) {
-      Tensor& t = (*p.tensors)[i];
+    std::vector<Io> ios;
+    for (const Slot& sl : slots) {
+      Tensor& t = (*sl.tensors)[i];
       if (!direct) {
-        Tensor h =
-            alloc_.alloc(ranges_[i].name + p.suffix + "[to disk]", MemCategory::optimizer_state,
-                         ranges_[i].numel, DType::f32, Pool::host);
-        dev.copy(h.raw(), t.raw(), bytes(i), CopyKind::device_to_host);
+        Tensor h = alloc_.alloc(ranges_[i].name + sl.suffix + "[to disk]", sl.category,
+                                ranges_[i].numel, sl.dt, Pool::host);
+        dev.copy(h.raw(), t.raw(), bytes(sl, i), CopyKind::device_to_host);
         t.reset();
         s.held.push_back(std::move(h));
       } else {
         s.held.push_back(std::move(t));
       }
-      src.push_back(s.held.back().data<float>());
+      ios.push_back({(*sl.regions)[i], s.held.back().raw(), bytes(sl, i)});
     }
-    s.io = store_->submit([this, i, n = bytes(i), src, r = regions(i)] {
-      ScopedSpan span(rec_, Lane::disk, SpanKind::disk_write, layer_of_[i], -1,
-                      static_cast<int64_t>(n * r.size()));
-      for (size_t k = 0; k < r.size(); ++k) store_->write(r[k], src[k], n);
-    });
+    s.io = submit(i, SpanKind::disk_write, std::move(ios));
     return s;
   };
   // The pipeline: range i+1 is read while range i updates, and range i-1's
@@ -225,7 +260,7 @@ void Optimizer::each_range(const std::function<void(size_t)>& update_range) {
   for (size_t i = 0; i < ranges_.size(); ++i) {
     finish_in(in, i);
     if (i + 1 < ranges_.size()) next = swap_in(i + 1);
-    update_range(i);
+    update_range(i, params_swapped() ? param_[i].raw() : params[i]);
     out.finish();
     out.held.clear();
     out = swap_out(i);
@@ -251,7 +286,8 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
     throw std::logic_error("Optimizer::step: range count mismatch");
   if (mixed()) throw std::logic_error("Optimizer::step: mixed precision needs step_mixed");
   ++t_;
-  each_range([&](size_t i) { update(i, params[i], grads[i]); });
+  each_range(std::vector<void*>(params.begin(), params.end()),
+             [&](size_t i, void* param) { update(i, static_cast<float*>(param), grads[i]); });
 }
 
 void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<const void*>& grads,
@@ -261,7 +297,7 @@ void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<c
   if (!mixed()) throw std::logic_error("Optimizer::step_mixed: fp32 parameters need step");
   ++t_;
   DeviceBackend& dev = backend();
-  each_range([&](size_t i) {
+  each_range(params, [&](size_t i, void* param) {
     const size_t n = ranges_[i].numel;
     Tensor g =
         alloc_.alloc(ranges_[i].name + ".grad[fp32]", MemCategory::temporary, n, DType::f32, pool_);
@@ -269,7 +305,7 @@ void Optimizer::step_mixed(const std::vector<void*>& params, const std::vector<c
     dev.cast(g32, DType::f32, grads[i], param_dtype_, n);
     dev.scale(g32, n, grad_scale);
     update(i, master(i), g32);
-    dev.cast(params[i], param_dtype_, master(i), DType::f32, n);
+    dev.cast(param, param_dtype_, master(i), DType::f32, n);
   });
 }
 

@@ -20,6 +20,9 @@ struct OptimizerOnDisk {
   NvmeStore* store = nullptr;  // null: in memory
   Recorder* rec = nullptr;
   std::vector<int> layer_of;
+  // --offload-params: range i's parameters (param_dtype values) are the
+  // store's region param_region[i], added by the owner; empty: in memory.
+  std::vector<int> param_region;
 };
 
 class Optimizer {
@@ -43,17 +46,24 @@ class Optimizer {
   ~Optimizer();
 
   // One fp32 update: params[i] and grads[i] point at range i, in the
-  // optimizer's pool.
+  // optimizer's pool. With the parameters on disk (params_swapped) params[i]
+  // is null: each range's parameters are read in with its state, stepped and
+  // written back.
   void step(const std::vector<float*>& params, const std::vector<const float*>& grads);
 
   // One mixed-precision update: grads[i] (param_dtype) times grad_scale are
   // upcast into an fp32 temporary, master i takes the fp32 step, and params[i]
-  // (param_dtype) receives the master rounded to 2 bytes.
+  // (param_dtype) receives the master rounded to 2 bytes. On disk, params[i]
+  // is null and the rounded parameters are written to their region (not
+  // read: the master is where they come from).
   void step_mixed(const std::vector<void*>& params, const std::vector<const void*>& grads,
                   float grad_scale);
 
   bool mixed() const { return param_dtype_ != DType::f32; }
   bool swapped() const { return store_ != nullptr; }
+  bool params_swapped() const { return !param_region_.empty(); }
+  // fp32 parameters on disk: range i's (ranges_[i].numel values) to fp32 host memory.
+  void read_param(size_t i, float* host_dst) const;
   // Swapped: range i's initial master, filled by its owner into `t` (a
   // tensor in the optimizer's pool), to the store.
   void store_master(size_t i, const Tensor& t);
@@ -89,9 +99,11 @@ class Optimizer {
 
  private:
   void update(size_t i, float* param, const float* grad);
-  // Runs update_range(i) for every range, with range i's state in memory
-  // (swapped in around it when swapped()).
-  void each_range(const std::function<void(size_t)>& update_range);
+  // Runs update_range(i, param) for every range, with range i's state in
+  // memory (swapped in around it when swapped()), param its parameters:
+  // params[i], or with params_swapped() those swapped in beside the state.
+  void each_range(const std::vector<void*>& params,
+                  const std::function<void(size_t, void*)>& update_range);
   // The state tensors of every range, as (suffix, tensors): master (mixed),
   // exp_avg and exp_avg_sq (AdamW).
   struct Part {
@@ -118,6 +130,9 @@ class Optimizer {
   std::vector<std::vector<int>> region_;  // [part][range]
   std::vector<int> layer_of_;
   Recorder* rec_ = nullptr;
+  // --offload-params: each range's parameter region, and its parameters while they step.
+  std::vector<int> param_region_;
+  std::vector<Tensor> param_;
 };
 
 }  // namespace shardlab

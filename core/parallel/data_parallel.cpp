@@ -2,6 +2,7 @@
 #include "core/parallel/data_parallel.h"
 
 #include <algorithm>
+#include <future>
 #include <stdexcept>
 
 #include "core/model/layer_ops.h"
@@ -40,31 +41,31 @@ Loss compute_loss(RankEnv& env, const MixedPrecision& mp, const void* output, co
   return loss;
 }
 
+// A parameter shard on its way from the offload file for a gather: the
+// tensor it lands in (a host copy first where that is a GPU's), and the read.
+struct ShardedStates::ShardRead {
+  int group = -1;
+  Tensor shard, host;
+  std::future<void> io;
+  ShardRead() = default;
+  ShardRead(const ShardRead&) = delete;
+  ShardRead& operator=(const ShardRead&) = delete;
+  // The read writes into `shard` or `host`: their memory must outlive it.
+  ~ShardRead() {
+    if (io.valid()) try {
+        io.get();
+      } catch (...) {
+      }
+  }
+};
+
 ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedPrecision& mp,
                              ShardedStatesSpec spec)
-    : env_(env), spec_(spec), alloc_(&env.alloc) {
+    : env_(env), spec_(spec), dtype_(mp.dtype()), alloc_(&env.alloc) {
   groups_ = make_flat_groups(env.layout, spec.layers_per_group, env.world);
   const DType dt = mp.dtype();
-  std::vector<Optimizer::Range> shards;
-  for (const FlatGroup& g : groups_) {
-    // Every rank was handed the same initial weights; a shard keeps only its slice.
-    const bool whole = spec.params == Keep::whole;
-    const size_t begin = whole ? 0 : g.plan.begin(env.rank);
-    const size_t count = whole ? g.plan.padded() : g.plan.shard;
-    Tensor p = env.alloc.alloc(whole ? g.name : g.shard_name(env.rank), MemCategory::params, count,
-                               dt, spec.pool);
-    write_group_values(env.device, p, g, init, begin, count);  // either pool
-    params_.push_back(std::move(p));
-    if (spec.grads == Keep::whole)
-      grads_.push_back(
-          env.alloc.alloc(g.name + ".grad", MemCategory::grads, g.plan.padded(), dt, spec.pool));
-    else
-      grads_.push_back(env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads,
-                                       g.plan.shard, dt, spec.pool));
-    shards.push_back({g.shard_name(env.rank), g.plan.shard});
-  }
-  // The optimizer state (and in mixed precision the fp32 master) exists for
-  // this rank's shard of each group only: ZeRO's first saving, in every stage.
+  if (spec.params_on_disk && (spec.nvme_dir.empty() || spec.params != Keep::shard))
+    throw std::logic_error("ShardedStates: parameters on disk need nvme_dir and sharded params");
   Optimizer::OnDisk disk;
   if (!spec.nvme_dir.empty()) {
     // ZeRO-Infinity: the state lives in the rank's file from the start; a
@@ -77,13 +78,54 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
     disk.rec = env.rec;
     for (const FlatGroup& g : groups_) disk.layer_of.push_back(g.first);
   }
+  std::vector<Optimizer::Range> shards;
+  for (const FlatGroup& g : groups_) {
+    // Every rank was handed the same initial weights; a shard keeps only its slice.
+    const bool whole = spec.params == Keep::whole;
+    const size_t begin = whole ? 0 : g.plan.begin(env.rank);
+    const size_t count = whole ? g.plan.padded() : g.plan.shard;
+    Tensor p = env.alloc.alloc(whole ? g.name : g.shard_name(env.rank), MemCategory::params, count,
+                               dt, spec.pool);
+    write_group_values(env.device, p, g, init, begin, count);  // either pool
+    if (spec.params_on_disk) {
+      // --offload-params: the shard goes to its region and leaves memory.
+      param_region_.push_back(store_->add(g.shard_name(env.rank), p.bytes()));
+      if (env.device.holds_values()) {
+        Tensor host;
+        const void* src = p.raw();
+        if (!host_addressable()) {
+          host = env.alloc.alloc(g.shard_name(env.rank) + "[to disk]", MemCategory::params, count,
+                                 dt, Pool::host);
+          env.device.copy(host.raw(), p.raw(), p.bytes(), CopyKind::device_to_host);
+          src = host.raw();
+        }
+        store_->submit([&] { store_->write(param_region_.back(), src, p.bytes()); }).get();
+      }
+      p.reset();
+    }
+    params_.push_back(std::move(p));
+    if (spec.grads == Keep::whole)
+      grads_.push_back(
+          env.alloc.alloc(g.name + ".grad", MemCategory::grads, g.plan.padded(), dt, spec.pool));
+    else
+      grads_.push_back(env.alloc.alloc(g.shard_name(env.rank) + ".grad", MemCategory::grads,
+                                       g.plan.shard, dt, spec.pool));
+    shards.push_back({g.shard_name(env.rank), g.plan.shard});
+  }
+  disk.param_region = param_region_;
+  // The optimizer state (and in mixed precision the fp32 master) exists for
+  // this rank's shard of each group only: ZeRO's first saving, in every stage.
   optimizer_ =
       std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool, disk);
   // The file's regions in the disk pool: the memory view shows where the state went.
   if (store_)
-    for (int i = 0; i < store_->regions(); ++i)
-      on_disk_.push_back(env.alloc.disk_alloc(store_->name(i), MemCategory::optimizer_state,
+    for (int i = 0; i < store_->regions(); ++i) {
+      disk_category_.push_back(i < static_cast<int>(param_region_.size())
+                                   ? MemCategory::params
+                                   : MemCategory::optimizer_state);
+      on_disk_.push_back(env.alloc.disk_alloc(store_->name(i), disk_category_.back(),
                                               static_cast<int64_t>(store_->size(i))));
+    }
   if (optimizer_->mixed())
     for (const FlatGroup& g : groups_) {
       if (!optimizer_->swapped()) {
@@ -100,15 +142,71 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
 }
 
 ShardedStates::~ShardedStates() {
+  ahead_.reset();  // a read in flight finishes before its memory goes
   for (size_t i = 0; i < on_disk_.size(); ++i)
-    alloc_->disk_free(on_disk_[i], store_->name(static_cast<int>(i)), MemCategory::optimizer_state,
+    alloc_->disk_free(on_disk_[i], store_->name(static_cast<int>(i)), disk_category_[i],
                       static_cast<int64_t>(store_->size(static_cast<int>(i))));
+}
+
+bool ShardedStates::host_addressable() const {
+  return spec_.pool == Pool::host || env_.device.device().kind != DeviceKind::cuda;
+}
+
+std::unique_ptr<ShardedStates::ShardRead> ShardedStates::start_read(int g) {
+  const FlatGroup& grp = groups_[g];
+  auto r = std::make_unique<ShardRead>();
+  r->group = g;
+  const DType dt = dtype_;
+  const std::string name = grp.shard_name(env_.rank);
+  r->shard = env_.alloc.alloc(name, MemCategory::params, grp.plan.shard, dt, spec_.pool);
+  if (!host_addressable())
+    r->host =
+        env_.alloc.alloc(name + "[from disk]", MemCategory::params, grp.plan.shard, dt, Pool::host);
+  void* dst = r->host.empty() ? r->shard.raw() : r->host.raw();
+  const size_t n = r->shard.bytes();
+  r->io = store_->submit([this, dst, n, region = param_region_[g], layer = grp.first] {
+    ScopedSpan span(env_.rec, Lane::disk, SpanKind::disk_read, layer, -1, static_cast<int64_t>(n));
+    store_->read(region, dst, n);
+  });
+  return r;
+}
+
+void ShardedStates::plan_gathers(std::vector<int> order) {
+  if (!spec_.params_on_disk) return;
+  gathers_.assign(order.begin(), order.end());
+  ahead_.reset();
+  if (spec_.read_ahead && !gathers_.empty()) ahead_ = start_read(gathers_.front());
+}
+
+ShardedStates::GatherInput ShardedStates::shard_for_gather(int g) {
+  if (!spec_.params_on_disk) return {Tensor{}, param_shard(g)};
+  // In the planned order, the next group's read starts before this one's is
+  // waited for: the I/O thread keeps one read ahead of the gathers.
+  if (!gathers_.empty()) {
+    if (gathers_.front() != g)
+      throw std::logic_error("ShardedStates: a gather out of the planned order");
+    gathers_.pop_front();
+  }
+  std::unique_ptr<ShardRead> cur = ahead_ && ahead_->group == g ? std::move(ahead_) : start_read(g);
+  ahead_.reset();
+  if (spec_.read_ahead && !gathers_.empty()) ahead_ = start_read(gathers_.front());
+  cur->io.get();  // rethrows a DiskError
+  if (!cur->host.empty()) {
+    env_.device.copy(cur->shard.raw(), cur->host.raw(), cur->shard.bytes(),
+                     CopyKind::host_to_device);
+    cur->host.reset();
+  }
+  GatherInput in;
+  in.data = cur->shard.raw();
+  in.copy = std::move(cur->shard);
+  return in;
 }
 
 bool ShardedStates::update_shards(MixedPrecision& mp) {
   std::vector<void*> params, grads;
   for (const FlatGroup& g : groups_) {
-    params.push_back(param_shard(g.index));
+    // On disk the optimizer reads each shard in itself, beside its state.
+    params.push_back(spec_.params_on_disk ? nullptr : param_shard(g.index));
     grads.push_back(grad_shard(g.index));
   }
   ScopedSpan span(env_.rec, Lane::compute, SpanKind::optimizer);
@@ -134,13 +232,15 @@ RankState ShardedStates::rank_state(MixedPrecision* precision) {
     const size_t begin = g.plan.begin(env_.rank);
     st.offset.push_back(g.offset + std::min(begin, g.numel()));
     st.count.push_back(begin >= g.numel() ? 0 : std::min(g.plan.shard, g.numel() - begin));
-    st.weight.push_back(&params_[g.index]);
+    st.weight.push_back(spec_.params_on_disk ? nullptr : &params_[g.index]);  // null: on disk
     st.weight_at.push_back(spec_.params == Keep::whole ? begin : 0);
   }
   return st;
 }
 
 void* ShardedStates::param_shard(int g) {
+  if (spec_.params_on_disk)
+    throw std::logic_error("ShardedStates::param_shard: the shards are on disk (shard_for_gather)");
   return spec_.params == Keep::whole ? at(params_[g], groups_[g].plan.begin(env_.rank))
                                      : params_[g].raw();
 }
@@ -160,13 +260,20 @@ std::vector<float> ShardedStates::export_params() {
     // Masters in the offload file are read into host memory for the gather.
     std::vector<Tensor> from_disk;
     const bool masters_on_disk = optimizer_->mixed() && optimizer_->swapped();
+    const bool weights_on_disk = masters_on_disk || spec_.params_on_disk;
     for (size_t g = 0; g < groups_.size(); ++g) {
-      if (masters_on_disk) {
+      if (weights_on_disk) {
         const size_t n = optimizer_->ranges()[g].numel;
-        from_disk.push_back(
-            env_.alloc.alloc(groups_[g].shard_name(env_.rank) + ".master[from disk]",
-                             MemCategory::temporary, n, DType::f32, Pool::host));
-        if (env_.device.holds_values()) optimizer_->read_master(g, from_disk.back().data<float>());
+        const bool master = optimizer_->mixed();
+        from_disk.push_back(env_.alloc.alloc(
+            groups_[g].shard_name(env_.rank) + (master ? ".master[from disk]" : "[from disk]"),
+            MemCategory::temporary, n, DType::f32, Pool::host));
+        if (env_.device.holds_values()) {
+          if (master)
+            optimizer_->read_master(g, from_disk.back().data<float>());
+          else
+            optimizer_->read_param(g, from_disk.back().data<float>());
+        }
         shards.push_back(from_disk.back().data<float>());
       } else {
         shards.push_back(optimizer_->mixed() ? optimizer_->master(groups_[g].index)
@@ -174,7 +281,7 @@ std::vector<float> ShardedStates::export_params() {
       }
     }
     return gather_model_params(*env_.comm, env_.alloc, total, groups_, shards,
-                               on_host || masters_on_disk);
+                               on_host || weights_on_disk);
   }
   // Whole parameters: rank 0 already holds every value.
   if (env_.rank != 0) return {};
@@ -184,6 +291,14 @@ std::vector<float> ShardedStates::export_params() {
     env_.device.download(flat.at(g.offset, g.numel()), params_[g.index].raw(), DType::f32,
                          g.numel());
   return flat.take();
+}
+
+std::vector<int> gather_order(int n, bool again_for_backward) {
+  std::vector<int> out;
+  for (int g = 0; g < n; ++g) out.push_back(g);
+  if (again_for_backward)
+    for (int g = n - 1; g >= 0; --g) out.push_back(g);
+  return out;
 }
 
 void ReduceScatterQueue::start(Comm& comm, const FlatGroup& g, Tensor unreduced, void* out,

@@ -69,6 +69,11 @@ struct ShardedStatesSpec {
   // --offload nvme:DIR: the optimizer state lives in a file under this
   // directory (ZeRO-Infinity), in memory only while its shard steps.
   std::string nvme_dir;
+  // --offload-params (with nvme_dir, params shard): the parameter shards live
+  // in that file too, in memory only for a gather or the update.
+  bool params_on_disk = false;
+  // Whether a gather's shard is read one ahead (plan_gathers): --no-prefetch turns it off.
+  bool read_ahead = true;
 };
 
 // One rank's model states, a flat buffer per group: parameters and gradients
@@ -90,9 +95,23 @@ class ShardedStates {
   // Group g's parameter and gradient buffers: whole or shard, as allocated.
   Tensor& params(int g) { return params_[g]; }
   Tensor& grads(int g) { return grads_[g]; }
-  // Where this rank's shard of group g begins in them.
+  // Where this rank's shard of group g begins in them (not for parameters on disk).
   void* param_shard(int g);
   void* grad_shard(int g);
+
+  // The input of group g's all-gather: this rank's parameter shard. With the
+  // shards on disk (--offload-params) `data` is a copy read from the file,
+  // `copy` its tensor, to keep until the all-gather has finished.
+  struct GatherInput {
+    Tensor copy;
+    const void* data = nullptr;
+  };
+  GatherInput shard_for_gather(int g);
+  // The groups a step will gather, in order (forward's, then backward's):
+  // with the shards on disk each is read one gather ahead, on the store's
+  // I/O thread, so the disk read overlaps the gather and compute before it.
+  // Nothing to do with the shards in memory.
+  void plan_gathers(std::vector<int> order);
 
   // One optimizer step on this rank's shard of every group (an "optimizer"
   // span), with the reduced gradient shards; returns whether it was taken
@@ -109,15 +128,30 @@ class ShardedStates {
  private:
   RankEnv& env_;
   ShardedStatesSpec spec_;
+  DType dtype_;  // of the parameters and gradients
   std::vector<FlatGroup> groups_;
   std::vector<Tensor> params_, grads_;
   std::unique_ptr<NvmeStore> store_;  // --offload nvme:DIR: the rank's offload file
   std::vector<uint64_t> on_disk_;     // its regions, as the allocator's disk pool counts them
+  std::vector<MemCategory> disk_category_;
+  // --offload-params: each group's parameter region, and the gathers to come,
+  // the first of them being read already (`ahead`).
+  struct ShardRead;
+  std::vector<int> param_region_;
+  std::deque<int> gathers_;
+  std::unique_ptr<ShardRead> ahead_;
+  std::unique_ptr<ShardRead> start_read(int g);
+  // Whether the parameters' pool is host memory, which the store reads straight into.
+  bool host_addressable() const;
   // The rank's allocator, for the destructor: the RankEnv is gone by then,
   // the allocator (which outlives the strategy) is not.
   Allocator* alloc_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
 };
+
+// The groups a sharded step gathers, in order (ShardedStates::plan_gathers):
+// 0 to n-1 for forward, then n-1 to 0 for backward when forward freed them.
+std::vector<int> gather_order(int n, bool again_for_backward);
 
 // ---------------------------------------------------------------------------
 // Tied weights across flat groups

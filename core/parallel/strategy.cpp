@@ -385,6 +385,10 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given, int m
                      [&](StrategyOption a, StrategyOption b) { return position(a) < position(b); });
     throw ConfigError(unread_option_message(cfg, unread.front()));
   }
+  if (cfg.offload_params && nvme_offload_dir(cfg).empty())
+    throw ConfigError(
+        "--offload-params: the parameter shards go to the offload file, and there is none (valid: "
+        "--offload nvme:DIR --offload-params)");
   require_batchnorm_support(cfg);
   if (info.validate) info.validate(cfg);
 }

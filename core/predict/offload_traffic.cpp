@@ -1,7 +1,5 @@
-// The offload file's traffic by formula and from spans (offload_traffic.h).
+// The offload file's traffic by formula (offload_traffic.h).
 #include "core/predict/offload_traffic.h"
-
-#include <algorithm>
 
 #include "core/model/model.h"
 #include "core/parallel/sharding.h"
@@ -10,28 +8,32 @@
 
 namespace shardlab {
 
-std::optional<double> predict_disk_state_bytes(const RunConfig& cfg, int rank) {
+std::optional<DiskTraffic> predict_disk_traffic(const RunConfig& cfg, int rank) {
   if (!option_in_effect(cfg, StrategyOption::offload) || nvme_offload_dir(cfg).empty() ||
       !cfg.mesh.empty())
     return std::nullopt;
-  const int floats =
-      (cfg.optimizer.kind == OptimizerKind::adamw ? 2 : 0) + (cfg.precision != "fp32" ? 1 : 0);
+  const bool mixed = cfg.precision != "fp32";
+  const double state_per_param =
+      ((cfg.optimizer.kind == OptimizerKind::adamw ? 2 : 0) + (mixed ? 1 : 0)) * sizeof(float);
+  const bool params = option_in_effect(cfg, StrategyOption::offload_params);
+  const double param_bytes = mixed ? 2 : 4;
+  const int gathers = cfg.reshard_after_forward ? 2 : 1;  // zero3 always reshards
   // A flat group per layer (zero3), or units of --fsdp-unit layers (fsdp).
   const int per_group =
       strategy_info(cfg.strategy).reads_option(StrategyOption::fsdp_unit) ? cfg.fsdp_unit : 1;
-  double bytes = 0;
+  DiskTraffic t;
+  (void)rank;  // every rank's shard of a group is the same size (padded)
   for (const FlatGroup& g : make_flat_groups(make_layout(cfg), per_group, cfg.world)) {
-    (void)rank;  // every rank's shard of a group is the same size (padded)
-    bytes += static_cast<double>(g.plan.shard) * floats * sizeof(float);
+    const double shard = static_cast<double>(g.plan.shard);
+    t.held += shard * state_per_param;
+    t.read += shard * state_per_param;
+    t.written += shard * state_per_param;
+    if (!params) continue;
+    t.held += shard * param_bytes;
+    t.read += shard * param_bytes * (gathers + (mixed ? 0 : 1));
+    t.written += shard * param_bytes;
   }
-  return bytes;
-}
-
-double disk_bytes_per_step(const std::vector<Span>& spans, int steps, SpanKind kind) {
-  int64_t bytes = 0;
-  for (const Span& s : spans)
-    if (s.kind == kind && s.step >= 0) bytes += s.bytes;
-  return static_cast<double>(bytes) / std::max(1, steps);
+  return t;
 }
 
 }  // namespace shardlab

@@ -28,13 +28,6 @@ std::optional<ServerTraffic> predict_server_traffic(const RunConfig& cfg) {
   return t;
 }
 
-double received_per_step(const std::vector<Span>& spans, int steps) {
-  int64_t bytes = 0;
-  for (const Span& s : spans)
-    if (s.kind == SpanKind::recv && s.step >= 0) bytes += s.bytes;
-  return static_cast<double>(bytes) / std::max(1, steps);
-}
-
 void note_staleness(std::vector<int>& by_step, const Span& s) {
   if (s.step < 0 || s.staleness < 0) return;
   if (by_step.size() <= static_cast<size_t>(s.step)) by_step.resize(s.step + 1, -1);

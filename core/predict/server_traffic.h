@@ -28,10 +28,6 @@ struct ServerTraffic {
 // strategy or model.
 std::optional<ServerTraffic> predict_server_traffic(const RunConfig& cfg);
 
-// Bytes a rank received per training step: the payloads of its recv spans
-// within the steps, over `steps` (at least 1).
-double received_per_step(const std::vector<Span>& spans, int steps);
-
 // Records span s's staleness into by_step[s.step] as the largest seen
 // (by_step grows as needed; -1 where no span of that step had one).
 void note_staleness(std::vector<int>& by_step, const Span& s);

@@ -2,6 +2,8 @@
 // comm threads and snapshot reads from a viewer consistent.
 #include "core/record/recorder.h"
 
+#include <algorithm>
+
 namespace shardlab {
 
 namespace {
@@ -167,6 +169,13 @@ void Recorder::spans_since(size_t from, std::vector<Span>& out) const {
 void Recorder::allocs_since(size_t from, std::vector<AllocEvent>& out) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = from; i < allocs_.size(); ++i) out.push_back(allocs_[i]);
+}
+
+double bytes_per_step(const std::vector<Span>& spans, int steps, SpanKind kind) {
+  int64_t bytes = 0;
+  for (const Span& s : spans)
+    if (s.kind == kind && s.step >= 0) bytes += s.bytes;
+  return static_cast<double>(bytes) / std::max(1, steps);
 }
 
 }  // namespace shardlab

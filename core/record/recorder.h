@@ -86,6 +86,10 @@ struct Span {
   int staleness = -1;
 };
 
+// The bytes of `kind` spans (a recv, a disk_read, ...) within the training
+// steps (not setup's), per step: over `steps`, at least 1.
+double bytes_per_step(const std::vector<Span>& spans, int steps, SpanKind kind);
+
 // Points in a rank's program that a span does not show, each stamped with the
 // wall clock and the program thread's CPU clock. With them, a run can be
 // replayed on other hardware (core/projection.h): where each op was issued,

@@ -606,8 +606,8 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
     }
   } else if (n == "received_bytes_per_step") {
     need_spans(r, n);
-    v.measured = received_per_step(r.recorders[ref.rank]->snapshot().spans,
-                                   static_cast<int>(r.step_ms.size()));
+    v.measured = bytes_per_step(r.recorders[ref.rank]->snapshot().spans,
+                                static_cast<int>(r.step_ms.size()), SpanKind::recv);
     if (const auto t = predict_server_traffic(c)) {
       const bool server = strategy_info(c.strategy).role(c, ref.rank) == RankRole::server;
       v.formula = server ? t->server_in : t->worker_in;
@@ -617,14 +617,18 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
   } else if (n == "disk_read_bytes_per_step" || n == "disk_written_bytes_per_step") {
     need_spans(r, n);
     const bool read = n == "disk_read_bytes_per_step";
-    v.measured = disk_bytes_per_step(r.recorders[ref.rank]->snapshot().spans,
-                                     static_cast<int>(r.step_ms.size()),
-                                     read ? SpanKind::disk_read : SpanKind::disk_write);
-    if (const auto b = predict_disk_state_bytes(c, ref.rank)) {
-      v.formula = *b;
+    v.measured =
+        bytes_per_step(r.recorders[ref.rank]->snapshot().spans, static_cast<int>(r.step_ms.size()),
+                       read ? SpanKind::disk_read : SpanKind::disk_write);
+    if (const auto t = predict_disk_traffic(c, ref.rank)) {
+      v.formula = read ? t->read : t->written;
       v.formula_text =
           "the optimizer state of the rank's padded shards (8 B a parameter, 12 B in mixed "
           "precision), once a step";
+      if (option_in_effect(c, StrategyOption::offload_params))
+        v.formula_text += read ? "; the parameter shards before each all-gather, and for an "
+                                 "fp32 update"
+                               : "; the updated parameter shards";
     }
   } else if (n == "max_staleness") {
     need_spans(r, n);

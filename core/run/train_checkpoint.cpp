@@ -125,11 +125,15 @@ void save_rank_checkpoint(const std::string& dir, int steps_done, const RunConfi
     counts.push_back(n);
     if (st.slice) runs.push_back(pieces_json(full_pieces(st.slice, st.offset[i], n)));
     NamedTensor w{"weight/" + std::to_string(i), {static_cast<int64_t>(n)}, std::vector<float>(n)};
-    if (!opt.mixed()) {
+    if (!opt.mixed() && st.weight[i]) {
       read_to_host(device, w.data.data(), *st.weight[i], st.weight_at[i], n);
     } else {
+      // The fp32 masters, or fp32 weights in the offload file (--offload-params).
       std::vector<float> all(opt.ranges()[i].numel);  // the shard's padding is dropped
-      opt.read_master(i, all.data());
+      if (opt.mixed())
+        opt.read_master(i, all.data());
+      else
+        opt.read_param(i, all.data());
       std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), w.data.begin());
     }
     tensors.push_back(std::move(w));

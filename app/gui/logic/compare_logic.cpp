@@ -143,10 +143,13 @@ RunConfig config_for(const CompareSlot& slot, const RunConfig& base) {
 
 // The list syntax: command-line words, the same in every language.
 std::string slot_text(const CompareSlot& s) {
-  std::string t = s.strategy + ":" + std::to_string(s.world);
+  std::string t = s.strategy + ":" + std::to_string(s.world), last;
+  // A flag's value (a directory, '/'s and all) runs to the end of the item: last.
   for (const OptionRow& r : option_rows())
-    if (uses(s.strategy, r.id)) t += option_compare_text(s.options, r.id);
-  return t;
+    if (uses(s.strategy, r.id))
+      (r.flag_value && !(s.options.*r.flag_value).empty() ? last : t) +=
+          option_compare_text(s.options, r.id);
+  return t + last;
 }
 
 CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
@@ -162,6 +165,14 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
     std::string p;
     while (std::getline(ss, p, '/')) parts.push_back(trim(p));
     if (item.back() == '/') parts.push_back("");
+    // A flag's value runs to the end of the item: /offload=nvme:/mnt/nvme.
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const size_t eq = parts[i].find('=');
+      const OptionRow* r = eq == std::string::npos ? nullptr : find_option(parts[i].substr(0, eq));
+      if (!r || !r->flag_value) continue;
+      for (size_t k = i + 1; k < parts.size(); ++k) parts[i] += "/" + parts[k];
+      parts.resize(i + 1);
+    }
   }
   const std::string head = parts[0];
   const size_t colon = head.find(':');
@@ -193,9 +204,18 @@ CompareSlot parse_compare_item(const std::string& raw, const RunConfig& base) {
     for (const OptionRow& r : option_rows()) {
       if (!r.compare_key) continue;
       const bool named = key == r.compare_key || key == r.flag + 2;
-      if (r.kind == OptionKind::on_flag || r.kind == OptionKind::off_flag) {
+      if (r.flag_value && key == r.compare_key && has_value) {
+        // --offload's value: checked here as on the command line.
+        try {
+          s.options.*r.flag_value = parse_offload_value(value);
+        } catch (const ConfigError& e) {
+          throw ConfigError(where + e.what());
+        }
+        s.options.*r.boolean = true;
+      } else if (r.kind == OptionKind::on_flag || r.kind == OptionKind::off_flag) {
         if (has_value || (key != r.compare_key && key != opposite_word(r))) continue;
         s.options.*r.boolean = (key == r.compare_key) == (r.kind == OptionKind::on_flag);
+        if (r.flag_value) s.options.*r.flag_value = "";  // the bare flag: --offload cpu
       } else if (r.kind == OptionKind::choice && !has_value &&
                  std::find(r.choices.begin(), r.choices.end(), key) != r.choices.end()) {
         s.options.*r.text = key;

@@ -118,6 +118,8 @@ const StringPairs& strings_zh_app() {
        "前向之后释放收集来的参数（关闭：--no-reshard）"},
       {"offload", "卸载"},
       {"model states in host memory", "模型状态放在主机内存中"},
+      {"offload params", "卸载参数"},
+      {"parameter shards in the offload file too", "参数分片也放进卸载文件"},
       {"recompute", "重计算"},
       {"recompute forward in backward", "在反向中重新计算前向"},
       {"Partition", "划分"},
