@@ -176,6 +176,16 @@ TEST_CASE("compare list: --offload nvme:DIR keeps its directory, last in the ite
   const RunConfig c = config_for(z, base);
   CHECK(c.offload);
   CHECK(nvme_offload_dir(c) == "/var/tmp");
+  // Its label names the kind of offload, not the directory.
+  CHECK(config_label(c) ==
+        "zero3 \xC3\x97"
+        "2 offload nvme");
+  CHECK(
+      config_label(
+          config_for(parse_compare_item("fsdp:2/offload-params/offload=nvme:/var/tmp", base), base),
+          Tr{lesson::Lang::zh}) ==
+      "fsdp \xC3\x97"
+      "2 卸载 nvme 卸载参数");
   CHECK(slot_text(parse_compare_item("fsdp:2/offload=cpu", base)) == "fsdp:2/offload");
   CHECK(error_of("fsdp:2/offload=disk", base)
             .find("--offload disk is invalid (valid: cpu, or nvme:DIR") != std::string::npos);

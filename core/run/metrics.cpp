@@ -622,13 +622,17 @@ MetricValue evaluate_metric(const MetricRef& ref, MetricRuns& runs) {
                        read ? SpanKind::disk_read : SpanKind::disk_write);
     if (const auto t = predict_disk_traffic(c, ref.rank)) {
       v.formula = read ? t->read : t->written;
-      v.formula_text =
-          "the optimizer state of the rank's padded shards (8 B a parameter, 12 B in mixed "
-          "precision), once a step";
-      if (option_in_effect(c, StrategyOption::offload_params))
-        v.formula_text += read ? "; the parameter shards before each all-gather, and for an "
-                                 "fp32 update"
-                               : "; the updated parameter shards";
+      // Fixed texts, each translated whole (app/gui/logic/strings_zh.cpp).
+      if (!option_in_effect(c, StrategyOption::offload_params))
+        v.formula_text =
+            "the optimizer state of the rank's padded shards (8 B a parameter, 12 B in mixed "
+            "precision), once a step";
+      else if (read)
+        v.formula_text =
+            "the rank's optimizer state once, and its parameter shards before each all-gather "
+            "and for an fp32 update";
+      else
+        v.formula_text = "the rank's optimizer state and its updated parameter shards, once a step";
     }
   } else if (n == "max_staleness") {
     need_spans(r, n);

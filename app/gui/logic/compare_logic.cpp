@@ -331,6 +331,9 @@ std::string config_label(const RunConfig& c, const Tr& tr) {
     if (!r.label_word || !uses(c.strategy, r.id)) continue;
     if (!r.label_always && !option_set(c, r.id)) continue;
     t += " " + strf(tr(r.label_word), option_value_text(c, r.id).c_str());
+    // A flag's value by its kind, not its directory: "offload nvme".
+    if (r.flag_value && !(c.*r.flag_value).empty())
+      t += " " + (c.*r.flag_value).substr(0, (c.*r.flag_value).find(':'));
   }
   // A model option, not a strategy's: named where it is not the CPU's naive default.
   if (c.attention == "flash") t += std::string(" ") + tr("flash attention");

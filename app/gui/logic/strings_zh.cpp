@@ -46,6 +46,11 @@ const StringPairs& strings_zh_app() {
       {"the optimizer state of the rank's padded shards (8 B a parameter, 12 B in mixed "
        "precision), once a step",
        "该 rank 各分片（含填充）的优化器状态（每个参数 8 B，混合精度 12 B），每步一次"},
+      {"the rank's optimizer state once, and its parameter shards before each all-gather "
+       "and for an fp32 update",
+       "该 rank 的优化器状态一次，加上每次全收集之前及 fp32 更新时读入的参数分片"},
+      {"the rank's optimizer state and its updated parameter shards, once a step",
+       "该 rank 的优化器状态和更新后的参数分片，每步一次"},
       {"W·Ψ/S: its shard of the parameters to each of the W workers",
        "W·Ψ/S：把它的参数分片发给 W 个工作节点中的每一个"},
       {"Ψ: each server's shard of the gradient", "Ψ：给每个服务器发送它那一份梯度"},
@@ -119,6 +124,7 @@ const StringPairs& strings_zh_app() {
       {"offload", "卸载"},
       {"model states in host memory", "模型状态放在主机内存中"},
       {"offload params", "卸载参数"},
+      {"offload-params", "卸载参数"},
       {"parameter shards in the offload file too", "参数分片也放进卸载文件"},
       {"recompute", "重计算"},
       {"recompute forward in backward", "在反向中重新计算前向"},
