@@ -482,11 +482,16 @@ int cmd_estimate(int argc, char** argv) {
   const Args a(argc, argv, "estimate",
                {"params", "model", "world", "strategy", "precision", "optimizer", "seq", "batch",
                 "data", "attention", "ops", "mesh", "mesh-order", "micro-batches"},
-               {"json", "no-reshard", "offload", "sequence-parallel", "dp-zero1", "recompute"});
+               {"json", "no-reshard", "offload", "offload-params", "sequence-parallel", "dp-zero1",
+                "recompute"});
   if (a.help()) {
     std::printf("%s", kEstimateHelp);
     return 0;
   }
+  if (a.has("offload-params"))
+    throw ConfigError(
+        "--offload-params: estimate does not model a disk yet (valid: leave it out; `shardlab "
+        "run` with --offload nvme:DIR --offload-params reports its memory and disk bytes)");
   // A data-parallel strategy on a dp × tp mesh is ZeRO's accounting over the
   // dp axis with one tp slice's Ψ, below; a pipeline's is Megatron's per stage.
   const StrategyInfo* named = a.get("strategy") ? find_strategy(*a.get("strategy")) : nullptr;

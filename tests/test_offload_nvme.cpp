@@ -13,6 +13,8 @@
 
 #include <filesystem>
 
+#include "core/model/model.h"
+#include "core/parallel/model_state.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
 #include "core/predict/offload_traffic.h"
@@ -236,6 +238,11 @@ TEST_CASE("nvme offload: bad settings are refused in one line", "[nvme][cli]") {
         Bad{"--strategy ddp --offload-params",
             "--offload-params: ddp has no parameters to offload to NVMe; used by fsdp, zero3"}})
     test::expect_refused(base + b.args, b.says);
+  // estimate's formulas have no disk: it says so rather than answer without it.
+  test::expect_refused("estimate --model mlp:4x16 --world 2 --strategy fsdp --offload nvme:" + d,
+                       "estimate does not model a disk yet");
+  test::expect_refused("estimate --model mlp:4x16 --world 2 --strategy zero3 --offload-params",
+                       "--offload-params: estimate does not model a disk yet");
   // `--offload cpu` is the bare flag's meaning, typed out.
   const CliResult ok = run_cli(base + "--strategy fsdp --offload cpu --no-record");
   INFO(ok.out);
@@ -280,6 +287,12 @@ TEST_CASE("nvme offload-params: the parameter shards live in the file, and train
     // 650 values a layer, 325 a shard: 4 B in fp32, 2 B in bf16.
     const double shards = 4 * 325.0 * (std::string(k.precision) == "fp32" ? 4 : 2);
     CHECK(t.held == state.held + shards);
+    // ZeRO's accounting says the same of the file's share (no padding at world 2).
+    const double psi = static_cast<double>(make_layout(c).total());
+    const ModelStateBytes b = predict_model_state(model_state_input(c, psi), 0);
+    CHECK(b.on_disk == t.held);
+    CHECK(b.disk_formula == (std::string(k.precision) == "fp32" ? "12Ψ/N" : "14Ψ/N"));
+    CHECK(predict_model_state(model_state_input(state_only, psi), 0).on_disk == state.held);
     CHECK(t.written == state.written + shards);
     CHECK(t.read == state.read + shards * ((k.reshard ? 2 : 1) +
                                            (std::string(k.precision) == "fp32" ? 1 : 0)));

@@ -41,7 +41,7 @@ traces. Needs a display; without one use a virtual one:
 run options: the same as 'shardlab run' (--model, --strategy, --world, --batch,
   --steps, --micro-batches, --stages, --precision, --optimizer, --lr, --seed,
   --bucket-mb, --no-overlap, --no-prefetch, --fsdp-unit, --no-reshard, --offload,
-  --partition, --recompute, --timeout-ms, --device, --backend, --seq, --data, --attention); the
+  --offload-params, --partition, --recompute, --timeout-ms, --device, --backend, --seq, --data, --attention); the
   app starts by running them.
 
 gui options:
@@ -54,8 +54,9 @@ gui options:
   --compare LIST      the compare view's configurations (1 to 6), comma-separated, each
                       STRATEGY[:W][/OPTION]...: ':W' sets the world size, options are m=N
                       (micro-batches), stages=N, bf16|fp16|fp32, recompute, no-prefetch,
-                      no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload, sp, zero1,
-                      mesh=AXES (its commas as '+': mesh=dp=2+pp=2+tp=2, world 8 without
+                      no-overlap, bucket-mb=X, fsdp-unit=K, no-reshard, offload,
+                      offload-params, sp, zero1, offload=nvme:DIR (last in its item: the
+                      directory runs to the item's end), mesh=AXES (its commas as '+': mesh=dp=2+pp=2+tp=2, world 8 without
                       ':W'), each only for the strategies that use it; unset options come
                       from the run options where the strategy uses them. E.g.
                         naive-mp:4,gpipe:4/m=8,1f1b:4/m=8     ddp:4,zero3:4,fsdp:4/bf16

@@ -155,8 +155,8 @@ void draw_memory(App& app) {
   text_w = std::max(text_w, width(strf(tr("peak predicted before the run %s"), kBytes)));
   for (int r = 0; r < d.world; ++r) {
     if (const auto& pred = predicted[r])
-      text_w =
-          std::max(text_w, width(strf(tr("predicted %s (%s)"), kBytes, pred->formula.c_str())));
+      text_w = std::max(text_w, width(strf(tr("predicted %s (%s)"), kBytes,
+                                           predicted_formula_text(*pred, tr).c_str())));
     for (const std::string& line : block_activation_lines(d.cfg, r, tr))
       text_w = std::max(text_w, width(line));
   }
@@ -297,7 +297,8 @@ void draw_memory(App& app) {
       dl->AddTriangleFilled(ImVec2(x0 + bar_w + 4, y), ImVec2(x0 + bar_w + 12, y - 5),
                             ImVec2(x0 + bar_w + 12, y + 5), ui.text);
       const std::string predicted_text = format_bytes(static_cast<double>(pred->model_state_bytes));
-      line(ui.text, {strf(tr("predicted %s (%s)"), predicted_text.c_str(), pred->formula.c_str()),
+      line(ui.text, {strf(tr("predicted %s (%s)"), predicted_text.c_str(),
+                          predicted_formula_text(*pred, tr).c_str()),
                      strf(tr("predicted %s"), predicted_text.c_str()),
                      strf(tr("pred. %s"), predicted_text.c_str())});
     } else if (!pred && !host_row) {
@@ -318,8 +319,11 @@ void draw_memory(App& app) {
       const int64_t on_disk = total(bytes_at(d.ranks[rank].disk_series, playhead));
       if (on_disk > 0) {
         const std::string disk_text = format_bytes(static_cast<double>(on_disk));
-        line(ui.text_dim, {strf(tr("on disk %s (optimizer state)"), disk_text.c_str()),
-                           strf(tr("on disk %s"), disk_text.c_str())});
+        line(ui.text_dim,
+             {strf(d.cfg.offload_params ? tr("on disk %s (parameters and optimizer state)")
+                                        : tr("on disk %s (optimizer state)"),
+                   disk_text.c_str()),
+              strf(tr("on disk %s"), disk_text.c_str())});
       }
     }
     if (!host_row)

@@ -6,6 +6,7 @@
 
 #include "core/parallel/data_parallel_mesh.h"
 #include "core/parallel/strategy.h"
+#include "core/run_options.h"
 
 namespace shardlab {
 
@@ -72,6 +73,9 @@ ModelStateInput model_state_input(const RunConfig& cfg, double params) {
   in.reshard_after_forward = !option_in_effect(cfg, StrategyOption::no_reshard);
   const StrategyInfo* s = find_strategy(cfg.strategy);
   in.offload = option_in_effect(cfg, StrategyOption::offload) && s && s->offload_to_host;
+  in.optimizer_on_disk =
+      option_in_effect(cfg, StrategyOption::offload) && !nvme_offload_dir(cfg).empty();
+  in.params_on_disk = in.optimizer_on_disk && option_in_effect(cfg, StrategyOption::offload_params);
   // A data-parallel strategy on a dp × tp mesh: ZeRO's N is the dp axis, and
   // its Ψ the parameters of one tp slice (the split layers' 1/tp, the whole
   // LayerNorms and row biases), the same on every slice. (A --mesh that does
@@ -116,6 +120,13 @@ ModelStateBytes predict_model_state(const ModelStateInput& in, int rank) {
   ModelStateBytes m = state(bytes(split.params), bytes(split.grads), bytes(split.optimizer),
                             formula(split.whole, split.sharded));
   m.on_host = split.on_host;
+  // The offload file holds shards only (zero3, fsdp): a part of the sharded term.
+  const int disk = (in.optimizer_on_disk ? split.optimizer.bytes : 0) +
+                   (in.params_on_disk ? split.params.bytes : 0);
+  if (disk > 0) {
+    m.on_disk = disk * psi / n;
+    m.disk_formula = formula(0, disk);
+  }
   return m;
 }
 

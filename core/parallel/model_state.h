@@ -32,6 +32,10 @@ struct ModelStateInput {
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool reshard_after_forward = true;  // fsdp: false keeps gathered params until backward
   bool offload = false;               // fsdp: model states live in host memory
+  // --offload nvme:DIR (zero3, fsdp): the optimizer state's home is the disk;
+  // with --offload-params the parameter shards' too.
+  bool optimizer_on_disk = false;
+  bool params_on_disk = false;
 };
 
 // Strategies this accounting covers: single and the data-parallel family
@@ -76,6 +80,10 @@ struct ModelStateBytes {
   double optimizer = 0;
   bool on_host = false;  // fsdp --offload: these bytes are in the host pool
   std::string formula;   // e.g. "4Ψ + 12Ψ/N"
+  // Of the total, the bytes whose home is the offload file (--offload
+  // nvme:DIR), and their formula ("8Ψ/N"); 0 and "" without one.
+  double on_disk = 0;
+  std::string disk_formula;
   double total() const { return params + grads + optimizer; }
 };
 ModelStateBytes predict_model_state(const ModelStateInput& in, int rank);

@@ -42,7 +42,8 @@ RunConfig config_for(const CompareSlot& slot, const RunConfig& base);
 // options, one per row of core/run_options.h with a compare key: m=N
 // (micro-batches), stages=N, bf16 | fp16 | fp32, recompute, no-prefetch,
 // no-overlap, bucket-mb=X, fsdp-unit=N, no-reshard, offload (a flag's opposite,
-// "prefetch", "no-offload", puts its default back).
+// "prefetch", "no-offload", puts its default back), offload-params, and
+// offload=nvme:DIR, written last: its value runs to the end of the item.
 // E.g. "naive-mp:4,gpipe:4/m=8,1f1b:4/m=8" or "ddp:4,zero3:4/no-prefetch,fsdp:4/bf16".
 std::string slot_text(const CompareSlot& s);  // the item that gives back `s`
 // Throws ConfigError naming the item: bad syntax, an unknown strategy or option,

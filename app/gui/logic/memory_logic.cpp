@@ -117,15 +117,22 @@ std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank) {
       if (!e || rank < 0 || rank >= cfg.world) return std::nullopt;
       const MeshStageEstimate& g = e->stages.at(static_cast<size_t>(pipeline_stage_of(cfg, rank)));
       return Predicted{static_cast<int64_t>(g.model_states.total() + 0.5), g.model_states.formula,
-                       false};
+                       false, ""};
     }
     if (!has_model_state_prediction(cfg.strategy)) return std::nullopt;
     const double params = static_cast<double>(make_layout(cfg).total());
     const ModelStateBytes b = predict_model_state(model_state_input(cfg, params), rank);
-    return Predicted{static_cast<int64_t>(b.total() + 0.5), b.formula, b.on_host};
+    // --offload nvme:DIR: what stays in memory is the rest; the formula says what went.
+    return Predicted{static_cast<int64_t>(b.total() - b.on_disk + 0.5), b.formula, b.on_host,
+                     b.disk_formula};
   } catch (const std::exception&) {
     return std::nullopt;  // settings the formula does not cover
   }
+}
+
+std::string predicted_formula_text(const Predicted& p, const Tr& tr) {
+  if (p.disk_formula.empty()) return p.formula;
+  return strf(tr("%s − %s on disk"), p.formula.c_str(), p.disk_formula.c_str());
 }
 
 std::shared_ptr<const MemoryEstimate> meta_prediction(const RunConfig& cfg) {

@@ -43,11 +43,16 @@ Peak peak_of(const std::vector<CategorySample>& series);
 // where core/parallel/model_state.h has a formula for the strategy, or (a gpt
 // on a pipeline or mesh) Megatron's accounting of its stage; nullopt otherwise.
 struct Predicted {
-  int64_t model_state_bytes = 0;
-  std::string formula;   // "16Ψ", "4Ψ + 12Ψ/N", ...
-  bool on_host = false;  // offload: the states live in the host pool
+  int64_t model_state_bytes = 0;  // in memory
+  std::string formula;            // "16Ψ", "4Ψ + 12Ψ/N", ...: ZeRO's, every home together
+  bool on_host = false;           // offload: the states live in the host pool
+  // --offload nvme:DIR: the part of `formula` whose home is the disk ("8Ψ/N"),
+  // left out of model_state_bytes; "" without.
+  std::string disk_formula;
 };
 std::optional<Predicted> predicted_model_state(const RunConfig& cfg, int rank);
+// Its formula as the memory view shows it: "16Ψ/N", or "16Ψ/N − 8Ψ/N on disk".
+std::string predicted_formula_text(const Predicted& p, const Tr& tr);
 
 // On a mesh: what each axis divides of `rank`'s model states, axis by axis
 // (bytes per parameter × parameters, as the ZeRO paper counts them): the whole

@@ -104,6 +104,8 @@ const StringPairs& strings_zh_cluster() {
       {" (dp divides the batch, not the states)", "（dp 切分的是批次，不是模型状态）"},
       {"model states %s", "模型状态 %s"},
       {"on disk %s (optimizer state)", "磁盘上 %s（优化器状态）"},
+      {"on disk %s (parameters and optimizer state)", "磁盘上 %s（参数和优化器状态）"},
+      {"%s − %s on disk", "%s − 磁盘上的 %s"},
       {"on disk %s", "磁盘上 %s"},
       {"states %s", "状态 %s"},
       {"nothing held here", "这里没有持有任何缓冲区"},
