@@ -3,6 +3,7 @@
 // per step. The table scripts/gpu-check.sh prints on a GPU machine.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/comm/placement.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/memory_estimate.h"
+#include "core/predict/projection.h"
 #include "core/run/runner.h"
 
 namespace shardlab::app {
@@ -20,7 +22,7 @@ namespace shardlab::app {
 int bench_strategies(int argc, char** argv) {
   const Args a(argc, argv, "bench strategies",
                {"model", "world", "workers", "steps", "rounds", "device", "backend", "precision",
-                "batch", "strategies", "seq", "data"},
+                "batch", "strategies", "seq", "data", "link"},
                {"force"});
   if (a.help()) {
     std::printf(
@@ -28,7 +30,7 @@ int bench_strategies(int argc, char** argv) {
         "                                 [--rounds 2] [--device cpu] [--backend auto]\n"
         "                                 [--precision fp32] [--batch 64] [--strategies a,b,..]\n"
         "                                 [--seq T] [--data FILE] [--force]\n"
-        "                                 [--workers W1,W2,..]\n\n"
+        "                                 [--workers W1,W2,..] [--link L]\n\n"
         "Every strategy (default: all) on one model and device. Pipeline strategies run\n"
         "--world stages with 4 micro-batches (naive-mp: 1), in fp32 whatever --precision\n"
         "says. Rows run in interleaved rounds;\n"
@@ -38,6 +40,9 @@ int bench_strategies(int argc, char** argv) {
         "--workers: every strategy at each number of computing ranks in turn, in place of\n"
         "--world: ps gets its servers on top (world W + 1), the others world W; the\n"
         "server's bytes grow with W while an all-reduce rank's stay under 2 model sizes.\n"
+        "--link L: also each row's run projected onto dedicated devices joined by link L\n"
+        "(see 'shardlab project --help'; e.g. eth100): the median projected step, where a\n"
+        "port carries one transfer at a time, so a server's port saturates as W grows.\n"
         "--seq, --data: a gpt model's context and text (see 'shardlab run --help').\n"
         "--force: run rows the memory check says will not fit (see 'shardlab run --help').\n");
     return 0;
@@ -58,6 +63,9 @@ int bench_strategies(int argc, char** argv) {
   base.backend = a.str("backend", "auto");
   base.precision = a.str("precision", "fp32");
   const int rounds = a.integer("rounds", 2);
+  // --link: each run replayed on dedicated devices (core/predict/projection.h).
+  std::optional<Link> link;
+  if (a.has("link")) link = parse_link(a.str("link", ""));
   // Each round runs every row again: beyond 1000 a typo, not a benchmark.
   if (rounds < 1 || rounds > 1000)
     throw ConfigError("--rounds " + std::to_string(rounds) + " is invalid (valid: 1 to 1000)");
@@ -96,6 +104,7 @@ int bench_strategies(int argc, char** argv) {
   struct Row {
     RunConfig cfg;
     std::vector<double> step_ms;
+    std::vector<double> projected_ms;  // --link: per round, the projected median step
     int64_t peak = 0;
     double sent = 0;
     std::string placement;
@@ -117,7 +126,7 @@ int bench_strategies(int argc, char** argv) {
       if (info.reads_option(StrategyOption::stages)) c.stages = c.world;
       validate(c);  // every row is checked before any runs, its memory too
       check_memory(c);
-      rows.push_back({c, {}, 0, 0, ""});
+      rows.push_back({c, {}, {}, 0, 0, ""});
     }
 
   for (int round = 0; round < rounds; ++round) {
@@ -130,6 +139,12 @@ int bench_strategies(int argc, char** argv) {
         row.sent = std::max(row.sent, rr.bytes_sent_per_step);
       }
       row.placement = r.placement.summary;
+      if (link) {
+        ProjectionOptions po;
+        po.devices = r.cfg.world;
+        po.link = *link;
+        row.projected_ms.push_back(project(r, po).median_step_ms);
+      }
     }
   }
 
@@ -143,8 +158,13 @@ int bench_strategies(int argc, char** argv) {
     const std::string note = oversubscription_note(widest, cores_available());
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
   }
-  std::printf("%-14s %6s %14s %10s %16s %18s\n", "strategy", "world", "median step", "vs single",
-              "peak mem/rank", "sent/step busiest");
+  if (link)
+    std::printf(
+        "projected step: each run replayed on its world of dedicated devices over %s "
+        "(each op's CPU time here; a port carries one transfer at a time)\n",
+        link->name.c_str());
+  std::printf("%-14s %6s %14s %10s %16s %18s%s\n", "strategy", "world", "median step", "vs single",
+              "peak mem/rank", "sent/step busiest", link ? "   projected step" : "");
   double single_ms = 0;
   for (const Row& row : rows)
     if (is_reference_strategy(row.cfg.strategy)) single_ms = median(row.step_ms);
@@ -155,8 +175,10 @@ int bench_strategies(int argc, char** argv) {
     // A row that could not take --precision says what it ran in.
     const std::string label =
         row.cfg.strategy + (row.cfg.precision != base.precision ? " " + row.cfg.precision : "");
-    std::printf("%-14s %6d %11.3f ms %10s %16s %18s\n", label.c_str(), row.cfg.world, ms, ratio,
+    std::printf("%-14s %6d %11.3f ms %10s %16s %18s", label.c_str(), row.cfg.world, ms, ratio,
                 human_bytes(static_cast<double>(row.peak)).c_str(), human_bytes(row.sent).c_str());
+    if (link) std::printf(" %14.3f ms", median(row.projected_ms));
+    std::printf("\n");
   }
   return 0;
 }

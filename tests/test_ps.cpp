@@ -13,6 +13,7 @@
 #include "core/parallel/sharding.h"
 #include "core/parallel/strategy.h"
 #include "core/predict/meta_memory.h"
+#include "core/predict/projection.h"
 #include "core/run/runner.h"
 #include "tests/run_util.h"
 
@@ -195,4 +196,35 @@ TEST_CASE("ps: bad settings are refused in one line", "[ps][cli]") {
       run_cli("run --model mlp:4x16 --batch 12 --steps 1 --strategy ddp --servers 1");
   CHECK(r.code == 2);
   CHECK(r.out.find("--servers") != std::string::npos);
+}
+
+TEST_CASE("ps: projected onto a slow link, the server's port saturates as workers grow; ddp's not",
+          "[ps][projection]") {
+  // At 10 MB/s the wire dominates: the server's one port carries W gradients
+  // in and W parameter copies out, one at a time, while each ddp rank's ring
+  // share stays under two model sizes whatever the world.
+  const Link slow = parse_link("10MB/s,1us");
+  auto projected = [&](const std::string& strategy, int world) {
+    RunConfig c = test::small_run("mlp:2x64", strategy, world, 16, 3);
+    const RunResult r = run_training(c);
+    ProjectionOptions o;
+    o.devices = world;
+    o.link = slow;
+    return project(r, o).median_step_ms;
+  };
+  const double ps2 = projected("ps", 3), ps8 = projected("ps", 9);
+  const double ddp2 = projected("ddp", 2), ddp8 = projected("ddp", 8);
+  INFO("ps " << ps2 << " → " << ps8 << " ms, ddp " << ddp2 << " → " << ddp8 << " ms");
+  CHECK(ps8 > 2.5 * ps2);  // 4× the workers: 4× the server's bytes, less what overlaps
+  CHECK(ddp8 < 2 * ddp2);  // 2(N−1)/N·Ψ: from Ψ to 1.75Ψ per rank
+  CHECK(ps8 > 3 * ddp8);
+  // `bench strategies --link` prints the projection beside the measured step.
+  const CliResult b = run_cli(
+      "bench strategies --model mlp:2x16 --strategies ddp,ps --workers 2 --steps 2 --rounds 1 "
+      "--batch 8 --link eth100");
+  INFO(b.out);
+  CHECK(b.code == 0);
+  CHECK(b.out.find("projected step") != std::string::npos);
+  test::expect_refused("bench strategies --workers 2 --link warp9",
+                       "--link 'warp9': not a preset nor BW,LAT");
 }
