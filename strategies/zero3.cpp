@@ -182,14 +182,7 @@ StrategyInfo zero3_strategy() {
       .moves = sharded_params_moves,
       .comm_buffers = "gathered parameters and unreduced gradients of the layers in flight",
       .make = [] { return std::make_unique<Zero3>(); },
-      .validate =
-          [](const RunConfig& cfg) {
-            require_batch_divisible(cfg);
-            if (cfg.offload && nvme_offload_dir(cfg).empty())
-              throw ConfigError(
-                  "--offload: zero3 offloads its optimizer state to NVMe only (valid: --offload "
-                  "nvme:DIR; every model state in host memory is fsdp --offload)");
-          },
+      .validate = [](const RunConfig& cfg) { require_batch_divisible(cfg); },
   };
 }
 

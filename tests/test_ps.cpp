@@ -198,8 +198,10 @@ TEST_CASE("ps: bad settings are refused in one line", "[ps][cli]") {
   CHECK(r.out.find("--servers") != std::string::npos);
 }
 
-TEST_CASE("ps: projected onto a slow link, the server's port saturates as workers grow; ddp's not",
-          "[ps][projection]") {
+TEST_CASE(
+    "ps: projected onto a slow link, the server's port saturates as workers grow but ddp's does "
+    "not",
+    "[ps][projection]") {
   // At 10 MB/s the wire dominates: the server's one port carries W gradients
   // in and W parameter copies out, one at a time, while each ddp rank's ring
   // share stays under two model sizes whatever the world.

@@ -385,6 +385,15 @@ void validate(const RunConfig& cfg, const std::vector<std::string>& given, int m
                      [&](StrategyOption a, StrategyOption b) { return position(a) < position(b); });
     throw ConfigError(unread_option_message(cfg, unread.front()));
   }
+  if (cfg.offload && nvme_offload_dir(cfg).empty() && !info.offload_to_host) {
+    std::string to_host;  // the strategies that can keep every model state in host memory
+    for (const StrategyInfo& s : all_strategies())
+      if (s.offload_to_host) to_host += (to_host.empty() ? "" : ", ") + s.name;
+    throw ConfigError("--offload: " + cfg.strategy +
+                      " offloads its optimizer state to NVMe only (valid: --offload nvme:DIR; "
+                      "every model state in host memory is --offload of " +
+                      to_host + ")");
+  }
   if (cfg.offload_params && nvme_offload_dir(cfg).empty())
     throw ConfigError(
         "--offload-params: the parameter shards go to the offload file, and there is none (valid: "

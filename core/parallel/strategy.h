@@ -203,7 +203,8 @@ struct StrategyInfo {
   bool checkpoints = true;
   // With --offload (reads offload): whether its parameters, gradients and
   // optimizer state then live in host memory (fsdp), or stay on the device
-  // with only the optimizer state offloaded, to --offload nvme:DIR (zero3).
+  // with only the optimizer state offloaded, to --offload nvme:DIR (zero3):
+  // validate() then refuses a bare --offload (host memory) in one line.
   bool offload_to_host = false;
   std::function<std::unique_ptr<Strategy>()> make{};
   // Checks settings this strategy cannot run with; throws ConfigError.
