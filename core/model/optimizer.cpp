@@ -131,11 +131,15 @@ int64_t Optimizer::disk_bytes_written() const {
 
 void Optimizer::store_master(size_t i, const Tensor& t) {
   if (!store_) throw std::logic_error("Optimizer::store_master: the state is not on disk");
-  if (store_->counting()) return;  // a meta run's tensors hold no values
+  // A meta run's tensors hold no values: it allocates alike and moves nothing.
   const size_t n = ranges_[i].numel;
-  if (host_addressable()) return disk_write(0, i, t.data<float>(), n);
+  if (host_addressable()) {
+    if (!store_->counting()) disk_write(0, i, t.data<float>(), n);
+    return;
+  }
   Tensor host = alloc_.alloc(ranges_[i].name + ".master[to disk]", MemCategory::temporary, n,
                              DType::f32, Pool::host);
+  if (store_->counting()) return;
   read_to_host(backend(), host.data<float>(), t, 0, n);
   disk_write(0, i, host.data<float>(), n);
 }

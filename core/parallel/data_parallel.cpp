@@ -90,17 +90,18 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
     if (spec.params_on_disk) {
       // --offload-params: the shard goes to its region and leaves memory.
       param_region_.push_back(store_->add(g.shard_name(env.rank), p.bytes()));
-      if (env.device.holds_values()) {
-        Tensor host;
-        const void* src = p.raw();
-        if (!host_addressable()) {
-          host = env.alloc.alloc(g.shard_name(env.rank) + "[to disk]", MemCategory::params, count,
-                                 dt, Pool::host);
-          env.device.copy(host.raw(), p.raw(), p.bytes(), CopyKind::device_to_host);
-          src = host.raw();
-        }
-        store_->submit([&] { store_->write(param_region_.back(), src, p.bytes()); }).get();
+      // (A meta run allocates alike and moves nothing.)
+      const bool values = env.device.holds_values();
+      Tensor host;
+      const void* src = p.raw();
+      if (!host_addressable()) {
+        host = env.alloc.alloc(g.shard_name(env.rank) + "[to disk]", MemCategory::params, count, dt,
+                               Pool::host);
+        if (values) env.device.copy(host.raw(), p.raw(), p.bytes(), CopyKind::device_to_host);
+        src = host.raw();
       }
+      if (values)
+        store_->submit([&] { store_->write(param_region_.back(), src, p.bytes()); }).get();
       p.reset();
     }
     params_.push_back(std::move(p));
