@@ -120,6 +120,13 @@ class Tensor {
   std::string name_;
 };
 
+// Whether memory of `pool` allocated for `dev` is host memory the CPU (and a
+// file read into it) can address: the host pool, or any pool of a CPU device;
+// not a GPU's device pool, which is reached through host copies.
+inline bool host_addressable(const DeviceBackend& dev, Pool pool) {
+  return pool == Pool::host || dev.device().kind != DeviceKind::cuda;
+}
+
 // Caching allocator: freed blocks are kept by size and reused, because glibc
 // would unmap and re-fault multi-MiB blocks every step. What is in use is
 // counted by category; what is cached is reported apart.

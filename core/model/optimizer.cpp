@@ -100,10 +100,6 @@ std::vector<Optimizer::Part> Optimizer::parts() {
   return out;
 }
 
-bool Optimizer::host_addressable() const {
-  return pool_ == Pool::host || alloc_.backend().device().kind != DeviceKind::cuda;
-}
-
 void Optimizer::disk_read(size_t part, size_t i, float* host_dst, size_t n) const {
   const int region = region_.at(part).at(i);
   store_->submit([&] { store_->read(region, host_dst, n * sizeof(float)); }).get();
@@ -133,7 +129,7 @@ void Optimizer::store_master(size_t i, const Tensor& t) {
   if (!store_) throw std::logic_error("Optimizer::store_master: the state is not on disk");
   // A meta run's tensors hold no values: it allocates alike and moves nothing.
   const size_t n = ranges_[i].numel;
-  if (host_addressable()) {
+  if (host_addressable(alloc_.backend(), pool_)) {
     if (!store_->counting()) disk_write(0, i, t.data<float>(), n);
     return;
   }
@@ -179,7 +175,7 @@ void Optimizer::each_range(const std::vector<void*>& params,
         {ps[p].suffix, ps[p].tensors, &region_[p], DType::f32, MemCategory::optimizer_state, true});
   if (params_swapped())
     slots.push_back({"", &param_, &param_region_, param_dtype_, MemCategory::params, !mixed()});
-  const bool direct = host_addressable();
+  const bool direct = host_addressable(alloc_.backend(), pool_);
   DeviceBackend& dev = alloc_.backend();
   auto bytes = [&](const Slot& s, size_t i) { return ranges_[i].numel * dtype_size(s.dt); };
   // The transfers of range i as (region, host pointer, bytes), run on the I/O

@@ -112,8 +112,6 @@ class Optimizer {
   };
   std::vector<Part> parts();
   struct Swap;
-  // Whether the pool's memory is the host's (the store reads straight into it).
-  bool host_addressable() const;
   // A state tensor's bytes from / to the store, synchronously on its I/O thread.
   void disk_read(size_t part, size_t i, float* host_dst, size_t n) const;
   void disk_write(size_t part, size_t i, const float* host_src, size_t n);

@@ -94,7 +94,7 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
       const bool values = env.device.holds_values();
       Tensor host;
       const void* src = p.raw();
-      if (!host_addressable()) {
+      if (!host_addressable(env.device, spec.pool)) {
         host = env.alloc.alloc(g.shard_name(env.rank) + "[to disk]", MemCategory::params, count, dt,
                                Pool::host);
         if (values) env.device.copy(host.raw(), p.raw(), p.bytes(), CopyKind::device_to_host);
@@ -120,13 +120,9 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
       std::make_unique<Optimizer>(env.cfg.optimizer, env.alloc, shards, dt, spec.pool, disk);
   // The file's regions in the disk pool: the memory view shows where the state went.
   if (store_)
-    for (int i = 0; i < store_->regions(); ++i) {
-      disk_category_.push_back(i < static_cast<int>(param_region_.size())
-                                   ? MemCategory::params
-                                   : MemCategory::optimizer_state);
-      on_disk_.push_back(env.alloc.disk_alloc(store_->name(i), disk_category_.back(),
+    for (int i = 0; i < store_->regions(); ++i)
+      on_disk_.push_back(env.alloc.disk_alloc(store_->name(i), disk_category(i),
                                               static_cast<int64_t>(store_->size(i))));
-    }
   if (optimizer_->mixed())
     for (const FlatGroup& g : groups_) {
       if (!optimizer_->swapped()) {
@@ -145,12 +141,15 @@ ShardedStates::ShardedStates(RankEnv& env, const ParamSource& init, const MixedP
 ShardedStates::~ShardedStates() {
   ahead_.reset();  // a read in flight finishes before its memory goes
   for (size_t i = 0; i < on_disk_.size(); ++i)
-    alloc_->disk_free(on_disk_[i], store_->name(static_cast<int>(i)), disk_category_[i],
+    alloc_->disk_free(on_disk_[i], store_->name(static_cast<int>(i)),
+                      disk_category(static_cast<int>(i)),
                       static_cast<int64_t>(store_->size(static_cast<int>(i))));
 }
 
-bool ShardedStates::host_addressable() const {
-  return spec_.pool == Pool::host || env_.device.device().kind != DeviceKind::cuda;
+MemCategory ShardedStates::disk_category(int region) const {
+  // The parameter regions come first (the constructor adds them before the optimizer's).
+  return region < static_cast<int>(param_region_.size()) ? MemCategory::params
+                                                         : MemCategory::optimizer_state;
 }
 
 std::unique_ptr<ShardedStates::ShardRead> ShardedStates::start_read(int g) {
@@ -160,7 +159,7 @@ std::unique_ptr<ShardedStates::ShardRead> ShardedStates::start_read(int g) {
   const DType dt = dtype_;
   const std::string name = grp.shard_name(env_.rank);
   r->shard = env_.alloc.alloc(name, MemCategory::params, grp.plan.shard, dt, spec_.pool);
-  if (!host_addressable())
+  if (!host_addressable(env_.device, spec_.pool))
     r->host =
         env_.alloc.alloc(name + "[from disk]", MemCategory::params, grp.plan.shard, dt, Pool::host);
   void* dst = r->host.empty() ? r->shard.raw() : r->host.raw();

@@ -133,7 +133,6 @@ class ShardedStates {
   std::vector<Tensor> params_, grads_;
   std::unique_ptr<NvmeStore> store_;  // --offload nvme:DIR: the rank's offload file
   std::vector<uint64_t> on_disk_;     // its regions, as the allocator's disk pool counts them
-  std::vector<MemCategory> disk_category_;
   // --offload-params: each group's parameter region, and the gathers to come,
   // the first of them being read already (`ahead`).
   struct ShardRead;
@@ -141,8 +140,8 @@ class ShardedStates {
   std::deque<int> gathers_;
   std::unique_ptr<ShardRead> ahead_;
   std::unique_ptr<ShardRead> start_read(int g);
-  // Whether the parameters' pool is host memory, which the store reads straight into.
-  bool host_addressable() const;
+  // What region `region` of the file holds, as the disk pool counts it.
+  MemCategory disk_category(int region) const;
   // The rank's allocator, for the destructor: the RankEnv is gone by then,
   // the allocator (which outlives the strategy) is not.
   Allocator* alloc_ = nullptr;
